@@ -1,0 +1,1 @@
+"""Everything that talks to NATS (nats-py), converting to domain types at the edge."""

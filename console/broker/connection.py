@@ -1,0 +1,69 @@
+"""One place that turns ConnectionSettings into nats-py connect arguments."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+from console.config import ConnectionSettings
+from console.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def _existing(path: str | None, what: str) -> str | None:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise ConfigError(f"{what} {path} does not exist or is not a file")
+    return path
+
+
+def tls_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
+    if not (settings.tls_ca or settings.tls_cert or settings.tls_key):
+        return None
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise ConfigError("a TLS client certificate needs both --tls-cert and --tls-key")
+    context = ssl.create_default_context(cafile=_existing(settings.tls_ca, "TLS CA file"))
+    if settings.tls_cert:
+        context.load_cert_chain(_existing(settings.tls_cert, "TLS certificate"), _existing(settings.tls_key, "TLS key"))
+    return context
+
+
+def connect_options(settings: ConnectionSettings) -> dict[str, Any]:
+    """Keyword arguments for nats.connect(); credentials go in, and are never logged from here."""
+    options: dict[str, Any] = {
+        "servers": list(settings.servers),
+        "name": settings.name,
+        "connect_timeout": settings.connect_timeout,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+    }
+    if settings.creds_file:
+        options["user_credentials"] = _existing(settings.creds_file, "creds file")
+    if settings.nkey_seed_file:
+        options["nkeys_seed"] = _existing(settings.nkey_seed_file, "nkey seed file")
+    if settings.token:
+        options["token"] = settings.token
+    if settings.user:
+        options["user"] = settings.user
+        options["password"] = settings.password or ""
+    if (context := tls_context(settings)) is not None:
+        options["tls"] = context
+    return options
+
+
+async def connect(settings: ConnectionSettings, **overrides: Any) -> Client:
+    """Connect with the settings; overrides (callbacks, reconnect policy) win over the defaults."""
+
+    async def error_cb(e: Exception) -> None:
+        log.warning("NATS: %s", e)
+
+    options = {"error_cb": error_cb, **connect_options(settings), **overrides}
+    log.info("connecting to %s", settings.describe())
+    return await nats.connect(**options)

@@ -1,0 +1,278 @@
+"""Fast-ingest batch publishing (nats-server 2.14+, stream flag allow_batched) on nats-py.
+
+Control state travels in the reply subject (see console.domain.fast_ingest). The publisher waits
+for the first flow ack, then keeps at most `max_outstanding_acks` windows of `flow` messages
+unacknowledged, following the flow the server grants in each ack (up and down). A later ack
+covers lost earlier ones; while stalled it pings (op 4) so a lost ack cannot hang it, and every
+wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Mapping, NamedTuple
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from console.broker.replies import error_of, reply_of
+from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, reply_prefix
+from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck
+from console.errors import BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError
+from console.broker.atomic import new_batch_id
+
+log = logging.getLogger(__name__)
+
+KEEP_PROBLEMS = 1000  # gaps and errors kept in full; counters go on past it
+
+
+class FastAdd(NamedTuple):
+    batch_seq: int  # this message's sequence in the batch
+    ack_seq: int  # highest sequence the server has acknowledged so far
+
+
+class BatchEndedError(BatchError):
+    """The server ended the batch early (fail mode: a gap or a failed message); `puback` counts what it stored."""
+
+    def __init__(self, batch_id: str, puback: PubAck, cause: FlowGap | FlowError | None):
+        what = {FlowGap: "a gap", FlowError: "a failed message"}.get(type(cause), "the server")
+        super().__init__(f"batch {batch_id} ended by {what}: {puback.count} messages stored")
+        self.puback = puback
+        self.cause = cause
+
+
+class FastBatch:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        flow: int = 100,
+        max_outstanding_acks: int = 2,
+        gap_mode: GapMode | str = GapMode.FAIL,
+        ack_timeout: float = 5.0,
+        inbox_prefix: str | None = None,
+        batch_id: str | None = None,
+        on_problem: Callable[[FlowGap | FlowError], None] | None = None,
+    ):
+        if not 1 <= max_outstanding_acks <= 3:
+            raise BatchRefusedError("max_outstanding_acks must be 1, 2 or 3")
+        if not 1 <= flow <= 65535:
+            raise BatchRefusedError("flow must be 1..65535")
+        self.batch_id = batch_id or new_batch_id()
+        try:
+            check_batch_id(self.batch_id)
+        except ValueError as e:
+            raise BatchRefusedError(str(e)) from None
+        self.gap_mode = GapMode(gap_mode)
+        self.requested_flow = flow
+        self.max_outstanding_acks = max_outstanding_acks
+        self.ack_timeout = ack_timeout
+        self.on_problem = on_problem
+        self._nc = nc
+        self._inbox = inbox_prefix or nc.new_inbox()
+        self._reply_head = reply_prefix(self._inbox, self.batch_id, flow, self.gap_mode)
+        self._sub = None
+        self._progress = asyncio.Event()
+        self._final: asyncio.Future[PubAck] | None = None
+        self._failure: BatchError | None = None
+        self._last_problem: FlowGap | FlowError | None = None
+        self._subject: str | None = None
+        self.seq = 0  # highest sequence sent
+        self.ack_seq = 0  # highest sequence acknowledged
+        self.flow = flow  # as granted by the server once the first ack arrives
+        self.closed = False
+        self.acks = 0
+        self.pings = 0
+        self.stalls = 0
+        self.malformed = 0
+        self.flow_changes: list[tuple[int, int, int]] = []  # (ack seq, old flow, new flow)
+        self.gaps: list[FlowGap] = []
+        self.errors: list[FlowError] = []
+        self.gap_count = 0
+        self.lost = 0
+        self.error_count = 0
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def add(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> FastAdd:
+        """Send one message. The first waits for the server's first flow ack; later ones wait only
+        when `max_outstanding_acks` windows are unacknowledged."""
+        if self._failure is not None:
+            raise self._failure
+        if self.closed:
+            raise BatchClosedError(f"batch {self.batch_id} is closed")
+        seq = self.seq + 1
+        if seq == 1:
+            await self._start(subject, payload, headers)
+            return FastAdd(1, self.ack_seq)
+        self.seq = seq
+        await self._nc.publish(subject, payload, f"{self._reply_head}{seq}.1.$FI", headers)
+        if self.ack_seq + self.flow * self.max_outstanding_acks <= seq:
+            await self._wait_for_window()
+        return FastAdd(seq, self.ack_seq)
+
+    async def commit(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> PubAck:
+        """Send the last message, stored, and commit the batch."""
+        return await self._finish(subject, payload, headers, FastOp.COMMIT)
+
+    async def commit_eob(self) -> PubAck:
+        """Commit what was sent without storing another message."""
+        if self.seq == 0 or self._subject is None:
+            raise BatchRefusedError("an EOB commit needs at least one message (the server refuses it at seq 1)")
+        return await self._finish(self._subject, b"", None, FastOp.EOB)
+
+    async def ping(self) -> None:
+        """Ask the server to resend its last ack (and report a gap up to the highest seq sent)."""
+        if self._subject is None or self.seq == 0:
+            raise BatchRefusedError("nothing to ping: the batch has not started")
+        self.pings += 1
+        await self._nc.publish(self._subject, b"", f"{self._reply_head}{self.seq}.{int(FastOp.PING)}.$FI")
+
+    def skip_seq(self, count: int = 1) -> None:
+        """Fault injection: use up sequences without sending them, so the server sees a gap."""
+        if self.seq == 0:
+            raise BatchRefusedError("cannot skip the first message")
+        self.seq += count
+
+    async def close(self) -> None:
+        """Stop listening for replies. Does not commit: an open batch is dropped by the server when idle."""
+        self.closed = True
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            try:
+                await sub.unsubscribe()
+            except Exception as e:  # connection already closed: nothing left to release
+                log.debug("unsubscribe failed: %s", e)
+
+    async def __aenter__(self) -> FastBatch:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _subscribe(self) -> None:
+        if self._sub is None:
+            self._sub = await self._nc.subscribe(f"{self._inbox}.{self.batch_id}.>", cb=self._on_reply)
+
+    async def _start(self, subject: str, payload: bytes, headers: Mapping[str, str] | None) -> None:
+        await self._subscribe()
+        self._subject = subject
+        self.seq = 1
+        self._progress.clear()
+        await self._nc.publish(subject, payload, f"{self._reply_head}1.{int(FastOp.START)}.$FI", headers)
+        deadline = asyncio.get_running_loop().time() + self.ack_timeout
+        while self.acks == 0:
+            self._raise_failure()
+            if not await self._wait_progress(deadline - asyncio.get_running_loop().time()):
+                self.closed = True
+                raise BatchTimeoutError(f"no flow ack for the first message of batch {self.batch_id} in {self.ack_timeout}s")
+
+    async def _finish(self, subject: str, payload: bytes, headers: Mapping[str, str] | None, op: FastOp) -> PubAck:
+        if self._failure is not None:
+            raise self._failure
+        if self.closed:
+            raise BatchClosedError(f"batch {self.batch_id} is closed")
+        await self._subscribe()
+        self.closed = True
+        self._subject = self._subject or subject
+        self._final = asyncio.get_running_loop().create_future()
+        self.seq += 1
+        await self._nc.publish(subject, payload, f"{self._reply_head}{self.seq}.{int(op)}.$FI", headers)
+        try:
+            return await self._wait_with_pings(lambda: self._final.done(), "the commit")
+        finally:
+            await self.close()
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    async def _wait_for_window(self) -> None:
+        self.stalls += 1
+        await self._wait_with_pings(
+            lambda: self.ack_seq + self.flow * self.max_outstanding_acks > self.seq, f"a flow ack after seq {self.seq}"
+        )
+
+    async def _wait_with_pings(self, done: Callable[[], bool], what: str):
+        """Wait until done(); ping every third of the ack timeout; give up at the ack timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ack_timeout
+        ping_every = self.ack_timeout / 3
+        while True:
+            self._raise_failure()
+            if done():
+                return self._final.result() if self._final is not None and self._final.done() else None
+            left = deadline - loop.time()
+            if left <= 0:
+                raise BatchTimeoutError(f"batch {self.batch_id}: no reply for {what} in {self.ack_timeout}s")
+            if not await self._wait_progress(min(ping_every, left)) and self.seq > 0:
+                await self.ping()
+
+    async def _wait_progress(self, timeout: float) -> bool:
+        self._progress.clear()
+        if timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._progress.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            self.closed = True
+            raise self._failure
+
+    # -- replies ---------------------------------------------------------------------------
+
+    async def _on_reply(self, msg: Msg) -> None:
+        try:
+            reply = reply_of(msg)
+        except MalformedReply as e:
+            self.malformed += 1
+            log.warning("batch %s: %s", self.batch_id, e)
+            return
+        except NoRespondersError as e:
+            self._fail(e)
+            return
+        kind = type(reply)
+        if kind is FlowAck:
+            self.acks += 1
+            if reply.seq > self.ack_seq:
+                self.ack_seq = reply.seq
+            if reply.msgs != self.flow:
+                self.flow_changes.append((reply.seq, self.flow, reply.msgs))
+                self.flow = reply.msgs
+        elif kind is PubAck:
+            self._on_puback(reply)
+        elif kind is FlowGap:
+            self.gap_count += 1
+            self.lost += reply.lost
+            self._problem(reply, self.gaps)
+        elif kind is FlowError:
+            self.error_count += 1
+            self._problem(reply, self.errors)
+        elif kind is ApiError:
+            self._fail(error_of(reply))
+        self._progress.set()
+
+    def _problem(self, problem: FlowGap | FlowError, kept: list) -> None:
+        self._last_problem = problem
+        if len(kept) < KEEP_PROBLEMS:
+            kept.append(problem)
+        if self.on_problem is not None:
+            self.on_problem(problem)
+
+    def _on_puback(self, puback: PubAck) -> None:
+        if self._final is not None and not self._final.done():
+            self._final.set_result(puback)
+        elif self._final is None:
+            # Unasked-for PubAck: in fail mode the server ended the batch at a gap or an error.
+            self._fail(BatchEndedError(self.batch_id, puback, self._last_problem))
+
+    def _fail(self, error: BatchError) -> None:
+        if self._failure is None:
+            self._failure = error
+        if self._final is not None and not self._final.done():
+            self._final.set_exception(error)
+            self._final.exception()  # retrieved here; _wait_with_pings raises self._failure instead
+        self._progress.set()

@@ -1,0 +1,131 @@
+"""The fast-ingest reply-subject grammar: `<prefix>.<batch-id>.<flow>.<ok|fail>.<seq>.<op>.$FI`.
+
+Tokens are read from the right, so the prefix may have any depth of one or more tokens
+(`_INBOX` gives 7 tokens in all, `_INBOX.<nuid>` gives 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+FI_SUFFIX = "$FI"
+MAX_BATCH_ID_LEN = 64
+DEFAULT_FLOW = 10  # what the server uses for a flow <= 0 or not a number
+MAX_FLOW = 65535
+SERVER_MAX_GRANTED_FLOW = 500
+
+
+class FastOp(IntEnum):
+    START = 0
+    APPEND = 1
+    COMMIT = 2  # commit and store this message
+    EOB = 3  # commit without storing this message
+    PING = 4  # carries the highest seq sent; does not increment
+
+
+class GapMode(str, Enum):
+    OK = "ok"  # report the gap and go on
+    FAIL = "fail"  # end the batch at the gap
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class InvalidReplySubject(ValueError):
+    """A subject that is not a valid fast-ingest reply; `reason` says which rule it breaks."""
+
+    def __init__(self, subject: str, reason: str):
+        super().__init__(f"invalid fast-ingest reply subject {subject!r}: {reason}")
+        self.subject = subject
+        self.reason = reason
+
+
+def server_flow(requested: str | int) -> int:
+    """The flow the server reads from the subject: <= 0 or not a number gives 10, above 65535 gives 65535."""
+    try:
+        flow = int(requested)
+    except (TypeError, ValueError):
+        return DEFAULT_FLOW
+    if flow <= 0:
+        return DEFAULT_FLOW
+    return min(flow, MAX_FLOW)
+
+
+def check_batch_id(batch_id: str) -> None:
+    """Raise ValueError unless the id is 1..64 characters and a single subject token."""
+    if not batch_id:
+        raise ValueError("batch id is empty")
+    if len(batch_id) > MAX_BATCH_ID_LEN:
+        raise ValueError(f"batch id has {len(batch_id)} characters, the server allows {MAX_BATCH_ID_LEN}")
+    if any(c in batch_id for c in ". *>\t\r\n"):
+        raise ValueError(f"batch id {batch_id!r} must be one subject token (no '.', '*', '>' or white space)")
+
+
+def check_seq_for_op(seq: int, op: FastOp) -> None:
+    """The server's rules tying the sequence to the operation."""
+    if seq < 1:
+        raise ValueError(f"seq {seq} is below 1")
+    if op is FastOp.START and seq != 1:
+        raise ValueError(f"start (op 0) needs seq 1, got {seq}")
+    if op is FastOp.APPEND and seq == 1:
+        raise ValueError("append (op 1) needs seq > 1")
+    if op is FastOp.EOB and seq == 1:
+        raise ValueError("commit without storing (op 3) is not allowed at seq 1")
+
+
+@dataclass(frozen=True, slots=True)
+class FastReplySubject:
+    prefix: str
+    batch_id: str
+    flow: int
+    gap_mode: GapMode
+    seq: int
+    op: FastOp
+
+    def __post_init__(self) -> None:
+        if not self.prefix or any(not t for t in self.prefix.split(".")):
+            raise ValueError("prefix needs one or more non-empty tokens")
+        check_batch_id(self.batch_id)
+        if not 1 <= self.flow <= MAX_FLOW:
+            raise ValueError(f"flow {self.flow} is outside 1..{MAX_FLOW}")
+        check_seq_for_op(self.seq, self.op)
+
+    def format(self) -> str:
+        return f"{self.prefix}.{self.batch_id}.{self.flow}.{self.gap_mode.value}.{self.seq}.{int(self.op)}.{FI_SUFFIX}"
+
+    @classmethod
+    def parse(cls, subject: str) -> FastReplySubject:
+        """Parse a reply subject the way the server does; InvalidReplySubject names the broken rule."""
+        tokens = subject.split(".")
+        if len(tokens) < 7:
+            raise InvalidReplySubject(subject, f"{len(tokens)} tokens, needs at least 7 (a prefix token, then 6)")
+        if tokens[-1] != FI_SUFFIX:
+            raise InvalidReplySubject(subject, f"last token is {tokens[-1]!r}, not {FI_SUFFIX!r}")
+        prefix_tokens = tokens[:-6]
+        batch_id, flow_s, gap_s, seq_s, op_s = tokens[-6:-1]
+        if any(not t for t in prefix_tokens):
+            raise InvalidReplySubject(subject, "empty prefix token")
+        try:
+            check_batch_id(batch_id)
+        except ValueError as e:
+            raise InvalidReplySubject(subject, str(e)) from None
+        try:
+            gap_mode = GapMode(gap_s)
+        except ValueError:
+            raise InvalidReplySubject(subject, f"gap mode {gap_s!r} is not 'ok' or 'fail'") from None
+        if not seq_s.isdigit():
+            raise InvalidReplySubject(subject, f"seq {seq_s!r} is not a number")
+        if not op_s.isdigit() or int(op_s) not in FastOp._value2member_map_:
+            raise InvalidReplySubject(subject, f"op {op_s!r} is not one of 0-4")
+        op, seq = FastOp(int(op_s)), int(seq_s)
+        try:
+            check_seq_for_op(seq, op)
+        except ValueError as e:
+            raise InvalidReplySubject(subject, str(e)) from None
+        return cls(".".join(prefix_tokens), batch_id, server_flow(flow_s), gap_mode, seq, op)
+
+
+def reply_prefix(inbox_prefix: str, batch_id: str, flow: int, gap_mode: GapMode) -> str:
+    """The constant head of a batch's reply subjects; the publisher appends `<seq>.<op>.$FI`."""
+    return FastReplySubject(inbox_prefix, batch_id, flow, gap_mode, 1, FastOp.START).format()[: -len("1.0.$FI")]

@@ -1,0 +1,84 @@
+"""A stream's batch settings and the server's rules for them, checked before anything is sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+REQUIRED_LEVEL_KEY = "_nats.req.level"
+ATOMIC_API_LEVEL = 2  # nats-server 2.12
+BATCHED_API_LEVEL = 4  # nats-server 2.14 (ADR-50 says 3; the server records 4)
+
+
+@dataclass(frozen=True)
+class StreamBatchSettings:
+    name: str
+    allow_atomic: bool = False
+    allow_batched: bool = False
+    persist_mode: str = "default"  # "default" | "async"
+    replicas: int = 1
+    is_mirror: bool = False
+    sources: int = 0
+    required_api_level: int | None = None  # from the stream's metadata, as the server recorded it
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> StreamBatchSettings:
+        """From a stream config as JSON (the API's field names); absent fields take server defaults."""
+        metadata = config.get("metadata") or {}
+        level = metadata.get(REQUIRED_LEVEL_KEY)
+        return cls(
+            name=config["name"],
+            allow_atomic=bool(config.get("allow_atomic")),
+            allow_batched=bool(config.get("allow_batched")),
+            persist_mode=config.get("persist_mode") or "default",
+            replicas=int(config.get("num_replicas") or 1),
+            is_mirror=config.get("mirror") is not None,
+            sources=len(config.get("sources") or ()),
+            required_api_level=int(level) if isinstance(level, str) and level.isdigit() else None,
+        )
+
+    def with_changes(self, **changes: Any) -> StreamBatchSettings:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class RuleViolation:
+    field: str
+    message: str
+    err_code: int | None = None  # the server's code for the same refusal, where it has one
+
+
+def needed_api_level(settings: StreamBatchSettings) -> int:
+    """The API level a server needs to honour these flags (0 when neither is set)."""
+    level = 0
+    if settings.allow_atomic:
+        level = ATOMIC_API_LEVEL
+    if settings.allow_batched:
+        level = max(level, BATCHED_API_LEVEL)
+    return level
+
+
+def check_settings(settings: StreamBatchSettings, server_api_level: int | None = None) -> list[RuleViolation]:
+    """Every rule the server would enforce on these settings; empty when they are acceptable."""
+    found: list[RuleViolation] = []
+    if settings.persist_mode not in ("default", "async"):
+        found.append(RuleViolation("persist_mode", f"unknown persist mode {settings.persist_mode!r}"))
+    if settings.persist_mode == "async" and settings.replicas != 1:
+        found.append(RuleViolation("persist_mode", f"async persist is only allowed on R1 (stream has R{settings.replicas})"))
+    if settings.persist_mode == "async" and settings.allow_atomic:
+        found.append(RuleViolation("persist_mode", "async persist mode is not supported with atomic batch publish", 10052))
+    if settings.is_mirror and settings.allow_atomic:
+        found.append(RuleViolation("allow_atomic", "stream mirrors can not also use atomic publishing", 10198))
+    if settings.is_mirror and settings.allow_batched:
+        found.append(RuleViolation("allow_batched", "stream mirrors can not also use batch publishing", 10209))
+    needed = needed_api_level(settings)
+    if server_api_level is not None and needed > server_api_level:
+        flag = "allow_batched" if settings.allow_batched and server_api_level < BATCHED_API_LEVEL else "allow_atomic"
+        found.append(RuleViolation(flag, f"needs JetStream API level {needed}, the server has {server_api_level}"))
+    return found
+
+
+def diff_settings(before: StreamBatchSettings, after: StreamBatchSettings) -> dict[str, tuple[Any, Any]]:
+    """field -> (before, after) for the editable fields that change."""
+    fields = ("allow_atomic", "allow_batched", "persist_mode")
+    return {f: (getattr(before, f), getattr(after, f)) for f in fields if getattr(before, f) != getattr(after, f)}
