@@ -104,6 +104,12 @@ class AtomicBatch:
         self.seq += 1
         return await self._finish(self._last_subject, b"", self._headers(self.seq, None, commit="eob"))
 
+    def skip_seq(self, count: int = 1) -> None:
+        """Fault injection: use up sequences without sending them, so the server sees a gap."""
+        if self.seq == 0:
+            raise BatchRefusedError("cannot skip the first message")
+        self.seq += count
+
     def discard(self) -> None:
         """Stop here. Nothing is sent: the server abandons the batch after its batch timeout."""
         self.closed = True

@@ -51,6 +51,7 @@ class FastBatch:
         max_outstanding_acks: int = 2,
         gap_mode: GapMode | str = GapMode.FAIL,
         ack_timeout: float = 5.0,
+        ping_interval: float | None = None,
         inbox_prefix: str | None = None,
         batch_id: str | None = None,
         on_problem: Callable[[FlowGap | FlowError], None] | None = None,
@@ -68,6 +69,9 @@ class FastBatch:
         self.requested_flow = flow
         self.max_outstanding_acks = max_outstanding_acks
         self.ack_timeout = ack_timeout
+        # A stalled batch must ping well inside the server's batch timeout (default 10 s), or the
+        # server drops it while we wait for an ack that was lost.
+        self.ping_interval = ping_interval or min(ack_timeout / 4, 0.5)
         self.on_problem = on_problem
         self._nc = nc
         self._inbox = inbox_prefix or nc.new_inbox()
@@ -193,10 +197,10 @@ class FastBatch:
         )
 
     async def _wait_with_pings(self, done: Callable[[], bool], what: str):
-        """Wait until done(); ping every third of the ack timeout; give up at the ack timeout."""
+        """Wait until done(); ping every ping_interval; give up at the ack timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ack_timeout
-        ping_every = self.ack_timeout / 3
+        ping_every = self.ping_interval
         while True:
             self._raise_failure()
             if done():

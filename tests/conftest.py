@@ -1,0 +1,43 @@
+"""Fixtures shared by every test folder: a real nats-server from the venv, on a free loopback port."""
+
+from __future__ import annotations
+
+import itertools
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.server import BatchLimits, EmbeddedServer
+
+# Short enough to wait on in tests; the inflight cap makes 10210/10211 cheap to reach.
+TEST_LIMITS = BatchLimits(timeout=1.0, max_msgs=100, max_inflight_per_stream=5)
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory):
+    with EmbeddedServer(tmp_path_factory.mktemp("nats"), batch_limits=TEST_LIMITS) as server:
+        yield server
+
+
+@pytest.fixture
+async def nc(nats_server):
+    conn = await nats.connect(nats_server.url, connect_timeout=5)
+    yield conn
+    await conn.close()
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def make_stream(nc):
+    """make_stream(allow_atomic=..., allow_batched=..., **config) -> (stream name, subject prefix)."""
+
+    async def create(**config) -> tuple[str, str]:
+        name = f"T{next(_names)}"
+        subject = name.lower()
+        await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{subject}.>"], **config))
+        return name, subject
+
+    return create

@@ -1,0 +1,31 @@
+import nats
+import pytest
+
+from console.broker.server import BatchLimits, EmbeddedServer
+from console.errors import EmbeddedServerError
+
+
+async def test_server_picks_a_free_port_and_keeps_it_across_a_restart(tmp_path):
+    server = EmbeddedServer(tmp_path, monitor_port=None)
+    with server:
+        first_port = server.port
+        assert first_port > 0 and server.url.startswith("nats://127.0.0.1:")
+        server.restart()
+        assert server.port == first_port
+        nc = await nats.connect(server.url)
+        info = await nc.jetstream().account_info()
+        assert info.streams == 0
+        await nc.close()
+    assert not server.running()
+
+
+def test_batch_limits_reach_the_server_config(tmp_path):
+    limits = BatchLimits(timeout=2.5, max_msgs=20, max_inflight_per_stream=3, max_inflight_total=9)
+    with EmbeddedServer(tmp_path, batch_limits=limits) as server:
+        conf = server.config_path.read_text()
+    assert 'timeout: "2500ms"' in conf and "max_msgs: 20" in conf and "max_inflight_total: 9" in conf
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path):
+    with pytest.raises(EmbeddedServerError, match="exited"):
+        EmbeddedServer(tmp_path, extra_config="this is { not valid").start(timeout=10)

@@ -1,0 +1,59 @@
+from datetime import datetime, timezone
+
+import pytest
+
+from console.domain.advisories import AbandonReason, BatchAbandoned, MalformedAdvisory, parse_timestamp, to_batch_abandoned
+from tests.captures import advisory_bodies
+
+
+def test_every_captured_abandonment_parses_with_a_known_reason():
+    parsed = [to_batch_abandoned(body) for body in advisory_bodies()]
+    assert {a.reason for a in parsed} == set(AbandonReason)
+
+
+def test_account_copy_has_no_account():
+    adv = to_batch_abandoned(
+        '{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"gLfOmcoOv5EsDe2LPiUdMI",'
+        '"timestamp":"2026-11-21T02:47:57.346469731Z","stream":"ADV","batch":"abandon-me","reason":"timeout"}'
+    )
+    assert adv == BatchAbandoned(
+        id="gLfOmcoOv5EsDe2LPiUdMI",
+        timestamp=datetime(2026, 11, 21, 2, 47, 57, 346469, tzinfo=timezone.utc),
+        stream="ADV",
+        batch="abandon-me",
+        reason=AbandonReason.TIMEOUT,
+    )
+
+
+def test_system_copy_carries_account_and_domain_and_the_same_id():
+    body = (
+        '{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"oNejGHgrbLMnVKbAl1S1nK",'
+        '"timestamp":"2026-11-21T02:50:14.804678435Z","account":"APP","stream":"S1","domain":"hub",'
+        '"batch":"sys-timeout","reason":"timeout"}'
+    )
+    adv = to_batch_abandoned(body)
+    assert (adv.id, adv.account, adv.domain, adv.stream) == ("oNejGHgrbLMnVKbAl1S1nK", "APP", "hub", "S1")
+
+
+def test_timestamps_keep_microseconds_of_go_nanoseconds():
+    assert parse_timestamp("2026-11-21T02:48:23.8934421Z").microsecond == 893442
+    assert parse_timestamp("2026-11-21T02:48:23Z").second == 23
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("{", "not JSON"),
+        ('{"type":"io.nats.jetstream.advisory.v1.stream_action"}', "type is"),
+        ('{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"x"}', "'timestamp'"),
+        (
+            '{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"x","timestamp":"2026-11-21T02:48:23Z",'
+            '"stream":"S","batch":"b","reason":"bored"}',
+            "unknown reason",
+        ),
+    ],
+)
+def test_malformed_advisories_say_why(body, reason):
+    with pytest.raises(MalformedAdvisory) as info:
+        to_batch_abandoned(body)
+    assert reason in info.value.reason

@@ -1,0 +1,80 @@
+import pytest
+
+from console.domain.codes import ERROR_CODES
+from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Staged, to_reply
+from tests.captures import reply_bodies
+
+
+def test_every_captured_reply_parses():
+    bodies = reply_bodies()
+    assert len(bodies) > 100
+    for label, body in bodies:
+        reply = to_reply(body)
+        assert isinstance(reply, (Staged, ApiError, FlowAck, FlowGap, FlowError, PubAck)), label
+
+
+def test_captured_error_descriptions_match_the_code_table():
+    seen = set()
+    for _, body in reply_bodies():
+        reply = to_reply(body)
+        error = reply.error if isinstance(reply, FlowError) else reply
+        if isinstance(error, ApiError) and error.err_code in ERROR_CODES:
+            seen.add(error.err_code)
+            expected = ERROR_CODES[error.err_code]
+            assert error.description.startswith(expected.description)
+            assert error.code == expected.http
+    assert {10174, 10176, 10177, 10185, 10199, 10201, 10205, 10206, 10207, 10208, 10210, 10211} <= seen
+
+
+def test_flow_ack_reads_seq_and_msgs():
+    assert to_reply('{"type":"ack","seq":10,"msgs":10}') == FlowAck(seq=10, msgs=10)
+
+
+def test_gap_last_seq_is_the_first_lost_sequence():
+    gap = to_reply('{"type":"gap","last_seq":3,"seq":5}')
+    assert gap == FlowGap(first_lost_seq=3, seq=5)
+    assert gap.lost == 2
+
+
+def test_per_message_error_keeps_the_server_text():
+    reply = to_reply('{"type":"err","seq":2,"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 46"}}')
+    assert reply == FlowError(seq=2, error=ApiError(10071, "wrong last sequence: 46", 400))
+
+
+def test_puback_with_batch_count_domain_and_duplicate():
+    assert to_reply('{"stream":"S2","domain":"hub","seq":50,"batch":"big","count":50}') == PubAck(
+        "S2", 50, "big", 50, False, "hub"
+    )
+    assert to_reply('{"stream":"FAST","seq":49,"duplicate": true,"batch":"k1","count":1}').duplicate is True
+
+
+def test_error_reply_names_the_stream():
+    reply = to_reply('{"error":{"code":429,"err_code":10210,"description":"atomic publish too many inflight"},"stream":"ERR","seq":0}')
+    assert reply == ApiError(10210, "atomic publish too many inflight", 429, "ERR")
+
+
+def test_empty_body_is_a_staged_message():
+    assert to_reply(b"") == Staged()
+
+
+def test_unknown_fields_are_ignored():
+    assert to_reply('{"type":"ack","seq":1,"msgs":2,"future":"x"}') == FlowAck(1, 2)
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("not json", "not JSON"),
+        ("[1,2]", "not a JSON object"),
+        ('{"type":"ack","seq":-1,"msgs":2}', "'seq'"),
+        ('{"type":"ack","seq":"1","msgs":2}', "'seq'"),
+        ('{"type":"hello"}', "unknown type"),
+        ('{"seq":3}', "without a stream"),
+        ('{"error":"boom"}', "not an object"),
+        ('{"type":"err","seq":1,"error":{"err_code":1}}', "without a description"),
+    ],
+)
+def test_malformed_replies_say_why(body, reason):
+    with pytest.raises(MalformedReply) as info:
+        to_reply(body)
+    assert reason in info.value.reason

@@ -1,0 +1,44 @@
+from console.domain.stream_settings import StreamBatchSettings, check_settings, diff_settings, needed_api_level
+from tests.captures import records
+
+
+def codes(violations):
+    return sorted((v.field, v.err_code) for v in violations)
+
+
+def test_required_level_is_read_from_the_servers_metadata():
+    for rec in records("p7_misc.jsonl"):
+        if rec["label"] == "api_level_metadata":
+            settings = StreamBatchSettings.from_config({"name": rec["stream"], **rec["flags"], "metadata": rec["metadata"]})
+            assert settings.required_api_level == needed_api_level(settings)
+
+
+def test_async_persist_only_on_r1_and_never_with_atomic():
+    base = StreamBatchSettings("S", persist_mode="async")
+    assert check_settings(base) == []
+    assert codes(check_settings(base.with_changes(replicas=3))) == [("persist_mode", None)]
+    assert codes(check_settings(base.with_changes(allow_atomic=True))) == [("persist_mode", 10052)]
+    assert check_settings(base.with_changes(allow_batched=True)) == []
+
+
+def test_mirrors_cannot_enable_either_flag_but_sources_can():
+    mirror = StreamBatchSettings("M", is_mirror=True)
+    assert codes(check_settings(mirror.with_changes(allow_atomic=True, allow_batched=True))) == [
+        ("allow_atomic", 10198),
+        ("allow_batched", 10209),
+    ]
+    assert check_settings(StreamBatchSettings("S", sources=2, allow_atomic=True, allow_batched=True)) == []
+
+
+def test_server_api_level_must_cover_the_flags():
+    fast = StreamBatchSettings("S", allow_batched=True)
+    assert check_settings(fast, server_api_level=4) == []
+    [violation] = check_settings(fast, server_api_level=3)
+    assert violation.field == "allow_batched" and "level 4" in violation.message
+    assert check_settings(StreamBatchSettings("S", allow_atomic=True), server_api_level=2) == []
+
+
+def test_diff_names_only_changed_batch_fields():
+    before = StreamBatchSettings("S")
+    after = before.with_changes(allow_batched=True, replicas=3)
+    assert diff_settings(before, after) == {"allow_batched": (False, True)}
