@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from pathlib import Path
@@ -11,7 +12,7 @@ import nats
 from nats.aio.client import Client
 
 from console.config import ConnectionSettings
-from console.errors import ConfigError
+from console.errors import ConfigError, ConsoleError
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,21 @@ def connect_options(settings: ConnectionSettings) -> dict[str, Any]:
     return options
 
 
-async def connect(settings: ConnectionSettings, **overrides: Any) -> Client:
-    """Connect with the settings; overrides (callbacks, reconnect policy) win over the defaults."""
+async def connect(settings: ConnectionSettings, *, give_up_after: float | None = None, **overrides: Any) -> Client:
+    """Connect with the settings; overrides (callbacks, reconnect policy) win over the defaults.
+
+    give_up_after bounds the first connection: nats-py retries an unreachable server forever
+    on its own (max_reconnect_attempts=0 counts as no limit there), which one-shot commands must not.
+    """
 
     async def error_cb(e: Exception) -> None:
         log.warning("NATS: %s", e)
 
     options = {"error_cb": error_cb, **connect_options(settings), **overrides}
     log.info("connecting to %s", settings.describe())
-    return await nats.connect(**options)
+    if give_up_after is None:
+        return await nats.connect(**options)
+    try:
+        return await asyncio.wait_for(nats.connect(**options), give_up_after)
+    except asyncio.TimeoutError:
+        raise ConsoleError(f"cannot reach NATS at {settings.describe()} within {give_up_after:g}s") from None

@@ -163,6 +163,10 @@ class EmbeddedServer:
             proc.kill()
             proc.wait()
 
+    def wait(self) -> int | None:
+        """Block until the server process exits; its exit code."""
+        return self._proc.wait() if self._proc else None
+
     def kill(self) -> None:
         """Stop at once (SIGKILL), as a crash would."""
         if self._proc is not None and self._proc.poll() is None:

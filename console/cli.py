@@ -1,0 +1,156 @@
+"""`batch-console`: the entry point and composition root."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from console.broker.connection import connect
+from console.broker.server import BatchLimits, EmbeddedServer
+from console.config import DEFAULT_SERVER, ConnectionSettings
+from console.domain.fast_ingest import GapMode
+from console.errors import ConsoleError
+from console.probe import ProbeOptions, run_probe
+from console.progress import ProgressBar
+
+log = logging.getLogger("batch-console")
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection (secrets may also come from BATCH_CONSOLE_TOKEN / _PASSWORD)")
+    group.add_argument("--server", default=os.environ.get("BATCH_CONSOLE_SERVER", DEFAULT_SERVER),
+                       help="NATS URL, or several separated by commas (default %(default)s)")
+    group.add_argument("--creds", help="user credentials file (JWT + nkey seed)")
+    group.add_argument("--nkey", help="nkey seed file")
+    group.add_argument("--token", default=os.environ.get("BATCH_CONSOLE_TOKEN"), help="auth token")
+    group.add_argument("--user", help="user name")
+    group.add_argument("--password", default=os.environ.get("BATCH_CONSOLE_PASSWORD"), help="password")
+    group.add_argument("--tls-ca", help="CA certificate file")
+    group.add_argument("--tls-cert", help="client certificate file")
+    group.add_argument("--tls-key", help="client key file")
+
+
+def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
+    return ConnectionSettings(
+        servers=tuple(s.strip() for s in args.server.split(",") if s.strip()),
+        creds_file=args.creds,
+        nkey_seed_file=args.nkey,
+        token=args.token,
+        user=args.user,
+        password=args.password,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="batch-console", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    server = commands.add_parser("server", help="run the embedded nats-server in the foreground")
+    server.add_argument("--data-dir", default="data", help="its store goes in DATA_DIR/nats (default %(default)s)")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, default=4222, help="0 picks a free port")
+    server.add_argument("--batch-timeout", type=float, help="seconds an idle batch is kept (server default 10)")
+    server.add_argument("--batch-max-msgs", type=int, help="atomic messages per batch (server default 1000)")
+
+    probe = commands.add_parser("probe", help="publish test batches and report what happened")
+    probe.add_argument("kind", choices=["atomic", "fast"])
+    add_connection_flags(probe)
+    probe.add_argument("--stream", default="BATCH_PROBE", help="created with the needed flag when missing")
+    probe.add_argument("--subject", default="batch_probe.test")
+    probe.add_argument("--count", type=int, default=1000, help="messages in all")
+    probe.add_argument("--size", type=int, default=128, help="payload bytes")
+    probe.add_argument("--batch-size", type=int, default=100, help="atomic: messages per batch")
+    probe.add_argument("--eob", action="store_true", help="atomic: commit with an end-of-batch marker")
+    probe.add_argument("--flow", type=int, default=100, help="fast: acks requested every N messages")
+    probe.add_argument("--max-outstanding-acks", type=int, default=2, choices=[1, 2, 3])
+    probe.add_argument("--gap-mode", choices=[m.value for m in GapMode], default=GapMode.FAIL.value)
+    probe.add_argument("--skip-seq", type=int, help="never send this batch sequence (inject a gap)")
+    probe.add_argument("--abandon", action="store_true", help="stop before the commit (the server abandons it)")
+    probe.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")
+    probe.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    limits = BatchLimits(timeout=args.batch_timeout, max_msgs=args.batch_max_msgs)
+    server = EmbeddedServer(Path(args.data_dir) / "nats", host=args.host, port=args.port, batch_limits=limits)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server.start()
+    try:
+        print(f"nats-server ready on {server.url} (monitor {server.monitor_url}, store {server.store_dir})", flush=True)
+        print(f"try: batch-console probe fast --server {server.url} --json", flush=True)
+        code = server.wait()
+        log.error("nats-server exited with %s; see %s", code, server.log_path)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+async def probe_async(args: argparse.Namespace) -> int:
+    options = ProbeOptions(
+        kind=args.kind, stream=args.stream, subject=args.subject, count=args.count, size=args.size,
+        batch_size=args.batch_size, eob=args.eob, flow=args.flow, max_outstanding_acks=args.max_outstanding_acks,
+        gap_mode=GapMode(args.gap_mode), skip_seq=args.skip_seq, abandon=args.abandon, timeout=args.timeout,
+    )
+    settings = connection_settings(args)
+    nc = await connect(settings, give_up_after=settings.connect_timeout, allow_reconnect=False)
+    bar = ProgressBar(options.count, f"{options.kind} probe")
+    try:
+        report = await run_probe(nc, options, bar.update)
+    finally:
+        bar.close()
+        await nc.close()
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(format_report(report.to_json()))
+    injected = options.skip_seq is not None or options.abandon
+    return 1 if report.error and not injected else 0
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{report['kind']} probe on {report['stream']} ({report['subject']}):"
+             f" {report['messages_sent']} messages in {report['seconds']:.3f}s ({report['msgs_per_s']:,.0f}/s)"]
+    if report["puback"]:
+        lines.append(f"  last PubAck: {report['puback']}")
+    for gap in report["gaps"]:
+        lines.append(f"  gap: lost {gap['lost']} from seq {gap['first_lost_seq']} (seen at {gap['seq']})")
+    for err in report["errors"]:
+        lines.append(f"  error at seq {err['seq']}: [{err['err_code']}] {err['description']}")
+    if report["abandoned_batch"]:
+        lines.append(f"  left open on purpose: {report['abandoned_batch']}")
+    if report["error"]:
+        lines.append(f"  error: {report['error']['message']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "server":
+            return cmd_server(args)
+        return asyncio.run(probe_async(args))
+    except ConsoleError as e:
+        print(f"batch-console: {e}", file=sys.stderr)
+        return 2
+    except (OSError, asyncio.TimeoutError) as e:  # connection refused, unreachable, TLS
+        print(f"batch-console: cannot reach NATS: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

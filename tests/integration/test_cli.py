@@ -1,0 +1,81 @@
+"""`batch-console server` and `batch-console probe ... --json`, run as a user runs them."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [str(Path(sys.executable).parent / "batch-console")]
+
+
+@pytest.fixture(scope="module")
+def cli_server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("cli")
+    with open(data / "stderr.log", "w") as err:
+        proc = subprocess.Popen(
+            CLI + ["server", "--port", "0", "--data-dir", str(data), "--batch-timeout", "1"],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )
+    first_line = proc.stdout.readline()  # blocks until the server says it is ready (or exits)
+    match = re.search(r"nats://[\d.]+:\d+", first_line)
+    assert match, f"server did not start: {first_line!r} {(data / 'stderr.log').read_text()}"
+    yield match.group(0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
+def probe(url, *args):
+    done = subprocess.run(CLI + ["probe", *args, "--server", url, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_fast_probe_commits_every_message(cli_server):
+    code, report = probe(cli_server, "fast", "--count", "5000", "--flow", "50", "--stream", "CLI_FAST", "--subject", "cli.fast")
+    assert code == 0 and report["error"] is None and report["stream_created"] is True
+    assert report["messages_sent"] == 5000 and report["puback"]["count"] == 5000
+    assert report["acks"] >= 100 and report["msgs_per_s"] > 0
+
+
+def test_atomic_probe_splits_the_count_into_batches(cli_server):
+    code, report = probe(cli_server, "atomic", "--count", "250", "--batch-size", "100", "--stream", "CLI_ATOMIC", "--subject", "cli.atomic")
+    assert code == 0 and report["batches_committed"] == 3 and len(report["batch_ids"]) == 3
+    assert report["messages_sent"] == 250 and report["puback"]["count"] == 50
+
+
+def test_atomic_probe_with_eob(cli_server):
+    code, report = probe(cli_server, "atomic", "--count", "20", "--batch-size", "10", "--eob", "--stream", "CLI_ATOMIC", "--subject", "cli.atomic")
+    assert code == 0 and report["puback"]["count"] == 10 and report["messages_sent"] == 20
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_injected_gap_shows_with_its_lost_count_in_both_modes(cli_server, mode):
+    code, report = probe(
+        cli_server, "fast", "--count", "100", "--flow", "10", "--skip-seq", "37", "--gap-mode", mode,
+        "--stream", "CLI_GAPS", "--subject", "cli.gaps",
+    )
+    assert code == 0
+    assert report["gaps"] == [{"first_lost_seq": 37, "seq": 38, "lost": 1}] and report["lost"] == 1
+    if mode == "ok":
+        assert report["error"] is None and report["puback"]["count"] == 100  # server counts the lost one too
+    else:
+        assert report["error"]["type"] == "BatchEndedError" and report["puback"]["count"] == 36
+
+
+def test_atomic_gap_is_refused_as_incomplete(cli_server):
+    code, report = probe(cli_server, "atomic", "--count", "10", "--batch-size", "10", "--skip-seq", "4", "--stream", "CLI_ATOMIC", "--subject", "cli.atomic")
+    assert code == 0 and report["error"]["err_code"] == 10176
+
+
+def test_abandon_leaves_the_last_batch_open(cli_server):
+    code, report = probe(cli_server, "atomic", "--count", "10", "--batch-size", "5", "--abandon", "--stream", "CLI_ATOMIC", "--subject", "cli.atomic")
+    assert code == 0 and report["batches_committed"] == 1 and report["abandoned_batch"] == report["batch_ids"][1]
+
+
+def test_unreachable_server_is_a_clear_error():
+    done = subprocess.run(CLI + ["probe", "fast", "--server", "nats://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "cannot reach NATS" in done.stderr
