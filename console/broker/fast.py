@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, Mapping
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -25,11 +25,6 @@ from console.broker.atomic import new_batch_id
 log = logging.getLogger(__name__)
 
 KEEP_PROBLEMS = 1000  # gaps and errors kept in full; counters go on past it
-
-
-class FastAdd(NamedTuple):
-    batch_seq: int  # this message's sequence in the batch
-    ack_seq: int  # highest sequence the server has acknowledged so far
 
 
 class BatchEndedError(BatchError):
@@ -99,9 +94,12 @@ class FastBatch:
 
     # -- sending ---------------------------------------------------------------------------
 
-    async def add(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> FastAdd:
-        """Send one message. The first waits for the server's first flow ack; later ones wait only
-        when `max_outstanding_acks` windows are unacknowledged."""
+    async def add(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> tuple[int, int]:
+        """Send one message; returns (batch_seq, ack_seq): its sequence in the batch and the highest
+        sequence the server has acknowledged so far (a plain tuple: this is the hot path).
+
+        The first message waits for the server's first flow ack; later ones wait only when
+        `max_outstanding_acks` windows are unacknowledged."""
         if self._failure is not None:
             raise self._failure
         if self.closed:
@@ -109,12 +107,16 @@ class FastBatch:
         seq = self.seq + 1
         if seq == 1:
             await self._start(subject, payload, headers)
-            return FastAdd(1, self.ack_seq)
+            return 1, self.ack_seq
         self.seq = seq
         await self._nc.publish(subject, payload, f"{self._reply_head}{seq}.1.$FI", headers)
         if self.ack_seq + self.flow * self.max_outstanding_acks <= seq:
             await self._wait_for_window()
-        return FastAdd(seq, self.ack_seq)
+        elif seq % self.flow == 0:
+            # Hand each full window to nats-py's flusher now, so the server stores it while we
+            # build the next one instead of both sides taking turns at every stall.
+            await asyncio.sleep(0)
+        return seq, self.ack_seq
 
     async def commit(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> PubAck:
         """Send the last message, stored, and commit the batch."""
