@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine (system packages, a venv with the
+# package and its test extras), then runs pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # browser tests (Debian's Chromium)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)  # local Spark
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test,notebook]'
+exec .venv/bin/python -m pytest "$@"
