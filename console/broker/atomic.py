@@ -8,14 +8,13 @@ staging failure surfaces before the commit.
 
 from __future__ import annotations
 
-import uuid
 from typing import Mapping
 
 import nats.errors
 from nats.aio.client import Client
 
 from console.broker.replies import error_of, reply_of
-from console.domain.fast_ingest import check_batch_id
+from console.domain.fast_ingest import check_batch_id, new_batch_id
 from console.domain.replies import ApiError, PubAck, Staged
 from console.errors import BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError
 
@@ -24,10 +23,6 @@ BATCH_SEQUENCE = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
 UNSUPPORTED_HEADERS = ("Nats-Expected-Last-Msg-Id",)
 SERVER_MAX_MSGS = 1000
-
-
-def new_batch_id() -> str:
-    return uuid.uuid4().hex
 
 
 class AtomicBatch:

@@ -17,10 +17,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from console.broker.replies import error_of, reply_of
-from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, reply_prefix
+from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, new_batch_id, reply_prefix
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck
 from console.errors import BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError
-from console.broker.atomic import new_batch_id
 
 log = logging.getLogger(__name__)
 

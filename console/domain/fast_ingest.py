@@ -6,6 +6,7 @@ Tokens are read from the right, so the prefix may have any depth of one or more 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
@@ -50,6 +51,11 @@ def server_flow(requested: str | int) -> int:
     if flow <= 0:
         return DEFAULT_FLOW
     return min(flow, MAX_FLOW)
+
+
+def new_batch_id() -> str:
+    """A fresh batch id (32 hex characters), valid for both kinds of batch."""
+    return uuid.uuid4().hex
 
 
 def check_batch_id(batch_id: str) -> None:
