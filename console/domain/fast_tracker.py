@@ -1,0 +1,149 @@
+"""What the `$FI` reply side says about other clients' fast batches: a state machine per batch.
+
+Pure: the collector feeds it (subject, body, time) for every tapped reply and calls tick()
+every interval. Memory is bounded: a batch is forgotten after its outcome or after it is
+inferred dropped, and past `max_batches` new batches are not tracked (counted in `untracked`);
+their gaps, errors and outcomes are still reported, since those need no state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from console.domain.events import BatchEvent, EventKind
+from console.domain.fast_ingest import FastOp, FastReplySubject
+from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, to_reply
+
+
+@dataclass
+class TrackedBatch:
+    batch_id: str
+    gap_mode: str
+    requested_flow: int
+    flow: int
+    first_seen: datetime
+    last_seen: datetime
+    last_progress: datetime
+    highest_ack: int = 0
+    acks_total: int = 0
+    acks_pending: int = 0  # acks not yet folded into a progress event
+    stream: str | None = None
+    last_problem: str | None = None  # "gap" | "error"
+
+
+class FastBatchTracker:
+    def __init__(self, batch_timeout: float = 10.0, max_batches: int = 10_000, progress_interval: float = 1.0):
+        self.batch_timeout = batch_timeout
+        self.max_batches = max_batches
+        self.progress_interval = progress_interval
+        self.batches: dict[str, TrackedBatch] = {}
+        self.untracked = 0
+
+    def observe(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
+        """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
+        where = FastReplySubject.parse(subject)
+        reply = to_reply(data)
+        batch = self.batches.get(where.batch_id)
+        events: list[BatchEvent] = []
+        if isinstance(reply, FlowAck):
+            if batch is None:
+                batch = self._track(where, reply, now, events)
+            if batch is not None:
+                self._on_ack(batch, reply, now, events)
+        elif isinstance(reply, FlowGap):
+            if batch:
+                batch.last_problem, batch.last_seen = "gap", now
+            events.append(self._event(where, now, EventKind.FAST_GAP, f"gap.{reply.seq}", batch,
+                                      seq=reply.seq, first_lost_seq=reply.first_lost_seq, lost=reply.lost))
+        elif isinstance(reply, FlowError):
+            if batch:
+                batch.last_problem, batch.last_seen = "error", now
+            events.append(self._event(where, now, EventKind.FAST_ERROR, f"err.{reply.seq}.{reply.error.err_code}", batch,
+                                      seq=reply.seq, err_code=reply.error.err_code, description=reply.error.description))
+        elif isinstance(reply, PubAck):
+            events += self._on_puback(where, batch, reply, now)
+        elif isinstance(reply, ApiError):
+            if batch:
+                events += self._flush_progress(batch, now)
+                self.batches.pop(where.batch_id, None)
+            events.append(self._event(where, now, EventKind.FAST_ERROR, f"err.{where.seq}.{reply.err_code}", batch,
+                                      stream=reply.stream, seq=where.seq, err_code=reply.err_code,
+                                      description=reply.description))
+        else:
+            raise MalformedReply(data, "an empty reply on a $FI subject")
+        return events
+
+    def tick(self, now: datetime) -> list[BatchEvent]:
+        """Fold pending acks into progress events; infer drops of batches silent past the timeout."""
+        events: list[BatchEvent] = []
+        for batch_id, batch in list(self.batches.items()):
+            idle = (now - batch.last_seen).total_seconds()
+            if (now - batch.last_progress).total_seconds() >= self.progress_interval or idle > self.batch_timeout:
+                events += self._flush_progress(batch, now)
+            if idle > self.batch_timeout:
+                del self.batches[batch_id]
+                events.append(BatchEvent(
+                    f"fi.{batch_id}.dropped", EventKind.FAST_DROPPED, now, batch.stream, batch_id,
+                    gap_mode=batch.gap_mode, flow=batch.flow, seq=batch.highest_ack, inferred=True,
+                    detail=f"no reply seen for {idle:.1f}s (batch timeout {self.batch_timeout:g}s)",
+                ))
+        return events
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _track(self, where: FastReplySubject, ack: FlowAck, now: datetime, events: list) -> TrackedBatch | None:
+        if len(self.batches) >= self.max_batches:
+            self.untracked += 1
+            return None
+        batch = TrackedBatch(where.batch_id, where.gap_mode.value, where.flow, ack.msgs, now, now, now)
+        self.batches[where.batch_id] = batch
+        joined_late = where.op is not FastOp.START
+        events.append(self._event(where, now, EventKind.FAST_STARTED, "started", batch, flow=ack.msgs,
+                                  previous_flow=where.flow, inferred=joined_late,
+                                  detail="first seen mid-batch" if joined_late else None))
+        return batch
+
+    def _on_ack(self, batch: TrackedBatch, ack: FlowAck, now: datetime, events: list) -> None:
+        batch.last_seen = now
+        batch.acks_total += 1
+        batch.acks_pending += 1
+        batch.highest_ack = max(batch.highest_ack, ack.seq)
+        if ack.msgs != batch.flow:
+            events.append(BatchEvent(
+                f"fi.{batch.batch_id}.flow.{ack.seq}.{ack.msgs}", EventKind.FAST_FLOW_CHANGED, now, batch.stream,
+                batch.batch_id, gap_mode=batch.gap_mode, flow=ack.msgs, previous_flow=batch.flow, seq=ack.seq,
+            ))
+            batch.flow = ack.msgs
+
+    def _on_puback(self, where: FastReplySubject, batch: TrackedBatch | None, ack: PubAck, now: datetime) -> list:
+        events: list[BatchEvent] = []
+        if batch is not None:
+            batch.stream = ack.stream
+            events += self._flush_progress(batch, now)
+            self.batches.pop(where.batch_id, None)
+        common = dict(stream=ack.stream, count=ack.count, stream_seq=ack.seq, seq=where.seq)
+        if where.op in (FastOp.COMMIT, FastOp.EOB):
+            events.append(self._event(where, now, EventKind.FAST_COMMITTED, "committed", batch,
+                                      eob=where.op is FastOp.EOB, **common))
+        else:  # unasked-for: fail mode ended the batch
+            reason = (batch.last_problem if batch else None) or "gap"
+            events.append(self._event(where, now, EventKind.FAST_ENDED_EARLY, "ended", batch, reason=reason, **common))
+        return events
+
+    def _flush_progress(self, batch: TrackedBatch, now: datetime) -> list[BatchEvent]:
+        batch.last_progress = now
+        if not batch.acks_pending:
+            return []
+        acks, batch.acks_pending = batch.acks_pending, 0
+        return [BatchEvent(
+            f"fi.{batch.batch_id}.progress.{batch.acks_total}", EventKind.FAST_PROGRESS, now, batch.stream,
+            batch.batch_id, gap_mode=batch.gap_mode, flow=batch.flow, seq=batch.highest_ack, acks=acks,
+        )]
+
+    @staticmethod
+    def _event(where: FastReplySubject, now: datetime, kind: EventKind, suffix: str,
+               batch: TrackedBatch | None, **fields) -> BatchEvent:
+        fields.setdefault("stream", batch.stream if batch else None)
+        fields.setdefault("gap_mode", where.gap_mode.value)
+        return BatchEvent(f"fi.{where.batch_id}.{suffix}", kind, now, batch_id=where.batch_id, **fields)

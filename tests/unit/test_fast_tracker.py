@@ -1,0 +1,109 @@
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from console.domain.events import BatchEvent, EventKind, event_from_json
+from console.domain.fast_ingest import InvalidReplySubject
+from console.domain.fast_tracker import FastBatchTracker
+from console.domain.replies import MalformedReply
+from tests.captures import records
+
+T0 = datetime(2026, 11, 21, 3, 0, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def replay(tracker, label_prefix, batch="b1", flow=2, mode="ok"):
+    """Feed the captured replies of one p4 scenario, rebuilding the subjects they answered."""
+    events = []
+    for i, rec in enumerate(r for r in records("p4_fast_ingest.jsonl") if r["label"].startswith(label_prefix) and "data" in r):
+        subject = f"_INBOX.tap.{batch}.{flow}.{mode}.{rec['on_seq']}.{rec['on_op']}.$FI"
+        events += tracker.observe(subject, rec["data"].encode(), at(i * 0.01))
+    return events
+
+
+def kinds(events):
+    return [e.kind for e in events]
+
+
+def test_a_tapped_batch_from_start_to_commit():
+    tracker = FastBatchTracker()
+    [tap] = [r for r in records("p5_capture_and_tap.jsonl") if r["label"] == "monitor_tap_received"]
+    events = []
+    for i, (subject, body) in enumerate(tap["items"]):
+        events += tracker.observe(subject, body.encode(), at(i * 0.1))
+    assert kinds(events) == [EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_COMMITTED]
+    started, progress, committed = events
+    assert (started.flow, started.gap_mode, started.stream, started.inferred) == (5, "fail", None, False)
+    assert (progress.acks, progress.seq, progress.stream) == (5, 20, "TAPPED")
+    assert (committed.stream, committed.count, committed.stream_seq, committed.eob) == ("TAPPED", 20, 20, True)  # op 3
+    assert tracker.batches == {}
+
+
+def test_gap_in_ok_mode_then_eob_commit():
+    events = replay(FastBatchTracker(), "4c_", batch="c4", mode="ok")
+    gap = next(e for e in events if e.kind is EventKind.FAST_GAP)
+    assert (gap.first_lost_seq, gap.seq, gap.lost, gap.gap_mode) == (4, 5, 1, "ok")
+    committed = events[-1]
+    assert (committed.kind, committed.eob, committed.count, committed.stream) == (EventKind.FAST_COMMITTED, True, 6, "FAST")
+
+
+def test_gap_in_fail_mode_ends_the_batch_early():
+    events = replay(FastBatchTracker(), "4d_gap_fail_after_seq5", batch="d4", mode="fail")
+    assert kinds(events) == [EventKind.FAST_GAP, EventKind.FAST_ENDED_EARLY]
+    assert (events[1].reason, events[1].count, events[1].stream) == ("gap", 3, "FAST")
+
+
+def test_flow_changes_the_server_made_are_events():
+    events = replay(FastBatchTracker(), "4i_concurrent_B", batch="nB", flow=500)
+    changes = [(e.previous_flow, e.flow) for e in events if e.kind is EventKind.FAST_FLOW_CHANGED]
+    assert changes == [(1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64)]
+    started = events[0]
+    assert (started.kind, started.flow, started.previous_flow) == (EventKind.FAST_STARTED, 1, 500)
+
+
+def test_acks_are_folded_into_one_progress_event_per_interval():
+    tracker = FastBatchTracker(progress_interval=1.0)
+    tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
+    for n in range(1, 50):
+        tracker.observe(f"_INBOX.p.b.10.ok.{n * 10}.1.$FI", f'{{"type":"ack","seq":{n * 10},"msgs":10}}'.encode(), at(n * 0.01))
+    assert tracker.tick(at(0.5)) == []
+    [progress] = tracker.tick(at(1.0))
+    assert (progress.acks, progress.seq) == (50, 490)
+
+
+def test_a_silent_batch_is_inferred_dropped_after_the_timeout():
+    tracker = FastBatchTracker(batch_timeout=10)
+    tracker.observe("_INBOX.p.idle.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
+    assert [e.kind for e in tracker.tick(at(9))] == [EventKind.FAST_PROGRESS]
+    [dropped] = tracker.tick(at(10.5))
+    assert (dropped.kind, dropped.batch_id, dropped.inferred) == (EventKind.FAST_DROPPED, "idle", True)
+    assert tracker.batches == {}
+
+
+def test_past_the_cap_batches_are_counted_and_outcomes_still_reported():
+    tracker = FastBatchTracker(max_batches=1)
+    tracker.observe("_INBOX.p.one.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
+    assert tracker.observe("_INBOX.p.two.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0)) == []
+    assert tracker.untracked == 1
+    [committed] = tracker.observe("_INBOX.p.two.10.ok.3.3.$FI", b'{"stream":"S","seq":9,"batch":"two","count":2}', at(1))
+    assert (committed.kind, committed.count) == (EventKind.FAST_COMMITTED, 2)
+
+
+def test_bad_input_raises_for_the_caller_to_count():
+    tracker = FastBatchTracker()
+    with pytest.raises(InvalidReplySubject):
+        tracker.observe("_INBOX.not.a.reply", b"{}", at(0))
+    with pytest.raises(MalformedReply):
+        tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", b"garbage", at(0))
+    with pytest.raises(MalformedReply):
+        tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", b"", at(0))
+
+
+def test_events_round_trip_through_json():
+    event = BatchEvent("fi.b.gap.5", EventKind.FAST_GAP, at(1.5), "S", "b", gap_mode="ok", seq=5, first_lost_seq=4, lost=1)
+    assert event_from_json(event.to_json()) == event
+    assert event.subject("batch_console.events") == "batch_console.events.fast_gap.S"
+    assert BatchEvent("x", EventKind.FAST_STARTED, at(0)).subject("p") == "p.fast_started._unknown"
