@@ -86,3 +86,23 @@ def to_batch_abandoned(data: bytes | str) -> BatchAbandoned:
         account=account if isinstance(account, str) and account else None,
         domain=domain if isinstance(domain, str) and domain else None,
     )
+
+
+# Context an investigation needs around an abandonment: advisory type -> the field naming what happened.
+CONTEXT_TYPES = {
+    "io.nats.jetstream.advisory.v1.stream_action": "action",
+    "io.nats.jetstream.advisory.v1.stream_leader_elected": "leader",
+    "io.nats.jetstream.advisory.v1.consumer_action": "action",
+    "io.nats.jetstream.advisory.v1.consumer_leader_elected": "leader",
+}
+
+
+def advisory_type(data: bytes | str) -> tuple[str, dict]:
+    """(type, body) of any advisory; MalformedAdvisory when it is not JSON with a type."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        raise MalformedAdvisory("not JSON") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise MalformedAdvisory("no type")
+    return obj["type"], obj

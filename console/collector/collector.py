@@ -1,0 +1,258 @@
+"""The collector: advisories (captured durably by a stream) and the `$FI` reply tap -> the event log.
+
+An advisory is acked only after the event log has acknowledged its event, and the event log
+deduplicates on the event id, so a crash between the two loses nothing and duplicates nothing.
+Bad input (malformed JSON, unknown types, invalid reply subjects) is counted and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+from console.broker.eventlog import DAY, EventLog, EventLogSettings
+from console.broker.replies import is_no_responders
+from console.domain.advisories import MalformedAdvisory
+from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
+from console.domain.events import BatchEvent, EventKind
+from console.domain.fast_ingest import InvalidReplySubject
+from console.domain.fast_tracker import FastBatchTracker
+from console.domain.replies import MalformedReply
+
+log = logging.getLogger(__name__)
+
+ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
+PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    advisory_stream: str = "BATCH_CONSOLE_ADVISORIES"
+    advisory_max_age: float = 7 * DAY
+    durable: str = "batch-console-collector"
+    inbox_prefixes: tuple[str, ...] = ("_INBOX",)
+    batch_timeout: float = 10.0  # the server's; a silent fast batch is inferred dropped after it
+    status_every: float = 5.0
+    tick_every: float = 0.5
+    fetch_batch: int = 256
+    max_tracked_batches: int = 10_000
+    max_queued_events: int = 100_000
+    event_log: EventLogSettings = field(default_factory=EventLogSettings)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Collector:
+    def __init__(self, nc: Client, settings: CollectorSettings = CollectorSettings()):
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.settings = settings
+        self.log = EventLog(self.js, settings.event_log)
+        self.tracker = FastBatchTracker(settings.batch_timeout, settings.max_tracked_batches)
+        self.instance = uuid.uuid4().hex[:12]
+        self.rejected: Counter[str] = Counter()
+        self.ignored: Counter[str] = Counter()
+        self.problems: list[str] = []  # permission errors and the like, shown by the UI
+        self.events_written = 0
+        self.duplicates = 0
+        self.advisories_durable = False
+        self.advisory_stream: str | None = None
+        self._queue: asyncio.Queue[BatchEvent] = asyncio.Queue(settings.max_queued_events)
+        self._tasks: list[asyncio.Task] = []
+        self._subs: list = []
+        self._status_seq = 0
+        self._started = time.monotonic()
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.log.ensure()
+        await self._start_advisories()
+        for prefix in self.settings.inbox_prefixes:
+            for depth in (5, 6):  # `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8
+                pattern = ".".join([prefix] + ["*"] * depth + ["$FI"])
+                self._subs.append(await self.nc.subscribe(pattern, cb=self._on_tap))
+        self._tasks += [
+            asyncio.create_task(self._write_loop(), name="collector-writer"),
+            asyncio.create_task(self._tick_loop(), name="collector-ticker"),
+        ]
+
+    async def stop(self) -> None:
+        # A flag, not only cancel(): nats-py's fetch() can turn a cancellation into a TimeoutError.
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+        self._tasks.clear()
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass
+        self._subs.clear()
+        await self._flush_queue()
+
+    # -- advisories ------------------------------------------------------------------------
+
+    async def _start_advisories(self) -> None:
+        try:
+            stream = await self._advisory_stream()
+            await self.js.add_consumer(stream, ConsumerConfig(
+                durable_name=self.settings.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=30, max_ack_pending=10_000,
+            ))
+            psub = await self.js.pull_subscribe_bind(self.settings.durable, stream)
+            self.advisory_stream, self.advisories_durable = stream, True
+            self._tasks.append(asyncio.create_task(self._advisory_loop(psub), name="collector-advisories"))
+        except (nats.js.errors.APIError, nats.errors.Error) as e:
+            self.problems.append(f"advisories are live-only (not durable): cannot capture them in a stream: {e}")
+            log.warning(self.problems[-1])
+            self._subs.append(await self.nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_live_advisory))
+
+    async def _advisory_stream(self) -> str:
+        """Reuse a stream that already captures advisories (the server refuses a second overlapping one)."""
+        try:
+            existing = await self.js.find_stream_name_by_subject(PROBE_SUBJECT)
+            if existing:
+                log.info("reusing advisory stream %s", existing)
+                return existing
+        except nats.js.errors.NotFoundError:
+            pass
+        await self.js.add_stream(StreamConfig(
+            name=self.settings.advisory_stream, subjects=[ADVISORY_SUBJECTS], storage=StorageType.FILE,
+            max_age=self.settings.advisory_max_age,
+        ))
+        return self.settings.advisory_stream
+
+    async def _advisory_loop(self, psub) -> None:
+        while not self._stopping:
+            try:
+                msgs = await psub.fetch(self.settings.fetch_batch, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                await asyncio.sleep(0.2)
+                continue
+            events = [e for e in map(self._advisory_event, msgs) if e is not None]
+            await self._store(events)
+            for msg in msgs:  # only now: the events are in the log
+                await msg.ack()
+
+    def _advisory_event(self, msg: Msg) -> BatchEvent | None:
+        try:
+            return advisory_to_event(msg.data)
+        except MalformedAdvisory as e:
+            self.rejected[f"advisory: {e.reason}"] += 1
+        except IgnoredAdvisory as e:
+            self.ignored[e.kind] += 1
+        return None
+
+    async def _on_live_advisory(self, msg: Msg) -> None:
+        if (event := self._advisory_event(msg)) is not None:
+            self._enqueue([event])
+
+    # -- the $FI tap -----------------------------------------------------------------------
+
+    async def _on_tap(self, msg: Msg) -> None:
+        if is_no_responders(msg):
+            self.ignored["no responders"] += 1
+            return
+        try:
+            events = self.tracker.observe(msg.subject, msg.data, _now())
+        except InvalidReplySubject:
+            self.rejected["invalid reply subject"] += 1
+            return
+        except MalformedReply as e:
+            self.rejected[f"reply: {e.reason}"] += 1
+            return
+        if events:
+            self._enqueue(events)
+
+    def _enqueue(self, events: list[BatchEvent]) -> None:
+        for event in events:
+            try:
+                self._queue.put_nowait(event)
+            except asyncio.QueueFull:
+                self.rejected["event queue full"] += 1
+
+    async def _write_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            events = [first]
+            while not self._queue.empty() and len(events) < 1000:
+                events.append(self._queue.get_nowait())
+            await self._store(events)
+
+    async def _store(self, events: list[BatchEvent]) -> None:
+        """Into the log, retrying until it acknowledges (a crash here is safe: ids dedup the retry)."""
+        while events:
+            try:
+                stored, duplicates = await self.log.append(events)
+                self.events_written += stored
+                self.duplicates += duplicates
+                return
+            except (nats.errors.Error, asyncio.TimeoutError) as e:
+                log.warning("event log unavailable (%s); retrying", e)
+                await asyncio.sleep(0.5)
+
+    async def _flush_queue(self) -> None:
+        pending = []
+        while not self._queue.empty():
+            pending.append(self._queue.get_nowait())
+        await self._store(pending)
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        last_status = 0.0
+        while True:
+            await asyncio.sleep(self.settings.tick_every)
+            self._enqueue(self.tracker.tick(_now()))
+            if time.monotonic() - last_status >= self.settings.status_every:
+                last_status = time.monotonic()
+                self._enqueue([await self.status_event()])
+
+    async def status_event(self) -> BatchEvent:
+        self._status_seq += 1
+        return BatchEvent(
+            f"status.{self.instance}.{self._status_seq}", EventKind.COLLECTOR_STATUS, _now(),
+            detail=json.dumps(await self.status()),
+        )
+
+    async def status(self) -> dict:
+        lag = None
+        if self.advisory_stream:
+            try:
+                lag = (await self.js.consumer_info(self.advisory_stream, self.settings.durable)).num_pending
+            except (nats.errors.Error, nats.js.errors.Error):
+                pass
+        return {
+            "instance": self.instance,
+            "alive_s": round(time.monotonic() - self._started, 1),
+            "connected": self.nc.is_connected,
+            "events_written": self.events_written,
+            "duplicates": self.duplicates,
+            "rejected": dict(self.rejected),
+            "ignored": dict(self.ignored),
+            "advisory_lag": lag,
+            "advisories_durable": self.advisories_durable,
+            "batches_tracked": len(self.tracker.batches),
+            "batches_untracked": self.tracker.untracked,
+            "queued": self._queue.qsize(),
+            "problems": self.problems,
+        }

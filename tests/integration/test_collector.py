@@ -1,0 +1,131 @@
+import asyncio
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.atomic import AtomicBatch
+from console.broker.eventlog import EventLog
+from console.broker.fast import BatchEndedError, FastBatch
+from console.broker.server import EmbeddedServer
+from console.collector.collector import Collector, CollectorSettings
+from console.domain.events import EventKind
+from tests.conftest import TEST_LIMITS
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with EmbeddedServer(tmp_path_factory.mktemp("collector"), batch_limits=TEST_LIMITS) as s:
+        yield s
+
+
+@pytest.fixture
+async def client(server):
+    conn = await nats.connect(server.url)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def collector(server):
+    conn = await nats.connect(server.url)
+    c = Collector(conn, CollectorSettings(batch_timeout=TEST_LIMITS.timeout, status_every=0.5, tick_every=0.1))
+    await c.start()
+    yield c
+    await c.stop()
+    await conn.close()
+
+
+async def events_for(client, batch_ids, until, timeout=15.0):
+    """Read the event log until `until(events)` holds for the events of these batches."""
+    log = EventLog(client.jetstream())
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids]
+        if until(events):
+            return events
+        assert asyncio.get_running_loop().time() < deadline, f"events so far: {events}"
+        await asyncio.sleep(0.1)
+
+
+async def test_each_abandonment_reason_gives_exactly_one_event(client, collector):
+    await client.jetstream().add_stream(StreamConfig(name="ABANDON", subjects=["abandon.>"], allow_atomic=True))
+    timeout = AtomicBatch(client, batch_id="r-timeout")
+    await timeout.add("abandon.x", b"1")
+    timeout.discard()
+    gap = AtomicBatch(client, batch_id="r-incomplete")
+    await gap.add("abandon.x", b"1")
+    gap.skip_seq()
+    with pytest.raises(Exception):
+        await gap.commit("abandon.x", b"3")
+    large = AtomicBatch(client, batch_id="r-large", max_msgs=1000)
+    for _ in range(100):
+        await large.add("abandon.x", b"x")
+    with pytest.raises(Exception):
+        await large.commit("abandon.x", b"x")
+    with pytest.raises(Exception):
+        await AtomicBatch(client, batch_id="r-unsupported").add("abandon.x", b"1", headers={"Nats-Required-Api-Level": "99"})
+
+    ids = {"r-timeout", "r-incomplete", "r-large", "r-unsupported"}
+    events = await events_for(client, ids, lambda es: {e.batch_id for e in es} == ids)
+    assert sorted((e.batch_id, e.reason, e.stream) for e in events) == [
+        ("r-incomplete", "incomplete", "ABANDON"),
+        ("r-large", "large", "ABANDON"),
+        ("r-timeout", "timeout", "ABANDON"),
+        ("r-unsupported", "unsupported", "ABANDON"),
+    ]
+    assert all(e.kind is EventKind.ATOMIC_ABANDONED for e in events)
+    assert collector.advisories_durable
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+async def test_fast_gaps_are_events_with_their_lost_count_and_outcome(client, collector, mode):
+    name = f"FASTGAP{mode.upper()}"
+    await client.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], allow_batched=True))
+    batch = FastBatch(client, flow=5, gap_mode=mode)
+    try:
+        for seq in range(1, 30):
+            if seq == 12:
+                batch.skip_seq(3)
+            await batch.add(f"{name.lower()}.x", b"x")
+        await batch.commit_eob()
+    except BatchEndedError:
+        assert mode == "fail"
+    outcome = EventKind.FAST_COMMITTED if mode == "ok" else EventKind.FAST_ENDED_EARLY
+    events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is outcome for e in es))
+    [gap] = [e for e in events if e.kind is EventKind.FAST_GAP]
+    assert (gap.first_lost_seq, gap.lost, gap.gap_mode) == (12, 3, mode)
+    [end] = [e for e in events if e.kind is outcome]
+    assert end.stream == name
+    assert end.count == (32 if mode == "ok" else 11)
+    assert events[0].kind is EventKind.FAST_STARTED and events[0].flow == 5
+
+
+async def test_an_idle_fast_batch_is_inferred_dropped(client, collector):
+    await client.jetstream().add_stream(StreamConfig(name="IDLE", subjects=["idle.>"], allow_batched=True))
+    batch = FastBatch(client, flow=10)
+    await batch.add("idle.x", b"x")
+    await batch.close()
+    events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is EventKind.FAST_DROPPED for e in es))
+    [dropped] = [e for e in events if e.kind is EventKind.FAST_DROPPED]
+    assert dropped.inferred
+
+
+async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(client, collector):
+    await client.jetstream().add_stream(StreamConfig(name="GARBAGE", subjects=["garbage.>"], allow_atomic=True))
+    before = AtomicBatch(client, batch_id="before-garbage")
+    await before.add("garbage.x", b"1")
+    before.discard()
+    await client.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.GARBAGE", b"{not json")
+    await client.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.GARBAGE", b'{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned"}')
+    await client.publish("_INBOX.x.b.10.ok.1.9.$FI", b'{"type":"ack","seq":0,"msgs":10}')
+    await client.publish("_INBOX.x.b.10.ok.1.0.$FI", b"garbage")
+    after = AtomicBatch(client, batch_id="after-garbage")
+    await after.add("garbage.x", b"1")
+    after.discard()
+    events = await events_for(client, {"before-garbage", "after-garbage"}, lambda es: len(es) == 2)
+    assert {e.reason for e in events} == {"timeout"}
+    status = await collector.status()
+    assert status["rejected"]["invalid reply subject"] == 1
+    assert status["rejected"]["reply: not JSON"] == 1
+    assert sum(n for reason, n in status["rejected"].items() if reason.startswith("advisory")) == 2
