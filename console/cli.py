@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 from console.broker.connection import connect
+from console.broker.eventlog import DAY, EventLogSettings
 from console.broker.server import BatchLimits, EmbeddedServer
+from console.collector.collector import Collector, CollectorSettings
 from console.config import DEFAULT_SERVER, ConnectionSettings
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
@@ -61,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=4222, help="0 picks a free port")
     server.add_argument("--batch-timeout", type=float, help="seconds an idle batch is kept (server default 10)")
     server.add_argument("--batch-max-msgs", type=int, help="atomic messages per batch (server default 1000)")
+
+    collect = commands.add_parser("collect", help="capture batch advisories and the $FI tap into the event log")
+    add_connection_flags(collect)
+    collect.add_argument("--inbox-prefix", action="append", dest="inbox_prefixes",
+                         help="reply prefix to tap for fast batches (repeatable; default _INBOX)")
+    collect.add_argument("--batch-timeout", type=float, default=10.0,
+                         help="the server's batch timeout: a fast batch silent longer is inferred dropped")
+    collect.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
+    collect.add_argument("--events-max-age-days", type=float, default=30.0)
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -120,6 +131,36 @@ async def probe_async(args: argparse.Namespace) -> int:
     return 1 if report.error and not injected else 0
 
 
+async def collect_async(args: argparse.Namespace) -> int:
+    settings = CollectorSettings(
+        inbox_prefixes=tuple(args.inbox_prefixes or ("_INBOX",)),
+        batch_timeout=args.batch_timeout,
+        event_log=EventLogSettings(stream=args.events_stream, max_age=args.events_max_age_days * DAY),
+    )
+    nc = await connect(connection_settings(args), give_up_after=30)
+    collector = Collector(nc, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await collector.start()
+    log.info("collecting into %s (advisories %s)", settings.event_log.stream,
+             f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY")
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), settings.status_every)
+            except asyncio.TimeoutError:
+                status = await collector.status()
+                log.info("written %d, rejected %s, tracked %d, advisory lag %s", status["events_written"],
+                         status["rejected"] or 0, status["batches_tracked"], status["advisory_lag"])
+    finally:
+        await collector.stop()
+        await nc.close()
+    log.info("collector stopped")
+    return 0
+
+
 def format_report(report: dict) -> str:
     lines = [f"{report['kind']} probe on {report['stream']} ({report['subject']}):"
              f" {report['messages_sent']} messages in {report['seconds']:.3f}s ({report['msgs_per_s']:,.0f}/s)"]
@@ -143,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "server":
             return cmd_server(args)
+        if args.command == "collect":
+            return asyncio.run(collect_async(args))
         return asyncio.run(probe_async(args))
     except ConsoleError as e:
         print(f"batch-console: {e}", file=sys.stderr)

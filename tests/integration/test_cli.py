@@ -79,3 +79,39 @@ def test_abandon_leaves_the_last_batch_open(cli_server):
 def test_unreachable_server_is_a_clear_error():
     done = subprocess.run(CLI + ["probe", "fast", "--server", "nats://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "cannot reach NATS" in done.stderr
+
+
+async def test_collect_stores_an_abandonment_and_stops_cleanly_on_sigterm(cli_server, tmp_path):
+    import asyncio
+
+    import nats
+
+    from console.broker.atomic import AtomicBatch
+    from console.broker.eventlog import EventLog
+
+    with open(tmp_path / "collect.log", "w") as err:
+        proc = subprocess.Popen(CLI + ["collect", "--server", cli_server, "--batch-timeout", "1"], stderr=err)
+    nc = await nats.connect(cli_server)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="CLI_COLLECT", subjects=["cli.collect"], allow_atomic=True)
+        log = EventLog(js)
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:  # ready once its durable advisory consumer exists
+            try:
+                await js.consumer_info("BATCH_CONSOLE_ADVISORIES", "batch-console-collector")
+                break
+            except nats.js.errors.NotFoundError:
+                assert asyncio.get_running_loop().time() < deadline and proc.poll() is None
+                await asyncio.sleep(0.1)
+        batch = AtomicBatch(nc, batch_id="cli-collect")
+        await batch.add("cli.collect", b"x")
+        batch.discard()
+        while not [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id == "cli-collect"]:
+            assert asyncio.get_running_loop().time() < deadline, (tmp_path / "collect.log").read_text()
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert "collector stopped" in (tmp_path / "collect.log").read_text()
