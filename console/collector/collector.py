@@ -47,6 +47,9 @@ class CollectorSettings:
     status_every: float = 5.0
     tick_every: float = 0.5
     fetch_batch: int = 256
+    # What a crashed collector's fetched-but-unacked advisories wait before redelivery; storing a
+    # fetched batch takes milliseconds, so this only bounds recovery time after a crash.
+    ack_wait: float = 5.0
     max_tracked_batches: int = 10_000
     max_queued_events: int = 100_000
     event_log: EventLogSettings = field(default_factory=EventLogSettings)
@@ -114,7 +117,8 @@ class Collector:
         try:
             stream = await self._advisory_stream()
             await self.js.add_consumer(stream, ConsumerConfig(
-                durable_name=self.settings.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=30, max_ack_pending=10_000,
+                durable_name=self.settings.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=self.settings.ack_wait,
+                max_ack_pending=10_000,
             ))
             psub = await self.js.pull_subscribe_bind(self.settings.durable, stream)
             self.advisory_stream, self.advisories_durable = stream, True

@@ -63,3 +63,72 @@ async def test_collector_goes_on_after_the_server_restarts(tmp_path):
         await client.close()
     finally:
         server.stop()
+
+
+async def test_collector_killed_mid_burst_loses_and_duplicates_nothing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from console.domain.events import EventKind
+    from console.errors import BatchIncompleteError
+
+    cli = [str(Path(sys.executable).parent / "batch-console"), "collect", "--batch-timeout", "1"]
+    server = EmbeddedServer(tmp_path / "nats", batch_limits=TEST_LIMITS).start()
+    procs = []
+
+    def start_collector():
+        err = open(tmp_path / f"collect{len(procs)}.log", "w")
+        procs.append(subprocess.Popen(cli + ["--server", server.url], stderr=err))
+
+    try:
+        client = await nats.connect(server.url)
+        js = client.jetstream()
+        await js.add_stream(StreamConfig(name="BURST", subjects=["burst.>"], allow_atomic=True))
+        log = EventLog(js)
+        start_collector()
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:  # ready once its durable advisory consumer exists
+            try:
+                await js.consumer_info("BATCH_CONSOLE_ADVISORIES", "batch-console-collector")
+                break
+            except nats.js.errors.NotFoundError:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
+
+        ids = [f"burst-{i}" for i in range(300)]
+
+        async def burst():
+            for batch_id in ids:  # each is abandoned at once as incomplete (a gap)
+                batch = AtomicBatch(client, batch_id=batch_id)
+                await batch.add("burst.x", b"1")
+                batch.skip_seq()
+                try:
+                    await batch.commit("burst.x", b"3")
+                except BatchIncompleteError:
+                    pass
+
+        publishing = asyncio.create_task(burst())
+        while len([e for _, e in await log.read(1, idle_timeout=0.1) if e.kind is EventKind.ATOMIC_ABANDONED]) < 30:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        procs[-1].send_signal(signal.SIGKILL)  # mid-burst
+        procs[-1].wait()
+        await publishing
+        start_collector()
+
+        while True:
+            events = [e for _, e in await log.read(1, idle_timeout=0.2) if e.kind is EventKind.ATOMIC_ABANDONED]
+            if len(events) >= len(ids):
+                break
+            assert asyncio.get_running_loop().time() < deadline + 30, f"{len(events)} of {len(ids)} stored"
+            await asyncio.sleep(0.2)
+        assert sorted(e.batch_id for e in events) == sorted(ids)  # every one, each once
+        await client.close()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=20)
+        server.stop()
