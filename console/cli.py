@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="reply prefix to tap for fast batches (repeatable; default _INBOX)")
     collect.add_argument("--batch-timeout", type=float, default=10.0,
                          help="the server's batch timeout: a fast batch silent longer is inferred dropped")
+    collect.add_argument("--nice", type=int, default=10,
+                         help="lower the collector's CPU priority by N (0 keeps it): an observer should not slow"
+                              " the publishers it watches on a shared host; replies queue while it waits")
     collect.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     collect.add_argument("--events-max-age-days", type=float, default=30.0)
 
@@ -137,6 +140,8 @@ async def collect_async(args: argparse.Namespace) -> int:
         batch_timeout=args.batch_timeout,
         event_log=EventLogSettings(stream=args.events_stream, max_age=args.events_max_age_days * DAY),
     )
+    if args.nice > 0:
+        os.nice(args.nice)
     nc = await connect(connection_settings(args), give_up_after=30)
     collector = Collector(nc, settings)
     stop = asyncio.Event()

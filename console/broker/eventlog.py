@@ -24,6 +24,7 @@ class EventLogSettings:
     max_age: float = 30 * DAY
     # Long enough to cover a collector restart: a redelivered advisory must hit the same window.
     duplicate_window: float = 600.0
+    append_timeout: float = 10.0
 
 
 class EventLog:
@@ -53,7 +54,8 @@ class EventLog:
             await self.js.publish_async(e.subject(prefix), e.to_json(), headers={"Nats-Msg-Id": e.event_id})
             for e in events
         ]
-        acks = await asyncio.gather(*futures)
+        # Bounded: a reconnect can leave a publish unanswered; the caller retries, ids dedup.
+        acks = await asyncio.wait_for(asyncio.gather(*futures), self.settings.append_timeout)
         duplicates = sum(1 for ack in acks if ack.duplicate)
         return len(acks) - duplicates, duplicates
 

@@ -69,6 +69,7 @@ class Collector:
         self.instance = uuid.uuid4().hex[:12]
         self.rejected: Counter[str] = Counter()
         self.ignored: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()  # failures the collector survived
         self.problems: list[str] = []  # permission errors and the like, shown by the UI
         self.events_written = 0
         self.duplicates = 0
@@ -147,15 +148,23 @@ class Collector:
         while not self._stopping:
             try:
                 msgs = await psub.fetch(self.settings.fetch_batch, timeout=1.0)
-            except nats.errors.TimeoutError:
+            except asyncio.TimeoutError:  # nats-py raises its own subclass or the plain one
                 continue
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-                await asyncio.sleep(0.2)
+            except Exception as e:  # reconnecting, or anything else: never stop collecting
+                await self._survive("advisory fetch", e)
                 continue
             events = [e for e in map(self._advisory_event, msgs) if e is not None]
             await self._store(events)
             for msg in msgs:  # only now: the events are in the log
-                await msg.ack()
+                try:
+                    await msg.ack()
+                except Exception as e:  # unacked: redelivered after ack_wait, deduplicated by id
+                    await self._survive("advisory ack", e)
+
+    async def _survive(self, where: str, error: Exception) -> None:
+        self.errors[f"{where}: {type(error).__name__}"] += 1
+        log.warning("%s failed (%r); going on", where, error)
+        await asyncio.sleep(0.2)
 
     def _advisory_event(self, msg: Msg) -> BatchEvent | None:
         try:
@@ -210,9 +219,8 @@ class Collector:
                 self.events_written += stored
                 self.duplicates += duplicates
                 return
-            except (nats.errors.Error, asyncio.TimeoutError) as e:
-                log.warning("event log unavailable (%s); retrying", e)
-                await asyncio.sleep(0.5)
+            except Exception as e:  # unavailable, timed out, reconnecting: the same events again
+                await self._survive("event log append", e)
 
     async def _flush_queue(self) -> None:
         pending = []
@@ -243,8 +251,8 @@ class Collector:
         if self.advisory_stream:
             try:
                 lag = (await self.js.consumer_info(self.advisory_stream, self.settings.durable)).num_pending
-            except (nats.errors.Error, nats.js.errors.Error):
-                pass
+            except Exception as e:  # the status goes out without the lag rather than not at all
+                self.errors[f"consumer info: {type(e).__name__}"] += 1
         return {
             "instance": self.instance,
             "alive_s": round(time.monotonic() - self._started, 1),
@@ -252,6 +260,7 @@ class Collector:
             "events_written": self.events_written,
             "duplicates": self.duplicates,
             "rejected": dict(self.rejected),
+            "errors": dict(self.errors),
             "ignored": dict(self.ignored),
             "advisory_lag": lag,
             "advisories_durable": self.advisories_durable,

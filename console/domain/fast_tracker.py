@@ -8,6 +8,7 @@ their gaps, errors and outcomes are still reported, since those need no state.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,6 +33,10 @@ class TrackedBatch:
     last_problem: str | None = None  # "gap" | "error"
 
 
+# The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
+_PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d+),"msgs":(\d+)\}')
+
+
 class FastBatchTracker:
     def __init__(self, batch_timeout: float = 10.0, max_batches: int = 10_000, progress_interval: float = 1.0):
         self.batch_timeout = batch_timeout
@@ -42,6 +47,14 @@ class FastBatchTracker:
 
     def observe(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
         """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
+        # Fast path, most of the traffic at low flows: a plain flow ack of a batch already tracked
+        # (its subject was validated when the batch was first seen).
+        if (plain := _PLAIN_ACK.fullmatch(data)) is not None:
+            tokens = subject.rsplit(".", 6)
+            if len(tokens) == 7 and tokens[6] == "$FI" and (known := self.batches.get(tokens[1])) is not None:
+                events: list[BatchEvent] = []
+                self._on_ack(known, FlowAck(int(plain[1]), int(plain[2])), now, events)
+                return events
         where = FastReplySubject.parse(subject)
         reply = to_reply(data)
         batch = self.batches.get(where.batch_id)
