@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import statistics
 from collections import Counter
 import subprocess
@@ -35,6 +37,7 @@ from console.domain.events import EventKind, event_from_json  # noqa: E402
 from console.errors import BatchError  # noqa: E402
 
 PAYLOAD = b"x" * 128
+PACE = 0.010  # the collector's default --pace-ms, for the bare reference tap
 CLI = str(Path(sys.executable).parent / "batch-console")
 
 
@@ -78,6 +81,38 @@ class EventWatch:
         done = self.committed.setdefault(batch_id, asyncio.Event())
         await asyncio.wait_for(done.wait(), timeout)
         return self.acks[batch_id]
+
+
+async def bare_tap(url: str, pace: float) -> None:
+    """The floor for any tap written on nats-py: subscribe to the same $FI patterns, only count,
+    paced and niced like the collector. Runs as its own process (--bare-tap)."""
+    os.nice(10)
+    nc = await nats.connect(url)
+    received = 0
+
+    async def count(msg):
+        nonlocal received
+        received += 1
+
+    for depth in (5, 6):
+        await nc.subscribe(".".join(["_INBOX"] + ["*"] * depth + ["$FI"]), cb=count)
+    await nc.flush()
+    print("ready", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    while not stop.is_set():
+        time.sleep(pace)
+        await asyncio.sleep(0)
+    print(received, flush=True)
+
+
+async def tapped_rates(nc, cmd: list[str], rounds: int, messages: int) -> list[float]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    rates = [(await publish_fast(nc, messages))[0] for _ in range(rounds)]
+    proc.terminate()
+    proc.wait(timeout=20)
+    return rates
 
 
 async def wait_collector_ready(js, proc) -> None:
@@ -140,6 +175,8 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
         rate, _ = await publish_fast(nc, messages)
         alone.append(rate)
         print(f"  round {r + 1}: publisher alone {rate:,.0f} msgs/s", file=sys.stderr)
+    floor = await tapped_rates(nc, [sys.executable, __file__, "--bare-tap", server.url], rounds, messages)
+    print(f"  publisher tapped by a bare nats-py subscriber: {[round(r) for r in floor]}", file=sys.stderr)
 
     with open(tmp / "collector.log", "w") as err:
         proc = subprocess.Popen([CLI, "collect", "--server", server.url], stderr=err)
@@ -165,6 +202,9 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     print(f"{'  publisher alone':<52}{a:>12,.0f}")
     print(f"{'  publisher tapped by the collector':<52}{t:>12,.0f}")
     print(f"{'  tapped / alone (target >= 0.95)':<52}{t / a:>12.3f}")
+    f = statistics.median(floor)
+    print(f"{'  for reference: tapped by a bare nats-py subscriber':<52}{f:>12,.0f}")
+    print(f"{'  bare subscriber / alone (the floor for a nats-py tap)':<52}{f / a:>12.3f}")
     print(f"{'  collector acks == publisher acks, every round':<52}{str(all(s == p for s, p in equal)):>12}")
     print(f"\n{f'burst of {abandonments} abandonments':<52}{'seconds':>12}")
     print(f"{'  bare nats-py subscriber has all advisories':<52}{bare:>12.3f}")
@@ -178,7 +218,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--abandonments", type=int, default=1000)
+    parser.add_argument("--bare-tap", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.bare_tap:
+        asyncio.run(bare_tap(args.bare_tap, PACE))
+        return
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
         asyncio.run(run(server, Path(tmp), args.rounds, args.messages, args.abandonments))
 

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--nice", type=int, default=10,
                          help="lower the collector's CPU priority by N (0 keeps it): an observer should not slow"
                               " the publishers it watches on a shared host; replies queue while it waits")
+    collect.add_argument("--pace-ms", type=float, default=10.0,
+                         help="pause between passes while tap traffic flows, so one read takes many acks (0: off)")
     collect.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     collect.add_argument("--events-max-age-days", type=float, default=30.0)
 
@@ -138,6 +140,7 @@ async def collect_async(args: argparse.Namespace) -> int:
     settings = CollectorSettings(
         inbox_prefixes=tuple(args.inbox_prefixes or ("_INBOX",)),
         batch_timeout=args.batch_timeout,
+        pace=args.pace_ms / 1000,
         event_log=EventLogSettings(stream=args.events_stream, max_age=args.events_max_age_days * DAY),
     )
     if args.nice > 0:
