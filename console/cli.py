@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from console.broker.connection import connect
@@ -68,8 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_flags(collect)
     collect.add_argument("--inbox-prefix", action="append", dest="inbox_prefixes",
                          help="reply prefix to tap for fast batches (repeatable; default _INBOX)")
-    collect.add_argument("--batch-timeout", type=float, default=10.0,
-                         help="the server's batch timeout: a fast batch silent longer is inferred dropped")
+    collect.add_argument("--batch-timeout", type=float,
+                         help="the server's batch timeout (a fast batch silent longer is inferred dropped);"
+                              " default: learned from /varz, else 10")
+    collect.add_argument("--monitor-url", help="the server's monitoring URL, to learn its batch limits")
+    collect.add_argument("--tap-publish-side", action="append", dest="publish_subjects", metavar="SUBJECT",
+                         help="also tap fast-batch messages published on SUBJECT (repeatable; as heavy as the data)")
+    system = collect.add_argument_group("system account (optional: its copies of advisories, /varz)")
+    system.add_argument("--system-creds", help="creds file of a system account user")
+    system.add_argument("--system-user")
+    system.add_argument("--system-password", default=os.environ.get("BATCH_CONSOLE_SYSTEM_PASSWORD"))
     collect.add_argument("--nice", type=int, default=10,
                          help="lower the collector's CPU priority by N (0 keeps it): an observer should not slow"
                               " the publishers it watches on a shared host; replies queue while it waits")
@@ -140,20 +149,36 @@ async def collect_async(args: argparse.Namespace) -> int:
     settings = CollectorSettings(
         inbox_prefixes=tuple(args.inbox_prefixes or ("_INBOX",)),
         batch_timeout=args.batch_timeout,
+        monitor_url=args.monitor_url,
+        tap_publish_subjects=tuple(args.publish_subjects or ()),
         pace=args.pace_ms / 1000,
         event_log=EventLogSettings(stream=args.events_stream, max_age=args.events_max_age_days * DAY),
     )
     if args.nice > 0:
         os.nice(args.nice)
-    nc = await connect(connection_settings(args), give_up_after=30)
-    collector = Collector(nc, settings)
+    collector: Collector | None = None
+
+    async def on_error(e: Exception) -> None:
+        log.warning("NATS: %s", e)
+        if collector is not None:
+            collector.note_connection_error(e)
+
+    base = connection_settings(args)
+    nc = await connect(base, give_up_after=30, error_cb=on_error)
+    system_nc = None
+    if args.system_creds or args.system_user:
+        system = replace(base, name="batch-console-system", creds_file=args.system_creds, user=args.system_user,
+                         password=args.system_password, token=None, nkey_seed_file=None)
+        system_nc = await connect(system, give_up_after=30, error_cb=on_error)
+    collector = Collector(nc, settings, system_nc=system_nc)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await collector.start()
-    log.info("collecting into %s (advisories %s)", settings.event_log.stream,
-             f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY")
+    log.info("collecting into %s (advisories %s; batch timeout %gs, %s)", settings.event_log.stream,
+             f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY",
+             collector.tracker.batch_timeout, collector.batch_timeout_source)
     try:
         while not stop.is_set():
             try:
@@ -165,6 +190,8 @@ async def collect_async(args: argparse.Namespace) -> int:
     finally:
         await collector.stop()
         await nc.close()
+        if system_nc is not None:
+            await system_nc.close()
     log.info("collector stopped")
     return 0
 

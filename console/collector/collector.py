@@ -24,6 +24,12 @@ from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
 from console.broker.eventlog import DAY, EventLog, EventLogSettings
 from console.broker.replies import is_no_responders
+from console.broker.server_info import (
+    DEFAULT_BATCH_TIMEOUT,
+    batch_timeout_from_varz,
+    varz_from_monitor,
+    varz_from_system_account,
+)
 from console.domain.advisories import MalformedAdvisory
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import BatchEvent, EventKind
@@ -43,7 +49,11 @@ class CollectorSettings:
     advisory_max_age: float = 7 * DAY
     durable: str = "batch-console-collector"
     inbox_prefixes: tuple[str, ...] = ("_INBOX",)
-    batch_timeout: float = 10.0  # the server's; a silent fast batch is inferred dropped after it
+    # The server's batch timeout: a fast batch silent longer is inferred dropped. None: learn it
+    # from /varz (system account or monitor_url), else assume the server default.
+    batch_timeout: float | None = None
+    monitor_url: str | None = None
+    tap_publish_subjects: tuple[str, ...] = ()  # opt-in: as heavy as the data itself
     status_every: float = 5.0
     tick_every: float = 0.5
     fetch_batch: int = 256
@@ -64,12 +74,17 @@ def _now() -> datetime:
 
 
 class Collector:
-    def __init__(self, nc: Client, settings: CollectorSettings = CollectorSettings()):
+    def __init__(self, nc: Client, settings: CollectorSettings = CollectorSettings(), system_nc: Client | None = None):
+        """system_nc: a connection to the system account, for its copies of every account's
+        advisories and for /varz; optional."""
         self.nc = nc
+        self.system_nc = system_nc
         self.js = nc.jetstream()
         self.settings = settings
         self.log = EventLog(self.js, settings.event_log)
-        self.tracker = FastBatchTracker(settings.batch_timeout, settings.max_tracked_batches)
+        self.tracker = FastBatchTracker(settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches)
+        self.batch_timeout_source = "configured" if settings.batch_timeout else "assumed (server default)"
+        self._streams_by_subject: dict[str, str | None] = {}
         self.instance = uuid.uuid4().hex[:12]
         self.rejected: Counter[str] = Counter()
         self.ignored: Counter[str] = Counter()
@@ -92,11 +107,16 @@ class Collector:
 
     async def start(self) -> None:
         await self.log.ensure()
+        await self._learn_batch_timeout()
         await self._start_advisories()
+        if self.system_nc is not None:  # the same abandonments again, same ids: the log keeps one
+            self._subs.append(await self.system_nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_live_advisory))
         for prefix in self.settings.inbox_prefixes:
             for depth in (5, 6):  # `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8
                 pattern = ".".join([prefix] + ["*"] * depth + ["$FI"])
                 self._subs.append(await self.nc.subscribe(pattern, cb=self._on_tap))
+        for subject in self.settings.tap_publish_subjects:
+            self._subs.append(await self.nc.subscribe(subject, cb=self._on_publish_side))
         self._tasks += [
             asyncio.create_task(self._write_loop(), name="collector-writer"),
             asyncio.create_task(self._tick_loop(), name="collector-ticker"),
@@ -119,6 +139,29 @@ class Collector:
                 pass
         self._subs.clear()
         await self._flush_queue()
+
+    def note_connection_error(self, error: Exception) -> None:
+        """For the connection's error callback: a denied subscription becomes a visible problem."""
+        text = str(error)
+        if "permissions violation" in text.lower() and text not in self.problems:
+            self.problems.append(text)
+            log.warning("%s: running with what is allowed", text)
+
+    async def _learn_batch_timeout(self) -> None:
+        if self.settings.batch_timeout:
+            return
+        sources = []
+        if self.system_nc is not None:
+            sources.append(("the system account's /varz", lambda: varz_from_system_account(self.system_nc)))
+        if self.settings.monitor_url:
+            sources.append((f"{self.settings.monitor_url}/varz", lambda: varz_from_monitor(self.settings.monitor_url)))
+        for name, fetch in sources:
+            try:
+                self.tracker.batch_timeout = batch_timeout_from_varz(await fetch())
+                self.batch_timeout_source = name
+                return
+            except Exception as e:  # not reachable or not allowed: try the next, else assume
+                log.info("batch timeout not learned from %s: %r", name, e)
 
     # -- advisories ------------------------------------------------------------------------
 
@@ -216,6 +259,33 @@ class Collector:
         if events:
             self._enqueue(events)
 
+    async def _on_publish_side(self, msg: Msg) -> None:
+        if not msg.reply or not msg.reply.endswith(".$FI"):
+            return  # a message that is not part of a fast batch
+        try:
+            events = self.tracker.observe_publish(msg.subject, msg.reply, _now())
+        except InvalidReplySubject:
+            self.rejected["invalid reply subject (publish side)"] += 1
+            return
+        if events:
+            self._enqueue(events)
+        batch = self.tracker.batches.get(msg.reply.rsplit(".", 6)[1])
+        if batch is not None and batch.stream is None:
+            await self._resolve_stream(batch.batch_id, msg.subject)
+
+    async def _resolve_stream(self, batch_id: str, subject: str) -> None:
+        """The stream that binds the subject, as the server says; cached per subject, never guessed."""
+        if subject not in self._streams_by_subject:
+            self._streams_by_subject[subject] = None  # one lookup per subject at a time
+            try:
+                self._streams_by_subject[subject] = await self.js.find_stream_name_by_subject(subject)
+            except Exception as e:
+                del self._streams_by_subject[subject]
+                self.errors[f"stream lookup: {type(e).__name__}"] += 1
+                return
+        if stream := self._streams_by_subject[subject]:
+            self.tracker.set_stream(batch_id, stream)
+
     def _enqueue(self, events: list[BatchEvent]) -> None:
         for event in events:
             try:
@@ -286,6 +356,8 @@ class Collector:
             "advisory_lag": lag,
             "advisories_durable": self.advisories_durable,
             "batches_tracked": len(self.tracker.batches),
+            "batch_timeout": self.tracker.batch_timeout,
+            "batch_timeout_source": self.batch_timeout_source,
             "batches_untracked": self.tracker.untracked,
             "queued": self._queue.qsize(),
             "problems": self.problems,

@@ -30,6 +30,7 @@ class TrackedBatch:
     acks_total: int = 0
     acks_pending: int = 0  # acks not yet folded into a progress event
     stream: str | None = None
+    subject: str | None = None  # known when the publish side is tapped
     last_problem: str | None = None  # "gap" | "error"
 
 
@@ -86,6 +87,31 @@ class FastBatchTracker:
         else:
             raise MalformedReply(data, "an empty reply on a $FI subject")
         return events
+
+    def observe_publish(self, subject: str, reply: str, now: datetime) -> list[BatchEvent]:
+        """One message of the publish side (opt-in tap): keeps a quiet batch alive and learns its subject.
+        Raises InvalidReplySubject for the caller to count."""
+        where = FastReplySubject.parse(reply)
+        batch = self.batches.get(where.batch_id)
+        events: list[BatchEvent] = []
+        if batch is None:
+            if where.op is not FastOp.START:
+                return events
+            if len(self.batches) >= self.max_batches:
+                self.untracked += 1
+                return events
+            # Granted flow is not known until the first ack; a different grant shows as a flow change.
+            batch = TrackedBatch(where.batch_id, where.gap_mode.value, where.flow, where.flow, now, now, now)
+            self.batches[where.batch_id] = batch
+            events.append(self._event(where, now, EventKind.FAST_STARTED, "started", batch, flow=where.flow,
+                                      previous_flow=where.flow, detail=f"seen publishing on {subject}"))
+        batch.last_seen = now
+        batch.subject = subject
+        return events
+
+    def set_stream(self, batch_id: str, stream: str) -> None:
+        if (batch := self.batches.get(batch_id)) is not None and batch.stream is None:
+            batch.stream = stream
 
     def tick(self, now: datetime) -> list[BatchEvent]:
         """Fold pending acks into progress events; infer drops of batches silent past the timeout."""
