@@ -1,0 +1,51 @@
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from console.broker.eventlog import EventLog, EventLogSettings
+from console.domain.events import BatchEvent, EventKind
+
+T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
+
+
+def event(i: int, kind=EventKind.FAST_GAP, stream="S") -> BatchEvent:
+    return BatchEvent(f"test.{i}", kind, T0 + timedelta(seconds=i), stream, f"b{i}", seq=i)
+
+
+async def test_append_dedups_on_event_id_and_reads_back_in_order(nc):
+    log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_A", subject_prefix="log_a"))
+    await log.ensure()
+    assert await log.append([event(1), event(2), event(3)]) == (3, 0)
+    assert await log.append([event(2), event(4)]) == (1, 1)  # a redelivered input makes no second event
+    assert [(seq, e.event_id) for seq, e in await log.read(1)] == [(1, "test.1"), (2, "test.2"), (3, "test.3"), (4, "test.4")]
+    assert [e.event_id for _, e in await log.read(2, 3)] == ["test.2", "test.3"]
+
+
+async def test_read_filters_by_kind_and_stream(nc):
+    log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_B", subject_prefix="log_b"))
+    await log.ensure()
+    await log.append([event(1), event(2, EventKind.ATOMIC_ABANDONED), event(3, stream="T"), event(4, EventKind.ATOMIC_ABANDONED, "T")])
+    assert [e.event_id for _, e in await log.read(1, kind_filter="atomic_abandoned.*", idle_timeout=0.5)] == ["test.2", "test.4"]
+    assert [e.event_id for _, e in await log.read(1, kind_filter="*.T", idle_timeout=0.5)] == ["test.3", "test.4"]
+
+
+async def test_follow_backfills_from_a_time_then_goes_live(nc):
+    log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_C", subject_prefix="log_c"))
+    await log.ensure()
+    await log.append([event(1)])
+    since = datetime.now(timezone.utc)
+    await asyncio.sleep(0.01)  # the stored time of the next event must be after `since`
+    await log.append([event(2)])
+    seen = []
+
+    async def follow():
+        async for _, e in log.follow(since):
+            seen.append(e.event_id)
+            if len(seen) == 2:
+                return
+
+    follower = asyncio.create_task(follow())
+    while not seen:
+        await asyncio.sleep(0.01)
+    await log.append([event(3)])  # live, after the backfill
+    await asyncio.wait_for(follower, 5)
+    assert seen == ["test.2", "test.3"]
