@@ -1,0 +1,1 @@
+"""PySpark: the jetstream data source, pure transforms, and the job that keeps the history."""
