@@ -1,0 +1,138 @@
+"""Pure transforms over events in EVENT_SCHEMA: DataFrame in, DataFrame out, no I/O.
+
+A fast batch's stream is known only from its PubAck (or the publish-side tap), so its earlier
+events carry none: `with_batch_stream` fills it from any event of the same batch, and rows
+whose stream is still not known use UNKNOWN_STREAM, never a guess.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from console.domain.events import UNKNOWN_STREAM, EventKind
+
+ATOMIC_ABANDONED = EventKind.ATOMIC_ABANDONED.value
+FAST_ENDED_EARLY = EventKind.FAST_ENDED_EARLY.value
+FAST_DROPPED = EventKind.FAST_DROPPED.value
+FAST_COMMITTED = EventKind.FAST_COMMITTED.value
+FAST_GAP = EventKind.FAST_GAP.value
+FAST_ERROR = EventKind.FAST_ERROR.value
+CONTEXT = EventKind.CONTEXT.value
+ABANDONMENT_KINDS = (ATOMIC_ABANDONED, FAST_ENDED_EARLY, FAST_DROPPED)
+
+
+def _hour(col: str = "time") -> Column:
+    return F.date_trunc("hour", F.col(col)).alias("hour")
+
+
+def _is_fast() -> Column:
+    return F.col("kind").startswith("fast_")
+
+
+def with_batch_stream(events: DataFrame) -> DataFrame:
+    """Each fast event's stream, from whichever event of its batch knows it; UNKNOWN_STREAM otherwise."""
+    known = F.first("stream", ignorenulls=True).over(Window.partitionBy("batch_id"))
+    filled = F.when(_is_fast(), F.coalesce(F.col("stream"), known)).otherwise(F.col("stream"))
+    return events.withColumn("stream", F.coalesce(filled, F.lit(UNKNOWN_STREAM)))
+
+
+def with_abandonment_reason(events: DataFrame) -> DataFrame:
+    """kind_of_batch (atomic | fast) and the reason a batch was lost: the advisory's reason for atomic
+    batches, gap / error for a fail-mode early end, dropped for an inferred drop."""
+    return events.withColumn(
+        "batch_kind", F.when(F.col("kind") == ATOMIC_ABANDONED, "atomic").otherwise("fast")
+    ).withColumn(
+        "reason", F.when(F.col("kind") == FAST_DROPPED, F.lit("dropped")).otherwise(F.col("reason"))
+    )
+
+
+def abandonment_hourly(events: DataFrame) -> DataFrame:
+    """hour, stream, kind (atomic | fast), reason, batches."""
+    lost = with_abandonment_reason(with_batch_stream(events).filter(F.col("kind").isin(*ABANDONMENT_KINDS)))
+    return (
+        lost.groupBy(_hour(), "stream", F.col("batch_kind").alias("kind"), "reason")
+        .agg(F.countDistinct("batch_id").alias("batches"))
+    )
+
+
+def gap_hourly(events: DataFrame) -> DataFrame:
+    """hour, stream, gap_mode, gaps, lost messages."""
+    gaps = with_batch_stream(events).filter(F.col("kind") == FAST_GAP)
+    return gaps.groupBy(_hour(), "stream", "gap_mode").agg(
+        F.count("*").alias("gaps"), F.sum("lost").cast("long").alias("lost")
+    )
+
+
+def fast_batch_summary(events: DataFrame) -> DataFrame:
+    """One row per fast batch: stream, started, ended, outcome, messages stored, gaps, lost, errors,
+    min and max flow. Outcome: committed > ended_early > dropped > open (a later commit overrules
+    an inferred drop). In ok mode the server's count includes lost messages; stored = count - lost."""
+    fast = with_batch_stream(events).filter(_is_fast() & F.col("batch_id").isNotNull())
+    terminal = F.col("kind").isin(FAST_COMMITTED, FAST_ENDED_EARLY, FAST_DROPPED)
+    summary = fast.groupBy("batch_id").agg(
+        F.first("stream").alias("stream"),
+        F.min("time").alias("started"),
+        F.max(F.when(terminal, F.col("time"))).alias("ended"),
+        F.max((F.col("kind") == FAST_COMMITTED).cast("int")).alias("_committed"),
+        F.max((F.col("kind") == FAST_ENDED_EARLY).cast("int")).alias("_ended"),
+        F.max((F.col("kind") == FAST_DROPPED).cast("int")).alias("_dropped"),
+        F.max(F.when(F.col("kind").isin(FAST_COMMITTED, FAST_ENDED_EARLY), F.col("count"))).alias("_count"),
+        F.first("gap_mode", ignorenulls=True).alias("gap_mode"),
+        F.sum((F.col("kind") == FAST_GAP).cast("long")).alias("gaps"),
+        F.coalesce(F.sum(F.when(F.col("kind") == FAST_GAP, F.col("lost"))), F.lit(0)).cast("long").alias("lost"),
+        F.sum((F.col("kind") == FAST_ERROR).cast("long")).alias("errors"),
+        F.min("flow").alias("min_flow"),
+        F.max("flow").alias("max_flow"),
+    )
+    outcome = (
+        F.when(F.col("_committed") == 1, "committed")
+        .when(F.col("_ended") == 1, "ended_early")
+        .when(F.col("_dropped") == 1, "dropped")
+        .otherwise("open")
+    )
+    stored = F.when(F.col("gap_mode") == "ok", F.col("_count") - F.col("lost")).otherwise(F.col("_count"))
+    return summary.select(
+        "batch_id", "stream", "started", "ended", outcome.alias("outcome"), "gap_mode",
+        stored.cast("long").alias("messages"), "gaps", "lost", "errors", "min_flow", "max_flow",
+    )
+
+
+def abandoned_batches(events: DataFrame, window_minutes: int = 5) -> DataFrame:
+    """One row per lost batch (the incident index), with the context events on the same stream within
+    `window_minutes` either side counted: leader elections, stream updates, other abandonments, gaps."""
+    filled = with_batch_stream(events)
+    lost = with_abandonment_reason(filled.filter(F.col("kind").isin(*ABANDONMENT_KINDS))).alias("a")
+    around = filled.alias("c")
+    near = (
+        (F.col("c.stream") == F.col("a.stream"))
+        & (F.col("c.time") >= F.col("a.time") - F.expr(f"INTERVAL {window_minutes} MINUTES"))
+        & (F.col("c.time") <= F.col("a.time") + F.expr(f"INTERVAL {window_minutes} MINUTES"))
+        & (F.col("c.event_id") != F.col("a.event_id"))
+    )
+    joined = lost.join(around, near, "left")
+
+    def count(condition: Column) -> Column:
+        return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+    is_context = F.col("c.kind") == CONTEXT
+    return joined.groupBy(
+        "a.event_id", "a.time", "a.stream", "a.batch_id", "a.batch_kind", "a.reason", "a.account", "a.seq"
+    ).agg(
+        count(is_context & F.col("c.detail").contains("leader_elected")).alias("leader_elections"),
+        count(is_context & F.col("c.detail").startswith("stream_action") & (F.col("c.reason") == "update")).alias("stream_updates"),
+        count(F.col("c.kind").isin(*ABANDONMENT_KINDS)).alias("other_abandonments"),
+        count(F.col("c.kind") == FAST_GAP).alias("gaps_nearby"),
+    ).withColumnRenamed("batch_kind", "kind").withColumnRenamed("seq", "log_seq")
+
+
+def mean_time_between_abandonments(events: DataFrame) -> DataFrame:
+    """stream, abandonments, first, last, mean_seconds (null with fewer than two)."""
+    lost = with_batch_stream(events).filter(F.col("kind").isin(*ABANDONMENT_KINDS))
+    per_stream = lost.groupBy("stream").agg(
+        F.countDistinct("batch_id").alias("abandonments"), F.min("time").alias("first"), F.max("time").alias("last")
+    )
+    span = F.col("last").cast("double") - F.col("first").cast("double")
+    return per_stream.withColumn(
+        "mean_seconds", F.when(F.col("abandonments") > 1, span / (F.col("abandonments") - 1))
+    )
