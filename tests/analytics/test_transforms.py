@@ -10,7 +10,7 @@ from console.analytics.transforms import (
     abandonment_hourly,
     fast_batch_summary,
     gap_hourly,
-    mean_time_between_abandonments,
+    stream_abandonment_stats,
 )
 
 
@@ -103,7 +103,7 @@ def test_abandoned_batches_count_the_context_around_each(events):
     assert (wide.leader_elections, wide.stream_updates, wide.other_abandonments) == (1, 1, 1)
 
 
-def test_mean_time_between_abandonments(events):
-    assert rows(mean_time_between_abandonments(events), "stream", "abandonments", "mean_seconds") == sorted([
+def test_mean_time_between_abandonments_per_stream(events):
+    assert rows(stream_abandonment_stats(abandoned_batches(events)), "stream", "abandonments", "mean_seconds") == sorted([
         ("ORD", 2, 600.0), ("PAY", 1, None), ("FAST", 1, None), ("_unknown", 1, None),
     ])

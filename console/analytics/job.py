@@ -1,0 +1,181 @@
+"""The analytics job: new events from the event log -> Delta history and SQLite serving tables.
+
+Exactly once, per run:
+1. pin the range (last recorded offset + 1 .. the log's last sequence now) and read it once;
+2. append the raw events to Delta with an app transaction at the range's end (a rerun appends
+   only what is past it);
+3. recompute the aggregates for what the new events touch: every hour of their days (read back
+   from Delta with the day before, so batches and context windows that cross midnight are
+   whole), the fast batches they belong to, the abandonments near them; replace those rows in
+   Delta (one commit per table);
+4. replace the same rows in SQLite and move the offset, in one transaction.
+A run killed anywhere before 4 commits repeats the same range and writes the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlmodel import delete
+
+from console.analytics.schema import EVENT_SCHEMA
+from console.analytics.source import JetStreamDataSource, SourceOptions, _stream_bounds
+from console.analytics.transforms import (
+    abandoned_batches,
+    abandonment_hourly,
+    fast_batch_summary,
+    gap_hourly,
+    stream_abandonment_stats,
+)
+from console.storage import delta, sqlite
+from console.storage.tables import (
+    AbandonedBatch,
+    AbandonmentHourly,
+    FastBatchSummary,
+    GapHourly,
+    StreamAbandonmentStats,
+)
+
+SOURCE = "events"
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    data_dir: Path
+    source: dict = field(default_factory=dict)  # options of the jetstream data source
+    context_minutes: int = 5
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "console.db"
+
+    def delta(self, name: str) -> Path:
+        return self.data_dir / "delta" / name
+
+
+@dataclass(frozen=True)
+class RunReport:
+    first_seq: int
+    last_seq: int
+    events_read: int
+    rows_written: int
+    seconds: float
+
+    def line(self) -> str:
+        if self.events_read == 0:
+            return f"no new events (offset {self.last_seq}), {self.seconds:.1f}s"
+        return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read, "
+                f"{self.rows_written} rows written, {self.seconds:.1f}s")
+
+
+def _quoted(values) -> str:
+    return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+
+
+def _records(df: DataFrame) -> list[dict]:
+    """Rows for SQLite. Spark returns naive datetimes in the session zone, which is UTC."""
+    return [
+        {k: v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
+         for k, v in row.asDict().items()}
+        for row in df.collect()
+    ]
+
+
+def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
+    started = time.perf_counter()
+    spark.dataSource.register(JetStreamDataSource)
+    engine = sqlite.open_db(settings.db_path)
+    done = sqlite.offset(engine, SOURCE)
+    options = SourceOptions.parse(settings.source)
+    _, last = asyncio.run(_stream_bounds(options))
+    if last <= done:
+        return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
+
+    reader = spark.read.format("jetstream").options(**settings.source)
+    new = reader.option("start_seq", done + 1).option("end_seq", last).load().localCheckpoint()
+    events_read = new.count()
+
+    raw_path = settings.delta("events")
+    delta.append_events(raw_path, new.toArrow(), last)
+
+    days = sorted({r.day for r in new.select(F.to_date("time").alias("day")).distinct().collect()})
+    scope = _scope(spark, raw_path, days)
+    written = _recompute(spark, settings, engine, new, scope, days, last)
+    return RunReport(done + 1, last, events_read, written, time.perf_counter() - started)
+
+
+def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
+    """All stored events of these days and the day before each, from Delta."""
+    wanted = sorted({d - timedelta(days=back) for d in days for back in (0, 1)})
+    files = delta.read_files(raw_path, [("date", "in", [d.isoformat() for d in wanted])])
+    return spark.read.schema(EVENT_SCHEMA).parquet(*files).localCheckpoint()
+
+
+def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: DataFrame, days: list[date], last: int) -> int:
+    day_strings = [d.isoformat() for d in days]
+    in_days = F.to_date("hour").isin(*days)
+    hourly_a = abandonment_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string"))
+    hourly_g = gap_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string"))
+
+    touched = [r.batch_id for r in new.filter(F.col("kind").startswith("fast_")).select("batch_id").distinct().collect()
+               if r.batch_id is not None]
+    batches = fast_batch_summary(scope.filter(F.col("batch_id").isin(*touched))) if touched else None
+
+    lost = abandoned_batches(scope, settings.context_minutes).filter(F.to_date("time").isin(*days))
+
+    delta.replace_where(settings.delta("abandonment_hourly"), hourly_a.toArrow(), f"day IN ({_quoted(day_strings)})")
+    delta.replace_where(settings.delta("gap_hourly"), hourly_g.toArrow(), f"day IN ({_quoted(day_strings)})")
+    if batches is not None:
+        delta.replace_where(settings.delta("fast_batch_summary"), batches.toArrow(), f"batch_id IN ({_quoted(touched)})")
+    lost_rows = _records(lost)
+    if lost_rows:
+        delta.replace_where(settings.delta("abandoned_batches"), lost.toArrow(),
+                            f"event_id IN ({_quoted(r['event_id'] for r in lost_rows)})")
+    stats = None
+    if lost_rows:  # per-stream figures from every abandonment kept so far (one row each: small)
+        stats = stream_abandonment_stats(spark.read.parquet(*delta.read_files(settings.delta("abandoned_batches"))))
+        delta.replace_where(settings.delta("stream_abandonment_stats"), stats.toArrow(), None)
+
+    rows_a = [{k: v for k, v in r.items() if k != "day"} for r in _records(hourly_a)]
+    rows_g = [{k: v for k, v in r.items() if k != "day"} for r in _records(hourly_g)]
+    rows_b = _records(batches) if batches is not None else []
+    rows_s = _records(stats) if stats is not None else []
+    midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
+    day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
+
+    def writes(session):
+        for model in (AbandonmentHourly, GapHourly):
+            for lo, hi in day_bounds:
+                session.exec(delete(model).where(model.hour >= lo, model.hour < hi))
+        session.add_all(AbandonmentHourly(**r) for r in rows_a)
+        session.add_all(GapHourly(**r) for r in rows_g)
+        sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], rows_b)
+        sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(r["event_id"],) for r in lost_rows], lost_rows)
+        sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(r["stream"],) for r in rows_s], rows_s)
+
+    sqlite.commit_run(engine, SOURCE, last, writes)
+    return len(rows_a) + len(rows_g) + len(rows_b) + len(lost_rows) + len(rows_s)
+
+
+def spark_session(master: str = "local[2]", app_name: str = "batch-console-analytics") -> SparkSession:
+    """A session the job can run on: the workers use this interpreter, the UI is off."""
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )

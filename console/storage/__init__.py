@@ -1,0 +1,1 @@
+"""Serving tables in SQLite (sqlmodel) and history in Delta (deltalake)."""

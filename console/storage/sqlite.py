@@ -1,0 +1,63 @@
+"""SQLite through sqlmodel: WAL mode, and one transaction per job run (rows and offset together)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+from sqlalchemy import event
+from sqlmodel import Session, SQLModel, create_engine, delete, select, tuple_
+
+from console.storage.tables import JobOffset
+
+
+def open_db(path: str | Path):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{path}")
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(conn, _):  # readers (web app, notebooks) go on while the job writes
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+
+    SQLModel.metadata.create_all(engine)
+    return engine
+
+
+def offset(engine, source: str) -> int:
+    with Session(engine) as session:
+        row = session.get(JobOffset, source)
+        return row.seq if row else 0
+
+
+def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: Iterable[tuple], rows: list[dict]) -> None:
+    """Delete the rows with these keys, insert the recomputed ones (same session, same transaction)."""
+    keys = list(keys)
+    columns = [getattr(model, c) for c in key_columns]
+    for chunk in range(0, len(keys), 500):
+        part = keys[chunk:chunk + 500]
+        if len(columns) == 1:
+            session.exec(delete(model).where(columns[0].in_([k[0] for k in part])))
+        else:
+            session.exec(delete(model).where(tuple_(*columns).in_(part)))
+    session.add_all(model(**row) for row in rows)
+
+
+def commit_run(engine, source: str, seq: int, writes) -> None:
+    """writes(session) replaces rows; the offset moves in the same transaction."""
+    with Session(engine) as session:
+        writes(session)
+        current = session.get(JobOffset, source)
+        now = datetime.now(timezone.utc)
+        if current is None:
+            session.add(JobOffset(source=source, seq=seq, updated=now))
+        else:
+            current.seq, current.updated = seq, now
+        session.commit()
+
+
+def count(engine, model) -> int:
+    with Session(engine) as session:
+        return len(session.exec(select(model)).all())

@@ -1,0 +1,75 @@
+"""The SQLite serving tables: what the analytics job writes and the web app and notebooks read."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlmodel import Field, SQLModel
+
+
+class AbandonmentHourly(SQLModel, table=True):
+    __tablename__ = "abandonment_hourly"
+    hour: datetime = Field(primary_key=True)
+    stream: str = Field(primary_key=True)
+    kind: str = Field(primary_key=True)  # atomic | fast
+    reason: str = Field(primary_key=True)
+    batches: int
+
+
+class GapHourly(SQLModel, table=True):
+    __tablename__ = "gap_hourly"
+    hour: datetime = Field(primary_key=True)
+    stream: str = Field(primary_key=True)
+    gap_mode: str = Field(primary_key=True)
+    gaps: int
+    lost: int
+
+
+class FastBatchSummary(SQLModel, table=True):
+    __tablename__ = "fast_batch_summary"
+    batch_id: str = Field(primary_key=True)
+    stream: str = Field(index=True)
+    started: datetime = Field(index=True)
+    ended: datetime | None = None
+    outcome: str
+    gap_mode: str | None = None
+    messages: int | None = None
+    gaps: int
+    lost: int
+    errors: int
+    min_flow: int | None = None
+    max_flow: int | None = None
+
+
+class AbandonedBatch(SQLModel, table=True):
+    __tablename__ = "abandoned_batches"
+    event_id: str = Field(primary_key=True)
+    time: datetime = Field(index=True)
+    stream: str = Field(index=True)
+    batch_id: str | None = Field(default=None, index=True)
+    kind: str
+    reason: str | None = None
+    account: str | None = None
+    log_seq: int
+    leader_elections: int
+    stream_updates: int
+    other_abandonments: int
+    gaps_nearby: int
+
+
+class StreamAbandonmentStats(SQLModel, table=True):
+    __tablename__ = "stream_abandonment_stats"
+    stream: str = Field(primary_key=True)
+    abandonments: int
+    first: datetime
+    last: datetime
+    mean_seconds: float | None = None
+
+
+class JobOffset(SQLModel, table=True):
+    """The last event-log sequence whose results are in these tables; written in the same transaction."""
+
+    __tablename__ = "job_offsets"
+    source: str = Field(primary_key=True)
+    seq: int
+    updated: datetime
