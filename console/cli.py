@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="pause between passes while tap traffic flows, so one read takes many acks (0: off)")
     collect.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     collect.add_argument("--events-max-age-days", type=float, default=30.0)
+
+    analytics = commands.add_parser("analytics", help="keep abandonment and gap history in SQLite and Delta (PySpark)")
+    add_connection_flags(analytics)
+    analytics.add_argument("--data-dir", default="data", help="console.db and delta/ go here (default %(default)s)")
+    when = analytics.add_mutually_exclusive_group(required=True)
+    when.add_argument("--once", action="store_true", help="one run, then exit")
+    when.add_argument("--every", type=float, metavar="SECONDS", help="a run every SECONDS until Ctrl-C")
+    analytics.add_argument("--master", default="local[2]", help="Spark master URL (default %(default)s)")
+    analytics.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
+    analytics.add_argument("--partitions", type=int, default=2, help="parallel reads of the event log")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -196,6 +207,34 @@ async def collect_async(args: argparse.Namespace) -> int:
     return 0
 
 
+def source_options(args: argparse.Namespace) -> dict:
+    """The jetstream data source's options; Spark redacts password/token values in its plans."""
+    options = {"servers": args.server, "stream": args.events_stream, "partitions": str(args.partitions)}
+    for key in ("creds", "nkey", "token", "user", "password", "tls_ca", "tls_cert", "tls_key"):
+        if getattr(args, key, None):
+            options[key] = getattr(args, key)
+    return options
+
+
+def cmd_analytics(args: argparse.Namespace) -> int:
+    from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
+
+    settings = JobSettings(Path(args.data_dir), source=source_options(args))
+    spark = spark_session(args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        while True:
+            report = run_once(spark, settings)
+            print(f"analytics: {report.line()}", flush=True)
+            if args.once:
+                return 0
+            time.sleep(args.every)  # the CLI's own loop: no event loop here
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        spark.stop()
+
+
 def format_report(report: dict) -> str:
     lines = [f"{report['kind']} probe on {report['stream']} ({report['subject']}):"
              f" {report['messages_sent']} messages in {report['seconds']:.3f}s ({report['msgs_per_s']:,.0f}/s)"]
@@ -221,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_server(args)
         if args.command == "collect":
             return asyncio.run(collect_async(args))
+        if args.command == "analytics":
+            return cmd_analytics(args)
         return asyncio.run(probe_async(args))
     except ConsoleError as e:
         print(f"batch-console: {e}", file=sys.stderr)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
+import nats.js.errors
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlmodel import delete
@@ -66,8 +67,11 @@ class RunReport:
     events_read: int
     rows_written: int
     seconds: float
+    note: str | None = None
 
     def line(self) -> str:
+        if self.note:
+            return f"{self.note}, {self.seconds:.1f}s"
         if self.events_read == 0:
             return f"no new events (offset {self.last_seq}), {self.seconds:.1f}s"
         return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read, "
@@ -93,7 +97,11 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     engine = sqlite.open_db(settings.db_path)
     done = sqlite.offset(engine, SOURCE)
     options = SourceOptions.parse(settings.source)
-    _, last = asyncio.run(_stream_bounds(options))
+    try:
+        _, last = asyncio.run(_stream_bounds(options))
+    except nats.js.errors.NotFoundError:
+        return RunReport(done + 1, done, 0, 0, time.perf_counter() - started,
+                         note=f"no event log {options.stream} yet (is the collector running?)")
     if last <= done:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
 

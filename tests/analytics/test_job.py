@@ -121,3 +121,33 @@ async def test_job_keeps_history_exactly_once(spark, server, client, tmp_path, m
     assert totals(engine)["atomic"] == 6 and totals(engine)["abandoned"] == 7
     after = delta_totals(settings)
     assert after["atomic"] == 6 and after["events"] == after["distinct_events"]
+
+
+async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, client, tmp_path):
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from console.broker.eventlog import EventLog
+    from console.domain.events import BatchEvent, EventKind
+
+    log = EventLog(client.jetstream())
+    await log.ensure()
+    await log.append([BatchEvent("cli-run", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA", "cli", reason="timeout")])
+    in_log = await log.last_seq()
+    cli = str(Path(sys.executable).parent / "batch-console")
+    done = await asyncio.to_thread(
+        subprocess.run, [cli, "analytics", "--server", server.url, "--data-dir", str(tmp_path), "--once"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [line] = [l for l in done.stdout.splitlines() if l.startswith("analytics:")]
+    assert line.startswith(f"analytics: events 1..{in_log}: {in_log} read, ")
+    assert (tmp_path / "console.db").exists() and (tmp_path / "delta" / "events").is_dir()
+
+
+def test_a_run_before_any_collector_says_so(spark, tmp_path):
+    with EmbeddedServer(tmp_path / "empty") as empty:
+        report = run_once(spark, JobSettings(tmp_path / "data", source={"servers": empty.url}))
+    assert report.events_read == 0 and report.line().startswith("no event log BATCH_CONSOLE_EVENTS yet")
