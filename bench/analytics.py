@@ -1,0 +1,155 @@
+"""The analytics job's speed, side by side in one run (warm Spark session, one embedded server).
+
+    .venv/bin/python bench/analytics.py [--events 1000000] [--days 100]
+
+1. Fill an event log with synthetic events spread over --days days (fast batches of ~100 events
+   with gaps and outcomes, abandonments, context).
+2. Read the whole log: the jetstream data source with 2 partitions vs a bare nats-py ordered
+   consumer (target: the source >= 50% of it).
+3. The full pipeline (read + transforms + SQLite + Delta) over everything: events/s.
+4. 10% more events on later days, then an incremental run, vs a full recompute of everything
+   from an empty data directory (target: incremental <= 0.25x).
+A benchmark, not a test: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from console.analytics.job import JobSettings, run_once, spark_session  # noqa: E402
+from console.analytics.source import JetStreamDataSource  # noqa: E402
+from console.broker.eventlog import EventLog  # noqa: E402
+from console.broker.server import EmbeddedServer  # noqa: E402
+from console.domain.events import BatchEvent, EventKind  # noqa: E402
+from console.progress import ProgressBar  # noqa: E402
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+STREAMS = ["ORDERS", "PAYMENTS", "METRICS", "AUDIT"]
+
+
+def synthetic(first_day: int, days: int, count: int, seed: int) -> list[BatchEvent]:
+    """~100 events per fast batch (started, flow changes, progress, gaps, an outcome), plus
+    atomic abandonments and context around them."""
+    rng = random.Random(seed)
+    events: list[BatchEvent] = []
+    n = 0
+    while len(events) < count:
+        n += 1
+        t = START + timedelta(days=first_day + rng.randrange(days), seconds=rng.randrange(86_400))
+        stream = rng.choice(STREAMS)
+        batch = f"s{seed}b{n}"
+        if rng.random() < 0.1:
+            events.append(BatchEvent(f"{batch}.adv", EventKind.ATOMIC_ABANDONED, t, stream, batch,
+                                     reason=rng.choice(["timeout", "incomplete", "large", "unsupported"])))
+            events.append(BatchEvent(f"{batch}.ctx", EventKind.CONTEXT, t - timedelta(seconds=30), stream,
+                                     reason="update", detail="stream_action"))
+            continue
+        mode = rng.choice(["ok", "fail"])
+        events.append(BatchEvent(f"{batch}.s", EventKind.FAST_STARTED, t, None, batch, gap_mode=mode, flow=100))
+        for i in range(90):
+            events.append(BatchEvent(f"{batch}.p{i}", EventKind.FAST_PROGRESS, t + timedelta(seconds=i), None, batch,
+                                     gap_mode=mode, flow=100, seq=i * 100, acks=10))
+        gaps = rng.choice([0, 0, 0, 1, 2])
+        for g in range(gaps):
+            events.append(BatchEvent(f"{batch}.g{g}", EventKind.FAST_GAP, t + timedelta(seconds=50 + g), None, batch,
+                                     gap_mode=mode, seq=5000 + g, first_lost_seq=4990 + g, lost=10))
+        end = t + timedelta(seconds=95)
+        if gaps and mode == "fail":
+            events.append(BatchEvent(f"{batch}.x", EventKind.FAST_ENDED_EARLY, end, stream, batch, gap_mode=mode,
+                                     reason="gap", count=4990))
+        else:
+            events.append(BatchEvent(f"{batch}.c", EventKind.FAST_COMMITTED, end, stream, batch, gap_mode=mode,
+                                     count=9000, stream_seq=n, eob=False))
+    return events[:count]
+
+
+async def fill(url: str, events: list[BatchEvent]) -> None:
+    nc = await nats.connect(url)
+    log = EventLog(nc.jetstream())
+    await log.ensure()
+    bar = ProgressBar(len(events), "filling the event log")
+    for i in range(0, len(events), 5000):
+        await log.append(events[i:i + 5000])
+        bar.update(i + 5000)
+    bar.close()
+    await nc.close()
+
+
+async def bare_read(url: str) -> tuple[int, float]:
+    """A plain nats-py ordered consumer over the whole log, receiving every message."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    last = (await js.stream_info("BATCH_CONSOLE_EVENTS")).state.last_seq
+    start = time.perf_counter()
+    sub = await js.subscribe("batch_console.events.>", ordered_consumer=True,
+                             config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
+    n = 0
+    async for msg in sub.messages:
+        n += 1
+        if msg.metadata.sequence.stream >= last:
+            break
+    seconds = time.perf_counter() - start
+    await sub.unsubscribe()
+    await nc.close()
+    return n, seconds
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--days", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
+        tmp = Path(tmp)
+        asyncio.run(fill(server.url, synthetic(0, args.days, args.events, seed=1)))
+        spark = spark_session()
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(JetStreamDataSource)
+        source = {"servers": server.url, "partitions": "2"}
+
+        spark.read.format("jetstream").options(**source).option("end_seq", 1000).load().count()  # warm up
+        (read_n, read_s) = timed(lambda: spark.read.format("jetstream").options(**source).load().count())
+        bare_n, bare_s = asyncio.run(bare_read(server.url))
+
+        full_dir = tmp / "full"
+        report, full_s = timed(lambda: run_once(spark, JobSettings(full_dir, source=source)))
+
+        more = args.events // 10
+        asyncio.run(fill(server.url, synthetic(args.days, max(1, args.days // 10), more, seed=2)))
+        incremental, incr_s = timed(lambda: run_once(spark, JobSettings(full_dir, source=source)))
+        shutil.rmtree(tmp / "again", ignore_errors=True)
+        recompute, recompute_s = timed(lambda: run_once(spark, JobSettings(tmp / "again", source=source)))
+        spark.stop()
+
+    print(f"\n{'read of the event log':<56}{'events':>10}{'seconds':>10}{'events/s':>12}")
+    print(f"{'  jetstream data source, 2 partitions':<56}{read_n:>10,}{read_s:>10.2f}{read_n / read_s:>12,.0f}")
+    print(f"{'  bare nats-py ordered consumer':<56}{bare_n:>10,}{bare_s:>10.2f}{bare_n / bare_s:>12,.0f}")
+    print(f"{'  source / bare (target >= 0.5)':<56}{(read_n / read_s) / (bare_n / bare_s):>32.2f}")
+    print(f"\n{'the job (read + transforms + SQLite + Delta)':<56}{'events':>10}{'seconds':>10}{'events/s':>12}")
+    print(f"{'  full run':<56}{report.events_read:>10,}{full_s:>10.2f}{report.events_read / full_s:>12,.0f}")
+    print(f"{'  incremental run over 10% new events':<56}{incremental.events_read:>10,}{incr_s:>10.2f}")
+    print(f"{'  full recompute of everything':<56}{recompute.events_read:>10,}{recompute_s:>10.2f}")
+    print(f"{'  incremental / full recompute (target <= 0.25)':<56}{incr_s / recompute_s:>32.2f}")
+
+
+if __name__ == "__main__":
+    main()
