@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     when = analytics.add_mutually_exclusive_group(required=True)
     when.add_argument("--once", action="store_true", help="one run, then exit")
     when.add_argument("--every", type=float, metavar="SECONDS", help="a run every SECONDS until Ctrl-C")
-    analytics.add_argument("--master", default="local[2]", help="Spark master URL (default %(default)s)")
+    analytics.add_argument("--master", help="Spark master URL (default: spark-submit's, else local)")
     analytics.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     analytics.add_argument("--partitions", type=int, default=2, help="parallel reads of the event log")
 

@@ -171,17 +171,24 @@ def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: Data
     return len(rows_a) + len(rows_g) + len(rows_b) + len(lost_rows) + len(rows_s)
 
 
-def spark_session(master: str = "local[2]", app_name: str = "batch-console-analytics") -> SparkSession:
-    """A session the job can run on: the workers use this interpreter, the UI is off."""
+def spark_session(master: str | None = None, app_name: str = "batch-console-analytics") -> SparkSession:
+    """A session the job can run on: the workers use this interpreter, the UI is off. With no
+    master, the one spark-submit was given, or local when run directly."""
     import os
     import sys
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
+    if master is None or master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
     return (
-        SparkSession.builder.master(master).appName(app_name)
+        # The driver collects a run's new events to append them to Delta (deltalake writes from the
+        # driver): room for a million events per run.
+        builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.maxResultSize", "2g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
