@@ -88,6 +88,7 @@ async def test_collect_stores_an_abandonment_and_stops_cleanly_on_sigterm(cli_se
 
     from console.broker.atomic import AtomicBatch
     from console.broker.eventlog import EventLog
+    from tests.waits import collector_ready
 
     with open(tmp_path / "collect.log", "w") as err:
         proc = subprocess.Popen(CLI + ["collect", "--server", cli_server, "--batch-timeout", "1"], stderr=err)
@@ -96,14 +97,8 @@ async def test_collect_stores_an_abandonment_and_stops_cleanly_on_sigterm(cli_se
         js = nc.jetstream()
         await js.add_stream(name="CLI_COLLECT", subjects=["cli.collect"], allow_atomic=True)
         log = EventLog(js)
+        await collector_ready(js, proc)
         deadline = asyncio.get_running_loop().time() + 30
-        while True:  # ready once its durable advisory consumer exists
-            try:
-                await js.consumer_info("BATCH_CONSOLE_ADVISORIES", "batch-console-collector")
-                break
-            except nats.js.errors.NotFoundError:
-                assert asyncio.get_running_loop().time() < deadline and proc.poll() is None
-                await asyncio.sleep(0.1)
         batch = AtomicBatch(nc, batch_id="cli-collect")
         await batch.add("cli.collect", b"x")
         batch.discard()

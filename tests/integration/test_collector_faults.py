@@ -8,6 +8,7 @@ from console.broker.eventlog import EventLog
 from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from tests.conftest import TEST_LIMITS
+from tests.waits import collector_ready
 
 
 async def wait_for_batch(log, batch_id, timeout=30.0):
@@ -88,14 +89,8 @@ async def test_collector_killed_mid_burst_loses_and_duplicates_nothing(tmp_path)
         await js.add_stream(StreamConfig(name="BURST", subjects=["burst.>"], allow_atomic=True))
         log = EventLog(js)
         start_collector()
+        await collector_ready(js, procs[-1])
         deadline = asyncio.get_running_loop().time() + 30
-        while True:  # ready once its durable advisory consumer exists
-            try:
-                await js.consumer_info("BATCH_CONSOLE_ADVISORIES", "batch-console-collector")
-                break
-            except nats.js.errors.NotFoundError:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.05)
 
         ids = [f"burst-{i}" for i in range(300)]
 

@@ -1,0 +1,21 @@
+"""Waiting on conditions (never on time alone), shared by the test folders."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import nats.js.errors
+
+
+async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+    """A collector is ready once its durable advisory consumer exists; fails early if its process died."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await js.consumer_info("BATCH_CONSOLE_ADVISORIES", "batch-console-collector")
+            return
+        except nats.js.errors.NotFoundError:
+            assert proc is None or proc.poll() is None, "the collector process exited"
+            assert asyncio.get_running_loop().time() < deadline, "the collector did not become ready"
+            await asyncio.sleep(0.05)
