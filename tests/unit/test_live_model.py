@@ -1,0 +1,76 @@
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+from console.domain.events import BatchEvent, EventKind
+from console.domain.live_model import LiveModel
+
+T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
+
+
+def at(seconds):
+    return T0 + timedelta(seconds=seconds)
+
+
+def abandoned(i, seconds, reason="timeout", stream="S"):
+    return BatchEvent(f"adv.{i}", EventKind.ATOMIC_ABANDONED, at(seconds), stream, f"a{i}", reason=reason)
+
+
+def test_counters_by_reason_over_windows_and_newest_first():
+    model = LiveModel()
+    for i, (seconds, reason) in enumerate([(0, "timeout"), (3000, "incomplete"), (3500, "timeout"), (3590, "large")]):
+        model.apply(abandoned(i, seconds, reason))
+    now = at(3600)
+    assert model.counts_by_reason(now, timedelta(minutes=5)) == Counter({"timeout": 1, "large": 1})
+    assert model.counts_by_reason(now, timedelta(hours=1)) == Counter({"timeout": 2, "incomplete": 1, "large": 1})
+    assert [b.batch_id for b in model.newest_first(3)] == ["a3", "a2", "a1"]
+
+
+def test_fast_outcomes_count_as_lost_batches_with_their_reason():
+    model = LiveModel()
+    model.apply(BatchEvent("f.x", EventKind.FAST_ENDED_EARLY, at(1), "F", "f1", reason="gap"))
+    model.apply(BatchEvent("f.d", EventKind.FAST_DROPPED, at(2), None, "f2", inferred=True))
+    assert [(b.kind, b.reason) for b in model.newest_first()] == [("fast", "dropped"), ("fast", "gap")]
+
+
+def test_per_interval_series_by_reason():
+    model = LiveModel()
+    for i, seconds in enumerate([5, 65, 70, 125]):
+        model.apply(abandoned(i, seconds))
+    model.apply(abandoned(9, 66, "incomplete"))
+    assert model.per_interval(at(180), timedelta(minutes=1), 3) == {"timeout": [1, 2, 1], "incomplete": [0, 1, 0]}
+
+
+def test_active_fast_batches_follow_progress_flow_and_gaps_until_their_outcome():
+    model = LiveModel()
+    model.apply(BatchEvent("s", EventKind.FAST_STARTED, at(0), None, "b", gap_mode="ok", flow=500))
+    model.apply(BatchEvent("fc", EventKind.FAST_FLOW_CHANGED, at(1), None, "b", gap_mode="ok", flow=250, previous_flow=500, seq=1000))
+    model.apply(BatchEvent("p", EventKind.FAST_PROGRESS, at(2), None, "b", gap_mode="ok", flow=250, seq=2000, acks=8))
+    model.apply(BatchEvent("g", EventKind.FAST_GAP, at(3), None, "b", gap_mode="ok", seq=2100, first_lost_seq=2097, lost=3))
+    batch = model.active["b"]
+    assert (batch.flow, batch.acked_seq, batch.last_seq, batch.gaps, batch.lost) == (250, 2000, 2100, 1, 3)
+    assert [f for _, f in batch.flow_points] == [500, 250, 250]
+    assert list(batch.gap_points) == [(at(3), 2100, 3)]
+    model.apply(BatchEvent("c", EventKind.FAST_COMMITTED, at(4), "F", "b", count=2500))
+    assert model.active == {}
+
+
+def test_memory_is_bounded_and_redelivered_events_are_ignored():
+    model = LiveModel(recent=3, max_active=2)
+    for i in range(10):
+        model.apply(abandoned(i, i))
+    assert len(model.recent) == 3
+    for name in ("x", "y", "z"):
+        model.apply(BatchEvent(f"s{name}", EventKind.FAST_STARTED, at(ord(name)), None, name, flow=10))
+    assert set(model.active) == {"y", "z"}
+    before = model.version
+    model.apply(abandoned(9, 9))  # the same event again
+    assert model.version == before
+
+
+def test_collector_liveness_and_freshness_come_from_status_events():
+    model = LiveModel()
+    assert not model.collector_alive(at(0)) and model.freshness(at(0)) is None
+    model.apply(BatchEvent("status.1", EventKind.COLLECTOR_STATUS, at(10), detail='{"rejected": {"invalid reply subject": 2}}'))
+    assert model.collector_alive(at(20)) and not model.collector_alive(at(40))
+    assert model.collector["rejected"] == {"invalid reply subject": 2}
+    assert model.freshness(at(12)) == timedelta(seconds=2)
