@@ -1,0 +1,42 @@
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from console.broker.eventlog import EventLog, EventLogSettings
+from console.broker.live_state import LiveState
+from console.domain.events import BatchEvent, EventKind
+
+
+async def wait_until(condition, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_backfills_recent_events_then_follows_live(nc):
+    settings = EventLogSettings(stream="LIVE_A", subject_prefix="live_a")
+    log = EventLog(nc.jetstream(), settings)
+    await log.ensure()
+    now = datetime.now(timezone.utc)
+    await log.append([BatchEvent("old", EventKind.ATOMIC_ABANDONED, now - timedelta(hours=3), "S", "old", reason="timeout")])
+    await log.append([BatchEvent("recent", EventKind.ATOMIC_ABANDONED, now, "S", "recent", reason="large")])
+    state = LiveState(nc, settings, backfill=timedelta(seconds=30))
+    state.start()
+    try:
+        # the backfill window is measured on the log's stored times, which are all "now" here
+        await wait_until(lambda: len(state.model.recent) == 2)
+        await log.append([BatchEvent("live", EventKind.ATOMIC_ABANDONED, now, "S", "live", reason="incomplete")])
+        await wait_until(lambda: [b.batch_id for b in state.model.newest_first(1)] == ["live"])
+        assert state.connection == "connected" and state.problem is None
+    finally:
+        await state.stop()
+
+
+async def test_a_missing_event_log_is_a_visible_problem_not_a_crash(nc):
+    state = LiveState(nc, EventLogSettings(stream="LIVE_MISSING", subject_prefix="live_missing"))
+    state.start()
+    try:
+        await wait_until(lambda: state.problem is not None)
+        assert "event log not readable" in state.problem
+    finally:
+        await state.stop()
