@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     analytics.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     analytics.add_argument("--partitions", type=int, default=2, help="parallel reads of the event log")
 
+    serve = commands.add_parser("serve", help="the web console (Panel)")
+    add_connection_flags(serve)
+    serve.add_argument("--address", default="127.0.0.1", help="bind address (default %(default)s)")
+    serve.add_argument("--port", type=int, default=8050)
+    serve.add_argument("--basic-auth", default=os.environ.get("BATCH_CONSOLE_BASIC_AUTH"),
+                       help="a password, or a JSON file of user: password; required off loopback")
+    serve.add_argument("--insecure", action="store_true", help="serve off loopback without authentication")
+
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
     add_connection_flags(probe)
@@ -262,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(collect_async(args))
         if args.command == "analytics":
             return cmd_analytics(args)
+        if args.command == "serve":
+            from console.serve import serve  # Panel loads only here
+
+            serve(connection_settings(args), address=args.address, port=args.port,
+                  basic_auth=args.basic_auth, insecure=args.insecure)
+            return 0
         return asyncio.run(probe_async(args))
     except ConsoleError as e:
         print(f"batch-console: {e}", file=sys.stderr)

@@ -27,6 +27,11 @@ async def nc(nats_server):
     await conn.close()
 
 
+def pytest_collection_modifyitems(items):
+    """Browser tests last: pytest-playwright's session loop breaks pytest-asyncio tests after it."""
+    items.sort(key=lambda item: "/tests/ui/" in str(item.path))
+
+
 _names = itertools.count()
 
 

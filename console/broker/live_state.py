@@ -11,6 +11,7 @@ import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
 
+import nats.js.errors
 from nats.aio.client import Client
 
 from console.broker.eventlog import EventLog, EventLogSettings
@@ -57,7 +58,10 @@ class LiveState:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # no event log yet, or a dropped connection: say so, retry
-                self.problem = f"event log not readable: {e}"
-                log.warning(self.problem)
+                problem = (f"no event log {self.log.settings.stream} yet (is the collector running?)"
+                           if isinstance(e, nats.js.errors.NotFoundError) else f"event log not readable: {e}")
+                if problem != self.problem:
+                    log.warning(problem)
+                self.problem = problem
                 since = self.model.last_event or since
                 await asyncio.sleep(1.0)

@@ -1,0 +1,68 @@
+"""`batch-console serve`: the Panel app's composition root. One NATS connection and one LiveState
+per process, shared by every browser session; per-session timers push at a bounded rate."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+
+import panel as pn
+
+from console.broker.connection import connect
+from console.broker.live_state import LiveState
+from console.config import ConnectionSettings
+from console.errors import ConfigError
+from console.ui.live import LivePage
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def check_exposure(address: str, basic_auth: str | None, insecure: bool) -> None:
+    """Anywhere but loopback wants authentication, unless the operator says --insecure."""
+    if not is_loopback(address) and not basic_auth and not insecure:
+        raise ConfigError(f"refusing to serve on {address} without --basic-auth (or --insecure to accept the risk)")
+
+
+class App:
+    def __init__(self, settings: ConnectionSettings):
+        self.settings = settings
+        self.live: LiveState | None = None
+
+    async def start(self) -> None:
+        nc = await connect(self.settings)
+        self.live = LiveState(nc)
+        self.live.start()
+
+    def live_page(self):
+        page = LivePage(model=self.live.model, connection=lambda: self.live.connection,
+                        problem=lambda: self.live.problem)
+        callback = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
+        pn.state.on_session_destroyed(lambda _: callback.stop())
+        # No template: the stock ones fetch fonts from a CDN, and a console must work offline.
+        return pn.Column(pn.pane.Markdown("# JetStream Batch Console"), page, sizing_mode="stretch_width")
+
+
+def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int = 8050,
+          basic_auth: str | None = None, insecure: bool = False) -> None:
+    check_exposure(address, basic_auth, insecure)
+    pn.extension("tabulator", inline=True, notifications=False)
+    app = App(settings)
+    server = pn.io.server.get_server(
+        {"/": app.live_page}, address=address, port=port, show=False, start=False,
+        websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"],
+        basic_auth=basic_auth, cookie_secret=secrets.token_hex(32) if basic_auth else None,
+        title="JetStream Batch Console",
+    )
+    server.io_loop.run_sync(app.start)  # connected before the first session can arrive
+    print(f"serving on http://{address}:{server.port}/", flush=True)
+    server.start()
+    server.io_loop.start()
+

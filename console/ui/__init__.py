@@ -1,0 +1,1 @@
+"""Panel Viewers bound to params; no NATS or SQL inside a view."""

@@ -1,0 +1,74 @@
+"""Browser tests: Debian's Chromium driven by pytest-playwright, against the real processes
+(batch-console server, collect and serve) started here."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "batch-console")
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"],
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None, f"web process exited:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"web process not answering:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def console(tmp_path_factory):
+    """A nats-server (1 s batch timeout), a collector and the web app; yields (nats URL, web URL)."""
+    tmp = tmp_path_factory.mktemp("console")
+    procs = []
+
+    def start(args, name):
+        log = open(tmp / f"{name}.log", "w")
+        procs.append(subprocess.Popen([CLI, *args], stdout=log, stderr=subprocess.STDOUT))
+        return procs[-1], tmp / f"{name}.log"
+
+    server, server_log = start(["server", "--port", "0", "--data-dir", str(tmp), "--batch-timeout", "1"], "nats")
+    deadline = time.monotonic() + 30
+    while not (m := re.search(r"nats://[\d.]+:\d+", server_log.read_text())):
+        assert server.poll() is None and time.monotonic() < deadline, server_log.read_text()
+        time.sleep(0.05)
+    nats_url = m.group(0)
+    start(["collect", "--server", nats_url], "collector")
+    port = free_port()
+    web, web_log = start(["serve", "--server", nats_url, "--port", str(port)], "web")
+    web_url = f"http://127.0.0.1:{port}/"
+    wait_http(web_url, web, web_log)
+    yield nats_url, web_url
+    for proc in reversed(procs):
+        proc.terminate()
+        proc.wait(timeout=20)

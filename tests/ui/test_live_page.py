@@ -1,0 +1,22 @@
+import json
+import subprocess
+
+from playwright.sync_api import expect
+
+from tests.ui.conftest import CLI
+
+
+def probe(nats_url, *args):
+    done = subprocess.run([CLI, "probe", *args, "--server", nats_url, "--json"], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout)
+
+
+def test_an_abandoned_batch_appears_in_the_live_table(console, page):
+    nats_url, web_url = console
+    page.goto(web_url)
+    expect(page.get_by_text("Lost batches, live")).to_be_visible(timeout=30_000)
+    report = probe(nats_url, "atomic", "--count", "4", "--batch-size", "2", "--abandon", "--stream", "UI_LIVE", "--subject", "ui.live")
+    batch_id = report["abandoned_batch"]
+    expect(page.get_by_text(batch_id)).to_be_visible(timeout=30_000)  # the server abandons it after 1 s
+    expect(page.get_by_text("collector alive")).to_be_visible(timeout=30_000)
+    page.screenshot(path="assets/live.png", full_page=True)
