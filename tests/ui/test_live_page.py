@@ -20,3 +20,15 @@ def test_an_abandoned_batch_appears_in_the_live_table(console, page):
     expect(page.get_by_text(batch_id)).to_be_visible(timeout=30_000)  # the server abandons it after 1 s
     expect(page.get_by_text("collector alive")).to_be_visible(timeout=30_000)
     page.screenshot(path="assets/live.png", full_page=True)
+
+
+def test_a_fast_batch_ended_by_a_gap_appears_with_its_reason(console, page):
+    nats_url, web_url = console
+    page.goto(web_url)
+    report = probe(nats_url, "fast", "--count", "50", "--flow", "5", "--skip-seq", "20", "--gap-mode", "fail",
+                   "--stream", "UI_FAST", "--subject", "ui.fast")
+    assert report["gaps"] == [{"first_lost_seq": 20, "seq": 21, "lost": 1}]
+    row = page.get_by_role("row").filter(has_text=report["batch_ids"][0])
+    expect(row).to_be_visible(timeout=30_000)
+    expect(row).to_contain_text("gap")
+    expect(row).to_contain_text("UI_FAST")
