@@ -16,6 +16,8 @@ from console.domain.events import BatchEvent, EventKind
 
 LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
 ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
+# An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
+OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class LiveModel:
         self.last_event: datetime | None = None
         self.events_applied = 0
         self.version = 0  # bumps on every change: views redraw only when it moved
+        self._ended: deque[str] = deque(maxlen=1000)  # late events of these do not reopen them
         self._seen_ids: deque[str] = deque(maxlen=10_000)
         self._seen_set: set[str] = set()
 
@@ -88,9 +91,12 @@ class LiveModel:
     def _fast(self, event: BatchEvent) -> None:
         if event.kind in ENDED_KINDS:
             self.active.pop(event.batch_id, None)
+            self._ended.append(event.batch_id)
             return
         batch = self.active.get(event.batch_id)
         if batch is None:
+            if event.kind not in OPENING_KINDS or event.batch_id in self._ended:
+                return
             if len(self.active) >= self.max_active:  # the oldest quiet batch makes room
                 oldest = min(self.active.values(), key=lambda b: b.last_event)
                 del self.active[oldest.batch_id]

@@ -7,6 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pandas as pd
 import panel as pn
 import param
+from bokeh.models import ColumnDataSource
+from bokeh.palettes import Category10
+from bokeh.plotting import figure
 
 from console.domain.live_model import LiveModel
 
@@ -19,6 +22,46 @@ def recent_frame(model: LiveModel, limit: int = 100) -> pd.DataFrame:
     rows = [{"time": b.time, "stream": b.stream or "(unknown)", "batch_id": b.batch_id or "", "reason": b.reason,
              "kind": b.kind} for b in model.newest_first(limit)]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
+
+
+ACTIVE_COLUMNS = {"batch_id": "object", "stream": "object", "seq": "int64", "acked_seq": "int64", "flow": "Int64",
+                  "gap_mode": "object", "gaps": "int64", "lost": "int64"}
+INTERVAL = timedelta(minutes=1)
+INTERVALS = 60
+FLOW_LINES = 10  # the most recently active batches get a line each
+
+
+def active_frame(model: LiveModel) -> pd.DataFrame:
+    rows = [{"batch_id": b.batch_id, "stream": b.stream or "(unknown)", "seq": b.last_seq, "acked_seq": b.acked_seq,
+             "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost}
+            for b in sorted(model.active.values(), key=lambda b: b.last_event, reverse=True)]
+    return pd.DataFrame(rows, columns=list(ACTIVE_COLUMNS)).astype(ACTIVE_COLUMNS)
+
+
+def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
+    """Columns for the stacked bars: interval start times, then one column per reason."""
+    series = model.per_interval(now, INTERVAL, INTERVALS)
+    start = now - INTERVAL * INTERVALS
+    data: dict[str, list] = {"t": [start + INTERVAL * i for i in range(INTERVALS)]}
+    for reason in REASONS:
+        data[reason] = series.get(reason, [0] * INTERVALS)
+    return data
+
+
+def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
+    """(lines, gap markers) for the most recently active batches."""
+    recent = sorted(model.active.values(), key=lambda b: b.last_event, reverse=True)[:FLOW_LINES]
+    lines = {"xs": [[t for t, _ in b.flow_points] for b in recent],
+             "ys": [[f for _, f in b.flow_points] for b in recent],
+             "batch": [b.batch_id for b in recent],
+             "color": [Category10[10][i % 10] for i in range(len(recent))]}
+    marks: dict[str, list] = {"t": [], "flow": [], "lost": []}
+    for b in recent:
+        for t, _, lost in b.gap_points:
+            marks["t"].append(t)
+            marks["flow"].append(b.flow or 0)
+            marks["lost"].append(lost or 0)
+    return lines, marks
 
 
 def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime) -> str:
@@ -50,10 +93,28 @@ class LivePage(pn.viewable.Viewer):
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(
             recent_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width",
-            height=420, name="recent abandoned batches",
+            height=320,
         )
+        self._active = pn.widgets.Tabulator(
+            active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,
+        )
+        self._bars = ColumnDataSource(interval_data(self.model, datetime.now(timezone.utc)))
+        bars = figure(title="Lost batches per minute, by reason", x_axis_type="datetime", height=260,
+                      sizing_mode="stretch_width", toolbar_location=None)
+        bars.vbar_stack(list(REASONS), x="t", width=INTERVAL.total_seconds() * 900, source=self._bars,
+                        color=Category10[len(REASONS)], legend_label=list(REASONS))
+        bars.legend.location = "top_left"
+        lines, marks = flow_data(self.model)
+        self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
+        flows = figure(title="Flow of active fast batches (x: gaps)", x_axis_type="datetime", height=260,
+                       sizing_mode="stretch_width", toolbar_location=None)
+        flows.multi_line(xs="xs", ys="ys", line_color="color", source=self._lines)
+        flows.scatter(x="t", y="flow", marker="x", size=12, color="red", source=self._marks)
         self._layout = pn.Column(
-            pn.pane.Markdown("## Lost batches, live"), self._counters, self._table, self._status,
+            pn.pane.Markdown("## Lost batches, live"), self._counters,
+            pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(flows, sizing_mode="stretch_width"),
+                   sizing_mode="stretch_width"),
+            self._table, pn.pane.Markdown("### Active fast batches"), self._active, self._status,
             sizing_mode="stretch_width",
         )
         self.refresh()
@@ -70,6 +131,9 @@ class LivePage(pn.viewable.Viewer):
             cells = " | ".join(f"**{r}** {five.get(r, 0)} / {hour.get(r, 0)}" for r in REASONS if hour.get(r))
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
             self._table.value = recent_frame(self.model)
+            self._active.value = active_frame(self.model)
+            self._bars.data = interval_data(self.model, now)
+            self._lines.data, self._marks.data = flow_data(self.model)
 
     def __panel__(self):
         return self._layout

@@ -74,3 +74,12 @@ def test_collector_liveness_and_freshness_come_from_status_events():
     assert model.collector_alive(at(20)) and not model.collector_alive(at(40))
     assert model.collector["rejected"] == {"invalid reply subject": 2}
     assert model.freshness(at(12)) == timedelta(seconds=2)
+
+
+def test_late_errors_of_an_ended_batch_do_not_reopen_it():
+    model = LiveModel()
+    model.apply(BatchEvent("s", EventKind.FAST_STARTED, at(0), None, "b", gap_mode="fail", flow=5))
+    model.apply(BatchEvent("x", EventKind.FAST_ENDED_EARLY, at(1), "F", "b", reason="gap", count=20))
+    model.apply(BatchEvent("e", EventKind.FAST_ERROR, at(2), "F", "b", seq=25, err_code=10208))
+    model.apply(BatchEvent("e2", EventKind.FAST_ERROR, at(2), "F", "other", seq=1, err_code=10211))
+    assert model.active == {}

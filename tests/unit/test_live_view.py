@@ -1,0 +1,43 @@
+"""The Live page's data, rendered without a server."""
+
+from datetime import datetime, timedelta, timezone
+
+from console.domain.events import BatchEvent, EventKind
+from console.domain.live_model import LiveModel
+from console.ui.live import INTERVALS, LivePage, active_frame, flow_data, interval_data, recent_frame, status_text
+
+NOW = datetime(2026, 11, 21, 4, 0, tzinfo=timezone.utc)
+
+
+def model_with_traffic() -> LiveModel:
+    model = LiveModel()
+    model.apply(BatchEvent("a", EventKind.ATOMIC_ABANDONED, NOW - timedelta(seconds=90), "S", "<img src=x onerror=alert(1)>", reason="timeout"))
+    model.apply(BatchEvent("s", EventKind.FAST_STARTED, NOW - timedelta(seconds=5), None, "f1", gap_mode="ok", flow=100))
+    model.apply(BatchEvent("g", EventKind.FAST_GAP, NOW - timedelta(seconds=4), None, "f1", gap_mode="ok", seq=300, lost=2))
+    return model
+
+
+def test_frames_have_their_dtypes_even_when_empty():
+    empty = LiveModel()
+    assert list(recent_frame(empty).dtypes.astype(str)) == ["datetime64[ns, UTC]", "object", "object", "object", "object"]
+    assert len(active_frame(empty)) == 0 and str(active_frame(empty)["seq"].dtype) == "int64"
+
+
+def test_interval_bars_put_each_loss_in_its_minute():
+    data = interval_data(model_with_traffic(), NOW)
+    assert len(data["t"]) == INTERVALS
+    assert data["timeout"][-2] == 1 and sum(data["timeout"]) == 1 and sum(data["gap"]) == 0
+
+
+def test_flow_lines_and_gap_marks_for_active_batches():
+    lines, marks = flow_data(model_with_traffic())
+    assert lines["batch"] == ["f1"] and lines["ys"] == [[100]]
+    assert (marks["flow"], marks["lost"]) == ([100], [2])
+
+
+def test_the_page_builds_without_a_server_and_keeps_payload_text_as_data():
+    model = model_with_traffic()
+    page = LivePage(model=model, connection=lambda: "connected")
+    assert page._table.value["batch_id"].tolist() == ["<img src=x onerror=alert(1)>"]
+    assert page._active.value["lost"].tolist() == [2]
+    assert status_text(model, "reconnecting", None, NOW).startswith("NATS reconnecting · collector SILENT")
