@@ -51,7 +51,8 @@ _TABLE = (
     ErrorCode(10211, 429, "batch publish too many inflight", BatchKind.FAST,
               "too many open fast batches on the stream (1000) or server (50,000)"),
     ErrorCode(10052, 500, "async persist mode is not supported with atomic batch publish", None,
-              "stream config: persist_mode async with allow_atomic"),
+              "the server's generic invalid stream config code; also 'stream configuration update can not"
+              " change persist mode'"),
     ErrorCode(10198, 400, "stream mirrors can not also use atomic publishing", None,
               "stream config: mirror with allow_atomic"),
     ErrorCode(10209, 400, "stream mirrors can not also use batch publishing", None,

@@ -78,6 +78,16 @@ def check_settings(settings: StreamBatchSettings, server_api_level: int | None =
     return found
 
 
+def check_change(before: StreamBatchSettings, after: StreamBatchSettings,
+                 server_api_level: int | None = None) -> list[RuleViolation]:
+    """check_settings on the result, plus what an update may not change (seen on nats-server 2.15:
+    "stream configuration update can not change persist mode", 10052)."""
+    found = check_settings(after, server_api_level)
+    if before.persist_mode != after.persist_mode:
+        found.append(RuleViolation("persist_mode", "stream configuration update can not change persist mode", 10052))
+    return found
+
+
 def diff_settings(before: StreamBatchSettings, after: StreamBatchSettings) -> dict[str, tuple[Any, Any]]:
     """field -> (before, after) for the editable fields that change."""
     fields = ("allow_atomic", "allow_batched", "persist_mode")
