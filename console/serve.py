@@ -9,11 +9,13 @@ import secrets
 
 import panel as pn
 
+from console.broker.admin import StreamAdmin
 from console.broker.connection import connect
 from console.broker.live_state import LiveState
 from console.config import ConnectionSettings
 from console.errors import ConfigError
 from console.ui.live import LivePage
+from console.ui.streams import StreamsPage
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +37,31 @@ class App:
     def __init__(self, settings: ConnectionSettings):
         self.settings = settings
         self.live: LiveState | None = None
+        self.admin: StreamAdmin | None = None
 
     async def start(self) -> None:
         nc = await connect(self.settings)
         self.live = LiveState(nc)
         self.live.start()
+        self.admin = StreamAdmin(nc)
 
     def live_page(self):
         page = LivePage(model=self.live.model, connection=lambda: self.live.connection,
                         problem=lambda: self.live.problem)
         callback = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
         pn.state.on_session_destroyed(lambda _: callback.stop())
+        return self._frame(page)
+
+    def streams_page(self):
+        page = StreamsPage(admin=self.admin)
+        pn.state.onload(page.reload)
+        return self._frame(page)
+
+    @staticmethod
+    def _frame(page):
         # No template: the stock ones fetch fonts from a CDN, and a console must work offline.
-        return pn.Column(pn.pane.Markdown("# JetStream Batch Console"), page, sizing_mode="stretch_width")
+        nav = pn.pane.Markdown("# JetStream Batch Console\n[Live](/) · [Streams](/streams)")
+        return pn.Column(nav, page, sizing_mode="stretch_width")
 
 
 def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int = 8050,
@@ -56,7 +70,7 @@ def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int
     pn.extension("tabulator", inline=True, notifications=False)
     app = App(settings)
     server = pn.io.server.get_server(
-        {"/": app.live_page}, address=address, port=port, show=False, start=False,
+        {"/": app.live_page, "/streams": app.streams_page}, address=address, port=port, show=False, start=False,
         websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"],
         basic_auth=basic_auth, cookie_secret=secrets.token_hex(32) if basic_auth else None,
         title="JetStream Batch Console",

@@ -1,0 +1,27 @@
+from playwright.sync_api import expect
+
+from tests.ui.test_live_page import probe
+
+
+def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_text(console, page):
+    nats_url, web_url = console
+    probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_EDIT", "--subject", "ui.edit")
+    page.goto(web_url + "streams")
+    expect(page.get_by_text("JetStream API level 5")).to_be_visible(timeout=30_000)
+    page.get_by_label("stream").select_option("UI_EDIT")
+    batched = page.get_by_role("checkbox").nth(1)  # allow_atomic, then allow_batched: Bokeh gives them no accessible name
+    expect(batched).to_be_checked()  # the probe creates its stream allowing both kinds
+    batched.uncheck()
+    expect(page.get_by_text("allow_batched: True → False")).to_be_visible()
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("Applied to UI_EDIT.")).to_be_visible(timeout=15_000)
+    row = page.get_by_role("row").filter(has_text="UI_EDIT")
+    expect(row).to_contain_text("2")  # the required API level is back to 2 (atomic only)
+
+    page.get_by_label("persist_mode").select_option("async")  # the server never allows this on an update
+    expect(page.get_by_text("stream configuration update can not change persist mode (server code 10052)")).to_be_visible()
+    page.get_by_role("button", name="Apply").click()
+    refusal = page.get_by_role("paragraph").filter(has_text="The server refused:")
+    expect(refusal).to_contain_text("[10052]", timeout=15_000)  # the server names the first rule it checks
+    expect(refusal).to_contain_text("persist mode")
+    page.screenshot(path="assets/streams.png", full_page=True)
