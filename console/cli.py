@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--basic-auth", default=os.environ.get("BATCH_CONSOLE_BASIC_AUTH"),
                        help="a password, or a JSON file of user: password; required off loopback")
     serve.add_argument("--insecure", action="store_true", help="serve off loopback without authentication")
+    serve.add_argument("--read-only", action="store_true", help="hide and refuse every action that changes the server")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             from console.serve import serve  # Panel loads only here
 
             serve(connection_settings(args), address=args.address, port=args.port,
-                  basic_auth=args.basic_auth, insecure=args.insecure)
+                  basic_auth=args.basic_auth, insecure=args.insecure, read_only=args.read_only)
             return 0
         return asyncio.run(probe_async(args))
     except ConsoleError as e:

@@ -34,8 +34,9 @@ def check_exposure(address: str, basic_auth: str | None, insecure: bool) -> None
 
 
 class App:
-    def __init__(self, settings: ConnectionSettings):
+    def __init__(self, settings: ConnectionSettings, read_only: bool = False):
         self.settings = settings
+        self.read_only = read_only
         self.live: LiveState | None = None
         self.admin: StreamAdmin | None = None
 
@@ -53,7 +54,7 @@ class App:
         return self._frame(page)
 
     def streams_page(self):
-        page = StreamsPage(admin=self.admin)
+        page = StreamsPage(admin=self.admin, read_only=self.read_only)
         pn.state.onload(page.reload)
         return self._frame(page)
 
@@ -65,10 +66,10 @@ class App:
 
 
 def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int = 8050,
-          basic_auth: str | None = None, insecure: bool = False) -> None:
+          basic_auth: str | None = None, insecure: bool = False, read_only: bool = False) -> None:
     check_exposure(address, basic_auth, insecure)
     pn.extension("tabulator", inline=True, notifications=False)
-    app = App(settings)
+    app = App(settings, read_only=read_only)
     server = pn.io.server.get_server(
         {"/": app.live_page, "/streams": app.streams_page}, address=address, port=port, show=False, start=False,
         websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"],

@@ -45,13 +45,15 @@ class StreamsPage(pn.viewable.Viewer):
         self._server = pn.pane.Markdown("")
         self._table = pn.widgets.Tabulator(streams_frame([]), disabled=True, show_index=False,
                                            sizing_mode="stretch_width", height=300)
-        self._stream = pn.widgets.Select(name="stream", options=[])
-        self._atomic = pn.widgets.Checkbox(name="allow_atomic")
-        self._batched = pn.widgets.Checkbox(name="allow_batched")
-        self._persist = pn.widgets.Select(name="persist_mode", options=["default", "async"])
+        self._stream = pn.widgets.Select(label="stream", options=[])
+        self._atomic = pn.widgets.Checkbox(label="allow_atomic")
+        self._batched = pn.widgets.Checkbox(label="allow_batched")
+        self._persist = pn.widgets.Select(label="persist_mode", options=["default", "async"])
         self._review = pn.pane.Markdown("")
         self._result = pn.pane.Markdown("")
-        self._apply = pn.widgets.Button(name="Apply", button_type="primary", visible=not self.read_only)
+        self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.read_only)
+        if self.read_only:
+            self._result.object = "Read-only mode: settings are shown, not changed."
         self._stream.param.watch(self._on_stream, "value")
         for widget in (self._atomic, self._batched, self._persist):
             widget.param.watch(self._on_edit, "value")

@@ -47,6 +47,14 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) 
 
 
 @pytest.fixture(scope="session")
+def read_only_url(console):
+    return console_urls["read_only"]
+
+
+console_urls: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
 def console(tmp_path_factory):
     """A nats-server (1 s batch timeout), a collector and the web app; yields (nats URL, web URL)."""
     tmp = tmp_path_factory.mktemp("console")
@@ -68,6 +76,11 @@ def console(tmp_path_factory):
     web, web_log = start(["serve", "--server", nats_url, "--port", str(port)], "web")
     web_url = f"http://127.0.0.1:{port}/"
     wait_http(web_url, web, web_log)
+    ro_port = free_port()
+    read_only, ro_log = start(["serve", "--server", nats_url, "--port", str(ro_port), "--read-only"], "web-read-only")
+    read_only_url = f"http://127.0.0.1:{ro_port}/"
+    wait_http(read_only_url, read_only, ro_log)
+    console_urls["read_only"] = read_only_url
     yield nats_url, web_url
     for proc in reversed(procs):
         proc.terminate()

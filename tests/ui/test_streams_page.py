@@ -25,3 +25,12 @@ def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_te
     expect(refusal).to_contain_text("[10052]", timeout=15_000)  # the server names the first rule it checks
     expect(refusal).to_contain_text("persist mode")
     page.screenshot(path="assets/streams.png", full_page=True)
+
+
+def test_read_only_mode_shows_settings_but_offers_no_action(console, read_only_url, page):
+    nats_url, _ = console
+    probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_RO", "--subject", "ui.ro")
+    page.goto(read_only_url + "streams")
+    expect(page.get_by_text("Read-only mode: settings are shown, not changed.")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("row").filter(has_text="UI_RO")).to_be_visible()
+    expect(page.get_by_role("button")).to_have_count(0)
