@@ -19,3 +19,11 @@ async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: flo
             assert proc is None or proc.poll() is None, "the collector process exited"
             assert asyncio.get_running_loop().time() < deadline, "the collector did not become ready"
             await asyncio.sleep(0.05)
+
+
+async def wait_until(condition, timeout: float = 10.0) -> None:
+    """Poll a cheap, in-process condition until it holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)

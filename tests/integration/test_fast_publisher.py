@@ -6,6 +6,7 @@ import pytest
 from console.broker.fast import BatchEndedError, FastBatch
 from console.domain.replies import FlowError, FlowGap
 from console.errors import BatchDisabledError, BatchIdUnknownError, BatchRefusedError, NoRespondersError, TooManyInflightError
+from tests.waits import wait_until
 
 
 async def test_commit_stores_every_message_and_reports_ack_progress(nc, make_stream):
@@ -188,10 +189,3 @@ async def test_client_refuses_invalid_options(nc):
         FastBatch(nc, batch_id="x" * 65)
     with pytest.raises(BatchRefusedError):
         await FastBatch(nc).commit_eob()
-
-
-async def wait_until(condition, timeout=5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)

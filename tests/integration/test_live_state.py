@@ -4,13 +4,8 @@ from datetime import datetime, timedelta, timezone
 from console.broker.eventlog import EventLog, EventLogSettings
 from console.broker.live_state import LiveState
 from console.domain.events import BatchEvent, EventKind
+from tests.waits import wait_until
 
-
-async def wait_until(condition, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_backfills_recent_events_then_follows_live(nc):
