@@ -1,11 +1,9 @@
-import asyncio
 from datetime import datetime, timedelta, timezone
 
 from console.broker.eventlog import EventLog, EventLogSettings
 from console.broker.live_state import LiveState
 from console.domain.events import BatchEvent, EventKind
 from tests.waits import wait_until
-
 
 
 async def test_backfills_recent_events_then_follows_live(nc):
