@@ -32,3 +32,33 @@ def test_a_fast_batch_ended_by_a_gap_appears_with_its_reason(console, page):
     expect(row).to_be_visible(timeout=30_000)
     expect(row).to_contain_text("gap")
     expect(row).to_contain_text("UI_FAST")
+
+
+HOSTILE_PUBLISHER = """
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    headers = {"Nats-Batch-Id": sys.argv[2], "Nats-Batch-Sequence": "1"}
+    reply = await nc.request("ui.xss", b"x", timeout=5, headers=headers)  # staged, then left to time out
+    print(repr(reply.data))
+    await nc.close()
+asyncio.run(main())
+"""
+
+
+def test_markup_in_a_batch_id_shows_as_text_and_runs_nothing(console, page):
+    """A publisher names its batch with markup (the server accepts any header value as an atomic batch
+    id); the advisory brings that name to the page."""
+    import sys
+
+    nats_url, web_url = console
+    probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_XSS", "--subject", "ui.xss")
+    evil = "<img src=x onerror=alert(1)>"
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(web_url)
+    staged = subprocess.run([sys.executable, "-c", HOSTILE_PUBLISHER, nats_url, evil], capture_output=True, text=True, timeout=60)
+    assert staged.stdout.strip() == "b''", staged.stderr
+    expect(page.get_by_text(evil)).to_be_visible(timeout=30_000)
+    assert dialogs == []
+    assert page.locator("img[src='x']").count() == 0
