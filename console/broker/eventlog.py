@@ -89,9 +89,12 @@ class EventLog:
             await sub.unsubscribe()
         return out
 
-    async def follow(self, since: datetime, kind_filter: str = ">") -> AsyncIterator[tuple[int, BatchEvent]]:
-        """Every event from `since` on, then live; malformed entries are skipped."""
-        sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=since.isoformat())
+    async def follow(self, since: datetime | int, kind_filter: str = ">") -> AsyncIterator[tuple[int, BatchEvent]]:
+        """Every event from `since` on (a time, or a stream sequence), then live; malformed entries are skipped."""
+        if isinstance(since, int):
+            sub = await self._subscribe(DeliverPolicy.BY_START_SEQUENCE, kind_filter, opt_start_seq=since)
+        else:
+            sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=since.isoformat())
         try:
             async for msg in sub.messages:
                 try:

@@ -28,6 +28,7 @@ class LiveState:
         self.backfill = backfill
         self.model = model or LiveModel()
         self.problem: str | None = None  # shown in the status bar
+        self.last_seq = 0  # the last event-log sequence applied
         self._task: asyncio.Task | None = None
 
     @property
@@ -49,19 +50,30 @@ class LiveState:
             self._task = None
 
     async def _follow(self) -> None:
-        since = datetime.now(timezone.utc) - self.backfill
+        """Follow from the backfill time; after a reconnect, start again after the last sequence
+        applied: nats-py's own ordered-consumer reset can die quietly while the server comes back."""
+        since: datetime | int = datetime.now(timezone.utc) - self.backfill
         while True:
+            reconnects = self.nc.stats.get("reconnects", 0)
+            follower = asyncio.create_task(self._apply_from(since))
             try:
-                async for _, event in self.log.follow(since):
-                    self.model.apply(event)
-                    self.problem = None
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # no event log yet, or a dropped connection: say so, retry
+                while not follower.done() and self.nc.stats.get("reconnects", 0) == reconnects:
+                    await asyncio.wait([follower], timeout=1.0)
+            finally:
+                follower.cancel()
+                await asyncio.wait([follower])
+            if not follower.cancelled() and (error := follower.exception()) is not None:
                 problem = (f"no event log {self.log.settings.stream} yet (is the collector running?)"
-                           if isinstance(e, nats.js.errors.NotFoundError) else f"event log not readable: {e}")
+                           if isinstance(error, nats.js.errors.NotFoundError) else f"event log not readable: {error}")
                 if problem != self.problem:
                     log.warning(problem)
                 self.problem = problem
-                since = self.model.last_event or since
                 await asyncio.sleep(1.0)
+            if self.last_seq:
+                since = self.last_seq + 1
+
+    async def _apply_from(self, since: datetime | int) -> None:
+        async for seq, event in self.log.follow(since):
+            self.model.apply(event)
+            self.last_seq = seq
+            self.problem = None

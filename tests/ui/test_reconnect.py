@@ -1,0 +1,58 @@
+"""The NATS connection drops and returns under the web process; the open page follows."""
+
+import re
+import signal
+import subprocess
+import time
+
+from playwright.sync_api import expect
+
+from tests.ui.conftest import CLI, free_port, wait_http
+from tests.ui.test_live_page import probe
+
+
+def start(args, log_path):
+    log = open(log_path, "a")
+    return subprocess.Popen([CLI, *args], stdout=log, stderr=subprocess.STDOUT)
+
+
+def nats_ready(log_path, proc, after=0):
+    deadline = time.monotonic() + 30
+    while True:
+        text = log_path.read_text()[after:]
+        if m := re.search(r"nats-server ready on (nats://[\d.]+:\d+)", text):
+            return m.group(1)
+        assert proc.poll() is None and time.monotonic() < deadline, text
+        time.sleep(0.05)
+
+
+def test_the_page_shows_the_drop_and_follows_events_after_the_server_returns(tmp_path, page):
+    port = free_port()
+    nats_log = tmp_path / "nats.log"
+    server_args = ["server", "--port", str(port), "--data-dir", str(tmp_path), "--batch-timeout", "1"]
+    server = start(server_args, nats_log)
+    url = nats_ready(nats_log, server)
+    procs = [start(["collect", "--server", url], tmp_path / "collector.log")]
+    web_port = free_port()
+    procs.append(start(["serve", "--server", url, "--port", str(web_port)], tmp_path / "web.log"))
+    try:
+        wait_http(f"http://127.0.0.1:{web_port}/", procs[-1], tmp_path / "web.log")
+        page.goto(f"http://127.0.0.1:{web_port}/")
+        expect(page.get_by_text("NATS connected")).to_be_visible(timeout=30_000)
+
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)
+        expect(page.get_by_text("NATS reconnecting")).to_be_visible(timeout=30_000)
+
+        offset = len(nats_log.read_text())
+        server = start(server_args, nats_log)  # same port, same store
+        nats_ready(nats_log, server, offset)
+        expect(page.get_by_text("NATS connected")).to_be_visible(timeout=30_000)
+        report = probe(url, "atomic", "--count", "2", "--batch-size", "2", "--abandon",
+                       "--stream", "UI_BACK", "--subject", "ui.back")
+        expect(page.get_by_text(report["abandoned_batch"])).to_be_visible(timeout=30_000)
+    finally:
+        for proc in procs + [server]:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=20)
