@@ -21,6 +21,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import nats.js.errors
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlmodel import delete
@@ -34,6 +35,7 @@ from console.analytics.transforms import (
     gap_hourly,
     stream_abandonment_stats,
 )
+from console.broker.eventlog import missing_log
 from console.storage import delta, sqlite
 from console.storage.tables import (
     AbandonedBatch,
@@ -82,12 +84,13 @@ def _quoted(values) -> str:
     return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
 
 
-def _records(df: DataFrame) -> list[dict]:
-    """Rows for SQLite. Spark returns naive datetimes in the session zone, which is UTC."""
+def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
+    """Rows for SQLite from the Arrow table already written to Delta. SQLite wants aware
+    datetimes; Spark's are in the session zone, which is UTC."""
     return [
         {k: v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
-         for k, v in row.asDict().items()}
-        for row in df.collect()
+         for k, v in row.items() if k not in drop}
+        for row in table.to_pylist()
     ]
 
 
@@ -101,7 +104,7 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
         _, last = asyncio.run(_stream_bounds(options))
     except nats.js.errors.NotFoundError:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started,
-                         note=f"no event log {options.stream} yet (is the collector running?)")
+                         note=missing_log(options.stream))
     if last <= done:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
 
@@ -137,23 +140,28 @@ def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: Data
 
     lost = abandoned_batches(scope, settings.context_minutes).filter(F.to_date("time").isin(*days))
 
-    delta.replace_where(settings.delta("abandonment_hourly"), hourly_a.toArrow(), f"day IN ({_quoted(day_strings)})")
-    delta.replace_where(settings.delta("gap_hourly"), hourly_g.toArrow(), f"day IN ({_quoted(day_strings)})")
+    # Each aggregate is computed once, to Arrow: Delta takes the table, SQLite its rows.
+    by_day = f"day IN ({_quoted(day_strings)})"
+    hourly_a_rows, hourly_g_rows = hourly_a.toArrow(), hourly_g.toArrow()
+    delta.replace_where(settings.delta("abandonment_hourly"), hourly_a_rows, by_day)
+    delta.replace_where(settings.delta("gap_hourly"), hourly_g_rows, by_day)
+    rows_a, rows_g = _records(hourly_a_rows, drop=("day",)), _records(hourly_g_rows, drop=("day",))
+    rows_b: list[dict] = []
     if batches is not None:
-        delta.replace_where(settings.delta("fast_batch_summary"), batches.toArrow(), f"batch_id IN ({_quoted(touched)})")
-    lost_rows = _records(lost)
+        batch_rows = batches.toArrow()
+        delta.replace_where(settings.delta("fast_batch_summary"), batch_rows, f"batch_id IN ({_quoted(touched)})")
+        rows_b = _records(batch_rows)
+    lost_table = lost.toArrow()
+    lost_rows = _records(lost_table)
+    rows_s: list[dict] = []
     if lost_rows:
-        delta.replace_where(settings.delta("abandoned_batches"), lost.toArrow(),
+        delta.replace_where(settings.delta("abandoned_batches"), lost_table,
                             f"event_id IN ({_quoted(r['event_id'] for r in lost_rows)})")
-    stats = None
-    if lost_rows:  # per-stream figures from every abandonment kept so far (one row each: small)
+        # per-stream figures from every abandonment kept so far (one row each: small)
         stats = stream_abandonment_stats(spark.read.parquet(*delta.read_files(settings.delta("abandoned_batches"))))
-        delta.replace_where(settings.delta("stream_abandonment_stats"), stats.toArrow(), None)
-
-    rows_a = [{k: v for k, v in r.items() if k != "day"} for r in _records(hourly_a)]
-    rows_g = [{k: v for k, v in r.items() if k != "day"} for r in _records(hourly_g)]
-    rows_b = _records(batches) if batches is not None else []
-    rows_s = _records(stats) if stats is not None else []
+        stats_rows = stats.toArrow()
+        delta.replace_where(settings.delta("stream_abandonment_stats"), stats_rows, None)
+        rows_s = _records(stats_rows)
     midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
     day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
 

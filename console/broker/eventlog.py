@@ -27,6 +27,11 @@ class EventLogSettings:
     append_timeout: float = 10.0
 
 
+def missing_log(stream: str) -> str:
+    """What to show when there is no event log to read yet."""
+    return f"no event log {stream} yet (is the collector running?)"
+
+
 class EventLog:
     def __init__(self, js: JetStreamContext, settings: EventLogSettings = EventLogSettings()):
         self.js = js

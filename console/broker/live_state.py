@@ -1,8 +1,9 @@
 """One per web process: follows the event log into a LiveModel that every session reads.
 
 Backfills the last `backfill` of events, then follows live. The NATS connection's state is kept
-for the status bar; when the connection drops and returns, the ordered consumer resumes on its
-own (nats-py resets it), and events seen twice are ignored by the model.
+for the status bar; after a reconnect the follower starts again after the last sequence it
+applied (nats-py's own ordered-consumer reset can die while the server comes back), and events
+seen twice are ignored by the model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import nats.js.errors
 from nats.aio.client import Client
 
-from console.broker.eventlog import EventLog, EventLogSettings
+from console.broker.eventlog import EventLog, EventLogSettings, missing_log
 from console.domain.live_model import LiveModel
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class LiveState:
                 follower.cancel()
                 await asyncio.wait([follower])
             if not follower.cancelled() and (error := follower.exception()) is not None:
-                problem = (f"no event log {self.log.settings.stream} yet (is the collector running?)"
+                problem = (missing_log(self.log.settings.stream)
                            if isinstance(error, nats.js.errors.NotFoundError) else f"event log not readable: {error}")
                 if problem != self.problem:
                     log.warning(problem)

@@ -263,13 +263,12 @@ class Collector:
         if not msg.reply or not msg.reply.endswith(".$FI"):
             return  # a message that is not part of a fast batch
         try:
-            events = self.tracker.observe_publish(msg.subject, msg.reply, _now())
+            events, batch = self.tracker.observe_publish(msg.subject, msg.reply, _now())
         except InvalidReplySubject:
             self.rejected["invalid reply subject (publish side)"] += 1
             return
         if events:
             self._enqueue(events)
-        batch = self.tracker.batches.get(msg.reply.rsplit(".", 6)[1])
         if batch is not None and batch.stream is None:
             await self._resolve_stream(batch.batch_id, msg.subject)
 

@@ -88,18 +88,19 @@ class FastBatchTracker:
             raise MalformedReply(data, "an empty reply on a $FI subject")
         return events
 
-    def observe_publish(self, subject: str, reply: str, now: datetime) -> list[BatchEvent]:
+    def observe_publish(self, subject: str, reply: str, now: datetime) -> tuple[list[BatchEvent], TrackedBatch | None]:
         """One message of the publish side (opt-in tap): keeps a quiet batch alive and learns its subject.
-        Raises InvalidReplySubject for the caller to count."""
+        Returns the events and the batch it touched (None: not tracked). Raises InvalidReplySubject
+        for the caller to count."""
         where = FastReplySubject.parse(reply)
         batch = self.batches.get(where.batch_id)
         events: list[BatchEvent] = []
         if batch is None:
             if where.op is not FastOp.START:
-                return events
+                return events, None
             if len(self.batches) >= self.max_batches:
                 self.untracked += 1
-                return events
+                return events, None
             # Granted flow is not known until the first ack; a different grant shows as a flow change.
             batch = TrackedBatch(where.batch_id, where.gap_mode.value, where.flow, where.flow, now, now, now)
             self.batches[where.batch_id] = batch
@@ -107,7 +108,7 @@ class FastBatchTracker:
                                       previous_flow=where.flow, detail=f"seen publishing on {subject}"))
         batch.last_seen = now
         batch.subject = subject
-        return events
+        return events, batch
 
     def set_stream(self, batch_id: str, stream: str) -> None:
         if (batch := self.batches.get(batch_id)) is not None and batch.stream is None:

@@ -121,6 +121,10 @@ class LiveModel:
         since = now - within
         return Counter(b.reason for b in self.recent if b.time >= since)
 
+    def active_newest_first(self) -> list[ActiveBatch]:
+        """Active fast batches, the most recently heard from first."""
+        return sorted(self.active.values(), key=lambda b: b.last_event, reverse=True)
+
     def newest_first(self, limit: int = 100) -> list[LostBatch]:
         return list(reversed(self.recent))[:limit]
 

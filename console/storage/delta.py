@@ -48,9 +48,7 @@ def append_events(path: Path, events: pa.Table, up_to_seq: int) -> int:
 
 def replace_where(path: Path, rows: pa.Table, predicate: str | None) -> None:
     """Rows matching `predicate` are replaced by `rows` in one commit; None: the table is rewritten."""
-    if table(path) is None:
-        write_deltalake(str(path), rows, mode="overwrite")
-    elif predicate is None:
+    if predicate is None or table(path) is None:
         write_deltalake(str(path), rows, mode="overwrite")
     else:
         write_deltalake(str(path), rows, mode="overwrite", predicate=predicate)

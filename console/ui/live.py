@@ -34,7 +34,7 @@ FLOW_LINES = 10  # the most recently active batches get a line each
 def active_frame(model: LiveModel) -> pd.DataFrame:
     rows = [{"batch_id": b.batch_id, "stream": b.stream or "(unknown)", "seq": b.last_seq, "acked_seq": b.acked_seq,
              "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost}
-            for b in sorted(model.active.values(), key=lambda b: b.last_event, reverse=True)]
+            for b in model.active_newest_first()]
     return pd.DataFrame(rows, columns=list(ACTIVE_COLUMNS)).astype(ACTIVE_COLUMNS)
 
 
@@ -50,7 +50,7 @@ def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
 
 def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
     """(lines, gap markers) for the most recently active batches."""
-    recent = sorted(model.active.values(), key=lambda b: b.last_event, reverse=True)[:FLOW_LINES]
+    recent = model.active_newest_first()[:FLOW_LINES]
     lines = {"xs": [[t for t, _ in b.flow_points] for b in recent],
              "ys": [[f for _, f in b.flow_points] for b in recent],
              "batch": [b.batch_id for b in recent],
