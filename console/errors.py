@@ -11,6 +11,10 @@ class ConfigError(ConsoleError):
     """Settings that cannot work (missing file, conflicting options)."""
 
 
+class ReadOnlyError(ConsoleError):
+    """An action that changes the server, asked of a console in read-only mode."""
+
+
 class EmbeddedServerError(ConsoleError):
     """The embedded nats-server could not start or stopped unexpectedly."""
 

@@ -3,6 +3,7 @@ per process, shared by every browser session; per-session timers push at a bound
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import secrets
@@ -15,6 +16,7 @@ from console.broker.live_state import LiveState
 from console.config import ConnectionSettings
 from console.errors import ConfigError
 from console.ui.live import LivePage
+from console.ui.replay import ReplayPage
 from console.ui.streams import StreamsPage
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ class App:
         nc = await connect(self.settings)
         self.live = LiveState(nc)
         self.live.start()
-        self.admin = StreamAdmin(nc)
+        self.admin = StreamAdmin(nc, read_only=self.read_only)
 
     def live_page(self):
         page = LivePage(model=self.live.model, connection=lambda: self.live.connection,
@@ -54,14 +56,20 @@ class App:
         return self._frame(page)
 
     def streams_page(self):
-        page = StreamsPage(admin=self.admin, read_only=self.read_only)
+        page = StreamsPage(admin=self.admin)
         pn.state.onload(page.reload)
+        return self._frame(page)
+
+    def replay_page(self):
+        page = ReplayPage(admin=self.admin)
+        pn.state.onload(page.reload)
+        pn.state.on_session_destroyed(lambda _: asyncio.ensure_future(page.close()))
         return self._frame(page)
 
     @staticmethod
     def _frame(page):
         # No template: the stock ones fetch fonts from a CDN, and a console must work offline.
-        nav = pn.pane.Markdown("# JetStream Batch Console\n[Live](/) · [Streams](/streams)")
+        nav = pn.pane.Markdown("# JetStream Batch Console\n[Live](/) · [Streams](/streams) · [Replay](/replay)")
         return pn.Column(nav, page, sizing_mode="stretch_width")
 
 
@@ -71,7 +79,7 @@ def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int
     pn.extension("tabulator", inline=True, notifications=False)
     app = App(settings, read_only=read_only)
     server = pn.io.server.get_server(
-        {"/": app.live_page, "/streams": app.streams_page}, address=address, port=port, show=False, start=False,
+        {"/": app.live_page, "/streams": app.streams_page, "/replay": app.replay_page}, address=address, port=port, show=False, start=False,
         websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"],
         basic_auth=basic_auth, cookie_secret=secrets.token_hex(32) if basic_auth else None,
         title="JetStream Batch Console",

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import PersistMode
+from nats.js.api import AckPolicy, PersistMode
 
+from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.stream_settings import StreamBatchSettings
+from console.errors import ReadOnlyError
 
 EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")
 
@@ -31,10 +33,21 @@ class Refusal(Exception):
         return f"[{self.err_code}] {self.description}"
 
 
+@dataclass(frozen=True)
+class PullConsumer:
+    name: str
+    acks: bool  # False for ack policy none: nothing to ack, nak or term
+    ack_pending: int
+    pending: int
+
+
 class StreamAdmin:
-    def __init__(self, nc: Client):
+    """Reads and changes streams; in read-only mode every change is refused here, whatever calls it."""
+
+    def __init__(self, nc: Client, read_only: bool = False):
         self.nc = nc
         self.js = nc.jetstream()
+        self.read_only = read_only
 
     async def server(self) -> ServerInfo:
         info = await self.js.account_info()
@@ -45,8 +58,24 @@ class StreamAdmin:
         return sorted((StreamBatchSettings.from_config(s.config.as_dict()) for s in await self.js.streams_info()),
                       key=lambda s: s.name)
 
+    async def consumers(self, stream: str) -> list[PullConsumer]:
+        """The stream's durable pull consumers (push consumers cannot be fetched from)."""
+        found = [PullConsumer(c.name, c.config.ack_policy != AckPolicy.NONE, c.num_ack_pending or 0, c.num_pending or 0)
+                 for c in await self.js.consumers_info(stream)
+                 if c.config.durable_name and not c.config.deliver_subject]
+        return sorted(found, key=lambda c: c.name)
+
+    def reader(self, stream: str, durable: str | None = None, **start) -> ConsumerReader:
+        """A cursor for Replay: on a durable pull consumer, or a peek when `durable` is None."""
+        return ConsumerReader(self.nc, stream, durable, read_only=self.read_only, **start)
+
+    async def replay_batch(self, stream: str, batch_id: str, **options) -> BatchReplay:
+        return await replay_batch(self.nc, stream, batch_id, **options)
+
     async def apply(self, name: str, **changes) -> StreamBatchSettings:
         """Update the stream with these batch settings; Refusal carries the server's answer."""
+        if self.read_only:
+            raise ReadOnlyError("read-only mode: stream settings are not changed")
         unknown = set(changes) - set(EDITABLE)
         if unknown:
             raise ValueError(f"not batch settings: {sorted(unknown)}")

@@ -10,6 +10,7 @@ import param
 
 from console.broker.admin import Refusal, StreamAdmin
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
+from console.errors import ReadOnlyError
 
 COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
 
@@ -35,8 +36,7 @@ def review(before: StreamBatchSettings, after: StreamBatchSettings, api_level: i
 
 
 class StreamsPage(pn.viewable.Viewer):
-    admin = param.ClassSelector(class_=StreamAdmin, doc="Reads and updates streams on the shared connection")
-    read_only = param.Boolean(default=False, doc="Hide and refuse every change to the server")
+    admin = param.ClassSelector(class_=StreamAdmin, doc="Reads and updates streams (refuses in read-only mode)")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -51,8 +51,8 @@ class StreamsPage(pn.viewable.Viewer):
         self._persist = pn.widgets.Select(label="persist_mode", options=["default", "async"])
         self._review = pn.pane.Markdown("")
         self._result = pn.pane.Markdown("")
-        self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.read_only)
-        if self.read_only:
+        self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.admin.read_only)
+        if self.admin.read_only:
             self._result.object = "Read-only mode: settings are shown, not changed."
         self._stream.param.watch(self._on_stream, "value")
         for widget in (self._atomic, self._batched, self._persist):
@@ -92,9 +92,6 @@ class StreamsPage(pn.viewable.Viewer):
         self._review.object = "" if proposed is None else review(self._streams[proposed.name], proposed, self._api_level)
 
     async def _on_apply(self, *_) -> None:
-        if self.read_only:  # also refused here, not only hidden
-            self._result.object = "Read-only mode: changes are refused."
-            return
         proposed = self._proposed()
         if proposed is None:
             return
@@ -106,6 +103,9 @@ class StreamsPage(pn.viewable.Viewer):
             updated = await self.admin.apply(proposed.name, **changes)
         except Refusal as refused:
             self._result.object = f"**The server refused:** {html.escape(str(refused))}"
+            return
+        except ReadOnlyError as refused:
+            self._result.object = html.escape(str(refused))
             return
         self._result.object = f"Applied to {html.escape(updated.name)}."
         await self.reload()

@@ -1,0 +1,61 @@
+import subprocess
+import sys
+
+from playwright.sync_api import expect
+
+
+def nats_tool(*args) -> str:
+    done = subprocess.run([sys.executable, "-m", "tests.ui.nats_tool", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def open_replay(page, url, stream):
+    page.goto(url + "replay")
+    expect(page.get_by_label("stream", exact=True)).to_contain_text(stream, timeout=30_000)
+    page.get_by_label("stream", exact=True).select_option(stream)
+
+
+def test_fetch_and_next_show_batch_headers_and_ack_leaves_the_consumers_pending(console, page):
+    nats_url, web_url = console
+    nats_tool("seed-replay", nats_url, "UI_REPLAY")
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    open_replay(page, web_url, "UI_REPLAY")
+    expect(page.get_by_label("consumer", exact=True)).to_contain_text("ops (4 pending")
+    page.get_by_label("consumer", exact=True).select_option(index=1)
+
+    page.get_by_role("button", name="Next").click()
+    expect(page.get_by_text("stream seq 1", exact=False)).to_be_visible(timeout=15_000)
+    expect(page.get_by_text("<img src=x onerror=alert(1)>")).to_be_visible()  # the payload, as text
+    assert page.locator("img[src='x']").count() == 0 and dialogs == []
+
+    page.get_by_role("button", name="Fetch").click()
+    expect(page.get_by_text("3 message(s)", exact=False)).to_be_visible(timeout=15_000)
+    expect(page.get_by_role("cell", name="Nats-Batch-Id")).to_have_count(3)
+    expect(page.get_by_role("cell", name="replay-b1")).to_have_count(3)
+    expect(page.get_by_text("awaiting ack", exact=False).first).to_contain_text("4 awaiting ack")
+
+    page.get_by_role("button", name="Ack", exact=True).first.click()
+    expect(page.get_by_text("Ack confirmed by the server.", exact=False)).to_contain_text("3 awaiting ack",
+                                                                                        timeout=15_000)
+    assert nats_tool("ack-pending", nats_url, "UI_REPLAY") == "3"
+    page.screenshot(path="assets/replay.png", full_page=True)
+
+    page.get_by_label("batch id").fill("replay-b1")
+    page.get_by_role("button", name="Replay batch").click()
+    expect(page.get_by_text("Batch replay-b1: 3 stored message(s) in batch order, complete")).to_be_visible(
+        timeout=15_000)
+
+
+def test_read_only_replay_peeks_without_action_buttons(console, read_only_url, page):
+    nats_url, _ = console
+    nats_tool("seed-replay", nats_url, "UI_REPLAY_RO")
+    open_replay(page, read_only_url, "UI_REPLAY_RO")
+    expect(page.get_by_label("consumer", exact=True).locator("option")).to_have_count(1)  # the peek only
+    page.get_by_role("button", name="Fetch").click()
+    expect(page.get_by_text("4 message(s)", exact=False)).to_be_visible(timeout=15_000)
+    expect(page.get_by_role("cell", name="replay-b1")).to_have_count(3)
+    for action in ("Ack", "Nak", "Term", "In progress"):
+        expect(page.get_by_role("button", name=action, exact=True)).to_have_count(0)
+    assert nats_tool("ack-pending", nats_url, "UI_REPLAY_RO") == "0"
