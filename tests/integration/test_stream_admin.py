@@ -38,3 +38,17 @@ async def test_the_servers_refusal_comes_back_with_its_code_and_text(nc, make_st
         await StreamAdmin(nc).apply(name, allow_atomic=True)
     assert refused.value.err_code == 10052
     assert refused.value.description == "async persist mode is not supported with atomic batch publish"
+
+
+async def test_a_read_only_streams_page_refuses_an_apply_called_directly(nc, make_stream):
+    from console.ui.streams import StreamsPage
+
+    name, _ = await make_stream()
+    page = StreamsPage(admin=StreamAdmin(nc, read_only=True))
+    await page.reload()
+    page._stream.value = name
+    page._batched.value = True
+    await page._on_apply()
+    assert page._result.object == "read-only mode: stream settings are not changed"
+    assert page._apply.visible is False
+    assert not (await nc.jetstream().stream_info(name)).config.allow_batched
