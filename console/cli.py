@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a password, or a JSON file of user: password; required off loopback")
     serve.add_argument("--insecure", action="store_true", help="serve off loopback without authentication")
     serve.add_argument("--read-only", action="store_true", help="hide and refuse every action that changes the server")
+    serve.add_argument("--data-dir", default="data", help="the analytics job's console.db is read here (default %(default)s)")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from console.serve import serve  # Panel loads only here
 
-            serve(connection_settings(args), address=args.address, port=args.port,
+            serve(connection_settings(args), address=args.address, port=args.port, data_dir=Path(args.data_dir),
                   basic_auth=args.basic_auth, insecure=args.insecure, read_only=args.read_only)
             return 0
         return asyncio.run(probe_async(args))

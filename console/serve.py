@@ -7,15 +7,23 @@ import asyncio
 import ipaddress
 import logging
 import secrets
+from pathlib import Path
 
 import panel as pn
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import connect
+from console.broker.eventlog import EventLog
 from console.broker.live_state import LiveState
 from console.config import ConnectionSettings
-from console.errors import ConfigError
+from console.errors import ConfigError, ReadOnlyError
+from console.investigate import find_incident, replay_link
+from console.probe import ProbeOptions, ProbeReport, run_probe
+from console.storage.sqlite import open_db
+from console.ui.history import HistoryPage
+from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
+from console.ui.probe import ProbePage
 from console.ui.replay import ReplayPage
 from console.ui.streams import StreamsPage
 
@@ -36,9 +44,12 @@ def check_exposure(address: str, basic_auth: str | None, insecure: bool) -> None
 
 
 class App:
-    def __init__(self, settings: ConnectionSettings, read_only: bool = False):
+    """The process's shared pieces (one connection, one live state, the SQLite tables) and its pages."""
+
+    def __init__(self, settings: ConnectionSettings, read_only: bool = False, data_dir: Path = Path("data")):
         self.settings = settings
         self.read_only = read_only
+        self.engine = open_db(data_dir / "console.db")
         self.live: LiveState | None = None
         self.admin: StreamAdmin | None = None
 
@@ -47,6 +58,13 @@ class App:
         self.live = LiveState(nc)
         self.live.start()
         self.admin = StreamAdmin(nc, read_only=self.read_only)
+
+    def routes(self) -> dict:
+        pages = {"/": self.live_page, "/streams": self.streams_page, "/replay": self.replay_page,
+                 "/history": self.history_page, "/incident": self.incident_page}
+        if not self.read_only:
+            pages["/probe"] = self.probe_page
+        return pages
 
     def live_page(self):
         page = LivePage(model=self.live.model, connection=lambda: self.live.connection,
@@ -61,25 +79,52 @@ class App:
         return self._frame(page)
 
     def replay_page(self):
-        page = ReplayPage(admin=self.admin)
+        page = ReplayPage(admin=self.admin, stream=_arg("stream"), start_time=_arg("start_time"))
         pn.state.onload(page.reload)
         pn.state.on_session_destroyed(lambda _: asyncio.ensure_future(page.close()))
         return self._frame(page)
 
-    @staticmethod
-    def _frame(page):
+    def history_page(self):
+        page = HistoryPage(engine=self.engine)
+        pn.state.onload(page.reload)
+        return self._frame(page)
+
+    def incident_page(self):
+        page = IncidentPage(find=self.find_incident, replay_link=replay_link, batch_id=_arg("batch"))
+        pn.state.onload(page.load)
+        return self._frame(page)
+
+    def probe_page(self):
+        return self._frame(ProbePage(run=self.run_probe))
+
+    async def find_incident(self, batch_id: str):
+        return await find_incident(EventLog(self.admin.js), batch_id, model=self.live.model, engine=self.engine)
+
+    async def run_probe(self, options: ProbeOptions, progress) -> ProbeReport:
+        if self.read_only:
+            raise ReadOnlyError("read-only mode: probes publish to the server and are refused")
+        return await run_probe(self.admin.nc, options, progress)
+
+    def _frame(self, page):
         # No template: the stock ones fetch fonts from a CDN, and a console must work offline.
-        nav = pn.pane.Markdown("# JetStream Batch Console\n[Live](/) · [Streams](/streams) · [Replay](/replay)")
+        links = ["[Live](/)", "[Streams](/streams)", "[Replay](/replay)", "[History](/history)",
+                 "[Incident](/incident)"] + ([] if self.read_only else ["[Probe](/probe)"])
+        nav = pn.pane.Markdown("# JetStream Batch Console\n" + " · ".join(links))
         return pn.Column(nav, page, sizing_mode="stretch_width")
 
 
-def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int = 8050,
+def _arg(name: str) -> str:
+    values = pn.state.session_args.get(name) or [b""]
+    return values[0].decode(errors="replace")
+
+
+def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int = 8050, data_dir: Path = Path("data"),
           basic_auth: str | None = None, insecure: bool = False, read_only: bool = False) -> None:
     check_exposure(address, basic_auth, insecure)
     pn.extension("tabulator", inline=True, notifications=False)
-    app = App(settings, read_only=read_only)
+    app = App(settings, read_only=read_only, data_dir=data_dir)
     server = pn.io.server.get_server(
-        {"/": app.live_page, "/streams": app.streams_page, "/replay": app.replay_page}, address=address, port=port, show=False, start=False,
+        app.routes(), address=address, port=port, show=False, start=False,
         websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"],
         basic_auth=basic_auth, cookie_secret=secrets.token_hex(32) if basic_auth else None,
         title="JetStream Batch Console",
@@ -88,4 +133,3 @@ def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int
     print(f"serving on http://{address}:{server.port}/", flush=True)
     server.start()
     server.io_loop.start()
-

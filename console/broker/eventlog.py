@@ -71,10 +71,20 @@ class EventLog:
                    idle_timeout: float = 2.0) -> list[tuple[int, BatchEvent]]:
         """Events with start_seq <= seq <= end_seq (default: up to the last one now), in order."""
         end = end_seq if end_seq is not None else await self.last_seq()
-        out: list[tuple[int, BatchEvent]] = []
         if end < start_seq:
-            return out
+            return []
         sub = await self._subscribe(DeliverPolicy.BY_START_SEQUENCE, kind_filter, opt_start_seq=start_seq)
+        return await self._drain(sub, lambda seq, _: seq > end, idle_timeout, last_seq=end)
+
+    async def window(self, start: datetime, end: datetime, kind_filter: str = ">",
+                     idle_timeout: float = 2.0) -> list[tuple[int, BatchEvent]]:
+        """Events stored between two times, in order (the incident view's minutes around a batch)."""
+        sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=start.isoformat())
+        return await self._drain(sub, lambda _, stored: stored > end, idle_timeout)
+
+    @staticmethod
+    async def _drain(sub, past_end, idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
+        out: list[tuple[int, BatchEvent]] = []
         try:
             while True:
                 try:
@@ -82,13 +92,13 @@ class EventLog:
                 except nats.errors.TimeoutError:
                     break  # nothing matching the filter remains
                 seq = msg.metadata.sequence.stream
-                if seq > end:
+                if past_end(seq, msg.metadata.timestamp):
                     break
                 try:
                     out.append((seq, event_from_json(msg.data)))
                 except MalformedEvent:
                     pass
-                if seq >= end or msg.metadata.num_pending == 0:
+                if msg.metadata.num_pending == 0 or seq == last_seq:
                     break
         finally:
             await sub.unsubscribe()

@@ -12,15 +12,17 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from console.domain.live_model import LiveModel
+from console.ui.history import incident_link
 
 REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped")
-COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object"}
+COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
+           "investigate": "object"}
 
 
 def recent_frame(model: LiveModel, limit: int = 100) -> pd.DataFrame:
     """Newest first; explicit dtypes so an empty frame streams like a full one."""
     rows = [{"time": b.time, "stream": b.stream or "(unknown)", "batch_id": b.batch_id or "", "reason": b.reason,
-             "kind": b.kind} for b in model.newest_first(limit)]
+             "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in model.newest_first(limit)]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
 
 
@@ -93,7 +95,7 @@ class LivePage(pn.viewable.Viewer):
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(
             recent_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width",
-            height=320,
+            height=320, formatters={"investigate": {"type": "html"}},
         )
         self._active = pn.widgets.Tabulator(
             active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,

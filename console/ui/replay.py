@@ -44,6 +44,8 @@ def parse_start_time(text: str) -> datetime | None:
 
 class ReplayPage(pn.viewable.Viewer):
     admin = param.ClassSelector(class_=StreamAdmin, doc="Streams, consumers and readers on the shared connection")
+    stream = param.String(default="", doc="The stream picked when the page opens (a link from an incident)")
+    start_time = param.String(default="", doc="The peek's start time when the page opens")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -52,7 +54,8 @@ class ReplayPage(pn.viewable.Viewer):
         self._stream = pn.widgets.Select(label="stream", options=[])
         self._consumer = pn.widgets.Select(label="consumer", options={"peek (ordered, no side effects)": PEEK})
         self._start_seq = pn.widgets.IntInput(label="peek from stream seq (0: first)", value=0, start=0)
-        self._start_time = pn.widgets.TextInput(label="or from time (UTC, ISO 8601)", placeholder="2026-11-21T09:30:00")
+        self._start_time = pn.widgets.TextInput(label="or from time (UTC, ISO 8601)", placeholder="2026-11-21T09:30:00",
+                                                value=self.start_time)
         self._max_messages = pn.widgets.IntInput(label="max messages", value=10, start=1, end=MAX_SHOWN)
         self._max_bytes = pn.widgets.IntInput(label="max bytes (0: no limit)", value=0, start=0)
         self._expires = pn.widgets.FloatInput(label="expires (s)", value=2.0, start=0.1, end=60)
@@ -77,6 +80,8 @@ class ReplayPage(pn.viewable.Viewer):
 
     async def reload(self) -> None:
         self._stream.options = [s.name for s in await self.admin.streams()]
+        if self.stream in self._stream.options:
+            self._stream.value = self.stream
         await self._load_consumers()
 
     async def _load_consumers(self) -> None:

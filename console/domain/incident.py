@@ -1,0 +1,94 @@
+"""One lost batch and what surrounded it: the pure part of the incident view and its report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from console.domain.events import BatchEvent, EventKind
+
+LOSS_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_GAP)
+NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.FAST_PROGRESS)
+AROUND = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Incident:
+    loss: BatchEvent  # the abandonment, or the fast batch's end, drop or first gap
+    seen_by_tap: tuple[BatchEvent, ...]  # the batch's own fast-ingest events
+    context: tuple[BatchEvent, ...]  # the same stream's (and unknown streams') events in the window
+    around: timedelta
+
+    @property
+    def start(self) -> datetime:
+        return self.loss.time - self.around
+
+    @property
+    def end(self) -> datetime:
+        return self.loss.time + self.around
+
+
+def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = AROUND) -> Incident | None:
+    """From the events of a window around the batch; None when none of them is the batch's loss."""
+    losses = [e for e in events if e.batch_id == batch_id and e.kind in LOSS_KINDS]
+    if not losses:
+        return None
+    loss = min(losses, key=lambda e: (LOSS_KINDS.index(e.kind), e.time))
+    start, end = loss.time - around, loss.time + around
+    own = tuple(e for e in events if e.batch_id == batch_id and e is not loss)
+    context = tuple(e for e in events
+                    if e.batch_id != batch_id and e.kind not in NOT_CONTEXT and start <= e.time <= end
+                    and (e.stream in (loss.stream, None) or loss.stream is None))
+    return Incident(loss, own, context, around)
+
+
+def describe(e: BatchEvent) -> str:
+    """One line a person reads; values as they came (the page escapes them)."""
+    kind = e.kind.value.replace("_", " ")
+    parts = {
+        EventKind.ATOMIC_ABANDONED: f"reason {e.reason}",
+        EventKind.FAST_STARTED: f"flow {e.flow}, gap mode {e.gap_mode}",
+        EventKind.FAST_FLOW_CHANGED: f"flow {e.previous_flow} -> {e.flow}",
+        EventKind.FAST_GAP: f"lost {e.lost} from seq {e.first_lost_seq} (at seq {e.seq})",
+        EventKind.FAST_ERROR: f"seq {e.seq}: [{e.err_code}] {e.description}",
+        EventKind.FAST_COMMITTED: f"count {e.count}, stream seq {e.stream_seq}" + (", EOB" if e.eob else ""),
+        EventKind.FAST_ENDED_EARLY: f"reason {e.reason}",
+        EventKind.FAST_DROPPED: "silent past the batch timeout" + (" (inferred)" if e.inferred else ""),
+        EventKind.CONTEXT: f"{e.reason or ''} {e.detail or ''}".strip(),
+    }.get(e.kind, "")
+    batch = f" batch {e.batch_id}" if e.batch_id else ""
+    return f"{kind}{batch}" + (f": {parts}" if parts else "")
+
+
+def timeline(incident: Incident) -> list[tuple[datetime, str, str]]:
+    """(time, stream, what) for the loss, the tap's view of it and the context, in time order."""
+    rows = [(e.time, e.stream or "(unknown)", ("▶ " if e is incident.loss else "") + describe(e))
+            for e in (incident.loss, *incident.seen_by_tap, *incident.context)]
+    return sorted(rows, key=lambda r: r[0])
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def incident_report(incident: Incident, replay_link: str | None = None) -> str:
+    loss = incident.loss
+    lines = [
+        f"# Incident: batch {loss.batch_id}",
+        "",
+        f"- **What**: {describe(loss)}",
+        f"- **Stream**: {loss.stream or '(unknown)'}",
+        f"- **When**: {loss.time.isoformat()}",
+    ]
+    if loss.account:
+        lines.append(f"- **Account**: {loss.account}")
+    lines.append(f"- **Event id**: {loss.event_id}")
+    if replay_link:
+        lines.append(f"- **Stream messages in the window**: {replay_link}")
+    lines += ["", f"## Timeline ({incident.around.total_seconds() / 60:g} minutes either side)", "",
+              "| time | stream | event |", "|---|---|---|"]
+    lines += [f"| {t.isoformat()} | {_cell(s)} | {_cell(what)} |" for t, s, what in timeline(incident)]
+    if not incident.seen_by_tap:
+        lines += ["", "The fast-ingest tap saw nothing of this batch (atomic batches have no `$FI` traffic)."
+                  if loss.kind is EventKind.ATOMIC_ABANDONED else "The tap saw nothing else of this batch."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,47 @@
+"""Finds one lost batch and the events around it: where it was lost (the live hour in memory, else the
+history tables), then the event log's minutes either side of that moment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from console.broker.eventlog import EventLog
+from console.domain.incident import AROUND, Incident, build_incident
+from console.domain.live_model import LiveModel
+from console.storage import history
+
+
+@dataclass(frozen=True)
+class Sighting:
+    time: datetime
+    stream: str | None
+
+
+def sighting(batch_id: str, model: LiveModel | None, engine) -> Sighting | None:
+    if model is not None:
+        for lost in model.newest_first(len(model.recent)):
+            if lost.batch_id == batch_id:
+                return Sighting(lost.time, lost.stream)
+    if engine is not None:
+        found = history.abandoned_batches(engine, batch_id=batch_id, limit=1)
+        if len(found):
+            return Sighting(found.time.iloc[0].to_pydatetime(), found.stream.iloc[0])
+    return None
+
+
+async def find_incident(log: EventLog, batch_id: str, *, model: LiveModel | None = None, engine=None,
+                        around: timedelta = AROUND) -> Incident | None:
+    seen = sighting(batch_id, model, engine)
+    if seen is None:
+        return None
+    events = [e for _, e in await log.window(seen.time - around, seen.time + around)]
+    return build_incident(batch_id, events, around)
+
+
+def replay_link(incident: Incident) -> str | None:
+    """The Replay page on the batch's stream, peeking from the start of the incident window."""
+    if not incident.loss.stream:
+        return None
+    return "/replay?" + urlencode({"stream": incident.loss.stream, "start_time": incident.start.isoformat()})

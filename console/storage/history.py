@@ -1,0 +1,87 @@
+"""What the History page, the incident search and the notebooks read from the SQLite serving tables.
+Every query reads the hourly aggregates or an indexed range, so a year of history stays fast."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pandas as pd
+from sqlalchemy import func
+from sqlmodel import Session, select
+
+from console.storage.tables import AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly, \
+    StreamAbandonmentStats
+
+
+def _frame(session: Session, query, columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(list(session.exec(query)), columns=columns)
+
+
+def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    for column in columns:  # SQLite hands datetimes back without a zone; they were written in UTC
+        frame[column] = pd.to_datetime(frame[column]).dt.tz_localize(timezone.utc) if len(frame) else \
+            pd.Series([], dtype="datetime64[ns, UTC]")
+    return frame
+
+
+def abandonments_by_hour(engine, start: datetime, end: datetime) -> pd.DataFrame:
+    """hour, reason, batches: summed over streams."""
+    h = AbandonmentHourly
+    with Session(engine) as s:
+        q = (select(h.hour, h.reason, func.sum(h.batches)).where(h.hour >= start, h.hour < end)
+             .group_by(h.hour, h.reason).order_by(h.hour))
+        return _utc(_frame(s, q, ["hour", "reason", "batches"]), "hour")
+
+
+def abandonments_by_stream(engine, start: datetime, end: datetime) -> pd.DataFrame:
+    """stream, kind, reason, batches; the most abandoned streams first."""
+    h = AbandonmentHourly
+    total = func.sum(h.batches)
+    with Session(engine) as s:
+        q = (select(h.stream, h.kind, h.reason, total).where(h.hour >= start, h.hour < end)
+             .group_by(h.stream, h.kind, h.reason).order_by(total.desc(), h.stream))
+        return _frame(s, q, ["stream", "kind", "reason", "batches"])
+
+
+def gaps_by_hour(engine, start: datetime, end: datetime) -> pd.DataFrame:
+    g = GapHourly
+    with Session(engine) as s:
+        q = (select(g.hour, func.sum(g.gaps), func.sum(g.lost)).where(g.hour >= start, g.hour < end)
+             .group_by(g.hour).order_by(g.hour))
+        return _utc(_frame(s, q, ["hour", "gaps", "lost"]), "hour")
+
+
+def fast_outcomes(engine, start: datetime, end: datetime) -> pd.DataFrame:
+    b = FastBatchSummary
+    with Session(engine) as s:
+        q = (select(b.outcome, func.count(), func.sum(b.lost)).where(b.started >= start, b.started < end)
+             .group_by(b.outcome).order_by(func.count().desc()))
+        return _frame(s, q, ["outcome", "batches", "lost"])
+
+
+def stream_stats(engine) -> pd.DataFrame:
+    """Per stream: abandonments in all, first and last, mean time between them."""
+    st = StreamAbandonmentStats
+    with Session(engine) as s:
+        frame = _frame(s, select(st.stream, st.abandonments, st.first, st.last, st.mean_seconds)
+                       .order_by(st.abandonments.desc()), ["stream", "abandonments", "first", "last", "mean_seconds"])
+    return _utc(frame, "first", "last")
+
+
+def abandoned_batches(engine, start: datetime | None = None, end: datetime | None = None,
+                      batch_id: str | None = None, limit: int = 500) -> pd.DataFrame:
+    """The newest lost batches in a range, or every record of one batch id."""
+    a = AbandonedBatch
+    q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.leader_elections, a.stream_updates,
+               a.other_abandonments, a.gaps_nearby)
+    if batch_id is not None:
+        q = q.where(a.batch_id == batch_id)
+    if start is not None:
+        q = q.where(a.time >= start)
+    if end is not None:
+        q = q.where(a.time < end)
+    with Session(engine) as s:
+        frame = _frame(s, q.order_by(a.time.desc()).limit(limit),
+                       ["time", "stream", "batch_id", "kind", "reason", "leader_elections", "stream_updates",
+                        "other_abandonments", "gaps_nearby"])
+    return _utc(frame, "time")

@@ -1,0 +1,123 @@
+"""The History page: what the analytics job wrote to SQLite, over a date range, with a CSV download."""
+
+from __future__ import annotations
+
+import io
+from datetime import date, datetime, time, timedelta, timezone
+from urllib.parse import quote
+
+import pandas as pd
+import panel as pn
+import param
+from bokeh.models import ColumnDataSource
+from bokeh.palettes import Category10
+from bokeh.plotting import figure
+
+from console.storage import history
+
+REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped")
+
+
+def incident_link(batch_id: str | None) -> str:
+    """An escaped link to the incident view, for Tabulator's html formatter."""
+    if not batch_id:
+        return ""
+    return f'<a href="/incident?batch={quote(batch_id, safe="")}">investigate</a>'
+
+
+def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
+    """One column per reason over every hour of the range (missing hours are zeros)."""
+    hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
+    wide = frame.pivot_table(index="hour", columns="reason", values="batches", aggfunc="sum").reindex(hours).fillna(0)
+    data: dict[str, list] = {"t": list(hours)}
+    for reason in REASONS:
+        data[reason] = [int(v) for v in wide[reason]] if reason in wide else [0] * len(hours)
+    return data
+
+
+def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
+    hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
+    wide = frame.set_index("hour").reindex(hours).fillna(0)
+    return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
+
+
+class HistoryPage(pn.viewable.Viewer):
+    engine = param.Parameter(doc="The SQLite serving tables (sqlalchemy engine)")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        today = datetime.now(timezone.utc).date()
+        self._range = pn.widgets.DateRangePicker(label="dates (UTC)", value=(today - timedelta(days=6), today))
+        self._summary = pn.pane.Markdown("")
+        self._bars = ColumnDataSource(hourly_bars(pd.DataFrame(columns=["hour", "reason", "batches"]),
+                                                  *self._bounds()))
+        self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
+        bars = figure(title="Abandoned batches per hour, by reason", x_axis_type="datetime", height=260,
+                      sizing_mode="stretch_width", toolbar_location=None)
+        bars.vbar_stack(list(REASONS), x="t", width=3_000_000, source=self._bars, color=Category10[len(REASONS)],
+                        legend_label=list(REASONS))
+        bars.legend.location = "top_left"
+        gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
+                      sizing_mode="stretch_width", toolbar_location=None)
+        gaps.line("t", "gaps", source=self._gaps, color="orange", legend_label="gaps")
+        gaps.line("t", "lost", source=self._gaps, color="red", legend_label="lost messages")
+        table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
+        self._streams = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
+        self._outcomes = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
+        self._stats = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
+        self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300, formatters={"investigate": {"type": "html"}},
+                                          **table)
+        self._download = pn.widgets.FileDownload(callback=self._csv, filename="history.csv", label="Download CSV",
+                                                 button_type="light")
+        self._range.param.watch(lambda *_: self.reload(), "value")
+        self._layout = pn.Column(
+            pn.pane.Markdown("## History"), pn.Row(self._range, self._download), self._summary,
+            pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
+                   sizing_mode="stretch_width"),
+            pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
+                   pn.Column("### Fast-batch outcomes", self._outcomes, "### Mean time between abandonments",
+                             self._stats, sizing_mode="stretch_width"), sizing_mode="stretch_width"),
+            "### Abandoned batches", self._lost, sizing_mode="stretch_width")
+        self._shown: dict[str, pd.DataFrame] = {}
+
+    def _bounds(self) -> tuple[datetime, datetime]:
+        first, last = self._range.value
+        return (datetime.combine(first, time(), timezone.utc),
+                datetime.combine(last + timedelta(days=1), time(), timezone.utc))
+
+    def reload(self) -> None:
+        start, end = self._bounds()
+        by_hour = history.abandonments_by_hour(self.engine, start, end)
+        gaps = history.gaps_by_hour(self.engine, start, end)
+        self._shown = {
+            "abandonments_by_hour": by_hour,
+            "abandonments_by_stream": history.abandonments_by_stream(self.engine, start, end),
+            "gaps_by_hour": gaps,
+            "fast_outcomes": history.fast_outcomes(self.engine, start, end),
+            "abandoned_batches": history.abandoned_batches(self.engine, start, end),
+        }
+        stats = history.stream_stats(self.engine)
+        with pn.io.hold():
+            self._bars.data = hourly_bars(by_hour, start, end)
+            self._gaps.data = gap_lines(gaps, start, end)
+            self._streams.value = self._shown["abandonments_by_stream"]
+            self._outcomes.value = self._shown["fast_outcomes"]
+            self._stats.value = stats
+            lost = self._shown["abandoned_batches"].copy()
+            lost["investigate"] = [incident_link(b) for b in lost["batch_id"]]
+            self._lost.value = lost
+            total = int(by_hour["batches"].sum()) if len(by_hour) else 0
+            lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
+            self._summary.object = (f"{total} abandoned batches, {int(gaps['gaps'].sum()) if len(gaps) else 0} gaps "
+                                    f"({lost_msgs} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}")
+
+    def _csv(self) -> io.StringIO:
+        """Every table shown, one after another, each row tagged with its table's name."""
+        out = io.StringIO()
+        for name, frame in self._shown.items():
+            frame.assign(table=name).to_csv(out, index=False)
+        out.seek(0)
+        return out
+
+    def __panel__(self):
+        return self._layout

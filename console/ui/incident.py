@@ -1,0 +1,88 @@
+"""The Incident page: one lost batch, what the tap saw of it, the minutes around it, and a report."""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from typing import Awaitable, Callable
+
+import pandas as pd
+import panel as pn
+import param
+
+from console.domain.incident import Incident, describe, incident_report, timeline
+
+Finder = Callable[[str], Awaitable[Incident | None]]
+
+
+def timeline_frame(incident: Incident) -> pd.DataFrame:
+    rows = [{"time": t, "stream": s, "event": what} for t, s, what in timeline(incident)]
+    return pd.DataFrame(rows, columns=["time", "stream", "event"]).astype({"stream": "object", "event": "object"})
+
+
+def report_filename(batch_id: str) -> str:
+    return "incident-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", batch_id)[:64] or "batch") + ".md"
+
+
+class IncidentPage(pn.viewable.Viewer):
+    find = param.Callable(doc="async batch_id -> Incident | None (event log, live model, history)")
+    replay_link = param.Callable(default=lambda incident: None, doc="Incident -> link into Replay, or None")
+    batch_id = param.String(default="", doc="The batch shown")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._incident: Incident | None = None
+        self._search = pn.widgets.TextInput(label="batch id", value=self.batch_id)
+        self._go = pn.widgets.Button(label="Investigate", button_type="primary")
+        self._summary = pn.pane.HTML("")
+        self._timeline = pn.widgets.Tabulator(pd.DataFrame(columns=["time", "stream", "event"]), disabled=True,
+                                              show_index=False, sizing_mode="stretch_width", height=360)
+        self._download = pn.widgets.FileDownload(callback=self._report, filename="incident.md",
+                                                 label="Download report (Markdown)", button_type="light",
+                                                 visible=False)
+        self._go.on_click(self._on_go)
+        self._layout = pn.Column(pn.pane.Markdown("## Incident"), pn.Row(self._search, self._go), self._summary,
+                                 self._download, pn.pane.Markdown("### Timeline"), self._timeline,
+                                 sizing_mode="stretch_width")
+
+    async def _on_go(self, *_) -> None:
+        self.batch_id = self._search.value.strip()
+        await self.load()
+
+    async def load(self) -> None:
+        if not self.batch_id:
+            self._summary.object = "Give a batch id, or open one from Live or History."
+            return
+        self._summary.object = "Reading the event log…"
+        incident = await self.find(self.batch_id)
+        self._incident = incident
+        if incident is None:
+            self._summary.object = (f"No lost batch <b>{html.escape(self.batch_id)}</b> in the live hour or in the "
+                                    "history tables.")
+            self._download.visible = False
+            return
+        e = html.escape
+        loss = incident.loss
+        link = self.replay_link(incident)
+        replay = f'<a href="{e(link)}">the stream\'s messages in this window (Replay)</a>' if link else \
+            "the stream is not known, so there is no Replay link"
+        tap = ("<br>".join(e(describe(t)) for t in incident.seen_by_tap) or
+               ("nothing: atomic batches have no $FI traffic" if loss.kind.value == "atomic_abandoned" else "nothing"))
+        self._summary.object = (
+            f"<p><b>{e(describe(loss))}</b><br>stream <b>{e(loss.stream or '(unknown)')}</b> · "
+            f"{loss.time:%Y-%m-%d %H:%M:%S.%f} UTC · event {e(loss.event_id)}"
+            + (f" · account {e(loss.account)}" if loss.account else "")
+            + f"<br>{replay}</p><p><b>What the tap saw</b><br>{tap}</p>"
+            f"<p>{len(incident.context)} context event(s) within {incident.around.total_seconds() / 60:g} min</p>")
+        self._timeline.value = timeline_frame(incident)
+        self._download.filename = report_filename(self.batch_id)
+        self._download.visible = True
+
+    def _report(self) -> io.StringIO:
+        if self._incident is None:
+            return io.StringIO("")
+        return io.StringIO(incident_report(self._incident, self.replay_link(self._incident)))
+
+    def __panel__(self):
+        return self._layout

@@ -1,0 +1,58 @@
+from datetime import datetime, timedelta, timezone
+
+from console.domain.events import BatchEvent, EventKind
+from console.domain.incident import build_incident, incident_report, timeline
+from console.ui.incident import report_filename
+
+T0 = datetime(2026, 11, 21, 9, 0, tzinfo=timezone.utc)
+
+
+def at(seconds):
+    return T0 + timedelta(seconds=seconds)
+
+
+EVENTS = [
+    BatchEvent("ctx.leader", EventKind.CONTEXT, at(-120), "ORDERS", reason="leader_elected", detail="stream_leader_elected"),
+    BatchEvent("ctx.update", EventKind.CONTEXT, at(-30), "ORDERS", reason="modify", detail="stream_action"),
+    BatchEvent("other.stream", EventKind.ATOMIC_ABANDONED, at(-10), "BILLING", "x9", reason="timeout"),
+    BatchEvent("status", EventKind.COLLECTOR_STATUS, at(-5)),
+    BatchEvent("adv.1", EventKind.ATOMIC_ABANDONED, at(0), "ORDERS", "b-1", reason="incomplete", account="APP"),
+    BatchEvent("adv.2", EventKind.ATOMIC_ABANDONED, at(20), "ORDERS", "b-2", reason="timeout"),
+    BatchEvent("gap.far", EventKind.FAST_GAP, at(900), "ORDERS", "f-1", lost=2, first_lost_seq=4, seq=6),
+]
+
+
+def test_an_incident_has_the_loss_and_the_same_streams_events_in_the_window():
+    incident = build_incident("b-1", EVENTS)
+    assert incident.loss.event_id == "adv.1"
+    assert [e.event_id for e in incident.context] == ["ctx.leader", "ctx.update", "adv.2"]
+    assert incident.seen_by_tap == ()
+    assert [what for _, _, what in timeline(incident)] == [
+        "context: leader_elected stream_leader_elected", "context: modify stream_action",
+        "▶ atomic abandoned batch b-1: reason incomplete", "atomic abandoned batch b-2: reason timeout"]
+
+
+def test_a_fast_batch_shows_what_the_tap_saw_and_prefers_its_end_to_its_gaps():
+    events = [BatchEvent("s", EventKind.FAST_STARTED, at(0), None, "f", flow=10, gap_mode="fail"),
+              BatchEvent("g", EventKind.FAST_GAP, at(1), "F", "f", lost=1, first_lost_seq=20, seq=21),
+              BatchEvent("e", EventKind.FAST_ENDED_EARLY, at(1), "F", "f", reason="gap")]
+    incident = build_incident("f", events)
+    assert incident.loss.event_id == "e"
+    assert [e.event_id for e in incident.seen_by_tap] == ["s", "g"]
+
+
+def test_no_loss_no_incident():
+    assert build_incident("never", EVENTS) is None
+
+
+def test_the_report_names_the_batch_and_lists_the_timeline():
+    report = incident_report(build_incident("b-1", EVENTS), "/replay?stream=ORDERS")
+    assert report.startswith("# Incident: batch b-1\n")
+    assert "- **Account**: APP" in report and "/replay?stream=ORDERS" in report
+    assert report.count("\n| 2026-11-21T") == 4
+    assert "atomic batches have no `$FI` traffic" in report
+
+
+def test_a_report_file_name_keeps_only_safe_characters():
+    assert report_filename("b-1") == "incident-b-1.md"
+    assert report_filename("../<x> y") == "incident-..__x__y.md"
