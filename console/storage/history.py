@@ -18,9 +18,8 @@ def _frame(session: Session, query, columns: list[str]) -> pd.DataFrame:
 
 
 def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    for column in columns:  # SQLite hands datetimes back without a zone; they were written in UTC
-        frame[column] = pd.to_datetime(frame[column]).dt.tz_localize(timezone.utc) if len(frame) else \
-            pd.Series([], dtype="datetime64[ns, UTC]")
+    for column in columns:  # written in UTC; SQLite may hand them back without a zone
+        frame[column] = pd.to_datetime(frame[column], utc=True).astype("datetime64[ns, UTC]")
     return frame
 
 

@@ -28,7 +28,8 @@ def incident_link(batch_id: str | None) -> str:
 def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
     """One column per reason over every hour of the range (missing hours are zeros)."""
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
-    wide = frame.pivot_table(index="hour", columns="reason", values="batches", aggfunc="sum").reindex(hours).fillna(0)
+    wide = (frame.astype({"batches": float}).pivot_table(index="hour", columns="reason", values="batches", aggfunc="sum")
+            .reindex(hours).fillna(0))
     data: dict[str, list] = {"t": list(hours)}
     for reason in REASONS:
         data[reason] = [int(v) for v in wide[reason]] if reason in wide else [0] * len(hours)
@@ -37,7 +38,7 @@ def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str
 
 def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
-    wide = frame.set_index("hour").reindex(hours).fillna(0)
+    wide = frame.set_index("hour").reindex(hours).astype(float).fillna(0)
     return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
 
 

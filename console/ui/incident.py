@@ -18,7 +18,8 @@ Finder = Callable[[str], Awaitable[Incident | None]]
 
 def timeline_frame(incident: Incident) -> pd.DataFrame:
     rows = [{"time": t, "stream": s, "event": what} for t, s, what in timeline(incident)]
-    return pd.DataFrame(rows, columns=["time", "stream", "event"]).astype({"stream": "object", "event": "object"})
+    return pd.DataFrame(rows, columns=["time", "stream", "event"]).astype(
+        {"time": "datetime64[ns, UTC]", "stream": "object", "event": "object"})
 
 
 def report_filename(batch_id: str) -> str:

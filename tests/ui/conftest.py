@@ -51,6 +51,12 @@ def read_only_url(console):
     return console_urls["read_only"]
 
 
+@pytest.fixture(scope="session")
+def data_dir(console):
+    """Where the web app reads console.db; the analytics job writes it when a test runs the job."""
+    return console_urls["data_dir"]
+
+
 console_urls: dict[str, str] = {}
 
 
@@ -73,14 +79,16 @@ def console(tmp_path_factory):
     nats_url = m.group(0)
     start(["collect", "--server", nats_url], "collector")
     port = free_port()
-    web, web_log = start(["serve", "--server", nats_url, "--port", str(port)], "web")
+    web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp)], "web")
     web_url = f"http://127.0.0.1:{port}/"
     wait_http(web_url, web, web_log)
     ro_port = free_port()
-    read_only, ro_log = start(["serve", "--server", nats_url, "--port", str(ro_port), "--read-only"], "web-read-only")
+    read_only, ro_log = start(["serve", "--server", nats_url, "--port", str(ro_port), "--read-only",
+                               "--data-dir", str(tmp)], "web-read-only")
     read_only_url = f"http://127.0.0.1:{ro_port}/"
     wait_http(read_only_url, read_only, ro_log)
     console_urls["read_only"] = read_only_url
+    console_urls["data_dir"] = str(tmp)
     yield nats_url, web_url
     for proc in reversed(procs):
         proc.terminate()

@@ -1,0 +1,73 @@
+import re
+import subprocess
+
+from playwright.sync_api import expect
+
+from tests.ui.conftest import CLI
+from tests.ui.test_live_page import probe
+
+
+def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(console, data_dir, page):
+    nats_url, web_url = console
+    abandoned = [probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_HIST",
+                       "--subject", "ui.hist")["abandoned_batch"] for _ in range(3)]
+    page.goto(web_url)
+    for batch_id in abandoned:  # on Live, so the collector has logged them
+        expect(page.get_by_text(batch_id)).to_be_visible(timeout=30_000)
+    job = subprocess.run([CLI, "analytics", "--once", "--server", nats_url, "--data-dir", data_dir],
+                         capture_output=True, text=True, timeout=600)
+    assert job.returncode == 0, job.stderr[-3000:]
+    page.goto(web_url + "history")
+    top = page.get_by_role("row", name=re.compile(r"^UI_HIST atomic timeout"))
+    expect(top).to_contain_text("3", timeout=30_000)  # three abandonments of UI_HIST, by reason timeout
+    for batch_id in abandoned:
+        expect(page.get_by_role("row").filter(has_text=batch_id)).to_be_visible()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download CSV").click()
+    csv = open(download.value.path()).read()
+    assert all(batch_id in csv for batch_id in abandoned) and "UI_HIST" in csv
+    page.screenshot(path="assets/history.png", full_page=True)
+
+
+def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(console, page):
+    nats_url, web_url = console
+    first = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_INC",
+                  "--subject", "ui.inc")["abandoned_batch"]
+    second = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_INC",
+                   "--subject", "ui.inc")["abandoned_batch"]
+    page.goto(web_url)
+    expect(page.get_by_text(second)).to_be_visible(timeout=30_000)
+    page.get_by_role("row").filter(has_text=first).get_by_role("link", name="investigate").click()
+    expect(page.get_by_text(f"atomic abandoned batch {first}: reason timeout").first).to_be_visible(timeout=30_000)
+    timeline = page.get_by_role("row")
+    expect(timeline.filter(has_text="stream_action")).not_to_have_count(0)  # the probe created UI_INC
+    expect(timeline.filter(has_text=second)).to_be_visible()  # another abandonment on the same stream
+    expect(page.get_by_role("link", name="the stream's messages in this window (Replay)")).to_be_visible()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download report (Markdown)").click()
+    assert download.value.suggested_filename == f"incident-{first}.md"
+    report = open(download.value.path()).read()
+    assert report.startswith(f"# Incident: batch {first}") and second in report
+    page.screenshot(path="assets/incident.png", full_page=True)
+
+
+def test_a_probe_started_from_the_page_shows_up_on_live(console, page):
+    _, web_url = console
+    page.goto(web_url + "probe")
+    page.get_by_label("stream (created allowing both kinds when missing)").fill("UI_PROBE")
+    page.get_by_label("subject").fill("ui.probe")
+    page.get_by_role("checkbox").check()  # "abandon the last atomic batch": Bokeh gives it no accessible name
+    page.get_by_role("button", name="Publish probe").click()
+    abandoned = page.get_by_text("abandoned batch", exact=False).first
+    expect(abandoned).to_be_visible(timeout=30_000)
+    batch_id = abandoned.locator("code").inner_text()
+    page.screenshot(path="assets/probe.png", full_page=True)
+    page.goto(web_url)
+    expect(page.get_by_role("row").filter(has_text=batch_id)).to_contain_text("UI_PROBE", timeout=30_000)
+
+
+def test_read_only_mode_has_no_probe(console, read_only_url, page):
+    page.goto(read_only_url)
+    expect(page.get_by_role("link", name="Replay")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("link", name="Probe")).to_have_count(0)
+    assert page.goto(read_only_url + "probe").status == 404
