@@ -1,0 +1,62 @@
+"""The two notebooks, executed with nbclient against a real server, collector and analytics run."""
+
+import asyncio
+import os
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from console.analytics.job import JobSettings, run_once
+from tests.analytics.test_job import client, produce, server  # noqa: F401  (module fixtures)
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+async def execute(name: str, env: dict[str, str]) -> str:
+    """Runs the notebook in a fresh kernel; returns every text output, in order."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    saved = dict(os.environ)
+    os.environ.update(env)  # the kernel inherits the environment it is started with
+    try:
+        await NotebookClient(nb, timeout=120, kernel_name="python3",
+                             resources={"metadata": {"path": str(NOTEBOOKS)}}).async_execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    texts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            texts.append(out.get("text", "") + "".join(str(v) for k, v in out.get("data", {}).items()
+                                                        if k == "text/plain"))
+    return "\n".join(texts), nb
+
+
+def rich_outputs(nb) -> int:
+    """Cells that rendered a Panel/Bokeh component (not only text)."""
+    return sum(1 for cell in nb.cells for out in cell.get("outputs", [])
+               if any(k.startswith("application/vnd.holoviews") or k == "text/html" for k in out.get("data", {})))
+
+
+async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batches(spark, server, client, tmp_path):  # noqa: F811
+    js = client.jetstream()
+    for i in range(3):
+        await js.publish("joba.x", f"stored {i}".encode())
+    await produce(server, client, ["nb-1", "nb-2"])
+    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source={"servers": server.url}))
+    env = {"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_ID": "nb-1"}
+
+    text, nb = await execute("quickstart.ipynb", env)
+    assert "lost batches in the last hour" in text and "nb-1" in text and "nb-2" in text
+    assert "JOBA" in text and "atomic=True" in text
+    assert rich_outputs(nb) >= 2  # the live table and the streams editor
+
+    text, nb = await execute("incident_investigation.ipynb", env)
+    assert "investigating nb-1" in text
+    assert "▶ atomic abandoned batch nb-1: reason incomplete" in text
+    assert "atomic abandoned batch nb-2" in text  # the other abandonment on the stream, in the window
+    assert "# Incident: batch nb-1" in text
+    assert "3 messages from" in text and "stored 0" in text  # the peek into the window
+    assert "JOBA" in text and "incomplete" in text  # SQLite history by stream
+    assert "abandonments by reason (Delta): {'incomplete': 2}" in text
+    assert rich_outputs(nb) >= 4
