@@ -108,6 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--read-only", action="store_true", help="hide and refuse every action that changes the server")
     serve.add_argument("--data-dir", default="data", help="the analytics job's console.db is read here (default %(default)s)")
 
+    up = commands.add_parser("up", help="the whole console under one supervisor (embedded nats-server without --server)")
+    up.add_argument("--server", help="an existing NATS (credentials: BATCH_CONSOLE_TOKEN / _PASSWORD, or run the parts"
+                                     " one by one, see the Procfile); without it the embedded nats-server runs")
+    up.add_argument("--data-dir", default="data", help="server store, console.db, delta/ and logs/ (default %(default)s)")
+    up.add_argument("--port", type=int, default=8050, help="the web console's port (default %(default)s)")
+    up.add_argument("--nats-port", type=int, default=4222, help="the embedded nats-server's port (default %(default)s)")
+    up.add_argument("--demo", action="store_true", help="publish demo traffic on demo streams of its own")
+    up.add_argument("--analytics-every", type=float, default=60.0, help="seconds between analytics runs")
+
+    demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
+    add_connection_flags(demo)
+    demo.add_argument("--every", type=float, default=30.0, help="seconds between rounds (default %(default)s)")
+    demo.add_argument("--rounds", type=int, help="stop after N rounds (default: until Ctrl-C)")
+
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
     add_connection_flags(probe)
@@ -142,6 +156,23 @@ def cmd_server(args: argparse.Namespace) -> int:
         return 0
     finally:
         server.stop()
+
+
+async def demo_async(args: argparse.Namespace) -> int:
+    from console.demo import run_demo
+
+    nc = await connect(connection_settings(args))
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    demo = asyncio.create_task(run_demo(nc, every=args.every, rounds=args.rounds))
+    await asyncio.wait([demo, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    demo.cancel()
+    await asyncio.wait([demo])
+    await nc.close()
+    if not demo.cancelled() and demo.exception():
+        raise demo.exception()
+    return 0
 
 
 async def probe_async(args: argparse.Namespace) -> int:
@@ -278,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
             serve(connection_settings(args), address=args.address, port=args.port, data_dir=Path(args.data_dir),
                   basic_auth=args.basic_auth, insecure=args.insecure, read_only=args.read_only)
             return 0
+        if args.command == "up":
+            from console.supervisor import Supervisor, UpOptions
+
+            return Supervisor(UpOptions(Path(args.data_dir), args.server, args.port, args.nats_port, args.demo,
+                                        args.analytics_every)).run()
+        if args.command == "demo":
+            return asyncio.run(demo_async(args))
         return asyncio.run(probe_async(args))
     except ConsoleError as e:
         print(f"batch-console: {e}", file=sys.stderr)

@@ -1,13 +1,15 @@
 """Sets up and inspects server state for the browser tests, in a process of its own (the browser
-tests are synchronous): `python -m tests.ui.nats_tool seed-replay URL STREAM` or `ack-pending URL STREAM`."""
+tests are synchronous): `python -m tests.ui.nats_tool seed-replay URL STREAM`, `ack-pending URL STREAM` or `abandonments URL`."""
 
 import asyncio
 import sys
 
 import nats
+import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from console.broker.atomic import AtomicBatch
+from console.broker.eventlog import EventLog
 
 HOSTILE_PAYLOAD = b"<img src=x onerror=alert(1)>"
 
@@ -25,11 +27,31 @@ async def seed_replay(nc, stream: str) -> None:
     await js.add_consumer(stream, ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT, ack_wait=60))
 
 
-async def main(command: str, url: str, stream: str) -> None:
+async def abandonments(nc) -> str:
+    """`advisories events distinct`: batch_abandoned advisories captured, and the event log's copies."""
+    js = nc.jetstream()
+    advisories = 0
+    sub = await js.subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.>", ordered_consumer=True,
+                             stream="BATCH_CONSOLE_ADVISORIES")
+    try:
+        while (msg := await sub.next_msg(timeout=2)) is not None:
+            advisories += 1
+            if msg.metadata.num_pending == 0:
+                break
+    except nats.errors.TimeoutError:
+        pass
+    await sub.unsubscribe()
+    events = [e for _, e in await EventLog(js).read(1, kind_filter="atomic_abandoned.>", idle_timeout=0.5)]
+    return f"{advisories} {len(events)} {len({e.event_id for e in events})}"
+
+
+async def main(command: str, url: str, stream: str = "") -> None:
     nc = await nats.connect(url)
     try:
         if command == "seed-replay":
             await seed_replay(nc, stream)
+        elif command == "abandonments":
+            print(await abandonments(nc))
         else:
             print((await nc.jetstream().consumer_info(stream, "ops")).num_ack_pending)
     finally:

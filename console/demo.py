@@ -1,0 +1,134 @@
+"""Demo traffic from the console's own publishers, so a newcomer's first screen has every outcome:
+committed atomic batches, abandoned ones of each reason, fast batches at different flows from
+concurrent publishers, gaps in `ok` and `fail` mode, an idle fast batch dropped. It writes only to
+the streams it created (marked in their metadata)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import StorageType, StreamConfig
+
+from console.broker.atomic import AtomicBatch
+from console.broker.fast import BatchEndedError, FastBatch
+from console.domain.fast_ingest import GapMode
+from console.errors import BatchError, ConsoleError
+
+log = logging.getLogger(__name__)
+
+MARK = {"batch_console_demo": "1"}
+ATOMIC_STREAM, FAST_STREAM = "DEMO_ORDERS", "DEMO_INGEST"
+ORDERS, INGEST = "demo.orders", "demo.ingest"
+
+
+@dataclass(frozen=True)
+class DemoStream:
+    name: str
+    subject: str
+    atomic: bool
+
+
+DEMO_STREAMS = (DemoStream(ATOMIC_STREAM, f"{ORDERS}.>", True), DemoStream(FAST_STREAM, f"{INGEST}.>", False))
+
+
+async def ensure_demo_streams(nc: Client) -> None:
+    """Create the demo streams, or reuse the ones an earlier demo created; refuse anything else."""
+    js = nc.jetstream()
+    for s in DEMO_STREAMS:
+        try:
+            info = await js.stream_info(s.name)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(StreamConfig(name=s.name, subjects=[s.subject], storage=StorageType.FILE,
+                                             max_age=24 * 3600, allow_atomic=s.atomic, allow_batched=not s.atomic,
+                                             metadata=dict(MARK)))
+            continue
+        if (info.config.metadata or {}).get("batch_console_demo") != "1":
+            raise ConsoleError(f"stream {s.name} exists and was not created by the demo: the demo never writes to it")
+
+
+async def _expect_refusal(work) -> None:
+    try:
+        await work
+    except BatchError:
+        pass  # the refusal is what makes the server abandon the batch
+
+
+async def abandon_each_reason(nc: Client) -> None:
+    subject = f"{ORDERS}.lost"
+    timeout = AtomicBatch(nc)
+    await timeout.add(subject, b'{"order": "never committed"}')
+    timeout.discard()  # the server abandons it at its batch timeout
+    gap = AtomicBatch(nc)
+    await gap.add(subject, b"1")
+    gap.skip_seq()
+    await _expect_refusal(gap.commit(subject, b"3"))
+    large = AtomicBatch(nc, max_msgs=1001)
+
+    async def too_many():
+        for _ in range(1001):
+            await large.add(subject, b"x")
+    await _expect_refusal(too_many())
+    await _expect_refusal(AtomicBatch(nc).add(subject, b"1", headers={"Nats-Required-Api-Level": "99"}))
+
+
+async def commit_atomic(nc: Client, batches: int = 3, size: int = 10) -> None:
+    for b in range(batches):
+        batch = AtomicBatch(nc)
+        for i in range(size - 1):
+            await batch.add(f"{ORDERS}.new", f'{{"batch": {b}, "line": {i}}}'.encode())
+        await batch.commit(f"{ORDERS}.new", b'{"total": true}')
+
+
+async def fast_batch(nc: Client, count: int, flow: int, gap_mode: GapMode = GapMode.FAIL,
+                     skip_at: int | None = None, pace: float = 0.0) -> None:
+    batch = FastBatch(nc, flow=flow, gap_mode=gap_mode)
+    try:
+        for seq in range(1, count):
+            if seq == skip_at:
+                batch.skip_seq(2)
+            await batch.add(f"{INGEST}.readings", f'{{"seq": {seq}}}'.encode())
+            if pace:
+                await asyncio.sleep(pace)
+        await batch.commit(f"{INGEST}.readings", b'{"last": true}')
+    except BatchEndedError:
+        pass  # fail mode: the gap ended it, as intended
+
+
+async def idle_fast_batch(nc: Client) -> None:
+    """Starts a fast batch and goes silent: the server drops it after its batch timeout."""
+    batch = FastBatch(nc, flow=5)
+    for seq in range(1, 8):
+        await batch.add(f"{INGEST}.idle", f'{{"seq": {seq}}}'.encode())
+    await batch.close()
+
+
+async def demo_round(nc: Client) -> None:
+    await commit_atomic(nc)
+    await abandon_each_reason(nc)
+    await asyncio.gather(  # concurrent publishers: the server shares the flow between them
+        fast_batch(nc, 3000, flow=200, pace=0.0005), fast_batch(nc, 3000, flow=50, pace=0.0005),
+        fast_batch(nc, 500, flow=20, gap_mode=GapMode.OK, skip_at=120),
+        fast_batch(nc, 500, flow=20, gap_mode=GapMode.FAIL, skip_at=300))
+    await idle_fast_batch(nc)
+
+
+async def run_demo(nc: Client, every: float = 30.0, rounds: int | None = None) -> int:
+    """Rounds of demo traffic until `rounds` are done (None: until cancelled); returns the rounds run."""
+    await ensure_demo_streams(nc)
+    done, failures = 0, Counter()
+    while rounds is None or done < rounds:
+        try:
+            await demo_round(nc)
+        except (BatchError, nats.errors.Error, asyncio.TimeoutError) as e:
+            failures[type(e).__name__] += 1
+            log.warning("demo round %d: %s", done + 1, e)
+        done += 1
+        log.info("demo round %d done%s", done, f" (failures so far: {dict(failures)})" if failures else "")
+        if rounds is None or done < rounds:
+            await asyncio.sleep(every)
+    return done

@@ -1,0 +1,90 @@
+"""`batch-console up --demo` end to end, as a newcomer runs it, in a temp data directory."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.ui.conftest import CLI, free_port, wait_http
+from tests.ui.test_replay_page import nats_tool
+
+REASONS = ("timeout", "incomplete", "large", "unsupported", "gap")
+
+
+def pids(output: str, name: str) -> list[int]:
+    return [int(p) for p in re.findall(rf"\[up\] {name}: (?:restarted, )?running \(pid (\d+)\)", output)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def up(tmp_path):
+    port, nats_port = free_port(), free_port()
+    log = tmp_path / "up.out"
+    proc = subprocess.Popen([CLI, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--nats-port",
+                             str(nats_port), "--demo", "--analytics-every", "10"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_http(f"http://127.0.0.1:{port}/", proc, log, timeout=90)
+    yield proc, log, f"http://127.0.0.1:{port}/", f"nats://127.0.0.1:{nats_port}"
+    if proc.poll() is None:
+        proc.kill()
+
+
+def test_up_demo_shows_every_outcome_live_and_in_history_and_ctrl_c_leaves_nothing(up, page):
+    proc, log, web_url, nats_url = up
+    page.goto(web_url)
+    counters = page.get_by_text("Last 5 min / 1 h:")
+    for reason in REASONS:  # the demo's first round: every abandonment reason and a fast gap
+        expect(counters).to_contain_text(reason, timeout=90_000)
+
+    def history_has_every_reason() -> bool:
+        page.goto(web_url + "history")
+        top = page.get_by_role("row").filter(has_text="DEMO_")
+        try:
+            expect(top.first).to_be_visible(timeout=5_000)
+        except AssertionError:
+            return False
+        text = " ".join(top.all_inner_texts())
+        return all(reason in text for reason in REASONS)
+    wait_for(history_has_every_reason, 120, "History never showed every reason after analytics runs")
+
+    output = log.read_text()
+    started = [p for name in ("nats", "collector", "web", "analytics", "demo") for p in pids(output, name)]
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    assert proc.wait(timeout=60) == 0
+    assert "[up] nats: stopped" in log.read_text()
+    wait_for(lambda: not any(alive(p) for p in started), 30, "a process outlived Ctrl-C")
+
+
+def test_a_killed_collector_is_restarted_and_loses_nothing(up):
+    proc, log, _, nats_url = up
+    wait_for(lambda: pids(log.read_text(), "collector"), 30, "no collector started")
+    [first] = pids(log.read_text(), "collector")
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: len(pids(log.read_text(), "collector")) == 2, 30, "the collector was not restarted")
+    assert re.search(r"collector exited with code -9", log.read_text())
+
+    def every_advisory_logged_once() -> bool:  # abandonments of the demo's rounds, before and after the kill
+        advisories, events, distinct = map(int, nats_tool("abandonments", nats_url).split())
+        return advisories >= 8 and advisories == events == distinct
+    wait_for(every_advisory_logged_once, 120, f"advisories and events differ: {nats_tool('abandonments', nats_url)}")
+    assert all(alive(p) for name in ("web", "analytics", "demo") for p in pids(log.read_text(), name))
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
