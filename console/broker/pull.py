@@ -107,6 +107,8 @@ class ConsumerReader:
                 try:
                     msg = await sub.next_msg(timeout=expires + CLIENT_MARGIN)
                 except nats.errors.TimeoutError:
+                    if max_bytes and messages:  # the server closes a request whose byte budget it used up silently
+                        return FetchResult(tuple(messages), "max bytes reached")
                     return FetchResult(tuple(messages), "no answer", "the server did not answer the pull request")
                 status = (msg.headers or {}).get("Status") if not msg.reply else None
                 if status:
