@@ -115,6 +115,16 @@ async def run(args, server: EmbeddedServer, tmp: Path) -> None:
              subprocess.Popen([CLI, "serve", "--server", server.url, "--port", str(port)],
                               stdout=open(tmp / "web.log", "w"), stderr=subprocess.STDOUT)]
     web = procs[1]
+    try:
+        await measure(args, nc, arrivals, web, port)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+        await nc.close()
+
+
+async def measure(args, nc, arrivals: Arrivals, web: subprocess.Popen, port: int) -> None:
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
                                                                            "--disable-dev-shm-usage"])
@@ -170,10 +180,6 @@ async def run(args, server: EmbeddedServer, tmp: Path) -> None:
         dom = await seen_in_page(page)
         load_delay = [dom[i] - arrivals.advised[i] for i in load_ids if i in dom and i in arrivals.advised]
         await browser.close()
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=20)
-    await nc.close()
 
     print(f"{'':34}{'p50 s':>8}{'p95 s':>8}{'seen':>10}")
     print(f"{'bare nats-py subscriber':34}{percentile(bare_delay, .5):8.3f}{percentile(bare_delay, .95):8.3f}"
