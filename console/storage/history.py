@@ -3,7 +3,7 @@ Every query reads the hourly aggregates or an indexed range, so a year of histor
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pandas as pd
 from sqlalchemy import func
