@@ -109,14 +109,20 @@ class ReplayPage(pn.viewable.Viewer):
         if not self._stream.value:
             self._status.object = "Pick a stream first."
             return None
+        start = self._start()
+        if start is None:
+            return None
+        self._reader = self.admin.reader(self._stream.value, self._consumer.value or None, **start)
+        return self._reader
+
+    def _start(self) -> dict | None:
+        """Where a peek or a batch scan starts; None (and a message) when the time is not a time."""
         try:
             start_time = parse_start_time(self._start_time.value)
         except ValueError:
             self._status.object = f"**Not a time:** {html.escape(self._start_time.value)} (use 2026-11-21T09:30:00)"
             return None
-        self._reader = self.admin.reader(self._stream.value, self._consumer.value or None,
-                                         start_seq=self._start_seq.value or None, start_time=start_time)
-        return self._reader
+        return {"start_seq": self._start_seq.value or None, "start_time": start_time}
 
     async def _on_fetch(self, *_) -> None:
         await self._pull(self._max_messages.value)
@@ -187,16 +193,14 @@ class ReplayPage(pn.viewable.Viewer):
         if not (self._stream.value and batch_id):
             self._status.object = "Pick a stream and give a batch id."
             return
-        try:
-            start_time = parse_start_time(self._start_time.value)
-        except ValueError:
-            start_time = None
+        start = self._start()
+        if start is None:
+            return
 
         def progress(scanned: int) -> None:
             self._status.object = f"Scanning {html.escape(self._stream.value)}… {scanned} messages read"
 
-        replay = await self.admin.replay_batch(self._stream.value, batch_id, start_seq=self._start_seq.value or None,
-                                               start_time=start_time, on_progress=progress)
+        replay = await self.admin.replay_batch(self._stream.value, batch_id, on_progress=progress, **start)
         self._show(None, replay.messages)
         if replay.messages:
             state = "complete" if replay.complete else "no commit found: incomplete"
