@@ -26,10 +26,10 @@ from console.progress import ProgressBar
 log = logging.getLogger("batch-console")
 
 
-def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+def add_connection_flags(parser: argparse.ArgumentParser, server_default: str | None = DEFAULT_SERVER,
+                         server_help: str = "NATS URL, or several separated by commas (default %(default)s)") -> None:
     group = parser.add_argument_group("connection (secrets may also come from BATCH_CONSOLE_TOKEN / _PASSWORD)")
-    group.add_argument("--server", default=os.environ.get("BATCH_CONSOLE_SERVER", DEFAULT_SERVER),
-                       help="NATS URL, or several separated by commas (default %(default)s)")
+    group.add_argument("--server", default=os.environ.get("BATCH_CONSOLE_SERVER", server_default), help=server_help)
     group.add_argument("--creds", help="user credentials file (JWT + nkey seed)")
     group.add_argument("--nkey", help="nkey seed file")
     group.add_argument("--token", default=os.environ.get("BATCH_CONSOLE_TOKEN"), help="auth token")
@@ -38,6 +38,17 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-ca", help="CA certificate file")
     group.add_argument("--tls-cert", help="client certificate file")
     group.add_argument("--tls-key", help="client key file")
+
+
+FILE_FLAGS = ("creds", "nkey", "user", "tls_ca", "tls_cert", "tls_key")
+
+
+def forwarded_connection(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The connection flags for child processes: file paths as flags, secrets as environment
+    variables (never on a command line, where `ps` shows them)."""
+    argv = [x for name in FILE_FLAGS if getattr(args, name) for x in (f"--{name.replace('_', '-')}", getattr(args, name))]
+    env = {k: v for k, v in (("BATCH_CONSOLE_TOKEN", args.token), ("BATCH_CONSOLE_PASSWORD", args.password)) if v}
+    return argv, env
 
 
 def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
@@ -109,8 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", default="data", help="the analytics job's console.db is read here (default %(default)s)")
 
     up = commands.add_parser("up", help="the whole console under one supervisor (embedded nats-server without --server)")
-    up.add_argument("--server", help="an existing NATS (credentials: BATCH_CONSOLE_TOKEN / _PASSWORD, or run the parts"
-                                     " one by one, see the Procfile); without it the embedded nats-server runs")
+    add_connection_flags(up, None, "an existing NATS, with the credentials below; without it the embedded nats-server runs")
     up.add_argument("--data-dir", default="data", help="server store, console.db, delta/ and logs/ (default %(default)s)")
     up.add_argument("--port", type=int, default=8050, help="the web console's port (default %(default)s)")
     up.add_argument("--nats-port", type=int, default=4222, help="the embedded nats-server's port (default %(default)s)")
@@ -312,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             from console.supervisor import Supervisor, UpOptions
 
+            connection_argv, secrets = forwarded_connection(args)
             return Supervisor(UpOptions(Path(args.data_dir), args.server, args.port, args.nats_port, args.demo,
-                                        args.analytics_every)).run()
+                                        args.analytics_every, tuple(connection_argv)), secrets).run()
         if args.command == "demo":
             return asyncio.run(demo_async(args))
         return asyncio.run(probe_async(args))

@@ -4,6 +4,7 @@ last line it wrote, and restarted (a bounded number of times) while the others c
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -24,13 +25,14 @@ class Part:
     name: str
     args: list[str]
     log_path: Path
+    env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
     failed: bool = False
 
     def start(self) -> None:
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)  # Ctrl-C reaches the supervisor, not each part
         log.close()
 
@@ -66,11 +68,13 @@ class UpOptions:
     nats_port: int = 4222
     demo: bool = False
     analytics_every: float = 60.0
+    connection_args: tuple[str, ...] = ()  # --creds FILE, --tls-ca FILE ... for an existing server
 
 
 class Supervisor:
-    def __init__(self, options: UpOptions, out=sys.stdout):
+    def __init__(self, options: UpOptions, secrets: dict[str, str] | None = None, out=sys.stdout):
         self.options, self.out = options, out
+        self._env = {**os.environ, **(secrets or {})}  # token and password reach the parts, never their argv
         self.logs = options.data_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.parts: list[Part] = []
@@ -81,7 +85,7 @@ class Supervisor:
         print(f"[up] {text}", file=self.out, flush=True)
 
     def _part(self, name: str, args: list[str]) -> Part:
-        part = Part(name, args, self.logs / f"{name}.log")
+        part = Part(name, args, self.logs / f"{name}.log", self._env)
         self.parts.append(part)
         part.start()
         self.say(f"{name}: {part.state}, log {part.log_path}")
@@ -93,11 +97,12 @@ class Supervisor:
             nats = self._part("nats", ["server", "--data-dir", str(o.data_dir), "--port", str(o.nats_port)])
             self.server_url = self._wait_for_server(nats)
         url, data = self.server_url, str(o.data_dir)
-        self._part("collector", ["collect", "--server", url])
-        self._part("web", ["serve", "--server", url, "--port", str(o.port), "--data-dir", data])
-        self._part("analytics", ["analytics", "--every", f"{o.analytics_every:g}", "--server", url, "--data-dir", data])
+        connection = ["--server", url, *o.connection_args]
+        self._part("collector", ["collect", *connection])
+        self._part("web", ["serve", *connection, "--port", str(o.port), "--data-dir", data])
+        self._part("analytics", ["analytics", "--every", f"{o.analytics_every:g}", *connection, "--data-dir", data])
         if o.demo:
-            self._part("demo", ["demo", "--server", url])
+            self._part("demo", ["demo", *connection])
         self.say(f"console: http://127.0.0.1:{o.port}/  (NATS {url}; Ctrl-C stops everything)")
 
     def _wait_for_server(self, part: Part, timeout: float = 30.0) -> str:

@@ -1,0 +1,44 @@
+"""`up --server` forwards credentials to every part: file flags as flags, secrets through the
+environment, never on a command line or in a log."""
+
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+from console.broker.server import EmbeddedServer
+from tests.ui.conftest import CLI, free_port
+
+TOKEN = "s3cret-token-for-up"
+
+
+def test_up_on_a_token_server_connects_every_part_and_never_shows_the_token(tmp_path):
+    with EmbeddedServer(tmp_path / "nats", extra_config=f'authorization {{ token: "{TOKEN}" }}') as server:
+        port = free_port()
+        out = tmp_path / "up.out"
+        up = subprocess.Popen([CLI, "up", "--server", server.url, "--token", TOKEN, "--data-dir", str(tmp_path / "data"),
+                               "--port", str(port)], stdout=open(out, "w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+        try:
+            logs = tmp_path / "data" / "logs"
+            deadline = time.monotonic() + 90
+            while not ((logs / "collector.log").exists() and "written" in (logs / "collector.log").read_text()):
+                assert up.poll() is None and time.monotonic() < deadline, out.read_text()
+                time.sleep(0.2)
+            while True:  # the web app connected (it serves only once connected)
+                try:
+                    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).status == 200
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, (logs / "web.log").read_text()
+                    time.sleep(0.2)
+            pids = [int(p) for p in re.findall(r"running \(pid (\d+)\)", out.read_text())]
+            assert len(pids) == 3  # collector, web, analytics: no embedded server with --server
+            for pid in pids:
+                assert TOKEN not in open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+        finally:
+            up.send_signal(signal.SIGINT)
+            assert up.wait(timeout=60) == 0
+        for log in [out, *logs.iterdir()]:
+            assert TOKEN not in log.read_text(), log
