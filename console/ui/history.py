@@ -68,11 +68,14 @@ class HistoryPage(pn.viewable.Viewer):
         self._stats = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
         self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300, formatters={"investigate": {"type": "html"}},
                                           **table)
-        self._download = pn.widgets.FileDownload(callback=self._csv, filename="history.csv", label="Download CSV",
-                                                 button_type="light")
-        self._range.param.watch(lambda *_: self.reload(), "value")
+        self._csv_table = pn.widgets.Select(label="table to download", value="abandoned_batches", options=[
+            "abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes"])
+        self._download = pn.widgets.FileDownload(callback=self._csv, filename="abandoned_batches.csv",
+                                                 label="Download CSV", button_type="light")
+        self._csv_table.param.watch(self._on_csv_table, "value")
+        self._range.param.watch(self._on_range, "value")
         self._layout = pn.Column(
-            pn.pane.Markdown("## History"), pn.Row(self._range, self._download), self._summary,
+            pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._summary,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
@@ -80,6 +83,7 @@ class HistoryPage(pn.viewable.Viewer):
                              self._stats, sizing_mode="stretch_width"), sizing_mode="stretch_width"),
             "### Abandoned batches", self._lost, sizing_mode="stretch_width")
         self._shown: dict[str, pd.DataFrame] = {}
+        self._on_csv_table()
 
     def _bounds(self) -> tuple[datetime, datetime]:
         first, last = self._range.value
@@ -112,11 +116,18 @@ class HistoryPage(pn.viewable.Viewer):
             self._summary.object = (f"{total} abandoned batches, {int(gaps['gaps'].sum()) if len(gaps) else 0} gaps "
                                     f"({lost_msgs} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}")
 
+    def _on_range(self, *_) -> None:
+        self.reload()
+        self._on_csv_table()
+
+    def _on_csv_table(self, *_) -> None:
+        start, end = self._bounds()
+        self._download.filename = f"{self._csv_table.value}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}.csv"
+
     def _csv(self) -> io.StringIO:
-        """Every table shown, one after another, each row tagged with its table's name."""
+        """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
-        for name, frame in self._shown.items():
-            frame.assign(table=name).to_csv(out, index=False)
+        self._shown.get(self._csv_table.value, pd.DataFrame()).to_csv(out, index=False)
         out.seek(0)
         return out
 

@@ -24,6 +24,7 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
         expect(page.get_by_role("row").filter(has_text=batch_id)).to_be_visible()
     with page.expect_download() as download:
         page.get_by_role("button", name="Download CSV").click()
+    assert download.value.suggested_filename.startswith("abandoned_batches-")
     csv = open(download.value.path()).read()
     assert all(batch_id in csv for batch_id in abandoned) and "UI_HIST" in csv
     page.screenshot(path="assets/history.png", full_page=True)
