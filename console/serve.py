@@ -13,7 +13,6 @@ import panel as pn
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import connect
-from console.broker.eventlog import EventLog
 from console.broker.live_state import LiveState
 from console.config import ConnectionSettings
 from console.errors import ConfigError, ReadOnlyError
@@ -67,10 +66,8 @@ class App:
         return pages
 
     def live_page(self):
-        page = LivePage(model=self.live.model, connection=lambda: self.live.connection,
-                        problem=lambda: self.live.problem)
-        callback = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
-        pn.state.on_session_destroyed(lambda _: callback.stop())
+        page = LivePage.following(self.live)
+        pn.state.on_session_destroyed(lambda _: page.timer.stop())
         return self._frame(page)
 
     def streams_page(self):
@@ -98,7 +95,7 @@ class App:
         return self._frame(ProbePage(run=self.run_probe))
 
     async def find_incident(self, batch_id: str):
-        return await find_incident(EventLog(self.admin.js), batch_id, model=self.live.model, engine=self.engine)
+        return await find_incident(self.live.log, batch_id, model=self.live.model, engine=self.engine)
 
     async def run_probe(self, options: ProbeOptions, progress) -> ProbeReport:
         if self.read_only:

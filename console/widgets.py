@@ -19,7 +19,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-import panel as pn
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import connect
@@ -67,10 +66,7 @@ class NotebookConsole:
         return self.live_state.model.newest_first(limit)
 
     def live(self, refresh_ms: int = 500) -> LivePage:
-        page = LivePage(model=self.live_state.model, connection=lambda: self.live_state.connection,
-                        problem=lambda: self.live_state.problem, refresh_ms=refresh_ms)
-        pn.state.add_periodic_callback(page.refresh, period=refresh_ms)
-        return page
+        return LivePage.following(self.live_state, refresh_ms=refresh_ms)
 
     async def streams(self) -> StreamsPage:
         page = StreamsPage(admin=self.admin)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 
 import nats.js.errors
 
@@ -27,3 +28,11 @@ async def wait_until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def poll_until(condition, timeout: float, what: str) -> None:
+    """The synchronous twin, for tests that drive processes and a browser rather than an event loop."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)

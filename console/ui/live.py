@@ -11,6 +11,7 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
+from console.broker.live_state import LiveState
 from console.domain.live_model import LiveModel
 from console.ui.history import incident_link
 
@@ -91,6 +92,7 @@ class LivePage(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self._version = -1
+        self.timer = None  # the session's periodic refresh, when made by `following`
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(
@@ -120,6 +122,13 @@ class LivePage(pn.viewable.Viewer):
             sizing_mode="stretch_width",
         )
         self.refresh()
+
+    @classmethod
+    def following(cls, state: LiveState, **params) -> LivePage:
+        """A page on the process's live state, refreshed every `refresh_ms` in the current session."""
+        page = cls(model=state.model, connection=lambda: state.connection, problem=lambda: state.problem, **params)
+        page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
+        return page
 
     def refresh(self) -> None:
         now = datetime.now(timezone.utc)

@@ -4,11 +4,10 @@ environment, never on a command line or in a log."""
 import re
 import signal
 import subprocess
-import time
-import urllib.request
 
 from console.broker.server import EmbeddedServer
-from tests.ui.conftest import CLI, free_port
+from tests.ui.conftest import CLI, free_port, wait_http
+from tests.waits import poll_until
 
 TOKEN = "s3cret-token-for-up"
 
@@ -22,17 +21,10 @@ def test_up_on_a_token_server_connects_every_part_and_never_shows_the_token(tmp_
                               start_new_session=True)
         try:
             logs = tmp_path / "data" / "logs"
-            deadline = time.monotonic() + 90
-            while not ((logs / "collector.log").exists() and "written" in (logs / "collector.log").read_text()):
-                assert up.poll() is None and time.monotonic() < deadline, out.read_text()
-                time.sleep(0.2)
-            while True:  # the web app connected (it serves only once connected)
-                try:
-                    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).status == 200
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, (logs / "web.log").read_text()
-                    time.sleep(0.2)
+            collector_log = logs / "collector.log"
+            poll_until(lambda: up.poll() is None and collector_log.exists() and "written" in collector_log.read_text(),
+                       90, f"the collector never wrote to the event log:\n{out.read_text()}")
+            wait_http(f"http://127.0.0.1:{port}/", up, out, timeout=90)  # it serves only once connected
             pids = [int(p) for p in re.findall(r"running \(pid (\d+)\)", out.read_text())]
             assert len(pids) == 3  # collector, web, analytics: no embedded server with --server
             for pid in pids:

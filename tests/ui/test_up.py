@@ -4,13 +4,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.ui.conftest import CLI, free_port, wait_http
 from tests.ui.test_replay_page import nats_tool
+from tests.waits import poll_until
 
 REASONS = ("timeout", "incomplete", "large", "unsupported", "gap")
 
@@ -25,13 +25,6 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return not open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -63,28 +56,28 @@ def test_up_demo_shows_every_outcome_live_and_in_history_and_ctrl_c_leaves_nothi
             return False
         text = " ".join(top.all_inner_texts())
         return all(reason in text for reason in REASONS)
-    wait_for(history_has_every_reason, 120, "History never showed every reason after analytics runs")
+    poll_until(history_has_every_reason, 120, "History never showed every reason after analytics runs")
 
     output = log.read_text()
     started = [p for name in ("nats", "collector", "web", "analytics", "demo") for p in pids(output, name)]
     proc.send_signal(signal.SIGINT)  # Ctrl-C
     assert proc.wait(timeout=60) == 0
     assert "[up] nats: stopped" in log.read_text()
-    wait_for(lambda: not any(alive(p) for p in started), 30, "a process outlived Ctrl-C")
+    poll_until(lambda: not any(alive(p) for p in started), 30, "a process outlived Ctrl-C")
 
 
 def test_a_killed_collector_is_restarted_and_loses_nothing(up):
     proc, log, _, nats_url = up
-    wait_for(lambda: pids(log.read_text(), "collector"), 30, "no collector started")
+    poll_until(lambda: pids(log.read_text(), "collector"), 30, "no collector started")
     [first] = pids(log.read_text(), "collector")
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: len(pids(log.read_text(), "collector")) == 2, 30, "the collector was not restarted")
+    poll_until(lambda: len(pids(log.read_text(), "collector")) == 2, 30, "the collector was not restarted")
     assert re.search(r"collector exited with code -9", log.read_text())
 
     def every_advisory_logged_once() -> bool:  # abandonments of the demo's rounds, before and after the kill
         advisories, events, distinct = map(int, nats_tool("abandonments", nats_url).split())
         return advisories >= 8 and advisories == events == distinct
-    wait_for(every_advisory_logged_once, 120, f"advisories and events differ: {nats_tool('abandonments', nats_url)}")
+    poll_until(every_advisory_logged_once, 120, f"advisories and events differ: {nats_tool('abandonments', nats_url)}")
     assert all(alive(p) for name in ("web", "analytics", "demo") for p in pids(log.read_text(), name))
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
