@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
 PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
+STOP_GRACE = 10.0  # seconds a stop may spend handling what was received and storing what is queued
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,13 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+async def _ended(tasks: list[asyncio.Task]) -> None:
+    if tasks:
+        _, stuck = await asyncio.wait(tasks, timeout=STOP_GRACE + 5)
+        for task in stuck:
+            log.error("stopping: %s did not end", task.get_name())
+
+
 class Collector:
     def __init__(self, nc: Client, settings: CollectorSettings = CollectorSettings(), system_nc: Client | None = None):
         """system_nc: a connection to the system account, for its copies of every account's
@@ -96,12 +104,14 @@ class Collector:
         self.duplicates = 0
         self.advisories_durable = False
         self.advisory_stream: str | None = None
-        self._queue: asyncio.Queue[BatchEvent] = asyncio.Queue(settings.max_queued_events)
+        self._queue: asyncio.Queue[BatchEvent | None] = asyncio.Queue(settings.max_queued_events)  # None: stop
+        self._writer: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
         self._subs: list = []
         self._status_seq = 0
         self._started = time.monotonic()
         self._stopping = False
+        self._stop_deadline = float("inf")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -117,28 +127,34 @@ class Collector:
                 self._subs.append(await self.nc.subscribe(pattern, cb=self._on_tap))
         for subject in self.settings.tap_publish_subjects:
             self._subs.append(await self.nc.subscribe(subject, cb=self._on_publish_side))
-        self._tasks += [
-            asyncio.create_task(self._write_loop(), name="collector-writer"),
-            asyncio.create_task(self._tick_loop(), name="collector-ticker"),
-        ]
+        self._writer = asyncio.create_task(self._write_loop(), name="collector-writer")
+        self._tasks.append(asyncio.create_task(self._tick_loop(), name="collector-ticker"))
         if self.settings.pace > 0:
             self._tasks.append(asyncio.create_task(self._pace_loop(), name="collector-pacer"))
 
     async def stop(self) -> None:
-        # A flag, not only cancel(): nats-py's fetch() can turn a cancellation into a TimeoutError.
+        """Take no more input, handle what the server already sent, store every queued event, end.
+
+        Every loop also ends on the `_stopping` flag: nats-py can swallow a cancellation (its fetch
+        turns one into a TimeoutError; a publish whose reply lands in the same pass returns normally),
+        and a task that missed its cancel would keep stop() waiting for ever.
+        """
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks)
-        self._tasks.clear()
-        for sub in self._subs:
+        self._stop_deadline = time.monotonic() + STOP_GRACE
+        for sub in self._subs:  # unsubscribe, then the replies the server sent before it are handled
             try:
-                await sub.unsubscribe()
-            except nats.errors.Error:
+                await asyncio.wait_for(sub.drain(), max(0.1, self._stop_deadline - time.monotonic()))
+            except (asyncio.TimeoutError, nats.errors.Error):
                 pass
         self._subs.clear()
-        await self._flush_queue()
+        for task in self._tasks:
+            task.cancel()
+        await _ended(self._tasks)
+        self._tasks.clear()
+        if self._writer is not None:
+            await self._queue.put(None)  # only now: nothing else can enqueue
+            await _ended([self._writer])
+            self._writer = None
 
     def note_connection_error(self, error: Exception) -> None:
         """For the connection's error callback: a denied subscription becomes a visible problem."""
@@ -205,7 +221,8 @@ class Collector:
                 await self._survive("advisory fetch", e)
                 continue
             events = [e for e in map(self._advisory_event, msgs) if e is not None]
-            await self._store(events)
+            if not await self._store(events):
+                continue  # a stop gave up on the log: unacked, they are redelivered to the next run
             for msg in msgs:  # only now: the events are in the log
                 try:
                     await msg.ack()
@@ -293,35 +310,39 @@ class Collector:
                 self.rejected["event queue full"] += 1
 
     async def _write_loop(self) -> None:
+        """Stores the queue in batches; not cancelled but ended by stop()'s None, so nothing in hand is lost."""
         while True:
-            first = await self._queue.get()
-            events = [first]
+            events = [await self._queue.get()]
             while not self._queue.empty() and len(events) < 1000:
                 events.append(self._queue.get_nowait())
+            stopping = events[-1] is None
+            if stopping:
+                events.pop()
             await self._store(events)
+            if stopping:
+                return
 
-    async def _store(self, events: list[BatchEvent]) -> None:
-        """Into the log, retrying until it acknowledges (a crash here is safe: ids dedup the retry)."""
+    async def _store(self, events: list[BatchEvent]) -> bool:
+        """Into the log, retrying until it acknowledges (a crash here is safe: ids dedup the retry).
+        Only a stop gives up, once its grace period is over: then False."""
         while events:
             try:
                 stored, duplicates = await self.log.append(events)
                 self.events_written += stored
                 self.duplicates += duplicates
-                return
+                return True
             except Exception as e:  # unavailable, timed out, reconnecting: the same events again
+                if time.monotonic() >= self._stop_deadline:
+                    log.error("stopping: %d events not stored, the event log did not answer (%r)", len(events), e)
+                    return False
                 await self._survive("event log append", e)
-
-    async def _flush_queue(self) -> None:
-        pending = []
-        while not self._queue.empty():
-            pending.append(self._queue.get_nowait())
-        await self._store(pending)
+        return True
 
     # -- housekeeping ----------------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
         last_status = 0.0
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.settings.tick_every)
             self._enqueue(self.tracker.tick(_now()))
             if time.monotonic() - last_status >= self.settings.status_every:

@@ -110,3 +110,48 @@ async def test_collect_stores_an_abandonment_and_stops_cleanly_on_sigterm(cli_se
         proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert "collector stopped" in (tmp_path / "collect.log").read_text()
+
+
+async def test_collect_stops_on_sigterm_right_after_a_fast_batch_and_keeps_its_events(cli_server, tmp_path):
+    """SIGTERM while the append of the batch's last events waits for its PubAck: nats-py can
+    swallow a task's cancellation there, which once left the collector waiting for ever. It must
+    exit, and first handle the replies the server sent and store their events."""
+    import asyncio
+
+    import nats
+
+    from console.broker.eventlog import EventLog
+    from console.broker.fast import FastBatch
+    from console.domain.events import EventKind
+    from tests.waits import wait_until
+
+    log_path = tmp_path / "collect.log"
+    with open(log_path, "w") as err:
+        proc = subprocess.Popen(CLI + ["collect", "--server", cli_server], stderr=err)
+    nc = await nats.connect(cli_server)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="CLI_FAST_STOP", subjects=["cli.fast.stop"], allow_batched=True)
+        await wait_until(lambda: "collecting into" in log_path.read_text() or proc.poll() is not None, timeout=30)
+        committed = asyncio.Event()
+
+        async def on_committed(_):
+            committed.set()
+
+        # Seen as the log stores it, before the collector has its PubAck: the append is in flight.
+        await nc.subscribe(f"batch_console.events.{EventKind.FAST_COMMITTED.value}.>", cb=on_committed)
+        batch = FastBatch(nc, flow=10)
+        for _ in range(19_999):
+            await batch.add("cli.fast.stop", b"x" * 64)
+        await batch.commit("cli.fast.stop", b"x")
+        await asyncio.wait_for(committed.wait(), 30)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0, log_path.read_text()[-2000:]
+        events = [e for _, e in await EventLog(js).read(1) if e.batch_id == batch.batch_id]
+    finally:
+        await nc.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert "collector stopped" in log_path.read_text()
+    assert [e.count for e in events if e.kind is EventKind.FAST_COMMITTED] == [20_000]
+    assert sum(e.acks for e in events if e.kind is EventKind.FAST_PROGRESS) == batch.acks
