@@ -1,10 +1,17 @@
 """The collector's cost and speed, side by side in one run against one embedded nats-server.
 
-    .venv/bin/python bench/collector.py [--rounds 3] [--messages 200000] [--abandonments 1000]
+    .venv/bin/python bench/collector.py [--rounds 100] [--messages 40000] [--abandonments 1000]
 
 1. A fast-ingest publisher at flow 10 (the most acks per message), with and without the
    collector (`batch-console collect`, its own process) tapping it: the publisher's msgs/s,
-   the ratio, and whether the collector's ack count equals the publisher's.
+   the ratio, and whether the collector's ack count equals the publisher's. The collector (its
+   default CPU priority), a collector with `--cpu low` (nice 10 only) and a bare nats-py tap run
+   throughout, each tapping its own inbox prefix; every round publishes once on an inbox nobody
+   taps and once on each tap's, in a rotating order, so the machine's drift over the run falls on
+   all alike, and the next segment starts only once the collector has stored the last one's acks.
+   The median of the rounds' own ratios is printed with its 95% interval (a segment's speed
+   varies by 10-15% on a shared machine: a handful of rounds cannot tell 0.93 from 0.97), and the
+   cores each process used.
 2. A burst of abandoned atomic batches: time until a bare nats-py subscriber has received every
    advisory, and until every event is in the event log.
 A benchmark, not a test: read the ratios.
@@ -15,13 +22,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import signal
 import statistics
-from collections import Counter
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections import Counter
 from pathlib import Path
 
 import nats
@@ -39,16 +48,31 @@ from console.errors import BatchError  # noqa: E402
 PAYLOAD = b"x" * 128
 PACE = 0.010  # the collector's default --pace-ms, for the bare reference tap
 CLI = str(Path(sys.executable).parent / "batch-console")
+UNTAPPED_PREFIX = "_ALONE"  # an inbox no tap subscribes to: the publisher alone
+BARE_PREFIX = "_BARE"
+LOW_PREFIX = "_LOW"
 
 
-async def publish_fast(nc, n: int) -> tuple[float, FastBatch]:
-    batch = FastBatch(nc, flow=10, max_outstanding_acks=2)
+async def publish_fast(nc, n: int, inbox_prefix: str = "_INBOX") -> tuple[float, FastBatch]:
+    batch = FastBatch(nc, flow=10, max_outstanding_acks=2, inbox_prefix=f"{inbox_prefix}.{uuid.uuid4().hex}")
     start = time.perf_counter()
     for _ in range(n - 1):
         await batch.add("fast.bench", PAYLOAD)
     ack = await batch.commit("fast.bench", PAYLOAD)
     assert ack.count == n
     return n / (time.perf_counter() - start), batch
+
+
+def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A bootstrap 95% interval of the median: how far a rerun's figure may fall on this machine."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class EventWatch:
@@ -84,8 +108,8 @@ class EventWatch:
 
 
 async def bare_tap(url: str, pace: float) -> None:
-    """The floor for any tap written on nats-py: subscribe to the same $FI patterns, only count,
-    paced and niced like the collector. Runs as its own process (--bare-tap)."""
+    """The floor for any tap written on nats-py: subscribe to the same $FI patterns (under the
+    BARE_PREFIX inbox), only count, paced and niced like the collector. Its own process (--bare-tap)."""
     os.nice(10)
     nc = await nats.connect(url)
     received = 0
@@ -95,7 +119,7 @@ async def bare_tap(url: str, pace: float) -> None:
         received += 1
 
     for depth in (5, 6):
-        await nc.subscribe(".".join(["_INBOX"] + ["*"] * depth + ["$FI"]), cb=count)
+        await nc.subscribe(".".join([BARE_PREFIX] + ["*"] * depth + ["$FI"]), cb=count)
     await nc.flush()
     print("ready", flush=True)
     stop = asyncio.Event()
@@ -104,15 +128,6 @@ async def bare_tap(url: str, pace: float) -> None:
         time.sleep(pace)
         await asyncio.sleep(0)
     print(received, flush=True)
-
-
-async def tapped_rates(nc, cmd: list[str], rounds: int, messages: int) -> list[float]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    rates = [(await publish_fast(nc, messages))[0] for _ in range(rounds)]
-    proc.terminate()
-    proc.wait(timeout=20)
-    return rates
 
 
 async def wait_collector_ready(js, proc) -> None:
@@ -164,48 +179,68 @@ async def abandonment_burst(nc, watch: EventWatch, count: int, limit: float = 12
     return bare, logged, seen, watch.abandoned
 
 
+# Who taps the publisher in a segment -> the inbox prefix its replies use there.
+INBOXES = {"alone": UNTAPPED_PREFIX, "bare tap": BARE_PREFIX, "collector": "_INBOX", "collector --cpu low": LOW_PREFIX}
+
+
 async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, abandonments: int) -> None:
     nc = await nats.connect(server.url)
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="FASTBENCH", subjects=["fast.bench"], storage=StorageType.FILE, allow_batched=True))
     await js.add_stream(StreamConfig(name="BURST", subjects=["burst.>"], storage=StorageType.FILE, allow_atomic=True))
 
-    alone = []
-    for r in range(rounds):
-        rate, _ = await publish_fast(nc, messages)
-        alone.append(rate)
-        print(f"  round {r + 1}: publisher alone {rate:,.0f} msgs/s", file=sys.stderr)
-    floor = await tapped_rates(nc, [sys.executable, __file__, "--bare-tap", server.url], rounds, messages)
-    print(f"  publisher tapped by a bare nats-py subscriber: {[round(r) for r in floor]}", file=sys.stderr)
-
-    with open(tmp / "collector.log", "w") as err:
-        proc = subprocess.Popen([CLI, "collect", "--server", server.url], stderr=err)
+    procs = {"bare tap": subprocess.Popen([sys.executable, __file__, "--bare-tap", server.url], stdout=subprocess.PIPE, text=True)}
+    procs["bare tap"].stdout.readline()
+    for who, extra in [("collector", []), ("collector --cpu low", ["--cpu", "low", "--inbox-prefix", LOW_PREFIX])]:
+        with open(tmp / f"{who.replace(' ', '_')}.log", "w") as err:
+            procs[who] = subprocess.Popen([CLI, "collect", "--server", server.url, *extra], stderr=err)
+    pids = {"publisher": os.getpid(), "server": server.pid} | {who: proc.pid for who, proc in procs.items()}
+    rates: dict[str, list[float]] = {who: [] for who in INBOXES}
+    cpu = {who: Counter() for who in INBOXES}  # seconds of CPU per process, and "wall"
+    equal = []  # (collector's acks, publisher's acks)
     try:
-        await wait_collector_ready(js, proc)
+        for who in ("collector", "collector --cpu low"):
+            await wait_collector_ready(js, procs[who])
         watch = EventWatch(nc, EventLogSettings().subject_prefix)
         await watch.start()
-        tapped, equal = [], []
+        await publish_fast(nc, messages // 4)  # warm-up, not counted
         for r in range(rounds):
-            rate, batch = await publish_fast(nc, messages)
-            tapped.append(rate)
-            seen = await watch.acks_of(batch.batch_id)
-            equal.append((seen, batch.acks))
-            print(f"  round {r + 1}: publisher tapped {rate:,.0f} msgs/s, acks {seen}/{batch.acks}", file=sys.stderr)
+            order = list(INBOXES)[r % len(INBOXES):] + list(INBOXES)[:r % len(INBOXES)]
+            for who in order:
+                await js.purge_stream("FASTBENCH")  # every segment starts on an empty store
+                before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                rate, batch = await publish_fast(nc, messages, INBOXES[who])
+                rates[who].append(rate)
+                cpu[who].update({name: cpu_seconds(pid) - before[name] for name, pid in pids.items()})
+                cpu[who]["wall"] += messages / rate
+                if who.startswith("collector"):  # and its work is done before the next segment
+                    equal.append((await watch.acks_of(batch.batch_id), batch.acks))
+            print(f"  round {r + 1}: " + ", ".join(f"{who} {rates[who][-1]:,.0f}" for who in order) + " msgs/s",
+                  file=sys.stderr)
         bare, logged, seen, stored = await abandonment_burst(nc, watch, abandonments)
+        starved = (tmp / "collector.log").read_text().count("back to nice")
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(timeout=20)
         await nc.close()
 
-    a, t = statistics.median(alone), statistics.median(tapped)
-    print(f"\n{'fast ingest, flow 10, 2 outstanding acks':<52}{'msgs/s':>12}")
-    print(f"{'  publisher alone':<52}{a:>12,.0f}")
-    print(f"{'  publisher tapped by the collector':<52}{t:>12,.0f}")
-    print(f"{'  tapped / alone (target >= 0.95)':<52}{t / a:>12.3f}")
-    f = statistics.median(floor)
-    print(f"{'  for reference: tapped by a bare nats-py subscriber':<52}{f:>12,.0f}")
-    print(f"{'  bare subscriber / alone (the floor for a nats-py tap)':<52}{f / a:>12.3f}")
-    print(f"{'  collector acks == publisher acks, every round':<52}{str(all(s == p for s, p in equal)):>12}")
+    def ratios(who: str) -> list[float]:  # each round's own: the machine's drift cancels within a round
+        return [t / a for t, a in zip(rates[who], rates["alone"])]
+
+    print(f"\n{f'fast ingest, flow 10, 2 outstanding acks, {rounds} rounds':<52}{'msgs/s':>12}{'vs alone':>10}"
+          f"{'95% interval':>16}")
+    labels = {"alone": "publisher alone", "bare tap": "tapped by a bare nats-py subscriber (nice 10)",
+              "collector": "tapped by the collector (target >= 0.95)", "collector --cpu low": "tapped by the collector --cpu low"}
+    for who, label in labels.items():
+        low, high = median_interval(ratios(who))
+        print(f"{'  ' + label:<52}{statistics.median(rates[who]):>12,.0f}{statistics.median(ratios(who)):>10.3f}"
+              f"{f'{low:.3f}-{high:.3f}':>16}")
+    print(f"{'  collector acks == publisher acks, every segment':<52}{str(all(s == p for s, p in equal)):>12}")
+    print(f"{'  times the collector left the idle class, starved':<52}{starved:>12}")
+    print(f"\n{'cores used while publishing':<24}" + "".join(f"{name:>21}" for name in pids))
+    for who in INBOXES:
+        print(f"{'  ' + who:<24}" + "".join(f"{cpu[who][name] / cpu[who]['wall']:>21.2f}" for name in pids))
     print(f"\n{f'burst of {abandonments} abandonments':<52}{'seconds':>12}")
     print(f"{'  bare nats-py subscriber has all advisories':<52}{bare:>12.3f}")
     print(f"{'  all events in the event log':<52}{logged:>12.3f}")
@@ -215,8 +250,8 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--abandonments", type=int, default=1000)
     parser.add_argument("--bare-tap", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()

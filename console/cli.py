@@ -17,6 +17,7 @@ from console.broker.connection import connect
 from console.broker.eventlog import DAY, EventLogSettings
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
+from console.collector.priority import CpuMode
 from console.config import DEFAULT_SERVER, ConnectionSettings
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
@@ -91,9 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     system.add_argument("--system-creds", help="creds file of a system account user")
     system.add_argument("--system-user")
     system.add_argument("--system-password", default=os.environ.get("BATCH_CONSOLE_SYSTEM_PASSWORD"))
-    collect.add_argument("--nice", type=int, default=10,
-                         help="lower the collector's CPU priority by N (0 keeps it): an observer should not slow"
-                              " the publishers it watches on a shared host; replies queue while it waits")
+    collect.add_argument("--cpu", choices=[m.value for m in CpuMode], default=CpuMode.ADAPTIVE.value,
+                         help="adaptive (default): nice 10, and Linux's idle scheduling class while the collector"
+                              " keeps up, so publishers on the same cores keep their speed; low: nice 10 only;"
+                              " normal: as any process")
     collect.add_argument("--pace-ms", type=float, default=10.0,
                          help="pause between passes while tap traffic flows, so one read takes many acks (0: off)")
     collect.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
@@ -214,10 +216,9 @@ async def collect_async(args: argparse.Namespace) -> int:
         monitor_url=args.monitor_url,
         tap_publish_subjects=tuple(args.publish_subjects or ()),
         pace=args.pace_ms / 1000,
+        cpu=CpuMode(args.cpu),
         event_log=EventLogSettings(stream=args.events_stream, max_age=args.events_max_age_days * DAY),
     )
-    if args.nice > 0:
-        os.nice(args.nice)
     collector: Collector | None = None
 
     async def on_error(e: Exception) -> None:

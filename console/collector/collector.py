@@ -30,6 +30,7 @@ from console.broker.server_info import (
     varz_from_monitor,
     varz_from_system_account,
 )
+from console.collector.priority import CpuMode, CpuPriority
 from console.domain.advisories import MalformedAdvisory
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import BatchEvent, EventKind
@@ -67,6 +68,9 @@ class CollectorSettings:
     # process of its own: the pause blocks the loop, so acks pile up and one read takes dozens of
     # them, instead of one wake-up per ack stealing CPU from the publishers being watched.
     pace: float = 0.0
+    # The process's CPU priority (see console.collector.priority). None: left alone, for a
+    # collector that shares its process with other work.
+    cpu: CpuMode | None = None
     event_log: EventLogSettings = field(default_factory=EventLogSettings)
 
 
@@ -112,10 +116,13 @@ class Collector:
         self._started = time.monotonic()
         self._stopping = False
         self._stop_deadline = float("inf")
+        self.cpu = CpuPriority(settings.cpu) if settings.cpu else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.cpu is not None:
+            self.cpu.apply()
         await self.log.ensure()
         await self._learn_batch_timeout()
         await self._start_advisories()
@@ -343,7 +350,10 @@ class Collector:
     async def _tick_loop(self) -> None:
         last_status = 0.0
         while not self._stopping:
+            due = time.monotonic() + self.settings.tick_every
             await asyncio.sleep(self.settings.tick_every)
+            if self.cpu is not None:
+                self.cpu.on_tick(time.monotonic() - due, time.monotonic())
             self._enqueue(self.tracker.tick(_now()))
             if time.monotonic() - last_status >= self.settings.status_every:
                 last_status = time.monotonic()
@@ -381,4 +391,5 @@ class Collector:
             "batches_untracked": self.tracker.untracked,
             "queued": self._queue.qsize(),
             "problems": self.problems,
+            "cpu": self.cpu.status() if self.cpu else None,
         }

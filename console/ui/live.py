@@ -76,6 +76,8 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
         "no events yet" if fresh is None else f"last event {fresh.total_seconds():.0f}s ago",
         f"inputs rejected {rejected}",
     ]
+    if starved := ((model.collector.get("cpu") or {}).get("left_idle_starved")):
+        parts.append(f"collector starved of CPU {starved}x (host saturated)")
     if problem:
         parts.append(problem)
     return " · ".join(parts)

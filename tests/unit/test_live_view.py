@@ -1,5 +1,6 @@
 """The Live page's data, rendered without a server."""
 
+import json
 from datetime import datetime, timedelta, timezone
 
 from console.domain.events import BatchEvent, EventKind
@@ -41,3 +42,12 @@ def test_the_page_builds_without_a_server_and_keeps_payload_text_as_data():
     assert page._table.value["batch_id"].tolist() == ["<img src=x onerror=alert(1)>"]
     assert page._active.value["lost"].tolist() == [2]
     assert status_text(model, "reconnecting", None, NOW).startswith("NATS reconnecting · collector SILENT")
+
+
+def test_status_says_when_the_collector_was_starved_of_cpu():
+    model = LiveModel()
+    status = {"cpu": {"mode": "adaptive", "now": "nice 10", "left_idle_starved": 2, "note": ""}}
+    model.apply(BatchEvent("st", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps(status)))
+    assert "collector starved of CPU 2x" in status_text(model, "connected", None, NOW)
+    model.apply(BatchEvent("st2", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps({"cpu": None})))
+    assert "starved" not in status_text(model, "connected", None, NOW)

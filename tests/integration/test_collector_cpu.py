@@ -1,0 +1,103 @@
+"""The collector's CPU priority, on the real kernel scheduler: idle class while it keeps up, nice 10
+when starved, never an idle class it could not leave."""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from console.broker.fast import FastBatch
+from console.collector.priority import NICE, CpuPriority, idle_class_can_be_left
+from console.domain.events import EventKind, event_from_json
+from tests.waits import wait_until
+
+CLI = [str(Path(sys.executable).parent / "batch-console"), "collect"]
+can_leave_idle = pytest.mark.skipif(not idle_class_can_be_left(), reason="needs CAP_SYS_NICE or RLIMIT_NICE >= 10")
+
+
+def start_collector(url: str, log_path: Path, wrapper: list[str] = ()) -> subprocess.Popen:
+    with open(log_path, "w") as err:
+        return subprocess.Popen([*wrapper, *CLI, "--server", url], stderr=err)
+
+
+async def started(proc: subprocess.Popen, log_path: Path) -> None:
+    await wait_until(lambda: "collecting into" in log_path.read_text() or proc.poll() is not None, timeout=30)
+    assert proc.poll() is None, log_path.read_text()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+
+
+@can_leave_idle
+def test_adaptive_priority_leaves_the_idle_class_when_late_and_tries_it_again_a_minute_later():
+    seen = []
+
+    def on_a_thread_of_its_own():  # scheduling is per thread: the test process is untouched
+        cpu = CpuPriority("adaptive")
+        cpu.apply()
+        for lateness, now in [(0.1, 0.0), (0.3, 1.0), (0.0, 30.0), (0.0, 61.0)]:
+            cpu.on_tick(lateness, now)
+            seen.append(os.sched_getscheduler(0))
+        seen.append(cpu.status())
+
+    thread = threading.Thread(target=on_a_thread_of_its_own)
+    thread.start()
+    thread.join()
+    assert seen[:4] == [os.SCHED_IDLE, os.SCHED_OTHER, os.SCHED_OTHER, os.SCHED_IDLE]
+    assert seen[4]["left_idle_starved"] == 1 and seen[4]["now"] == "idle class"
+
+
+@can_leave_idle
+async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_server, nc, make_stream, tmp_path):
+    _, subject = await make_stream(allow_batched=True)
+    log_path = tmp_path / "collect.log"
+    proc = start_collector(nats_server.url, log_path)
+    hogs = []
+    try:
+        await started(proc, log_path)
+        assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == NICE
+        acks, committed = {}, asyncio.Event()
+
+        async def on_event(msg):
+            event = event_from_json(msg.data)
+            if event.kind is EventKind.FAST_PROGRESS:
+                acks[event.batch_id] = acks.get(event.batch_id, 0) + event.acks
+            elif event.kind is EventKind.FAST_COMMITTED:
+                committed.set()
+
+        await nc.subscribe("batch_console.events.>", cb=on_event)
+        # Every core busy at normal priority: the idle class alone would starve the collector.
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        batch = FastBatch(nc, flow=10)
+        for _ in range(49_999):
+            await batch.add(f"{subject}.x", b"x" * 64)
+        await batch.commit(f"{subject}.x", b"x")
+        await asyncio.wait_for(committed.wait(), 60)
+        assert acks[batch.batch_id] == batch.acks
+        assert "back to nice 10" in log_path.read_text()
+        assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER
+    finally:
+        for hog in hogs:
+            hog.kill()
+        stop(proc)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops CAP_SYS_NICE with setpriv, as root")
+async def test_without_cap_sys_nice_the_collector_never_enters_the_idle_class(nats_server, tmp_path):
+    log_path = tmp_path / "collect.log"
+    proc = start_collector(nats_server.url, log_path, wrapper=["setpriv", "--bounding-set", "-sys_nice"])
+    try:
+        await started(proc, log_path)
+        assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == NICE
+        assert "could not be left again" in log_path.read_text()
+    finally:
+        stop(proc)
