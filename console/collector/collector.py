@@ -353,7 +353,8 @@ class Collector:
             due = time.monotonic() + self.settings.tick_every
             await asyncio.sleep(self.settings.tick_every)
             if self.cpu is not None:
-                self.cpu.on_tick(time.monotonic() - due, time.monotonic())
+                now = time.monotonic()
+                self.cpu.on_tick(now - due, now)
             self._enqueue(self.tracker.tick(_now()))
             if time.monotonic() - last_status >= self.settings.status_every:
                 last_status = time.monotonic()
