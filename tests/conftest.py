@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import nats
 import pytest
@@ -30,6 +32,30 @@ async def nc(nats_server):
 def pytest_collection_modifyitems(items):
     """Browser tests last: pytest-playwright's session loop breaks pytest-asyncio tests after it."""
     items.sort(key=lambda item: "/tests/ui/" in str(item.path))
+
+
+class Vectors:
+    """The server's verbatim replies in tests/vectors/ (scripts/capture_vectors.py writes them)."""
+
+    HOME = Path(__file__).parent / "vectors"
+
+    def records(self, kind: str) -> list[dict]:
+        path = self.HOME / f"{kind}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def scenario(self, kind: str, name: str) -> list[dict]:
+        found = [r for r in self.records(kind) if r["scenario"] == name]
+        assert found, f"no {kind} vectors for scenario {name!r}"
+        return found
+
+    def replies(self) -> list[tuple[str, str]]:
+        """(scenario, body) of every batch reply; a no-responders status has no body to parse."""
+        return [(r["scenario"], r["body"]) for kind in ("atomic", "fast") for r in self.records(kind) if "status" not in r]
+
+
+@pytest.fixture(scope="session")
+def vectors() -> Vectors:
+    return Vectors()
 
 
 _names = itertools.count()

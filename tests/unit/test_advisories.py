@@ -3,12 +3,17 @@ from datetime import datetime, timezone
 import pytest
 
 from console.domain.advisories import AbandonReason, BatchAbandoned, MalformedAdvisory, parse_timestamp, to_batch_abandoned
-from tests.captures import advisory_bodies
 
 
-def test_every_captured_abandonment_parses_with_a_known_reason():
-    parsed = [to_batch_abandoned(body) for body in advisory_bodies()]
+def test_every_captured_abandonment_parses_with_a_known_reason(vectors):
+    parsed = [to_batch_abandoned(r["body"]) for r in vectors.records("advisories")]
     assert {a.reason for a in parsed} == set(AbandonReason)
+
+
+def test_only_the_system_accounts_copy_names_the_account(vectors):
+    for record in vectors.records("advisories"):
+        adv = to_batch_abandoned(record["body"])
+        assert adv.account == ("APP" if record["account"] == "SYS" else None), record["scenario"]
 
 
 def test_account_copy_has_no_account():

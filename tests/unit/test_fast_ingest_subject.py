@@ -1,15 +1,20 @@
 import pytest
 
 from console.domain.fast_ingest import FastOp, FastReplySubject, GapMode, InvalidReplySubject, server_flow
-from tests.captures import fast_reply_subjects
 
 
-def test_every_captured_reply_subject_round_trips():
-    subjects = [s for s in fast_reply_subjects() if not s.startswith("noprefix.")]
-    assert len(subjects) > 20
-    for subject in subjects:
+def test_the_parser_refuses_exactly_the_subjects_the_server_refused(vectors):
+    accepted, refused = [], []
+    for record in vectors.records("fast"):
+        invalid = any(f'"err_code":{code}' in record["body"] for code in (10206, 10207))
+        (refused if invalid else accepted).append(record["subject"])
+    assert len(accepted) > 60 and len(refused) >= 8
+    for subject in refused:
+        with pytest.raises(InvalidReplySubject):
+            FastReplySubject.parse(subject)
+    for subject in accepted:
         parsed = FastReplySubject.parse(subject)
-        if parsed.flow == int(subject.split(".")[-5]):
+        if subject.split(".")[-5] == str(parsed.flow):
             assert parsed.format() == subject
 
 

@@ -6,7 +6,6 @@ from console.domain.events import BatchEvent, EventKind, event_from_json
 from console.domain.fast_ingest import InvalidReplySubject
 from console.domain.fast_tracker import FastBatchTracker
 from console.domain.replies import MalformedReply
-from tests.captures import records
 
 T0 = datetime(2026, 11, 21, 3, 0, 0, tzinfo=timezone.utc)
 
@@ -15,12 +14,11 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def replay(tracker, label_prefix, batch="b1", flow=2, mode="ok"):
-    """Feed the captured replies of one p4 scenario, rebuilding the subjects they answered."""
+def replay(tracker, records):
+    """Feed captured replies to the tracker as the tap received them, on the subjects they came on."""
     events = []
-    for i, rec in enumerate(r for r in records("p4_fast_ingest.jsonl") if r["label"].startswith(label_prefix) and "data" in r):
-        subject = f"_INBOX.tap.{batch}.{flow}.{mode}.{rec['on_seq']}.{rec['on_op']}.$FI"
-        events += tracker.observe(subject, rec["data"].encode(), at(i * 0.01))
+    for i, record in enumerate(records):
+        events += tracker.observe(record["subject"], record["body"].encode(), at(i * 0.01))
     return events
 
 
@@ -28,12 +26,9 @@ def kinds(events):
     return [e.kind for e in events]
 
 
-def test_a_tapped_batch_from_start_to_commit():
+def test_a_tapped_batch_from_start_to_commit(vectors):
     tracker = FastBatchTracker()
-    [tap] = [r for r in records("p5_capture_and_tap.jsonl") if r["label"] == "monitor_tap_received"]
-    events = []
-    for i, (subject, body) in enumerate(tap["items"]):
-        events += tracker.observe(subject, body.encode(), at(i * 0.1))
+    events = replay(tracker, vectors.scenario("fast", "tapped_eob"))
     assert kinds(events) == [EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_COMMITTED]
     started, progress, committed = events
     assert (started.flow, started.gap_mode, started.stream, started.inferred) == (5, "fail", None, False)
@@ -42,22 +37,24 @@ def test_a_tapped_batch_from_start_to_commit():
     assert tracker.batches == {}
 
 
-def test_gap_in_ok_mode_then_eob_commit():
-    events = replay(FastBatchTracker(), "4c_", batch="c4", mode="ok")
+def test_gap_in_ok_mode_then_eob_commit(vectors):
+    events = replay(FastBatchTracker(), vectors.scenario("fast", "gap_ok"))
     gap = next(e for e in events if e.kind is EventKind.FAST_GAP)
     assert (gap.first_lost_seq, gap.seq, gap.lost, gap.gap_mode) == (4, 5, 1, "ok")
     committed = events[-1]
     assert (committed.kind, committed.eob, committed.count, committed.stream) == (EventKind.FAST_COMMITTED, True, 6, "FAST")
 
 
-def test_gap_in_fail_mode_ends_the_batch_early():
-    events = replay(FastBatchTracker(), "4d_gap_fail_after_seq5", batch="d4", mode="fail")
+def test_gap_in_fail_mode_ends_the_batch_early(vectors):
+    records = vectors.scenario("fast", "gap_fail")
+    at_gap = [r for r in records if r["subject"].endswith(".5.1.$FI")]
+    events = replay(FastBatchTracker(), at_gap)
     assert kinds(events) == [EventKind.FAST_GAP, EventKind.FAST_ENDED_EARLY]
     assert (events[1].reason, events[1].count, events[1].stream) == ("gap", 3, "FAST")
 
 
-def test_flow_changes_the_server_made_are_events():
-    events = replay(FastBatchTracker(), "4i_concurrent_B", batch="nB", flow=500)
+def test_flow_changes_the_server_made_are_events(vectors):
+    events = replay(FastBatchTracker(), vectors.scenario("fast", "concurrent_second"))
     changes = [(e.previous_flow, e.flow) for e in events if e.kind is EventKind.FAST_FLOW_CHANGED]
     assert changes == [(1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64)]
     started = events[0]

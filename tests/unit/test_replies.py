@@ -2,20 +2,19 @@ import pytest
 
 from console.domain.codes import ERROR_CODES
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Staged, to_reply
-from tests.captures import reply_bodies
 
 
-def test_every_captured_reply_parses():
-    bodies = reply_bodies()
+def test_every_captured_reply_parses(vectors):
+    bodies = vectors.replies()
     assert len(bodies) > 100
     for label, body in bodies:
         reply = to_reply(body)
         assert isinstance(reply, (Staged, ApiError, FlowAck, FlowGap, FlowError, PubAck)), label
 
 
-def test_captured_error_descriptions_match_the_code_table():
+def test_captured_error_descriptions_match_the_code_table(vectors):
     seen = set()
-    for _, body in reply_bodies():
+    for _, body in vectors.replies():
         reply = to_reply(body)
         error = reply.error if isinstance(reply, FlowError) else reply
         if isinstance(error, ApiError) and error.err_code in ERROR_CODES:

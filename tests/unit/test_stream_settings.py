@@ -1,16 +1,16 @@
 from console.domain.stream_settings import StreamBatchSettings, check_settings, diff_settings, needed_api_level
-from tests.captures import records
 
 
 def codes(violations):
     return sorted((v.field, v.err_code) for v in violations)
 
 
-def test_required_level_is_read_from_the_servers_metadata():
-    for rec in records("p7_misc.jsonl"):
-        if rec["label"] == "api_level_metadata":
-            settings = StreamBatchSettings.from_config({"name": rec["stream"], **rec["flags"], "metadata": rec["metadata"]})
-            assert settings.required_api_level == needed_api_level(settings)
+def test_required_level_is_read_from_the_servers_metadata(vectors):
+    streams = vectors.records("streams")
+    assert {r["metadata"]["_nats.req.level"] for r in streams} == {"0", "2", "4"}
+    for rec in streams:
+        settings = StreamBatchSettings.from_config({"name": rec["scenario"], **rec["flags"], "metadata": rec["metadata"]})
+        assert settings.required_api_level == needed_api_level(settings)
 
 
 def test_async_persist_only_on_r1_and_never_with_atomic():
