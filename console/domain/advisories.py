@@ -6,10 +6,11 @@ The stream's account gets a copy without `account`; the system account gets one 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+
+from console.domain.wire import MalformedInput, batch_id, bounded_text, bounded_time, has_control, load_object, stream_name
 
 ABANDONED_TYPE = "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
 ABANDONED_SUBJECT_PREFIX = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."
@@ -25,10 +26,8 @@ class AbandonReason(str, Enum):
         return self.value
 
 
-class MalformedAdvisory(ValueError):
-    def __init__(self, reason: str):
-        super().__init__(f"malformed batch_abandoned advisory: {reason}")
-        self.reason = reason
+class MalformedAdvisory(MalformedInput):
+    what = "advisory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,49 +42,53 @@ class BatchAbandoned:
 
 
 def parse_timestamp(value: str) -> datetime:
-    """RFC 3339 with up to nanoseconds (Go's format) -> aware datetime (microseconds)."""
+    """RFC 3339 with up to nanoseconds (Go's format) -> aware datetime in UTC (microseconds).
+    ValueError for anything else, a time without a zone, or one no sink can hold."""
     text = value.strip().replace("Z", "+00:00")
     head, dot, rest = text.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         text = f"{head}.{rest[:min(digits, 6)].ljust(6, '0')}{rest[digits:]}"
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        raise ValueError(f"timestamp {value!r} has no time zone")
-    return parsed
+    return bounded_time(datetime.fromisoformat(text), MalformedAdvisory)
+
+
+def advisory_time(obj: dict) -> datetime:
+    try:
+        return parse_timestamp(bounded_text(obj.get("timestamp"), "timestamp", error=MalformedAdvisory))
+    except MalformedAdvisory:
+        raise
+    except ValueError as e:
+        raise MalformedAdvisory(f"'timestamp': {e}") from None
 
 
 def to_batch_abandoned(data: bytes | str) -> BatchAbandoned:
     """Decode an advisory body; MalformedAdvisory says what is wrong. Unknown fields are ignored."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        raise MalformedAdvisory("not JSON") from None
-    if not isinstance(obj, dict):
-        raise MalformedAdvisory("not a JSON object")
+    obj = load_object(data, MalformedAdvisory)
     if obj.get("type") != ABANDONED_TYPE:
-        raise MalformedAdvisory(f"type is {obj.get('type')!r}")
-    for key in ("id", "timestamp", "stream", "batch", "reason"):
-        if not isinstance(obj.get(key), str) or not obj[key]:
-            raise MalformedAdvisory(f"{key!r} missing or not a string")
+        raise MalformedAdvisory(f"type is {str(obj.get('type'))[:100]!r}")
+    advisory_id = bounded_text(obj.get("id"), "id", 64, MalformedAdvisory)
+    timestamp = advisory_time(obj)
+    stream = stream_name(obj.get("stream"), error=MalformedAdvisory)
+    batch = batch_id(obj.get("batch"), error=MalformedAdvisory)
     try:
-        reason = AbandonReason(obj["reason"])
+        reason = AbandonReason(obj.get("reason"))
     except ValueError:
-        raise MalformedAdvisory(f"unknown reason {obj['reason']!r}") from None
-    try:
-        timestamp = parse_timestamp(obj["timestamp"])
-    except ValueError as e:
-        raise MalformedAdvisory(str(e)) from None
-    account, domain = obj.get("account"), obj.get("domain")
+        raise MalformedAdvisory(f"unknown reason {str(obj.get('reason'))[:100]!r}") from None
     return BatchAbandoned(
-        id=obj["id"],
+        id=advisory_id,
         timestamp=timestamp,
-        stream=obj["stream"],
-        batch=obj["batch"],
+        stream=stream,
+        batch=batch,
         reason=reason,
-        account=account if isinstance(account, str) and account else None,
-        domain=domain if isinstance(domain, str) and domain else None,
+        account=label(obj, "account"),
+        domain=label(obj, "domain"),
     )
+
+
+def label(obj: dict, key: str) -> str | None:
+    """An optional name that only labels (account, domain, consumer): kept when sane, else dropped."""
+    value = obj.get(key)
+    return value if isinstance(value, str) and value and len(value) <= 256 and not has_control(value) else None
 
 
 # Context an investigation needs around an abandonment: advisory type -> the field naming what happened.
@@ -98,11 +101,6 @@ CONTEXT_TYPES = {
 
 
 def advisory_type(data: bytes | str) -> tuple[str, dict]:
-    """(type, body) of any advisory; MalformedAdvisory when it is not JSON with a type."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        raise MalformedAdvisory("not JSON") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-        raise MalformedAdvisory("no type")
-    return obj["type"], obj
+    """(type, body) of any advisory; MalformedAdvisory when it is not a JSON object with a type."""
+    obj = load_object(data, MalformedAdvisory)
+    return bounded_text(obj.get("type"), "type", 256, MalformedAdvisory), obj

@@ -3,17 +3,17 @@ the same id, so they become the same event id and the event log keeps one."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from console.domain.advisories import (
     ABANDONED_TYPE,
     CONTEXT_TYPES,
     MalformedAdvisory,
+    advisory_time,
     advisory_type,
-    parse_timestamp,
+    label,
     to_batch_abandoned,
 )
 from console.domain.events import BatchEvent, EventKind
+from console.domain.wire import bounded_text, stream_name
 
 
 class IgnoredAdvisory(Exception):
@@ -34,21 +34,16 @@ def advisory_to_event(data: bytes | str) -> BatchEvent:
             reason=adv.reason.value, account=adv.account, domain=adv.domain,
         )
     if kind not in CONTEXT_TYPES:
-        raise IgnoredAdvisory(kind.rsplit(".", 1)[-1])
-    for key in ("id", "timestamp", "stream"):
-        if not isinstance(obj.get(key), str):
-            raise MalformedAdvisory(f"{kind}: {key!r} missing")
-    try:
-        timestamp: datetime = parse_timestamp(obj["timestamp"])
-    except ValueError as e:
-        raise MalformedAdvisory(str(e)) from None
-    what = obj.get(CONTEXT_TYPES[kind])
-    consumer = obj.get("consumer")
+        raise IgnoredAdvisory(kind.rsplit(".", 1)[-1][:64])
+    advisory_id = bounded_text(obj.get("id"), "id", 64, MalformedAdvisory)
+    timestamp = advisory_time(obj)
+    stream = stream_name(obj.get("stream"), error=MalformedAdvisory)
     short = kind.rsplit(".", 1)[-1]
+    what = label(obj, CONTEXT_TYPES[kind]) or short
+    consumer = label(obj, "consumer")
     return BatchEvent(
-        f"adv.{obj['id']}", EventKind.CONTEXT, timestamp, obj["stream"],
-        reason=what if isinstance(what, str) else short,
-        detail=f"{short}:{consumer}" if isinstance(consumer, str) else short,
-        account=obj.get("account") if isinstance(obj.get("account"), str) else None,
-        domain=obj.get("domain") if isinstance(obj.get("domain"), str) else None,
+        f"adv.{advisory_id}", EventKind.CONTEXT, timestamp, stream, reason=what,
+        detail=f"{short}:{consumer}" if consumer else short,
+        account=label(obj, "account"), domain=label(obj, "domain"),
     )
+

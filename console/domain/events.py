@@ -8,10 +8,21 @@ makes the same id and the event log's Nats-Msg-Id dedup drops the copy.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
+
+from console.domain.wire import (
+    INT64_MAX,
+    MalformedInput,
+    batch_id,
+    bounded_int,
+    bounded_text,
+    bounded_time,
+    load_object,
+    stream_name,
+)
 
 SCHEMA_VERSION = 1
 UNKNOWN_STREAM = "_unknown"
@@ -77,24 +88,71 @@ class BatchEvent:
         return json.dumps(out, separators=(",", ":")).encode()
 
 
-_FIELDS = {f.name for f in fields(BatchEvent)}
+class MalformedEvent(MalformedInput):
+    what = "console event"
 
 
-class MalformedEvent(ValueError):
-    pass
+MAX_EVENT = 64 * 1024  # bytes; a status event with every counter is a few KiB
+_FLOW = (1, 65535)
+_SEQUENCE = (0, INT64_MAX)
+# field -> how to read it from the JSON (None: absent). Fields not named here are ignored.
+_READERS = {
+    "stream": lambda v: stream_name(v, error=MalformedEvent),
+    "batch_id": lambda v: batch_id(v, "batch_id", MalformedEvent),
+    "reason": lambda v: bounded_text(v, "reason", error=MalformedEvent),
+    "gap_mode": lambda v: _one_of(v, "gap_mode", ("ok", "fail")),
+    "flow": lambda v: bounded_int(v, "flow", *_FLOW, MalformedEvent),
+    "previous_flow": lambda v: bounded_int(v, "previous_flow", *_FLOW, MalformedEvent),
+    "err_code": lambda v: bounded_int(v, "err_code", 0, 2**31 - 1, MalformedEvent),
+    "description": lambda v: bounded_text(v, "description", error=MalformedEvent),
+    "eob": lambda v: _bool(v, "eob"),
+    "inferred": lambda v: _bool(v, "inferred"),
+    "account": lambda v: bounded_text(v, "account", 256, MalformedEvent),
+    "domain": lambda v: bounded_text(v, "domain", 256, MalformedEvent),
+    "detail": lambda v: _long_text(v, "detail"),
+    **{key: (lambda k: lambda v: bounded_int(v, k, *_SEQUENCE, MalformedEvent))(key)
+       for key in ("seq", "first_lost_seq", "lost", "acks", "count", "stream_seq")},
+}
+
+
+def _one_of(value: object, key: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise MalformedEvent(f"{key!r} is not one of {', '.join(allowed)}")
+    return value  # type: ignore[return-value]
+
+
+def _bool(value: object, key: str) -> bool:
+    if type(value) is not bool:
+        raise MalformedEvent(f"{key!r} is not true or false")
+    return value
+
+
+def _long_text(value: object, key: str) -> str:
+    """Free text that never reaches a subject or a header (a status's JSON): only its size is checked."""
+    if not isinstance(value, str) or len(value) > MAX_EVENT:
+        raise MalformedEvent(f"{key!r} is not a string of at most {MAX_EVENT} characters")
+    return value
 
 
 def event_from_json(data: bytes | str) -> BatchEvent:
-    """Read an event back; fields unknown to this version are ignored."""
+    """Read an event back, total: MalformedEvent for anything that is not a sane console event."""
+    obj = load_object(data, MalformedEvent, MAX_EVENT)
+    version = bounded_int(obj.get("v", 0), "v", 0, 2**31 - 1, MalformedEvent)
+    if version > SCHEMA_VERSION:
+        raise MalformedEvent(f"event schema v{version} is newer than this console (v{SCHEMA_VERSION})")
     try:
-        obj = json.loads(data)
-        if obj.get("v", 0) > SCHEMA_VERSION:
-            raise MalformedEvent(f"event schema v{obj['v']} is newer than this console (v{SCHEMA_VERSION})")
-        obj = {k: v for k, v in obj.items() if k in _FIELDS}
-        obj["kind"] = EventKind(obj["kind"])
-        obj["time"] = datetime.fromisoformat(obj["time"].replace("Z", "+00:00"))
-        return BatchEvent(**obj)
-    except MalformedEvent:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise MalformedEvent(f"not a console event: {e}") from None
+        kind = EventKind(obj.get("kind"))
+    except ValueError:
+        raise MalformedEvent(f"unknown kind {str(obj.get('kind'))[:64]!r}") from None
+    try:
+        time = datetime.fromisoformat(bounded_text(obj.get("time"), "time", 64, MalformedEvent).replace("Z", "+00:00"))
+    except ValueError as e:
+        raise MalformedEvent(f"'time': {e}") from None
+    values = {key: read(obj[key]) for key, read in _READERS.items() if obj.get(key) is not None}
+    event = BatchEvent(
+        bounded_text(obj.get("event_id"), "event_id", 256, MalformedEvent), kind, bounded_time(time, MalformedEvent),
+        v=version, **values,
+    )
+    if event.first_lost_seq is not None and event.seq is not None and event.first_lost_seq >= event.seq:
+        raise MalformedEvent("'first_lost_seq' is not below 'seq'")
+    return event

@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
+from console.domain.wire import INT64_MAX, MalformedInput, has_control
+
 FI_SUFFIX = "$FI"
 MAX_BATCH_ID_LEN = 64
 DEFAULT_FLOW = 10  # what the server uses for a flow <= 0 or not a number
@@ -33,13 +35,14 @@ class GapMode(str, Enum):
         return self.value
 
 
-class InvalidReplySubject(ValueError):
+class InvalidReplySubject(MalformedInput):
     """A subject that is not a valid fast-ingest reply; `reason` says which rule it breaks."""
 
+    what = "fast-ingest reply subject"
+
     def __init__(self, subject: str, reason: str):
-        super().__init__(f"invalid fast-ingest reply subject {subject!r}: {reason}")
+        super().__init__(reason, subject[:200])
         self.subject = subject
-        self.reason = reason
 
 
 def server_flow(requested: str | int) -> int:
@@ -64,7 +67,7 @@ def check_batch_id(batch_id: str) -> None:
         raise ValueError("batch id is empty")
     if len(batch_id) > MAX_BATCH_ID_LEN:
         raise ValueError(f"batch id has {len(batch_id)} characters, the server allows {MAX_BATCH_ID_LEN}")
-    if any(c in batch_id for c in ". *>\t\r\n"):
+    if any(c in batch_id for c in ". *>") or has_control(batch_id):
         raise ValueError(f"batch id {batch_id!r} must be one subject token (no '.', '*', '>' or white space)")
 
 
@@ -120,9 +123,9 @@ class FastReplySubject:
             gap_mode = GapMode(gap_s)
         except ValueError:
             raise InvalidReplySubject(subject, f"gap mode {gap_s!r} is not 'ok' or 'fail'") from None
-        if not seq_s.isdigit():
-            raise InvalidReplySubject(subject, f"seq {seq_s!r} is not a number")
-        if not op_s.isdigit() or int(op_s) not in FastOp._value2member_map_:
+        if not (seq_s.isascii() and seq_s.isdigit()) or int(seq_s) > INT64_MAX:
+            raise InvalidReplySubject(subject, f"seq {seq_s[:30]!r} is not a number up to {INT64_MAX}")
+        if op_s not in ("0", "1", "2", "3", "4"):
             raise InvalidReplySubject(subject, f"op {op_s!r} is not one of 0-4")
         op, seq = FastOp(int(op_s)), int(seq_s)
         try:

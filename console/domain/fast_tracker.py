@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from console.domain.events import BatchEvent, EventKind
-from console.domain.fast_ingest import FastOp, FastReplySubject
+from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, to_reply
 
 
@@ -35,7 +35,8 @@ class TrackedBatch:
 
 
 # The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
-_PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d+),"msgs":(\d+)\}')
+# Digits bounded so the values stay in int64 and in the flow range without another check.
+_PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
 
 
 class FastBatchTracker:
@@ -50,7 +51,7 @@ class FastBatchTracker:
         """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
         # Fast path, most of the traffic at low flows: a plain flow ack of a batch already tracked
         # (its subject was validated when the batch was first seen).
-        if (plain := _PLAIN_ACK.fullmatch(data)) is not None:
+        if (plain := _PLAIN_ACK.fullmatch(data)) is not None and int(plain[2]) <= MAX_FLOW:
             tokens = subject.rsplit(".", 6)
             if len(tokens) == 7 and tokens[6] == "$FI" and (known := self.batches.get(tokens[1])) is not None:
                 events: list[BatchEvent] = []
@@ -85,7 +86,7 @@ class FastBatchTracker:
                                       stream=reply.stream, seq=where.seq, err_code=reply.err_code,
                                       description=reply.description))
         else:
-            raise MalformedReply(data, "an empty reply on a $FI subject")
+            raise MalformedReply("an empty reply on a $FI subject")
         return events
 
     def observe_publish(self, subject: str, reply: str, now: datetime) -> tuple[list[BatchEvent], TrackedBatch | None]:

@@ -5,17 +5,21 @@ Unknown JSON fields are ignored; anything that is not one of these shapes is a M
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from functools import partial
+
+from console.domain.fast_ingest import MAX_FLOW
+from console.domain.wire import INT64_MAX, MalformedInput, bounded_int, bounded_text, load_object, stream_name
 
 
-class MalformedReply(ValueError):
+class MalformedReply(MalformedInput):
     """A reply body that is not one of the known shapes; `reason` says why."""
 
-    def __init__(self, data: bytes | str, reason: str):
-        shown = data if isinstance(data, str) else data[:200].decode("utf-8", "replace")
-        super().__init__(f"malformed batch reply ({reason}): {shown!r}")
-        self.reason = reason
+    what = "batch reply"
+
+    def __init__(self, reason: str, data: bytes | str = b""):
+        shown = data[:200] if isinstance(data, str) else data[:200].decode("utf-8", "replace")
+        super().__init__(reason, shown or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,55 +80,53 @@ Reply = Staged | ApiError | FlowAck | FlowGap | FlowError | PubAck
 _STAGED = Staged()
 
 
-def _int(obj: dict, key: str, data: bytes | str) -> int:
-    value = obj.get(key)
-    if type(value) is not int or value < 0:
-        raise MalformedReply(data, f"{key!r} is not a non-negative integer")
-    return value
+_int = partial(bounded_int, error=MalformedReply)
 
 
-def _api_error(err: object, data: bytes | str, stream: str | None = None) -> ApiError:
+def _api_error(err: object, stream: object = None) -> ApiError:
     if not isinstance(err, dict):
-        raise MalformedReply(data, "'error' is not an object")
-    description = err.get("description")
-    if not isinstance(description, str):
-        raise MalformedReply(data, "error without a description")
-    code = err.get("code", 400)
-    return ApiError(_int(err, "err_code", data), description, code if type(code) is int else 400, stream)
+        raise MalformedReply("'error' is not an object")
+    if not isinstance(err.get("description"), str):
+        raise MalformedReply("error without a description")
+    return ApiError(
+        _int(err.get("err_code"), "err_code", 0, 2**31 - 1),
+        bounded_text(err["description"], "description", error=MalformedReply),
+        _int(err.get("code", 400), "code", 0, 999),
+        None if stream is None else stream_name(stream, error=MalformedReply),
+    )
 
 
 def to_reply(data: bytes | str) -> Reply:
-    """Decode one reply body."""
+    """Decode one reply body; MalformedReply for anything else, whatever the bytes."""
     if not data:
         return _STAGED
     try:
-        obj = json.loads(data)
-    except ValueError:
-        raise MalformedReply(data, "not JSON") from None
-    if not isinstance(obj, dict):
-        raise MalformedReply(data, "not a JSON object")
+        return _decode(load_object(data, MalformedReply))
+    except MalformedReply as e:
+        raise MalformedReply(e.reason, data) from None
+
+
+def _decode(obj: dict) -> Reply:
     kind = obj.get("type")
     if kind == "ack":
-        return FlowAck(_int(obj, "seq", data), _int(obj, "msgs", data))
+        return FlowAck(_int(obj.get("seq"), "seq"), _int(obj.get("msgs"), "msgs", 0, MAX_FLOW))
     if kind == "gap":
-        return FlowGap(_int(obj, "last_seq", data), _int(obj, "seq", data))
+        seq = _int(obj.get("seq"), "seq", 2)
+        return FlowGap(_int(obj.get("last_seq"), "last_seq", 1, seq - 1), seq)
     if kind == "err":
-        return FlowError(_int(obj, "seq", data), _api_error(obj.get("error"), data))
+        return FlowError(_int(obj.get("seq"), "seq"), _api_error(obj.get("error")))
     if kind is not None:
-        raise MalformedReply(data, f"unknown type {kind!r}")
-    stream = obj.get("stream")
+        raise MalformedReply(f"unknown type {str(kind)[:64]!r}")
     if "error" in obj:
-        return _api_error(obj["error"], data, stream if isinstance(stream, str) else None)
-    if not isinstance(stream, str) or not stream:
-        raise MalformedReply(data, "PubAck without a stream")
-    batch = obj.get("batch")
-    count = obj.get("count")
-    domain = obj.get("domain")
+        return _api_error(obj["error"], obj.get("stream"))
+    if obj.get("stream") is None:
+        raise MalformedReply("PubAck without a stream")
+    batch, count, domain = obj.get("batch"), obj.get("count"), obj.get("domain")
     return PubAck(
-        stream=stream,
-        seq=_int(obj, "seq", data),
-        batch=batch if isinstance(batch, str) else None,
-        count=count if type(count) is int else None,
+        stream=stream_name(obj["stream"], error=MalformedReply),
+        seq=_int(obj.get("seq"), "seq"),
+        batch=None if batch is None else bounded_text(batch, "batch", 64, MalformedReply),
+        count=None if count is None else _int(count, "count", 0, INT64_MAX),
         duplicate=obj.get("duplicate") is True,
-        domain=domain if isinstance(domain, str) else None,
+        domain=domain if isinstance(domain, str) and 0 < len(domain) <= 256 else None,
     )

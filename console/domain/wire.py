@@ -1,0 +1,115 @@
+"""Reading hostile bytes: one error type for anything malformed, and the checks every parser shares.
+
+Any client of an account can publish on advisory subjects, on `$FI` reply subjects and on the
+event log's own subjects, so every parser of outside input is total: it returns a value or raises
+MalformedInput, whatever the bytes (deep nesting, huge numbers, wrong types, invalid UTF-8,
+oversized bodies). Numbers are bounded by what the protocol allows and what every sink stores
+(int64 in SQLite, Spark and pandas); times by what pandas can hold.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+MAX_BODY = 64 * 1024  # bytes: the server's replies and advisories are a few hundred
+INT64_MAX = 2**63 - 1
+MAX_STREAM_NAME_BYTES = 255  # the server refuses longer names (10052)
+MAX_BATCH_ID = 64  # both kinds of batch (10179, 10207)
+MAX_TEXT = 1024  # descriptions, account and domain names, ids
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(2262, 1, 1, tzinfo=timezone.utc)  # pandas' nanosecond timestamps end in 2262
+_NOT_IN_NAMES = frozenset(" \t\r\n\f\v.*>/\\")
+
+
+class MalformedInput(ValueError):
+    """Input that is not what it claims to be; `reason` says why, for counting by reason."""
+
+    what = "input"
+
+    def __init__(self, reason: str, shown: str | None = None):
+        super().__init__(f"malformed {self.what} ({reason})" + (f": {shown!r}" if shown else ""))
+        self.reason = reason
+
+
+def load_object(data: bytes | str, error: type[MalformedInput] = MalformedInput,
+                max_bytes: int = MAX_BODY) -> dict[str, Any]:
+    """A JSON object from at most max_bytes; `error` for anything else (never RecursionError & co)."""
+    if len(data) > max_bytes:
+        raise error(f"larger than {max_bytes} bytes")
+    try:
+        obj = json.loads(data)
+    except RecursionError:
+        raise error("nested too deeply") from None
+    except (ValueError, TypeError):  # bad JSON, invalid UTF-8, a number of more than 4300 digits
+        raise error("not JSON") from None
+    if not isinstance(obj, dict):
+        raise error("not a JSON object")
+    return obj
+
+
+def bounded_int(value: object, key: str, low: int = 0, high: int = INT64_MAX,
+                error: type[MalformedInput] = MalformedInput) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise error(f"{key!r} is not an integer in {low}..{high}")
+    return value
+
+
+def optional_int(obj: dict, key: str, low: int = 0, high: int = INT64_MAX,
+                 error: type[MalformedInput] = MalformedInput) -> int | None:
+    value = obj.get(key)
+    return None if value is None else bounded_int(value, key, low, high, error)
+
+
+def has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def bounded_text(value: object, key: str, max_len: int = MAX_TEXT,
+                 error: type[MalformedInput] = MalformedInput) -> str:
+    """A non-empty string of at most max_len characters without control characters."""
+    if not isinstance(value, str) or not value or len(value) > max_len or has_control(value):
+        raise error(f"{key!r} is not a string of 1..{max_len} printable characters")
+    return value
+
+
+def optional_text(obj: dict, key: str, max_len: int = MAX_TEXT,
+                  error: type[MalformedInput] = MalformedInput) -> str | None:
+    value = obj.get(key)
+    return None if value is None else bounded_text(value, key, max_len, error)
+
+
+def stream_name_problem(name: object) -> str | None:
+    """Why the server would refuse this stream name, or None: it is also a valid subject token."""
+    if not isinstance(name, str) or not name:
+        return "stream name is empty or not a string"
+    if len(name.encode("utf-8", "replace")) > MAX_STREAM_NAME_BYTES:
+        return f"stream name is longer than {MAX_STREAM_NAME_BYTES} bytes"
+    if has_control(name) or not _NOT_IN_NAMES.isdisjoint(name):
+        return "stream name holds white space, a control character or one of . * > / \\"
+    return None
+
+
+def stream_name(value: object, key: str = "stream", error: type[MalformedInput] = MalformedInput) -> str:
+    if (problem := stream_name_problem(value)) is not None:
+        raise error(f"{key!r}: {problem}")
+    return value  # type: ignore[return-value]
+
+
+def batch_id(value: object, key: str = "batch", error: type[MalformedInput] = MalformedInput) -> str:
+    """An atomic batch id travels in a header: 1..64 characters, none of them a control character."""
+    return bounded_text(value, key, MAX_BATCH_ID, error)
+
+
+def bounded_time(value: datetime, error: type[MalformedInput] = MalformedInput) -> datetime:
+    """An aware time that every sink can hold, in UTC."""
+    if value.tzinfo is None:
+        raise error("time has no time zone")
+    try:
+        utc = value.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        raise error("time out of range") from None
+    if not EARLIEST <= utc < LATEST:
+        raise error(f"time {utc:%Y-%m-%d} is outside {EARLIEST:%Y}..{LATEST:%Y}")
+    return utc

@@ -1,0 +1,144 @@
+"""Every parser of outside input is total: a value, or MalformedInput, whatever the bytes."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from console.domain.advisories import ABANDONED_TYPE, to_batch_abandoned
+from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
+from console.domain.events import BatchEvent, EventKind, MalformedEvent, event_from_json
+from console.domain.fast_ingest import FastReplySubject
+from console.domain.fast_tracker import FastBatchTracker
+from console.domain.replies import FlowGap, to_reply
+from console.domain.wire import INT64_MAX, MalformedInput, stream_name_problem
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
+HOSTILE = [
+    b"[" * 50000,
+    b'{"a":' * 5000,
+    b"\xff\xfe\x00",
+    b"9" * 5000,
+    b'{"seq":' + b"9" * 5000 + b"}",
+    b"1e999",
+    b" " * 70000,
+]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=80),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+    max_leaves=20,
+)
+ADVISORY_KEYS = ["type", "id", "timestamp", "stream", "batch", "reason", "account", "domain", "action", "consumer"]
+REPLY_KEYS = ["type", "seq", "msgs", "last_seq", "stream", "batch", "count", "duplicate", "domain", "error"]
+EVENT_KEYS = ["event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "previous_flow", "seq",
+              "first_lost_seq", "lost", "acks", "err_code", "description", "count", "stream_seq", "eob", "inferred",
+              "account", "domain", "detail", "v"]
+
+
+def objects(keys: list[str], base: dict) -> st.SearchStrategy[bytes]:
+    """A valid body with some fields replaced by anything JSON can hold."""
+    return st.dictionaries(st.sampled_from(keys), json_values, max_size=4).map(lambda over: json.dumps({**base, **over}).encode())
+
+
+def bodies(keys: list[str], base: dict) -> st.SearchStrategy[bytes]:
+    return st.binary(max_size=200) | objects(keys, base) | st.sampled_from(HOSTILE)
+
+
+def assert_sane_event(event: BatchEvent) -> None:
+    """What every sink needs: int64 numbers, a valid subject, JSON that reads back the same."""
+    for value in (event.seq, event.first_lost_seq, event.lost, event.acks, event.count, event.stream_seq):
+        assert value is None or 0 <= value <= INT64_MAX
+    assert event.stream is None or stream_name_problem(event.stream) is None
+    assert event_from_json(event.to_json()) == event
+
+
+ADVISORY = {"type": ABANDONED_TYPE, "id": "gLfOmcoOv5EsDe2LPiUdMI", "timestamp": "2026-11-21T02:47:57.346469731Z",
+            "stream": "ADV", "batch": "b", "reason": "timeout"}
+
+
+@SETTINGS
+@given(bodies(ADVISORY_KEYS, ADVISORY))
+@example(json.dumps({**ADVISORY, "stream": "a b"}).encode())
+@example(json.dumps({**ADVISORY, "timestamp": "0001-01-01T00:00:00+01:00"}).encode())
+def test_advisories_parse_or_are_malformed(body):
+    try:
+        event = advisory_to_event(body)
+    except (MalformedInput, IgnoredAdvisory):
+        return
+    assert_sane_event(event)
+    assert to_batch_abandoned(body).id in event.event_id or event.kind is EventKind.CONTEXT
+
+
+@SETTINGS
+@given(bodies(REPLY_KEYS, {"type": "gap", "last_seq": 4, "seq": 5}) | objects(REPLY_KEYS, {"stream": "S", "seq": 5}))
+@example(b'{"type":"gap","last_seq":12,"seq":4}')
+@example(b'{"type":"ack","seq":99999999999999999999999,"msgs":10}')
+@example(b'{"stream":"a b","seq":5}')
+def test_replies_parse_or_are_malformed(body):
+    try:
+        reply = to_reply(body)
+    except MalformedInput:
+        return
+    if isinstance(reply, FlowGap):
+        assert 0 < reply.lost <= INT64_MAX
+
+
+subject_tokens = st.text(alphabet="ab.*>$FI0123456789 -_okfail", min_size=0, max_size=12)
+
+
+@SETTINGS
+@given(st.lists(subject_tokens, min_size=1, max_size=10).map(".".join) | st.text(max_size=120))
+@example("_INBOX.x.b.10.ok.99999999999999999999999.1.$FI")
+@example("_INBOX.x.b.10.ok.1.0.$FI")
+def test_reply_subjects_parse_or_are_malformed(subject):
+    try:
+        parsed = FastReplySubject.parse(subject)
+    except MalformedInput:
+        return
+    assert 1 <= parsed.seq <= INT64_MAX and 1 <= parsed.flow <= 65535
+
+
+EVENT = {"event_id": "fi.b.gap.5", "kind": "fast_gap", "time": "2026-11-21T03:00:01.5Z", "stream": "S",
+         "batch_id": "b", "seq": 5, "first_lost_seq": 4, "lost": 1, "v": 1}
+
+
+@SETTINGS
+@given(bodies(EVENT_KEYS, EVENT))
+@example(json.dumps({**EVENT, "flow": "abc"}).encode())
+@example(json.dumps({**EVENT, "seq": "abc"}).encode())
+@example(json.dumps({**EVENT, "first_lost_seq": 12}).encode())
+@example(json.dumps({**EVENT, "seq": 99999999999999999999999}).encode())
+@example(json.dumps({**EVENT, "stream": "a b"}).encode())
+def test_events_read_back_or_are_malformed(body):
+    try:
+        event = event_from_json(body)
+    except MalformedEvent:
+        return
+    assert_sane_event(event)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["_INBOX.p.b.10.ok.1.0.$FI", "_INBOX.p.b.10.fail.7.1.$FI",
+                                           "_INBOX.p.c.10.ok.9.3.$FI", "x.y"]),
+                          bodies(REPLY_KEYS, {"type": "ack", "seq": 0, "msgs": 10})), max_size=8))
+def test_the_tracker_only_raises_malformed_input_and_makes_sane_events(feed):
+    tracker = FastBatchTracker()
+    for subject, body in feed:
+        try:
+            events = tracker.observe(subject, body, NOW)
+        except MalformedInput:
+            continue
+        for event in events:
+            assert_sane_event(event)
+
+
+@pytest.mark.parametrize("body", HOSTILE)
+def test_hostile_bodies_are_malformed_everywhere(body):
+    for parse in (to_batch_abandoned, advisory_to_event, to_reply, event_from_json):
+        with pytest.raises(MalformedInput):
+            parse(body)
