@@ -14,6 +14,10 @@
    cores each process used.
 2. A burst of abandoned atomic batches: time until a bare nats-py subscriber has received every
    advisory, and until every event is in the event log.
+3. A flood of malformed `$FI` replies, the same number to the collector's inbox and to the bare
+   tap's: each one's seconds to get through them and messages per CPU-second (the collector parses,
+   counts, quarantines at its bounded rate and skips each one).
+The collector signs every event it writes (its event key in the run's data directory).
 A benchmark, not a test: read the ratios.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import signal
@@ -86,6 +91,7 @@ class EventWatch:
         self.abandoned = 0
         self.all_abandoned = asyncio.Event()
         self.expect_abandoned = 0
+        self.tapped: dict[str, int] = {}  # collector instance -> replies tapped, from its status
 
     async def start(self):
         self.sub = await self.nc.subscribe(f"{self.prefix}.>", cb=self._on_event)
@@ -96,6 +102,9 @@ class EventWatch:
             self.acks[event.batch_id] += event.acks
         elif event.kind is EventKind.FAST_COMMITTED:
             self.committed.setdefault(event.batch_id, asyncio.Event()).set()
+        elif event.kind is EventKind.COLLECTOR_STATUS:
+            status = json.loads(event.detail)
+            self.tapped[status["instance"]] = status["replies_tapped"]
         elif event.kind is EventKind.ATOMIC_ABANDONED and event.stream == "BURST":
             self.abandoned += 1
             if self.abandoned >= self.expect_abandoned:
@@ -124,6 +133,7 @@ async def bare_tap(url: str, pace: float) -> None:
     print("ready", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: print(received, flush=True))
     while not stop.is_set():
         time.sleep(pace)
         await asyncio.sleep(0)
@@ -183,7 +193,33 @@ async def abandonment_burst(nc, watch: EventWatch, count: int, limit: float = 12
 INBOXES = {"alone": UNTAPPED_PREFIX, "bare tap": BARE_PREFIX, "collector": "_INBOX", "collector --cpu low": LOW_PREFIX}
 
 
-async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, abandonments: int) -> None:
+async def malformed_flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int) -> dict[str, tuple[float, float]]:
+    """Seconds until each tap got through `size` malformed replies, and its messages per CPU-second.
+    The collector's progress shows in its status (every 5 s), the bare tap's when asked (SIGUSR1)."""
+    bare = procs["bare tap"]
+    bare.send_signal(signal.SIGUSR1)
+    start_bare = int(bare.stdout.readline())
+    before = {who: cpu_seconds(pids[who]) for who in ("bare tap", "collector")}
+    start_collector, start = dict(watch.tapped), time.perf_counter()  # only _INBOX's collector grows
+    bad = b'{"type":"ack","seq":"not a number","msgs":10}'
+    for i in range(size):
+        await nc.publish(f"_INBOX.flood.f{i}.10.ok.1.0.$FI", bad)
+        await nc.publish(f"{BARE_PREFIX}.flood.f{i}.10.ok.1.0.$FI", bad)
+        if i % 2000 == 0:
+            await nc.flush()
+    done: dict[str, tuple[float, float]] = {}
+    while len(done) < 2:
+        if "collector" not in done and any(n - start_collector.get(i, 0) >= size for i, n in watch.tapped.items()):
+            done["collector"] = time.perf_counter() - start
+        if "bare tap" not in done:
+            bare.send_signal(signal.SIGUSR1)
+            if int(bare.stdout.readline()) - start_bare >= size:
+                done["bare tap"] = time.perf_counter() - start
+        await asyncio.sleep(0.2)
+    return {who: (seconds, size / (cpu_seconds(pids[who]) - before[who])) for who, seconds in done.items()}
+
+
+async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, abandonments: int, flood_size: int) -> None:
     nc = await nats.connect(server.url)
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="FASTBENCH", subjects=["fast.bench"], storage=StorageType.FILE, allow_batched=True))
@@ -193,7 +229,8 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     procs["bare tap"].stdout.readline()
     for who, extra in [("collector", []), ("collector --cpu low", ["--cpu", "low", "--inbox-prefix", LOW_PREFIX])]:
         with open(tmp / f"{who.replace(' ', '_')}.log", "w") as err:
-            procs[who] = subprocess.Popen([CLI, "collect", "--server", server.url, *extra], stderr=err)
+            procs[who] = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(tmp), *extra],
+                                          stderr=err)
     pids = {"publisher": os.getpid(), "server": server.pid} | {who: proc.pid for who, proc in procs.items()}
     rates: dict[str, list[float]] = {who: [] for who in INBOXES}
     cpu = {who: Counter() for who in INBOXES}  # seconds of CPU per process, and "wall"
@@ -219,6 +256,7 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
                   file=sys.stderr)
         bare, logged, seen, stored = await abandonment_burst(nc, watch, abandonments)
         starved = (tmp / "collector.log").read_text().count("back to nice")
+        flood = await malformed_flood(nc, watch, procs, pids, flood_size)
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -246,6 +284,11 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     print(f"{'  all events in the event log':<52}{logged:>12.3f}")
     print(f"{'  event log / bare subscriber (target <= 2)':<52}{logged / bare:>12.3f}")
     print(f"{'  advisories received / events stored':<52}{f'{seen} / {stored}':>12}")
+    print(f"\n{f'flood of {flood_size:,} malformed $FI replies':<52}{'seconds':>12}{'msgs/CPU-s':>14}")
+    for who in ("bare tap", "collector"):
+        seconds, per_cpu = flood[who]
+        print(f"{'  ' + who:<52}{seconds:>12.2f}{per_cpu:>14,.0f}")
+    print(f"{'  collector / bare tap, msgs per CPU-second':<52}{flood['collector'][1] / flood['bare tap'][1]:>26.3f}")
 
 
 def main() -> None:
@@ -253,13 +296,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--abandonments", type=int, default=1000)
+    parser.add_argument("--flood", type=int, default=100_000, help="malformed replies in the flood")
     parser.add_argument("--bare-tap", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_tap:
         asyncio.run(bare_tap(args.bare_tap, PACE))
         return
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
-        asyncio.run(run(server, Path(tmp), args.rounds, args.messages, args.abandonments))
+        asyncio.run(run(server, Path(tmp), args.rounds, args.messages, args.abandonments, args.flood))
 
 
 if __name__ == "__main__":

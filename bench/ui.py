@@ -110,8 +110,9 @@ async def run(args, server: EmbeddedServer, tmp: Path) -> None:
     await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.>", cb=arrivals.on_advisory)
 
     port = server.port + 1000
-    procs = [subprocess.Popen([CLI, "collect", "--server", server.url], stderr=open(tmp / "collector.log", "w")),
-             subprocess.Popen([CLI, "serve", "--server", server.url, "--port", str(port)],
+    keyed = ["--server", server.url, "--data-dir", str(tmp)]  # one data dir: one event key
+    procs = [subprocess.Popen([CLI, "collect", *keyed], stderr=open(tmp / "collector.log", "w")),
+             subprocess.Popen([CLI, "serve", *keyed, "--port", str(port)],
                               stdout=open(tmp / "web.log", "w"), stderr=subprocess.STDOUT)]
     web = procs[1]
     try:

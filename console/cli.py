@@ -18,7 +18,7 @@ from console.broker.eventlog import DAY, EventLogSettings
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.collector.priority import CpuMode
-from console.config import DEFAULT_SERVER, ConnectionSettings
+from console.config import DEFAULT_SERVER, ConnectionSettings, event_key, split_userinfo
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
 from console.probe import ProbeOptions, run_probe
@@ -39,6 +39,16 @@ def add_connection_flags(parser: argparse.ArgumentParser, server_default: str | 
     group.add_argument("--tls-ca", help="CA certificate file")
     group.add_argument("--tls-cert", help="client certificate file")
     group.add_argument("--tls-key", help="client key file")
+
+
+def add_event_key_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--event-key-file", default=os.environ.get("BATCH_CONSOLE_EVENT_KEY_FILE"),
+                        help="the key that signs the event log (default: $BATCH_CONSOLE_EVENT_KEY, "
+                             "else DATA_DIR/event.key, made when missing)")
+
+
+def event_log_settings(args: argparse.Namespace, **settings) -> EventLogSettings:
+    return EventLogSettings(key=event_key(args.event_key_file, args.data_dir), **settings)
 
 
 FILE_FLAGS = ("creds", "nkey", "user", "tls_ca", "tls_cert", "tls_key")
@@ -98,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                               " normal: as any process")
     collect.add_argument("--pace-ms", type=float, default=10.0,
                          help="pause between passes while tap traffic flows, so one read takes many acks (0: off)")
+    collect.add_argument("--data-dir", default="data", help="where the event key is kept (default %(default)s)")
+    add_event_key_flag(collect)
     collect.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     collect.add_argument("--events-max-age-days", type=float, default=30.0)
 
@@ -108,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--once", action="store_true", help="one run, then exit")
     when.add_argument("--every", type=float, metavar="SECONDS", help="a run every SECONDS until Ctrl-C")
     analytics.add_argument("--master", help="Spark master URL (default: spark-submit's, else local)")
+    add_event_key_flag(analytics)
     analytics.add_argument("--events-stream", default="BATCH_CONSOLE_EVENTS")
     analytics.add_argument("--partitions", type=int, default=2, help="parallel reads of the event log")
 
@@ -120,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--insecure", action="store_true", help="serve off loopback without authentication")
     serve.add_argument("--read-only", action="store_true", help="hide and refuse every action that changes the server")
     serve.add_argument("--data-dir", default="data", help="the analytics job's console.db is read here (default %(default)s)")
+    add_event_key_flag(serve)
 
     up = commands.add_parser("up", help="the whole console under one supervisor (embedded nats-server without --server)")
     add_connection_flags(up, None, "an existing NATS, with the credentials below; without it the embedded nats-server runs")
@@ -128,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nats-port", type=int, default=4222, help="the embedded nats-server's port (default %(default)s)")
     up.add_argument("--demo", action="store_true", help="publish demo traffic on demo streams of its own")
     up.add_argument("--analytics-every", type=float, default=60.0, help="seconds between analytics runs")
+    add_event_key_flag(up)
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_connection_flags(demo)
@@ -217,7 +232,7 @@ async def collect_async(args: argparse.Namespace) -> int:
         tap_publish_subjects=tuple(args.publish_subjects or ()),
         pace=args.pace_ms / 1000,
         cpu=CpuMode(args.cpu),
-        event_log=EventLogSettings(stream=args.events_stream, max_age=args.events_max_age_days * DAY),
+        event_log=event_log_settings(args, stream=args.events_stream, max_age=args.events_max_age_days * DAY),
     )
     collector: Collector | None = None
 
@@ -261,7 +276,8 @@ async def collect_async(args: argparse.Namespace) -> int:
 
 def source_options(args: argparse.Namespace) -> dict:
     """The jetstream data source's options; Spark redacts password/token values in its plans."""
-    options = {"servers": args.server, "stream": args.events_stream, "partitions": str(args.partitions)}
+    options = {"servers": args.server, "stream": args.events_stream, "partitions": str(args.partitions),
+               "event_secret": event_key(args.event_key_file, args.data_dir).decode()}
     for key in ("creds", "nkey", "token", "user", "password", "tls_ca", "tls_cert", "tls_key"):
         if getattr(args, key, None):
             options[key] = getattr(args, key)
@@ -303,8 +319,25 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def lift_url_secrets(args: argparse.Namespace) -> None:
+    """Credentials written into a server URL become the credential flags, and the URL loses them, so
+    no log line, status or child command line ever carries them."""
+    if not getattr(args, "server", None):
+        return
+    servers = []
+    for url in (s.strip() for s in args.server.split(",") if s.strip()):
+        clean, user, secret = split_userinfo(url)
+        servers.append(clean)
+        if user and secret:
+            args.user, args.password = args.user or user, args.password or secret
+        elif secret:
+            args.token = args.token or secret
+    args.server = ",".join(servers)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    lift_url_secrets(args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -318,14 +351,16 @@ def main(argv: list[str] | None = None) -> int:
             from console.serve import serve  # Panel loads only here
 
             serve(connection_settings(args), address=args.address, port=args.port, data_dir=Path(args.data_dir),
-                  basic_auth=args.basic_auth, insecure=args.insecure, read_only=args.read_only)
+                  basic_auth=args.basic_auth, insecure=args.insecure, read_only=args.read_only,
+                  event_log=event_log_settings(args))
             return 0
         if args.command == "up":
             from console.supervisor import Supervisor, UpOptions
 
             connection_argv, secrets = forwarded_connection(args)
             return Supervisor(UpOptions(Path(args.data_dir), args.server, args.port, args.nats_port, args.demo,
-                                        args.analytics_every, tuple(connection_argv)), secrets).run()
+                                        args.analytics_every, tuple(connection_argv), args.event_key_file),
+                              secrets).run()
         if args.command == "demo":
             return asyncio.run(demo_async(args))
         return asyncio.run(probe_async(args))

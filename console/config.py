@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import os
+import secrets
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from console.errors import ConfigError
 
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
+EVENT_KEY_ENV = "BATCH_CONSOLE_EVENT_KEY"
+EVENT_KEY_FILE = "event.key"
+MIN_EVENT_KEY = 16  # characters
 
 
 @dataclass(frozen=True)
@@ -61,9 +70,64 @@ class ConnectionSettings:
         return f"{', '.join(_strip_userinfo(s) for s in self.servers)} ({', '.join(kinds) or 'no credentials'})"
 
 
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """nats://user:secret@host -> (nats://host, user, secret); nats://token@host -> (nats://host, None, token)."""
+    scheme, sep, rest = url.rpartition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url, None, None
+    userinfo, host = authority.rsplit("@", 1)
+    user, colon, secret = userinfo.partition(":")
+    clean = f"{scheme}{sep}{host}{slash}{path}"
+    return (clean, user or None, secret or None) if colon else (clean, None, userinfo or None)
+
+
 def _strip_userinfo(url: str) -> str:
     """nats://user:secret@host:4222 -> nats://***@host:4222"""
     scheme, sep, rest = url.rpartition("://")
     if "@" not in rest:
         return url
     return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"
+
+
+def event_key(key_file: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+              environ: Mapping[str, str] | None = None) -> bytes:
+    """The console's event key: the file given, else $BATCH_CONSOLE_EVENT_KEY, else DATA_DIR/event.key,
+    made (readable by its owner only) when missing, so every part sharing a data directory shares
+    the key. Its value is never logged."""
+    env = os.environ if environ is None else environ
+    if key_file:
+        text = _read_key(Path(key_file))
+    elif env.get(EVENT_KEY_ENV):
+        text = env[EVENT_KEY_ENV]
+    elif data_dir is not None:
+        text = _key_in(Path(data_dir))
+    else:
+        raise ConfigError(f"no event key: give --event-key-file, set {EVENT_KEY_ENV} or a data directory")
+    text = text.strip()
+    if len(text) < MIN_EVENT_KEY:
+        raise ConfigError(f"the event key is shorter than {MIN_EVENT_KEY} characters")
+    return text.encode()
+
+
+def _read_key(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read the event key file {path}: {e.strerror}") from None
+
+
+def _key_in(data_dir: Path) -> str:
+    path = data_dir / EVENT_KEY_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=data_dir, prefix=".event-key-")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+            os.link(temp, path)  # atomic: of two parts starting together, one key wins and both read it
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(temp)
+    return _read_key(path)

@@ -21,9 +21,8 @@ class Sighting:
 
 def sighting(batch_id: str, model: LiveModel | None, engine) -> Sighting | None:
     if model is not None:
-        for lost in model.newest_first(len(model.recent)):
-            if lost.batch_id == batch_id:
-                return Sighting(lost.time, lost.stream)
+        if (lost := model.find_lost(batch_id)) is not None:
+            return Sighting(lost.time, lost.stream)
     if engine is not None:
         found = history.abandoned_batches(engine, batch_id=batch_id, limit=1)
         if len(found):

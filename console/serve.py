@@ -13,12 +13,14 @@ import panel as pn
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import connect
+from console.broker.eventlog import EventLogSettings
 from console.broker.live_state import LiveState
 from console.config import ConnectionSettings
 from console.errors import ConfigError, ReadOnlyError
 from console.investigate import find_incident, replay_link
+from console.login import GuardedBasicAuth
 from console.probe import ProbeOptions, ProbeReport, run_probe
-from console.storage.sqlite import open_db
+from console.storage.sqlite import open_db_for_reading
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
@@ -42,19 +44,41 @@ def check_exposure(address: str, basic_auth: str | None, insecure: bool) -> None
         raise ConfigError(f"refusing to serve on {address} without --basic-auth (or --insecure to accept the risk)")
 
 
+def host_in_url(address: str) -> str:
+    """An IPv6 address goes in brackets in a URL and a Host header."""
+    return f"[{address}]" if ":" in address else address
+
+
+def websocket_origins(address: str, port: int) -> list[str]:
+    """Bokeh's allowlist builder cannot parse an IPv6 host; allow_ipv6_origin adds that one later."""
+    names = ["localhost", "127.0.0.1"] + ([] if ":" in address or address in ("localhost", "127.0.0.1") else [address])
+    return [f"{name}:{port}" for name in names]
+
+
+def allow_ipv6_origin(server, address: str) -> None:
+    """A page on http://[::1]:PORT/ sends Origin [::1]:PORT; Bokeh's check matches that string exactly
+    against the server's origin set, which only its builder refuses to hold."""
+    if ":" in address:
+        server._tornado.websocket_origins.add(f"[{address}]:{server.port}")
+
+
 class App:
     """The process's shared pieces (one connection, one live state, the SQLite tables) and its pages."""
 
-    def __init__(self, settings: ConnectionSettings, read_only: bool = False, data_dir: Path = Path("data")):
+    def __init__(self, settings: ConnectionSettings, read_only: bool = False, data_dir: Path = Path("data"),
+                 event_log: EventLogSettings = EventLogSettings()):
         self.settings = settings
+        self.event_log = event_log
         self.read_only = read_only
-        self.engine = open_db(data_dir / "console.db")
+        self.engine, self.history_problem = open_db_for_reading(data_dir / "console.db")
+        if self.history_problem:
+            log.warning("%s; Live, Streams and Replay go on", self.history_problem)
         self.live: LiveState | None = None
         self.admin: StreamAdmin | None = None
 
     async def start(self) -> None:
         nc = await connect(self.settings)
-        self.live = LiveState(nc)
+        self.live = LiveState(nc, self.event_log)
         self.live.start()
         self.admin = StreamAdmin(nc, read_only=self.read_only)
 
@@ -82,7 +106,7 @@ class App:
         return self._frame(page)
 
     def history_page(self):
-        page = HistoryPage(engine=self.engine)
+        page = HistoryPage(engine=self.engine, problem=self.history_problem)
         pn.state.onload(page.reload)
         return self._frame(page)
 
@@ -116,17 +140,21 @@ def _arg(name: str) -> str:
 
 
 def serve(settings: ConnectionSettings, *, address: str = "127.0.0.1", port: int = 8050, data_dir: Path = Path("data"),
-          basic_auth: str | None = None, insecure: bool = False, read_only: bool = False) -> None:
+          basic_auth: str | None = None, insecure: bool = False, read_only: bool = False,
+          event_log: EventLogSettings = EventLogSettings()) -> None:
     check_exposure(address, basic_auth, insecure)
     pn.extension("tabulator", inline=True, notifications=False)
-    app = App(settings, read_only=read_only, data_dir=data_dir)
+    app = App(settings, read_only=read_only, data_dir=data_dir, event_log=event_log)
     server = pn.io.server.get_server(
-        app.routes(), address=address, port=port, show=False, start=False,
-        websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"],
-        basic_auth=basic_auth, cookie_secret=secrets.token_hex(32) if basic_auth else None,
+        # No URL-location sync: the pages read their query arguments, and Panel's Location cannot
+        # parse an IPv6 Host header ("[::1]:8050").
+        app.routes(), address=address, port=port, show=False, start=False, location=False,
+        websocket_origin=websocket_origins(address, port),
+        **({"auth_provider": GuardedBasicAuth(basic_auth), "cookie_secret": secrets.token_hex(32)} if basic_auth else {}),
         title="JetStream Batch Console",
     )
+    allow_ipv6_origin(server, address)
     server.io_loop.run_sync(app.start)  # connected before the first session can arrive
-    print(f"serving on http://{address}:{server.port}/", flush=True)
+    print(f"serving on http://{host_in_url(address)}:{server.port}/", flush=True)
     server.start()
     server.io_loop.start()

@@ -69,6 +69,7 @@ class UpOptions:
     demo: bool = False
     analytics_every: float = 60.0
     connection_args: tuple[str, ...] = ()  # --creds FILE, --tls-ca FILE ... for an existing server
+    event_key_file: str | None = None  # None: the parts share DATA_DIR/event.key
 
 
 class Supervisor:
@@ -98,9 +99,10 @@ class Supervisor:
             self.server_url = self._wait_for_server(nats)
         url, data = self.server_url, str(o.data_dir)
         connection = ["--server", url, *o.connection_args]
-        self._part("collector", ["collect", *connection])
-        self._part("web", ["serve", *connection, "--port", str(o.port), "--data-dir", data])
-        self._part("analytics", ["analytics", "--every", f"{o.analytics_every:g}", *connection, "--data-dir", data])
+        keyed = ["--data-dir", data, *(["--event-key-file", o.event_key_file] if o.event_key_file else [])]
+        self._part("collector", ["collect", *connection, *keyed])
+        self._part("web", ["serve", *connection, "--port", str(o.port), *keyed])
+        self._part("analytics", ["analytics", "--every", f"{o.analytics_every:g}", *connection, *keyed])
         if o.demo:
             self._part("demo", ["demo", *connection])
         self.say(f"console: http://127.0.0.1:{o.port}/  (NATS {url}; Ctrl-C stops everything)")

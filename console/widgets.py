@@ -22,13 +22,14 @@ import pandas as pd
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import connect
+from console.broker.eventlog import EventLogSettings
 from console.broker.live_state import LiveState
-from console.config import ConnectionSettings
+from console.config import ConnectionSettings, event_key
 from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
 from console.investigate import find_incident
 from console.storage import delta
-from console.storage.sqlite import open_db
+from console.storage.sqlite import open_db_for_reading
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
@@ -41,14 +42,16 @@ __all__ = ["NotebookConsole", "delta_frame"]
 class NotebookConsole:
     def __init__(self, live: LiveState, admin: StreamAdmin, data_dir: Path):
         self.live_state, self.admin, self.data_dir = live, admin, data_dir
-        self.engine = open_db(data_dir / "console.db")
+        self.engine, self.history_problem = open_db_for_reading(data_dir / "console.db")
 
     @classmethod
     async def connect(cls, server: str | ConnectionSettings, *, data_dir: str | Path = "data",
-                      read_only: bool = False) -> NotebookConsole:
+                      read_only: bool = False, event_key_file: str | None = None) -> NotebookConsole:
+        """event_key_file: the key the collector signs with (default: $BATCH_CONSOLE_EVENT_KEY, else
+        DATA_DIR/event.key); events it does not verify are dropped and counted."""
         settings = server if isinstance(server, ConnectionSettings) else ConnectionSettings(servers=(server,))
         nc = await connect(settings)
-        live = LiveState(nc)
+        live = LiveState(nc, EventLogSettings(key=event_key(event_key_file, data_dir)))
         live.start()
         return cls(live, StreamAdmin(nc, read_only=read_only), Path(data_dir))
 
@@ -87,7 +90,7 @@ class NotebookConsole:
         return page
 
     def history(self) -> HistoryPage:
-        page = HistoryPage(engine=self.engine)
+        page = HistoryPage(engine=self.engine, problem=self.history_problem)
         page.reload()
         return page
 

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlmodel import delete
 
-from console.analytics.schema import EVENT_SCHEMA
+from console.analytics.schema import EVENT_SCHEMA, SKIPPED_KIND
 from console.analytics.source import JetStreamDataSource, SourceOptions, _stream_bounds
 from console.analytics.transforms import (
     abandoned_batches,
@@ -70,13 +70,18 @@ class RunReport:
     rows_written: int
     seconds: float
     note: str | None = None
+    skipped: dict[str, int] = field(default_factory=dict)  # records of the log that were not events, by reason
 
     def line(self) -> str:
         if self.note:
             return f"{self.note}, {self.seconds:.1f}s"
-        if self.events_read == 0:
+        if self.events_read == 0 and not self.skipped:
             return f"no new events (offset {self.last_seq}), {self.seconds:.1f}s"
-        return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read, "
+        skipped = ""
+        if self.skipped:
+            reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items()))
+            skipped = f", {sum(self.skipped.values())} skipped ({reasons})"
+        return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read{skipped}, "
                 f"{self.rows_written} rows written, {self.seconds:.1f}s")
 
 
@@ -109,8 +114,14 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
 
     reader = spark.read.format("jetstream").options(**settings.source)
-    new = reader.option("start_seq", done + 1).option("end_seq", last).load().localCheckpoint()
+    loaded = reader.option("start_seq", done + 1).option("end_seq", last).load().localCheckpoint()
+    is_skipped = F.col("kind") == SKIPPED_KIND
+    skipped = {r.reason: r["count"] for r in loaded.filter(is_skipped).groupBy("reason").count().collect()}
+    new = loaded.filter(~is_skipped)
     events_read = new.count()
+    if events_read == 0:  # only records that were not events: the offset moves past them
+        sqlite.commit_run(engine, SOURCE, last, lambda session: None)
+        return RunReport(done + 1, last, 0, 0, time.perf_counter() - started, skipped=skipped)
 
     raw_path = settings.delta("events")
     delta.append_events(raw_path, new.toArrow(), last)
@@ -118,7 +129,7 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     days = sorted({r.day for r in new.select(F.to_date("time").alias("day")).distinct().collect()})
     scope = _scope(spark, raw_path, days)
     written = _recompute(spark, settings, engine, new, scope, days, last)
-    return RunReport(done + 1, last, events_read, written, time.perf_counter() - started)
+    return RunReport(done + 1, last, events_read, written, time.perf_counter() - started, skipped=skipped)
 
 
 def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:

@@ -12,6 +12,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from datetime import datetime
+
 from console.domain.events import BatchEvent
 
 EVENT_SCHEMA = StructType([
@@ -49,3 +51,12 @@ def to_row(seq: int, e: BatchEvent) -> tuple:
         e.previous_flow, e.seq, e.first_lost_seq, e.lost, e.acks, e.err_code, e.description, e.count,
         e.stream_seq, e.eob, e.inferred, e.account, e.domain, e.detail, e.v,
     )
+
+
+SKIPPED_KIND = "_skipped"  # a record of the log that is not a console event: counted by the job, never stored
+
+
+def skipped_row(seq: int, reason: str, stored: datetime) -> tuple:
+    """A marker in EVENT_SCHEMA's order for a record the source could not read, with the reason."""
+    return (seq, f"{SKIPPED_KIND}.{seq}", SKIPPED_KIND, stored, None, None, reason[:200], *([None] * 12), False,
+            None, None, None, 0)

@@ -7,20 +7,21 @@ Batch reads cover a sequence range; the streaming reader's offsets are stream se
 ({"seq": last sequence read}). A range is split into `partitions` sub-ranges that executors
 read in parallel, each with its own connection and an ordered consumer starting at its first
 sequence. Options: servers, stream, subject_filter (a suffix of `<prefix>.`, default ">"),
-subject_prefix, start_seq, end_seq, partitions, connect_timeout, idle_timeout and the
+subject_prefix, start_seq, end_seq, partitions, connect_timeout, idle_timeout, event_secret (the
+console's event key: records it does not verify are skipped; named so Spark redacts it) and the
 credentials creds, nkey, token, user, password, tls_ca, tls_cert, tls_key.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from console.analytics.schema import EVENT_SCHEMA, to_row
+from console.analytics.schema import EVENT_SCHEMA, skipped_row, to_row
 from console.config import ConnectionSettings
 
 
@@ -39,6 +40,7 @@ class SourceOptions:
     end_seq: int | None
     partitions: int
     idle_timeout: float
+    event_key: bytes | None = field(default=None, repr=False)  # records it does not verify are skipped
 
     @classmethod
     def parse(cls, options: dict) -> SourceOptions:
@@ -59,6 +61,7 @@ class SourceOptions:
             end_seq=int(end) if end not in (None, "") else None,
             partitions=max(1, int(get("partitions") or 2)),
             idle_timeout=float(get("idle_timeout") or 5),
+            event_key=get("event_secret").encode() if get("event_secret") else None,
         )
 
 
@@ -96,6 +99,7 @@ async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:
     from nats.js.api import ConsumerConfig, DeliverPolicy
 
     from console.domain.events import MalformedEvent, event_from_json
+    from console.domain.signing import forgery
 
     nc = await _connect(options)
     rows: list[tuple] = []
@@ -123,10 +127,13 @@ async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:
                 seq = msg.metadata.sequence.stream
                 if seq > part.last:
                     break
+                forged = options.event_key and forgery(options.event_key, msg.data, msg.headers)
                 try:
+                    if forged:
+                        raise MalformedEvent(forged)
                     rows.append(to_row(seq, event_from_json(msg.data)))
-                except MalformedEvent:
-                    pass  # not a console event: skipped, as the collector's reader does
+                except MalformedEvent as e:  # not the collector's event: the job counts and drops the marker
+                    rows.append(skipped_row(seq, e.reason, msg.metadata.timestamp))
                 if seq == part.last or msg.metadata.num_pending == 0:
                     break
         finally:

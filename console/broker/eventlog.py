@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import AsyncIterator
 
@@ -13,6 +13,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
 from console.domain.events import BatchEvent, MalformedEvent, event_from_json
+from console.domain.signing import SIGNATURE, forgery, signature
+from console.domain.wire import Tally, has_control, stream_name_problem
 
 DAY = 86_400.0
 
@@ -25,6 +27,9 @@ class EventLogSettings:
     # Long enough to cover a collector restart: a redelivered advisory must hit the same window.
     duplicate_window: float = 600.0
     append_timeout: float = 10.0
+    # The console's event key: the collector signs with it, readers drop what it does not verify.
+    # None only where nothing else can publish on the log's subjects (tests, embedding).
+    key: bytes | None = field(default=None, repr=False)
 
 
 def missing_log(stream: str) -> str:
@@ -32,37 +37,117 @@ def missing_log(stream: str) -> str:
     return f"no event log {stream} yet (is the collector running?)"
 
 
+@dataclass
+class Appended:
+    """What one append did: stored, deduplicated, refused for good (event, why), or to retry."""
+
+    stored: int = 0
+    duplicates: int = 0
+    refused: list[tuple[BatchEvent, str]] = field(default_factory=list)
+    retry: list[BatchEvent] = field(default_factory=list)
+    error: Exception | None = None  # the last transient failure, for the log
+
+
+def refusal(event: BatchEvent) -> str | None:
+    """Why the log could never store this event (it would make an invalid subject or header)."""
+    if event.stream is not None and (problem := stream_name_problem(event.stream)):
+        return problem
+    if not event.event_id or has_control(event.event_id):
+        return "event id is empty or holds a control character"
+    return None
+
+
+def _permanent(error: BaseException) -> bool:
+    """The server refused this message itself (a 4xx): sending it again cannot help."""
+    return isinstance(error, nats.js.errors.APIError) and error.code is not None and 400 <= error.code < 500
+
+
 class EventLog:
     def __init__(self, js: JetStreamContext, settings: EventLogSettings = EventLogSettings()):
         self.js = js
         self.settings = settings
+        self.skipped = Tally()  # records read and dropped, by reason: never a stall, never a failed run
 
-    async def ensure(self) -> None:
-        """Create the stream, or bring an existing one's retention and dedup window in line."""
-        s = self.settings
-        config = StreamConfig(
-            name=s.stream, subjects=[f"{s.subject_prefix}.>"], storage=StorageType.FILE,
-            max_age=s.max_age, duplicate_window=s.duplicate_window,
-        )
+    def decode(self, data: bytes, headers: dict | None) -> BatchEvent | None:
+        """One record of the log, or None (counted) when it is not a console event the collector signed."""
+        if self.settings.key is not None and (forged := forgery(self.settings.key, data, headers)):
+            self.skipped.add(forged)
+            return None
         try:
-            await self.js.stream_info(s.stream)
-            await self.js.update_stream(config)
-        except nats.js.errors.NotFoundError:
-            await self.js.add_stream(config)
+            return event_from_json(data)
+        except MalformedEvent as e:
+            self.skipped.add(e.reason)
+            return None
 
-    async def append(self, events: list[BatchEvent]) -> tuple[int, int]:
-        """Store events; returns (stored, duplicates). Raises if the log did not acknowledge all of them."""
-        if not events:
-            return 0, 0
+    async def ensure(self) -> list[str]:
+        """Create the stream, or add to an existing one only what the console needs (its subjects,
+        a duplicate window long enough for redeliveries); the operator's other limits are kept.
+        Returns what differs from what the console would have created, for the status."""
+        s = self.settings
+        subject = f"{s.subject_prefix}.>"
+        try:
+            current = (await self.js.stream_info(s.stream)).config
+        except nats.js.errors.NotFoundError:
+            await self.js.add_stream(StreamConfig(
+                name=s.stream, subjects=[subject], storage=StorageType.FILE,
+                max_age=s.max_age, duplicate_window=s.duplicate_window,
+            ))
+            return []
+        notes, changes = [], {}
+        if subject not in (current.subjects or []):
+            changes["subjects"] = [*(current.subjects or []), subject]
+            notes.append(f"added subject {subject}")
+        if (current.duplicate_window or 0) < s.duplicate_window:
+            changes["duplicate_window"] = s.duplicate_window
+            notes.append(f"duplicate window raised to {s.duplicate_window:g}s (a restart's redeliveries must dedupe)")
+        if changes:
+            await self.js.update_stream(replace(current, **changes))
+        if current.max_age and current.max_age != s.max_age:
+            notes.append(f"event log keeps its own max age of {current.max_age:g}s")
+        for limit in ("max_msgs", "max_bytes"):
+            if (getattr(current, limit) or -1) > 0:
+                notes.append(f"event log keeps its own {limit} of {getattr(current, limit)}")
+        return notes
+
+    async def append(self, events: list[BatchEvent]) -> Appended:
+        """Store events. Each is stored, found a duplicate, refused for good, or left to retry."""
+        result = Appended()
         prefix = self.settings.subject_prefix
-        futures = [
-            await self.js.publish_async(e.subject(prefix), e.to_json(), headers={"Nats-Msg-Id": e.event_id})
-            for e in events
-        ]
-        # Bounded: a reconnect can leave a publish unanswered; the caller retries, ids dedup.
-        acks = await asyncio.wait_for(asyncio.gather(*futures), self.settings.append_timeout)
-        duplicates = sum(1 for ack in acks if ack.duplicate)
-        return len(acks) - duplicates, duplicates
+        sent = []
+        for event in events:
+            if (problem := refusal(event)) is not None:
+                result.refused.append((event, problem))
+                continue
+            body = event.to_json()
+            headers = {"Nats-Msg-Id": event.event_id}
+            if self.settings.key is not None:
+                headers[SIGNATURE] = signature(self.settings.key, body)
+            try:
+                future = await self.js.publish_async(event.subject(prefix), body, headers=headers)
+            except Exception as e:  # not even sent (reconnecting, buffer full): retry it
+                result.retry.append(event)
+                result.error = e
+                continue
+            sent.append((event, future))
+        if not sent:
+            return result
+        # Bounded: a reconnect can leave a publish unanswered; it is retried, its id dedupes it.
+        done, _ = await asyncio.wait([f for _, f in sent], timeout=self.settings.append_timeout)
+        for event, future in sent:
+            if future not in done:
+                future.cancel()
+                result.retry.append(event)
+            elif (error := future.exception()) is None:
+                if future.result().duplicate:
+                    result.duplicates += 1
+                else:
+                    result.stored += 1
+            elif _permanent(error):
+                result.refused.append((event, f"the event log refused it: {error}"))
+            else:
+                result.retry.append(event)
+                result.error = error
+        return result
 
     async def last_seq(self) -> int:
         return (await self.js.stream_info(self.settings.stream)).state.last_seq
@@ -82,8 +167,7 @@ class EventLog:
         sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=start.isoformat())
         return await self._drain(sub, lambda _, stored: stored > end, idle_timeout)
 
-    @staticmethod
-    async def _drain(sub, past_end, idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
+    async def _drain(self, sub, past_end, idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
         out: list[tuple[int, BatchEvent]] = []
         try:
             while True:
@@ -94,28 +178,24 @@ class EventLog:
                 seq = msg.metadata.sequence.stream
                 if past_end(seq, msg.metadata.timestamp):
                     break
-                try:
-                    out.append((seq, event_from_json(msg.data)))
-                except MalformedEvent:
-                    pass
+                if (event := self.decode(msg.data, msg.headers)) is not None:
+                    out.append((seq, event))
                 if msg.metadata.num_pending == 0 or seq == last_seq:
                     break
         finally:
             await sub.unsubscribe()
         return out
 
-    async def follow(self, since: datetime | int, kind_filter: str = ">") -> AsyncIterator[tuple[int, BatchEvent]]:
-        """Every event from `since` on (a time, or a stream sequence), then live; malformed entries are skipped."""
+    async def follow(self, since: datetime | int, kind_filter: str = ">") -> AsyncIterator[tuple[int, BatchEvent | None]]:
+        """Every record from `since` on (a time, or a stream sequence), then live: (seq, event), or
+        (seq, None) for one that was skipped and counted, so a follower knows how far it has read."""
         if isinstance(since, int):
             sub = await self._subscribe(DeliverPolicy.BY_START_SEQUENCE, kind_filter, opt_start_seq=since)
         else:
             sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=since.isoformat())
         try:
             async for msg in sub.messages:
-                try:
-                    yield msg.metadata.sequence.stream, event_from_json(msg.data)
-                except MalformedEvent:
-                    continue
+                yield msg.metadata.sequence.stream, self.decode(msg.data, msg.headers)
         finally:
             await sub.unsubscribe()
 

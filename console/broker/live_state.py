@@ -75,6 +75,16 @@ class LiveState:
 
     async def _apply_from(self, since: datetime | int) -> None:
         async for seq, event in self.log.follow(since):
-            self.model.apply(event)
+            try:
+                if event is not None:
+                    self.model.apply(event)
+            except Exception:  # a record the model cannot fold is skipped, never read again
+                log.exception("event %s at %d not applied", event.event_id, seq)
+                self.log.skipped.add("not applicable")
             self.last_seq = seq
             self.problem = None
+
+    @property
+    def skipped(self) -> int:
+        """Event-log records read and dropped (malformed, or not signed by the collector)."""
+        return sum(self.log.skipped.values())

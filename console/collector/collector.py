@@ -2,7 +2,10 @@
 
 An advisory is acked only after the event log has acknowledged its event, and the event log
 deduplicates on the event id, so a crash between the two loses nothing and duplicates nothing.
-Bad input (malformed JSON, unknown types, invalid reply subjects) is counted and skipped.
+Bad input (anything a parser refuses) is permanent: counted by reason, kept in the quarantine,
+acked and skipped, so it never holds back what comes behind it. NATS being unavailable is
+transient: retried with backoff. Every loop is supervised: one that fails is logged, counted in
+the status, and started again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import json
 import logging
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -22,7 +24,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-from console.broker.eventlog import DAY, EventLog, EventLogSettings
+from console.broker.eventlog import DAY, Appended, EventLog, EventLogSettings
+from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.replies import is_no_responders
 from console.broker.server_info import (
     DEFAULT_BATCH_TIMEOUT,
@@ -30,13 +33,12 @@ from console.broker.server_info import (
     varz_from_monitor,
     varz_from_system_account,
 )
+from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
-from console.domain.advisories import MalformedAdvisory
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import BatchEvent, EventKind
-from console.domain.fast_ingest import InvalidReplySubject
 from console.domain.fast_tracker import FastBatchTracker
-from console.domain.replies import MalformedReply
+from console.domain.wire import MalformedInput, Tally
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class CollectorSettings:
     # collector that shares its process with other work.
     cpu: CpuMode | None = None
     event_log: EventLogSettings = field(default_factory=EventLogSettings)
+    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
 
 
 def _now() -> datetime:
@@ -98,10 +101,14 @@ class Collector:
         self.batch_timeout_source = "configured" if settings.batch_timeout else "assumed (server default)"
         self._streams_by_subject: dict[str, str | None] = {}
         self.instance = uuid.uuid4().hex[:12]
-        self.rejected: Counter[str] = Counter()
-        self.ignored: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()  # failures the collector survived
+        self.quarantine = Quarantine(nc, settings.quarantine)
+        self.rejected = Tally()  # bad input, by reason: counted, quarantined, skipped
+        self.ignored = Tally()
+        self.errors = Tally()  # transient failures the collector survived
         self.problems: list[str] = []  # permission errors and the like, shown by the UI
+        self.notes: list[str] = []  # how an existing event log differs from what the console would create
+        self.loops = Loops(self.errors)
+        self.health = Health()
         self.events_written = 0
         self.tapped = 0  # $FI replies received
         self._last_tap = 0.0
@@ -123,7 +130,10 @@ class Collector:
     async def start(self) -> None:
         if self.cpu is not None:
             self.cpu.apply()
-        await self.log.ensure()
+        self.notes = await self.log.ensure()
+        for note in self.notes:
+            log.info("event log: %s", note)
+        await self.quarantine.ensure()
         await self._learn_batch_timeout()
         await self._start_advisories()
         if self.system_nc is not None:  # the same abandonments again, same ids: the log keeps one
@@ -134,10 +144,11 @@ class Collector:
                 self._subs.append(await self.nc.subscribe(pattern, cb=self._on_tap))
         for subject in self.settings.tap_publish_subjects:
             self._subs.append(await self.nc.subscribe(subject, cb=self._on_publish_side))
-        self._writer = asyncio.create_task(self._write_loop(), name="collector-writer")
-        self._tasks.append(asyncio.create_task(self._tick_loop(), name="collector-ticker"))
+        self._writer = self.loops.start("writer", self._write_loop, lambda: self._stopping)
+        self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
+        self._tasks.append(self.loops.start("ticker", self._tick_loop, lambda: self._stopping))
         if self.settings.pace > 0:
-            self._tasks.append(asyncio.create_task(self._pace_loop(), name="collector-pacer"))
+            self._tasks.append(self.loops.start("pacer", self._pace_loop, lambda: self._stopping))
 
     async def stop(self) -> None:
         """Take no more input, handle what the server already sent, store every queued event, end.
@@ -197,7 +208,7 @@ class Collector:
             ))
             psub = await self.js.pull_subscribe_bind(self.settings.durable, stream)
             self.advisory_stream, self.advisories_durable = stream, True
-            self._tasks.append(asyncio.create_task(self._advisory_loop(psub), name="collector-advisories"))
+            self._tasks.append(self.loops.start("advisories", lambda: self._advisory_loop(psub), lambda: self._stopping))
         except (nats.js.errors.APIError, nats.errors.Error) as e:
             self.problems.append(f"advisories are live-only (not durable): cannot capture them in a stream: {e}")
             log.warning(self.problems[-1])
@@ -227,7 +238,8 @@ class Collector:
             except Exception as e:  # reconnecting, or anything else: never stop collecting
                 await self._survive("advisory fetch", e)
                 continue
-            events = [e for e in map(self._advisory_event, msgs) if e is not None]
+            self.loops.beat("advisories")
+            events = [e for msg in msgs if (e := await self._advisory_event(msg)) is not None]
             if not await self._store(events):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run
             for msg in msgs:  # only now: the events are in the log
@@ -236,28 +248,37 @@ class Collector:
                 except Exception as e:  # unacked: redelivered after ack_wait, deduplicated by id
                     await self._survive("advisory ack", e)
 
-    async def _survive(self, where: str, error: Exception) -> None:
-        self.errors[f"{where}: {type(error).__name__}"] += 1
+    async def _survive(self, where: str, error: Exception, pause: float = 0.2) -> None:
+        self.errors.add(f"{where}: {type(error).__name__}")
         log.warning("%s failed (%r); going on", where, error)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(pause)
 
-    def _advisory_event(self, msg: Msg) -> BatchEvent | None:
+    async def _reject(self, source: str, reason: str, msg: Msg) -> None:
+        """Bad input: counted by reason, kept in the quarantine, skipped."""
+        self.rejected.add(f"{source}: {reason}")
+        await self.quarantine.keep(source, reason, msg.subject, msg.data)
+
+    async def _advisory_event(self, msg: Msg) -> BatchEvent | None:
         try:
             return advisory_to_event(msg.data)
-        except MalformedAdvisory as e:
-            self.rejected[f"advisory: {e.reason}"] += 1
+        except MalformedInput as e:
+            await self._reject("advisory", e.reason, msg)
         except IgnoredAdvisory as e:
-            self.ignored[e.kind] += 1
+            self.ignored.add(e.kind)
+        except Exception as e:  # a bug meeting odd input: the input is skipped, never the loop
+            log.exception("advisory not readable")
+            await self._reject("advisory", f"unreadable ({type(e).__name__})", msg)
         return None
 
     async def _on_live_advisory(self, msg: Msg) -> None:
-        if (event := self._advisory_event(msg)) is not None:
+        if (event := await self._advisory_event(msg)) is not None:
             self._enqueue([event])
 
     # -- the $FI tap -----------------------------------------------------------------------
 
     async def _pace_loop(self) -> None:
         while not self._stopping:
+            self.loops.beat("pacer")
             # "Recently", not "since my last pass": after sleep(0) this task resumes before the
             # reads that arrived during the pause have been handled.
             if time.monotonic() - self._last_tap < 0.1:
@@ -270,15 +291,16 @@ class Collector:
         self.tapped += 1
         self._last_tap = time.monotonic()
         if is_no_responders(msg):
-            self.ignored["no responders"] += 1
+            self.ignored.add("no responders")
             return
         try:
             events = self.tracker.observe(msg.subject, msg.data, _now())
-        except InvalidReplySubject:
-            self.rejected["invalid reply subject"] += 1
+        except MalformedInput as e:
+            await self._reject("fi_tap", e.reason, msg)
             return
-        except MalformedReply as e:
-            self.rejected[f"reply: {e.reason}"] += 1
+        except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
+            log.exception("tapped reply not readable")
+            await self._reject("fi_tap", f"unreadable ({type(e).__name__})", msg)
             return
         if events:
             self._enqueue(events)
@@ -288,8 +310,8 @@ class Collector:
             return  # a message that is not part of a fast batch
         try:
             events, batch = self.tracker.observe_publish(msg.subject, msg.reply, _now())
-        except InvalidReplySubject:
-            self.rejected["invalid reply subject (publish side)"] += 1
+        except MalformedInput as e:
+            await self._reject("publish_tap", e.reason, msg)
             return
         if events:
             self._enqueue(events)
@@ -304,7 +326,7 @@ class Collector:
                 self._streams_by_subject[subject] = await self.js.find_stream_name_by_subject(subject)
             except Exception as e:
                 del self._streams_by_subject[subject]
-                self.errors[f"stream lookup: {type(e).__name__}"] += 1
+                self.errors.add(f"stream lookup: {type(e).__name__}")
                 return
         if stream := self._streams_by_subject[subject]:
             self.tracker.set_stream(batch_id, stream)
@@ -314,7 +336,7 @@ class Collector:
             try:
                 self._queue.put_nowait(event)
             except asyncio.QueueFull:
-                self.rejected["event queue full"] += 1
+                self.rejected.add("event queue full")
 
     async def _write_loop(self) -> None:
         """Stores the queue in batches; not cancelled but ended by stop()'s None, so nothing in hand is lost."""
@@ -330,26 +352,40 @@ class Collector:
                 return
 
     async def _store(self, events: list[BatchEvent]) -> bool:
-        """Into the log, retrying until it acknowledges (a crash here is safe: ids dedup the retry).
-        Only a stop gives up, once its grace period is over: then False."""
-        while events:
-            try:
-                stored, duplicates = await self.log.append(events)
-                self.events_written += stored
-                self.duplicates += duplicates
-                return True
-            except Exception as e:  # unavailable, timed out, reconnecting: the same events again
+        """Into the log. An event the log can never take is quarantined and skipped; the rest are
+        retried with backoff until stored (a crash here is safe: ids dedup the retry). Only a stop
+        gives up, once its grace period is over: then False."""
+        pause = 0.2
+        self.health.writing(time.monotonic())
+        try:
+            while events:
+                try:
+                    result = await self.log.append(events)
+                except Exception as e:  # whatever it was, these events are still ours to store
+                    result = Appended(retry=events, error=e)
+                self.events_written += result.stored
+                self.duplicates += result.duplicates
+                for event, why in result.refused:
+                    self.rejected.add(f"event: {why}"[:200])
+                    await self.quarantine.keep("event", why, event.subject("refused"), event.to_json())
+                events = result.retry
+                if not events:
+                    return True
                 if time.monotonic() >= self._stop_deadline:
-                    log.error("stopping: %d events not stored, the event log did not answer (%r)", len(events), e)
+                    log.error("stopping: %d events not stored, the event log did not answer (%r)", len(events), result.error)
                     return False
-                await self._survive("event log append", e)
-        return True
+                await self._survive("event log append", result.error or TimeoutError("no answer"), pause)
+                pause = min(pause * 2, 5.0)
+            return True
+        finally:
+            self.health.written()
 
     # -- housekeeping ----------------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
         last_status = 0.0
         while not self._stopping:
+            self.loops.beat("ticker")
             due = time.monotonic() + self.settings.tick_every
             await asyncio.sleep(self.settings.tick_every)
             if self.cpu is not None:
@@ -373,9 +409,17 @@ class Collector:
             try:
                 lag = (await self.js.consumer_info(self.advisory_stream, self.settings.durable)).num_pending
             except Exception as e:  # the status goes out without the lag rather than not at all
-                self.errors[f"consumer info: {type(e).__name__}"] += 1
+                self.errors.add(f"consumer info: {type(e).__name__}")
+        now = time.monotonic()
+        unhealthy = self.health.verdict(now, lag, self.loops.stale(now), self._queue.qsize())
         return {
             "instance": self.instance,
+            "healthy": not unhealthy,
+            "unhealthy": unhealthy,
+            "loops": self.loops.status(),
+            "quarantined": self.quarantine.kept,
+            "not_quarantined": self.quarantine.not_kept,
+            "notes": self.notes,
             "alive_s": round(time.monotonic() - self._started, 1),
             "connected": self.nc.is_connected,
             "events_written": self.events_written,
@@ -390,6 +434,7 @@ class Collector:
             "batch_timeout": self.tracker.batch_timeout,
             "batch_timeout_source": self.batch_timeout_source,
             "batches_untracked": self.tracker.untracked,
+            "batches_refused_by_prefix": dict(self.tracker.refused),
             "queued": self._queue.qsize(),
             "problems": self.problems,
             "cpu": self.cpu.status() if self.cpu else None,

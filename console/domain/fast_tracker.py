@@ -2,18 +2,22 @@
 
 Pure: the collector feeds it (subject, body, time) for every tapped reply and calls tick()
 every interval. Memory is bounded: a batch is forgotten after its outcome or after it is
-inferred dropped, and past `max_batches` new batches are not tracked (counted in `untracked`);
-their gaps, errors and outcomes are still reported, since those need no state.
+inferred dropped. A tracked batch is never evicted to admit another: past `max_batches`, or past a
+quarter of them under one reply prefix (one publisher, or one forger), a new batch is not tracked
+(counted in `untracked`, and per prefix in `refused`), but its start, gaps, errors and outcome are
+still reported, since those need no state.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
 from console.domain.events import BatchEvent, EventKind
 from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject
+from console.domain.wire import Tally
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, to_reply
 
 
@@ -29,6 +33,7 @@ class TrackedBatch:
     highest_ack: int = 0
     acks_total: int = 0
     acks_pending: int = 0  # acks not yet folded into a progress event
+    prefix: str = ""
     stream: str | None = None
     subject: str | None = None  # known when the publish side is tapped
     last_problem: str | None = None  # "gap" | "error"
@@ -45,7 +50,10 @@ class FastBatchTracker:
         self.max_batches = max_batches
         self.progress_interval = progress_interval
         self.batches: dict[str, TrackedBatch] = {}
+        self.max_per_prefix = max(1, max_batches // 4)
+        self._per_prefix: Counter[str] = Counter()
         self.untracked = 0
+        self.refused = Tally()  # reply prefix -> batches not tracked
 
     def observe(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
         """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
@@ -81,7 +89,7 @@ class FastBatchTracker:
         elif isinstance(reply, ApiError):
             if batch:
                 events += self._flush_progress(batch, now)
-                self.batches.pop(where.batch_id, None)
+                self._forget(where.batch_id)
             events.append(self._event(where, now, EventKind.FAST_ERROR, f"err.{where.seq}.{reply.err_code}", batch,
                                       stream=reply.stream, seq=where.seq, err_code=reply.err_code,
                                       description=reply.description))
@@ -99,14 +107,13 @@ class FastBatchTracker:
         if batch is None:
             if where.op is not FastOp.START:
                 return events, None
-            if len(self.batches) >= self.max_batches:
-                self.untracked += 1
-                return events, None
             # Granted flow is not known until the first ack; a different grant shows as a flow change.
-            batch = TrackedBatch(where.batch_id, where.gap_mode.value, where.flow, where.flow, now, now, now)
-            self.batches[where.batch_id] = batch
+            batch = self._admit(where, where.flow, now)
             events.append(self._event(where, now, EventKind.FAST_STARTED, "started", batch, flow=where.flow,
-                                      previous_flow=where.flow, detail=f"seen publishing on {subject}"))
+                                      previous_flow=where.flow, detail=f"seen publishing on {subject}"
+                                      + ("" if batch else " (not tracked: tracker full)")))
+            if batch is None:
+                return events, None
         batch.last_seen = now
         batch.subject = subject
         return events, batch
@@ -123,7 +130,7 @@ class FastBatchTracker:
             if (now - batch.last_progress).total_seconds() >= self.progress_interval or idle > self.batch_timeout:
                 events += self._flush_progress(batch, now)
             if idle > self.batch_timeout:
-                del self.batches[batch_id]
+                self._forget(batch_id)
                 events.append(BatchEvent(
                     f"fi.{batch_id}.dropped", EventKind.FAST_DROPPED, now, batch.stream, batch_id,
                     gap_mode=batch.gap_mode, flow=batch.flow, seq=batch.highest_ack, inferred=True,
@@ -133,16 +140,31 @@ class FastBatchTracker:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _track(self, where: FastReplySubject, ack: FlowAck, now: datetime, events: list) -> TrackedBatch | None:
-        if len(self.batches) >= self.max_batches:
+    def _admit(self, where: FastReplySubject, flow: int, now: datetime) -> TrackedBatch | None:
+        """A new batch, or None (counted) when the tracker or this prefix's share of it is full."""
+        if len(self.batches) >= self.max_batches or self._per_prefix[where.prefix] >= self.max_per_prefix:
             self.untracked += 1
+            self.refused.add(where.prefix[:100])
             return None
-        batch = TrackedBatch(where.batch_id, where.gap_mode.value, where.flow, ack.msgs, now, now, now)
+        batch = TrackedBatch(where.batch_id, where.gap_mode.value, where.flow, flow, now, now, now, prefix=where.prefix)
         self.batches[where.batch_id] = batch
+        self._per_prefix[where.prefix] += 1
+        return batch
+
+    def _forget(self, batch_id: str) -> None:
+        if (batch := self.batches.pop(batch_id, None)) is not None:
+            self._per_prefix[batch.prefix] -= 1
+            if not self._per_prefix[batch.prefix]:
+                del self._per_prefix[batch.prefix]
+
+    def _track(self, where: FastReplySubject, ack: FlowAck, now: datetime, events: list) -> TrackedBatch | None:
+        batch = self._admit(where, ack.msgs, now)
         joined_late = where.op is not FastOp.START
+        detail = "first seen mid-batch" if joined_late else None
+        if batch is None:
+            detail = "not tracked: tracker full" + (", first seen mid-batch" if joined_late else "")
         events.append(self._event(where, now, EventKind.FAST_STARTED, "started", batch, flow=ack.msgs,
-                                  previous_flow=where.flow, inferred=joined_late,
-                                  detail="first seen mid-batch" if joined_late else None))
+                                  previous_flow=where.flow, inferred=joined_late, detail=detail))
         return batch
 
     def _on_ack(self, batch: TrackedBatch, ack: FlowAck, now: datetime, events: list) -> None:
@@ -162,7 +184,7 @@ class FastBatchTracker:
         if batch is not None:
             batch.stream = ack.stream
             events += self._flush_progress(batch, now)
-            self.batches.pop(where.batch_id, None)
+            self._forget(where.batch_id)
         common = dict(stream=ack.stream, count=ack.count, stream_seq=ack.seq, seq=where.seq)
         if where.op in (FastOp.COMMIT, FastOp.EOB):
             events.append(self._event(where, now, EventKind.FAST_COMMITTED, "committed", batch,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -67,27 +69,32 @@ def timeline(incident: Incident) -> list[tuple[datetime, str, str]]:
     return sorted(rows, key=lambda r: r[0])
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+# What acts anywhere in a line; wire text never starts one, so "-", "#" and "1." stay as they are.
+_MARKDOWN = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md(text: object) -> str:
+    """Text from the wire, inert in Markdown: no HTML, no emphasis, links or table breaks."""
+    return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ").replace("\r", " ")
 
 
 def incident_report(incident: Incident, replay_link: str | None = None) -> str:
     loss = incident.loss
     lines = [
-        f"# Incident: batch {loss.batch_id}",
+        f"# Incident: batch {md(loss.batch_id)}",
         "",
-        f"- **What**: {describe(loss)}",
-        f"- **Stream**: {loss.stream or '(unknown)'}",
+        f"- **What**: {md(describe(loss))}",
+        f"- **Stream**: {md(loss.stream or '(unknown)')}",
         f"- **When**: {loss.time.isoformat()}",
     ]
     if loss.account:
-        lines.append(f"- **Account**: {loss.account}")
-    lines.append(f"- **Event id**: {loss.event_id}")
+        lines.append(f"- **Account**: {md(loss.account)}")
+    lines.append(f"- **Event id**: {md(loss.event_id)}")
     if replay_link:
         lines.append(f"- **Stream messages in the window**: {replay_link}")
     lines += ["", f"## Timeline ({incident.around.total_seconds() / 60:g} minutes either side)", "",
               "| time | stream | event |", "|---|---|---|"]
-    lines += [f"| {t.isoformat()} | {_cell(s)} | {_cell(what)} |" for t, s, what in timeline(incident)]
+    lines += [f"| {t.isoformat()} | {md(s)} | {md(what)} |" for t, s, what in timeline(incident)]
     if not incident.seen_by_tap:
         lines += ["", "The fast-ingest tap saw nothing of this batch (atomic batches have no `$FI` traffic)."
                   if loss.kind is EventKind.ATOMIC_ABANDONED else "The tap saw nothing else of this batch."]

@@ -1,23 +1,27 @@
 """What the Live page shows, folded from events: pure, bounded, one instance per web process.
 
 The web process follows the event log (backfill, then live) and apply()s each event; views read
-snapshots at a few Hz. Every collection is bounded: recent abandonments by count, counters by
-time window, flow points per batch by count, active batches by count.
+snapshots at a few Hz. Every collection is bounded: lost batches by count per stream and kind (so
+a flood on one stream cannot push another's loss out), counters by second over the window (so
+they are counts, not the length of a list), flow points per batch, active batches by count.
 """
 
 from __future__ import annotations
 
-import json
+import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from console.domain.events import BatchEvent, EventKind
+from console.domain.wire import MalformedInput, load_object
 
 LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
 ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
 # An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
 OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)
+# Why a batch was lost: the advisory's reasons, then the fast-ingest ones. Anything else is "other".
+REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped")
 
 
 @dataclass(frozen=True)
@@ -45,15 +49,40 @@ class ActiveBatch:
     gap_points: deque = field(default_factory=lambda: deque(maxlen=100))  # (time, seq, lost)
 
 
+def collector_status(detail: str | None) -> dict | None:
+    """The status a collector wrote, with the fields the views read checked; None if unreadable."""
+    try:
+        status = load_object(detail or "")
+    except MalformedInput:
+        return None
+    counts = status.get("rejected")
+    status["rejected"] = ({k: v for k, v in counts.items() if type(v) is int and v >= 0}
+                          if isinstance(counts, dict) else {})
+    wrong = status.get("unhealthy")
+    status["unhealthy"] = [str(w)[:300] for w in wrong[:20]] if isinstance(wrong, list) else []
+    if type(status.get("healthy")) is not bool:
+        status.pop("healthy", None)
+    if not isinstance(status.get("cpu"), dict):
+        status["cpu"] = None
+    return status
+
+
 def lost_batch(event: BatchEvent) -> LostBatch:
     kind = "atomic" if event.kind is EventKind.ATOMIC_ABANDONED else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
-    return LostBatch(event.time, event.stream, event.batch_id, reason, kind, event.event_id)
+    return LostBatch(event.time, event.stream, event.batch_id, reason if reason in REASONS else "other", kind,
+                     event.event_id)
 
 
 class LiveModel:
-    def __init__(self, recent: int = 500, max_active: int = 200, window: timedelta = timedelta(hours=1)):
-        self.recent: deque[LostBatch] = deque(maxlen=recent)  # newest last
+    def __init__(self, recent: int = 50, max_active: int = 200, window: timedelta = timedelta(hours=1),
+                 max_streams: int = 1000):
+        """recent: lost batches kept per stream and kind; max_streams: how many (stream, kind) keys."""
+        self.recent_per_stream = recent
+        self.max_streams = max_streams
+        # (order applied, loss), newest last in each: equal times are ordered by arrival
+        self._lost: dict[tuple[str | None, str], deque[tuple[int, LostBatch]]] = {}
+        self._per_second: dict[int, Counter[str]] = {}  # epoch second -> reason -> losses
         self.window = window
         self.max_active = max_active
         self.active: dict[str, ActiveBatch] = {}
@@ -74,13 +103,25 @@ class LiveModel:
         self.version += 1
         self.last_event = max(self.last_event, event.time) if self.last_event else event.time
         if event.kind is EventKind.COLLECTOR_STATUS:
-            self.collector = json.loads(event.detail or "{}")
-            self.collector_seen = event.time
+            if (status := collector_status(event.detail)) is not None:
+                self.collector, self.collector_seen = status, event.time
             return
         if event.kind in LOST_KINDS:
-            self.recent.append(lost_batch(event))
+            self._keep_lost(lost_batch(event))
         if event.kind.value.startswith("fast_") and event.batch_id:
             self._fast(event)
+
+    def _keep_lost(self, lost: LostBatch) -> None:
+        key = (lost.stream, lost.kind)
+        if key not in self._lost and len(self._lost) >= self.max_streams:  # the stream lost longest ago goes
+            del self._lost[min(self._lost, key=lambda k: self._lost[k][-1][1].time)]
+        self._lost.setdefault(key, deque(maxlen=self.recent_per_stream)).append((self.events_applied, lost))
+        second = int(lost.time.timestamp())
+        self._per_second.setdefault(second, Counter())[lost.reason] += 1
+        horizon = int(self.last_event.timestamp() - self.window.total_seconds()) - 1
+        if len(self._per_second) > self.window.total_seconds() + 60:
+            for old in [s for s in self._per_second if s < horizon]:
+                del self._per_second[old]
 
     def _remember(self, event_id: str) -> None:
         if len(self._seen_ids) == self._seen_ids.maxlen:
@@ -118,29 +159,51 @@ class LiveModel:
     # -- reads for the views ---------------------------------------------------------------
 
     def counts_by_reason(self, now: datetime, within: timedelta) -> Counter[str]:
-        since = now - within
-        return Counter(b.reason for b in self.recent if b.time >= since)
+        """Losses by reason between now - within and now: counts, whatever the flood."""
+        low, high = (now - within).timestamp(), now.timestamp()
+        total: Counter[str] = Counter()
+        for second, counts in self._per_second.items():
+            if low <= second <= high:
+                total.update(counts)
+        return +total
 
     def active_newest_first(self) -> list[ActiveBatch]:
         """Active fast batches, the most recently heard from first."""
         return sorted(self.active.values(), key=lambda b: b.last_event, reverse=True)
 
-    def newest_first(self, limit: int = 100) -> list[LostBatch]:
-        return list(reversed(self.recent))[:limit]
+    def newest_first(self, limit: int = 100, per_stream: int = 10) -> list[LostBatch]:
+        """The newest lost batches, at most per_stream from each stream and kind, so that a flood on
+        one stream leaves room for the others."""
+        candidates = (entry for lost in self._lost.values() for entry in list(lost)[-per_stream:])
+        return [b for _, b in heapq.nlargest(limit, candidates, key=lambda entry: (entry[1].time, entry[0]))]
+
+    def lost_batches(self) -> int:
+        return sum(len(lost) for lost in self._lost.values())
+
+    def find_lost(self, batch_id: str) -> LostBatch | None:
+        """The newest loss of this batch the model still holds."""
+        found = [b for lost in self._lost.values() for _, b in lost if b.batch_id == batch_id]
+        return max(found, key=lambda b: b.time, default=None)
 
     def per_interval(self, now: datetime, interval: timedelta, intervals: int) -> dict[str, list[int]]:
         """reason -> counts per interval, oldest interval first, ending at now."""
-        start = now - interval * intervals
+        start = (now - interval * intervals).timestamp()
+        width = interval.total_seconds()
         series: dict[str, list[int]] = {}
-        for b in self.recent:
-            if start <= b.time < now:
-                slot = int((b.time - start) / interval)
-                series.setdefault(b.reason, [0] * intervals)[slot] += 1
+        for second, counts in self._per_second.items():
+            slot = int((second - start) // width)
+            if 0 <= slot < intervals:
+                for reason, n in counts.items():
+                    series.setdefault(reason, [0] * intervals)[slot] += n
         return series
 
     def freshness(self, now: datetime) -> timedelta | None:
         return None if self.last_event is None else now - self.last_event
 
-    def collector_alive(self, now: datetime, every: float = 5.0) -> bool:
-        """Alive if a status event arrived within three of its intervals."""
+    def collector_heard(self, now: datetime, every: float = 5.0) -> bool:
+        """A status event arrived within three of its intervals."""
         return self.collector_seen is not None and (now - self.collector_seen).total_seconds() <= 3 * every
+
+    def collector_alive(self, now: datetime, every: float = 5.0) -> bool:
+        """Heard from, and its own verdict on its loops is healthy (an older collector says nothing)."""
+        return self.collector_heard(now, every) and self.collector.get("healthy", True) is True

@@ -10,6 +10,7 @@ oversized bodies). Numbers are bounded by what the protocol allows and what ever
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
@@ -113,3 +114,16 @@ def bounded_time(value: datetime, error: type[MalformedInput] = MalformedInput) 
     if not EARLIEST <= utc < LATEST:
         raise error(f"time {utc:%Y-%m-%d} is outside {EARLIEST:%Y}..{LATEST:%Y}")
     return utc
+
+
+class Tally(Counter):
+    """Counts by reason where reasons come from the wire: past max_keys, new reasons count as "other"."""
+
+    def __init__(self, max_keys: int = 50):
+        super().__init__()
+        self.max_keys = max_keys
+
+    def add(self, key: str, n: int = 1) -> None:
+        if key not in self and len(self) >= self.max_keys:
+            key = "other"
+        self[key] += n

@@ -26,6 +26,18 @@ def open_db(path: str | Path):
     return engine
 
 
+def open_db_for_reading(path: str | Path):
+    """(engine, None), or (None, why) when the file cannot be opened or read: the pages that need no
+    SQLite go on, and History says why it has nothing."""
+    try:
+        engine = open_db(path)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
+        return engine, None
+    except Exception as e:  # corrupt, unwritable, not a database, a directory: all the same to the reader
+        return None, f"no history: {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+
+
 def offset(engine, source: str) -> int:
     with Session(engine) as session:
         row = session.get(JobOffset, source)

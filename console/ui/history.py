@@ -13,9 +13,9 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
+from console.domain.live_model import REASONS
 from console.storage import history
 
-REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped")
 
 
 def incident_link(batch_id: str | None) -> str:
@@ -42,8 +42,22 @@ def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, 
     return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text cells a spreadsheet would run as a formula (batch ids and streams come from the wire)
+    get a leading apostrophe; numbers and times are left as they are."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if safe[column].dtype == object:
+            safe[column] = [f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_START) else v for v in safe[column]]
+    return safe
+
+
 class HistoryPage(pn.viewable.Viewer):
-    engine = param.Parameter(doc="The SQLite serving tables (sqlalchemy engine)")
+    engine = param.Parameter(doc="The SQLite serving tables (sqlalchemy engine); None when there are none")
+    problem = param.String(default=None, allow_None=True, doc="Why there is no history, shown instead of it")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -91,6 +105,9 @@ class HistoryPage(pn.viewable.Viewer):
                 datetime.combine(last + timedelta(days=1), time(), timezone.utc))
 
     def reload(self) -> None:
+        if self.engine is None:
+            self._summary.object = f"**History unavailable**: {self.problem or 'no SQLite database'}"
+            return
         start, end = self._bounds()
         by_hour = history.abandonments_by_hour(self.engine, start, end)
         gaps = history.gaps_by_hour(self.engine, start, end)
@@ -127,7 +144,7 @@ class HistoryPage(pn.viewable.Viewer):
     def _csv(self) -> io.StringIO:
         """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
-        self._shown.get(self._csv_table.value, pd.DataFrame()).to_csv(out, index=False)
+        spreadsheet_safe(self._shown.get(self._csv_table.value, pd.DataFrame())).to_csv(out, index=False)
         out.seek(0)
         return out
 

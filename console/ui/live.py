@@ -12,10 +12,8 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from console.broker.live_state import LiveState
-from console.domain.live_model import LiveModel
+from console.domain.live_model import REASONS, LiveModel
 from console.ui.history import incident_link
-
-REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped")
 COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
            "investigate": "object"}
 
@@ -67,15 +65,23 @@ def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
     return lines, marks
 
 
-def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime) -> str:
+def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime, skipped: int = 0) -> str:
     fresh = model.freshness(now)
     rejected = sum((model.collector.get("rejected") or {}).values())
+    if not model.collector_heard(now):
+        collector = "collector SILENT"
+    elif model.collector_alive(now):
+        collector = "collector alive"
+    else:
+        collector = "collector UNHEALTHY: " + "; ".join(model.collector.get("unhealthy") or ["its loops failed"])
     parts = [
         f"NATS {connection}",
-        "collector alive" if model.collector_alive(now) else "collector SILENT",
+        collector,
         "no events yet" if fresh is None else f"last event {fresh.total_seconds():.0f}s ago",
         f"inputs rejected {rejected}",
     ]
+    if skipped:
+        parts.append(f"event-log records skipped {skipped} (malformed or not signed)")
     if starved := ((model.collector.get("cpu") or {}).get("left_idle_starved")):
         parts.append(f"collector starved of CPU {starved}x (host saturated)")
     if problem:
@@ -89,6 +95,7 @@ class LivePage(pn.viewable.Viewer):
     model = param.ClassSelector(class_=LiveModel, doc="The process's live model, shared by sessions")
     connection = param.Callable(doc="Returns the NATS connection state as text")
     problem = param.Callable(default=lambda: None, doc="Returns the live state's problem, if any")
+    skipped = param.Callable(default=lambda: 0, doc="Returns how many event-log records the live state dropped")
     refresh_ms = param.Integer(default=300, bounds=(100, 5000), doc="Push interval: a few Hz at most")
 
     def __init__(self, **params):
@@ -128,20 +135,21 @@ class LivePage(pn.viewable.Viewer):
     @classmethod
     def following(cls, state: LiveState, **params) -> LivePage:
         """A page on the process's live state, refreshed every `refresh_ms` in the current session."""
-        page = cls(model=state.model, connection=lambda: state.connection, problem=lambda: state.problem, **params)
+        page = cls(model=state.model, connection=lambda: state.connection, problem=lambda: state.problem,
+                   skipped=lambda: state.skipped, **params)
         page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
         return page
 
     def refresh(self) -> None:
         now = datetime.now(timezone.utc)
         with pn.io.hold():
-            self._status.object = status_text(self.model, self.connection(), self.problem(), now)
+            self._status.object = status_text(self.model, self.connection(), self.problem(), now, self.skipped())
             if self.model.version == self._version:
                 return
             self._version = self.model.version
             five = self.model.counts_by_reason(now, timedelta(minutes=5))
             hour = self.model.counts_by_reason(now, timedelta(hours=1))
-            cells = " | ".join(f"**{r}** {five.get(r, 0)} / {hour.get(r, 0)}" for r in REASONS if hour.get(r))
+            cells = " | ".join(f"**{r}** {five.get(r, 0)} / {hour.get(r, 0)}" for r in (*REASONS, "other") if hour.get(r))
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
             self._table.value = recent_frame(self.model)
             self._active.value = active_frame(self.model)

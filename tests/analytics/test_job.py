@@ -12,6 +12,7 @@ from console.analytics.job import JobSettings, run_once
 from console.broker.atomic import AtomicBatch
 from console.broker.fast import BatchEndedError, FastBatch
 from console.broker.server import EmbeddedServer
+from console.broker.eventlog import EventLogSettings
 from console.collector.collector import Collector, CollectorSettings
 from console.errors import BatchError
 from console.storage import sqlite
@@ -34,10 +35,12 @@ async def client(server):
     await nc.close()
 
 
-async def produce(server, client, atomic_ids, fast=()):
-    """Real abandonments (gaps) and gapped fast batches, collected; returns when all are in the log."""
+async def produce(server, client, atomic_ids, fast=(), key: bytes | None = None):
+    """Real abandonments (gaps) and gapped fast batches, collected (signed with `key`); returns when
+    all are in the log."""
     conn = await nats.connect(server.url)
-    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1))
+    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1,
+                                                  event_log=EventLogSettings(key=key)))
     await collector.start()
     for batch_id in atomic_ids:
         batch = AtomicBatch(client, batch_id=batch_id)
@@ -129,13 +132,18 @@ async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, clie
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from console.broker.eventlog import EventLog
+    from console.broker.eventlog import EventLog, EventLogSettings
+    from console.config import event_key
     from console.domain.events import BatchEvent, EventKind
 
-    log = EventLog(client.jetstream())
-    await log.ensure()
-    await log.append([BatchEvent("cli-run", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA", "cli", reason="timeout")])
-    in_log = await log.last_seq()
+    unsigned = EventLog(client.jetstream())
+    await unsigned.ensure()
+    await unsigned.append([BatchEvent("forged-run", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA",
+                                      "forged", reason="timeout")])
+    signed = EventLog(client.jetstream(), EventLogSettings(key=event_key(data_dir=tmp_path)))  # the CLI's key
+    await signed.append([BatchEvent("cli-run", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA", "cli",
+                                    reason="timeout")])
+    in_log = await signed.last_seq()
     cli = str(Path(sys.executable).parent / "batch-console")
     done = await asyncio.to_thread(
         subprocess.run, [cli, "analytics", "--server", server.url, "--data-dir", str(tmp_path), "--once"],
@@ -143,7 +151,8 @@ async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, clie
     )
     assert done.returncode == 0, done.stderr[-2000:]
     [line] = [l for l in done.stdout.splitlines() if l.startswith("analytics:")]
-    assert line.startswith(f"analytics: events 1..{in_log}: {in_log} read, ")
+    forged = in_log - 1  # every earlier event of this module came from a collector without the key
+    assert line.startswith(f"analytics: events 1..{in_log}: 1 read, {forged} skipped (forged: unsigned {forged}), ")
     assert (tmp_path / "console.db").exists() and (tmp_path / "delta" / "events").is_dir()
 
 

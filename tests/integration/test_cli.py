@@ -91,7 +91,8 @@ async def test_collect_stores_an_abandonment_and_stops_cleanly_on_sigterm(cli_se
     from tests.waits import collector_ready
 
     with open(tmp_path / "collect.log", "w") as err:
-        proc = subprocess.Popen(CLI + ["collect", "--server", cli_server, "--batch-timeout", "1"], stderr=err)
+        proc = subprocess.Popen(CLI + ["collect", "--server", cli_server, "--batch-timeout", "1", "--data-dir", str(tmp_path)],
+                                stderr=err)
     nc = await nats.connect(cli_server)
     try:
         js = nc.jetstream()
@@ -127,7 +128,7 @@ async def test_collect_stops_on_sigterm_right_after_a_fast_batch_and_keeps_its_e
 
     log_path = tmp_path / "collect.log"
     with open(log_path, "w") as err:
-        proc = subprocess.Popen(CLI + ["collect", "--server", cli_server], stderr=err)
+        proc = subprocess.Popen(CLI + ["collect", "--server", cli_server, "--data-dir", str(tmp_path)], stderr=err)
     nc = await nats.connect(cli_server)
     try:
         js = nc.jetstream()

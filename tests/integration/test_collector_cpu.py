@@ -22,7 +22,7 @@ can_leave_idle = pytest.mark.skipif(not idle_class_can_be_left(), reason="needs 
 
 def start_collector(url: str, log_path: Path, wrapper: list[str] = ()) -> subprocess.Popen:
     with open(log_path, "w") as err:
-        return subprocess.Popen([*wrapper, *CLI, "--server", url], stderr=err)
+        return subprocess.Popen([*wrapper, *CLI, "--server", url, "--data-dir", str(log_path.parent)], stderr=err)
 
 
 async def started(proc: subprocess.Popen, log_path: Path) -> None:

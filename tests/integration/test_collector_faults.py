@@ -81,7 +81,7 @@ async def test_collector_killed_mid_burst_loses_and_duplicates_nothing(tmp_path)
 
     def start_collector():
         err = open(tmp_path / f"collect{len(procs)}.log", "w")
-        procs.append(subprocess.Popen(cli + ["--server", server.url], stderr=err))
+        procs.append(subprocess.Popen(cli + ["--server", server.url, "--data-dir", str(tmp_path)], stderr=err))
 
     try:
         client = await nats.connect(server.url)

@@ -1,6 +1,8 @@
 import asyncio
 from datetime import datetime, timedelta, timezone
 
+from nats.js.api import DiscardPolicy, StreamConfig
+
 from console.broker.eventlog import EventLog, EventLogSettings
 from console.domain.events import BatchEvent, EventKind
 
@@ -14,8 +16,10 @@ def event(i: int, kind=EventKind.FAST_GAP, stream="S") -> BatchEvent:
 async def test_append_dedups_on_event_id_and_reads_back_in_order(nc):
     log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_A", subject_prefix="log_a"))
     await log.ensure()
-    assert await log.append([event(1), event(2), event(3)]) == (3, 0)
-    assert await log.append([event(2), event(4)]) == (1, 1)  # a redelivered input makes no second event
+    first = await log.append([event(1), event(2), event(3)])
+    assert (first.stored, first.duplicates, first.refused, first.retry) == (3, 0, [], [])
+    again = await log.append([event(2), event(4)])
+    assert (again.stored, again.duplicates) == (1, 1)  # a redelivered input makes no second event
     assert [(seq, e.event_id) for seq, e in await log.read(1)] == [(1, "test.1"), (2, "test.2"), (3, "test.3"), (4, "test.4")]
     assert [e.event_id for _, e in await log.read(2, 3)] == ["test.2", "test.3"]
 
@@ -39,7 +43,7 @@ async def test_follow_backfills_from_a_time_then_goes_live(nc):
 
     async def follow():
         async for _, e in log.follow(since):
-            seen.append(e.event_id)
+            seen.append(e.event_id)  # all of them are events: nothing here is skipped
             if len(seen) == 2:
                 return
 
@@ -49,3 +53,28 @@ async def test_follow_backfills_from_a_time_then_goes_live(nc):
     await log.append([event(3)])  # live, after the backfill
     await asyncio.wait_for(follower, 5)
     assert seen == ["test.2", "test.3"]
+
+
+async def test_an_event_the_log_can_never_take_is_refused_and_the_rest_are_stored(nc):
+    log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_D", subject_prefix="log_d"))
+    await log.ensure()
+    result = await log.append([event(1), event(2, stream="a b"), event(3)])
+    assert result.stored == 2 and result.retry == []
+    [(refused, why)] = result.refused
+    assert refused.event_id == "test.2" and "white space" in why
+    assert [e.event_id for _, e in await log.read(1)] == ["test.1", "test.3"]
+
+
+async def test_an_operators_limits_on_an_existing_log_are_kept(nc):
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(
+        name="LOG_E", subjects=["log_e.>"], max_msgs=5000, max_bytes=10_000_000, max_age=3600,
+        discard=DiscardPolicy.NEW, description="ours", duplicate_window=60,
+    ))
+    notes = await EventLog(js, EventLogSettings(stream="LOG_E", subject_prefix="log_e")).ensure()
+    config = (await js.stream_info("LOG_E")).config
+    assert (config.max_msgs, config.max_bytes, config.max_age, config.discard, config.description) == (
+        5000, 10_000_000, 3600, DiscardPolicy.NEW, "ours",
+    )
+    assert config.duplicate_window == EventLogSettings().duplicate_window  # what the console needs
+    assert any("duplicate window" in n for n in notes) and any("max_msgs of 5000" in n for n in notes)

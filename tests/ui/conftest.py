@@ -77,7 +77,7 @@ def console(tmp_path_factory):
         assert server.poll() is None and time.monotonic() < deadline, server_log.read_text()
         time.sleep(0.05)
     nats_url = m.group(0)
-    start(["collect", "--server", nats_url], "collector")
+    start(["collect", "--server", nats_url, "--data-dir", str(tmp)], "collector")  # the web's event key
     port = free_port()
     web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp)], "web")
     web_url = f"http://127.0.0.1:{port}/"

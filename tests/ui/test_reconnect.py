@@ -32,9 +32,9 @@ def test_the_page_shows_the_drop_and_follows_events_after_the_server_returns(tmp
     server_args = ["server", "--port", str(port), "--data-dir", str(tmp_path), "--batch-timeout", "1"]
     server = start(server_args, nats_log)
     url = nats_ready(nats_log, server)
-    procs = [start(["collect", "--server", url], tmp_path / "collector.log")]
+    procs = [start(["collect", "--server", url, "--data-dir", str(tmp_path)], tmp_path / "collector.log")]
     web_port = free_port()
-    procs.append(start(["serve", "--server", url, "--port", str(web_port)], tmp_path / "web.log"))
+    procs.append(start(["serve", "--server", url, "--port", str(web_port), "--data-dir", str(tmp_path)], tmp_path / "web.log"))
     try:
         wait_http(f"http://127.0.0.1:{web_port}/", procs[-1], tmp_path / "web.log")
         page.goto(f"http://127.0.0.1:{web_port}/")

@@ -34,10 +34,15 @@ def up(tmp_path):
     proc = subprocess.Popen([CLI, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--nats-port",
                              str(nats_port), "--demo", "--analytics-every", "10"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_http(f"http://127.0.0.1:{port}/", proc, log, timeout=90)
-    yield proc, log, f"http://127.0.0.1:{port}/", f"nats://127.0.0.1:{nats_port}"
-    if proc.poll() is None:
-        proc.kill()
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc, log, timeout=90)
+        yield proc, log, f"http://127.0.0.1:{port}/", f"nats://127.0.0.1:{nats_port}"
+    finally:  # the whole session: a SIGKILL of `up` alone would leave its parts running
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def test_up_demo_shows_every_outcome_live_and_in_history_and_ctrl_c_leaves_nothing(up, page):

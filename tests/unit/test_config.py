@@ -33,3 +33,31 @@ def test_missing_credential_files_are_a_clear_error(tmp_path):
         connect_options(ConnectionSettings(creds_file=str(tmp_path / "absent.creds")))
     with pytest.raises(ConfigError, match="both --tls-cert and --tls-key"):
         connect_options(ConnectionSettings(tls_cert=str(tmp_path / "c.pem")))
+
+
+def test_credentials_in_a_server_url_become_flags_and_leave_the_url():
+    from console.cli import build_parser, forwarded_connection, lift_url_secrets
+
+    args = build_parser().parse_args(["up", "--server", "nats://bob:s3cret@h1:4222,nats://bob:s3cret@h2:4222"])
+    lift_url_secrets(args)
+    argv, env = forwarded_connection(args)
+    assert args.server == "nats://h1:4222,nats://h2:4222"
+    assert "s3cret" not in " ".join(argv) and env == {"BATCH_CONSOLE_PASSWORD": "s3cret"}
+    token = build_parser().parse_args(["collect", "--server", "nats://tok123@h1:4222"])
+    lift_url_secrets(token)
+    assert (token.server, token.token) == ("nats://h1:4222", "tok123")
+
+
+def test_the_event_key_is_made_once_for_a_data_directory_and_readable_by_its_owner_only(tmp_path):
+    import stat
+
+    from console.config import EVENT_KEY_ENV, event_key
+
+    key = event_key(data_dir=tmp_path, environ={})
+    assert event_key(data_dir=tmp_path, environ={}) == key and len(key) == 64
+    assert stat.S_IMODE((tmp_path / "event.key").stat().st_mode) == 0o600
+    assert event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: "k" * 20}) == b"k" * 20
+    with pytest.raises(ConfigError, match="shorter"):
+        event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: "short"})
+    with pytest.raises(ConfigError, match="cannot read"):
+        event_key(tmp_path / "absent.key", environ={})

@@ -83,8 +83,9 @@ def test_a_silent_batch_is_inferred_dropped_after_the_timeout():
 def test_past_the_cap_batches_are_counted_and_outcomes_still_reported():
     tracker = FastBatchTracker(max_batches=1)
     tracker.observe("_INBOX.p.one.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
-    assert tracker.observe("_INBOX.p.two.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0)) == []
-    assert tracker.untracked == 1
+    [started] = tracker.observe("_INBOX.p.two.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
+    assert (started.kind, started.batch_id, started.detail) == (EventKind.FAST_STARTED, "two", "not tracked: tracker full")
+    assert tracker.untracked == 1 and set(tracker.batches) == {"one"}
     [committed] = tracker.observe("_INBOX.p.two.10.ok.3.3.$FI", b'{"stream":"S","seq":9,"batch":"two","count":2}', at(1))
     assert (committed.kind, committed.count) == (EventKind.FAST_COMMITTED, 2)
 
@@ -104,3 +105,14 @@ def test_events_round_trip_through_json():
     assert event_from_json(event.to_json()) == event
     assert event.subject("batch_console.events") == "batch_console.events.fast_gap.S"
     assert BatchEvent("x", EventKind.FAST_STARTED, at(0)).subject("p") == "p.fast_started._unknown"
+
+
+def test_a_flood_under_one_prefix_takes_only_its_share_and_a_real_batch_is_tracked_whole(vectors):
+    tracker = FastBatchTracker(max_batches=8)
+    for i in range(1000):
+        tracker.observe(f"_INBOX.forger.f{i}.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
+    assert len(tracker.batches) == 2 and tracker.refused == {"_INBOX.forger": 998}
+    real = replay(tracker, vectors.scenario("fast", "gap_ok"))
+    assert [e.kind for e in real if e.kind is not EventKind.FAST_PROGRESS] == [
+        EventKind.FAST_STARTED, EventKind.FAST_GAP, EventKind.FAST_COMMITTED]
+    assert real[0].detail is None  # tracked, not refused

@@ -56,3 +56,13 @@ def test_the_report_names_the_batch_and_lists_the_timeline():
 def test_a_report_file_name_keeps_only_safe_characters():
     assert report_filename("b-1") == "incident-b-1.md"
     assert report_filename("../<x> y") == "incident-..__x__y.md"
+
+
+def test_wire_text_in_the_report_is_inert_markdown():
+    from console.domain.events import BatchEvent, EventKind
+
+    evil = '<img src=x onerror=alert(1)>|[x](http://e)*'
+    loss = BatchEvent("adv.evil", EventKind.ATOMIC_ABANDONED, EVENTS[0].time, "ORDERS", evil, reason="timeout")
+    report = incident_report(build_incident(evil, [loss]))
+    assert "<img" not in report and "&lt;img" in report
+    assert "\\[x\\](http://e)\\*" in report and "\\|" in report

@@ -55,16 +55,35 @@ def test_active_fast_batches_follow_progress_flow_and_gaps_until_their_outcome()
 
 
 def test_memory_is_bounded_and_redelivered_events_are_ignored():
-    model = LiveModel(recent=3, max_active=2)
+    model = LiveModel(recent=3, max_active=2, max_streams=2)
     for i in range(10):
         model.apply(abandoned(i, i))
-    assert len(model.recent) == 3
+    assert model.lost_batches() == 3
+    for i, stream in enumerate(("T", "U")):  # a third stream pushes out the one lost longest ago
+        model.apply(abandoned(20 + i, 20 + i, stream=stream))
+    assert {b.stream for b in model.newest_first()} == {"T", "U"}
     for name in ("x", "y", "z"):
         model.apply(BatchEvent(f"s{name}", EventKind.FAST_STARTED, at(ord(name)), None, name, flow=10))
     assert set(model.active) == {"y", "z"}
     before = model.version
     model.apply(abandoned(9, 9))  # the same event again
     assert model.version == before
+
+
+def test_a_flood_on_one_stream_keeps_counts_exact_and_leaves_other_streams_on_the_page():
+    model = LiveModel()
+    model.apply(abandoned("real", 10, "incomplete", stream="ORDERS"))
+    for i in range(600):
+        model.apply(abandoned(f"forged{i}", 20 + i / 100, stream="X"))
+    assert model.counts_by_reason(at(30), timedelta(minutes=5)) == Counter({"timeout": 600, "incomplete": 1})
+    assert "areal" in [b.batch_id for b in model.newest_first(20)]
+
+
+def test_an_unhealthy_collector_is_heard_but_not_alive():
+    model = LiveModel()
+    model.apply(BatchEvent("status.1", EventKind.COLLECTOR_STATUS, at(10),
+                           detail='{"healthy": false, "unhealthy": ["writer stuck"]}'))
+    assert model.collector_heard(at(11)) and not model.collector_alive(at(11))
 
 
 def test_collector_liveness_and_freshness_come_from_status_events():
