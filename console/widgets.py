@@ -65,6 +65,11 @@ class NotebookConsole:
             await asyncio.sleep(0.05)
         return self.live_state.model.events_applied
 
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Event-log records dropped by reason: malformed, or not signed with the console's key."""
+        return dict(self.live_state.log.skipped)
+
     def lost_batches(self, limit: int = 100) -> list[LostBatch]:
         return self.live_state.model.newest_first(limit)
 

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import nats.errors
@@ -36,7 +36,15 @@ from console.broker.server_info import (
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
-from console.domain.events import BatchEvent, EventKind
+from console.domain.events import (
+    ACCOUNT_ADVISORY,
+    COLLECTOR,
+    FI_TAP,
+    PUBLISH_TAP,
+    SYSTEM_ADVISORY,
+    BatchEvent,
+    EventKind,
+)
 from console.domain.fast_tracker import FastBatchTracker
 from console.domain.wire import MalformedInput, Tally
 
@@ -45,6 +53,8 @@ log = logging.getLogger(__name__)
 ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
 PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
 STOP_GRACE = 10.0  # seconds a stop may spend handling what was received and storing what is queued
+# Seconds an account-side abandonment waits for the system account's copy (they arrive together).
+VERIFY_WAIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,7 @@ class Collector:
         self.errors = Tally()  # transient failures the collector survived
         self.problems: list[str] = []  # permission errors and the like, shown by the UI
         self.notes: list[str] = []  # how an existing event log differs from what the console would create
+        self._from_system: dict[str, None] = {}  # ids of advisories the system account sent (bounded, ordered)
         self.loops = Loops(self.errors)
         self.health = Health()
         self.events_written = 0
@@ -137,7 +148,7 @@ class Collector:
         await self._learn_batch_timeout()
         await self._start_advisories()
         if self.system_nc is not None:  # the same abandonments again, same ids: the log keeps one
-            self._subs.append(await self.system_nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_live_advisory))
+            self._subs.append(await self.system_nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_system_advisory))
         for prefix in self.settings.inbox_prefixes:
             for depth in (5, 6):  # `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8
                 pattern = ".".join([prefix] + ["*"] * depth + ["$FI"])
@@ -212,7 +223,7 @@ class Collector:
         except (nats.js.errors.APIError, nats.errors.Error) as e:
             self.problems.append(f"advisories are live-only (not durable): cannot capture them in a stream: {e}")
             log.warning(self.problems[-1])
-            self._subs.append(await self.nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_live_advisory))
+            self._subs.append(await self.nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_account_live_advisory))
 
     async def _advisory_stream(self) -> str:
         """Reuse a stream that already captures advisories (the server refuses a second overlapping one)."""
@@ -240,7 +251,7 @@ class Collector:
                 continue
             self.loops.beat("advisories")
             events = [e for msg in msgs if (e := await self._advisory_event(msg)) is not None]
-            if not await self._store(events):
+            if not await self._store(await self._account_side(events)):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run
             for msg in msgs:  # only now: the events are in the log
                 try:
@@ -270,9 +281,36 @@ class Collector:
             await self._reject("advisory", f"unreadable ({type(e).__name__})", msg)
         return None
 
-    async def _on_live_advisory(self, msg: Msg) -> None:
+    async def _on_system_advisory(self, msg: Msg) -> None:
+        """The system account's copy: no client of the application account can publish it."""
         if (event := await self._advisory_event(msg)) is not None:
-            self._enqueue([event])
+            self._from_system[event.event_id] = None
+            while len(self._from_system) > 10_000:
+                self._from_system.pop(next(iter(self._from_system)))
+            self._enqueue([event], SYSTEM_ADVISORY)
+
+    async def _on_account_live_advisory(self, msg: Msg) -> None:
+        if (event := await self._advisory_event(msg)) is not None:
+            self._enqueue([event], ACCOUNT_ADVISORY)
+
+    async def _account_side(self, events: list[BatchEvent]) -> list[BatchEvent]:
+        """The account's copies, from the advisory stream. With system access, an abandonment the
+        system account has not sent within VERIFY_WAIT is kept, marked unverified; one it has sent
+        is already stored from there."""
+        events = [replace(e, source=ACCOUNT_ADVISORY) for e in events]
+        if self.system_nc is None:
+            return events
+
+        def pending() -> set[str]:
+            return {e.event_id for e in events
+                    if e.kind is EventKind.ATOMIC_ABANDONED and e.event_id not in self._from_system}
+
+        deadline = time.monotonic() + VERIFY_WAIT
+        while pending() and time.monotonic() < deadline and not self._stopping:
+            await asyncio.sleep(0.05)
+        unverified = pending()
+        return [replace(e, unverified=True) if e.event_id in unverified else e for e in events
+                if e.event_id in unverified or e.event_id not in self._from_system]
 
     # -- the $FI tap -----------------------------------------------------------------------
 
@@ -303,7 +341,7 @@ class Collector:
             await self._reject("fi_tap", f"unreadable ({type(e).__name__})", msg)
             return
         if events:
-            self._enqueue(events)
+            self._enqueue(events, FI_TAP)
 
     async def _on_publish_side(self, msg: Msg) -> None:
         if not msg.reply or not msg.reply.endswith(".$FI"):
@@ -314,7 +352,7 @@ class Collector:
             await self._reject("publish_tap", e.reason, msg)
             return
         if events:
-            self._enqueue(events)
+            self._enqueue(events, PUBLISH_TAP)
         if batch is not None and batch.stream is None:
             await self._resolve_stream(batch.batch_id, msg.subject)
 
@@ -331,10 +369,10 @@ class Collector:
         if stream := self._streams_by_subject[subject]:
             self.tracker.set_stream(batch_id, stream)
 
-    def _enqueue(self, events: list[BatchEvent]) -> None:
+    def _enqueue(self, events: list[BatchEvent], source: str) -> None:
         for event in events:
             try:
-                self._queue.put_nowait(event)
+                self._queue.put_nowait(replace(event, source=source))
             except asyncio.QueueFull:
                 self.rejected.add("event queue full")
 
@@ -391,10 +429,10 @@ class Collector:
             if self.cpu is not None:
                 now = time.monotonic()
                 self.cpu.on_tick(now - due, now)
-            self._enqueue(self.tracker.tick(_now()))
+            self._enqueue(self.tracker.tick(_now()), FI_TAP)
             if time.monotonic() - last_status >= self.settings.status_every:
                 last_status = time.monotonic()
-                self._enqueue([await self.status_event()])
+                self._enqueue([await self.status_event()], COLLECTOR)
 
     async def status_event(self) -> BatchEvent:
         self._status_seq += 1

@@ -27,6 +27,15 @@ from console.domain.wire import (
 SCHEMA_VERSION = 1
 UNKNOWN_STREAM = "_unknown"
 
+# Where an event came from. Only the system account's copy of an advisory cannot come from an
+# ordinary client of the account; the others can be forged on the wire (the collector checks them).
+SYSTEM_ADVISORY = "system_advisory"
+ACCOUNT_ADVISORY = "account_advisory"
+FI_TAP = "fi_tap"
+PUBLISH_TAP = "publish_tap"
+COLLECTOR = "collector"
+SOURCES = (SYSTEM_ADVISORY, ACCOUNT_ADVISORY, FI_TAP, PUBLISH_TAP, COLLECTOR)
+
 
 class EventKind(str, Enum):
     ATOMIC_ABANDONED = "atomic_abandoned"
@@ -69,6 +78,9 @@ class BatchEvent:
     account: str | None = None
     domain: str | None = None
     detail: str | None = None  # context: advisory type / consumer; status: JSON of the counters
+    source: str | None = None  # one of SOURCES
+    # With system-account access: an advisory the system account never sent (possibly forged).
+    unverified: bool = False
     v: int = SCHEMA_VERSION
 
     def subject(self, prefix: str) -> str:
@@ -78,7 +90,7 @@ class BatchEvent:
     def to_json(self) -> bytes:
         out: dict[str, Any] = {}
         for key, value in asdict(self).items():
-            if value is None or (key == "inferred" and not value):
+            if value is None or (key in ("inferred", "unverified") and not value):
                 continue
             if isinstance(value, datetime):
                 value = value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
@@ -110,6 +122,8 @@ _READERS = {
     "account": lambda v: bounded_text(v, "account", 256, MalformedEvent),
     "domain": lambda v: bounded_text(v, "domain", 256, MalformedEvent),
     "detail": lambda v: _long_text(v, "detail"),
+    "source": lambda v: _one_of(v, "source", SOURCES),
+    "unverified": lambda v: _bool(v, "unverified"),
     **{key: (lambda k: lambda v: bounded_int(v, k, *_SEQUENCE, MalformedEvent))(key)
        for key in ("seq", "first_lost_seq", "lost", "acks", "count", "stream_seq")},
 }

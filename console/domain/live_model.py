@@ -32,6 +32,7 @@ class LostBatch:
     reason: str
     kind: str  # atomic | fast
     event_id: str
+    unverified: bool = False  # the system account never sent this abandonment
 
 
 @dataclass
@@ -71,7 +72,7 @@ def lost_batch(event: BatchEvent) -> LostBatch:
     kind = "atomic" if event.kind is EventKind.ATOMIC_ABANDONED else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
     return LostBatch(event.time, event.stream, event.batch_id, reason if reason in REASONS else "other", kind,
-                     event.event_id)
+                     event.event_id, event.unverified)
 
 
 class LiveModel:

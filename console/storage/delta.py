@@ -40,7 +40,7 @@ def append_events(path: Path, events: pa.Table, up_to_seq: int) -> int:
     fresh = events.filter(pc.greater(events["seq"], done))
     fresh = fresh.append_column("date", pc.strftime(fresh["time"], format="%Y-%m-%d"))
     write_deltalake(
-        str(path), fresh, mode="append", partition_by=["date"],
+        str(path), fresh, mode="append", partition_by=["date"], schema_mode="merge",  # new columns join
         commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, up_to_seq)]),
     )
     return fresh.num_rows
@@ -49,9 +49,9 @@ def append_events(path: Path, events: pa.Table, up_to_seq: int) -> int:
 def replace_where(path: Path, rows: pa.Table, predicate: str | None) -> None:
     """Rows matching `predicate` are replaced by `rows` in one commit; None: the table is rewritten."""
     if predicate is None or table(path) is None:
-        write_deltalake(str(path), rows, mode="overwrite")
-    else:
-        write_deltalake(str(path), rows, mode="overwrite", predicate=predicate)
+        write_deltalake(str(path), rows, mode="overwrite", schema_mode="overwrite")
+    else:  # a table written before a column existed takes it on
+        write_deltalake(str(path), rows, mode="overwrite", predicate=predicate, schema_mode="merge")
 
 
 def read_files(path: Path, partition_filters=None) -> list[str]:

@@ -71,7 +71,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
                       batch_id: str | None = None, limit: int = 500) -> pd.DataFrame:
     """The newest lost batches in a range, or every record of one batch id."""
     a = AbandonedBatch
-    q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.leader_elections, a.stream_updates,
+    q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.unverified, a.leader_elections, a.stream_updates,
                a.other_abandonments, a.gaps_nearby)
     if batch_id is not None:
         q = q.where(a.batch_id == batch_id)
@@ -81,6 +81,6 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
         q = q.where(a.time < end)
     with Session(engine) as s:
         frame = _frame(s, q.order_by(a.time.desc()).limit(limit),
-                       ["time", "stream", "batch_id", "kind", "reason", "leader_elections", "stream_updates",
-                        "other_abandonments", "gaps_nearby"])
+                       ["time", "stream", "batch_id", "kind", "reason", "unverified", "leader_elections",
+                        "stream_updates", "other_abandonments", "gaps_nearby"])
     return _utc(frame, "time")

@@ -23,7 +23,21 @@ def open_db(path: str | Path):
         conn.execute("PRAGMA busy_timeout=10000")
 
     SQLModel.metadata.create_all(engine)
+    _add_missing_columns(engine)
     return engine
+
+
+def _add_missing_columns(engine) -> None:
+    """A database made by an older console gets the columns added since (create_all only makes tables)."""
+    with engine.begin() as conn:
+        for table in SQLModel.metadata.sorted_tables:
+            have = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
+            for column in table.columns:
+                if column.name not in have:
+                    default = column.default.arg if column.default is not None else None
+                    kind = column.type.compile(dialect=engine.dialect)
+                    tail = "" if default is None else f" NOT NULL DEFAULT {int(default) if isinstance(default, bool) else default!r}"
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}{tail}")
 
 
 def open_db_for_reading(path: str | Path):

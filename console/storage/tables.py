@@ -50,6 +50,7 @@ class AbandonedBatch(SQLModel, table=True):
     kind: str
     reason: str | None = None
     account: str | None = None
+    unverified: bool = False  # the system account never sent this advisory
     log_seq: int
     leader_elections: int
     stream_updates: int

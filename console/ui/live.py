@@ -20,7 +20,8 @@ COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "objec
 
 def recent_frame(model: LiveModel, limit: int = 100) -> pd.DataFrame:
     """Newest first; explicit dtypes so an empty frame streams like a full one."""
-    rows = [{"time": b.time, "stream": b.stream or "(unknown)", "batch_id": b.batch_id or "", "reason": b.reason,
+    rows = [{"time": b.time, "stream": b.stream or "(unknown)", "batch_id": b.batch_id or "",
+             "reason": b.reason + (" (unverified)" if b.unverified else ""),
              "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in model.newest_first(limit)]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
 

@@ -54,10 +54,14 @@ async def test_system_copy_and_account_copy_make_one_event(accounts_server):
             await batch.commit("twocopies.x", b"3")
         [event] = await events_for(app, {"seen-twice"}, lambda es: len(es) >= 1)
         assert (event.kind, event.reason, event.stream) == (EventKind.ATOMIC_ABANDONED, "incomplete", "TWOCOPIES")
-        deadline = asyncio.get_running_loop().time() + 10
-        while collector.duplicates == 0:  # the second copy reached the log and was dropped there
-            assert asyncio.get_running_loop().time() < deadline, await collector.status()
-            await asyncio.sleep(0.05)
+        assert (event.source, event.unverified) == ("system_advisory", False)
+        # A client of the account forges an abandonment: only the account side ever sees it.
+        forged = ('{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"forgedAdvisory0001",'
+                  '"timestamp":"2026-11-21T02:47:57Z","stream":"TWOCOPIES","batch":"never-was","reason":"timeout"}')
+        await app.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.TWOCOPIES", forged.encode())
+        [fake] = await events_for(app, {"never-was"}, lambda es: len(es) >= 1)
+        assert (fake.source, fake.unverified) == ("account_advisory", True)
+        # The advisory stream is read in order: the real one's account copy came before, and made no second event.
         assert len(await events_for(app, {"seen-twice"}, lambda es: len(es) >= 1)) == 1
         status = await collector.status()
         assert (status["batch_timeout"], status["batch_timeout_source"]) == (1.0, "the system account's /varz")
