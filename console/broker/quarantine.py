@@ -77,11 +77,15 @@ class Quarantine:
         self._tokens -= 1
         return True
 
+    def has_room(self) -> bool:
+        """Whether keep() would keep an input now; past the rate, the input is only counted."""
+        if self.available and self._take_token():
+            return True
+        self.not_kept += 1
+        return False
+
     async def keep(self, source: str, reason: str, subject: str, data: bytes) -> None:
-        """Keep one refused input (fire and forget: a lost quarantine entry costs nothing but the copy)."""
-        if not self.available or not self._take_token():
-            self.not_kept += 1
-            return
+        """Keep one refused input; call after has_room() (fire and forget: a lost entry costs only the copy)."""
         headers = {REASON: _header_value(reason), SOURCE: source, ORIGINAL_SUBJECT: _header_value(subject)}
         try:
             await self.nc.publish(f"{self.settings.subject_prefix}.{source}", bytes(data[: self.settings.max_body]),

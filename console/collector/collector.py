@@ -147,7 +147,7 @@ class Collector:
         await self.quarantine.ensure()
         await self._learn_batch_timeout()
         await self._start_advisories()
-        if self.system_nc is not None:  # the same abandonments again, same ids: the log keeps one
+        if self.system_nc is not None:  # every account's advisories, which no client can forge
             self._subs.append(await self.system_nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_system_advisory))
         for prefix in self.settings.inbox_prefixes:
             for depth in (5, 6):  # `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8
@@ -267,7 +267,8 @@ class Collector:
     async def _reject(self, source: str, reason: str, msg: Msg) -> None:
         """Bad input: counted by reason, kept in the quarantine, skipped."""
         self.rejected.add(f"{source}: {reason}")
-        await self.quarantine.keep(source, reason, msg.subject, msg.data)
+        if self.quarantine.has_room():
+            await self.quarantine.keep(source, reason, msg.subject, msg.data)
 
     async def _advisory_event(self, msg: Msg) -> BatchEvent | None:
         try:
@@ -334,11 +335,11 @@ class Collector:
         try:
             events = self.tracker.observe(msg.subject, msg.data, _now())
         except MalformedInput as e:
-            await self._reject("fi_tap", e.reason, msg)
+            await self._reject(FI_TAP, e.reason, msg)
             return
         except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
             log.exception("tapped reply not readable")
-            await self._reject("fi_tap", f"unreadable ({type(e).__name__})", msg)
+            await self._reject(FI_TAP, f"unreadable ({type(e).__name__})", msg)
             return
         if events:
             self._enqueue(events, FI_TAP)
@@ -349,7 +350,7 @@ class Collector:
         try:
             events, batch = self.tracker.observe_publish(msg.subject, msg.reply, _now())
         except MalformedInput as e:
-            await self._reject("publish_tap", e.reason, msg)
+            await self._reject(PUBLISH_TAP, e.reason, msg)
             return
         if events:
             self._enqueue(events, PUBLISH_TAP)
@@ -405,7 +406,8 @@ class Collector:
                 self.duplicates += result.duplicates
                 for event, why in result.refused:
                     self.rejected.add(f"event: {why}"[:200])
-                    await self.quarantine.keep("event", why, event.subject("refused"), event.to_json())
+                    if self.quarantine.has_room():
+                        await self.quarantine.keep("event", why, event.subject("refused"), event.to_json())
                 events = result.retry
                 if not events:
                     return True

@@ -17,10 +17,6 @@ class MalformedReply(MalformedInput):
 
     what = "batch reply"
 
-    def __init__(self, reason: str, data: bytes | str = b""):
-        shown = data[:200] if isinstance(data, str) else data[:200].decode("utf-8", "replace")
-        super().__init__(reason, shown or None)
-
 
 @dataclass(frozen=True, slots=True)
 class Staged:
@@ -100,10 +96,7 @@ def to_reply(data: bytes | str) -> Reply:
     """Decode one reply body; MalformedReply for anything else, whatever the bytes."""
     if not data:
         return _STAGED
-    try:
-        return _decode(load_object(data, MalformedReply))
-    except MalformedReply as e:
-        raise MalformedReply(e.reason, data) from None
+    return _decode(load_object(data, MalformedReply))  # the raw body is the caller's to keep (quarantine)
 
 
 def _decode(obj: dict) -> Reply:

@@ -10,6 +10,7 @@ oversized bodies). Numbers are bounded by what the protocol allows and what ever
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
@@ -21,7 +22,6 @@ MAX_BATCH_ID = 64  # both kinds of batch (10179, 10207)
 MAX_TEXT = 1024  # descriptions, account and domain names, ids
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(2262, 1, 1, tzinfo=timezone.utc)  # pandas' nanosecond timestamps end in 2262
-_NOT_IN_NAMES = frozenset(" \t\r\n\f\v.*>/\\")
 
 
 class MalformedInput(ValueError):
@@ -63,8 +63,12 @@ def optional_int(obj: dict, key: str, low: int = 0, high: int = INT64_MAX,
     return None if value is None else bounded_int(value, key, low, high, error)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NAME_BREAKERS = re.compile(r"[\x00-\x20\x7f.*>/\\]")  # also white space, which the server refuses
+
+
 def has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def bounded_text(value: object, key: str, max_len: int = MAX_TEXT,
@@ -87,7 +91,7 @@ def stream_name_problem(name: object) -> str | None:
         return "stream name is empty or not a string"
     if len(name.encode("utf-8", "replace")) > MAX_STREAM_NAME_BYTES:
         return f"stream name is longer than {MAX_STREAM_NAME_BYTES} bytes"
-    if has_control(name) or not _NOT_IN_NAMES.isdisjoint(name):
+    if _NAME_BREAKERS.search(name) is not None:
         return "stream name holds white space, a control character or one of . * > / \\"
     return None
 
