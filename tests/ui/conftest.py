@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -24,6 +25,14 @@ def browser_type_launch_args(browser_type_launch_args):
         "executable_path": CHROMIUM,
         "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"],
     }
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory) -> Path:
+    """Where tests save what they show: a temp folder, or assets/ when scripts/screenshots.sh asks,
+    so that a test run never rewrites the README's pictures."""
+    chosen = os.environ.get("BATCH_CONSOLE_SCREENSHOTS")
+    return Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
 
 
 def free_port() -> int:

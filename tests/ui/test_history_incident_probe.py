@@ -7,7 +7,7 @@ from tests.ui.conftest import CLI
 from tests.ui.test_live_page import probe
 
 
-def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(console, data_dir, page):
+def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(console, data_dir, page, screenshots):
     nats_url, web_url = console
     abandoned = [probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_HIST",
                        "--subject", "ui.hist")["abandoned_batch"] for _ in range(3)]
@@ -27,10 +27,10 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
     assert download.value.suggested_filename.startswith("abandoned_batches-")
     csv = open(download.value.path()).read()
     assert all(batch_id in csv for batch_id in abandoned) and "UI_HIST" in csv
-    page.screenshot(path="assets/history.png", full_page=True)
+    page.screenshot(path=screenshots / "history.png", full_page=True)
 
 
-def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(console, page):
+def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(console, page, screenshots):
     nats_url, web_url = console
     first = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_INC",
                   "--subject", "ui.inc")["abandoned_batch"]
@@ -49,10 +49,10 @@ def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(conso
     assert download.value.suggested_filename == f"incident-{first}.md"
     report = open(download.value.path()).read()
     assert report.startswith(f"# Incident: batch {first}") and second in report
-    page.screenshot(path="assets/incident.png", full_page=True)
+    page.screenshot(path=screenshots / "incident.png", full_page=True)
 
 
-def test_a_probe_started_from_the_page_shows_up_on_live(console, page):
+def test_a_probe_started_from_the_page_shows_up_on_live(console, page, screenshots):
     _, web_url = console
     page.goto(web_url + "probe")
     page.get_by_label("stream (created allowing both kinds when missing)").fill("UI_PROBE")
@@ -62,7 +62,7 @@ def test_a_probe_started_from_the_page_shows_up_on_live(console, page):
     abandoned = page.get_by_text("abandoned batch", exact=False).first
     expect(abandoned).to_be_visible(timeout=30_000)
     batch_id = abandoned.locator("code").inner_text()
-    page.screenshot(path="assets/probe.png", full_page=True)
+    page.screenshot(path=screenshots / "probe.png", full_page=True)
     page.goto(web_url)
     expect(page.get_by_role("row").filter(has_text=batch_id)).to_contain_text("UI_PROBE", timeout=30_000)
 

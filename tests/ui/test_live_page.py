@@ -11,7 +11,7 @@ def probe(nats_url, *args):
     return json.loads(done.stdout)
 
 
-def test_an_abandoned_batch_appears_in_the_live_table(console, page):
+def test_an_abandoned_batch_appears_in_the_live_table(console, page, screenshots):
     nats_url, web_url = console
     page.goto(web_url)
     expect(page.get_by_text("Lost batches, live")).to_be_visible(timeout=30_000)
@@ -19,7 +19,7 @@ def test_an_abandoned_batch_appears_in_the_live_table(console, page):
     batch_id = report["abandoned_batch"]
     expect(page.get_by_text(batch_id)).to_be_visible(timeout=30_000)  # the server abandons it after 1 s
     expect(page.get_by_text("collector alive")).to_be_visible(timeout=30_000)
-    page.screenshot(path="assets/live.png", full_page=True)
+    page.screenshot(path=screenshots / "live.png", full_page=True)
 
 
 def test_a_fast_batch_ended_by_a_gap_appears_with_its_reason(console, page):

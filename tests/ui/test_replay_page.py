@@ -16,7 +16,7 @@ def open_replay(page, url, stream):
     page.get_by_label("stream", exact=True).select_option(stream)
 
 
-def test_fetch_and_next_show_batch_headers_and_ack_leaves_the_consumers_pending(console, page):
+def test_fetch_and_next_show_batch_headers_and_ack_leaves_the_consumers_pending(console, page, screenshots):
     nats_url, web_url = console
     nats_tool("seed-replay", nats_url, "UI_REPLAY")
     dialogs = []
@@ -40,7 +40,7 @@ def test_fetch_and_next_show_batch_headers_and_ack_leaves_the_consumers_pending(
     expect(page.get_by_text("Ack confirmed by the server.", exact=False)).to_contain_text("3 awaiting ack",
                                                                                         timeout=15_000)
     assert nats_tool("ack-pending", nats_url, "UI_REPLAY") == "3"
-    page.screenshot(path="assets/replay.png", full_page=True)
+    page.screenshot(path=screenshots / "replay.png", full_page=True)
 
     page.get_by_label("batch id").fill("replay-b1")
     page.get_by_role("button", name="Replay batch").click()

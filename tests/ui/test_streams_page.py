@@ -3,7 +3,7 @@ from playwright.sync_api import expect
 from tests.ui.test_live_page import probe
 
 
-def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_text(console, page):
+def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_text(console, page, screenshots):
     nats_url, web_url = console
     probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_EDIT", "--subject", "ui.edit")
     page.goto(web_url + "streams")
@@ -24,7 +24,7 @@ def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_te
     refusal = page.get_by_role("paragraph").filter(has_text="The server refused:")
     expect(refusal).to_contain_text("[10052]", timeout=15_000)  # the server names the first rule it checks
     expect(refusal).to_contain_text("persist mode")
-    page.screenshot(path="assets/streams.png", full_page=True)
+    page.screenshot(path=screenshots / "streams.png", full_page=True)
 
 
 def test_read_only_mode_shows_settings_but_offers_no_action(console, read_only_url, page):
