@@ -188,7 +188,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 async def demo_async(args: argparse.Namespace) -> int:
     from console.demo import run_demo
 
-    nc = await connect(connection_settings(args))
+    nc = await connect(connection_settings(args), give_up_after=30)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch-console: {e}", file=sys.stderr)
         return 2
     except (OSError, asyncio.TimeoutError) as e:  # connection refused, unreachable, TLS
-        print(f"batch-console: cannot reach NATS: {e}", file=sys.stderr)
+        where = getattr(args, "server", None) or "the configured server"
+        print(f"batch-console: cannot reach NATS at {where}: {e or type(e).__name__}", file=sys.stderr)
         return 2
 
 

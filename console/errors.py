@@ -1,6 +1,8 @@
-"""The console's exception hierarchy. Leaf module: imports nothing from the console."""
+"""The console's exception hierarchy. Imports nothing from the console but the domain's table of codes."""
 
 from __future__ import annotations
+
+from console.domain.codes import ERROR_CODES
 
 
 class ConsoleError(Exception):
@@ -9,6 +11,10 @@ class ConsoleError(Exception):
 
 class ConfigError(ConsoleError):
     """Settings that cannot work (missing file, conflicting options)."""
+
+
+class NatsUnreachableError(ConsoleError):
+    """No NATS server answered at the configured URLs ("cannot reach NATS at URL ...")."""
 
 
 class ReadOnlyError(ConsoleError):
@@ -78,19 +84,18 @@ class ApiLevelError(BatchServerError):
     """10185: the server's API level is below Nats-Required-Api-Level."""
 
 
-_BY_ERR_CODE: dict[int, type[BatchServerError]] = {
-    10174: BatchDisabledError,
-    10205: BatchDisabledError,
-    10176: BatchIncompleteError,
-    10199: BatchTooLargeError,
-    10210: TooManyInflightError,
-    10211: TooManyInflightError,
-    10208: BatchIdUnknownError,
-    10201: DuplicateMessageIdError,
-    10185: ApiLevelError,
+_BY_CATEGORY: dict[str, type[BatchServerError]] = {
+    "disabled": BatchDisabledError,
+    "incomplete": BatchIncompleteError,
+    "too_large": BatchTooLargeError,
+    "too_many_inflight": TooManyInflightError,
+    "id_unknown": BatchIdUnknownError,
+    "duplicate_message_id": DuplicateMessageIdError,
+    "api_level": ApiLevelError,
 }
 
 
 def batch_server_error(err_code: int, description: str, code: int = 400, stream: str | None = None) -> BatchServerError:
     """The most specific BatchServerError for a server error reply."""
-    return _BY_ERR_CODE.get(err_code, BatchServerError)(err_code, description, code, stream)
+    known = ERROR_CODES.get(err_code)
+    return _BY_CATEGORY.get(known.category if known else None, BatchServerError)(err_code, description, code, stream)

@@ -77,7 +77,7 @@ class App:
         self.admin: StreamAdmin | None = None
 
     async def start(self) -> None:
-        nc = await connect(self.settings)
+        nc = await connect(self.settings, give_up_after=30)  # under `up`, a failed start is retried
         self.live = LiveState(nc, self.event_log)
         self.live.start()
         self.admin = StreamAdmin(nc, read_only=self.read_only)

@@ -1,23 +1,26 @@
 """`batch-console up`: every part of the console under one supervisor. Each part is its own process
 (the same commands the Procfile runs), logging to DATA_DIR/logs; one that dies is named, with the
-last line it wrote, and restarted (a bounded number of times) while the others carry on."""
+last line it wrote, and restarted after a backoff that doubles from 1 s to 60 s, for as long as
+`up` runs, while the others carry on. The parts' states are also in DATA_DIR/logs/up.json."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from console.errors import ConsoleError
 
 CLI = str(Path(sys.executable).parent / "batch-console")
-MAX_RESTARTS = 5  # within RESTART_WINDOW seconds; past it the part stays down and says so
-RESTART_WINDOW = 300.0
+FIRST_BACKOFF = 1.0  # seconds before the first restart; doubled after each failure in a row
+MAX_BACKOFF = 60.0
+STABLE_AFTER = 60.0  # a part that ran this long has recovered: its next failure starts at FIRST_BACKOFF
 
 
 @dataclass
@@ -27,10 +30,13 @@ class Part:
     log_path: Path
     env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
-    restarts: list[float] = field(default_factory=list)
-    failed: bool = False
+    failures: int = 0  # in a row
+    restart_at: float | None = None  # when it is down and waiting to be started again
+    started_at: float = 0.0
+    last_exit: str | None = None
 
     def start(self) -> None:
+        self.restart_at, self.started_at = None, time.monotonic()
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)  # Ctrl-C reaches the supervisor, not each part
@@ -38,16 +44,21 @@ class Part:
 
     @property
     def state(self) -> str:
-        if self.failed:
-            return "FAILED (restart limit reached)"
         if self.proc is None:
             return "not started"
+        if self.restart_at is not None:
+            return f"restarting in {max(0.0, self.restart_at - time.monotonic()):.0f} s"
         code = self.proc.poll()
         return f"running (pid {self.proc.pid})" if code is None else f"exited ({code})"
 
+    def backoff(self) -> float:
+        return min(FIRST_BACKOFF * 2 ** (self.failures - 1), MAX_BACKOFF)
+
     def last_words(self) -> str:
-        lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
-        return lines[-1][:300] if lines else "(no output)"
+        """The part's own error line near the end of its log (Spark and nats-py log after it), else its last line."""
+        lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()][-30:]
+        said = [line for line in lines if line.startswith("batch-console:") or "Error" in line]
+        return (said or lines or ["(no output)"])[-1][:300]
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -118,19 +129,32 @@ class Supervisor:
             time.sleep(0.1)
 
     def check(self) -> None:
-        """One pass: restart what died (within the limit), say what happened."""
+        """One pass: schedule a restart for what died, start what is due, say what happened."""
         now = time.monotonic()
         for part in self.parts:
-            if part.failed or part.proc.poll() is None:
+            if part.restart_at is not None:
+                if now >= part.restart_at:
+                    part.start()
+                    self.say(f"{part.name}: restarted, {part.state}")
                 continue
-            self.say(f"{part.name} exited with code {part.proc.returncode}: {part.last_words()}")
-            part.restarts = [t for t in part.restarts if now - t < RESTART_WINDOW] + [now]
-            if len(part.restarts) > MAX_RESTARTS:
-                part.failed = True
-                self.say(f"{part.name}: {MAX_RESTARTS} restarts in {RESTART_WINDOW:g} s, left down; the others go on")
+            if part.proc.poll() is None:
+                if part.failures and now - part.started_at >= STABLE_AFTER:
+                    part.failures = 0
                 continue
-            part.start()
-            self.say(f"{part.name}: restarted, {part.state}")
+            part.failures += 1
+            part.last_exit = f"code {part.proc.returncode}: {part.last_words()}"
+            part.restart_at = now + part.backoff()
+            self.say(f"{part.name} exited with {part.last_exit}; {part.state} (failure {part.failures} in a row)")
+        self._write_states()
+
+    def states(self) -> dict[str, dict]:
+        """What each part is doing, for a status bar: state, failures in a row, how it last ended."""
+        return {p.name: {"state": p.state, "failures": p.failures, "last_exit": p.last_exit} for p in self.parts}
+
+    def _write_states(self) -> None:
+        temp = self.logs / "up.json.tmp"
+        temp.write_text(json.dumps(self.states()))
+        temp.replace(self.logs / "up.json")
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):

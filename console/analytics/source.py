@@ -76,12 +76,8 @@ def split(first: int, last: int, parts: int) -> list[SeqRange]:
 async def _connect(options: SourceOptions):
     from console.broker.connection import connect  # imported on the executor, where it runs
 
-    where = options.connection.describe()
-    try:
-        return await connect(options.connection, give_up_after=options.connection.connect_timeout + 1,
-                             allow_reconnect=False)
-    except Exception as e:
-        raise RuntimeError(f"jetstream source: cannot reach NATS at {where}: {e}") from None
+    return await connect(options.connection, give_up_after=options.connection.connect_timeout + 1,
+                         allow_reconnect=False)  # NatsUnreachableError names the URL
 
 
 async def _stream_bounds(options: SourceOptions) -> tuple[int, int]:

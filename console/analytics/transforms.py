@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from console.domain.events import UNKNOWN_STREAM, EventKind
+from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, EventKind
 
 ATOMIC_ABANDONED = EventKind.ATOMIC_ABANDONED.value
 FAST_ENDED_EARLY = EventKind.FAST_ENDED_EARLY.value
@@ -19,7 +19,7 @@ FAST_COMMITTED = EventKind.FAST_COMMITTED.value
 FAST_GAP = EventKind.FAST_GAP.value
 FAST_ERROR = EventKind.FAST_ERROR.value
 CONTEXT = EventKind.CONTEXT.value
-ABANDONMENT_KINDS = (ATOMIC_ABANDONED, FAST_ENDED_EARLY, FAST_DROPPED)
+ABANDONMENT_KINDS = tuple(kind.value for kind in LOST_KINDS)
 
 
 def _hour(col: str = "time") -> Column:

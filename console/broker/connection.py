@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.client import Client
 
 from console.config import ConnectionSettings
-from console.errors import ConfigError, ConsoleError
+from console.errors import ConfigError, NatsUnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -75,5 +76,6 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
         return await nats.connect(**options)
     try:
         return await asyncio.wait_for(nats.connect(**options), give_up_after)
-    except asyncio.TimeoutError:
-        raise ConsoleError(f"cannot reach NATS at {settings.describe()} within {give_up_after:g}s") from None
+    except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
+        why = f"no answer within {give_up_after:g}s" if isinstance(e, asyncio.TimeoutError) else str(e) or type(e).__name__
+        raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None

@@ -54,6 +54,10 @@ class EventKind(str, Enum):
         return self.value
 
 
+# A batch lost: abandoned (atomic), ended by a gap or an error (fast, fail mode), or dropped idle.
+LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
     event_id: str

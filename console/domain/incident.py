@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from console.domain.events import BatchEvent, EventKind
+from console.domain.events import LOST_KINDS, BatchEvent, EventKind
 
-LOSS_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_GAP)
+LOSS_KINDS = (*LOST_KINDS, EventKind.FAST_GAP)  # a gap in ok mode loses messages, not the batch
 NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.FAST_PROGRESS)
 AROUND = timedelta(minutes=5)
 

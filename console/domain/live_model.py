@@ -13,10 +13,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from console.domain.events import BatchEvent, EventKind
+from console.domain.events import LOST_KINDS, BatchEvent, EventKind
 from console.domain.wire import MalformedInput, load_object
 
-LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
 ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
 # An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
 OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable
 
 from sqlalchemy import event
-from sqlmodel import Session, SQLModel, create_engine, delete, select, tuple_
+from sqlmodel import Session, SQLModel, create_engine, delete, tuple_
 
 from console.storage.tables import JobOffset
 
@@ -82,8 +82,3 @@ def commit_run(engine, source: str, seq: int, writes) -> None:
         else:
             current.seq, current.updated = seq, now
         session.commit()
-
-
-def count(engine, model) -> int:
-    with Session(engine) as session:
-        return len(session.exec(select(model)).all())

@@ -76,9 +76,12 @@ def test_abandon_leaves_the_last_batch_open(cli_server):
     assert code == 0 and report["batches_committed"] == 1 and report["abandoned_batch"] == report["batch_ids"][1]
 
 
-def test_unreachable_server_is_a_clear_error():
-    done = subprocess.run(CLI + ["probe", "fast", "--server", "nats://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "cannot reach NATS" in done.stderr
+@pytest.mark.parametrize("command", [["probe", "fast"], ["analytics", "--once"]])
+def test_unreachable_server_is_one_line_naming_it_and_exit_2(command, tmp_path):
+    done = subprocess.run(CLI + [*command, "--server", "nats://127.0.0.1:1"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "batch-console: cannot reach NATS at nats://127.0.0.1:1" in done.stderr and "Traceback" not in done.stderr
 
 
 async def test_collect_stores_an_abandonment_and_stops_cleanly_on_sigterm(cli_server, tmp_path):

@@ -86,3 +86,28 @@ def test_a_killed_collector_is_restarted_and_loses_nothing(up):
     assert all(alive(p) for name in ("web", "analytics", "demo") for p in pids(log.read_text(), name))
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
+
+
+def test_up_retries_parts_while_their_server_is_down_and_they_come_up_once_it_is_there(tmp_path):
+    import json
+
+    from console.broker.server import EmbeddedServer
+
+    nats_port, port = free_port(), free_port()
+    data = tmp_path / "data"
+    log = tmp_path / "up.out"
+    proc = subprocess.Popen([CLI, "up", "--server", f"nats://127.0.0.1:{nats_port}", "--data-dir", str(data),
+                             "--port", str(port), "--analytics-every", "5"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        poll_until(lambda: "restarting in" in log.read_text(), 120, f"no part failed for want of a server:\n{log.read_text()}")
+        states = json.loads((data / "logs" / "up.json").read_text())
+        assert any(s["failures"] >= 1 and "cannot reach NATS" in s["last_exit"] for s in states.values()), states
+        with EmbeddedServer(tmp_path / "nats", port=nats_port):
+            wait_http(f"http://127.0.0.1:{port}/", proc, log, timeout=180)
+            poll_until(lambda: "collecting into" in (data / "logs" / "collector.log").read_text(), 180, "no collector")
+            poll_until(lambda: "analytics: " in (data / "logs" / "analytics.log").read_text(), 180, "no analytics run")
+            assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -61,3 +61,4 @@ def test_the_event_key_is_made_once_for_a_data_directory_and_readable_by_its_own
         event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: "short"})
     with pytest.raises(ConfigError, match="cannot read"):
         event_key(tmp_path / "absent.key", environ={})
+

@@ -77,3 +77,11 @@ def test_malformed_replies_say_why(body, reason):
     with pytest.raises(MalformedReply) as info:
         to_reply(body)
     assert reason in info.value.reason
+
+
+def test_each_code_a_publisher_is_told_about_raises_its_own_error_from_the_one_table():
+    from console.errors import BatchIncompleteError, BatchServerError, TooManyInflightError, batch_server_error
+
+    assert type(batch_server_error(10176, "atomic publish batch is incomplete")) is BatchIncompleteError
+    assert type(batch_server_error(10211, "batch publish too many inflight", 429)) is TooManyInflightError
+    assert type(batch_server_error(10071, "wrong last sequence: 4")) is BatchServerError  # outside the table
