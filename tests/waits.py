@@ -8,6 +8,8 @@ import time
 
 import nats.js.errors
 
+from console.broker.eventlog import EventLog
+
 
 async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
     """A collector is ready once its durable advisory consumer exists; fails early if its process died."""
@@ -36,3 +38,15 @@ def poll_until(condition, timeout: float, what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
+
+
+async def events_for(client, batch_ids, until, timeout=15.0):
+    """Read the event log until `until(events)` holds for the events of these batches."""
+    log = EventLog(client.jetstream())
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids]
+        if until(events):
+            return events
+        assert asyncio.get_running_loop().time() < deadline, f"events so far: {events}"
+        await asyncio.sleep(0.1)

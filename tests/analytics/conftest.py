@@ -3,7 +3,18 @@
 import os
 import sys
 
+import nats
 import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.atomic import AtomicBatch
+from console.broker.eventlog import EventLogSettings
+from console.broker.fast import BatchEndedError, FastBatch
+from console.broker.server import EmbeddedServer
+from console.collector.collector import Collector, CollectorSettings
+from console.errors import BatchError
+from tests.conftest import TEST_LIMITS
+from tests.waits import events_for
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +38,53 @@ def spark():
     session.dataSource.register(JetStreamDataSource)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with EmbeddedServer(tmp_path_factory.mktemp("job"), batch_limits=TEST_LIMITS) as s:
+        yield s
+
+
+@pytest.fixture
+async def client(server):
+    nc = await nats.connect(server.url)
+    await nc.jetstream().add_stream(StreamConfig(name="JOBA", subjects=["joba.>"], allow_atomic=True, allow_batched=True))
+    yield nc
+    await nc.close()
+
+
+@pytest.fixture
+def produce(server, client):
+    """produce(atomic_ids, fast=[(gap mode, skipped)], key=None): real abandonments (gaps) and gapped
+    fast batches, collected (signed with `key`); returns when all are in the log."""
+    return lambda atomic_ids, fast=(), key=None: _produce(server, client, atomic_ids, fast, key)
+
+
+async def _produce(server, client, atomic_ids, fast, key):
+    conn = await nats.connect(server.url)
+    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1,
+                                                  event_log=EventLogSettings(key=key)))
+    await collector.start()
+    for batch_id in atomic_ids:
+        batch = AtomicBatch(client, batch_id=batch_id)
+        await batch.add("joba.x", b"1")
+        batch.skip_seq()
+        with pytest.raises(BatchError):
+            await batch.commit("joba.x", b"3")
+    fast_ids = set()
+    for mode, skip in fast:
+        batch = FastBatch(client, flow=5, gap_mode=mode)
+        fast_ids.add(batch.batch_id)
+        try:
+            for seq in range(1, 21):
+                if seq == 10:
+                    batch.skip_seq(skip)
+                await batch.add("joba.f", b"x")
+            await batch.commit_eob()
+        except BatchEndedError:
+            pass
+    ends = ("fast_committed", "fast_ended_early")
+    await events_for(client, set(atomic_ids) | fast_ids, lambda es: len({e.batch_id for e in es if e.kind.value in ("atomic_abandoned",) + ends}) == len(atomic_ids) + len(fast_ids))
+    await collector.stop()
+    await conn.close()

@@ -2,68 +2,14 @@
 
 import asyncio
 
-import nats
 import pytest
 from deltalake import DeltaTable
-from nats.js.api import StreamConfig
 from sqlmodel import Session, select
 
 from console.analytics.job import JobSettings, run_once
-from console.broker.atomic import AtomicBatch
-from console.broker.fast import BatchEndedError, FastBatch
 from console.broker.server import EmbeddedServer
-from console.broker.eventlog import EventLogSettings
-from console.collector.collector import Collector, CollectorSettings
-from console.errors import BatchError
 from console.storage import sqlite
 from console.storage.tables import AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly
-from tests.conftest import TEST_LIMITS
-from tests.integration.test_collector import events_for
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with EmbeddedServer(tmp_path_factory.mktemp("job"), batch_limits=TEST_LIMITS) as s:
-        yield s
-
-
-@pytest.fixture
-async def client(server):
-    nc = await nats.connect(server.url)
-    await nc.jetstream().add_stream(StreamConfig(name="JOBA", subjects=["joba.>"], allow_atomic=True, allow_batched=True))
-    yield nc
-    await nc.close()
-
-
-async def produce(server, client, atomic_ids, fast=(), key: bytes | None = None):
-    """Real abandonments (gaps) and gapped fast batches, collected (signed with `key`); returns when
-    all are in the log."""
-    conn = await nats.connect(server.url)
-    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1,
-                                                  event_log=EventLogSettings(key=key)))
-    await collector.start()
-    for batch_id in atomic_ids:
-        batch = AtomicBatch(client, batch_id=batch_id)
-        await batch.add("joba.x", b"1")
-        batch.skip_seq()
-        with pytest.raises(BatchError):
-            await batch.commit("joba.x", b"3")
-    fast_ids = set()
-    for mode, skip in fast:
-        batch = FastBatch(client, flow=5, gap_mode=mode)
-        fast_ids.add(batch.batch_id)
-        try:
-            for seq in range(1, 21):
-                if seq == 10:
-                    batch.skip_seq(skip)
-                await batch.add("joba.f", b"x")
-            await batch.commit_eob()
-        except BatchEndedError:
-            pass
-    ends = ("fast_committed", "fast_ended_early")
-    await events_for(client, set(atomic_ids) | fast_ids, lambda es: len({e.batch_id for e in es if e.kind.value in ("atomic_abandoned",) + ends}) == len(atomic_ids) + len(fast_ids))
-    await collector.stop()
-    await conn.close()
 
 
 def totals(engine):
@@ -90,11 +36,11 @@ def delta_totals(settings):
     }
 
 
-async def test_job_keeps_history_exactly_once(spark, server, client, tmp_path, monkeypatch):
+async def test_job_keeps_history_exactly_once(spark, server, client, produce, tmp_path, monkeypatch):
     settings = JobSettings(tmp_path, source={"servers": server.url, "partitions": "2"})
     engine = sqlite.open_db(settings.db_path)
 
-    await produce(server, client, ["j1", "j2", "j3"], fast=[("ok", 2), ("fail", 1)])
+    await produce(["j1", "j2", "j3"], fast=[("ok", 2), ("fail", 1)])
     first = await asyncio.to_thread(run_once, spark, settings)
     assert first.events_read > 0
     assert totals(engine) == {"atomic": 3, "fast": 1, "gaps": 2, "lost": 3,
@@ -104,12 +50,12 @@ async def test_job_keeps_history_exactly_once(spark, server, client, tmp_path, m
     unchanged = await asyncio.to_thread(run_once, spark, settings)  # nothing new: nothing changes
     assert unchanged.events_read == 0 and totals(engine)["atomic"] == 3
 
-    await produce(server, client, ["j4", "j5"])
+    await produce(["j4", "j5"])
     second = await asyncio.to_thread(run_once, spark, settings)
     assert second.first_seq == first.last_seq + 1
     assert totals(engine)["atomic"] == 5 and totals(engine)["abandoned"] == 6
 
-    await produce(server, client, ["j6"])
+    await produce(["j6"])
 
     def crash(*args, **kwargs):  # killed after the Delta writes, before the offset is recorded
         raise KeyboardInterrupt("killed")

@@ -9,7 +9,6 @@ from nbclient import NotebookClient
 
 from console.analytics.job import JobSettings, run_once
 from console.config import event_key
-from tests.analytics.test_job import client, produce, server  # noqa: F401  (module fixtures)
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -39,12 +38,12 @@ def rich_outputs(nb) -> int:
                if any(k.startswith("application/vnd.holoviews") or k == "text/html" for k in out.get("data", {})))
 
 
-async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batches(spark, server, client, tmp_path):  # noqa: F811
+async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batches(spark, server, client, produce, tmp_path):
     js = client.jetstream()
     for i in range(3):
         await js.publish("joba.x", f"stored {i}".encode())
     key = event_key(data_dir=tmp_path)  # the one the notebooks find in their data directory
-    await produce(server, client, ["nb-1", "nb-2"], key=key)
+    await produce(["nb-1", "nb-2"], key=key)
     await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source={"servers": server.url,
                                                                            "event_secret": key.decode()}))
     env = {"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_ID": "nb-1"}

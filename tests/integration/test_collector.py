@@ -5,12 +5,12 @@ import pytest
 from nats.js.api import StreamConfig
 
 from console.broker.atomic import AtomicBatch
-from console.broker.eventlog import EventLog
 from console.broker.fast import BatchEndedError, FastBatch
 from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
+from tests.waits import events_for
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +34,6 @@ async def collector(server):
     yield c
     await c.stop()
     await conn.close()
-
-
-async def events_for(client, batch_ids, until, timeout=15.0):
-    """Read the event log until `until(events)` holds for the events of these batches."""
-    log = EventLog(client.jetstream())
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        events = [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids]
-        if until(events):
-            return events
-        assert asyncio.get_running_loop().time() < deadline, f"events so far: {events}"
-        await asyncio.sleep(0.1)
 
 
 async def test_each_abandonment_reason_gives_exactly_one_event(client, collector):

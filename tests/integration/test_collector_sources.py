@@ -13,7 +13,7 @@ from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
-from tests.integration.test_collector import events_for
+from tests.waits import events_for
 
 ACCOUNTS = """
 accounts {

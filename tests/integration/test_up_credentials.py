@@ -6,8 +6,9 @@ import signal
 import subprocess
 
 from console.broker.server import EmbeddedServer
-from tests.ui.conftest import CLI, free_port, wait_http
 from tests.waits import poll_until
+
+from tests.processes import CLI, free_port, wait_http
 
 TOKEN = "s3cret-token-for-up"
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-CLI = str(Path(sys.executable).parent / "batch-console")
+from tests.processes import CLI, free_port, wait_http
+
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -33,26 +31,6 @@ def screenshots(tmp_path_factory) -> Path:
     so that a test run never rewrites the README's pictures."""
     chosen = os.environ.get("BATCH_CONSOLE_SCREENSHOTS")
     return Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        assert proc.poll() is None, f"web process exited:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"web process not answering:\n{log.read_text()[-3000:]}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,7 @@ import subprocess
 
 from playwright.sync_api import expect
 
-from tests.ui.conftest import CLI
-from tests.ui.test_live_page import probe
+from tests.processes import CLI, probe
 
 
 def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(console, data_dir, page, screenshots):

@@ -20,8 +20,9 @@ from playwright.sync_api import expect
 
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.config import event_key
-from tests.ui.conftest import CLI, free_port, wait_http
 from tests.waits import poll_until
+
+from tests.processes import CLI, free_port, wait_http
 
 CLIENT = str(Path(__file__).with_name("hostile_client.py"))
 

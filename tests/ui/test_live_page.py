@@ -1,14 +1,9 @@
-import json
 import subprocess
 
 from playwright.sync_api import expect
 
-from tests.ui.conftest import CLI
+from tests.processes import probe
 
-
-def probe(nats_url, *args):
-    done = subprocess.run([CLI, "probe", *args, "--server", nats_url, "--json"], capture_output=True, text=True, timeout=120)
-    return json.loads(done.stdout)
 
 
 def test_an_abandoned_batch_appears_in_the_live_table(console, page, screenshots):

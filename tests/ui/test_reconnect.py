@@ -7,8 +7,7 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.ui.conftest import CLI, free_port, wait_http
-from tests.ui.test_live_page import probe
+from tests.processes import CLI, free_port, probe, wait_http
 
 
 def start(args, log_path):

@@ -1,13 +1,7 @@
-import subprocess
-import sys
 
 from playwright.sync_api import expect
 
-
-def nats_tool(*args) -> str:
-    done = subprocess.run([sys.executable, "-m", "tests.ui.nats_tool", *args], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from tests.processes import nats_tool
 
 
 def open_replay(page, url, stream):

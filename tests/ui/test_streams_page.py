@@ -1,6 +1,6 @@
 from playwright.sync_api import expect
 
-from tests.ui.test_live_page import probe
+from tests.processes import probe
 
 
 def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_text(console, page, screenshots):

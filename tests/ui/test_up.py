@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.conftest import CLI, free_port, wait_http
-from tests.ui.test_replay_page import nats_tool
 from tests.waits import poll_until
+
+from tests.processes import CLI, free_port, nats_tool, wait_http
 
 REASONS = ("timeout", "incomplete", "large", "unsupported", "gap")
 

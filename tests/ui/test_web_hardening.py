@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from playwright.sync_api import expect
 
-from tests.ui.conftest import CLI, free_port, wait_http
+from tests.processes import CLI, free_port, wait_http
 
 
 @contextmanager
