@@ -15,9 +15,9 @@ from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
 from console.broker.atomic import AtomicBatch
-from console.broker.fast import BatchEndedError, FastBatch
+from console.broker.fast import FastBatch
 from console.domain.fast_ingest import GapMode
-from console.errors import BatchError, ConsoleError
+from console.errors import BatchEndedError, BatchError, ConsoleError
 
 log = logging.getLogger(__name__)
 

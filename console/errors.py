@@ -1,8 +1,10 @@
-"""The console's exception hierarchy. Imports nothing from the console but the domain's table of codes."""
+"""The console's one exception hierarchy: everything it raises on purpose is a ConsoleError, with the
+server's code and text where there is one. Imports nothing from the console but the domain."""
 
 from __future__ import annotations
 
 from console.domain.codes import ERROR_CODES
+from console.domain.replies import FlowError, FlowGap, PubAck
 
 
 class ConsoleError(Exception):
@@ -15,6 +17,18 @@ class ConfigError(ConsoleError):
 
 class NatsUnreachableError(ConsoleError):
     """No NATS server answered at the configured URLs ("cannot reach NATS at URL ...")."""
+
+
+class Refusal(ConsoleError):
+    """The server refused a change (a stream edit): its own code, err_code and text, for the form."""
+
+    def __init__(self, code: int | None, err_code: int | None, description: str):
+        super().__init__(f"[{err_code}] {description}")
+        self.code, self.err_code, self.description = code, err_code, description
+
+
+class ReplayError(ConsoleError):
+    """A replay (fetch, next, peek, ack) could not be done as asked."""
 
 
 class ReadOnlyError(ConsoleError):
@@ -43,6 +57,16 @@ class BatchTimeoutError(BatchError):
 
 class NoRespondersError(BatchError):
     """No stream listens on the subject (503 no responders)."""
+
+
+class BatchEndedError(BatchError):
+    """The server ended the batch early (fail mode: a gap or a failed message); `puback` counts what it stored."""
+
+    def __init__(self, batch_id: str, puback: PubAck, cause: FlowGap | FlowError | None):
+        what = {FlowGap: "a gap", FlowError: "a failed message"}.get(type(cause), "the server")
+        super().__init__(f"batch {batch_id} ended by {what}: {puback.count} messages stored")
+        self.puback = puback
+        self.cause = cause
 
 
 class BatchServerError(BatchError):

@@ -16,10 +16,10 @@ from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
 from console.broker.atomic import AtomicBatch
-from console.broker.fast import BatchEndedError, FastBatch
+from console.broker.fast import FastBatch
 from console.domain.fast_ingest import GapMode
 from console.domain.replies import FlowError, FlowGap, PubAck
-from console.errors import BatchError, BatchServerError, ConsoleError
+from console.errors import BatchEndedError, BatchError, BatchServerError, ConsoleError
 
 PROGRESS_EVERY = 1024
 

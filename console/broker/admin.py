@@ -10,7 +10,7 @@ from nats.js.api import AckPolicy, PersistMode
 
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.stream_settings import StreamBatchSettings
-from console.errors import ReadOnlyError
+from console.errors import ReadOnlyError, Refusal
 
 EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")
 
@@ -19,18 +19,6 @@ EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")
 class ServerInfo:
     version: str | None
     api_level: int | None
-
-
-@dataclass(frozen=True)
-class Refusal(Exception):
-    """The server refused a change: its own code, err_code and text, for the form."""
-
-    code: int | None
-    err_code: int | None
-    description: str
-
-    def __str__(self) -> str:
-        return f"[{self.err_code}] {self.description}"
 
 
 @dataclass(frozen=True)

@@ -19,21 +19,18 @@ from nats.aio.msg import Msg
 from console.broker.replies import error_of, reply_of
 from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, new_batch_id, reply_prefix
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck
-from console.errors import BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError
+from console.errors import (  # BatchEndedError is raised here
+    BatchClosedError,
+    BatchEndedError,
+    BatchError,
+    BatchRefusedError,
+    BatchTimeoutError,
+    NoRespondersError,
+)
 
 log = logging.getLogger(__name__)
 
 KEEP_PROBLEMS = 1000  # gaps and errors kept in full; counters go on past it
-
-
-class BatchEndedError(BatchError):
-    """The server ended the batch early (fail mode: a gap or a failed message); `puback` counts what it stored."""
-
-    def __init__(self, batch_id: str, puback: PubAck, cause: FlowGap | FlowError | None):
-        what = {FlowGap: "a gap", FlowError: "a failed message"}.get(type(cause), "the server")
-        super().__init__(f"batch {batch_id} ended by {what}: {puback.count} messages stored")
-        self.puback = puback
-        self.cause = cause
 
 
 class FastBatch:

@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.domain.messages import MalformedAckSubject, StoredMessage, in_batch_order, to_ack_metadata
-from console.errors import ConsoleError, ReadOnlyError
+from console.errors import ReadOnlyError, ReplayError
 
 # Statuses that end a pull request normally; any other status is an error the user must see.
 ENDINGS = {"404": "no messages", "408": "request expired"}
@@ -37,10 +37,6 @@ class FetchResult:
     messages: tuple[StoredMessage, ...]
     ended: str  # why the request ended, in the server's words where it gave some
     error: str | None = None  # a status that is a problem (consumer deleted, limits exceeded, ...)
-
-
-class ReplayError(ConsoleError):
-    pass
 
 
 def to_stored_message(msg: Msg, peek: bool) -> StoredMessage:

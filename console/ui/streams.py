@@ -8,9 +8,9 @@ import pandas as pd
 import panel as pn
 import param
 
-from console.broker.admin import Refusal, StreamAdmin
+from console.broker.admin import StreamAdmin
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
-from console.errors import ReadOnlyError
+from console.errors import ReadOnlyError, Refusal
 
 COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
 
