@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -48,6 +47,7 @@ from console.broker.eventlog import EventLogSettings  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.server import EmbeddedServer  # noqa: E402
 from console.domain.events import EventKind, event_from_json  # noqa: E402
+from console.domain.status import CollectorStatus  # noqa: E402
 from console.errors import BatchError  # noqa: E402
 
 PAYLOAD = b"x" * 128
@@ -103,8 +103,8 @@ class EventWatch:
         elif event.kind is EventKind.FAST_COMMITTED:
             self.committed.setdefault(event.batch_id, asyncio.Event()).set()
         elif event.kind is EventKind.COLLECTOR_STATUS:
-            status = json.loads(event.detail)
-            self.tapped[status["instance"]] = status["replies_tapped"]
+            status = CollectorStatus.from_json(event.detail)
+            self.tapped[status.instance] = status.replies_tapped
         elif event.kind is EventKind.ATOMIC_ABANDONED and event.stream == "BURST":
             self.abandoned += 1
             if self.abandoned >= self.expect_abandoned:

@@ -263,8 +263,9 @@ async def collect_async(args: argparse.Namespace) -> int:
                 await asyncio.wait_for(stop.wait(), settings.status_every)
             except asyncio.TimeoutError:
                 status = await collector.status()
-                log.info("written %d, rejected %s, tracked %d, advisory lag %s", status["events_written"],
-                         status["rejected"] or 0, status["batches_tracked"], status["advisory_lag"])
+                log.info("written %d, rejected %d, tracked %d, advisory lag %s%s", status.events_written,
+                         status.rejected_total, status.batches_tracked, status.advisory_lag,
+                         "" if status.healthy else f"; UNHEALTHY: {'; '.join(status.unhealthy)}")
     finally:
         await collector.stop()
         await nc.close()

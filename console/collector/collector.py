@@ -11,7 +11,6 @@ the status, and started again.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -46,6 +45,7 @@ from console.domain.events import (
     EventKind,
 )
 from console.domain.fast_tracker import FastBatchTracker
+from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput, Tally
 
 log = logging.getLogger(__name__)
@@ -440,10 +440,10 @@ class Collector:
         self._status_seq += 1
         return BatchEvent(
             f"status.{self.instance}.{self._status_seq}", EventKind.COLLECTOR_STATUS, _now(),
-            detail=json.dumps(await self.status()),
+            detail=(await self.status()).to_json(),
         )
 
-    async def status(self) -> dict:
+    async def status(self) -> CollectorStatus:
         lag = None
         if self.advisory_stream:
             try:
@@ -452,30 +452,14 @@ class Collector:
                 self.errors.add(f"consumer info: {type(e).__name__}")
         now = time.monotonic()
         unhealthy = self.health.verdict(now, lag, self.loops.stale(now), self._queue.qsize())
-        return {
-            "instance": self.instance,
-            "healthy": not unhealthy,
-            "unhealthy": unhealthy,
-            "loops": self.loops.status(),
-            "quarantined": self.quarantine.kept,
-            "not_quarantined": self.quarantine.not_kept,
-            "notes": self.notes,
-            "alive_s": round(time.monotonic() - self._started, 1),
-            "connected": self.nc.is_connected,
-            "events_written": self.events_written,
-            "replies_tapped": self.tapped,
-            "duplicates": self.duplicates,
-            "rejected": dict(self.rejected),
-            "errors": dict(self.errors),
-            "ignored": dict(self.ignored),
-            "advisory_lag": lag,
-            "advisories_durable": self.advisories_durable,
-            "batches_tracked": len(self.tracker.batches),
-            "batch_timeout": self.tracker.batch_timeout,
-            "batch_timeout_source": self.batch_timeout_source,
-            "batches_untracked": self.tracker.untracked,
-            "batches_refused_by_prefix": dict(self.tracker.refused),
-            "queued": self._queue.qsize(),
-            "problems": self.problems,
-            "cpu": self.cpu.status() if self.cpu else None,
-        }
+        return CollectorStatus(
+            instance=self.instance, alive_s=round(now - self._started, 1), connected=self.nc.is_connected,
+            healthy=not unhealthy, unhealthy=tuple(unhealthy), events_written=self.events_written,
+            replies_tapped=self.tapped, duplicates=self.duplicates, rejected=dict(self.rejected),
+            errors=dict(self.errors), ignored=dict(self.ignored), quarantined=self.quarantine.kept,
+            not_quarantined=self.quarantine.not_kept, advisory_lag=lag, advisories_durable=self.advisories_durable,
+            batches_tracked=len(self.tracker.batches), batches_untracked=self.tracker.untracked,
+            batches_refused_by_prefix=dict(self.tracker.refused), batch_timeout=self.tracker.batch_timeout,
+            batch_timeout_source=self.batch_timeout_source, queued=self._queue.qsize(), problems=tuple(self.problems),
+            notes=tuple(self.notes), loops=self.loops.status(), cpu=self.cpu.status() if self.cpu else None,
+        )

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from console.domain.events import LOST_KINDS, BatchEvent, EventKind
-from console.domain.wire import MalformedInput, load_object
+from console.domain.status import CollectorStatus
+from console.domain.wire import MalformedInput
 
 ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
 # An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
@@ -49,24 +50,6 @@ class ActiveBatch:
     gap_points: deque = field(default_factory=lambda: deque(maxlen=100))  # (time, seq, lost)
 
 
-def collector_status(detail: str | None) -> dict | None:
-    """The status a collector wrote, with the fields the views read checked; None if unreadable."""
-    try:
-        status = load_object(detail or "")
-    except MalformedInput:
-        return None
-    counts = status.get("rejected")
-    status["rejected"] = ({k: v for k, v in counts.items() if type(v) is int and v >= 0}
-                          if isinstance(counts, dict) else {})
-    wrong = status.get("unhealthy")
-    status["unhealthy"] = [str(w)[:300] for w in wrong[:20]] if isinstance(wrong, list) else []
-    if type(status.get("healthy")) is not bool:
-        status.pop("healthy", None)
-    if not isinstance(status.get("cpu"), dict):
-        status["cpu"] = None
-    return status
-
-
 def lost_batch(event: BatchEvent) -> LostBatch:
     kind = "atomic" if event.kind is EventKind.ATOMIC_ABANDONED else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
@@ -86,7 +69,7 @@ class LiveModel:
         self.window = window
         self.max_active = max_active
         self.active: dict[str, ActiveBatch] = {}
-        self.collector: dict = {}
+        self.collector: CollectorStatus | None = None
         self.collector_seen: datetime | None = None
         self.last_event: datetime | None = None
         self.events_applied = 0
@@ -103,8 +86,10 @@ class LiveModel:
         self.version += 1
         self.last_event = max(self.last_event, event.time) if self.last_event else event.time
         if event.kind is EventKind.COLLECTOR_STATUS:
-            if (status := collector_status(event.detail)) is not None:
-                self.collector, self.collector_seen = status, event.time
+            try:
+                self.collector, self.collector_seen = CollectorStatus.from_json(event.detail or ""), event.time
+            except MalformedInput:
+                pass
             return
         if event.kind in LOST_KINDS:
             self._keep_lost(lost_batch(event))
@@ -206,4 +191,4 @@ class LiveModel:
 
     def collector_alive(self, now: datetime, every: float = 5.0) -> bool:
         """Heard from, and its own verdict on its loops is healthy (an older collector says nothing)."""
-        return self.collector_heard(now, every) and self.collector.get("healthy", True) is True
+        return self.collector_heard(now, every) and self.collector is not None and self.collector.healthy

@@ -68,22 +68,22 @@ def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
 
 def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime, skipped: int = 0) -> str:
     fresh = model.freshness(now)
-    rejected = sum((model.collector.get("rejected") or {}).values())
+    status = model.collector
     if not model.collector_heard(now):
         collector = "collector SILENT"
     elif model.collector_alive(now):
         collector = "collector alive"
     else:
-        collector = "collector UNHEALTHY: " + "; ".join(model.collector.get("unhealthy") or ["its loops failed"])
+        collector = "collector UNHEALTHY: " + "; ".join(status.unhealthy or ["its loops failed"])
     parts = [
         f"NATS {connection}",
         collector,
         "no events yet" if fresh is None else f"last event {fresh.total_seconds():.0f}s ago",
-        f"inputs rejected {rejected}",
+        f"inputs rejected {status.rejected_total if status else 0}",
     ]
     if skipped:
         parts.append(f"event-log records skipped {skipped} (malformed or not signed)")
-    if starved := ((model.collector.get("cpu") or {}).get("left_idle_starved")):
+    if status and (starved := (status.cpu or {}).get("left_idle_starved")):
         parts.append(f"collector starved of CPU {starved}x (host saturated)")
     if problem:
         parts.append(problem)

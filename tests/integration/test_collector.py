@@ -114,13 +114,13 @@ async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(clien
     events = await events_for(client, {"before-garbage", "after-garbage"}, lambda es: len(es) == 2)
     assert {e.reason for e in events} == {"timeout"}
     status = await collector.status()
-    assert status["rejected"]["fi_tap: op '9' is not one of 0-4"] == 1
-    assert status["rejected"]["fi_tap: not JSON"] == 1
-    assert sum(n for reason, n in status["rejected"].items() if reason.startswith("advisory")) == 2
+    assert status.rejected["fi_tap: op '9' is not one of 0-4"] == 1
+    assert status.rejected["fi_tap: not JSON"] == 1
+    assert sum(n for reason, n in status.rejected.items() if reason.startswith("advisory")) == 2
     kept = {m.data: (m.headers["Batch-Console-Source"], m.headers["Batch-Console-Reason"]) for m in await quarantined(client, 4)}
     assert kept[b"{not json"] == ("advisory", "not JSON")
     assert kept[b"garbage"] == ("fi_tap", "not JSON")
-    assert status["healthy"] is True and status["quarantined"] == 4
+    assert status.healthy is True and status.quarantined == 4
 
 
 async def quarantined(client, count: int, timeout: float = 10.0) -> list:

@@ -64,7 +64,7 @@ async def test_system_copy_and_account_copy_make_one_event(accounts_server):
         # The advisory stream is read in order: the real one's account copy came before, and made no second event.
         assert len(await events_for(app, {"seen-twice"}, lambda es: len(es) >= 1)) == 1
         status = await collector.status()
-        assert (status["batch_timeout"], status["batch_timeout_source"]) == (1.0, "the system account's /varz")
+        assert (status.batch_timeout, status.batch_timeout_source) == (1.0, "the system account's /varz")
     finally:
         await collector.stop()
         await app.close()
@@ -93,8 +93,8 @@ async def test_denied_permissions_are_reported_and_the_collector_runs_with_what_
         await collector.start()
         await limited.flush()
         status = await collector.status()
-        assert status["advisories_durable"] is False
-        assert any("live-only" in p for p in status["problems"])
+        assert status.advisories_durable is False
+        assert any("live-only" in p for p in status.problems)
         deadline = asyncio.get_running_loop().time() + 10
         while not any("permissions violation for subscription" in p.lower() for p in collector.problems):
             assert asyncio.get_running_loop().time() < deadline, collector.problems

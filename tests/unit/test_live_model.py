@@ -91,7 +91,7 @@ def test_collector_liveness_and_freshness_come_from_status_events():
     assert not model.collector_alive(at(0)) and model.freshness(at(0)) is None
     model.apply(BatchEvent("status.1", EventKind.COLLECTOR_STATUS, at(10), detail='{"rejected": {"invalid reply subject": 2}}'))
     assert model.collector_alive(at(20)) and not model.collector_alive(at(40))
-    assert model.collector["rejected"] == {"invalid reply subject": 2}
+    assert model.collector.rejected == {"invalid reply subject": 2}
     assert model.freshness(at(12)) == timedelta(seconds=2)
 
 
@@ -102,3 +102,11 @@ def test_late_errors_of_an_ended_batch_do_not_reopen_it():
     model.apply(BatchEvent("e", EventKind.FAST_ERROR, at(2), "F", "b", seq=25, err_code=10208))
     model.apply(BatchEvent("e2", EventKind.FAST_ERROR, at(2), "F", "other", seq=1, err_code=10211))
     assert model.active == {}
+
+
+def test_a_status_a_collector_did_not_write_sanely_is_ignored_and_an_older_one_gets_defaults():
+    model = LiveModel()
+    model.apply(BatchEvent("status.1", EventKind.COLLECTOR_STATUS, at(10), detail='{"rejected": {"x": "many"}}'))
+    assert model.collector is None and not model.collector_heard(at(11))
+    model.apply(BatchEvent("status.2", EventKind.COLLECTOR_STATUS, at(12), detail='{"events_written": 3}'))
+    assert (model.collector.events_written, model.collector.healthy, model.collector.rejected) == (3, True, {})

@@ -142,3 +142,20 @@ def test_hostile_bodies_are_malformed_everywhere(body):
     for parse in (to_batch_abandoned, advisory_to_event, to_reply, event_from_json):
         with pytest.raises(MalformedInput):
             parse(body)
+
+
+STATUS_KEYS = ["instance", "healthy", "unhealthy", "rejected", "events_written", "advisory_lag", "cpu", "loops",
+               "batch_timeout", "problems"]
+
+
+@SETTINGS
+@given(bodies(STATUS_KEYS, {"instance": "c1", "events_written": 3}))
+def test_collector_statuses_read_back_or_are_malformed(body):
+    from console.domain.status import CollectorStatus
+
+    try:
+        status = CollectorStatus.from_json(body)
+    except MalformedInput:
+        return
+    assert isinstance(status.healthy, bool) and status.rejected_total >= 0
+    assert CollectorStatus.from_json(status.to_json()) == status
