@@ -50,6 +50,39 @@ class ProbeOptions:
             raise ConsoleError(f"--skip-seq must be between 2 and {last - 1}: a gap needs a message before and after it")
 
 
+@dataclass(frozen=True)
+class FlowChange:
+    ack_seq: int
+    from_flow: int
+    to_flow: int
+
+
+@dataclass(frozen=True)
+class MessageError:
+    """A message the server refused inside the batch (ok mode goes on)."""
+
+    seq: int
+    err_code: int
+    description: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What ended the probe early: the exception, and the server's code and text when it gave them."""
+
+    type: str
+    message: str
+    err_code: int | None = None
+    description: str | None = None
+    code: int | None = None
+
+    @classmethod
+    def of(cls, error: Exception) -> Failure:
+        if isinstance(error, BatchServerError):
+            return cls(type(error).__name__, str(error), error.err_code, error.description, error.code)
+        return cls(type(error).__name__, str(error))
+
+
 @dataclass
 class ProbeReport:
     kind: str
@@ -61,30 +94,29 @@ class ProbeReport:
     messages_sent: int = 0
     acks: int = 0
     flow: int | None = None
-    flow_changes: list[dict] = field(default_factory=list)
-    gaps: list[dict] = field(default_factory=list)
+    flow_changes: list[FlowChange] = field(default_factory=list)
+    gaps: list[FlowGap] = field(default_factory=list)
     lost: int = 0  # messages the server reported lost in gaps
-    errors: list[dict] = field(default_factory=list)
+    errors: list[MessageError] = field(default_factory=list)
     skipped_seq: int | None = None
     abandoned_batch: str | None = None
-    puback: dict | None = None
-    error: dict | None = None
+    puback: PubAck | None = None
+    error: Failure | None = None
     seconds: float = 0.0
     msgs_per_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _puback_json(ack: PubAck) -> dict:
-    return {"stream": ack.stream, "seq": ack.seq, "batch": ack.batch, "count": ack.count, "duplicate": ack.duplicate}
-
-
-def _error_json(error: Exception) -> dict:
-    out = {"type": type(error).__name__, "message": str(error)}
-    if isinstance(error, BatchServerError):
-        out.update(err_code=error.err_code, description=error.description, code=error.code)
-    return out
+        """The `probe --json` object (its field names are what scripts read)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("flow_changes", "gaps", "puback", "error")}
+        out["flow_changes"] = [{"ack_seq": c.ack_seq, "from": c.from_flow, "to": c.to_flow} for c in self.flow_changes]
+        out["gaps"] = [{"first_lost_seq": g.first_lost_seq, "seq": g.seq, "lost": g.lost} for g in self.gaps]
+        ack = self.puback
+        out["puback"] = None if ack is None else {"stream": ack.stream, "seq": ack.seq, "batch": ack.batch,
+                                                  "count": ack.count, "duplicate": ack.duplicate}
+        failure = self.error
+        out["error"] = None if failure is None else {k: v for k, v in asdict(failure).items()
+                                                     if v is not None or k in ("type", "message")}
+        return out
 
 
 async def ensure_stream(nc: Client, options: ProbeOptions) -> bool:
@@ -112,7 +144,7 @@ async def run_probe(nc: Client, options: ProbeOptions, progress: Callable[[int],
         run = _probe_atomic if options.kind == "atomic" else _probe_fast
         await run(nc, options, report, payload, progress or (lambda n: None))
     except BatchError as e:
-        report.error = _error_json(e)
+        report.error = Failure.of(e)
     report.seconds = round(time.perf_counter() - started, 6)
     report.msgs_per_s = round(report.messages_sent / report.seconds, 1) if report.seconds else 0.0
     return report
@@ -143,18 +175,18 @@ async def _probe_atomic(nc, options: ProbeOptions, report: ProbeReport, payload:
             ack = await batch.commit(options.subject, payload)
             report.messages_sent += 1
         report.batches_committed += 1
-        report.puback = _puback_json(ack)
+        report.puback = ack
         progress(report.messages_sent)
 
 
 async def _probe_fast(nc, options: ProbeOptions, report: ProbeReport, payload: bytes, progress) -> None:
     def on_problem(problem: FlowGap | FlowError) -> None:
         if isinstance(problem, FlowGap):
-            report.gaps.append({"first_lost_seq": problem.first_lost_seq, "seq": problem.seq, "lost": problem.lost})
+            report.gaps.append(problem)
             report.lost += problem.lost
         else:
             e = problem.error
-            report.errors.append({"seq": problem.seq, "err_code": e.err_code, "description": e.description})
+            report.errors.append(MessageError(problem.seq, e.err_code, e.description))
 
     batch = FastBatch(
         nc,
@@ -177,14 +209,14 @@ async def _probe_fast(nc, options: ProbeOptions, report: ProbeReport, payload: b
         if options.abandon:
             report.abandoned_batch = batch.batch_id
         else:
-            report.puback = _puback_json(await batch.commit(options.subject, payload))
+            report.puback = await batch.commit(options.subject, payload)
             report.messages_sent += 1
         report.batches_committed = 0 if options.abandon else 1
     except BatchEndedError as e:
-        report.puback = _puback_json(e.puback)
+        report.puback = e.puback
         raise
     finally:
         report.acks, report.flow = batch.acks, batch.flow
-        report.flow_changes = [{"ack_seq": s, "from": old, "to": new} for s, old, new in batch.flow_changes]
+        report.flow_changes = [FlowChange(s, old, new) for s, old, new in batch.flow_changes]
         await batch.close()
         progress(report.messages_sent)

@@ -24,11 +24,11 @@ def report_markdown(report: ProbeReport) -> str:
         lines.append(f"- abandoned batch `{e(report.abandoned_batch)}`: the server drops it at its batch timeout; "
                      "it shows on [Live](/) then")
     for gap in report.gaps:
-        lines.append(f"- gap: {gap['lost']} lost from seq {gap['first_lost_seq']}")
+        lines.append(f"- gap: {gap.lost} lost from seq {gap.first_lost_seq}")
     for err in report.errors:
-        lines.append(f"- error at seq {err['seq']}: [{err['err_code']}] {e(str(err['description']))}")
+        lines.append(f"- error at seq {err.seq}: [{err.err_code}] {e(err.description)}")
     if report.error:
-        lines.append(f"- **ended by** {e(report.error.get('type', ''))}: {e(report.error.get('message', ''))}")
+        lines.append(f"- **ended by** {e(report.error.type)}: {e(report.error.message)}")
     if report.batch_ids:
         shown = ", ".join(f"`{e(b)}`" for b in report.batch_ids[:5])
         lines.append(f"- batch ids: {shown}" + (" …" if len(report.batch_ids) > 5 else ""))
