@@ -10,12 +10,11 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 
-import nats.js.errors
-from nats.aio.client import Client
-from nats.js.api import StorageType, StreamConfig
 
 from console.broker.atomic import AtomicBatch
+from console.broker.connection import Connection, NatsError
 from console.broker.fast import FastBatch
+from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.fast_ingest import GapMode
 from console.errors import BatchEndedError, BatchError, ConsoleError
 
@@ -36,18 +35,13 @@ class DemoStream:
 DEMO_STREAMS = (DemoStream(ATOMIC_STREAM, f"{ORDERS}.>", True), DemoStream(FAST_STREAM, f"{INGEST}.>", False))
 
 
-async def ensure_demo_streams(nc: Client) -> None:
+async def ensure_demo_streams(nc: Connection) -> None:
     """Create the demo streams, or reuse the ones an earlier demo created; refuse anything else."""
-    js = nc.jetstream()
     for s in DEMO_STREAMS:
-        try:
-            info = await js.stream_info(s.name)
-        except nats.js.errors.NotFoundError:
-            await js.add_stream(StreamConfig(name=s.name, subjects=[s.subject], storage=StorageType.FILE,
-                                             max_age=24 * 3600, allow_atomic=s.atomic, allow_batched=not s.atomic,
-                                             metadata=dict(MARK)))
-            continue
-        if (info.config.metadata or {}).get("batch_console_demo") != "1":
+        _, metadata = await ensure_stream(nc, StreamSpec(s.name, (s.subject,), allow_atomic=s.atomic,
+                                                         allow_batched=not s.atomic, max_age=24 * 3600,
+                                                         metadata=dict(MARK)))
+        if metadata.get("batch_console_demo") != "1":
             raise ConsoleError(f"stream {s.name} exists and was not created by the demo: the demo never writes to it")
 
 
@@ -58,7 +52,7 @@ async def _expect_refusal(work) -> None:
         pass  # the refusal is what makes the server abandon the batch
 
 
-async def abandon_each_reason(nc: Client) -> None:
+async def abandon_each_reason(nc: Connection) -> None:
     subject = f"{ORDERS}.lost"
     timeout = AtomicBatch(nc)
     await timeout.add(subject, b'{"order": "never committed"}')
@@ -76,7 +70,7 @@ async def abandon_each_reason(nc: Client) -> None:
     await _expect_refusal(AtomicBatch(nc).add(subject, b"1", headers={"Nats-Required-Api-Level": "99"}))
 
 
-async def commit_atomic(nc: Client, batches: int = 3, size: int = 10) -> None:
+async def commit_atomic(nc: Connection, batches: int = 3, size: int = 10) -> None:
     for b in range(batches):
         batch = AtomicBatch(nc)
         for i in range(size - 1):
@@ -84,7 +78,7 @@ async def commit_atomic(nc: Client, batches: int = 3, size: int = 10) -> None:
         await batch.commit(f"{ORDERS}.new", b'{"total": true}')
 
 
-async def fast_batch(nc: Client, count: int, flow: int, gap_mode: GapMode = GapMode.FAIL,
+async def fast_batch(nc: Connection, count: int, flow: int, gap_mode: GapMode = GapMode.FAIL,
                      skip_at: int | None = None, pace: float = 0.0) -> None:
     batch = FastBatch(nc, flow=flow, gap_mode=gap_mode)
     try:
@@ -99,7 +93,7 @@ async def fast_batch(nc: Client, count: int, flow: int, gap_mode: GapMode = GapM
         pass  # fail mode: the gap ended it, as intended
 
 
-async def idle_fast_batch(nc: Client) -> None:
+async def idle_fast_batch(nc: Connection) -> None:
     """Starts a fast batch and goes silent: the server drops it after its batch timeout."""
     batch = FastBatch(nc, flow=5)
     for seq in range(1, 8):
@@ -107,7 +101,7 @@ async def idle_fast_batch(nc: Client) -> None:
     await batch.close()
 
 
-async def demo_round(nc: Client) -> None:
+async def demo_round(nc: Connection) -> None:
     await commit_atomic(nc)
     await abandon_each_reason(nc)
     await asyncio.gather(  # concurrent publishers: the server shares the flow between them
@@ -117,14 +111,14 @@ async def demo_round(nc: Client) -> None:
     await idle_fast_batch(nc)
 
 
-async def run_demo(nc: Client, every: float = 30.0, rounds: int | None = None) -> int:
+async def run_demo(nc: Connection, every: float = 30.0, rounds: int | None = None) -> int:
     """Rounds of demo traffic until `rounds` are done (None: until cancelled); returns the rounds run."""
     await ensure_demo_streams(nc)
     done, failures = 0, Counter()
     while rounds is None or done < rounds:
         try:
             await demo_round(nc)
-        except (BatchError, nats.errors.Error, asyncio.TimeoutError) as e:
+        except (BatchError, NatsError, asyncio.TimeoutError) as e:
             failures[type(e).__name__] += 1
             log.warning("demo round %d: %s", done + 1, e)
         done += 1

@@ -15,6 +15,10 @@ class ConfigError(ConsoleError):
     """Settings that cannot work (missing file, conflicting options)."""
 
 
+class EventLogMissingError(ConsoleError):
+    """There is no event log stream yet (no collector has run against this server)."""
+
+
 class NatsUnreachableError(ConsoleError):
     """No NATS server answered at the configured URLs ("cannot reach NATS at URL ...")."""
 

@@ -11,12 +11,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-import nats.js.errors
-from nats.aio.client import Client
-from nats.js.api import StorageType, StreamConfig
-
 from console.broker.atomic import AtomicBatch
+from console.broker.connection import Connection
 from console.broker.fast import FastBatch
+from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.fast_ingest import GapMode
 from console.domain.replies import FlowError, FlowGap, PubAck
 from console.errors import BatchEndedError, BatchError, BatchServerError, ConsoleError
@@ -119,25 +117,16 @@ class ProbeReport:
         return out
 
 
-async def ensure_stream(nc: Client, options: ProbeOptions) -> bool:
+async def ensure_probe_stream(nc: Connection, options: ProbeOptions) -> bool:
     """Create the probe stream, allowing both kinds of batch, when it does not exist; an existing one is left as it is."""
-    js = nc.jetstream()
-    try:
-        await js.stream_info(options.stream)
-        return False
-    except nats.js.errors.NotFoundError:
-        pass
-    await js.add_stream(
-        StreamConfig(
-            name=options.stream, subjects=[options.subject], storage=StorageType.FILE, allow_atomic=True, allow_batched=True
-        )
-    )
-    return True
+    created, _ = await ensure_stream(nc, StreamSpec(options.stream, (options.subject,), allow_atomic=True,
+                                                    allow_batched=True))
+    return created
 
 
-async def run_probe(nc: Client, options: ProbeOptions, progress: Callable[[int], None] | None = None) -> ProbeReport:
+async def run_probe(nc: Connection, options: ProbeOptions, progress: Callable[[int], None] | None = None) -> ProbeReport:
     report = ProbeReport(options.kind, options.stream, options.subject, skipped_seq=options.skip_seq)
-    report.stream_created = await ensure_stream(nc, options)
+    report.stream_created = await ensure_probe_stream(nc, options)
     payload = b"p" * options.size
     started = time.perf_counter()
     try:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-import nats.js.errors
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,6 +35,7 @@ from console.analytics.transforms import (
     stream_abandonment_stats,
 )
 from console.broker.eventlog import missing_log
+from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
     AbandonedBatch,
@@ -107,7 +107,7 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     options = SourceOptions.parse(settings.source)
     try:
         _, last = asyncio.run(_stream_bounds(options))
-    except nats.js.errors.NotFoundError:
+    except EventLogMissingError:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started,
                          note=missing_log(options.stream))
     if last <= done:

@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from console.analytics.schema import EVENT_SCHEMA, skipped_row, to_row
 from console.config import ConnectionSettings
+from console.errors import EventLogMissingError
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,15 @@ async def _connect(options: SourceOptions):
 
 
 async def _stream_bounds(options: SourceOptions) -> tuple[int, int]:
+    """(first, last) sequence of the event log; EventLogMissingError when there is none."""
+    import nats.js.errors
+
     nc = await _connect(options)
     try:
         state = (await nc.jetstream().stream_info(options.stream)).state
         return state.first_seq, state.last_seq
+    except nats.js.errors.NotFoundError:
+        raise EventLogMissingError(options.stream) from None
     finally:
         await nc.close()
 

@@ -12,6 +12,9 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+Connection = Client  # what the rest of the console holds: a connection made here
+NatsError = nats.errors.Error  # what a NATS call may raise, for code outside broker/ to catch
+
 from console.config import ConnectionSettings
 from console.errors import ConfigError, NatsUnreachableError
 

@@ -48,12 +48,17 @@ class Appended:
     error: Exception | None = None  # the last transient failure, for the log
 
 
-def refusal(event: BatchEvent) -> str | None:
-    """Why the log could never store this event (it would make an invalid subject or header)."""
+def refusal(event: BatchEvent, body: bytes) -> str | None:
+    """Why this event must not be stored: an invalid subject or header, or a body the readers would
+    refuse (the collector writes only what every reader accepts)."""
     if event.stream is not None and (problem := stream_name_problem(event.stream)):
         return problem
     if not event.event_id or has_control(event.event_id):
         return "event id is empty or holds a control character"
+    try:
+        event_from_json(body)
+    except MalformedEvent as e:
+        return f"readers would refuse it: {e.reason}"
     return None
 
 
@@ -115,10 +120,10 @@ class EventLog:
         prefix = self.settings.subject_prefix
         sent = []
         for event in events:
-            if (problem := refusal(event)) is not None:
+            body = event.to_json()
+            if (problem := refusal(event, body)) is not None:
                 result.refused.append((event, problem))
                 continue
-            body = event.to_json()
             headers = {"Nats-Msg-Id": event.event_id}
             if self.settings.key is not None:
                 headers[SIGNATURE] = signature(self.settings.key, body)

@@ -59,7 +59,7 @@ class FastBatchTracker:
         """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
         # Fast path, most of the traffic at low flows: a plain flow ack of a batch already tracked
         # (its subject was validated when the batch was first seen).
-        if (plain := _PLAIN_ACK.fullmatch(data)) is not None and int(plain[2]) <= MAX_FLOW:
+        if (plain := _PLAIN_ACK.fullmatch(data)) is not None and 1 <= int(plain[2]) <= MAX_FLOW:
             tokens = subject.rsplit(".", 6)
             if len(tokens) == 7 and tokens[6] == "$FI" and (known := self.batches.get(tokens[1])) is not None:
                 events: list[BatchEvent] = []

@@ -102,7 +102,7 @@ def to_reply(data: bytes | str) -> Reply:
 def _decode(obj: dict) -> Reply:
     kind = obj.get("type")
     if kind == "ack":
-        return FlowAck(_int(obj.get("seq"), "seq"), _int(obj.get("msgs"), "msgs", 0, MAX_FLOW))
+        return FlowAck(_int(obj.get("seq"), "seq"), _int(obj.get("msgs"), "msgs", 1, MAX_FLOW))  # a flow, never 0
     if kind == "gap":
         seq = _int(obj.get("seq"), "seq", 2)
         return FlowGap(_int(obj.get("last_seq"), "last_seq", 1, seq - 1), seq)

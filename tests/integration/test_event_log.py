@@ -58,10 +58,12 @@ async def test_follow_backfills_from_a_time_then_goes_live(nc):
 async def test_an_event_the_log_can_never_take_is_refused_and_the_rest_are_stored(nc):
     log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_D", subject_prefix="log_d"))
     await log.ensure()
-    result = await log.append([event(1), event(2, stream="a b"), event(3)])
+    no_flow = BatchEvent("test.4", EventKind.FAST_PROGRESS, T0, "S", "b4", flow=0)  # readers refuse a flow of 0
+    result = await log.append([event(1), event(2, stream="a b"), event(3), no_flow])
     assert result.stored == 2 and result.retry == []
-    [(refused, why)] = result.refused
+    [(refused, why), (unreadable, because)] = result.refused
     assert refused.event_id == "test.2" and "white space" in why
+    assert unreadable.event_id == "test.4" and because.startswith("readers would refuse it: 'flow'")
     assert [e.event_id for _, e in await log.read(1)] == ["test.1", "test.3"]
 
 

@@ -126,6 +126,7 @@ def test_events_read_back_or_are_malformed(body):
 @given(st.lists(st.tuples(st.sampled_from(["_INBOX.p.b.10.ok.1.0.$FI", "_INBOX.p.b.10.fail.7.1.$FI",
                                            "_INBOX.p.c.10.ok.9.3.$FI", "x.y"]),
                           bodies(REPLY_KEYS, {"type": "ack", "seq": 0, "msgs": 10})), max_size=8))
+@example([("_INBOX.p.b.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":0}')])  # once made an event with flow 0
 def test_the_tracker_only_raises_malformed_input_and_makes_sane_events(feed):
     tracker = FastBatchTracker()
     for subject, body in feed:
