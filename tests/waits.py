@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import time
 
+import nats.errors
 import nats.js.errors
 
 from console.broker.eventlog import EventLog
@@ -32,21 +33,36 @@ async def wait_until(condition, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def poll_until(condition, timeout: float, what: str) -> None:
-    """The synchronous twin, for tests that drive processes and a browser rather than an event loop."""
+async def eventually(probe, until=bool, timeout: float = 15.0, what: str = "condition", every: float = 0.1):
+    """Await probe() until until(its result) holds, and return that result. A probe that fails with a
+    NATS error (a server coming back, say) counts as not yet."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            value = await probe()
+            if until(value):
+                return value
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+            value = e
+        assert asyncio.get_running_loop().time() < deadline, f"{what} not met in time; last: {value!r}"[:3000]
+        await asyncio.sleep(every)
+
+
+def poll_until(condition, timeout: float, what: str, every: float = 0.2):
+    """The synchronous twin, for tests that drive processes and a browser rather than an event loop;
+    returns what the condition returned."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (value := condition()):
         assert time.monotonic() < deadline, what
-        time.sleep(0.2)
+        time.sleep(every)
+    return value
 
 
 async def events_for(client, batch_ids, until, timeout=15.0):
     """Read the event log until `until(events)` holds for the events of these batches."""
     log = EventLog(client.jetstream())
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        events = [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids]
-        if until(events):
-            return events
-        assert asyncio.get_running_loop().time() < deadline, f"events so far: {events}"
-        await asyncio.sleep(0.1)
+
+    async def events():
+        return [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids]
+
+    return await eventually(events, until, timeout, f"events of {sorted(batch_ids)[:5]}")

@@ -1,4 +1,3 @@
-import asyncio
 
 import nats
 import pytest
@@ -10,7 +9,7 @@ from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
-from tests.waits import events_for
+from tests.waits import events_for, eventually
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +125,6 @@ async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(clien
 async def quarantined(client, count: int, timeout: float = 10.0) -> list:
     """The first `count` inputs the quarantine kept, raw, with their reasons in headers."""
     js = client.jetstream()
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (await js.stream_info("BATCH_CONSOLE_QUARANTINE")).state.messages < count:
-        assert asyncio.get_running_loop().time() < deadline, "not quarantined"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: js.stream_info("BATCH_CONSOLE_QUARANTINE"), lambda info: info.state.messages >= count,
+                     timeout, "quarantined")
     return [await js.get_msg("BATCH_CONSOLE_QUARANTINE", seq) for seq in range(1, count + 1)]

@@ -8,20 +8,7 @@ from console.broker.eventlog import EventLog
 from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from tests.conftest import TEST_LIMITS
-from tests.waits import collector_ready
-
-
-async def wait_for_batch(log, batch_id, timeout=30.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            found = [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id == batch_id]
-        except (nats.errors.Error, nats.js.errors.Error):
-            found = []
-        if found:
-            return found
-        assert asyncio.get_running_loop().time() < deadline, f"no event for {batch_id}"
-        await asyncio.sleep(0.2)
+from tests.waits import collector_ready, events_for, eventually
 
 
 async def abandon(nc, batch_id):
@@ -38,27 +25,18 @@ async def test_collector_goes_on_after_the_server_restarts(tmp_path):
         collector = Collector(conn, CollectorSettings(batch_timeout=1, tick_every=0.1))
         await collector.start()
         await client.jetstream().add_stream(StreamConfig(name="RESTART", subjects=["restart.>"], allow_atomic=True))
-        log = EventLog(client.jetstream())
-
         await abandon(client, "before-restart")
-        await wait_for_batch(log, "before-restart")
+        await events_for(client, {"before-restart"}, bool, timeout=30)
 
         server.restart()  # same store, same port
-        deadline = asyncio.get_running_loop().time() + 20
-        while True:  # reconnected, and JetStream answers for the stream again
-            try:
-                if conn.is_connected and client.is_connected:
-                    await client.jetstream().stream_info("RESTART")
-                    break
-            except (nats.errors.Error, nats.js.errors.Error):
-                pass
-            assert asyncio.get_running_loop().time() < deadline, "stream did not come back"
-            await asyncio.sleep(0.05)
+        # reconnected, and JetStream answers for the stream again
+        await eventually(lambda: client.jetstream().stream_info("RESTART"),
+                         lambda _: conn.is_connected and client.is_connected, 20, "the stream coming back", every=0.05)
 
         await abandon(client, "after-restart")
-        [event] = await wait_for_batch(log, "after-restart")
+        [event] = await events_for(client, {"after-restart"}, bool, timeout=30)
         assert event.reason == "timeout"
-        assert len(await wait_for_batch(log, "before-restart")) == 1  # not duplicated by the restart
+        assert len(await events_for(client, {"before-restart"}, bool, timeout=30)) == 1  # not duplicated by the restart
         await collector.stop()
         await conn.close()
         await client.close()
@@ -90,7 +68,9 @@ async def test_collector_killed_mid_burst_loses_and_duplicates_nothing(tmp_path)
         log = EventLog(js)
         start_collector()
         await collector_ready(js, procs[-1])
-        deadline = asyncio.get_running_loop().time() + 30
+
+        async def abandonments():
+            return [e for _, e in await log.read(1, idle_timeout=0.1) if e.kind is EventKind.ATOMIC_ABANDONED]
 
         ids = [f"burst-{i}" for i in range(300)]
 
@@ -105,20 +85,13 @@ async def test_collector_killed_mid_burst_loses_and_duplicates_nothing(tmp_path)
                     pass
 
         publishing = asyncio.create_task(burst())
-        while len([e for _, e in await log.read(1, idle_timeout=0.1) if e.kind is EventKind.ATOMIC_ABANDONED]) < 30:
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.01)
+        await eventually(abandonments, lambda events: len(events) >= 30, 30, "30 abandonments logged", every=0.01)
         procs[-1].send_signal(signal.SIGKILL)  # mid-burst
         procs[-1].wait()
         await publishing
         start_collector()
 
-        while True:
-            events = [e for _, e in await log.read(1, idle_timeout=0.2) if e.kind is EventKind.ATOMIC_ABANDONED]
-            if len(events) >= len(ids):
-                break
-            assert asyncio.get_running_loop().time() < deadline + 30, f"{len(events)} of {len(ids)} stored"
-            await asyncio.sleep(0.2)
+        events = await eventually(abandonments, lambda events: len(events) >= len(ids), 60, "every abandonment logged")
         assert sorted(e.batch_id for e in events) == sorted(ids)  # every one, each once
         await client.close()
     finally:

@@ -13,7 +13,7 @@ from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
-from tests.waits import events_for
+from tests.waits import events_for, wait_until
 
 ACCOUNTS = """
 accounts {
@@ -95,10 +95,7 @@ async def test_denied_permissions_are_reported_and_the_collector_runs_with_what_
         status = await collector.status()
         assert status.advisories_durable is False
         assert any("live-only" in p for p in status.problems)
-        deadline = asyncio.get_running_loop().time() + 10
-        while not any("permissions violation for subscription" in p.lower() for p in collector.problems):
-            assert asyncio.get_running_loop().time() < deadline, collector.problems
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: any("permissions violation for subscription" in p.lower() for p in collector.problems))
         # what it may still do, it does: live advisories into the event log
         await app.jetstream().add_stream(StreamConfig(name="LIMITED", subjects=["limited.>"], allow_atomic=True))
         batch = AtomicBatch(app, batch_id="seen-live")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.processes import CLI, free_port, wait_http
+from tests.waits import poll_until
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -59,11 +59,11 @@ def console(tmp_path_factory):
         return procs[-1], tmp / f"{name}.log"
 
     server, server_log = start(["server", "--port", "0", "--data-dir", str(tmp), "--batch-timeout", "1"], "nats")
-    deadline = time.monotonic() + 30
-    while not (m := re.search(r"nats://[\d.]+:\d+", server_log.read_text())):
-        assert server.poll() is None and time.monotonic() < deadline, server_log.read_text()
-        time.sleep(0.05)
-    nats_url = m.group(0)
+    def started():
+        assert server.poll() is None, server_log.read_text()
+        return re.search(r"nats://[\d.]+:\d+", server_log.read_text())
+
+    nats_url = poll_until(started, 30, "the nats-server printed no URL", every=0.05).group(0)
     start(["collect", "--server", nats_url, "--data-dir", str(tmp)], "collector")  # the web's event key
     port = free_port()
     web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp)], "web")

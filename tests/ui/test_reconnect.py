@@ -3,11 +3,11 @@
 import re
 import signal
 import subprocess
-import time
 
 from playwright.sync_api import expect
 
 from tests.processes import CLI, free_port, probe, wait_http
+from tests.waits import poll_until
 
 
 def start(args, log_path):
@@ -16,13 +16,11 @@ def start(args, log_path):
 
 
 def nats_ready(log_path, proc, after=0):
-    deadline = time.monotonic() + 30
-    while True:
-        text = log_path.read_text()[after:]
-        if m := re.search(r"nats-server ready on (nats://[\d.]+:\d+)", text):
-            return m.group(1)
-        assert proc.poll() is None and time.monotonic() < deadline, text
-        time.sleep(0.05)
+    def ready():
+        assert proc.poll() is None, log_path.read_text()[after:]
+        return re.search(r"nats-server ready on (nats://[\d.]+:\d+)", log_path.read_text()[after:])
+
+    return poll_until(ready, 30, "the nats-server did not say it was ready", every=0.05).group(1)
 
 
 def test_the_page_shows_the_drop_and_follows_events_after_the_server_returns(tmp_path, page):
