@@ -15,6 +15,10 @@ class ConfigError(ConsoleError):
     """Settings that cannot work (missing file, conflicting options)."""
 
 
+class CaptureRefusedError(ConsoleError):
+    """The account may not keep advisories in a stream: the collector follows them live only."""
+
+
 class EventLogMissingError(ConsoleError):
     """There is no event log stream yet (no collector has run against this server)."""
 

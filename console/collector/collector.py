@@ -17,15 +17,16 @@ import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
-
 from console.broker.eventlog import DAY, Appended, EventLog, EventLogSettings
 from console.broker.quarantine import Quarantine, QuarantineSettings
-from console.broker.replies import is_no_responders
+from console.broker.capture import (
+    ADVISORY_SUBJECTS,
+    DurableAdvisories,
+    Inbound,
+    Subscriptions,
+    stream_of_subject,
+)
+from console.broker.connection import Connection
 from console.broker.server_info import (
     DEFAULT_BATCH_TIMEOUT,
     batch_timeout_from_varz,
@@ -47,11 +48,10 @@ from console.domain.events import (
 from console.domain.fast_tracker import FastBatchTracker
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput, Tally
+from console.errors import CaptureRefusedError
 
 log = logging.getLogger(__name__)
 
-ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
-PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
 STOP_GRACE = 10.0  # seconds a stop may spend handling what was received and storing what is queued
 # Seconds an account-side abandonment waits for the system account's copy (they arrive together).
 VERIFY_WAIT = 2.0
@@ -99,14 +99,16 @@ async def _ended(tasks: list[asyncio.Task]) -> None:
 
 
 class Collector:
-    def __init__(self, nc: Client, settings: CollectorSettings = CollectorSettings(), system_nc: Client | None = None):
+    def __init__(self, nc: Connection, settings: CollectorSettings = CollectorSettings(),
+                 system_nc: Connection | None = None):
         """system_nc: a connection to the system account, for its copies of every account's
         advisories and for /varz; optional."""
         self.nc = nc
         self.system_nc = system_nc
-        self.js = nc.jetstream()
         self.settings = settings
-        self.log = EventLog(self.js, settings.event_log)
+        self.log = EventLog(nc.jetstream(), settings.event_log)
+        self.advisories = DurableAdvisories(nc, settings.advisory_stream, settings.durable, settings.advisory_max_age,
+                                            settings.ack_wait)
         self.tracker = FastBatchTracker(settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches)
         self.batch_timeout_source = "configured" if settings.batch_timeout else "assumed (server default)"
         self._streams_by_subject: dict[str, str | None] = {}
@@ -129,7 +131,7 @@ class Collector:
         self._queue: asyncio.Queue[BatchEvent | None] = asyncio.Queue(settings.max_queued_events)  # None: stop
         self._writer: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
-        self._subs: list = []
+        self._subs = Subscriptions()
         self._status_seq = 0
         self._started = time.monotonic()
         self._stopping = False
@@ -148,13 +150,11 @@ class Collector:
         await self._learn_batch_timeout()
         await self._start_advisories()
         if self.system_nc is not None:  # every account's advisories, which no client can forge
-            self._subs.append(await self.system_nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_system_advisory))
+            await self._subs.follow(self.system_nc, ADVISORY_SUBJECTS, self._on_system_advisory)
         for prefix in self.settings.inbox_prefixes:
-            for depth in (5, 6):  # `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8
-                pattern = ".".join([prefix] + ["*"] * depth + ["$FI"])
-                self._subs.append(await self.nc.subscribe(pattern, cb=self._on_tap))
+            await self._subs.tap_fast_replies(self.nc, prefix, self._on_tap)
         for subject in self.settings.tap_publish_subjects:
-            self._subs.append(await self.nc.subscribe(subject, cb=self._on_publish_side))
+            await self._subs.follow(self.nc, subject, self._on_publish_side)
         self._writer = self.loops.start("writer", self._write_loop, lambda: self._stopping)
         self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
         self._tasks.append(self.loops.start("ticker", self._tick_loop, lambda: self._stopping))
@@ -170,12 +170,7 @@ class Collector:
         """
         self._stopping = True
         self._stop_deadline = time.monotonic() + STOP_GRACE
-        for sub in self._subs:  # unsubscribe, then the replies the server sent before it are handled
-            try:
-                await asyncio.wait_for(sub.drain(), max(0.1, self._stop_deadline - time.monotonic()))
-            except (asyncio.TimeoutError, nats.errors.Error):
-                pass
-        self._subs.clear()
+        await self._subs.drain(STOP_GRACE)  # the replies the server sent before the unsubscribe are handled
         for task in self._tasks:
             task.cancel()
         await _ended(self._tasks)
@@ -212,50 +207,30 @@ class Collector:
 
     async def _start_advisories(self) -> None:
         try:
-            stream = await self._advisory_stream()
-            await self.js.add_consumer(stream, ConsumerConfig(
-                durable_name=self.settings.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=self.settings.ack_wait,
-                max_ack_pending=10_000,
-            ))
-            psub = await self.js.pull_subscribe_bind(self.settings.durable, stream)
-            self.advisory_stream, self.advisories_durable = stream, True
-            self._tasks.append(self.loops.start("advisories", lambda: self._advisory_loop(psub), lambda: self._stopping))
-        except (nats.js.errors.APIError, nats.errors.Error) as e:
+            self.advisory_stream = await self.advisories.open()
+            self.advisories_durable = True
+            self._tasks.append(self.loops.start("advisories", self._advisory_loop, lambda: self._stopping))
+        except CaptureRefusedError as e:
             self.problems.append(f"advisories are live-only (not durable): cannot capture them in a stream: {e}")
             log.warning(self.problems[-1])
-            self._subs.append(await self.nc.subscribe(ADVISORY_SUBJECTS, cb=self._on_account_live_advisory))
+            await self._subs.follow(self.nc, ADVISORY_SUBJECTS, self._on_account_live_advisory)
 
-    async def _advisory_stream(self) -> str:
-        """Reuse a stream that already captures advisories (the server refuses a second overlapping one)."""
-        try:
-            existing = await self.js.find_stream_name_by_subject(PROBE_SUBJECT)
-            if existing:
-                log.info("reusing advisory stream %s", existing)
-                return existing
-        except nats.js.errors.NotFoundError:
-            pass
-        await self.js.add_stream(StreamConfig(
-            name=self.settings.advisory_stream, subjects=[ADVISORY_SUBJECTS], storage=StorageType.FILE,
-            max_age=self.settings.advisory_max_age,
-        ))
-        return self.settings.advisory_stream
-
-    async def _advisory_loop(self, psub) -> None:
+    async def _advisory_loop(self) -> None:
         while not self._stopping:
             try:
-                msgs = await psub.fetch(self.settings.fetch_batch, timeout=1.0)
-            except asyncio.TimeoutError:  # nats-py raises its own subclass or the plain one
-                continue
+                fetched = await self.advisories.fetch(self.settings.fetch_batch, timeout=1.0)
             except Exception as e:  # reconnecting, or anything else: never stop collecting
                 await self._survive("advisory fetch", e)
                 continue
             self.loops.beat("advisories")
-            events = [e for msg in msgs if (e := await self._advisory_event(msg)) is not None]
+            if not fetched:
+                continue
+            events = [e for msg, _ in fetched if (e := await self._advisory_event(msg)) is not None]
             if not await self._store(await self._account_side(events)):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run
-            for msg in msgs:  # only now: the events are in the log
+            for _, ack in fetched:  # only now: the events are in the log
                 try:
-                    await msg.ack()
+                    await ack()
                 except Exception as e:  # unacked: redelivered after ack_wait, deduplicated by id
                     await self._survive("advisory ack", e)
 
@@ -264,13 +239,13 @@ class Collector:
         log.warning("%s failed (%r); going on", where, error)
         await asyncio.sleep(pause)
 
-    async def _reject(self, source: str, reason: str, msg: Msg) -> None:
+    async def _reject(self, source: str, reason: str, msg: Inbound) -> None:
         """Bad input: counted by reason, kept in the quarantine, skipped."""
         self.rejected.add(f"{source}: {reason}")
         if self.quarantine.has_room():
             await self.quarantine.keep(source, reason, msg.subject, msg.data)
 
-    async def _advisory_event(self, msg: Msg) -> BatchEvent | None:
+    async def _advisory_event(self, msg: Inbound) -> BatchEvent | None:
         try:
             return advisory_to_event(msg.data)
         except MalformedInput as e:
@@ -282,7 +257,7 @@ class Collector:
             await self._reject("advisory", f"unreadable ({type(e).__name__})", msg)
         return None
 
-    async def _on_system_advisory(self, msg: Msg) -> None:
+    async def _on_system_advisory(self, msg: Inbound) -> None:
         """The system account's copy: no client of the application account can publish it."""
         if (event := await self._advisory_event(msg)) is not None:
             self._from_system[event.event_id] = None
@@ -290,7 +265,7 @@ class Collector:
                 self._from_system.pop(next(iter(self._from_system)))
             self._enqueue([event], SYSTEM_ADVISORY)
 
-    async def _on_account_live_advisory(self, msg: Msg) -> None:
+    async def _on_account_live_advisory(self, msg: Inbound) -> None:
         if (event := await self._advisory_event(msg)) is not None:
             self._enqueue([event], ACCOUNT_ADVISORY)
 
@@ -326,10 +301,10 @@ class Collector:
             else:
                 await asyncio.sleep(0.05)
 
-    async def _on_tap(self, msg: Msg) -> None:
+    async def _on_tap(self, msg: Inbound) -> None:
         self.tapped += 1
         self._last_tap = time.monotonic()
-        if is_no_responders(msg):
+        if msg.no_responders:
             self.ignored.add("no responders")
             return
         try:
@@ -344,7 +319,7 @@ class Collector:
         if events:
             self._enqueue(events, FI_TAP)
 
-    async def _on_publish_side(self, msg: Msg) -> None:
+    async def _on_publish_side(self, msg: Inbound) -> None:
         if not msg.reply or not msg.reply.endswith(".$FI"):
             return  # a message that is not part of a fast batch
         try:
@@ -362,7 +337,7 @@ class Collector:
         if subject not in self._streams_by_subject:
             self._streams_by_subject[subject] = None  # one lookup per subject at a time
             try:
-                self._streams_by_subject[subject] = await self.js.find_stream_name_by_subject(subject)
+                self._streams_by_subject[subject] = await stream_of_subject(self.nc, subject)
             except Exception as e:
                 del self._streams_by_subject[subject]
                 self.errors.add(f"stream lookup: {type(e).__name__}")
@@ -447,7 +422,7 @@ class Collector:
         lag = None
         if self.advisory_stream:
             try:
-                lag = (await self.js.consumer_info(self.advisory_stream, self.settings.durable)).num_pending
+                lag = await self.advisories.pending()
             except Exception as e:  # the status goes out without the lag rather than not at all
                 self.errors.add(f"consumer info: {type(e).__name__}")
         now = time.monotonic()

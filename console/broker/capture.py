@@ -1,0 +1,117 @@
+"""What the collector reads, as plain inbound messages: advisories captured durably by a stream, and
+core subscriptions (the `$FI` reply tap, the publish side, the system account's advisories)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+from console.broker.connection import Connection
+from console.broker.replies import is_no_responders
+from console.errors import CaptureRefusedError
+
+log = logging.getLogger(__name__)
+
+ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
+PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
+
+
+@dataclass(frozen=True)
+class Inbound:
+    subject: str
+    data: bytes
+    reply: str | None = None
+    no_responders: bool = False  # a 503 status: no stream listens on the subject
+
+
+Handler = Callable[[Inbound], Awaitable[None]]
+Ack = Callable[[], Awaitable[None]]
+
+
+def inbound(msg: Msg) -> Inbound:
+    return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg))
+
+
+class DurableAdvisories:
+    """Advisories kept by a stream on $JS.EVENT.ADVISORY.> (an existing one is reused: the server refuses
+    a second, overlapping one) and read with a durable pull consumer, each acked by the reader."""
+
+    def __init__(self, nc: Connection, stream: str, durable: str, max_age: float, ack_wait: float):
+        self.js = nc.jetstream()
+        self.stream, self.durable, self.max_age, self.ack_wait = stream, durable, max_age, ack_wait
+        self._psub = None
+
+    async def open(self) -> str:
+        """The stream's name; CaptureRefusedError when the account may not capture them."""
+        try:
+            self.stream = await self._stream()
+            await self.js.add_consumer(self.stream, ConsumerConfig(
+                durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait, max_ack_pending=10_000,
+            ))
+            self._psub = await self.js.pull_subscribe_bind(self.durable, self.stream)
+        except (nats.js.errors.APIError, nats.errors.Error) as e:
+            raise CaptureRefusedError(str(e)) from None
+        return self.stream
+
+    async def _stream(self) -> str:
+        try:
+            existing = await self.js.find_stream_name_by_subject(PROBE_SUBJECT)
+            if existing:
+                log.info("reusing advisory stream %s", existing)
+                return existing
+        except nats.js.errors.NotFoundError:
+            pass
+        await self.js.add_stream(StreamConfig(name=self.stream, subjects=[ADVISORY_SUBJECTS], storage=StorageType.FILE,
+                                              max_age=self.max_age))
+        return self.stream
+
+    async def fetch(self, batch: int, timeout: float = 1.0) -> list[tuple[Inbound, Ack]]:
+        """Up to `batch` advisories with their acks; none when none came within `timeout`."""
+        try:
+            msgs = await self._psub.fetch(batch, timeout=timeout)
+        except asyncio.TimeoutError:  # nats-py raises its own subclass or the plain one
+            return []
+        return [(inbound(msg), msg.ack) for msg in msgs]
+
+    async def pending(self) -> int:
+        return (await self.js.consumer_info(self.stream, self.durable)).num_pending
+
+
+class Subscriptions:
+    """Core subscriptions that hand Inbound messages to handlers, drained together at the end."""
+
+    def __init__(self):
+        self._subs = []
+
+    async def follow(self, nc: Connection, subject: str, handler: Handler) -> None:
+        async def on_msg(msg: Msg) -> None:
+            await handler(inbound(msg))
+
+        self._subs.append(await nc.subscribe(subject, cb=on_msg))
+
+    async def tap_fast_replies(self, nc: Connection, prefix: str, handler: Handler) -> None:
+        """Every fast-ingest reply under an inbox prefix: `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8."""
+        for depth in (5, 6):
+            await self.follow(nc, ".".join([prefix] + ["*"] * depth + ["$FI"]), handler)
+
+    async def drain(self, within: float) -> None:
+        """Unsubscribe, then handle what the server sent before; after `within` seconds, stop waiting."""
+        give_up_at = asyncio.get_running_loop().time() + within
+        for sub in self._subs:
+            try:
+                await asyncio.wait_for(sub.drain(), max(0.1, give_up_at - asyncio.get_running_loop().time()))
+            except (asyncio.TimeoutError, nats.errors.Error):
+                pass
+        self._subs.clear()
+
+
+async def stream_of_subject(nc: Connection, subject: str) -> str | None:
+    """The stream that binds a subject, as the server says."""
+    return await nc.jetstream().find_stream_name_by_subject(subject)
