@@ -23,7 +23,6 @@ from pyspark.sql.types import StructType
 
 from console.analytics.schema import EVENT_SCHEMA, skipped_row, to_row
 from console.config import ConnectionSettings
-from console.errors import EventLogMissingError
 
 
 @dataclass(frozen=True)
@@ -74,74 +73,28 @@ def split(first: int, last: int, parts: int) -> list[SeqRange]:
     return [SeqRange(lo, min(lo + size - 1, last)) for lo in range(first, last + 1, size)]
 
 
-async def _connect(options: SourceOptions):
-    from console.broker.connection import connect  # imported on the executor, where it runs
-
-    return await connect(options.connection, give_up_after=options.connection.connect_timeout + 1,
-                         allow_reconnect=False)  # NatsUnreachableError names the URL
-
-
 async def _stream_bounds(options: SourceOptions) -> tuple[int, int]:
-    """(first, last) sequence of the event log; EventLogMissingError when there is none."""
-    import nats.js.errors
+    from console.broker.log_reader import stream_bounds  # imported where it runs (the driver)
 
-    nc = await _connect(options)
-    try:
-        state = (await nc.jetstream().stream_info(options.stream)).state
-        return state.first_seq, state.last_seq
-    except nats.js.errors.NotFoundError:
-        raise EventLogMissingError(options.stream) from None
-    finally:
-        await nc.close()
+    return await stream_bounds(options.connection, options.stream)
 
 
 async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:
-    import nats.errors
-    import nats.js.errors
-    from nats.js.api import ConsumerConfig, DeliverPolicy
-
+    """A partition's rows on an executor: each record decoded, or a marker the job counts and drops when
+    it is not an event the collector signed."""
+    from console.broker.log_reader import read_range
     from console.domain.events import MalformedEvent, event_from_json
     from console.domain.signing import forgery
 
-    nc = await _connect(options)
-    rows: list[tuple] = []
-    try:
-        js = nc.jetstream()
-        try:  # the first matching message at or after `first`, without a consumer
-            head = await js.get_msg(options.stream, seq=part.first, subject=options.subject, next=True)
-        except nats.js.errors.NotFoundError:
-            return rows
-        if head.seq > part.last:
-            return rows
-        sub = await js.subscribe(
-            options.subject, stream=options.stream, ordered_consumer=True,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=head.seq),
-        )
+    rows = []
+    for record in await read_range(options.connection, options.stream, options.subject, part.first, part.last,
+                                   options.idle_timeout):
         try:
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=options.idle_timeout)
-                except nats.errors.TimeoutError:
-                    raise RuntimeError(
-                        f"jetstream source: no message for {options.idle_timeout}s while reading "
-                        f"{options.stream} {part.first}..{part.last}"
-                    ) from None
-                seq = msg.metadata.sequence.stream
-                if seq > part.last:
-                    break
-                forged = options.event_key and forgery(options.event_key, msg.data, msg.headers)
-                try:
-                    if forged:
-                        raise MalformedEvent(forged)
-                    rows.append(to_row(seq, event_from_json(msg.data)))
-                except MalformedEvent as e:  # not the collector's event: the job counts and drops the marker
-                    rows.append(skipped_row(seq, e.reason, msg.metadata.timestamp))
-                if seq == part.last or msg.metadata.num_pending == 0:
-                    break
-        finally:
-            await sub.unsubscribe()
-    finally:
-        await nc.close()
+            if options.event_key and (forged := forgery(options.event_key, record.data, record.headers)):
+                raise MalformedEvent(forged)
+            rows.append(to_row(record.seq, event_from_json(record.data)))
+        except MalformedEvent as e:
+            rows.append(skipped_row(record.seq, e.reason, record.stored))
     return rows
 
 

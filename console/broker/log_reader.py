@@ -1,0 +1,74 @@
+"""Reading a sequence range of the event log without a live state: what the Spark source's executors
+run, each with a connection of its own. Records come back raw; decoding them is the caller's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import nats.errors
+import nats.js.errors
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from console.broker.connection import connect
+from console.config import ConnectionSettings
+from console.errors import ConsoleError, EventLogMissingError
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    seq: int
+    data: bytes
+    headers: dict[str, str] | None
+    stored: datetime
+
+
+async def _connect(settings: ConnectionSettings):
+    return await connect(settings, give_up_after=settings.connect_timeout + 1,
+                         allow_reconnect=False)  # NatsUnreachableError names the URL
+
+
+async def stream_bounds(settings: ConnectionSettings, stream: str) -> tuple[int, int]:
+    """(first, last) sequence of the log; EventLogMissingError when there is none."""
+    nc = await _connect(settings)
+    try:
+        state = (await nc.jetstream().stream_info(stream)).state
+        return state.first_seq, state.last_seq
+    except nats.js.errors.NotFoundError:
+        raise EventLogMissingError(stream) from None
+    finally:
+        await nc.close()
+
+
+async def read_range(settings: ConnectionSettings, stream: str, subject: str, first: int, last: int,
+                     idle_timeout: float) -> list[RawRecord]:
+    """The records on `subject` with first <= seq <= last, in order, with an ordered consumer."""
+    nc = await _connect(settings)
+    records: list[RawRecord] = []
+    try:
+        js = nc.jetstream()
+        try:  # the first matching message at or after `first`, without a consumer
+            head = await js.get_msg(stream, seq=first, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return records
+        if head.seq > last:
+            return records
+        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=head.seq))
+        try:
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=idle_timeout)
+                except nats.errors.TimeoutError:
+                    raise ConsoleError(f"no message for {idle_timeout}s while reading {stream} {first}..{last}") from None
+                seq = msg.metadata.sequence.stream
+                if seq > last:
+                    break
+                records.append(RawRecord(seq, msg.data, msg.headers, msg.metadata.timestamp))
+                if seq == last or msg.metadata.num_pending == 0:
+                    break
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await nc.close()
+    return records
