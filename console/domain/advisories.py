@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from console.domain.wire import MalformedInput, batch_id, bounded_text, bounded_time, has_control, load_object, stream_name
+from console.domain.wire import (
+    MAX_LABEL,
+    MalformedInput,
+    batch_id,
+    bounded_text,
+    bounded_time,
+    label,
+    load_object,
+    stream_name,
+)
 
 ABANDONED_TYPE = "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
 ABANDONED_SUBJECT_PREFIX = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."
@@ -85,12 +94,6 @@ def to_batch_abandoned(data: bytes | str) -> BatchAbandoned:
     )
 
 
-def label(obj: dict, key: str) -> str | None:
-    """An optional name that only labels (account, domain, consumer): kept when sane, else dropped."""
-    value = obj.get(key)
-    return value if isinstance(value, str) and value and len(value) <= 256 and not has_control(value) else None
-
-
 # Context an investigation needs around an abandonment: advisory type -> the field naming what happened.
 CONTEXT_TYPES = {
     "io.nats.jetstream.advisory.v1.stream_action": "action",
@@ -103,4 +106,4 @@ CONTEXT_TYPES = {
 def advisory_type(data: bytes | str) -> tuple[str, dict]:
     """(type, body) of any advisory; MalformedAdvisory when it is not a JSON object with a type."""
     obj = load_object(data, MalformedAdvisory)
-    return bounded_text(obj.get("type"), "type", 256, MalformedAdvisory), obj
+    return bounded_text(obj.get("type"), "type", MAX_LABEL, MalformedAdvisory), obj

@@ -9,11 +9,10 @@ from console.domain.advisories import (
     MalformedAdvisory,
     advisory_time,
     advisory_type,
-    label,
     to_batch_abandoned,
 )
 from console.domain.events import BatchEvent, EventKind
-from console.domain.wire import bounded_text, stream_name
+from console.domain.wire import bounded_text, label, stream_name
 
 
 class IgnoredAdvisory(Exception):

@@ -13,8 +13,10 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from console.domain.fast_ingest import MAX_FLOW
 from console.domain.wire import (
     INT64_MAX,
+    MAX_LABEL,
     MalformedInput,
     batch_id,
     bounded_int,
@@ -109,7 +111,7 @@ class MalformedEvent(MalformedInput):
 
 
 MAX_EVENT = 64 * 1024  # bytes; a status event with every counter is a few KiB
-_FLOW = (1, 65535)
+_FLOW = (1, MAX_FLOW)
 _SEQUENCE = (0, INT64_MAX)
 # field -> how to read it from the JSON (None: absent). Fields not named here are ignored.
 _READERS = {
@@ -123,8 +125,8 @@ _READERS = {
     "description": lambda v: bounded_text(v, "description", error=MalformedEvent),
     "eob": lambda v: _bool(v, "eob"),
     "inferred": lambda v: _bool(v, "inferred"),
-    "account": lambda v: bounded_text(v, "account", 256, MalformedEvent),
-    "domain": lambda v: bounded_text(v, "domain", 256, MalformedEvent),
+    "account": lambda v: bounded_text(v, "account", MAX_LABEL, MalformedEvent),
+    "domain": lambda v: bounded_text(v, "domain", MAX_LABEL, MalformedEvent),
     "detail": lambda v: _long_text(v, "detail"),
     "source": lambda v: _one_of(v, "source", SOURCES),
     "unverified": lambda v: _bool(v, "unverified"),

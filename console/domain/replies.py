@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from console.domain.fast_ingest import MAX_FLOW
-from console.domain.wire import INT64_MAX, MalformedInput, bounded_int, bounded_text, load_object, stream_name
+from console.domain.wire import INT64_MAX, MalformedInput, bounded_int, bounded_text, label, load_object, stream_name
 
 
 class MalformedReply(MalformedInput):
@@ -114,12 +114,12 @@ def _decode(obj: dict) -> Reply:
         return _api_error(obj["error"], obj.get("stream"))
     if obj.get("stream") is None:
         raise MalformedReply("PubAck without a stream")
-    batch, count, domain = obj.get("batch"), obj.get("count"), obj.get("domain")
+    batch, count = obj.get("batch"), obj.get("count")
     return PubAck(
         stream=stream_name(obj["stream"], error=MalformedReply),
         seq=_int(obj.get("seq"), "seq"),
         batch=None if batch is None else bounded_text(batch, "batch", 64, MalformedReply),
         count=None if count is None else _int(count, "count", 0, INT64_MAX),
         duplicate=obj.get("duplicate") is True,
-        domain=domain if isinstance(domain, str) and 0 < len(domain) <= 256 else None,
+        domain=label(obj, "domain"),
     )

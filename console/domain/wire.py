@@ -19,7 +19,8 @@ MAX_BODY = 64 * 1024  # bytes: the server's replies and advisories are a few hun
 INT64_MAX = 2**63 - 1
 MAX_STREAM_NAME_BYTES = 255  # the server refuses longer names (10052)
 MAX_BATCH_ID = 64  # both kinds of batch (10179, 10207)
-MAX_TEXT = 1024  # descriptions, account and domain names, ids
+MAX_TEXT = 1024  # descriptions, reasons
+MAX_LABEL = 256  # account, domain and consumer names, advisory types
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(2262, 1, 1, tzinfo=timezone.utc)  # pandas' nanosecond timestamps end in 2262
 
@@ -57,12 +58,6 @@ def bounded_int(value: object, key: str, low: int = 0, high: int = INT64_MAX,
     return value
 
 
-def optional_int(obj: dict, key: str, low: int = 0, high: int = INT64_MAX,
-                 error: type[MalformedInput] = MalformedInput) -> int | None:
-    value = obj.get(key)
-    return None if value is None else bounded_int(value, key, low, high, error)
-
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NAME_BREAKERS = re.compile(r"[\x00-\x20\x7f.*>/\\]")  # also white space, which the server refuses
 
@@ -79,10 +74,10 @@ def bounded_text(value: object, key: str, max_len: int = MAX_TEXT,
     return value
 
 
-def optional_text(obj: dict, key: str, max_len: int = MAX_TEXT,
-                  error: type[MalformedInput] = MalformedInput) -> str | None:
+def label(obj: dict, key: str) -> str | None:
+    """An optional name that only labels (account, domain, consumer): kept when sane, else dropped."""
     value = obj.get(key)
-    return None if value is None else bounded_text(value, key, max_len, error)
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_LABEL and not has_control(value) else None
 
 
 def stream_name_problem(name: object) -> str | None:
