@@ -14,7 +14,7 @@ from nats.js.client import JetStreamContext
 
 from console.domain.events import BatchEvent, MalformedEvent, event_from_json
 from console.domain.signing import SIGNATURE, forgery, signature
-from console.domain.wire import Tally, has_control, stream_name_problem
+from console.domain.wire import Tally
 
 DAY = 86_400.0
 
@@ -48,13 +48,9 @@ class Appended:
     error: Exception | None = None  # the last transient failure, for the log
 
 
-def refusal(event: BatchEvent, body: bytes) -> str | None:
-    """Why this event must not be stored: an invalid subject or header, or a body the readers would
-    refuse (the collector writes only what every reader accepts)."""
-    if event.stream is not None and (problem := stream_name_problem(event.stream)):
-        return problem
-    if not event.event_id or has_control(event.event_id):
-        return "event id is empty or holds a control character"
+def refusal(body: bytes) -> str | None:
+    """Why this event must not be stored: the readers would refuse it (its stream name makes the
+    subject and its id the Nats-Msg-Id header, so their checks are among the readers')."""
     try:
         event_from_json(body)
     except MalformedEvent as e:
@@ -121,7 +117,7 @@ class EventLog:
         sent = []
         for event in events:
             body = event.to_json()
-            if (problem := refusal(event, body)) is not None:
+            if (problem := refusal(body)) is not None:
                 result.refused.append((event, problem))
                 continue
             headers = {"Nats-Msg-Id": event.event_id}
