@@ -284,9 +284,8 @@ class Collector:
         deadline = time.monotonic() + VERIFY_WAIT
         while pending() and time.monotonic() < deadline and not self._stopping:
             await asyncio.sleep(0.05)
-        unverified = pending()
-        return [replace(e, unverified=True) if e.event_id in unverified else e for e in events
-                if e.event_id in unverified or e.event_id not in self._from_system]
+        unverified = pending()  # what the system account sent is stored from there: skipped here
+        return [replace(e, unverified=e.event_id in unverified) for e in events if e.event_id not in self._from_system]
 
     # -- the $FI tap -----------------------------------------------------------------------
 
