@@ -22,6 +22,13 @@ def nats_server(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server of the test module's own, where its streams and consumers meet no other module's."""
+    with EmbeddedServer(tmp_path_factory.mktemp("module"), batch_limits=TEST_LIMITS) as s:
+        yield s
+
+
 @pytest.fixture
 async def nc(nats_server):
     conn = await nats.connect(nats_server.url, connect_timeout=5)

@@ -10,10 +10,8 @@ from nats.js.api import StreamConfig
 from console.broker.atomic import AtomicBatch
 from console.broker.eventlog import EventLogSettings
 from console.broker.fast import BatchEndedError, FastBatch
-from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.errors import BatchError
-from tests.conftest import TEST_LIMITS
 from tests.waits import events_for
 
 
@@ -38,12 +36,6 @@ def spark():
     session.dataSource.register(JetStreamDataSource)
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with EmbeddedServer(tmp_path_factory.mktemp("job"), batch_limits=TEST_LIMITS) as s:
-        yield s
 
 
 @pytest.fixture

@@ -5,17 +5,10 @@ from nats.js.api import StreamConfig
 
 from console.broker.atomic import AtomicBatch
 from console.broker.fast import BatchEndedError, FastBatch
-from console.broker.server import EmbeddedServer
 from console.collector.collector import Collector, CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
 from tests.waits import events_for, eventually
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with EmbeddedServer(tmp_path_factory.mktemp("collector"), batch_limits=TEST_LIMITS) as s:
-        yield s
 
 
 @pytest.fixture
