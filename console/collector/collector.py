@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from console.broker.eventlog import DAY, Appended, EventLog, EventLogSettings
 from console.broker.quarantine import Quarantine, QuarantineSettings
@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 STOP_GRACE = 10.0  # seconds a stop may spend handling what was received and storing what is queued
 # Seconds an account-side abandonment waits for the system account's copy (they arrive together).
 VERIFY_WAIT = 2.0
+# How far ahead of this clock an advisory's timestamp may be (clock drift between hosts); later is forged.
+FUTURE_SKEW = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,10 @@ class Collector:
 
     async def _advisory_event(self, msg: Inbound) -> BatchEvent | None:
         try:
-            return advisory_to_event(msg.data)
+            event = advisory_to_event(msg.data)
+            if event.time > _now() + FUTURE_SKEW:  # no server sent this: it would skew every time window
+                raise MalformedInput(f"timestamp in the future ({event.time:%Y-%m-%d %H:%M:%S}Z)")
+            return event
         except MalformedInput as e:
             await self._reject("advisory", e.reason, msg)
         except IgnoredAdvisory as e:

@@ -98,6 +98,9 @@ async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(clien
     before.discard()
     await client.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.GARBAGE", b"{not json")
     await client.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.GARBAGE", b'{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned"}')
+    from_the_future = (b'{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"future1",'
+                       b'"timestamp":"2100-01-01T00:00:00Z","stream":"GARBAGE","batch":"later","reason":"timeout"}')
+    await client.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.GARBAGE", from_the_future)  # would skew Live
     await client.publish("_INBOX.x.b.10.ok.1.9.$FI", b'{"type":"ack","seq":0,"msgs":10}')
     await client.publish("_INBOX.x.b.10.ok.1.0.$FI", b"garbage")
     after = AtomicBatch(client, batch_id="after-garbage")
@@ -108,11 +111,12 @@ async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(clien
     status = await collector.status()
     assert status.rejected["fi_tap: op '9' is not one of 0-4"] == 1
     assert status.rejected["fi_tap: not JSON"] == 1
-    assert sum(n for reason, n in status.rejected.items() if reason.startswith("advisory")) == 2
-    kept = {m.data: (m.headers["Batch-Console-Source"], m.headers["Batch-Console-Reason"]) for m in await quarantined(client, 4)}
+    assert sum(n for reason, n in status.rejected.items() if reason.startswith("advisory")) == 3
+    kept = {m.data: (m.headers["Batch-Console-Source"], m.headers["Batch-Console-Reason"]) for m in await quarantined(client, 5)}
     assert kept[b"{not json"] == ("advisory", "not JSON")
     assert kept[b"garbage"] == ("fi_tap", "not JSON")
-    assert status.healthy is True and status.quarantined == 4
+    assert kept[from_the_future][1].startswith("timestamp in the future")
+    assert status.healthy is True and status.quarantined == 5
 
 
 async def quarantined(client, count: int, timeout: float = 10.0) -> list:
