@@ -43,7 +43,7 @@ from nats.js.api import StorageType, StreamConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from console.broker.atomic import AtomicBatch  # noqa: E402
-from console.broker.eventlog import EventLogSettings  # noqa: E402
+from console.config import EventLogSettings  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.server import EmbeddedServer  # noqa: E402
 from console.domain.events import EventKind, event_from_json  # noqa: E402

@@ -1,73 +1,379 @@
-"""Settings, read once at the entry point and passed down. No side effects at import."""
+"""Every setting of the console, declared once, and the one loader that reads them.
+
+A setting is a field of a section below declared with `setting(...)`: its default, its help, its
+flag (--field-name unless named) and so its environment twin, BATCH_CONSOLE_<FLAG> (--tls-ca is
+$BATCH_CONSOLE_TLS_CA). The CLI says which sections each command takes (`add_flags`); `load` then
+builds a `Settings` from the flags given, else the environment, else the defaults, so a notebook
+(`load()`) and every command read the same tree. The conversions the parts need sit here too:
+`child_env` for the parts `up` starts, `spark_options` / `ConnectionSettings.from_options` for the
+Spark data source. Secret settings never reach a repr, a log line or a command line.
+
+Plain fields (no `setting`) are tuning knobs for code and tests, not for operators. A probe's
+arguments (count, size, ...) describe one test run, not the console, and stay plain CLI arguments.
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import secrets
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from console.errors import ConfigError
 
+ENV_PREFIX = "BATCH_CONSOLE_"
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
-EVENT_KEY_ENV = "BATCH_CONSOLE_EVENT_KEY"
+DAY = 86_400.0
 EVENT_KEY_FILE = "event.key"
 MIN_EVENT_KEY = 16  # characters
+SPARK_EVENT_KEY = "event_secret"  # the data source's option for the event key; Spark redacts "secret" keys
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+@dataclass(frozen=True)
+class Spec:
+    help: str
+    flag: str
+    on_cli: bool = True  # False: read from the environment only
+    secret: bool = False
+    parse: Callable[[str], Any] = str
+    many: bool = False  # repeatable, and comma separated (in a flag or the environment)
+    switch: bool = False  # a flag without a value; 1/true/yes/on in the environment
+    choices: tuple[str, ...] | None = None
+    credential: str | None = None  # the kind named by ConnectionSettings.describe()
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.flag.lstrip("-").replace("-", "_").upper()
+
+    def read(self, text: str) -> Any:
+        """A value from its text form (an environment variable, a Spark option)."""
+        if self.switch:
+            if text.strip().lower() not in TRUE + FALSE:
+                raise ValueError("not one of 1/0, true/false, yes/no, on/off")
+            return text.strip().lower() in TRUE
+        if self.many:
+            return tuple(self.parse(part.strip()) for part in text.split(",") if part.strip())
+        value = self.parse(text)
+        if self.choices and value not in self.choices:
+            raise ValueError(f"not one of {', '.join(self.choices)}")
+        return value
+
+    def text(self, value: Any) -> str | None:
+        """The inverse of read(); None for no value."""
+        if value is None or (self.many and not value):
+            return None
+        if self.switch:
+            return "1" if value else "0"
+        if self.many:
+            return ",".join(str(v) for v in value)
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def setting(default: Any, help: str, *, flag: str = "", env_only: bool = False, secret: bool = False,
+            parse: Callable[[str], Any] = str, many: bool = False, switch: bool = False,
+            choices: tuple[str, ...] | None = None, credential: str | None = None) -> Any:
+    """A dataclass field that is also a flag and an environment variable. flag "" means --field-name."""
+    spec = Spec(help, flag, not env_only, secret, parse, many, switch, choices, credential)
+    return field(default=default, repr=not secret, metadata={"setting": spec})
+
+
+def _spec(f: dataclasses.Field) -> Spec | None:
+    spec = f.metadata.get("setting")
+    if spec is not None and spec.flag == "":  # resolved lazily: the field's name is known only here
+        spec = replace(spec, flag="--" + f.name.replace("_", "-"))
+    return spec
+
+
+def specs(section: type) -> list[tuple[str, Spec]]:
+    return [(f.name, spec) for f in fields(section) if (spec := _spec(f)) is not None]
+
+
+def env_name(section: type, name: str) -> str:
+    return dict(specs(section))[name].env
+
+
+def _url(text: str) -> str:
+    return text.strip()
 
 
 @dataclass(frozen=True)
 class ConnectionSettings:
-    """How to reach NATS. Secrets are kept out of repr() and out of describe()."""
+    """How to reach NATS. Credentials written into a server URL move to user/password or token."""
 
-    servers: tuple[str, ...] = (DEFAULT_SERVER,)
+    servers: tuple[str, ...] = setting((DEFAULT_SERVER,), "NATS URL (repeat, or separate by commas, for a cluster)",
+                                       flag="--server", many=True, parse=_url)
+    creds: str | None = setting(None, "user credentials file (JWT + nkey seed)", credential="creds file")
+    nkey: str | None = setting(None, "nkey seed file", credential="nkey")
+    token: str | None = setting(None, "auth token", secret=True, credential="token")
+    user: str | None = setting(None, "user name", credential="user/password")
+    password: str | None = setting(None, "password", secret=True)
+    tls_ca: str | None = setting(None, "CA certificate file", credential="TLS")
+    tls_cert: str | None = setting(None, "client certificate file", credential="TLS")
+    tls_key: str | None = setting(None, "client key file")
+    monitor_url: str | None = setting(None, "the server's monitoring URL (http://host:8222), to learn its limits")
+    connect_timeout: float = setting(5.0, "seconds to wait for a connection", parse=float)
     name: str = "batch-console"
-    creds_file: str | None = None
-    nkey_seed_file: str | None = None
-    token: str | None = field(default=None, repr=False)
-    user: str | None = None
-    password: str | None = field(default=None, repr=False)
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    connect_timeout: float = 5.0
 
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> ConnectionSettings:
-        """Read BATCH_CONSOLE_* variables (servers comma separated)."""
-        env = os.environ if environ is None else environ
-
-        def get(key: str) -> str | None:
-            return env.get(f"BATCH_CONSOLE_{key}") or None
-
-        servers = tuple(s.strip() for s in (get("SERVER") or DEFAULT_SERVER).split(",") if s.strip())
-        return cls(
-            servers=servers,
-            creds_file=get("CREDS"),
-            nkey_seed_file=get("NKEY"),
-            token=get("TOKEN"),
-            user=get("USER"),
-            password=get("PASSWORD"),
-            tls_ca=get("TLS_CA"),
-            tls_cert=get("TLS_CERT"),
-            tls_key=get("TLS_KEY"),
-        )
+    def __post_init__(self) -> None:
+        clean, user, password, token = [], self.user, self.password, self.token
+        for url in self.servers:
+            bare, url_user, secret = split_userinfo(url)
+            clean.append(bare)
+            if url_user and secret:
+                user, password = user or url_user, password or secret
+            elif secret:
+                token = token or secret
+        for name, value in (("servers", tuple(clean)), ("user", user), ("password", password), ("token", token)):
+            object.__setattr__(self, name, value)
 
     def describe(self) -> str:
         """A line safe to log: where we connect and which kinds of credential are in use."""
-        kinds = [
-            label
-            for label, present in (
-                ("creds file", self.creds_file),
-                ("nkey", self.nkey_seed_file),
-                ("token", self.token),
-                ("user/password", self.user),
-                ("TLS", self.tls_ca or self.tls_cert),
-            )
-            if present
-        ]
-        return f"{', '.join(_strip_userinfo(s) for s in self.servers)} ({', '.join(kinds) or 'no credentials'})"
+        kinds = dict.fromkeys(spec.credential for name, spec in specs(type(self))
+                              if spec.credential and getattr(self, name))
+        return f"{', '.join(self.servers)} ({', '.join(kinds) or 'no credentials'})"
+
+    def options(self) -> dict[str, str]:
+        """Every setting as a text option (the Spark data source's), by field name."""
+        return {name: text for name, spec in specs(type(self)) if (text := spec.text(getattr(self, name))) is not None}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], name: str = "batch-console") -> ConnectionSettings:
+        return cls(name=name, **{key: spec.read(options[key]) for key, spec in specs(cls) if options.get(key)})
+
+
+@dataclass(frozen=True)
+class SystemAccountSettings:
+    """A system-account user: its copies of advisories are the ones no client can forge, and /varz."""
+
+    system_creds: str | None = setting(None, "creds file of a system account user")
+    system_user: str | None = setting(None, "system account user")
+    system_password: str | None = setting(None, "its password", secret=True)
+
+    def connection(self, base: ConnectionSettings) -> ConnectionSettings | None:
+        if not (self.system_creds or self.system_user):
+            return None
+        return replace(base, name="batch-console-system", creds=self.system_creds, user=self.system_user,
+                       password=self.system_password, token=None, nkey=None)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    data_dir: Path = setting(Path("data"), "the event key, console.db, delta/, logs/ and the embedded server's "
+                                           "store go here", parse=Path)
+
+
+@dataclass(frozen=True)
+class EventLogSettings:
+    """The event log in JetStream that the collector writes and every reader follows."""
+
+    stream: str = setting("BATCH_CONSOLE_EVENTS", "the event log's stream", flag="--events-stream")
+    max_age_days: float = setting(30.0, "days the event log keeps", flag="--events-max-age-days", parse=float)
+    key_file: str | None = setting(None, "the key that signs the event log (default: $BATCH_CONSOLE_EVENT_KEY, "
+                                         "else DATA_DIR/event.key, made when missing)", flag="--event-key-file")
+    # The key itself: the collector signs with it, readers drop what it does not verify. None only
+    # where nothing else can publish on the log's subjects (tests, embedding); see keyed().
+    key: bytes | None = setting(None, "the event key itself", flag="--event-key", env_only=True, secret=True,
+                                parse=str.encode)
+    subject_prefix: str = "batch_console.events"
+    # Long enough to cover a collector restart: a redelivered advisory must hit the same window.
+    duplicate_window: float = 600.0
+    append_timeout: float = 10.0
+
+    @property
+    def max_age(self) -> float:
+        return self.max_age_days * DAY
+
+    def keyed(self, data_dir: str | os.PathLike | None) -> EventLogSettings:
+        """With the key resolved: key_file, else the key given, else DATA_DIR/event.key (made when missing)."""
+        return replace(self, key=event_key(self.key_file, data_dir, self.key))
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    inbox_prefixes: tuple[str, ...] = setting(("_INBOX",), "reply prefix to tap for fast batches", many=True,
+                                              flag="--inbox-prefix")
+    # The server's batch timeout: a fast batch silent longer is inferred dropped. None: learn it
+    # from /varz (system account or monitor URL), else assume the server default.
+    batch_timeout: float | None = setting(None, "the server's batch timeout (a fast batch silent longer is inferred "
+                                                "dropped); default: learned from /varz, else 10", parse=float)
+    tap_publish_subjects: tuple[str, ...] = setting((), "also tap fast-batch messages published on these subjects "
+                                                        "(as heavy as the data)", flag="--tap-publish-side", many=True)
+    # The process's CPU priority (see console.collector.priority). None: left alone, for a
+    # collector that shares its process with other work; `collect` defaults to adaptive.
+    cpu: str | None = setting(None, "adaptive: nice 10, and Linux's idle class while the collector keeps up, so "
+                                    "publishers on the same cores keep their speed; low: nice 10; normal: as any",
+                              choices=("adaptive", "low", "normal"))
+    # Milliseconds to pause between event-loop passes while tap traffic flows (0: off). Only for a
+    # process of its own: the pause blocks the loop, so acks pile up and one read takes dozens of
+    # them, instead of one wake-up per ack stealing CPU from the publishers being watched.
+    pace_ms: float = setting(0.0, "pause between passes while tap traffic flows (0: off)", parse=float)
+    advisory_stream: str = "BATCH_CONSOLE_ADVISORIES"
+    advisory_max_age: float = 7 * DAY
+    durable: str = "batch-console-collector"
+    status_every: float = 5.0
+    tick_every: float = 0.5
+    fetch_batch: int = 256
+    # What a crashed collector's fetched-but-unacked advisories wait before redelivery; storing a
+    # fetched batch takes milliseconds, so this only bounds recovery time after a crash.
+    ack_wait: float = 5.0
+    max_tracked_batches: int = 10_000
+    max_queued_events: int = 100_000
+
+
+@dataclass(frozen=True)
+class AnalyticsSettings:
+    every: float = setting(60.0, "seconds between analytics runs", flag="--analytics-every", parse=float)
+    master: str | None = setting(None, "Spark master URL (default: spark-submit's, else local)", flag="--spark-master")
+    partitions: int = setting(2, "parallel reads of the event log", parse=int)
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    address: str = setting("127.0.0.1", "the web console's bind address")
+    port: int = setting(8050, "the web console's port (0: a free one)", parse=int)
+    basic_auth: str | None = setting(None, "a password, or a JSON file of user: password; required off loopback",
+                                     secret=True)
+    insecure: bool = setting(False, "serve off loopback without authentication", switch=True)
+    read_only: bool = setting(False, "hide and refuse every action that changes the server", switch=True)
+
+
+@dataclass(frozen=True)
+class EmbeddedServerSettings:
+    """The nats-server from the wheel, for `server` and for `up` without --server."""
+
+    nats_host: str = setting("127.0.0.1", "the embedded nats-server's address")
+    nats_port: int = setting(4222, "the embedded nats-server's port (0: a free one)", parse=int)
+    nats_batch_timeout: float | None = setting(None, "seconds an idle batch is kept (server default 10)", parse=float)
+    nats_batch_max_msgs: int | None = setting(None, "atomic messages per batch (server default 1000)", parse=int)
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    demo: bool = setting(False, "publish demo traffic on demo streams of its own (up)", switch=True)
+    demo_every: float = setting(30.0, "seconds between demo rounds", parse=float)
+    demo_rounds: int | None = setting(None, "stop after N demo rounds (default: until stopped)", parse=int)
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    verbose: bool = setting(False, "debug logging", switch=True)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The whole tree. `given` names the settings set by a flag or the environment ("web.port")."""
+
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
+    system: SystemAccountSettings = field(default_factory=SystemAccountSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    event_log: EventLogSettings = field(default_factory=EventLogSettings)
+    collector: CollectorSettings = field(default_factory=CollectorSettings)
+    analytics: AnalyticsSettings = field(default_factory=AnalyticsSettings)
+    web: WebSettings = field(default_factory=WebSettings)
+    embedded: EmbeddedServerSettings = field(default_factory=EmbeddedServerSettings)
+    demo: DemoSettings = field(default_factory=DemoSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    given: frozenset[str] = frozenset()
+
+    def keyed_event_log(self) -> EventLogSettings:
+        return self.event_log.keyed(self.data.data_dir)
+
+
+SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else globals()[f.type]
+                             for f in fields(Settings) if f.name != "given"}
+SECTION_TITLES = {"connection": "connection", "system": "system account (optional: its copies of advisories, /varz)",
+                  "data": "data", "event_log": "event log", "collector": "collector", "analytics": "analytics job",
+                  "web": "web console", "embedded": "embedded nats-server", "demo": "demo traffic", "log": "logging"}
+
+
+def add_flags(parser: argparse.ArgumentParser, *sections: str, aliases: Mapping[str, str] | None = None,
+              defaults: Mapping[str, Any] | None = None) -> None:
+    """The flags of the named sections ("web", or one setting: "demo.demo"), each also read from its
+    environment twin. aliases: extra flag names ("--analytics-every": "--every"); defaults: a
+    command's own defaults ("collector.cpu": "adaptive"), below its flags and environment."""
+    aliases, defaults = aliases or {}, defaults or {}
+    for wanted in sections:
+        section, _, only = wanted.partition(".")
+        group = parser.add_argument_group(SECTION_TITLES[section])
+        for name, spec in specs(SECTIONS[section]):
+            if (only and name != only) or not spec.on_cli:
+                continue
+            dest = f"{section}.{name}"
+            names = [spec.flag] + ([aliases[spec.flag]] if spec.flag in aliases else [])
+            default = defaults.get(dest, _default(SECTIONS[section], name))
+            shown = "" if default in (None, (), False) or spec.secret else f"; default {spec.text(default)}"
+            kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS, "help": f"{spec.help} [${spec.env}{shown}]"}
+            metavar = spec.flag.lstrip("-").replace("-", "_").upper()
+            if spec.switch:
+                kwargs["action"] = "store_true"
+            elif spec.many:
+                kwargs.update(action="append", type=spec.read, metavar=metavar)
+            else:
+                kwargs.update(type=spec.parse, choices=spec.choices, metavar=None if spec.choices else metavar)
+            group.add_argument(*names, **kwargs)
+    if defaults:
+        parser.set_defaults(**{f"default:{k}": v for k, v in defaults.items()})
+
+
+def _default(section: type, name: str) -> Any:
+    f = next(f for f in fields(section) if f.name == name)
+    return f.default
+
+
+def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings: a flag given, else its environment twin, else the command's default, else the
+    declared one. With no args (a notebook), the environment and the defaults."""
+    env = os.environ if environ is None else environ
+    given_args = vars(args) if args is not None else {}
+    sections, given = {}, set()
+    for section, cls in SECTIONS.items():
+        values = {}
+        for name, spec in specs(cls):
+            dest = f"{section}.{name}"
+            if dest in given_args:
+                value = given_args[dest]
+                values[name] = tuple(v for part in value for v in part) if spec.many else value
+            elif env.get(spec.env, "") != "":
+                try:
+                    values[name] = spec.read(env[spec.env])
+                except (ValueError, TypeError) as e:
+                    shown = "(secret)" if spec.secret else repr(env[spec.env])
+                    raise ConfigError(f"${spec.env}={shown}: {e}") from None
+            elif f"default:{dest}" in given_args:
+                values[name] = given_args[f"default:{dest}"]
+                continue
+            else:
+                continue
+            given.add(dest)
+        sections[section] = cls(**values)
+    return Settings(**sections, given=frozenset(given))
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    """Every setting given or not at its default (a password lifted from a URL), as the environment
+    of a child process: what `up` hands its parts, so no secret is on a command line, where `ps`
+    shows it to every user."""
+    env = {}
+    for section, cls in SECTIONS.items():
+        values = getattr(settings, section)
+        for name, spec in specs(cls):
+            value = getattr(values, name)
+            wanted = f"{section}.{name}" in settings.given or value != _default(cls, name)
+            if wanted and (text := spec.text(value)) is not None:
+                env[spec.env] = text
+    return env
+
+
+def spark_options(settings: Settings) -> dict[str, str]:
+    """The jetstream data source's options; Spark redacts password, token and secret values in its plans."""
+    return {**settings.connection.options(), "stream": settings.event_log.stream,
+            "partitions": str(settings.analytics.partitions),
+            SPARK_EVENT_KEY: settings.keyed_event_log().key.decode()}
 
 
 def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
@@ -82,24 +388,25 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return (clean, user or None, secret or None) if colon else (clean, None, userinfo or None)
 
 
-def _strip_userinfo(url: str) -> str:
-    """nats://user:secret@host:4222 -> nats://***@host:4222"""
-    scheme, sep, rest = url.rpartition("://")
-    if "@" not in rest:
-        return url
-    return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"
+def host_in_url(address: str) -> str:
+    """An IPv6 address goes in brackets in a URL and a Host header."""
+    return f"[{address}]" if ":" in address else address
+
+
+EVENT_KEY_ENV = env_name(EventLogSettings, "key")
 
 
 def event_key(key_file: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
-              environ: Mapping[str, str] | None = None) -> bytes:
-    """The console's event key: the file given, else $BATCH_CONSOLE_EVENT_KEY, else DATA_DIR/event.key,
-    made (readable by its owner only) when missing, so every part sharing a data directory shares
-    the key. Its value is never logged."""
+              key: bytes | str | None = None, environ: Mapping[str, str] | None = None) -> bytes:
+    """The console's event key: the file given, else the key given (or $BATCH_CONSOLE_EVENT_KEY),
+    else DATA_DIR/event.key, made (readable by its owner only) when missing, so every part sharing a
+    data directory shares the key. Its value is never logged."""
     env = os.environ if environ is None else environ
+    key = key if key is not None else env.get(EVENT_KEY_ENV) or None
     if key_file:
         text = _read_key(Path(key_file))
-    elif env.get(EVENT_KEY_ENV):
-        text = env[EVENT_KEY_ENV]
+    elif key:
+        text = key.decode() if isinstance(key, bytes) else key
     elif data_dir is not None:
         text = _key_in(Path(data_dir))
     else:

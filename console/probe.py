@@ -116,6 +116,22 @@ class ProbeReport:
                                                      if v is not None or k in ("type", "message")}
         return out
 
+    def text(self) -> str:
+        """What `probe` prints without --json."""
+        lines = [f"{self.kind} probe on {self.stream} ({self.subject}): {self.messages_sent} messages in "
+                 f"{self.seconds:.3f}s ({self.msgs_per_s:,.0f}/s)"]
+        if (ack := self.puback) is not None:
+            lines.append(f"  last PubAck: stream {ack.stream} seq {ack.seq}"
+                         + (f" batch {ack.batch} count {ack.count}" if ack.batch else "")
+                         + (" (duplicate)" if ack.duplicate else ""))
+        lines += [f"  gap: lost {g.lost} from seq {g.first_lost_seq} (seen at {g.seq})" for g in self.gaps]
+        lines += [f"  error at seq {e.seq}: [{e.err_code}] {e.description}" for e in self.errors]
+        if self.abandoned_batch:
+            lines.append(f"  left open on purpose: {self.abandoned_batch}")
+        if self.error is not None:
+            lines.append(f"  error: {self.error.message}")
+        return "\n".join(lines)
+
 
 async def ensure_probe_stream(nc: Connection, options: ProbeOptions) -> bool:
     """Create the probe stream, allowing both kinds of batch, when it does not exist; an existing one is left as it is."""

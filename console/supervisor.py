@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from console.config import ConnectionSettings, Settings, child_env, env_name, host_in_url
 from console.errors import ConsoleError
 
 CLI = str(Path(sys.executable).parent / "batch-console")
@@ -71,26 +72,15 @@ class Part:
             self.proc.wait()
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    data_dir: Path
-    server: str | None = None  # None: run the embedded nats-server
-    port: int = 8050
-    nats_port: int = 4222
-    demo: bool = False
-    analytics_every: float = 60.0
-    connection_args: tuple[str, ...] = ()  # --creds FILE, --tls-ca FILE ... for an existing server
-    event_key_file: str | None = None  # None: the parts share DATA_DIR/event.key
-
-
 class Supervisor:
-    def __init__(self, options: UpOptions, secrets: dict[str, str] | None = None, out=sys.stdout):
-        self.options, self.out = options, out
-        self._env = {**os.environ, **(secrets or {})}  # token and password reach the parts, never their argv
-        self.logs = options.data_dir / "logs"
+    def __init__(self, settings: Settings, out=sys.stdout):
+        self.settings, self.out = settings, out
+        # Every setting reaches the parts in their environment (secrets included), never their argv.
+        self._env = {**os.environ, **child_env(settings)}
+        self.logs = settings.data.data_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.parts: list[Part] = []
-        self.server_url = options.server
+        self.embedded = "connection.servers" not in settings.given
         self._stopping = False
 
     def say(self, text: str) -> None:
@@ -104,19 +94,17 @@ class Supervisor:
         return part
 
     def start(self) -> None:
-        o = self.options
-        if self.server_url is None:
-            nats = self._part("nats", ["server", "--data-dir", str(o.data_dir), "--port", str(o.nats_port)])
-            self.server_url = self._wait_for_server(nats)
-        url, data = self.server_url, str(o.data_dir)
-        connection = ["--server", url, *o.connection_args]
-        keyed = ["--data-dir", data, *(["--event-key-file", o.event_key_file] if o.event_key_file else [])]
-        self._part("collector", ["collect", *connection, *keyed])
-        self._part("web", ["serve", *connection, "--port", str(o.port), *keyed])
-        self._part("analytics", ["analytics", "--every", f"{o.analytics_every:g}", *connection, *keyed])
-        if o.demo:
-            self._part("demo", ["demo", *connection])
-        self.say(f"console: http://127.0.0.1:{o.port}/  (NATS {url}; Ctrl-C stops everything)")
+        if self.embedded:
+            url = self._wait_for_server(self._part("nats", ["server"]))
+            self._env[env_name(ConnectionSettings, "servers")] = url
+        url = self._env[env_name(ConnectionSettings, "servers")]
+        self._part("collector", ["collect"])
+        self._part("web", ["serve"])
+        self._part("analytics", ["analytics"])
+        if self.settings.demo.demo:
+            self._part("demo", ["demo"])
+        web = self.settings.web
+        self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
 
     def _wait_for_server(self, part: Part, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout

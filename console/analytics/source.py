@@ -6,10 +6,10 @@
 Batch reads cover a sequence range; the streaming reader's offsets are stream sequences
 ({"seq": last sequence read}). A range is split into `partitions` sub-ranges that executors
 read in parallel, each with its own connection and an ordered consumer starting at its first
-sequence. Options: servers, stream, subject_filter (a suffix of `<prefix>.`, default ">"),
-subject_prefix, start_seq, end_seq, partitions, connect_timeout, idle_timeout, event_secret (the
-console's event key: records it does not verify are skipped; named so Spark redacts it) and the
-credentials creds, nkey, token, user, password, tls_ca, tls_cert, tls_key.
+sequence. Options: stream, subject_filter (a suffix of `<prefix>.`, default ">"), subject_prefix,
+start_seq, end_seq, partitions, idle_timeout, event_secret (the console's event key: records it
+does not verify are skipped; named so Spark redacts it) and every connection setting by its name
+in console.config.ConnectionSettings (servers, creds, token, tls_ca, ...; see spark_options there).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from console.analytics.schema import EVENT_SCHEMA, skipped_row, to_row
-from console.config import ConnectionSettings
+from console.config import SPARK_EVENT_KEY, ConnectionSettings
+from console.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,10 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: dict) -> SourceOptions:
         get = options.get
-        servers = tuple(s.strip() for s in (get("servers") or "nats://127.0.0.1:4222").split(",") if s.strip())
-        connection = ConnectionSettings(
-            servers=servers, name="batch-console-spark", creds_file=get("creds"), nkey_seed_file=get("nkey"),
-            token=get("token"), user=get("user"), password=get("password"), tls_ca=get("tls_ca"),
-            tls_cert=get("tls_cert"), tls_key=get("tls_key"), connect_timeout=float(get("connect_timeout") or 5),
-        )
+        try:
+            connection = ConnectionSettings.from_options(options, name="batch-console-spark")
+        except ValueError as e:
+            raise ConfigError(f"jetstream source: {e}") from None
         prefix = get("subject_prefix") or "batch_console.events"
         end = get("end_seq")
         return cls(
@@ -61,7 +60,7 @@ class SourceOptions:
             end_seq=int(end) if end not in (None, "") else None,
             partitions=max(1, int(get("partitions") or 2)),
             idle_timeout=float(get("idle_timeout") or 5),
-            event_key=get("event_secret").encode() if get("event_secret") else None,
+            event_key=get(SPARK_EVENT_KEY).encode() if get(SPARK_EVENT_KEY) else None,
         )
 
 

@@ -9,6 +9,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, PersistMode
 
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
+from console.domain.messages import PullConsumer
 from console.domain.stream_settings import StreamBatchSettings
 from console.errors import ReadOnlyError, Refusal
 
@@ -19,14 +20,6 @@ EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")
 class ServerInfo:
     version: str | None
     api_level: int | None
-
-
-@dataclass(frozen=True)
-class PullConsumer:
-    name: str
-    acks: bool  # False for ack policy none: nothing to ack, nak or term
-    ack_pending: int
-    pending: int
 
 
 class StreamAdmin:

@@ -49,10 +49,10 @@ def connect_options(settings: ConnectionSettings) -> dict[str, Any]:
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 0.5,
     }
-    if settings.creds_file:
-        options["user_credentials"] = _existing(settings.creds_file, "creds file")
-    if settings.nkey_seed_file:
-        options["nkeys_seed"] = _existing(settings.nkey_seed_file, "nkey seed file")
+    if settings.creds:
+        options["user_credentials"] = _existing(settings.creds, "creds file")
+    if settings.nkey:
+        options["nkeys_seed"] = _existing(settings.nkey, "nkey seed file")
     if settings.token:
         options["token"] = settings.token
     if settings.user:

@@ -12,25 +12,10 @@ import nats.js.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
+from console.config import EventLogSettings
 from console.domain.events import BatchEvent, MalformedEvent, event_from_json
 from console.domain.signing import SIGNATURE, forgery, signature
 from console.domain.wire import Tally
-
-DAY = 86_400.0
-
-
-@dataclass(frozen=True)
-class EventLogSettings:
-    stream: str = "BATCH_CONSOLE_EVENTS"
-    subject_prefix: str = "batch_console.events"
-    max_age: float = 30 * DAY
-    # Long enough to cover a collector restart: a redelivered advisory must hit the same window.
-    duplicate_window: float = 600.0
-    append_timeout: float = 10.0
-    # The console's event key: the collector signs with it, readers drop what it does not verify.
-    # None only where nothing else can publish on the log's subjects (tests, embedding).
-    key: bytes | None = field(default=None, repr=False)
-
 
 def missing_log(stream: str) -> str:
     """What to show when there is no event log to read yet."""

@@ -15,7 +15,8 @@ from datetime import datetime, timedelta, timezone
 import nats.js.errors
 from nats.aio.client import Client
 
-from console.broker.eventlog import EventLog, EventLogSettings, missing_log
+from console.broker.eventlog import EventLog, missing_log
+from console.config import EventLogSettings
 from console.domain.live_model import LiveModel
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,6 @@ peeks. Spoken on nats-py's core client with the simplified JetStream consumer AP
 
 from __future__ import annotations
 
-import enum
 import json
 import uuid
 from dataclasses import dataclass
@@ -16,27 +15,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from console.domain.messages import MalformedAckSubject, StoredMessage, in_batch_order, to_ack_metadata
+from console.domain.messages import Ack, FetchResult, MalformedAckSubject, StoredMessage, in_batch_order, to_ack_metadata
 from console.errors import ReadOnlyError, ReplayError
 
 # Statuses that end a pull request normally; any other status is an error the user must see.
 ENDINGS = {"404": "no messages", "408": "request expired"}
 ENDING_409 = ("Message Size Exceeds MaxBytes", "Leadership Change", "Batch Completed")
 CLIENT_MARGIN = 1.0  # seconds past `expires` before the client gives up on the server's answer
-
-
-class Ack(enum.Enum):
-    ACK = b"+ACK"
-    NAK = b"-NAK"
-    TERM = b"+TERM"
-    IN_PROGRESS = b"+WPI"
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    messages: tuple[StoredMessage, ...]
-    ended: str  # why the request ended, in the server's words where it gave some
-    error: str | None = None  # a status that is a problem (consumer deleted, limits exceeded, ...)
 
 
 def to_stored_message(msg: Msg, peek: bool) -> StoredMessage:

@@ -14,10 +14,10 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from console.broker.eventlog import DAY, Appended, EventLog, EventLogSettings
+from console.broker.eventlog import Appended, EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.capture import (
     ADVISORY_SUBJECTS,
@@ -35,6 +35,7 @@ from console.broker.server_info import (
 )
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
+from console.config import CollectorSettings, EventLogSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import (
     ACCOUNT_ADVISORY,
@@ -59,36 +60,6 @@ VERIFY_WAIT = 2.0
 FUTURE_SKEW = timedelta(minutes=5)
 
 
-@dataclass(frozen=True)
-class CollectorSettings:
-    advisory_stream: str = "BATCH_CONSOLE_ADVISORIES"
-    advisory_max_age: float = 7 * DAY
-    durable: str = "batch-console-collector"
-    inbox_prefixes: tuple[str, ...] = ("_INBOX",)
-    # The server's batch timeout: a fast batch silent longer is inferred dropped. None: learn it
-    # from /varz (system account or monitor_url), else assume the server default.
-    batch_timeout: float | None = None
-    monitor_url: str | None = None
-    tap_publish_subjects: tuple[str, ...] = ()  # opt-in: as heavy as the data itself
-    status_every: float = 5.0
-    tick_every: float = 0.5
-    fetch_batch: int = 256
-    # What a crashed collector's fetched-but-unacked advisories wait before redelivery; storing a
-    # fetched batch takes milliseconds, so this only bounds recovery time after a crash.
-    ack_wait: float = 5.0
-    max_tracked_batches: int = 10_000
-    max_queued_events: int = 100_000
-    # Seconds to pause between event-loop passes while tap traffic flows (0: off). Only for a
-    # process of its own: the pause blocks the loop, so acks pile up and one read takes dozens of
-    # them, instead of one wake-up per ack stealing CPU from the publishers being watched.
-    pace: float = 0.0
-    # The process's CPU priority (see console.collector.priority). None: left alone, for a
-    # collector that shares its process with other work.
-    cpu: CpuMode | None = None
-    event_log: EventLogSettings = field(default_factory=EventLogSettings)
-    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
-
-
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -102,20 +73,22 @@ async def _ended(tasks: list[asyncio.Task]) -> None:
 
 class Collector:
     def __init__(self, nc: Connection, settings: CollectorSettings = CollectorSettings(),
-                 system_nc: Connection | None = None):
+                 event_log: EventLogSettings = EventLogSettings(), system_nc: Connection | None = None,
+                 monitor_url: str | None = None, quarantine: QuarantineSettings = QuarantineSettings()):
         """system_nc: a connection to the system account, for its copies of every account's
-        advisories and for /varz; optional."""
+        advisories and for /varz; monitor_url: the server's monitoring URL, for /varz. Both optional."""
         self.nc = nc
         self.system_nc = system_nc
         self.settings = settings
-        self.log = EventLog(nc.jetstream(), settings.event_log)
+        self.monitor_url = monitor_url
+        self.log = EventLog(nc.jetstream(), event_log)
         self.advisories = DurableAdvisories(nc, settings.advisory_stream, settings.durable, settings.advisory_max_age,
                                             settings.ack_wait)
         self.tracker = FastBatchTracker(settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches)
         self.batch_timeout_source = "configured" if settings.batch_timeout else "assumed (server default)"
         self._streams_by_subject: dict[str, str | None] = {}
         self.instance = uuid.uuid4().hex[:12]
-        self.quarantine = Quarantine(nc, settings.quarantine)
+        self.quarantine = Quarantine(nc, quarantine)
         self.rejected = Tally()  # bad input, by reason: counted, quarantined, skipped
         self.ignored = Tally()
         self.errors = Tally()  # transient failures the collector survived
@@ -138,7 +111,7 @@ class Collector:
         self._started = time.monotonic()
         self._stopping = False
         self._stop_deadline = float("inf")
-        self.cpu = CpuPriority(settings.cpu) if settings.cpu else None
+        self.cpu = CpuPriority(CpuMode(settings.cpu)) if settings.cpu else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -160,7 +133,7 @@ class Collector:
         self._writer = self.loops.start("writer", self._write_loop, lambda: self._stopping)
         self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
         self._tasks.append(self.loops.start("ticker", self._tick_loop, lambda: self._stopping))
-        if self.settings.pace > 0:
+        if self.settings.pace_ms > 0:
             self._tasks.append(self.loops.start("pacer", self._pace_loop, lambda: self._stopping))
 
     async def stop(self) -> None:
@@ -195,8 +168,8 @@ class Collector:
         sources = []
         if self.system_nc is not None:
             sources.append(("the system account's /varz", lambda: varz_from_system_account(self.system_nc)))
-        if self.settings.monitor_url:
-            sources.append((f"{self.settings.monitor_url}/varz", lambda: varz_from_monitor(self.settings.monitor_url)))
+        if self.monitor_url:
+            sources.append((f"{self.monitor_url}/varz", lambda: varz_from_monitor(self.monitor_url)))
         for name, fetch in sources:
             try:
                 self.tracker.batch_timeout = batch_timeout_from_varz(await fetch())
@@ -300,7 +273,7 @@ class Collector:
             # "Recently", not "since my last pass": after sleep(0) this task resumes before the
             # reads that arrived during the pause have been handled.
             if time.monotonic() - self._last_tap < 0.1:
-                time.sleep(self.settings.pace)  # deliberate: see CollectorSettings.pace
+                time.sleep(self.settings.pace_ms / 1000)  # deliberate: see CollectorSettings.pace_ms
                 await asyncio.sleep(0)
             else:
                 await asyncio.sleep(0.05)

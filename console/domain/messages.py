@@ -3,6 +3,7 @@ payload preview that is always safe to put in a page."""
 
 from __future__ import annotations
 
+import enum
 import html
 import json
 from dataclasses import dataclass, field
@@ -109,3 +110,29 @@ def preview(payload: bytes, cap: int = PREVIEW_BYTES) -> Preview:
         return Preview("text", html.escape(text), len(payload), truncated)
     hex_lines = [shown[i:i + 16].hex(" ") for i in range(0, len(shown), 16)]
     return Preview("hex", html.escape("\n".join(hex_lines)), len(payload), truncated)
+
+
+class Ack(enum.Enum):
+    """What Replay may answer for a message fetched from a durable consumer."""
+
+    ACK = b"+ACK"
+    NAK = b"-NAK"
+    TERM = b"+TERM"
+    IN_PROGRESS = b"+WPI"
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    messages: tuple[StoredMessage, ...]
+    ended: str  # why the request ended, in the server's words where it gave some
+    error: str | None = None  # a status that is a problem (consumer deleted, limits exceeded, ...)
+
+
+@dataclass(frozen=True)
+class PullConsumer:
+    """A durable pull consumer as Replay lists it."""
+
+    name: str
+    acks: bool  # False for ack policy none: nothing to ack, nak or term
+    ack_pending: int
+    pending: int

@@ -3,6 +3,7 @@ Every query reads the hourly aggregates or an indexed range, so a year of histor
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import pandas as pd
@@ -84,3 +85,15 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
                        ["time", "stream", "batch_id", "kind", "reason", "unverified", "leader_elections",
                         "stream_updates", "other_abandonments", "gaps_nearby"])
     return _utc(frame, "time")
+
+
+QUERIES = (abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)
+
+
+class Reader:
+    """The queries above bound to one database, for pages and notebooks: `reader.gaps_by_hour(start, end)`."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        for query in QUERIES:
+            setattr(self, query.__name__, functools.partial(query, engine))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from urllib.parse import quote
 
 import pandas as pd
@@ -14,7 +14,6 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from console.domain.live_model import REASONS
-from console.storage import history
 
 
 
@@ -55,15 +54,29 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return safe
 
 
+CSV_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes")
+
+
+def last_week() -> tuple[date, date]:
+    today = datetime.now(timezone.utc).date()
+    return today - timedelta(days=6), today
+
+
 class HistoryPage(pn.viewable.Viewer):
-    engine = param.Parameter(doc="The SQLite serving tables (sqlalchemy engine); None when there are none")
+    """`page.dates = (first, last)` in a notebook redraws it, as picking the dates does."""
+
+    history = param.Parameter(doc="The history queries (console.storage.history.Reader); None when there are none",
+                              precedence=-1)
     problem = param.String(default=None, allow_None=True, doc="Why there is no history, shown instead of it")
+    dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (UTC)")
+    summary = param.String(default="", doc="What the chosen dates hold, in one line")
+    csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
 
     def __init__(self, **params):
+        params.setdefault("dates", last_week())
         super().__init__(**params)
-        today = datetime.now(timezone.utc).date()
-        self._range = pn.widgets.DateRangePicker(label="dates (UTC)", value=(today - timedelta(days=6), today))
-        self._summary = pn.pane.Markdown("")
+        self._range = pn.widgets.DateRangePicker.from_param(self.param.dates, name="dates (UTC)")
+        self._summary = pn.pane.Markdown(self.param.summary)
         self._bars = ColumnDataSource(hourly_bars(pd.DataFrame(columns=["hour", "reason", "batches"]),
                                                   *self._bounds()))
         self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
@@ -82,12 +95,9 @@ class HistoryPage(pn.viewable.Viewer):
         self._stats = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
         self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300, formatters={"investigate": {"type": "html"}},
                                           **table)
-        self._csv_table = pn.widgets.Select(label="table to download", value="abandoned_batches", options=[
-            "abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes"])
+        self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._download = pn.widgets.FileDownload(callback=self._csv, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
-        self._csv_table.param.watch(self._on_csv_table, "value")
-        self._range.param.watch(self._on_range, "value")
         self._layout = pn.Column(
             pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._summary,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
@@ -100,25 +110,26 @@ class HistoryPage(pn.viewable.Viewer):
         self._on_csv_table()
 
     def _bounds(self) -> tuple[datetime, datetime]:
-        first, last = self._range.value
+        first, last = self.dates
         return (datetime.combine(first, time(), timezone.utc),
                 datetime.combine(last + timedelta(days=1), time(), timezone.utc))
 
     def reload(self) -> None:
-        if self.engine is None:
-            self._summary.object = f"**History unavailable**: {self.problem or 'no SQLite database'}"
+        if self.history is None:
+            self.summary = f"**History unavailable**: {self.problem or 'no SQLite database'}"
             return
         start, end = self._bounds()
-        by_hour = history.abandonments_by_hour(self.engine, start, end)
-        gaps = history.gaps_by_hour(self.engine, start, end)
+        h = self.history
+        by_hour = h.abandonments_by_hour(start, end)
+        gaps = h.gaps_by_hour(start, end)
         self._shown = {
             "abandonments_by_hour": by_hour,
-            "abandonments_by_stream": history.abandonments_by_stream(self.engine, start, end),
+            "abandonments_by_stream": h.abandonments_by_stream(start, end),
             "gaps_by_hour": gaps,
-            "fast_outcomes": history.fast_outcomes(self.engine, start, end),
-            "abandoned_batches": history.abandoned_batches(self.engine, start, end),
+            "fast_outcomes": h.fast_outcomes(start, end),
+            "abandoned_batches": h.abandoned_batches(start, end),
         }
-        stats = history.stream_stats(self.engine)
+        stats = h.stream_stats()
         with pn.io.hold():
             self._bars.data = hourly_bars(by_hour, start, end)
             self._gaps.data = gap_lines(gaps, start, end)
@@ -130,21 +141,27 @@ class HistoryPage(pn.viewable.Viewer):
             self._lost.value = lost
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
-            self._summary.object = (f"{total} abandoned batches, {int(gaps['gaps'].sum()) if len(gaps) else 0} gaps "
+            self.summary = (f"{total} abandoned batches, {int(gaps['gaps'].sum()) if len(gaps) else 0} gaps "
                                     f"({lost_msgs} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}")
 
-    def _on_range(self, *_) -> None:
+    @param.depends("dates", watch=True)
+    def _on_dates(self) -> None:
         self.reload()
         self._on_csv_table()
 
-    def _on_csv_table(self, *_) -> None:
+    @param.depends("csv_table", watch=True)
+    def _on_csv_table(self) -> None:
         start, end = self._bounds()
-        self._download.filename = f"{self._csv_table.value}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}.csv"
+        self._download.filename = f"{self.csv_table}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}.csv"
+
+    def frame(self, table: str) -> pd.DataFrame:
+        """One of CSV_TABLES as shown for the chosen dates."""
+        return self._shown.get(table, pd.DataFrame())
 
     def _csv(self) -> io.StringIO:
         """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
-        spreadsheet_safe(self._shown.get(self._csv_table.value, pd.DataFrame())).to_csv(out, index=False)
+        spreadsheet_safe(self.frame(self.csv_table)).to_csv(out, index=False)
         out.seek(0)
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import panel as pn
@@ -11,9 +12,11 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
-from console.broker.live_state import LiveState
 from console.domain.live_model import REASONS, LiveModel
 from console.ui.history import incident_link
+
+if TYPE_CHECKING:
+    from console.broker.live_state import LiveState
 COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
            "investigate": "object"}
 

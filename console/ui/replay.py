@@ -6,16 +6,19 @@ from __future__ import annotations
 import functools
 import html
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import panel as pn
 import param
 
-from console.broker.admin import PullConsumer, StreamAdmin
-from console.broker.pull import Ack, ConsumerReader, FetchResult
-from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, StoredMessage, preview
+from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
 
+if TYPE_CHECKING:
+    from console.broker.pull import ConsumerReader
+
 PEEK = ""  # the consumer choice that makes an ephemeral ordered consumer
+PEEK_LABEL = "peek (ordered, no side effects)"
 MAX_SHOWN = 100
 ACK_LABELS = {Ack.ACK: "Ack", Ack.NAK: "Nak", Ack.TERM: "Term", Ack.IN_PROGRESS: "In progress"}
 BATCH_STYLE = "background:#fff3bf;font-weight:600"
@@ -43,109 +46,131 @@ def parse_start_time(text: str) -> datetime | None:
 
 
 class ReplayPage(pn.viewable.Viewer):
-    admin = param.ClassSelector(class_=StreamAdmin, doc="Streams, consumers and readers on the shared connection")
-    stream = param.String(default="", doc="The stream picked when the page opens (a link from an incident)")
-    start_time = param.String(default="", doc="The peek's start time when the page opens")
+    """Every choice is a param, so a notebook drives the page as a person does:
+    `page.stream = "ORDERS"; result = await page.fetch()`."""
+
+    admin = param.Parameter(doc="Streams, consumers and readers on the shared connection (a StreamAdmin)",
+                            precedence=-1)
+    stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream read")
+    consumer = param.Selector(default=PEEK, objects={PEEK_LABEL: PEEK}, check_on_set=False,
+                              doc="A durable pull consumer of the stream, or PEEK for an ordered peek")
+    start_seq = param.Integer(default=0, bounds=(0, None), doc="Where a peek or a batch scan starts (0: first)")
+    start_time = param.String(default="", doc="... or from this time (UTC, ISO 8601)")
+    max_messages = param.Integer(default=10, bounds=(1, MAX_SHOWN), doc="Messages per fetch")
+    max_bytes = param.Integer(default=0, bounds=(0, None), doc="Bytes per fetch (0: no limit)")
+    expires = param.Number(default=2.0, bounds=(0.1, 60), doc="Seconds the server waits for messages")
+    batch_id = param.String(default="", doc="The batch Replay batch looks for")
+    status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
 
     def __init__(self, **params):
         super().__init__(**params)
         self._consumers: dict[str, PullConsumer] = {}
         self._reader: ConsumerReader | None = None
-        self._stream = pn.widgets.Select(label="stream", options=[])
-        self._consumer = pn.widgets.Select(label="consumer", options={"peek (ordered, no side effects)": PEEK})
-        self._start_seq = pn.widgets.IntInput(label="peek from stream seq (0: first)", value=0, start=0)
-        self._start_time = pn.widgets.TextInput(label="or from time (UTC, ISO 8601)", placeholder="2026-11-21T09:30:00",
-                                                value=self.start_time)
-        self._max_messages = pn.widgets.IntInput(label="max messages", value=10, start=1, end=MAX_SHOWN)
-        self._max_bytes = pn.widgets.IntInput(label="max bytes (0: no limit)", value=0, start=0)
-        self._expires = pn.widgets.FloatInput(label="expires (s)", value=2.0, start=0.1, end=60)
-        self._fetch = pn.widgets.Button(label="Fetch", button_type="primary")
-        self._next = pn.widgets.Button(label="Next")
-        self._batch_id = pn.widgets.TextInput(label="batch id")
-        self._replay = pn.widgets.Button(label="Replay batch")
-        self._status = pn.pane.Markdown("Pick a stream, then Fetch or Next.")
+        self._reader_key: tuple | None = None
         self._messages = pn.Column(sizing_mode="stretch_width")
-        self._stream.param.watch(self._on_stream, "value")
-        for widget in (self._consumer, self._start_seq, self._start_time):
-            widget.param.watch(self._on_cursor, "value")
-        self._fetch.on_click(self._on_fetch)
-        self._next.on_click(self._on_next)
-        self._replay.on_click(self._on_replay)
-        controls = pn.Column(self._stream, self._consumer, self._start_seq, self._start_time, self._max_messages,
-                             self._max_bytes, self._expires, pn.Row(self._fetch, self._next),
-                             pn.pane.Markdown("### Replay a batch"), self._batch_id, self._replay, width=320)
-        self._layout = pn.Column(pn.pane.Markdown("## Replay"), self._status,
+        w = pn.widgets
+        fetch = pn.widgets.Button(label="Fetch", button_type="primary")
+        next_ = pn.widgets.Button(label="Next")
+        replay = pn.widgets.Button(label="Replay batch")
+        fetch.on_click(self._on_fetch)
+        next_.on_click(self._on_next)
+        replay.on_click(self._on_replay)
+        controls = pn.Column(
+            w.Select.from_param(self.param.stream, name="stream"), w.Select.from_param(self.param.consumer, name="consumer"),
+            w.IntInput.from_param(self.param.start_seq, name="peek from stream seq (0: first)"),
+            w.TextInput.from_param(self.param.start_time, name="or from time (UTC, ISO 8601)",
+                                   placeholder="2026-11-21T09:30:00"),
+            w.IntInput.from_param(self.param.max_messages, name="max messages"),
+            w.IntInput.from_param(self.param.max_bytes, name="max bytes (0: no limit)"),
+            w.FloatInput.from_param(self.param.expires, name="expires (s)"), pn.Row(fetch, next_),
+            pn.pane.Markdown("### Replay a batch"), w.TextInput.from_param(self.param.batch_id, name="batch id"),
+            replay, width=320)
+        self._layout = pn.Column(pn.pane.Markdown("## Replay"), pn.pane.Markdown(self.param.status),
                                  pn.Row(controls, self._messages, sizing_mode="stretch_width"),
                                  sizing_mode="stretch_width")
 
     async def reload(self) -> None:
-        self._stream.options = [s.name for s in await self.admin.streams()]
-        if self.stream in self._stream.options:
-            self._stream.value = self.stream
+        """The stream list from the server; then the chosen stream's consumers."""
+        names = [s.name for s in await self.admin.streams()]
+        self.param.stream.objects = names if self.stream in names or not self.stream else [self.stream, *names]
+        if not self.stream and names:
+            self.stream = names[0]
         await self._load_consumers()
 
+    @param.depends("stream", watch=True)
     async def _load_consumers(self) -> None:
-        if not self._stream.value:
-            return
-        options = {"peek (ordered, no side effects)": PEEK}
-        if self.admin.read_only:  # a fetch from a durable consumer would deliver its messages
-            self._consumer.options = options
-            return
-        self._consumers = {c.name: c for c in await self.admin.consumers(self._stream.value)}
+        options = {PEEK_LABEL: PEEK}
+        self._consumers = {}
+        if self.stream and not self.admin.read_only:  # a fetch from a durable consumer would deliver its messages
+            try:
+                self._consumers = {c.name: c for c in await self.admin.consumers(self.stream)}
+            except Exception as e:  # a stream named in a link that does not exist (any more)
+                self.status = f"**Error:** {html.escape(str(e) or type(e).__name__)}"
         options.update({f"{c.name} ({c.pending} pending, {c.ack_pending} awaiting ack)": c.name
                         for c in self._consumers.values()})
-        self._consumer.options = options
-
-    async def _on_stream(self, *_) -> None:
-        await self.close()
-        await self._load_consumers()
-
-    async def _on_cursor(self, *_) -> None:
-        await self.close()  # the next fetch starts a new cursor with these choices
+        self.param.consumer.objects = options
+        if self.consumer not in self._consumers:
+            self.consumer = PEEK
 
     async def _open_reader(self) -> ConsumerReader | None:
-        if self._reader is not None:
-            return self._reader
-        if not self._stream.value:
-            self._status.object = "Pick a stream first."
+        """The cursor for the current choices; a new one (the old one closed) when they changed."""
+        if not self.stream:
+            self.status = "Pick a stream first."
+            return None
+        if self.consumer and self.admin.read_only:
+            self.status = "read-only mode: only peeks; a fetch from a durable consumer delivers its messages"
             return None
         start = self._start()
         if start is None:
             return None
-        self._reader = self.admin.reader(self._stream.value, self._consumer.value or None, **start)
+        key = (self.stream, self.consumer, self.start_seq, self.start_time)
+        if self._reader is not None and key != self._reader_key:
+            await self.close()
+        if self._reader is None:
+            self._reader = self.admin.reader(self.stream, self.consumer or None, **start)
+            self._reader_key = key
         return self._reader
 
     def _start(self) -> dict | None:
         """Where a peek or a batch scan starts; None (and a message) when the time is not a time."""
         try:
-            start_time = parse_start_time(self._start_time.value)
+            start_time = parse_start_time(self.start_time)
         except ValueError:
-            self._status.object = f"**Not a time:** {html.escape(self._start_time.value)} (use 2026-11-21T09:30:00)"
+            self.status = f"**Not a time:** {html.escape(self.start_time)} (use 2026-11-21T09:30:00)"
             return None
-        return {"start_seq": self._start_seq.value or None, "start_time": start_time}
+        return {"start_seq": self.start_seq or None, "start_time": start_time}
 
-    async def _on_fetch(self, *_) -> None:
-        await self._pull(self._max_messages.value)
-
-    async def _on_next(self, *_) -> None:
-        await self._pull(1)
-
-    async def _pull(self, count: int) -> None:
+    async def fetch(self, count: int | None = None) -> FetchResult | None:
+        """Fetch up to max_messages (or count) from where the cursor is; None when nothing was asked."""
         reader = await self._open_reader()
         if reader is None:
-            return
-        self._status.object = "Fetching…"
+            return None
+        self.status = "Fetching…"
         try:
-            result = await reader.fetch(count, max_bytes=self._max_bytes.value or None, expires=self._expires.value)
+            result = await reader.fetch(count or self.max_messages, max_bytes=self.max_bytes or None,
+                                        expires=self.expires)
         except ConsoleError as e:
-            self._status.object = f"**Error:** {html.escape(str(e))}"
-            return
-        except Exception as e:  # nats-py errors (a stream deleted under the page, a lost connection)
-            self._status.object = f"**Error:** {html.escape(type(e).__name__)} {html.escape(str(e))}"
+            self.status = f"**Error:** {html.escape(str(e))}"
+            return None
+        except Exception as e:  # a stream deleted under the page, a lost connection
+            self.status = f"**Error:** {html.escape(type(e).__name__)} {html.escape(str(e))}"
             await self.close()
-            return
+            return None
         self._show(reader, result.messages)
-        self._status.object = await self._describe(result)
+        self.status = await self._describe(result)
+        return result
+
+    async def next(self) -> FetchResult | None:
+        return await self.fetch(1)
+
+    async def _on_fetch(self, _event) -> None:
+        await self.fetch()
+
+    async def _on_next(self, _event) -> None:
+        await self.next()
+
+    async def _on_replay(self, _event) -> None:
+        await self.replay_batch()
 
     async def _describe(self, result: FetchResult) -> str:
         line = f"{len(result.messages)} message(s) · ended: {html.escape(result.ended)}"
@@ -154,15 +179,15 @@ class ReplayPage(pn.viewable.Viewer):
         return line + await self._consumer_state()
 
     async def _consumer_state(self) -> str:
-        if not self._consumer.value:
+        if not self.consumer:
             return ""
         await self._load_consumers()
-        c = self._consumers.get(self._consumer.value)
+        c = self._consumers.get(self.consumer)
         return f" · consumer {html.escape(c.name)}: {c.pending} pending, {c.ack_pending} awaiting ack" if c else ""
 
     def _show(self, reader: ConsumerReader | None, messages) -> None:
-        acks = (reader is not None and not reader.peek and not self.admin.read_only
-                and self._consumers.get(reader.durable, PullConsumer("", False, 0, 0)).acks)
+        consumer = self._consumers.get(reader.durable) if reader is not None else None
+        acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
         self._messages.objects = [self._card(reader if acks else None, m) for m in messages[:MAX_SHOWN]]
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage):
@@ -188,30 +213,32 @@ class ReplayPage(pn.viewable.Viewer):
         return pn.Column(body, pn.Row(*buttons.values(), outcome), styles={"border-bottom": "1px solid #ddd"},
                          sizing_mode="stretch_width")
 
-    async def _on_replay(self, *_) -> None:
-        batch_id = self._batch_id.value.strip()
-        if not (self._stream.value and batch_id):
-            self._status.object = "Pick a stream and give a batch id."
-            return
+    async def replay_batch(self):
+        """The stored messages of batch_id on the stream, in batch order (a BatchReplay), or None."""
+        batch_id = self.batch_id.strip()
+        if not (self.stream and batch_id):
+            self.status = "Pick a stream and give a batch id."
+            return None
         start = self._start()
         if start is None:
-            return
+            return None
 
         def progress(scanned: int) -> None:
-            self._status.object = f"Scanning {html.escape(self._stream.value)}… {scanned} messages read"
+            self.status = f"Scanning {html.escape(self.stream)}… {scanned} messages read"
 
-        replay = await self.admin.replay_batch(self._stream.value, batch_id, on_progress=progress, **start)
+        replay = await self.admin.replay_batch(self.stream, batch_id, on_progress=progress, **start)
         self._show(None, replay.messages)
         if replay.messages:
             state = "complete" if replay.complete else "no commit found: incomplete"
-            self._status.object = (f"Batch {html.escape(batch_id)}: {len(replay.messages)} stored message(s) in batch "
-                                   f"order, {state} (scanned {replay.scanned})")
+            self.status = (f"Batch {html.escape(batch_id)}: {len(replay.messages)} stored message(s) in batch "
+                           f"order, {state} (scanned {replay.scanned})")
         else:
-            self._status.object = (f"Batch {html.escape(batch_id)}: no stored message in {replay.scanned} scanned. An "
-                                   "abandoned atomic batch stores nothing, and fast-ingest messages carry no batch headers.")
+            self.status = (f"Batch {html.escape(batch_id)}: no stored message in {replay.scanned} scanned. An "
+                           "abandoned atomic batch stores nothing, and fast-ingest messages carry no batch headers.")
+        return replay
 
     async def close(self) -> None:
-        reader, self._reader = self._reader, None
+        reader, self._reader, self._reader_key = self._reader, None, None
         if reader is not None:
             await reader.close()
 

@@ -8,7 +8,6 @@ import pandas as pd
 import panel as pn
 import param
 
-from console.broker.admin import StreamAdmin
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
 
@@ -36,7 +35,16 @@ def review(before: StreamBatchSettings, after: StreamBatchSettings, api_level: i
 
 
 class StreamsPage(pn.viewable.Viewer):
-    admin = param.ClassSelector(class_=StreamAdmin, doc="Reads and updates streams (refuses in read-only mode)")
+    """The proposed settings are params: `page.stream = "ORDERS"; page.allow_batched = True;
+    await page.apply()` in a notebook does what the form does."""
+
+    admin = param.Parameter(doc="Reads and updates streams (a StreamAdmin; refuses in read-only mode)", precedence=-1)
+    stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream edited")
+    allow_atomic = param.Boolean(default=False, doc="Proposed allow_atomic")
+    allow_batched = param.Boolean(default=False, doc="Proposed allow_batched")
+    persist_mode = param.Selector(default="default", objects=["default", "async"], doc="Proposed persist_mode")
+    review = param.String(default="", doc="What applying would change, and the server's rules it would meet")
+    result = param.String(default="", doc="What the last apply did, or the server's refusal")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -45,21 +53,17 @@ class StreamsPage(pn.viewable.Viewer):
         self._server = pn.pane.Markdown("")
         self._table = pn.widgets.Tabulator(streams_frame([]), disabled=True, show_index=False,
                                            sizing_mode="stretch_width", height=300)
-        self._stream = pn.widgets.Select(label="stream", options=[])
-        self._atomic = pn.widgets.Checkbox(label="allow_atomic")
-        self._batched = pn.widgets.Checkbox(label="allow_batched")
-        self._persist = pn.widgets.Select(label="persist_mode", options=["default", "async"])
-        self._review = pn.pane.Markdown("")
-        self._result = pn.pane.Markdown("")
         self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.admin.read_only)
         if self.admin.read_only:
-            self._result.object = "Read-only mode: settings are shown, not changed."
-        self._stream.param.watch(self._on_stream, "value")
-        for widget in (self._atomic, self._batched, self._persist):
-            widget.param.watch(self._on_edit, "value")
+            self.result = "Read-only mode: settings are shown, not changed."
         self._apply.on_click(self._on_apply)
-        editor = pn.Column(pn.pane.Markdown("### Batch settings"), self._stream, self._atomic, self._batched,
-                           self._persist, self._review, self._apply, self._result, width=420)
+        w = pn.widgets
+        editor = pn.Column(pn.pane.Markdown("### Batch settings"), w.Select.from_param(self.param.stream, name="stream"),
+                           w.Checkbox.from_param(self.param.allow_atomic, name="allow_atomic"),
+                           w.Checkbox.from_param(self.param.allow_batched, name="allow_batched"),
+                           w.Select.from_param(self.param.persist_mode, name="persist_mode"),
+                           pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.result),
+                           width=420)
         self._layout = pn.Column(pn.pane.Markdown("## Streams"), self._server,
                                  pn.Row(self._table, editor, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
@@ -70,45 +74,55 @@ class StreamsPage(pn.viewable.Viewer):
         streams = await self.admin.streams()
         self._streams = {s.name: s for s in streams}
         self._table.value = streams_frame(streams)
-        self._stream.options = list(self._streams)
-        self._on_stream()
+        self.param.stream.objects = list(self._streams)
+        if self.stream not in self._streams and self._streams:
+            self.stream = next(iter(self._streams))  # its watcher fills the form
+        else:
+            self._on_stream()
 
     def _proposed(self) -> StreamBatchSettings | None:
-        current = self._streams.get(self._stream.value)
+        current = self._streams.get(self.stream)
         if current is None:
             return None
-        return current.with_changes(allow_atomic=self._atomic.value, allow_batched=self._batched.value,
-                                    persist_mode=self._persist.value)
+        return current.with_changes(allow_atomic=self.allow_atomic, allow_batched=self.allow_batched,
+                                    persist_mode=self.persist_mode)
 
-    def _on_stream(self, *_) -> None:
-        current = self._streams.get(self._stream.value)
+    @param.depends("stream", watch=True)
+    def _on_stream(self) -> None:
+        current = self._streams.get(self.stream)
         if current is not None:
-            self._atomic.value, self._batched.value = current.allow_atomic, current.allow_batched
-            self._persist.value = current.persist_mode
+            self.param.update(allow_atomic=current.allow_atomic, allow_batched=current.allow_batched,
+                              persist_mode=current.persist_mode)
         self._on_edit()
 
-    def _on_edit(self, *_) -> None:
+    @param.depends("allow_atomic", "allow_batched", "persist_mode", watch=True)
+    def _on_edit(self) -> None:
         proposed = self._proposed()
-        self._review.object = "" if proposed is None else review(self._streams[proposed.name], proposed, self._api_level)
+        self.review = "" if proposed is None else review(self._streams[proposed.name], proposed, self._api_level)
 
-    async def _on_apply(self, *_) -> None:
+    async def apply(self) -> StreamBatchSettings | None:
+        """Apply the proposed settings; the updated stream, or None (result says why)."""
         proposed = self._proposed()
         if proposed is None:
-            return
+            return None
         changes = {k: b for k, (_, b) in diff_settings(self._streams[proposed.name], proposed).items()}
         if not changes:
-            self._result.object = "Nothing to apply."
-            return
+            self.result = "Nothing to apply."
+            return None
         try:
             updated = await self.admin.apply(proposed.name, **changes)
         except Refusal as refused:
-            self._result.object = f"**The server refused:** {html.escape(str(refused))}"
-            return
+            self.result = f"**The server refused:** {html.escape(str(refused))}"
+            return None
         except ReadOnlyError as refused:
-            self._result.object = html.escape(str(refused))
-            return
-        self._result.object = f"Applied to {html.escape(updated.name)}."
+            self.result = html.escape(str(refused))
+            return None
+        self.result = f"Applied to {html.escape(updated.name)}."
         await self.reload()
+        return updated
+
+    async def _on_apply(self, _event) -> None:
+        await self.apply()
 
     def __panel__(self):
         return self._layout

@@ -8,9 +8,10 @@ import pytest
 from nats.js.api import StreamConfig
 
 from console.broker.atomic import AtomicBatch
-from console.broker.eventlog import EventLogSettings
+from console.config import EventLogSettings
 from console.broker.fast import BatchEndedError, FastBatch
-from console.collector.collector import Collector, CollectorSettings
+from console.collector.collector import Collector
+from console.config import CollectorSettings
 from console.errors import BatchError
 from tests.waits import events_for
 
@@ -55,8 +56,7 @@ def produce(server, client):
 
 async def _produce(server, client, atomic_ids, fast, key):
     conn = await nats.connect(server.url)
-    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1,
-                                                  event_log=EventLogSettings(key=key)))
+    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1), EventLogSettings(key=key))
     await collector.start()
     for batch_id in atomic_ids:
         batch = AtomicBatch(client, batch_id=batch_id)

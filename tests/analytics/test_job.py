@@ -78,8 +78,8 @@ async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, clie
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from console.broker.eventlog import EventLog, EventLogSettings
-    from console.config import event_key
+    from console.broker.eventlog import EventLog
+    from console.config import EventLogSettings, event_key
     from console.domain.events import BatchEvent, EventKind
 
     unsigned = EventLog(client.jetstream())

@@ -46,12 +46,16 @@ async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batche
     await produce(["nb-1", "nb-2"], key=key)
     await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source={"servers": server.url,
                                                                            "event_secret": key.decode()}))
-    env = {"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_ID": "nb-1"}
+    env = {"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_ID": "nb-1",
+           "REPLAY_STREAM": "JOBA"}
 
     text, nb = await execute("quickstart.ipynb", env)
     assert "lost batches in the last hour" in text and "nb-1" in text and "nb-2" in text
     assert "JOBA" in text and "atomic=True" in text
-    assert rich_outputs(nb) >= 2  # the live table and the streams editor
+    assert "replay JOBA: 3 messages fetched" in text  # the Replay page driven by its params
+    assert "a year ago: 0 abandoned batches" in text  # History follows the dates set on it
+    assert "since yesterday: 2 abandoned batches" in text
+    assert rich_outputs(nb) >= 4  # the live table, the streams editor, Replay, History
 
     text, nb = await execute("incident_investigation.ipynb", env)
     assert "investigating nb-1" in text

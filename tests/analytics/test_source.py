@@ -3,7 +3,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from console.analytics.source import SeqRange, split
-from console.broker.eventlog import EventLog, EventLogSettings
+from console.broker.eventlog import EventLog
+from console.config import EventLogSettings
 from console.domain.events import BatchEvent, EventKind
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)

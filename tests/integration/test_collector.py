@@ -5,7 +5,8 @@ from nats.js.api import StreamConfig
 
 from console.broker.atomic import AtomicBatch
 from console.broker.fast import BatchEndedError, FastBatch
-from console.collector.collector import Collector, CollectorSettings
+from console.collector.collector import Collector
+from console.config import CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
 from tests.waits import events_for, eventually

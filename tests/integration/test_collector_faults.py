@@ -6,7 +6,8 @@ from nats.js.api import StreamConfig
 from console.broker.atomic import AtomicBatch
 from console.broker.eventlog import EventLog
 from console.broker.server import EmbeddedServer
-from console.collector.collector import Collector, CollectorSettings
+from console.collector.collector import Collector
+from console.config import CollectorSettings
 from tests.conftest import TEST_LIMITS
 from tests.waits import collector_ready, events_for, eventually
 

@@ -10,7 +10,8 @@ from nats.js.api import StreamConfig
 from console.broker.atomic import AtomicBatch
 from console.broker.fast import FastBatch
 from console.broker.server import EmbeddedServer
-from console.collector.collector import Collector, CollectorSettings
+from console.collector.collector import Collector
+from console.config import CollectorSettings
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
 from tests.waits import events_for, wait_until
@@ -72,7 +73,7 @@ async def test_system_copy_and_account_copy_make_one_event(accounts_server):
 
 
 async def test_batch_timeout_is_learned_from_the_monitor_port(nats_server, nc):
-    collector = Collector(nc, CollectorSettings(monitor_url=nats_server.monitor_url))
+    collector = Collector(nc, CollectorSettings(), monitor_url=nats_server.monitor_url)
     await collector.start()
     await collector.stop()
     assert collector.tracker.batch_timeout == 1.0

@@ -3,7 +3,8 @@ from datetime import datetime, timedelta, timezone
 
 from nats.js.api import DiscardPolicy, StreamConfig
 
-from console.broker.eventlog import EventLog, EventLogSettings
+from console.broker.eventlog import EventLog
+from console.config import EventLogSettings
 from console.domain.events import BatchEvent, EventKind
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)

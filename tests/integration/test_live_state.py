@@ -1,6 +1,7 @@
 from datetime import datetime, timedelta, timezone
 
-from console.broker.eventlog import EventLog, EventLogSettings
+from console.broker.eventlog import EventLog
+from console.config import EventLogSettings
 from console.domain.signing import signature
 from console.broker.live_state import LiveState
 from console.domain.events import BatchEvent, EventKind

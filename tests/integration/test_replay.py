@@ -5,7 +5,8 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from console.broker.admin import StreamAdmin
 from console.broker.atomic import AtomicBatch
-from console.broker.pull import Ack, ConsumerReader, ReplayError, replay_batch
+from console.broker.pull import ConsumerReader, ReplayError, replay_batch
+from console.domain.messages import Ack
 from console.errors import ReadOnlyError
 
 

@@ -46,9 +46,9 @@ async def test_a_read_only_streams_page_refuses_an_apply_called_directly(nc, mak
     name, _ = await make_stream()
     page = StreamsPage(admin=StreamAdmin(nc, read_only=True))
     await page.reload()
-    page._stream.value = name
-    page._batched.value = True
-    await page._on_apply()
-    assert page._result.object == "read-only mode: stream settings are not changed"
-    assert page._apply.visible is False
+    page.stream = name
+    page.allow_batched = True
+    assert "allow_batched" in page.review
+    assert await page.apply() is None
+    assert page.result == "read-only mode: stream settings are not changed"
     assert not (await nc.jetstream().stream_info(name)).config.allow_batched

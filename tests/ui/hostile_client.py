@@ -99,8 +99,8 @@ async def real(nc) -> None:
 
 
 async def events(nc, key_file: str, batch_id: str) -> None:
-    from console.broker.eventlog import EventLog, EventLogSettings
-    from console.config import event_key
+    from console.broker.eventlog import EventLog
+    from console.config import EventLogSettings, event_key
 
     log = EventLog(nc.jetstream(), EventLogSettings(key=event_key(key_file)))
     found = [e.kind.value for _, e in await log.read(1, idle_timeout=1.0) if e.batch_id == batch_id]

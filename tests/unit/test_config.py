@@ -1,8 +1,13 @@
 import pytest
 
 from console.broker.connection import connect_options
-from console.config import ConnectionSettings
+from console.cli import build_parser
+from console.config import ConnectionSettings, child_env, load
 from console.errors import ConfigError
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None):
+    return load(build_parser().parse_args(argv), environ={} if environ is None else environ)
 
 
 def test_secrets_never_appear_in_repr_or_description():
@@ -16,36 +21,34 @@ def test_secrets_never_appear_in_repr_or_description():
 
 
 def test_settings_from_env_split_servers():
-    settings = ConnectionSettings.from_env({"BATCH_CONSOLE_SERVER": "nats://a:4222, nats://b:4222", "BATCH_CONSOLE_TOKEN": "t"})
-    assert settings.servers == ("nats://a:4222", "nats://b:4222") and settings.token == "t"
+    settings = load(environ={"BATCH_CONSOLE_SERVER": "nats://a:4222, nats://b:4222", "BATCH_CONSOLE_TOKEN": "t"})
+    assert settings.connection.servers == ("nats://a:4222", "nats://b:4222") and settings.connection.token == "t"
 
 
 def test_connect_options_carry_each_credential(tmp_path):
     creds = tmp_path / "user.creds"
     creds.write_text("-----BEGIN NATS USER JWT-----\n")
-    options = connect_options(ConnectionSettings(creds_file=str(creds), token="t", user="u", password="p"))
+    options = connect_options(ConnectionSettings(creds=str(creds), token="t", user="u", password="p"))
     assert options["user_credentials"] == str(creds)
     assert (options["token"], options["user"], options["password"]) == ("t", "u", "p")
 
 
 def test_missing_credential_files_are_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="creds file"):
-        connect_options(ConnectionSettings(creds_file=str(tmp_path / "absent.creds")))
+        connect_options(ConnectionSettings(creds=str(tmp_path / "absent.creds")))
     with pytest.raises(ConfigError, match="both --tls-cert and --tls-key"):
         connect_options(ConnectionSettings(tls_cert=str(tmp_path / "c.pem")))
 
 
-def test_credentials_in_a_server_url_become_flags_and_leave_the_url():
-    from console.cli import build_parser, forwarded_connection, lift_url_secrets
-
-    args = build_parser().parse_args(["up", "--server", "nats://bob:s3cret@h1:4222,nats://bob:s3cret@h2:4222"])
-    lift_url_secrets(args)
-    argv, env = forwarded_connection(args)
-    assert args.server == "nats://h1:4222,nats://h2:4222"
-    assert "s3cret" not in " ".join(argv) and env == {"BATCH_CONSOLE_PASSWORD": "s3cret"}
-    token = build_parser().parse_args(["collect", "--server", "nats://tok123@h1:4222"])
-    lift_url_secrets(token)
-    assert (token.server, token.token) == ("nats://h1:4222", "tok123")
+def test_credentials_in_a_server_url_move_to_the_credential_settings_and_leave_the_url():
+    settings = parse(["up", "--server", "nats://bob:s3cret@h1:4222,nats://bob:s3cret@h2:4222"])
+    assert settings.connection.servers == ("nats://h1:4222", "nats://h2:4222")
+    assert (settings.connection.user, settings.connection.password) == ("bob", "s3cret")
+    env = child_env(settings)
+    assert env["BATCH_CONSOLE_SERVER"] == "nats://h1:4222,nats://h2:4222" and env["BATCH_CONSOLE_PASSWORD"] == "s3cret"
+    assert "s3cret" not in repr(settings) + settings.connection.describe()
+    token = parse(["collect", "--server", "nats://tok123@h1:4222"]).connection
+    assert (token.servers, token.token) == (("nats://h1:4222",), "tok123")
 
 
 def test_the_event_key_is_made_once_for_a_data_directory_and_readable_by_its_owner_only(tmp_path):
@@ -62,3 +65,53 @@ def test_the_event_key_is_made_once_for_a_data_directory_and_readable_by_its_own
     with pytest.raises(ConfigError, match="cannot read"):
         event_key(tmp_path / "absent.key", environ={})
 
+
+
+def test_every_setting_has_its_own_environment_twin_named_after_its_flag():
+    from console.config import SECTIONS, specs
+
+    twins = [spec.env for section in SECTIONS.values() for _, spec in specs(section)]
+    assert len(twins) == len(set(twins))
+    assert {"BATCH_CONSOLE_SERVER", "BATCH_CONSOLE_CREDS", "BATCH_CONSOLE_TLS_CA", "BATCH_CONSOLE_SYSTEM_CREDS",
+            "BATCH_CONSOLE_MONITOR_URL", "BATCH_CONSOLE_EVENT_KEY", "BATCH_CONSOLE_PORT"} <= set(twins)
+
+
+def test_a_flag_wins_over_its_environment_twin_which_wins_over_the_commands_default():
+    assert parse(["collect"]).collector.cpu == "adaptive"  # collect's own default
+    assert parse(["collect"], {"BATCH_CONSOLE_CPU": "low"}).collector.cpu == "low"
+    assert parse(["collect", "--cpu", "normal"], {"BATCH_CONSOLE_CPU": "low"}).collector.cpu == "normal"
+    both = parse(["collect", "--inbox-prefix", "a,b", "--inbox-prefix", "c"])
+    assert both.collector.inbox_prefixes == ("a", "b", "c")
+    assert parse(["serve"], {"BATCH_CONSOLE_READ_ONLY": "yes"}).web.read_only is True
+    # the old flag names are aliases of the canonical ones, and read the same variable
+    assert parse(["server", "--port", "0"]).embedded.nats_port == 0
+    assert parse(["server"], {"BATCH_CONSOLE_NATS_PORT": "4333"}).embedded.nats_port == 4333
+    assert parse(["analytics", "--every", "5"]).analytics.every == 5.0
+
+
+def test_a_bad_environment_value_names_its_variable_and_never_shows_a_secret():
+    with pytest.raises(ConfigError, match=r"\$BATCH_CONSOLE_PORT='eighty'"):
+        load(environ={"BATCH_CONSOLE_PORT": "eighty"})
+    with pytest.raises(ConfigError, match=r"\$BATCH_CONSOLE_CPU='max'"):
+        load(environ={"BATCH_CONSOLE_CPU": "max"})
+    with pytest.raises(ConfigError, match=r"\$BATCH_CONSOLE_INSECURE"):
+        load(environ={"BATCH_CONSOLE_INSECURE": "perhaps"})
+
+
+def test_the_spark_options_carry_every_connection_setting_and_read_back_the_same(tmp_path):
+    from console.config import SPARK_EVENT_KEY, spark_options
+
+    settings = load(environ={"BATCH_CONSOLE_SERVER": "nats://a:1,nats://b:2", "BATCH_CONSOLE_CREDS": "/c.creds",
+                             "BATCH_CONSOLE_TOKEN": "t0k", "BATCH_CONSOLE_TLS_CA": "/ca.pem",
+                             "BATCH_CONSOLE_CONNECT_TIMEOUT": "7", "BATCH_CONSOLE_DATA_DIR": str(tmp_path)})
+    options = spark_options(settings)
+    assert ConnectionSettings.from_options(options) == settings.connection
+    assert options[SPARK_EVENT_KEY] == (tmp_path / "event.key").read_text().strip()
+
+
+def test_up_hands_its_parts_every_setting_in_their_environment_and_nothing_on_their_command_line():
+    settings = parse(["up", "--server", "nats://h:4222", "--token", "t0k", "--read-only", "--port", "9000"],
+                     {"BATCH_CONSOLE_CREDS": "/c.creds"})
+    env = child_env(settings)
+    assert env == {"BATCH_CONSOLE_SERVER": "nats://h:4222", "BATCH_CONSOLE_TOKEN": "t0k", "BATCH_CONSOLE_READ_ONLY": "1",
+                   "BATCH_CONSOLE_PORT": "9000", "BATCH_CONSOLE_CREDS": "/c.creds"}

@@ -1,0 +1,43 @@
+"""The pages, each made over a runtime: the one place that says what each page is given. The web
+app (console.serve) adds a frame and session hooks; the notebook console (console.widgets) awaits
+their first load."""
+
+from __future__ import annotations
+
+from console.investigate import replay_link
+from console.runtime import Runtime
+from console.ui.history import HistoryPage
+from console.ui.incident import IncidentPage
+from console.ui.live import LivePage
+from console.ui.probe import ProbePage
+from console.ui.replay import ReplayPage
+from console.ui.streams import StreamsPage
+
+PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
+         "/probe": "Probe"}
+CHANGES_THE_SERVER = ("/probe",)  # left out in read-only mode
+
+
+def live(runtime: Runtime, **params) -> LivePage:
+    """Follows the runtime's live state; refreshed in the current session every refresh_ms."""
+    return LivePage.following(runtime.live, **params)
+
+
+def streams(runtime: Runtime, **params) -> StreamsPage:
+    return StreamsPage(admin=runtime.admin, **params)
+
+
+def replay(runtime: Runtime, **params) -> ReplayPage:
+    return ReplayPage(admin=runtime.admin, **params)
+
+
+def history(runtime: Runtime, **params) -> HistoryPage:
+    return HistoryPage(history=runtime.history, problem=runtime.history_problem, **params)
+
+
+def incident(runtime: Runtime, **params) -> IncidentPage:
+    return IncidentPage(**{"find": runtime.find_incident, "replay_link": replay_link, **params})
+
+
+def probe(runtime: Runtime, **params) -> ProbePage:
+    return ProbePage(run=runtime.run_probe, **params)

@@ -1,0 +1,109 @@
+"""One runtime per process: opened from the settings, it owns what the process's parts share (the
+NATS connection and the system account's, stream administration, the live state that follows the
+event log, the SQLite history) and closes them. The web app is routes over a runtime, the notebook
+console a runtime plus page factories (console.pages), and each CLI command opens one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from console.broker.admin import StreamAdmin
+from console.broker.connection import Connection, connect
+from console.broker.live_state import LiveState
+from console.config import EventLogSettings, Settings, load
+from console.domain.incident import Incident
+from console.investigate import find_incident
+from console.probe import ProbeOptions, ProbeReport, run_probe
+from console.errors import ReadOnlyError
+from console.storage.history import Reader
+from console.storage.sqlite import open_db_for_reading
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None):
+        self.settings = settings
+        self.nc = nc
+        self.system_nc = system_nc
+        self.admin = StreamAdmin(nc, read_only=settings.web.read_only)
+        self._event_log: EventLogSettings | None = None
+        self._live: LiveState | None = None
+        self._history: tuple[Reader | None, str | None] | None = None
+
+    @classmethod
+    async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
+                   system: bool = False, **connect_overrides: Any) -> Runtime:
+        """Connects with the settings (default: the environment's, as a notebook wants); with
+        system=True also as the system account user, when one is configured. A server that does
+        not answer within give_up_after raises NatsUnreachableError naming it."""
+        settings = load() if settings is None else settings
+        nc = await connect(settings.connection, give_up_after=give_up_after, **connect_overrides)
+        system_nc = None
+        if system and (account := settings.system.connection(settings.connection)) is not None:
+            try:
+                system_nc = await connect(account, give_up_after=give_up_after, **connect_overrides)
+            except BaseException:
+                await nc.close()
+                raise
+        return cls(settings, nc, system_nc)
+
+    @property
+    def read_only(self) -> bool:
+        return self.admin.read_only
+
+    @property
+    def event_log(self) -> EventLogSettings:
+        """The event log's settings with the key resolved (made in the data directory when missing)."""
+        if self._event_log is None:
+            self._event_log = self.settings.keyed_event_log()
+        return self._event_log
+
+    @property
+    def live(self) -> LiveState:
+        """The live state, following the event log from the first time it is asked for."""
+        if self._live is None:
+            self._live = LiveState(self.nc, self.event_log)
+            self._live.start()
+        return self._live
+
+    @property
+    def history(self) -> Reader | None:
+        """The analytics job's SQLite tables, or None (history_problem says why)."""
+        return self._open_history()[0]
+
+    @property
+    def history_problem(self) -> str | None:
+        return self._open_history()[1]
+
+    def _open_history(self) -> tuple[Reader | None, str | None]:
+        if self._history is None:
+            engine, problem = open_db_for_reading(self.settings.data.data_dir / "console.db")
+            if problem:
+                log.warning("%s; Live, Streams and Replay go on", problem)
+            self._history = (Reader(engine) if engine is not None else None, problem)
+        return self._history
+
+    async def find_incident(self, batch_id: str) -> Incident | None:
+        return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
+
+    async def run_probe(self, options: ProbeOptions, progress=None) -> ProbeReport:
+        if self.read_only:
+            raise ReadOnlyError("read-only mode: probes publish to the server and are refused")
+        return await run_probe(self.nc, options, progress)
+
+    async def close(self) -> None:
+        if self._live is not None:
+            await self._live.stop()
+        for nc in (self.nc, self.system_nc):
+            if nc is not None and not nc.is_closed:
+                await nc.close()
+        if self._history is not None and self._history[0] is not None:
+            self._history[0].engine.dispose()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *_) -> None:
+        await self.close()
