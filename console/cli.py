@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 
+from console.broker.cluster import EmbeddedCluster
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.config import Settings, add_flags, load, spark_options
@@ -81,14 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_server(settings: Settings) -> int:
     e = settings.embedded
     limits = BatchLimits(timeout=e.nats_batch_timeout, max_msgs=e.nats_batch_max_msgs)
-    server = EmbeddedServer(settings.data.data_dir / "nats", host=e.nats_host, port=e.nats_port, batch_limits=limits)
+    store = settings.data.data_dir / "nats"
+    if e.nats_nodes > 1:
+        ports = [e.nats_port + i if e.nats_port else 0 for i in range(e.nats_nodes)]
+        server = EmbeddedCluster(store, e.nats_nodes, host=e.nats_host, ports=ports, batch_limits=limits)
+        where = f"{e.nats_nodes} nodes, stores {store}/n*"
+    else:
+        server = EmbeddedServer(store, host=e.nats_host, port=e.nats_port, batch_limits=limits)
+        where = f"monitor {server.monitor_url}, store {store}"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
     try:
-        print(f"nats-server ready on {server.url} (monitor {server.monitor_url}, store {server.store_dir})", flush=True)
+        print(f"nats-server ready on {server.url} ({where})", flush=True)
         print(f"try: batch-console probe fast --server {server.url} --json", flush=True)
         code = server.wait()
-        log.error("nats-server exited with %s; see %s", code, server.log_path)
+        log.error("nats-server exited with %s; see its log under %s", code, store)
         return 1
     except KeyboardInterrupt:
         return 0

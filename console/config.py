@@ -179,6 +179,9 @@ class EventLogSettings:
     # where nothing else can publish on the log's subjects (tests, embedding); see keyed().
     key: bytes | None = setting(None, "the event key itself", flag="--event-key", env_only=True, secret=True,
                                 parse=str.encode)
+    replicas: int | None = setting(None, "replicas of the console's streams (event log, advisories, quarantine) when "
+                                         "it creates them; default: 3 on a cluster of three servers or more, else 1",
+                                   parse=int)
     subject_prefix: str = "batch_console.events"
     # Long enough to cover a collector restart: a redelivered advisory must hit the same window.
     duplicate_window: float = 600.0
@@ -248,6 +251,8 @@ class EmbeddedServerSettings:
 
     nats_host: str = setting("127.0.0.1", "the embedded nats-server's address")
     nats_port: int = setting(4222, "the embedded nats-server's port (0: a free one)", parse=int)
+    nats_nodes: int = setting(1, "nodes of the embedded nats-server: 3 runs a cluster on loopback (client ports "
+                                 "NATS_PORT, +1, +2), to watch batches across leader changes", flag="--nodes", parse=int)
     nats_batch_timeout: float | None = setting(None, "seconds an idle batch is kept (server default 10)", parse=float)
     nats_batch_max_msgs: int | None = setting(None, "atomic messages per batch (server default 1000)", parse=int)
 

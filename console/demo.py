@@ -38,9 +38,10 @@ DEMO_STREAMS = (DemoStream(ATOMIC_STREAM, f"{ORDERS}.>", True), DemoStream(FAST_
 async def ensure_demo_streams(nc: Connection) -> None:
     """Create the demo streams, or reuse the ones an earlier demo created; refuse anything else."""
     for s in DEMO_STREAMS:
-        _, metadata = await ensure_stream(nc, StreamSpec(s.name, (s.subject,), allow_atomic=s.atomic,
-                                                         allow_batched=not s.atomic, max_age=24 * 3600,
-                                                         metadata=dict(MARK)))
+        ensured = await ensure_stream(nc.jetstream(), StreamSpec(s.name, (s.subject,), allow_atomic=s.atomic,
+                                                                 allow_batched=not s.atomic, max_age=24 * 3600,
+                                                                 metadata=dict(MARK)))
+        metadata = ensured.config.metadata or {}
         if metadata.get("batch_console_demo") != "1":
             raise ConsoleError(f"stream {s.name} exists and was not created by the demo: the demo never writes to it")
 

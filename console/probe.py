@@ -135,9 +135,9 @@ class ProbeReport:
 
 async def ensure_probe_stream(nc: Connection, options: ProbeOptions) -> bool:
     """Create the probe stream, allowing both kinds of batch, when it does not exist; an existing one is left as it is."""
-    created, _ = await ensure_stream(nc, StreamSpec(options.stream, (options.subject,), allow_atomic=True,
-                                                    allow_batched=True))
-    return created
+    ensured = await ensure_stream(nc.jetstream(), StreamSpec(options.stream, (options.subject,), allow_atomic=True,
+                                                             allow_batched=True))
+    return ensured.created
 
 
 async def run_probe(nc: Connection, options: ProbeOptions, progress: Callable[[int], None] | None = None) -> ProbeReport:

@@ -109,7 +109,7 @@ class Supervisor:
     def _wait_for_server(self, part: Part, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout
         while True:
-            found = re.search(r"nats://[\d.]+:\d+", part.log_path.read_text(errors="replace"))
+            found = re.search(r"nats://[\d.]+:\d+(?:,nats://[\d.]+:\d+)*", part.log_path.read_text(errors="replace"))
             if found:
                 return found.group(0)
             if part.proc.poll() is not None or time.monotonic() > deadline:

@@ -32,6 +32,7 @@ from console.analytics.transforms import (
     abandonment_hourly,
     fast_batch_summary,
     gap_hourly,
+    retracted_losses,
     stream_abandonment_stats,
 )
 from console.broker.eventlog import missing_log
@@ -150,6 +151,7 @@ def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: Data
     batches = fast_batch_summary(scope.filter(F.col("batch_id").isin(*touched))) if touched else None
 
     lost = abandoned_batches(scope, settings.context_minutes).filter(F.to_date("time").isin(*days))
+    retracted = [r.event_id for r in retracted_losses(scope).collect()]
 
     # Each aggregate is computed once, to Arrow: Delta takes the table, SQLite its rows.
     by_day = f"day IN ({_quoted(day_strings)})"
@@ -165,9 +167,9 @@ def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: Data
     lost_table = lost.toArrow()
     lost_rows = _records(lost_table)
     rows_s: list[dict] = []
-    if lost_rows:
-        delta.replace_where(settings.delta("abandoned_batches"), lost_table,
-                            f"event_id IN ({_quoted(r['event_id'] for r in lost_rows)})")
+    lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
+    if lost_ids:
+        delta.replace_where(settings.delta("abandoned_batches"), lost_table, f"event_id IN ({_quoted(lost_ids)})")
         # per-stream figures from every abandonment kept so far (one row each: small)
         stats = stream_abandonment_stats(spark.read.parquet(*delta.read_files(settings.delta("abandoned_batches"))))
         stats_rows = stats.toArrow()
@@ -183,7 +185,7 @@ def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: Data
         session.add_all(AbandonmentHourly(**r) for r in rows_a)
         session.add_all(GapHourly(**r) for r in rows_g)
         sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], rows_b)
-        sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(r["event_id"],) for r in lost_rows], lost_rows)
+        sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
         sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(r["stream"],) for r in rows_s], rows_s)
 
     sqlite.commit_run(engine, SOURCE, last, writes)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, EventKind
+from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, EventKind
 
-ATOMIC_ABANDONED = EventKind.ATOMIC_ABANDONED.value
+ATOMIC_LOSSES = tuple(kind.value for kind in ATOMIC_KINDS)
 FAST_ENDED_EARLY = EventKind.FAST_ENDED_EARLY.value
 FAST_DROPPED = EventKind.FAST_DROPPED.value
+FAST_LOST = EventKind.FAST_LOST.value
+LOSS_RETRACTED = EventKind.LOSS_RETRACTED.value
 FAST_COMMITTED = EventKind.FAST_COMMITTED.value
 FAST_GAP = EventKind.FAST_GAP.value
 FAST_ERROR = EventKind.FAST_ERROR.value
@@ -41,15 +43,31 @@ def with_abandonment_reason(events: DataFrame) -> DataFrame:
     """kind_of_batch (atomic | fast) and the reason a batch was lost: the advisory's reason for atomic
     batches, gap / error for a fail-mode early end, dropped for an inferred drop."""
     return events.withColumn(
-        "batch_kind", F.when(F.col("kind") == ATOMIC_ABANDONED, "atomic").otherwise("fast")
+        "batch_kind", F.when(F.col("kind").isin(*ATOMIC_LOSSES), "atomic").otherwise("fast")
     ).withColumn(
         "reason", F.when(F.col("kind") == FAST_DROPPED, F.lit("dropped")).otherwise(F.col("reason"))
     )
 
 
+def losses(events: DataFrame) -> DataFrame:
+    """The loss events that still stand: a fast batch's loss that a later reply retracted is none."""
+    lost = events.filter(F.col("kind").isin(*ABANDONMENT_KINDS))
+    retracted = events.filter(F.col("kind") == LOSS_RETRACTED).select(
+        F.col("batch_id").alias("_retracted_batch"), F.col("time").alias("_retracted_at"))
+    overruled = ((F.col("batch_id") == F.col("_retracted_batch")) & (F.col("_retracted_at") >= F.col("time"))
+                 & _is_fast())
+    return lost.join(retracted, overruled, "left_anti")
+
+
+def retracted_losses(events: DataFrame) -> DataFrame:
+    """event_id of each loss a later reply retracted: rows to take out of the tables."""
+    lost = events.filter(F.col("kind").isin(*ABANDONMENT_KINDS)).select("event_id")
+    return lost.join(losses(events).select("event_id"), "event_id", "left_anti")
+
+
 def abandonment_hourly(events: DataFrame) -> DataFrame:
     """hour, stream, kind (atomic | fast), reason, batches."""
-    lost = with_abandonment_reason(with_batch_stream(events).filter(F.col("kind").isin(*ABANDONMENT_KINDS)))
+    lost = with_abandonment_reason(losses(with_batch_stream(events)))
     return (
         lost.groupBy(_hour(), "stream", F.col("batch_kind").alias("kind"), "reason")
         .agg(F.countDistinct("batch_id").alias("batches"))
@@ -66,10 +84,11 @@ def gap_hourly(events: DataFrame) -> DataFrame:
 
 def fast_batch_summary(events: DataFrame) -> DataFrame:
     """One row per fast batch: stream, started, ended, outcome, messages stored, gaps, lost, errors,
-    min and max flow. Outcome: committed > ended_early > dropped > open (a later commit overrules
-    an inferred drop). In ok mode the server's count includes lost messages; stored = count - lost."""
+    min and max flow. Outcome: committed > ended_early > lost (10208) > dropped > open (a later
+    commit overrules an inferred drop). In ok mode the server's count includes lost messages;
+    stored = count - lost."""
     fast = with_batch_stream(events).filter(_is_fast() & F.col("batch_id").isNotNull())
-    terminal = F.col("kind").isin(FAST_COMMITTED, FAST_ENDED_EARLY, FAST_DROPPED)
+    terminal = F.col("kind").isin(FAST_COMMITTED, FAST_ENDED_EARLY, FAST_LOST, FAST_DROPPED)
     summary = fast.groupBy("batch_id").agg(
         F.first("stream").alias("stream"),
         F.min("time").alias("started"),
@@ -77,6 +96,7 @@ def fast_batch_summary(events: DataFrame) -> DataFrame:
         F.max((F.col("kind") == FAST_COMMITTED).cast("int")).alias("_committed"),
         F.max((F.col("kind") == FAST_ENDED_EARLY).cast("int")).alias("_ended"),
         F.max((F.col("kind") == FAST_DROPPED).cast("int")).alias("_dropped"),
+        F.max((F.col("kind") == FAST_LOST).cast("int")).alias("_lost"),
         F.max(F.when(F.col("kind").isin(FAST_COMMITTED, FAST_ENDED_EARLY), F.col("count"))).alias("_count"),
         F.first("gap_mode", ignorenulls=True).alias("gap_mode"),
         F.sum((F.col("kind") == FAST_GAP).cast("long")).alias("gaps"),
@@ -88,6 +108,7 @@ def fast_batch_summary(events: DataFrame) -> DataFrame:
     outcome = (
         F.when(F.col("_committed") == 1, "committed")
         .when(F.col("_ended") == 1, "ended_early")
+        .when(F.col("_lost") == 1, "lost")
         .when(F.col("_dropped") == 1, "dropped")
         .otherwise("open")
     )
@@ -102,7 +123,7 @@ def abandoned_batches(events: DataFrame, window_minutes: int = 5) -> DataFrame:
     """One row per lost batch (the incident index), with the context events on the same stream within
     `window_minutes` either side counted: leader elections, stream updates, other abandonments, gaps."""
     filled = with_batch_stream(events)
-    lost = with_abandonment_reason(filled.filter(F.col("kind").isin(*ABANDONMENT_KINDS))).alias("a")
+    lost = with_abandonment_reason(losses(filled)).alias("a")
     around = filled.alias("c")
     near = (
         (F.col("c.stream") == F.col("a.stream"))

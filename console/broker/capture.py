@@ -11,10 +11,11 @@ from typing import Awaitable, Callable
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from console.broker.connection import Connection
 from console.broker.replies import is_no_responders
+from console.broker.streams import StreamSpec, ensure_stream
 from console.errors import CaptureRefusedError
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,11 @@ class DurableAdvisories:
     """Advisories kept by a stream on $JS.EVENT.ADVISORY.> (an existing one is reused: the server refuses
     a second, overlapping one) and read with a durable pull consumer, each acked by the reader."""
 
-    def __init__(self, nc: Connection, stream: str, durable: str, max_age: float, ack_wait: float):
+    def __init__(self, nc: Connection, stream: str, durable: str, max_age: float, ack_wait: float,
+                 replicas: int | None = None):
         self.js = nc.jetstream()
         self.stream, self.durable, self.max_age, self.ack_wait = stream, durable, max_age, ack_wait
+        self.replicas = replicas
         self._psub = None
 
     async def open(self) -> str:
@@ -68,8 +71,8 @@ class DurableAdvisories:
                 return existing
         except nats.js.errors.NotFoundError:
             pass
-        await self.js.add_stream(StreamConfig(name=self.stream, subjects=[ADVISORY_SUBJECTS], storage=StorageType.FILE,
-                                              max_age=self.max_age))
+        await ensure_stream(self.js, StreamSpec(self.stream, (ADVISORY_SUBJECTS,), max_age=self.max_age,
+                                                replicas=self.replicas))
         return self.stream
 
     async def fetch(self, batch: int, timeout: float = 1.0) -> list[tuple[Inbound, Ack]]:

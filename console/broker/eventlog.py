@@ -9,9 +9,10 @@ from typing import AsyncIterator
 
 import nats.errors
 import nats.js.errors
-from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
+from console.broker.streams import StreamSpec, ensure_stream
 from console.config import EventLogSettings
 from console.domain.events import BatchEvent, MalformedEvent, event_from_json
 from console.domain.signing import SIGNATURE, forgery, signature
@@ -71,14 +72,11 @@ class EventLog:
         Returns what differs from what the console would have created, for the status."""
         s = self.settings
         subject = f"{s.subject_prefix}.>"
-        try:
-            current = (await self.js.stream_info(s.stream)).config
-        except nats.js.errors.NotFoundError:
-            await self.js.add_stream(StreamConfig(
-                name=s.stream, subjects=[subject], storage=StorageType.FILE,
-                max_age=s.max_age, duplicate_window=s.duplicate_window,
-            ))
+        ensured = await ensure_stream(self.js, StreamSpec(s.stream, (subject,), max_age=s.max_age,
+                                                          duplicate_window=s.duplicate_window, replicas=s.replicas))
+        if ensured.created:
             return []
+        current = ensured.config
         notes, changes = [], {}
         if subject not in (current.subjects or []):
             changes["subjects"] = [*(current.subjects or []), subject]

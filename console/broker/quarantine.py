@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+from console.broker.streams import StreamSpec, ensure_stream
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class QuarantineSettings:
     max_age: float = 7 * 86_400.0
     max_body: int = 64 * 1024  # longer inputs are kept truncated
     per_second: float = 50.0  # inputs kept per second at most; the rest are only counted
+    replicas: int | None = None  # None: 3 on a cluster of three servers or more, else 1
 
 
 def _header_value(text: str, limit: int = 512) -> str:
@@ -53,19 +55,14 @@ class Quarantine:
     async def ensure(self) -> None:
         """Create the stream if it is missing; an existing one is left as the operator set it."""
         s = self.settings
-        js = self.nc.jetstream()
+        spec = StreamSpec(s.stream, (f"{s.subject_prefix}.>",), max_msgs=s.max_msgs, max_bytes=s.max_bytes,
+                          max_age=s.max_age, description="inputs the batch console refused, with the reason (bounded)",
+                          replicas=s.replicas)
         try:
-            await js.stream_info(s.stream)
-        except nats.js.errors.NotFoundError:
-            try:
-                await js.add_stream(StreamConfig(
-                    name=s.stream, subjects=[f"{s.subject_prefix}.>"], storage=StorageType.FILE,
-                    max_msgs=s.max_msgs, max_bytes=s.max_bytes, max_age=s.max_age, discard=DiscardPolicy.OLD,
-                    description="inputs the batch console refused, with the reason (bounded)",
-                ))
-            except (nats.js.errors.Error, nats.errors.Error) as e:
-                log.warning("no quarantine stream (%s): refused inputs are only counted", e)
-                return
+            await ensure_stream(self.nc.jetstream(), spec)
+        except (nats.js.errors.Error, nats.errors.Error) as e:
+            log.warning("no quarantine stream (%s): refused inputs are only counted", e)
+            return
         self.available = True
 
     def _take_token(self) -> bool:

@@ -94,6 +94,11 @@ class EmbeddedServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the process has ended (None while it runs or before it started)."""
+        return self._proc.poll() if self._proc is not None else None
+
     def _config(self) -> str:
         monitor = "" if self.monitor_port is None else f'http: "{self.host}:{self.monitor_port or -1}"'
         return "\n".join(

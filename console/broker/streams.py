@@ -1,13 +1,17 @@
-"""Making sure a stream exists, one way for every part that needs its own (probe, demo)."""
+"""Making sure a stream exists: one way for every part that needs its own (the event log, the
+advisory capture, the quarantine, the probe's and the demo's streams)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import nats.js.errors
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
 
-from console.broker.connection import Connection
+# What a server says when it cannot hold the replicas asked for: not clustered, too few servers.
+NOT_ENOUGH_SERVERS = (10074, 10023)
+CLUSTER_REPLICAS = 3
 
 
 @dataclass(frozen=True)
@@ -17,19 +21,42 @@ class StreamSpec:
     allow_atomic: bool = False
     allow_batched: bool = False
     max_age: float | None = None  # seconds
+    max_msgs: int | None = None
+    max_bytes: int | None = None
+    discard_old: bool = True
+    duplicate_window: float | None = None  # seconds
+    description: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    # None: 3 where the cluster has three servers or more, else 1 (the server says which).
+    replicas: int | None = None
+
+    def config(self, replicas: int) -> StreamConfig:
+        return StreamConfig(
+            name=self.name, subjects=list(self.subjects), storage=StorageType.FILE, max_age=self.max_age,
+            max_msgs=self.max_msgs, max_bytes=self.max_bytes, duplicate_window=self.duplicate_window,
+            discard=DiscardPolicy.OLD if self.discard_old else DiscardPolicy.NEW, description=self.description,
+            allow_atomic=self.allow_atomic, allow_batched=self.allow_batched, metadata=dict(self.metadata) or None,
+            num_replicas=replicas,
+        )
 
 
-async def ensure_stream(nc: Connection, spec: StreamSpec) -> tuple[bool, dict[str, str]]:
-    """(created, metadata): the stream is made as specified when missing; an existing one is left as it
-    is, and its metadata says whose it is."""
-    js = nc.jetstream()
+@dataclass(frozen=True)
+class Ensured:
+    created: bool
+    config: StreamConfig  # as the server has it: an existing stream is left as the operator set it
+
+
+async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> Ensured:
+    """The stream as specified when missing; an existing one is left as it is."""
     try:
-        return False, dict((await js.stream_info(spec.name)).config.metadata or {})
+        return Ensured(False, (await js.stream_info(spec.name)).config)
     except nats.js.errors.NotFoundError:
         pass
-    await js.add_stream(StreamConfig(
-        name=spec.name, subjects=list(spec.subjects), storage=StorageType.FILE, max_age=spec.max_age,
-        allow_atomic=spec.allow_atomic, allow_batched=spec.allow_batched, metadata=dict(spec.metadata) or None,
-    ))
-    return True, dict(spec.metadata)
+    if spec.replicas is not None:
+        return Ensured(True, (await js.add_stream(spec.config(spec.replicas))).config)
+    try:
+        return Ensured(True, (await js.add_stream(spec.config(CLUSTER_REPLICAS))).config)
+    except nats.js.errors.APIError as e:
+        if e.err_code not in NOT_ENOUGH_SERVERS:
+            raise
+    return Ensured(True, (await js.add_stream(spec.config(1))).config)

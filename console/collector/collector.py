@@ -45,6 +45,7 @@ from console.domain.events import (
     SYSTEM_ADVISORY,
     BatchEvent,
     EventKind,
+    elected_leader,
 )
 from console.domain.fast_tracker import FastBatchTracker
 from console.domain.status import CollectorStatus
@@ -83,12 +84,12 @@ class Collector:
         self.monitor_url = monitor_url
         self.log = EventLog(nc.jetstream(), event_log)
         self.advisories = DurableAdvisories(nc, settings.advisory_stream, settings.durable, settings.advisory_max_age,
-                                            settings.ack_wait)
+                                            settings.ack_wait, event_log.replicas)
         self.tracker = FastBatchTracker(settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches)
         self.batch_timeout_source = "configured" if settings.batch_timeout else "assumed (server default)"
         self._streams_by_subject: dict[str, str | None] = {}
         self.instance = uuid.uuid4().hex[:12]
-        self.quarantine = Quarantine(nc, quarantine)
+        self.quarantine = Quarantine(nc, replace(quarantine, replicas=quarantine.replicas or event_log.replicas))
         self.rejected = Tally()  # bad input, by reason: counted, quarantined, skipped
         self.ignored = Tally()
         self.errors = Tally()  # transient failures the collector survived
@@ -324,6 +325,8 @@ class Collector:
 
     def _enqueue(self, events: list[BatchEvent], source: str) -> None:
         for event in events:
+            if elected_leader(event) is not None:
+                self.tracker.leader_elected(event.stream, event.time)  # a 10208 after it is a leader change
             try:
                 self._queue.put_nowait(replace(event, source=source))
             except asyncio.QueueFull:

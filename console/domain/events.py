@@ -27,7 +27,11 @@ from console.domain.wire import (
 )
 
 SCHEMA_VERSION = 1
-UNKNOWN_STREAM = "_unknown"
+# A stream not known (yet): one spelling on every page, in every table and in every export.
+UNKNOWN_STREAM = "(unknown)"
+WHY_UNKNOWN = ("the server names a fast batch's stream only in its final PubAck; tap the publish side "
+               "(--tap-publish-side) to know it earlier")
+SUBJECT_UNKNOWN = "_unknown"  # the event log's subject token for it (a subject token, kept as it was)
 
 # Where an event came from. Only the system account's copy of an advisory cannot come from an
 # ordinary client of the account; the others can be forged on the wire (the collector checks them).
@@ -48,7 +52,13 @@ class EventKind(str, Enum):
     FAST_ERROR = "fast_error"
     FAST_COMMITTED = "fast_committed"
     FAST_ENDED_EARLY = "fast_ended_early"  # fail mode: a gap (reason "gap") or an error ended it
-    FAST_DROPPED = "fast_dropped"  # inferred: silent for longer than the batch timeout
+    FAST_DROPPED = "fast_dropped"  # inferred: silent past the batch timeout while an ack was due
+    FAST_SLOW = "fast_slow"  # silent past the batch timeout, but its cadence says no ack was due: cannot tell
+    FAST_LOST = "fast_lost"  # answered 10208 (batch unknown): a leader change, or the server forgot it
+    FAST_REJECTED = "fast_rejected"  # refused with 10211: too many fast batches in flight
+    ATOMIC_LOST = "atomic_lost"  # a tapped atomic batch that can no longer commit, with no advisory
+    ATOMIC_OPEN_DROPPED = "atomic_open_dropped"  # a stream event that drops open atomic batches unseen
+    LOSS_RETRACTED = "loss_retracted"  # a reply came for a batch reported lost: the inference was wrong
     CONTEXT = "context"  # stream created/updated/deleted, leader elected, consumer actions
     COLLECTOR_STATUS = "collector_status"
 
@@ -56,8 +66,11 @@ class EventKind(str, Enum):
         return self.value
 
 
-# A batch lost: abandoned (atomic), ended by a gap or an error (fast, fail mode), or dropped idle.
-LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
+# A batch lost: abandoned or lost without an advisory (atomic); ended by a gap or an error (fast,
+# fail mode), dropped idle, or unknown to the stream's leader (fast).
+LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED,
+              EventKind.FAST_LOST)
+ATOMIC_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +104,7 @@ class BatchEvent:
 
     def subject(self, prefix: str) -> str:
         """`<prefix>.<kind>.<stream>`: a reader can filter by kind and by stream."""
-        return f"{prefix}.{self.kind.value}.{self.stream or UNKNOWN_STREAM}"
+        return f"{prefix}.{self.kind.value}.{self.stream or SUBJECT_UNKNOWN}"
 
     def to_json(self) -> bytes:
         out: dict[str, Any] = {}
@@ -104,6 +117,16 @@ class BatchEvent:
                 value = value.value
             out[key] = value
         return json.dumps(out, separators=(",", ":")).encode()
+
+
+STREAM_LEADER_ELECTED = "stream_leader_elected"  # a context event's detail for that advisory
+
+
+def elected_leader(event: BatchEvent) -> str | None:
+    """The new leader when the event is a stream's leader election (its stream is event.stream)."""
+    if event.kind is EventKind.CONTEXT and event.stream and (event.detail or "").startswith(STREAM_LEADER_ELECTED):
+        return event.reason or "?"
+    return None
 
 
 class MalformedEvent(MalformedInput):

@@ -1,20 +1,32 @@
 """What the `$FI` reply side says about other clients' fast batches: a state machine per batch.
 
-Pure: the collector feeds it (subject, body, time) for every tapped reply and calls tick()
-every interval. Memory is bounded: a batch is forgotten after its outcome or after it is
-inferred dropped. A tracked batch is never evicted to admit another: past `max_batches`, or past a
-quarter of them under one reply prefix (one publisher, or one forger), a new batch is not tracked
-(counted in `untracked`, and per prefix in `refused`), but its start, gaps, errors and outcome are
-still reported, since those need no state.
+Pure: the collector feeds it (subject, body, time) for every tapped reply, the streams' leader
+elections, and calls tick() every interval. Memory is bounded: a batch is forgotten after its
+outcome, and the outcome is remembered (bounded) so late replies neither repeat nor contradict it.
+A tracked batch is never evicted to admit another: past `max_batches`, or past a quarter of them
+under one reply prefix (one publisher, or one forger), a new batch is not tracked (counted in
+`untracked`, and per prefix in `refused`), but its start, gaps, errors and outcome are still
+reported, since those need no state.
+
+Losses the server does not advertise are inferred, and an inference that a later reply
+contradicts is retracted (LOSS_RETRACTED):
+- a batch answered 10208 (its id unknown to the stream's leader) is lost (FAST_LOST, once per
+  batch, with how many messages were refused), for a leader change when the stream elected one
+  since the batch's last good reply;
+- a batch silent past the batch timeout is dropped only when an ack was due by its own cadence
+  (the publish side tapped, or its acks' rate times its flow); otherwise it is slow, which the
+  reply side cannot tell from dropped (FAST_SLOW: every message resets the server's timer, and a
+  slow producer's messages are not replied to until the flow is reached).
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
 from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject
 from console.domain.wire import Tally
@@ -37,6 +49,44 @@ class TrackedBatch:
     stream: str | None = None
     subject: str | None = None  # known when the publish side is tapped
     last_problem: str | None = None  # "gap" | "error"
+    first_ack: tuple[int, datetime] | None = None  # (seq, time): with last_ack, the batch's own rate
+    last_ack: tuple[int, datetime] | None = None
+    publish_tapped: bool = False  # every message is seen: silence past the timeout is a drop
+    slow_reported: bool = False
+
+    def ack_interval(self) -> float | None:
+        """Seconds between acks at this batch's observed rate; None until two acks tell it."""
+        if self.first_ack is None or self.last_ack is None:
+            return None
+        messages = self.last_ack[0] - self.first_ack[0]
+        seconds = (self.last_ack[1] - self.first_ack[1]).total_seconds()
+        if messages <= 0 or seconds <= 0:
+            return None
+        return self.flow / (messages / seconds)
+
+
+@dataclass
+class LostFast:
+    """A batch answered 10208, until its FAST_LOST is emitted."""
+
+    batch_id: str
+    stream: str | None
+    gap_mode: str
+    last_acked: int | None
+    last_good: datetime | None  # its last reply before the first refusal
+    first_refused: int
+    first_time: datetime
+    last_time: datetime
+    refused: int = 0
+    commit_refused: bool = False
+
+
+UNKNOWN_BATCH = 10208
+TOO_MANY_INFLIGHT = 10211
+ACK_DUE_MARGIN = 2.0  # silence longer than this many ack intervals means an ack was missed
+SLOW_GIVE_UP = 600.0  # seconds a silent batch that cannot be judged stays tracked
+ELECTION_SLACK = timedelta(seconds=1)  # the election advisory and the last good reply race
+RETRACTABLE = ("dropped", "lost")
 
 
 # The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
@@ -54,6 +104,16 @@ class FastBatchTracker:
         self._per_prefix: Counter[str] = Counter()
         self.untracked = 0
         self.refused = Tally()  # reply prefix -> batches not tracked
+        self.closed: OrderedDict[str, str] = OrderedDict()  # batch id -> outcome (committed, ended, dropped, lost)
+        self.lost: dict[str, LostFast] = {}  # 10208 seen, FAST_LOST not yet emitted
+        self.elections: dict[str, datetime] = {}  # stream -> its last leader election
+        self.refused_after_end = 0  # 10208s for batches whose outcome was already known
+
+    def leader_elected(self, stream: str, when: datetime) -> None:
+        self.elections.pop(stream, None)
+        self.elections[stream] = when
+        if len(self.elections) > self.max_batches:
+            del self.elections[next(iter(self.elections))]
 
     def observe(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
         """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
@@ -67,8 +127,16 @@ class FastBatchTracker:
                 return events
         where = FastReplySubject.parse(subject)
         reply = to_reply(data)
-        batch = self.batches.get(where.batch_id)
+        code = reply.err_code if isinstance(reply, ApiError) else reply.error.err_code if isinstance(reply, FlowError) else None
+        if code == UNKNOWN_BATCH:
+            return self._on_unknown_batch(where, reply, now)
         events: list[BatchEvent] = []
+        if self.closed.get(where.batch_id) in RETRACTABLE and isinstance(reply, (FlowAck, FlowGap, PubAck)):
+            events.append(self._retract(where, now))
+        self.lost.pop(where.batch_id, None)  # a good reply after a refusal: not lost after all
+        if code == TOO_MANY_INFLIGHT:
+            return events + self._on_rejected(where, reply, now)
+        batch = self.batches.get(where.batch_id)
         if isinstance(reply, FlowAck):
             if batch is None:
                 batch = self._track(where, reply, now, events)
@@ -90,6 +158,7 @@ class FastBatchTracker:
             if batch:
                 events += self._flush_progress(batch, now)
                 self._forget(where.batch_id)
+            self._close(where.batch_id, "ended")
             events.append(self._event(where, now, EventKind.FAST_ERROR, f"err.{where.seq}.{reply.err_code}", batch,
                                       stream=reply.stream, seq=where.seq, err_code=reply.err_code,
                                       description=reply.description))
@@ -116,6 +185,7 @@ class FastBatchTracker:
                 return events, None
         batch.last_seen = now
         batch.subject = subject
+        batch.publish_tapped = True
         return events, batch
 
     def set_stream(self, batch_id: str, stream: str) -> None:
@@ -123,20 +193,107 @@ class FastBatchTracker:
             batch.stream = stream
 
     def tick(self, now: datetime) -> list[BatchEvent]:
-        """Fold pending acks into progress events; infer drops of batches silent past the timeout."""
+        """Fold pending acks into progress events; judge batches silent past the timeout; report
+        10208 losses once their refusals have stopped (or the commit was refused)."""
         events: list[BatchEvent] = []
         for batch_id, batch in list(self.batches.items()):
             idle = (now - batch.last_seen).total_seconds()
             if (now - batch.last_progress).total_seconds() >= self.progress_interval or idle > self.batch_timeout:
                 events += self._flush_progress(batch, now)
-            if idle > self.batch_timeout:
+            if idle <= self.batch_timeout:
+                continue
+            if self._ack_was_due(batch, idle):
                 self._forget(batch_id)
+                self._close(batch_id, "dropped")
                 events.append(BatchEvent(
                     f"fi.{batch_id}.dropped", EventKind.FAST_DROPPED, now, batch.stream, batch_id,
                     gap_mode=batch.gap_mode, flow=batch.flow, seq=batch.highest_ack, inferred=True,
-                    detail=f"no reply seen for {idle:.1f}s (batch timeout {self.batch_timeout:g}s)",
+                    detail=f"no reply seen for {idle:.1f}s (batch timeout {self.batch_timeout:g}s)"
+                           + ("" if batch.publish_tapped else f"; at its rate an ack was due every "
+                                                               f"{batch.ack_interval():.1f}s"),
                 ))
+            elif idle > max(SLOW_GIVE_UP, self.batch_timeout):
+                self._forget(batch_id)
+            elif not batch.slow_reported:
+                batch.slow_reported = True
+                interval = batch.ack_interval()
+                events.append(BatchEvent(
+                    f"fi.{batch_id}.slow", EventKind.FAST_SLOW, now, batch.stream, batch_id, gap_mode=batch.gap_mode,
+                    flow=batch.flow, seq=batch.highest_ack, inferred=True,
+                    detail=f"no reply for {idle:.1f}s, past the batch timeout, but "
+                           + ("its rate is not known yet (one ack)" if interval is None
+                              else f"at its rate an ack is due every {interval:.1f}s")
+                           + ": slow, or dropped; the reply side cannot tell",
+                ))
+        for record in list(self.lost.values()):
+            if record.commit_refused or (now - record.last_time).total_seconds() >= self.progress_interval:
+                del self.lost[record.batch_id]
+                events.append(self._lost_event(record, now))
         return events
+
+    def _ack_was_due(self, batch: TrackedBatch, idle: float) -> bool:
+        if batch.publish_tapped:  # every message seen, and each resets the server's timer
+            return True
+        interval = batch.ack_interval()
+        return interval is not None and idle > ACK_DUE_MARGIN * interval
+
+    def _on_unknown_batch(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
+        """10208: once per batch, never once per refused message."""
+        if where.batch_id not in self.lost:
+            if self.closed.get(where.batch_id) is not None:  # its outcome is known (a fail-mode end, a drop)
+                self.refused_after_end += 1
+                return []
+            batch = self.batches.get(where.batch_id)
+            events = self._flush_progress(batch, now) if batch else []
+            stream = reply.stream if isinstance(reply, ApiError) else None
+            self.lost[where.batch_id] = LostFast(
+                where.batch_id, stream or (batch.stream if batch else None), where.gap_mode.value,
+                batch.highest_ack if batch else None, batch.last_seen if batch else None, where.seq, now, now)
+            if batch:
+                self._forget(where.batch_id)
+            self._close(where.batch_id, "lost")
+        else:
+            events = []
+        record = self.lost[where.batch_id]
+        record.refused += 1
+        record.last_time = now
+        record.commit_refused = record.commit_refused or where.op in (FastOp.COMMIT, FastOp.EOB)
+        return events
+
+    def _lost_event(self, record: LostFast, now: datetime) -> BatchEvent:
+        since = record.last_good or record.first_time - timedelta(seconds=self.batch_timeout)
+        elected = self.elections.get(record.stream) if record.stream else None
+        leader_change = elected is not None and since - ELECTION_SLACK <= elected <= now
+        acked = "no message acknowledged" if record.last_acked is None else f"last acknowledged seq {record.last_acked}"
+        return BatchEvent(
+            f"fi.{record.batch_id}.lost", EventKind.FAST_LOST, now, record.stream, record.batch_id,
+            reason="leader_change" if leader_change else "unknown_batch", gap_mode=record.gap_mode,
+            seq=record.last_acked, lost=record.refused, err_code=UNKNOWN_BATCH, description=describe(UNKNOWN_BATCH),
+            detail=f"{record.refused} message(s) from batch seq {record.first_refused} refused; {acked}"
+                   + (f"; the stream elected a leader at {elected:%H:%M:%S.%f}" if leader_change else ""),
+        )
+
+    def _on_rejected(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
+        """10211: refused for too many batches in flight (a 429), once per batch."""
+        if (batch := self.batches.get(where.batch_id)) is not None:
+            self._forget(where.batch_id)
+        if self.closed.get(where.batch_id) == "rejected":
+            return []
+        self._close(where.batch_id, "rejected")
+        error = reply if isinstance(reply, ApiError) else reply.error
+        return [self._event(where, now, EventKind.FAST_REJECTED, "rejected", batch, stream=error.stream,
+                            seq=where.seq, err_code=error.err_code, description=error.description)]
+
+    def _retract(self, where: FastReplySubject, now: datetime) -> BatchEvent:
+        was = self.closed.pop(where.batch_id)
+        return self._event(where, now, EventKind.LOSS_RETRACTED, f"retracted.{was}", None, reason=was,
+                           detail=f"a reply came after the batch was reported {was}: it was not lost")
+
+    def _close(self, batch_id: str, outcome: str) -> None:
+        self.closed.pop(batch_id, None)
+        self.closed[batch_id] = outcome
+        if len(self.closed) > self.max_batches:
+            del self.closed[next(iter(self.closed))]
 
     # -- internals -------------------------------------------------------------------------
 
@@ -169,6 +326,9 @@ class FastBatchTracker:
 
     def _on_ack(self, batch: TrackedBatch, ack: FlowAck, now: datetime, events: list) -> None:
         batch.last_seen = now
+        if batch.first_ack is None:
+            batch.first_ack = (ack.seq, now)
+        batch.last_ack = (ack.seq, now)
         batch.acks_total += 1
         batch.acks_pending += 1
         batch.highest_ack = max(batch.highest_ack, ack.seq)
@@ -186,6 +346,7 @@ class FastBatchTracker:
             events += self._flush_progress(batch, now)
             self._forget(where.batch_id)
         common = dict(stream=ack.stream, count=ack.count, stream_seq=ack.seq, seq=where.seq)
+        self._close(where.batch_id, "committed" if where.op in (FastOp.COMMIT, FastOp.EOB) else "ended")
         if where.op in (FastOp.COMMIT, FastOp.EOB):
             events.append(self._event(where, now, EventKind.FAST_COMMITTED, "committed", batch,
                                       eob=where.op is FastOp.EOB, **common))

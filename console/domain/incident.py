@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from console.domain.events import LOST_KINDS, BatchEvent, EventKind
+from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, elected_leader
 
 LOSS_KINDS = (*LOST_KINDS, EventKind.FAST_GAP)  # a gap in ok mode loses messages, not the batch
 NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.FAST_PROGRESS)
@@ -56,6 +56,12 @@ def describe(e: BatchEvent) -> str:
         EventKind.FAST_COMMITTED: f"count {e.count}, stream seq {e.stream_seq}" + (", EOB" if e.eob else ""),
         EventKind.FAST_ENDED_EARLY: f"reason {e.reason}",
         EventKind.FAST_DROPPED: "silent past the batch timeout" + (" (inferred)" if e.inferred else ""),
+        EventKind.FAST_LOST: f"reason {e.reason}: {e.detail or ''}",
+        EventKind.FAST_SLOW: e.detail or "",
+        EventKind.FAST_REJECTED: f"[{e.err_code}] {e.description}",
+        EventKind.ATOMIC_LOST: f"reason {e.reason}" + (f": {e.detail}" if e.detail else ""),
+        EventKind.ATOMIC_OPEN_DROPPED: f"reason {e.reason}: {e.detail or ''}",
+        EventKind.LOSS_RETRACTED: f"not lost after all ({e.detail or e.reason})",
         EventKind.CONTEXT: f"{e.reason or ''} {e.detail or ''}".strip(),
     }.get(e.kind, "")
     batch = f" batch {e.batch_id}" if e.batch_id else ""
@@ -63,10 +69,18 @@ def describe(e: BatchEvent) -> str:
 
 
 def timeline(incident: Incident) -> list[tuple[datetime, str, str]]:
-    """(time, stream, what) for the loss, the tap's view of it and the context, in time order."""
-    rows = [(e.time, e.stream or "(unknown)", ("▶ " if e is incident.loss else "") + describe(e))
-            for e in (incident.loss, *incident.seen_by_tap, *incident.context)]
-    return sorted(rows, key=lambda r: r[0])
+    """(time, stream, what) for the loss, the tap's view of it and the context, in time order. A
+    stream leader election names the leader before it when the window holds the one before."""
+    leaders: dict[str | None, str] = {}
+    rows = []
+    for e in sorted((incident.loss, *incident.seen_by_tap, *incident.context), key=lambda e: e.time):
+        what = describe(e)
+        if (leader := elected_leader(e)) is not None:
+            before = leaders.get(e.stream)
+            what = f"stream leader elected: {leader}" + (f" (was {before})" if before and before != leader else "")
+            leaders[e.stream] = leader
+        rows.append((e.time, e.stream or UNKNOWN_STREAM, ("▶ " if e is incident.loss else "") + what))
+    return rows
 
 
 # What acts anywhere in a line; wire text never starts one, so "-", "#" and "1." stay as they are.
@@ -84,7 +98,7 @@ def incident_report(incident: Incident, replay_link: str | None = None) -> str:
         f"# Incident: batch {md(loss.batch_id)}",
         "",
         f"- **What**: {md(describe(loss))}",
-        f"- **Stream**: {md(loss.stream or '(unknown)')}",
+        f"- **Stream**: {md(loss.stream or UNKNOWN_STREAM)}",
         f"- **When**: {loss.time.isoformat()}",
     ]
     if loss.account:
@@ -97,5 +111,5 @@ def incident_report(incident: Incident, replay_link: str | None = None) -> str:
     lines += [f"| {t.isoformat()} | {md(s)} | {md(what)} |" for t, s, what in timeline(incident)]
     if not incident.seen_by_tap:
         lines += ["", "The fast-ingest tap saw nothing of this batch (atomic batches have no `$FI` traffic)."
-                  if loss.kind is EventKind.ATOMIC_ABANDONED else "The tap saw nothing else of this batch."]
+                  if loss.kind in ATOMIC_KINDS else "The tap saw nothing else of this batch."]
     return "\n".join(lines) + "\n"

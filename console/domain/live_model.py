@@ -13,15 +13,19 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from console.domain.events import LOST_KINDS, BatchEvent, EventKind
+from console.domain.events import ATOMIC_KINDS, LOST_KINDS, BatchEvent, EventKind
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
 
-ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED)
+ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST,
+               EventKind.FAST_REJECTED)
 # An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
 OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)
-# Why a batch was lost: the advisory's reasons, then the fast-ingest ones. Anything else is "other".
-REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped")
+# Why a batch was lost: the advisory's reasons, the fast-ingest ones, then those the server never
+# advertises (a leader change, a batch unknown to the leader, allow_atomic switched off, the stream
+# deleted). Anything else is "other".
+REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped", "leader_change", "unknown_batch",
+           "disabled", "stream_deleted")
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,13 @@ class ActiveBatch:
     gaps: int = 0
     lost: int = 0
     last_event: datetime | None = None
+    slow: bool = False  # silent past the batch timeout with no ack due: slow, or dropped, cannot tell
     flow_points: deque = field(default_factory=lambda: deque(maxlen=600))  # (time, flow)
     gap_points: deque = field(default_factory=lambda: deque(maxlen=100))  # (time, seq, lost)
 
 
 def lost_batch(event: BatchEvent) -> LostBatch:
-    kind = "atomic" if event.kind is EventKind.ATOMIC_ABANDONED else "fast"
+    kind = "atomic" if event.kind in ATOMIC_KINDS else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
     return LostBatch(event.time, event.stream, event.batch_id, reason if reason in REASONS else "other", kind,
                      event.event_id, event.unverified)
@@ -73,6 +78,7 @@ class LiveModel:
         self.collector_seen: datetime | None = None
         self.last_event: datetime | None = None
         self.events_applied = 0
+        self.retracted = 0  # losses a later reply showed were not losses
         self.version = 0  # bumps on every change: views redraw only when it moved
         self._ended: deque[str] = deque(maxlen=1000)  # late events of these do not reopen them
         self._seen_ids: deque[str] = deque(maxlen=10_000)
@@ -93,6 +99,9 @@ class LiveModel:
             return
         if event.kind in LOST_KINDS:
             self._keep_lost(lost_batch(event))
+        elif event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
+            self._retract(event.batch_id)
+            return
         if event.kind.value.startswith("fast_") and event.batch_id:
             self._fast(event)
 
@@ -107,6 +116,21 @@ class LiveModel:
         if len(self._per_second) > self.window.total_seconds() + 60:
             for old in [s for s in self._per_second if s < horizon]:
                 del self._per_second[old]
+
+    def _retract(self, batch_id: str) -> None:
+        """A fast batch reported lost was not: out of the lists and the counts. It may come back as active."""
+        for key, entries in self._lost.items():
+            gone = [b for _, b in entries if b.batch_id == batch_id and b.kind == "fast"]
+            if not gone:
+                continue
+            self._lost[key] = deque(((o, b) for o, b in entries if b not in gone), maxlen=entries.maxlen)
+            for b in gone:
+                counts = self._per_second.get(int(b.time.timestamp()))
+                if counts and counts[b.reason] > 0:
+                    counts[b.reason] -= 1
+                self.retracted += 1
+        if batch_id in self._ended:
+            self._ended.remove(batch_id)
 
     def _remember(self, event_id: str) -> None:
         if len(self._seen_ids) == self._seen_ids.maxlen:
@@ -136,6 +160,7 @@ class LiveModel:
             batch.last_seq = max(batch.last_seq, event.seq)
             if event.kind is EventKind.FAST_PROGRESS:
                 batch.acked_seq = max(batch.acked_seq, event.seq)
+        batch.slow = event.kind is EventKind.FAST_SLOW
         if event.kind is EventKind.FAST_GAP:
             batch.gaps += 1
             batch.lost += event.lost or 0

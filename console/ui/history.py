@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 from datetime import date, datetime, time, timedelta, timezone
 from urllib.parse import quote
@@ -10,10 +11,14 @@ import pandas as pd
 import panel as pn
 import param
 from bokeh.models import ColumnDataSource
-from bokeh.palettes import Category10
+from bokeh.palettes import Category20
 from bokeh.plotting import figure
 
+from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.live_model import REASONS
+
+# One color per reason, the ten strong ones first: the same on Live and History.
+REASON_COLORS = (Category20[20][::2] + Category20[20][1::2])[:len(REASONS)]
 
 
 
@@ -22,6 +27,13 @@ def incident_link(batch_id: str | None) -> str:
     if not batch_id:
         return ""
     return f'<a href="/incident?batch={quote(batch_id, safe="")}">investigate</a>'
+
+
+def stream_cell(stream: str | None) -> str:
+    """A stream name for an html cell: escaped; the unknown one says why it is unknown on hover."""
+    if not stream or stream == UNKNOWN_STREAM:
+        return f'<span title="{html.escape(WHY_UNKNOWN)}">{UNKNOWN_STREAM}</span>'
+    return html.escape(stream)
 
 
 def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
@@ -82,7 +94,7 @@ class HistoryPage(pn.viewable.Viewer):
         self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
         bars = figure(title="Abandoned batches per hour, by reason", x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None)
-        bars.vbar_stack(list(REASONS), x="t", width=3_000_000, source=self._bars, color=Category10[len(REASONS)],
+        bars.vbar_stack(list(REASONS), x="t", width=3_000_000, source=self._bars, color=list(REASON_COLORS),
                         legend_label=list(REASONS))
         bars.legend.location = "top_left"
         gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
@@ -93,7 +105,8 @@ class HistoryPage(pn.viewable.Viewer):
         self._streams = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
         self._outcomes = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
         self._stats = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
-        self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300, formatters={"investigate": {"type": "html"}},
+        self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300,
+                                          formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
                                           **table)
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._download = pn.widgets.FileDownload(callback=self._csv, filename="abandoned_batches.csv",
@@ -138,6 +151,7 @@ class HistoryPage(pn.viewable.Viewer):
             self._stats.value = stats
             lost = self._shown["abandoned_batches"].copy()
             lost["investigate"] = [incident_link(b) for b in lost["batch_id"]]
+            lost["stream"] = [stream_cell(s) for s in lost["stream"]]
             self._lost.value = lost
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0

@@ -12,6 +12,7 @@ import panel as pn
 import param
 
 from console.domain.incident import Incident, describe, incident_report, timeline
+from console.ui.history import stream_cell
 
 Finder = Callable[[str], Awaitable[Incident | None]]
 
@@ -71,7 +72,7 @@ class IncidentPage(pn.viewable.Viewer):
         tap = ("<br>".join(e(describe(t)) for t in incident.seen_by_tap) or
                ("nothing: atomic batches have no $FI traffic" if loss.kind.value == "atomic_abandoned" else "nothing"))
         self._summary.object = (
-            f"<p><b>{e(describe(loss))}</b><br>stream <b>{e(loss.stream or '(unknown)')}</b> · "
+            f"<p><b>{e(describe(loss))}</b><br>stream <b>{stream_cell(loss.stream)}</b> · "
             f"{loss.time:%Y-%m-%d %H:%M:%S.%f} UTC · event {e(loss.event_id)}"
             + (f" · account {e(loss.account)}" if loss.account else "")
             + f"<br>{replay}</p><p><b>What the tap saw</b><br>{tap}</p>"

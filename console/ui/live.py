@@ -13,7 +13,7 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from console.domain.live_model import REASONS, LiveModel
-from console.ui.history import incident_link
+from console.ui.history import REASON_COLORS, incident_link, stream_cell
 
 if TYPE_CHECKING:
     from console.broker.live_state import LiveState
@@ -23,22 +23,23 @@ COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "objec
 
 def recent_frame(model: LiveModel, limit: int = 100) -> pd.DataFrame:
     """Newest first; explicit dtypes so an empty frame streams like a full one."""
-    rows = [{"time": b.time, "stream": b.stream or "(unknown)", "batch_id": b.batch_id or "",
+    rows = [{"time": b.time, "stream": stream_cell(b.stream), "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
              "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in model.newest_first(limit)]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
 
 
 ACTIVE_COLUMNS = {"batch_id": "object", "stream": "object", "seq": "int64", "acked_seq": "int64", "flow": "Int64",
-                  "gap_mode": "object", "gaps": "int64", "lost": "int64"}
+                  "gap_mode": "object", "gaps": "int64", "lost": "int64", "state": "object"}
+SLOW = "slow, cannot tell"  # silent past the batch timeout, but no ack was due by its own cadence
 INTERVAL = timedelta(minutes=1)
 INTERVALS = 60
 FLOW_LINES = 10  # the most recently active batches get a line each
 
 
 def active_frame(model: LiveModel) -> pd.DataFrame:
-    rows = [{"batch_id": b.batch_id, "stream": b.stream or "(unknown)", "seq": b.last_seq, "acked_seq": b.acked_seq,
-             "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost}
+    rows = [{"batch_id": b.batch_id, "stream": stream_cell(b.stream), "seq": b.last_seq, "acked_seq": b.acked_seq,
+             "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
             for b in model.active_newest_first()]
     return pd.DataFrame(rows, columns=list(ACTIVE_COLUMNS)).astype(ACTIVE_COLUMNS)
 
@@ -110,16 +111,17 @@ class LivePage(pn.viewable.Viewer):
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(
             recent_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width",
-            height=320, formatters={"investigate": {"type": "html"}},
+            height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
         )
         self._active = pn.widgets.Tabulator(
             active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,
+            formatters={"stream": {"type": "html"}},
         )
         self._bars = ColumnDataSource(interval_data(self.model, datetime.now(timezone.utc)))
         bars = figure(title="Lost batches per minute, by reason", x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None)
         bars.vbar_stack(list(REASONS), x="t", width=INTERVAL.total_seconds() * 900, source=self._bars,
-                        color=Category10[len(REASONS)], legend_label=list(REASONS))
+                        color=list(REASON_COLORS), legend_label=list(REASONS))
         bars.legend.location = "top_left"
         lines, marks = flow_data(self.model)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)

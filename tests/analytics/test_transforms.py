@@ -40,6 +40,15 @@ ROWS = [
     # f3: silent, inferred dropped, stream never learned
     dict(seq=15, event_id="f3s", kind="fast_started", time=at(3, 50), batch_id="f3", gap_mode="ok", flow=10),
     dict(seq=16, event_id="f3d", kind="fast_dropped", time=at(4, 1), batch_id="f3", gap_mode="ok", flow=10, inferred=True),
+    # f4: a slow producer inferred dropped, then a reply retracted the loss, then it committed
+    dict(seq=17, event_id="f4s", kind="fast_started", time=at(5, 0), batch_id="f4", gap_mode="ok", flow=100),
+    dict(seq=18, event_id="f4d", kind="fast_dropped", time=at(5, 11), batch_id="f4", gap_mode="ok", flow=100, inferred=True),
+    dict(seq=19, event_id="f4r", kind="loss_retracted", time=at(5, 12), batch_id="f4", gap_mode="ok", reason="dropped"),
+    dict(seq=20, event_id="f4c", kind="fast_committed", time=at(5, 13), stream="FAST", batch_id="f4", gap_mode="ok", count=7),
+    # f5: unknown to the stream's new leader (10208 after an election)
+    dict(seq=21, event_id="f5s", kind="fast_started", time=at(5, 20), batch_id="f5", gap_mode="fail", flow=10),
+    dict(seq=22, event_id="f5l", kind="fast_lost", time=at(5, 21), stream="CL", batch_id="f5", gap_mode="fail",
+         reason="leader_change", batch_seq=20, lost=9, err_code=10208),
 ]
 
 
@@ -60,7 +69,8 @@ def test_abandonment_hourly(events):
         (at(3, 0), "ORD", "atomic", "incomplete", 1),
         (at(4, 0), "PAY", "atomic", "timeout", 1),
         (at(3, 0), "FAST", "fast", "gap", 1),
-        (at(4, 0), "_unknown", "fast", "dropped", 1),
+        (at(4, 0), "(unknown)", "fast", "dropped", 1),
+        (at(5, 0), "CL", "fast", "leader_change", 1),  # and no row for f4: its loss was retracted
     ])
 
 
@@ -76,7 +86,9 @@ def test_fast_batch_summary_one_row_per_batch(events):
     assert rows(fast_batch_summary(events), *columns) == [
         ("f1", "FAST", at(3, 30), at(3, 33), "committed", "ok", 95, 2, 5, 1, 50, 100),
         ("f2", "FAST", at(3, 40), at(3, 41), "ended_early", "fail", 40, 1, 1, 0, 10, 10),
-        ("f3", "_unknown", at(3, 50), at(4, 1), "dropped", "ok", None, 0, 0, 0, 10, 10),
+        ("f3", "(unknown)", at(3, 50), at(4, 1), "dropped", "ok", None, 0, 0, 0, 10, 10),
+        ("f4", "FAST", at(5, 0), at(5, 13), "committed", "ok", 7, 0, 0, 0, 100, 100),
+        ("f5", "CL", at(5, 20), at(5, 21), "lost", "fail", None, 0, 0, 0, 10, 10),
     ]
 
 
@@ -85,10 +97,10 @@ def test_a_batch_split_across_runs_gives_the_same_row(spark, events):
     first_run = events.filter("seq <= 8")
     second_run = events.filter("seq > 8")
     assert rows(fast_batch_summary(first_run.unionByName(second_run)), "batch_id", "messages", "lost") == [
-        ("f1", 95, 5), ("f2", 40, 1), ("f3", None, 0),
+        ("f1", 95, 5), ("f2", 40, 1), ("f3", None, 0), ("f4", 7, 0), ("f5", None, 0),
     ]
     [open_row] = fast_batch_summary(first_run).filter("batch_id = 'f1'").collect()
-    assert (open_row.outcome, open_row.stream, open_row.ended) == ("open", "_unknown", None)
+    assert (open_row.outcome, open_row.stream, open_row.ended) == ("open", "(unknown)", None)
 
 
 def test_abandoned_batches_count_the_context_around_each(events):
@@ -99,7 +111,8 @@ def test_abandoned_batches_count_the_context_around_each(events):
         ("a2", "atomic", "incomplete", "ORD", False, 0, 1, 0, 0),
         ("a3", "atomic", "timeout", "PAY", True, 0, 0, 0, 0),
         ("f2", "fast", "gap", "FAST", False, 0, 0, 0, 1),
-        ("f3", "fast", "dropped", "_unknown", False, 0, 0, 0, 0),
+        ("f3", "fast", "dropped", "(unknown)", False, 0, 0, 0, 0),
+        ("f5", "fast", "leader_change", "CL", False, 0, 0, 0, 0),
     ])
     wide = abandoned_batches(events, window_minutes=15).filter("batch_id = 'a1'").collect()[0]
     assert (wide.leader_elections, wide.stream_updates, wide.other_abandonments) == (1, 1, 1)
@@ -107,5 +120,11 @@ def test_abandoned_batches_count_the_context_around_each(events):
 
 def test_mean_time_between_abandonments_per_stream(events):
     assert rows(stream_abandonment_stats(abandoned_batches(events)), "stream", "abandonments", "mean_seconds") == sorted([
-        ("ORD", 2, 600.0), ("PAY", 1, None), ("FAST", 1, None), ("_unknown", 1, None),
+        ("ORD", 2, 600.0), ("PAY", 1, None), ("FAST", 1, None), ("(unknown)", 1, None), ("CL", 1, None),
     ])
+
+
+def test_a_retracted_loss_is_named_for_removal(events):
+    from console.analytics.transforms import retracted_losses
+
+    assert [r.event_id for r in retracted_losses(events).collect()] == ["f4d"]

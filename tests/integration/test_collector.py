@@ -7,7 +7,7 @@ from console.broker.atomic import AtomicBatch
 from console.broker.fast import BatchEndedError, FastBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings
-from console.domain.events import EventKind
+from console.domain.events import LOST_KINDS, EventKind
 from tests.conftest import TEST_LIMITS
 from tests.waits import events_for, eventually
 
@@ -82,14 +82,25 @@ async def test_fast_gaps_are_events_with_their_lost_count_and_outcome(client, co
     assert events[0].kind is EventKind.FAST_STARTED and events[0].flow == 5
 
 
-async def test_an_idle_fast_batch_is_inferred_dropped(client, collector):
+async def test_an_idle_fast_batch_is_inferred_dropped_when_its_rate_said_an_ack_was_due(client, collector):
     await client.jetstream().add_stream(StreamConfig(name="IDLE", subjects=["idle.>"], allow_batched=True))
     batch = FastBatch(client, flow=10)
-    await batch.add("idle.x", b"x")
+    for _ in range(25):  # acks at 10 and 20 in milliseconds: one was due long before the timeout
+        await batch.add("idle.x", b"x")
     await batch.close()
     events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is EventKind.FAST_DROPPED for e in es))
     [dropped] = [e for e in events if e.kind is EventKind.FAST_DROPPED]
     assert dropped.inferred
+
+
+async def test_a_fast_batch_with_one_ack_then_silence_is_slow_not_dropped(client, collector):
+    """One ack tells no rate: a producer slower than its flow looks the same. Cannot tell, so no loss."""
+    await client.jetstream().add_stream(StreamConfig(name="QUIET", subjects=["quiet.>"], allow_batched=True))
+    batch = FastBatch(client, flow=100)
+    await batch.add("quiet.x", b"x")
+    await batch.close()
+    events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is EventKind.FAST_SLOW for e in es))
+    assert not [e for e in events if e.kind in LOST_KINDS]
 
 
 async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(client, collector):

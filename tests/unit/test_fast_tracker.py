@@ -71,13 +71,87 @@ def test_acks_are_folded_into_one_progress_event_per_interval():
     assert (progress.acks, progress.seq) == (50, 490)
 
 
-def test_a_silent_batch_is_inferred_dropped_after_the_timeout():
+def ack(tracker, batch: str, seq: int, when: float, flow: int = 10):
+    return tracker.observe(f"_INBOX.p.{batch}.{flow}.ok.{max(seq, 1)}.{0 if seq <= 1 else 1}.$FI",
+                           f'{{"type":"ack","seq":{seq},"msgs":{flow}}}'.encode(), at(when))
+
+
+def test_a_batch_silent_past_the_timeout_when_its_rate_said_an_ack_was_due_is_inferred_dropped():
     tracker = FastBatchTracker(batch_timeout=10)
-    tracker.observe("_INBOX.p.idle.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(0))
+    for seq, when in ((0, 0), (10, 0.1), (20, 0.2)):  # 100 messages a second: an ack every 0.1 s
+        ack(tracker, "idle", seq, when)
     assert [e.kind for e in tracker.tick(at(9))] == [EventKind.FAST_PROGRESS]
     [dropped] = tracker.tick(at(10.5))
     assert (dropped.kind, dropped.batch_id, dropped.inferred) == (EventKind.FAST_DROPPED, "idle", True)
     assert tracker.batches == {}
+
+
+def test_a_slow_producer_is_slow_not_dropped_and_goes_on_without_any_loss():
+    """flow 100, a message every 0.5 s: an ack every 50 s, and the server never drops it."""
+    tracker = FastBatchTracker(batch_timeout=10)
+    ack(tracker, "slow", 0, 0, flow=100)
+    [slow] = said(tracker.tick(at(10.5)))
+    assert (slow.kind, slow.batch_id) == (EventKind.FAST_SLOW, "slow") and "cannot tell" in slow.detail
+    assert tracker.tick(at(30)) == []  # said once
+    assert [e.kind for e in ack(tracker, "slow", 100, 50, flow=100)] == []
+    [committed] = said(tracker.observe("_INBOX.p.slow.100.ok.150.3.$FI",
+                                       b'{"stream":"S","seq":150,"batch":"slow","count":150}', at(75)))
+    assert committed.kind is EventKind.FAST_COMMITTED
+    # with two acks its rate is known: an ack every 50 s, so a silence of 60 s is not yet a drop
+    ack(tracker, "slow2", 0, 0, flow=100)
+    ack(tracker, "slow2", 100, 50, flow=100)
+    assert EventKind.FAST_DROPPED not in [e.kind for e in tracker.tick(at(110))]
+    assert EventKind.FAST_DROPPED in [e.kind for e in tracker.tick(at(151))]
+
+
+def test_a_reply_for_a_batch_reported_dropped_retracts_the_loss():
+    tracker = FastBatchTracker(batch_timeout=1)
+    for seq, when in ((0, 0), (10, 0.1), (20, 0.2)):
+        ack(tracker, "back", seq, when)
+    assert EventKind.FAST_DROPPED in [e.kind for e in tracker.tick(at(2))]
+    kinds = [e.kind for e in ack(tracker, "back", 30, 3)]
+    assert kinds[0] is EventKind.LOSS_RETRACTED
+    # a 10208 for a dropped batch confirms the drop: nothing more is said
+    tracker.tick(at(10))
+    assert tracker.observe("_INBOX.p.back.10.ok.41.1.$FI", UNKNOWN, at(11)) == []
+
+
+def said(events):
+    """What the tracker said besides folding acks into progress."""
+    return [e for e in events if e.kind is not EventKind.FAST_PROGRESS]
+
+
+UNKNOWN = b'{"error":{"code":400,"err_code":10208,"description":"batch publish ID unknown"},"stream":"CL","seq":0}'
+
+
+@pytest.mark.parametrize("elected, reason", [(2.5, "leader_change"), (None, "unknown_batch")])
+def test_a_batch_unknown_to_the_leader_is_lost_once_with_its_refusals_counted(elected, reason):
+    tracker = FastBatchTracker(batch_timeout=10)
+    for seq, when in ((0, 0), (10, 1), (20, 2)):
+        ack(tracker, "gone", seq, when)
+    if elected is not None:
+        tracker.leader_elected("CL", at(elected))
+    for seq in range(21, 31):  # every later message, then the commit
+        op = "2" if seq == 30 else "1"
+        assert said(tracker.observe(f"_INBOX.p.gone.10.fail.{seq}.{op}.$FI", UNKNOWN, at(3 + seq / 100))) == []
+    [lost] = tracker.tick(at(3.5))
+    assert (lost.kind, lost.stream, lost.reason, lost.seq, lost.lost) == (EventKind.FAST_LOST, "CL", reason, 20, 10)
+    assert tracker.tick(at(10)) == [] and tracker.batches == {}
+    assert event_from_json(lost.to_json()) == lost
+
+
+def test_10208_after_a_fail_mode_end_and_10211_are_said_once_per_batch():
+    tracker = FastBatchTracker()
+    ack(tracker, "ended", 0, 0)
+    [ended] = said(tracker.observe("_INBOX.p.ended.10.fail.5.1.$FI", b'{"stream":"S","seq":4,"batch":"ended","count":4}',
+                                   at(1)))
+    assert ended.kind is EventKind.FAST_ENDED_EARLY
+    assert tracker.observe("_INBOX.p.ended.10.fail.6.1.$FI", UNKNOWN, at(1.1)) == []
+    assert tracker.tick(at(5)) == [] and tracker.refused_after_end == 1
+    busy = b'{"error":{"code":429,"err_code":10211,"description":"batch publish too many inflight"},"stream":"S","seq":0}'
+    [rejected] = tracker.observe("_INBOX.p.busy.10.ok.1.0.$FI", busy, at(2))
+    assert (rejected.kind, rejected.stream, rejected.err_code) == (EventKind.FAST_REJECTED, "S", 10211)
+    assert tracker.observe("_INBOX.p.busy.10.ok.2.1.$FI", busy, at(2.1)) == []
 
 
 def test_past_the_cap_batches_are_counted_and_outcomes_still_reported():

@@ -12,7 +12,8 @@ def at(seconds):
 
 
 EVENTS = [
-    BatchEvent("ctx.leader", EventKind.CONTEXT, at(-120), "ORDERS", reason="leader_elected", detail="stream_leader_elected"),
+    BatchEvent("ctx.leader0", EventKind.CONTEXT, at(-200), "ORDERS", reason="n1", detail="stream_leader_elected"),
+    BatchEvent("ctx.leader", EventKind.CONTEXT, at(-120), "ORDERS", reason="n2", detail="stream_leader_elected"),
     BatchEvent("ctx.update", EventKind.CONTEXT, at(-30), "ORDERS", reason="modify", detail="stream_action"),
     BatchEvent("other.stream", EventKind.ATOMIC_ABANDONED, at(-10), "BILLING", "x9", reason="timeout"),
     BatchEvent("status", EventKind.COLLECTOR_STATUS, at(-5)),
@@ -25,10 +26,10 @@ EVENTS = [
 def test_an_incident_has_the_loss_and_the_same_streams_events_in_the_window():
     incident = build_incident("b-1", EVENTS)
     assert incident.loss.event_id == "adv.1"
-    assert [e.event_id for e in incident.context] == ["ctx.leader", "ctx.update", "adv.2"]
+    assert [e.event_id for e in incident.context] == ["ctx.leader0", "ctx.leader", "ctx.update", "adv.2"]
     assert incident.seen_by_tap == ()
     assert [what for _, _, what in timeline(incident)] == [
-        "context: leader_elected stream_leader_elected", "context: modify stream_action",
+        "stream leader elected: n1", "stream leader elected: n2 (was n1)", "context: modify stream_action",
         "▶ atomic abandoned batch b-1: reason incomplete", "atomic abandoned batch b-2: reason timeout"]
 
 
@@ -49,7 +50,7 @@ def test_the_report_names_the_batch_and_lists_the_timeline():
     report = incident_report(build_incident("b-1", EVENTS), "/replay?stream=ORDERS")
     assert report.startswith("# Incident: batch b-1\n")
     assert "- **Account**: APP" in report and "/replay?stream=ORDERS" in report
-    assert report.count("\n| 2026-11-21T") == 4
+    assert report.count("\n| 2026-11-21T") == 5
     assert "atomic batches have no `$FI` traffic" in report
 
 

