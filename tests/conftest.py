@@ -10,6 +10,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from console.broker.cluster import EmbeddedCluster
 from console.broker.server import BatchLimits, EmbeddedServer
 
 # Short enough to wait on in tests; the inflight cap makes 10210/10211 cheap to reach.
@@ -27,6 +28,18 @@ def server(tmp_path_factory):
     """A server of the test module's own, where its streams and consumers meet no other module's."""
     with EmbeddedServer(tmp_path_factory.mktemp("module"), batch_limits=TEST_LIMITS) as s:
         yield s
+
+
+# A leader election takes a second or two: batches must outlive it to show what it does to them.
+CLUSTER_LIMITS = BatchLimits(timeout=5.0)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Three nats-server processes on loopback (n1..n3) with a JetStream meta leader; a test can step
+    a stream's leader down, or kill and restart a node (cluster.kill(i), cluster.restart(i))."""
+    with EmbeddedCluster(tmp_path_factory.mktemp("cluster"), 3, batch_limits=CLUSTER_LIMITS) as c:
+        yield c
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import nats.js.errors
@@ -52,6 +53,21 @@ class StreamAdmin:
 
     async def replay_batch(self, stream: str, batch_id: str, **options) -> BatchReplay:
         return await replay_batch(self.nc, stream, batch_id, **options)
+
+    async def leader(self, name: str) -> str | None:
+        """The stream's leader's server name (None on a single server)."""
+        cluster = (await self.js.stream_info(name)).cluster
+        return cluster.leader if cluster else None
+
+    async def step_down(self, name: str) -> None:
+        """Ask the stream's leader to step down: the replicas elect another (what a rolling restart does)."""
+        if self.read_only:
+            raise ReadOnlyError("read-only mode: stream leaders are not stepped down")
+        reply = await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", b"", timeout=5)
+        answer = json.loads(reply.data or b"{}")
+        if "error" in answer:
+            e = answer["error"]
+            raise Refusal(e.get("code", 0), e.get("err_code", 0), e.get("description", ""))
 
     async def apply(self, name: str, **changes) -> StreamBatchSettings:
         """Update the stream with these batch settings; Refusal carries the server's answer."""

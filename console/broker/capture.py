@@ -21,6 +21,7 @@ from console.errors import CaptureRefusedError
 log = logging.getLogger(__name__)
 
 ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
+LEADER_ELECTIONS = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"  # followed live too: they name a 10208's cause
 PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
 
 

@@ -21,6 +21,7 @@ from console.broker.eventlog import Appended, EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.capture import (
     ADVISORY_SUBJECTS,
+    LEADER_ELECTIONS,
     DurableAdvisories,
     Inbound,
     Subscriptions,
@@ -127,6 +128,9 @@ class Collector:
         await self._start_advisories()
         if self.system_nc is not None:  # every account's advisories, which no client can forge
             await self._subs.follow(self.system_nc, ADVISORY_SUBJECTS, self._on_system_advisory)
+        # Live, before the tap: an election reaches us ahead of the refusals it causes (the new
+        # leader sends both, in that order), while the durable capture may lag it.
+        await self._subs.follow(self.nc, LEADER_ELECTIONS, self._on_election)
         for prefix in self.settings.inbox_prefixes:
             await self._subs.tap_fast_replies(self.nc, prefix, self._on_tap)
         for subject in self.settings.tap_publish_subjects:
@@ -236,6 +240,15 @@ class Collector:
             await self._reject("advisory", f"unreadable ({type(e).__name__})", msg)
         return None
 
+    async def _on_election(self, msg: Inbound) -> None:
+        """Only for the tracker; the durable capture stores the advisory (and counts it if it is bad)."""
+        try:
+            event = advisory_to_event(msg.data)
+        except (MalformedInput, IgnoredAdvisory):
+            return
+        if elected_leader(event) is not None:
+            self.tracker.leader_elected(event.stream, _now())  # the tap's clock: the refusals are timed by it
+
     async def _on_system_advisory(self, msg: Inbound) -> None:
         """The system account's copy: no client of the application account can publish it."""
         if (event := await self._advisory_event(msg)) is not None:
@@ -282,11 +295,13 @@ class Collector:
     async def _on_tap(self, msg: Inbound) -> None:
         self.tapped += 1
         self._last_tap = time.monotonic()
-        if msg.no_responders:
-            self.ignored.add("no responders")
-            return
         try:
-            events = self.tracker.observe(msg.subject, msg.data, _now())
+            if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
+                events = self.tracker.no_responders(msg.subject, _now())
+                if not events:
+                    self.ignored.add("no responders")
+            else:
+                events = self.tracker.observe(msg.subject, msg.data, _now())
         except MalformedInput as e:
             await self._reject(FI_TAP, e.reason, msg)
             return

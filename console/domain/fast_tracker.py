@@ -10,9 +10,10 @@ reported, since those need no state.
 
 Losses the server does not advertise are inferred, and an inference that a later reply
 contradicts is retracted (LOSS_RETRACTED):
-- a batch answered 10208 (its id unknown to the stream's leader) is lost (FAST_LOST, once per
-  batch, with how many messages were refused), for a leader change when the stream elected one
-  since the batch's last good reply;
+- a batch answered 10208 (its id unknown to the stream's leader), or a tracked batch answered 503
+  (no stream answered: no leader during an election), is lost: FAST_LOST at the first refusal, then
+  one FAST_ERROR counting the refusals once they stop; for a leader change when the stream elected
+  one since the batch's last good reply;
 - a batch silent past the batch timeout is dropped only when an ack was due by its own cadence
   (the publish side tapped, or its acks' rate times its flow); otherwise it is slow, which the
   reply side cannot tell from dropped (FAST_SLOW: every message resets the server's timer, and a
@@ -67,7 +68,7 @@ class TrackedBatch:
 
 @dataclass
 class LostFast:
-    """A batch answered 10208, until its FAST_LOST is emitted."""
+    """A batch answered 10208, until its refusals stop and are counted."""
 
     batch_id: str
     stream: str | None
@@ -77,8 +78,9 @@ class LostFast:
     first_refused: int
     first_time: datetime
     last_time: datetime
-    refused: int = 0
+    refused: int = 1
     commit_refused: bool = False
+    cause: str = "unknown_batch"  # or "no_responders": a 503, no stream answered (no leader, or no stream)
 
 
 UNKNOWN_BATCH = 10208
@@ -110,8 +112,8 @@ class FastBatchTracker:
         self.refused_after_end = 0  # 10208s for batches whose outcome was already known
 
     def leader_elected(self, stream: str, when: datetime) -> None:
-        self.elections.pop(stream, None)
-        self.elections[stream] = when
+        latest = max(when, self.elections.pop(stream, when))
+        self.elections[stream] = latest
         if len(self.elections) > self.max_batches:
             del self.elections[next(iter(self.elections))]
 
@@ -210,7 +212,7 @@ class FastBatchTracker:
                     gap_mode=batch.gap_mode, flow=batch.flow, seq=batch.highest_ack, inferred=True,
                     detail=f"no reply seen for {idle:.1f}s (batch timeout {self.batch_timeout:g}s)"
                            + ("" if batch.publish_tapped else f"; at its rate an ack was due every "
-                                                               f"{batch.ack_interval():.1f}s"),
+                                                               f"{batch.ack_interval():.3g}s"),
                 ))
             elif idle > max(SLOW_GIVE_UP, self.batch_timeout):
                 self._forget(batch_id)
@@ -222,13 +224,13 @@ class FastBatchTracker:
                     flow=batch.flow, seq=batch.highest_ack, inferred=True,
                     detail=f"no reply for {idle:.1f}s, past the batch timeout, but "
                            + ("its rate is not known yet (one ack)" if interval is None
-                              else f"at its rate an ack is due every {interval:.1f}s")
+                              else f"at its rate an ack is due every {interval:.3g}s")
                            + ": slow, or dropped; the reply side cannot tell",
                 ))
         for record in list(self.lost.values()):
             if record.commit_refused or (now - record.last_time).total_seconds() >= self.progress_interval:
                 del self.lost[record.batch_id]
-                events.append(self._lost_event(record, now))
+                events.append(self._refused_event(record, now))
         return events
 
     def _ack_was_due(self, batch: TrackedBatch, idle: float) -> bool:
@@ -237,40 +239,63 @@ class FastBatchTracker:
         interval = batch.ack_interval()
         return interval is not None and idle > ACK_DUE_MARGIN * interval
 
-    def _on_unknown_batch(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
-        """10208: once per batch, never once per refused message."""
-        if where.batch_id not in self.lost:
-            if self.closed.get(where.batch_id) is not None:  # its outcome is known (a fail-mode end, a drop)
-                self.refused_after_end += 1
-                return []
-            batch = self.batches.get(where.batch_id)
-            events = self._flush_progress(batch, now) if batch else []
-            stream = reply.stream if isinstance(reply, ApiError) else None
-            self.lost[where.batch_id] = LostFast(
-                where.batch_id, stream or (batch.stream if batch else None), where.gap_mode.value,
-                batch.highest_ack if batch else None, batch.last_seen if batch else None, where.seq, now, now)
-            if batch:
-                self._forget(where.batch_id)
-            self._close(where.batch_id, "lost")
-        else:
-            events = []
-        record = self.lost[where.batch_id]
-        record.refused += 1
-        record.last_time = now
-        record.commit_refused = record.commit_refused or where.op in (FastOp.COMMIT, FastOp.EOB)
-        return events
+    def no_responders(self, subject: str, now: datetime) -> list[BatchEvent]:
+        """A 503 status on a batch's reply: no stream answered that message, so it was not stored. On a
+        cluster that is a stream with no leader (an election, a node lost). A batch never seen
+        acknowledged is not tracked and stays unreported (no stream on the subject at all)."""
+        where = FastReplySubject.parse(subject)
+        if where.batch_id not in self.batches and where.batch_id not in self.lost:
+            return []
+        return self._on_unknown_batch(where, None, now, cause="no_responders")
+
+    def _on_unknown_batch(self, where: FastReplySubject, reply: ApiError | FlowError | None, now: datetime,
+                          cause: str = "unknown_batch") -> list[BatchEvent]:
+        """10208 (or a 503): FAST_LOST at the first refusal (as soon as a bare subscriber would know),
+        then one count of the refusals that followed once they stop; never an event per message."""
+        if (record := self.lost.get(where.batch_id)) is not None:
+            record.refused += 1
+            record.last_time = now
+            record.commit_refused = record.commit_refused or where.op in (FastOp.COMMIT, FastOp.EOB)
+            return []
+        if self.closed.get(where.batch_id) is not None:  # its outcome is known (a fail-mode end, a drop)
+            self.refused_after_end += 1
+            return []
+        batch = self.batches.get(where.batch_id)
+        events = self._flush_progress(batch, now) if batch else []
+        stream = (reply.stream if isinstance(reply, ApiError) else None) or (batch.stream if batch else None)
+        record = LostFast(where.batch_id, stream, where.gap_mode.value, batch.highest_ack if batch else None,
+                          batch.last_seen if batch else None, where.seq, now, now, refused=1,
+                          commit_refused=where.op in (FastOp.COMMIT, FastOp.EOB), cause=cause)
+        self.lost[where.batch_id] = record
+        if batch:
+            self._forget(where.batch_id)
+        self._close(where.batch_id, "lost")
+        return events + [self._lost_event(record, now)]
 
     def _lost_event(self, record: LostFast, now: datetime) -> BatchEvent:
         since = record.last_good or record.first_time - timedelta(seconds=self.batch_timeout)
         elected = self.elections.get(record.stream) if record.stream else None
-        leader_change = elected is not None and since - ELECTION_SLACK <= elected <= now
+        leader_change = elected is not None and since - ELECTION_SLACK <= elected <= now + ELECTION_SLACK
         acked = "no message acknowledged" if record.last_acked is None else f"last acknowledged seq {record.last_acked}"
+        code, text = (UNKNOWN_BATCH, describe(UNKNOWN_BATCH)) if record.cause == "unknown_batch" else \
+            (None, "no responders (503): no stream answered")
         return BatchEvent(
             f"fi.{record.batch_id}.lost", EventKind.FAST_LOST, now, record.stream, record.batch_id,
-            reason="leader_change" if leader_change else "unknown_batch", gap_mode=record.gap_mode,
-            seq=record.last_acked, lost=record.refused, err_code=UNKNOWN_BATCH, description=describe(UNKNOWN_BATCH),
-            detail=f"{record.refused} message(s) from batch seq {record.first_refused} refused; {acked}"
+            reason="leader_change" if leader_change else record.cause, gap_mode=record.gap_mode,
+            seq=record.last_acked, err_code=code, description=text,
+            detail=f"refused from batch seq {record.first_refused}; {acked}"
                    + (f"; the stream elected a leader at {elected:%H:%M:%S.%f}" if leader_change else ""),
+        )
+
+    def _refused_event(self, record: LostFast, now: datetime) -> BatchEvent:
+        unknown = record.cause == "unknown_batch"
+        return BatchEvent(
+            f"fi.{record.batch_id}.refused", EventKind.FAST_ERROR, now, record.stream, record.batch_id,
+            gap_mode=record.gap_mode, seq=record.first_refused, lost=record.refused,
+            err_code=UNKNOWN_BATCH if unknown else None,
+            description=describe(UNKNOWN_BATCH) if unknown else "no responders (503)",
+            detail=f"{record.refused} message(s) refused from batch seq {record.first_refused}"
+                   + (", the commit included" if record.commit_refused else ""),
         )
 
     def _on_rejected(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:

@@ -25,7 +25,7 @@ OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST
 # advertises (a leader change, a batch unknown to the leader, allow_atomic switched off, the stream
 # deleted). Anything else is "other".
 REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped", "leader_change", "unknown_batch",
-           "disabled", "stream_deleted")
+           "no_responders", "disabled", "stream_deleted")
 
 
 @dataclass(frozen=True)

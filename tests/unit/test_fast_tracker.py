@@ -111,9 +111,11 @@ def test_a_reply_for_a_batch_reported_dropped_retracts_the_loss():
     assert EventKind.FAST_DROPPED in [e.kind for e in tracker.tick(at(2))]
     kinds = [e.kind for e in ack(tracker, "back", 30, 3)]
     assert kinds[0] is EventKind.LOSS_RETRACTED
-    # a 10208 for a dropped batch confirms the drop: nothing more is said
-    tracker.tick(at(10))
-    assert tracker.observe("_INBOX.p.back.10.ok.41.1.$FI", UNKNOWN, at(11)) == []
+    # a 10208 for a batch reported dropped confirms the drop: nothing more is said
+    for seq, when in ((0, 20), (10, 20.1), (20, 20.2)):
+        ack(tracker, "gone", seq, when)
+    assert EventKind.FAST_DROPPED in [e.kind for e in tracker.tick(at(22))]
+    assert tracker.observe("_INBOX.p.gone.10.ok.41.1.$FI", UNKNOWN, at(23)) == []
 
 
 def said(events):
@@ -131,11 +133,13 @@ def test_a_batch_unknown_to_the_leader_is_lost_once_with_its_refusals_counted(el
         ack(tracker, "gone", seq, when)
     if elected is not None:
         tracker.leader_elected("CL", at(elected))
-    for seq in range(21, 31):  # every later message, then the commit
+    [lost] = said(tracker.observe("_INBOX.p.gone.10.fail.21.1.$FI", UNKNOWN, at(3)))  # at once, as a subscriber knows
+    assert (lost.kind, lost.stream, lost.reason, lost.seq) == (EventKind.FAST_LOST, "CL", reason, 20)
+    for seq in range(22, 31):  # every later message, then the commit: no event each
         op = "2" if seq == 30 else "1"
-        assert said(tracker.observe(f"_INBOX.p.gone.10.fail.{seq}.{op}.$FI", UNKNOWN, at(3 + seq / 100))) == []
-    [lost] = tracker.tick(at(3.5))
-    assert (lost.kind, lost.stream, lost.reason, lost.seq, lost.lost) == (EventKind.FAST_LOST, "CL", reason, 20, 10)
+        assert tracker.observe(f"_INBOX.p.gone.10.fail.{seq}.{op}.$FI", UNKNOWN, at(3 + seq / 100)) == []
+    [refused] = tracker.tick(at(3.5))
+    assert (refused.kind, refused.lost, refused.seq, refused.err_code) == (EventKind.FAST_ERROR, 10, 21, 10208)
     assert tracker.tick(at(10)) == [] and tracker.batches == {}
     assert event_from_json(lost.to_json()) == lost
 

@@ -1,0 +1,132 @@
+"""On a real three-node cluster with R3 streams: what leader changes do to batches, as the publisher
+saw it and as the event log records it (the server raises no batch_abandoned advisory for these)."""
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.admin import StreamAdmin
+from console.broker.fast import FastBatch
+from console.collector.collector import Collector
+from console.config import CollectorSettings
+from console.domain.events import LOST_KINDS, EventKind
+from console.errors import BatchError, NoRespondersError
+from tests.conftest import CLUSTER_LIMITS
+from tests.waits import eventually, events_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+async def client(cluster):
+    conn = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def collector(cluster):
+    conn = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    c = Collector(conn, CollectorSettings(batch_timeout=CLUSTER_LIMITS.timeout, status_every=0.5, tick_every=0.1))
+    await c.start()
+    yield c
+    await c.stop()
+    await conn.close()
+
+
+async def r3_stream(client, name: str, **flags) -> StreamAdmin:
+    admin = StreamAdmin(client)
+    await eventually(lambda: client.jetstream().add_stream(StreamConfig(
+        name=name, subjects=[f"{name.lower()}.>"], num_replicas=3, **flags)), what=f"{name} created", timeout=30)
+    await eventually(lambda: admin.leader(name), what=f"{name} has a leader", timeout=30)
+    return admin
+
+
+async def step_down(admin: StreamAdmin, name: str) -> str:
+    before = await admin.leader(name)
+    await admin.step_down(name)
+    return await eventually(lambda: admin.leader(name), lambda leader: leader not in (None, before),
+                            what=f"{name} elected another leader", timeout=30)
+
+
+async def test_the_cluster_replicates_the_consoles_own_streams(client, collector):
+    js = client.jetstream()
+    for stream in ("BATCH_CONSOLE_EVENTS", "BATCH_CONSOLE_ADVISORIES", "BATCH_CONSOLE_QUARANTINE"):
+        assert (await js.stream_info(stream)).config.num_replicas == 3
+
+
+@pytest.mark.parametrize("gap_mode", ["fail", "ok"])
+async def test_a_fast_batch_across_a_leader_change_is_logged_as_the_publisher_saw_it(client, collector, gap_mode):
+    name = f"CL_FAST_{gap_mode.upper()}"
+    admin = await r3_stream(client, name, allow_batched=True)
+    batch = FastBatch(client, flow=10, gap_mode=gap_mode, ack_timeout=10)
+    for _ in range(30):
+        await batch.add(f"{name.lower()}.x", b"before")
+    await step_down(admin, name)
+    refused: BatchError | None = None
+    ack = None
+    try:
+        for _ in range(29):
+            await batch.add(f"{name.lower()}.x", b"after")
+        ack = await batch.commit(f"{name.lower()}.x", b"last")
+    except BatchError as e:
+        refused = e
+    wanted = (EventKind.FAST_LOST, EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY)
+    events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind in wanted for e in es), timeout=30)
+    kinds = [e.kind for e in events]
+    if ack is not None:  # the new leader carried the batch on: no loss may be left standing
+        [committed] = [e for e in events if e.kind is EventKind.FAST_COMMITTED]
+        assert committed.count == ack.count == 60 and committed.stream == name
+        assert not [k for k in kinds if k in LOST_KINDS]
+    else:  # the publisher was refused: the log says the batch was lost, and why, once
+        assert getattr(refused, "err_code", None) == 10208, repr(refused)
+        [lost] = [e for e in events if e.kind is EventKind.FAST_LOST]
+        assert (lost.stream, lost.reason, lost.gap_mode) == (name, "leader_change", gap_mode)
+        assert kinds.count(EventKind.FAST_LOST) == 1 and EventKind.FAST_COMMITTED not in kinds
+
+
+async def test_a_fast_batch_whose_stream_leader_dies_is_logged_as_the_publisher_saw_it(cluster, client):
+    """SIGKILL the stream leader's node mid-batch: until a new leader is elected no stream answers
+    (503 on the $FI replies), so the rest of the batch is not stored and the server never says so."""
+    name = "CL_KILL"
+    admin = await r3_stream(client, name, allow_batched=True)
+    victim = cluster.nodes.index(cluster.node(await admin.leader(name)))
+    elsewhere = [url for i, url in enumerate(cluster.urls) if i != victim]
+    publisher = await nats.connect(elsewhere)
+    watcher = await nats.connect(elsewhere)
+    collector = Collector(watcher, CollectorSettings(batch_timeout=CLUSTER_LIMITS.timeout, tick_every=0.1))
+    await collector.start()
+    batch = FastBatch(publisher, flow=10, gap_mode="fail", ack_timeout=10)
+    ack = refused = None
+    try:
+        for _ in range(30):
+            await batch.add(f"{name.lower()}.x", b"before")
+        cluster.kill(victim)
+        try:
+            for _ in range(29):
+                await batch.add(f"{name.lower()}.x", b"after")
+            ack = await batch.commit(f"{name.lower()}.x", b"last")
+        except BatchError as e:
+            refused = e
+        wanted = (*LOST_KINDS, EventKind.FAST_COMMITTED)
+        events = await events_for(watcher, {batch.batch_id}, lambda es: any(e.kind in wanted for e in es), timeout=30)
+    finally:
+        await collector.stop()
+        cluster.restart(victim)
+        cluster.wait_for_meta_leader()
+        for conn in (publisher, watcher):
+            await conn.close()
+    kinds = [e.kind for e in events]
+    if ack is not None:
+        assert EventKind.FAST_COMMITTED in kinds and not [k for k in kinds if k in LOST_KINDS]
+        return
+    [lost] = [e for e in events if e.kind in LOST_KINDS]  # one loss, however it was learned
+    assert EventKind.FAST_COMMITTED not in kinds
+    if isinstance(refused, NoRespondersError):
+        # The 503 goes to the publisher alone: the tap sees the batch fall silent while its rate
+        # said acks were due, past the server's timeout.
+        assert lost.kind in (EventKind.FAST_DROPPED, EventKind.FAST_LOST), lost
+    else:
+        assert getattr(refused, "err_code", None) == 10208, repr(refused)
+        assert lost.kind is EventKind.FAST_LOST and lost.reason in ("leader_change", "unknown_batch")
+    assert lost.seq == batch.ack_seq  # the tap and the publisher agree on the last message acknowledged
