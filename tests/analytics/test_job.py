@@ -106,3 +106,45 @@ def test_a_run_before_any_collector_says_so(spark, tmp_path):
     with EmbeddedServer(tmp_path / "empty") as empty:
         report = run_once(spark, JobSettings(tmp_path / "data", source={"servers": empty.url}))
     assert report.events_read == 0 and report.line().startswith("no event log BATCH_CONSOLE_EVENTS yet")
+
+
+async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark, server, client, tmp_path):
+    """flow 100, a message every 0.4 s: the collector hears nothing for longer than the batch timeout
+    (1 s here), but each message resets the server's timer, and the batch commits. Not a loss."""
+    import nats
+
+    from console.broker.fast import FastBatch
+    from console.collector.collector import Collector
+    from console.config import CollectorSettings
+    from console.domain.events import LOST_KINDS, EventKind
+    from console.domain.live_model import LiveModel
+    from console.storage.history import Reader
+    from tests.waits import events_for
+
+    conn = await nats.connect(server.url)
+    collector = Collector(conn, CollectorSettings(batch_timeout=1.0, tick_every=0.1))
+    await collector.start()
+    try:
+        batch = FastBatch(client, flow=100)
+        for _ in range(8):
+            await batch.add("joba.slow", b"x")
+            await asyncio.sleep(0.4)  # the producer's own pace, not a wait for anything
+        ack = await batch.commit("joba.slow", b"end")
+        events = await events_for(client, {batch.batch_id},
+                                  lambda es: any(e.kind is EventKind.FAST_COMMITTED for e in es))
+    finally:
+        await collector.stop()
+        await conn.close()
+    kinds = [e.kind for e in events]
+    assert ack.count == 9 and EventKind.FAST_SLOW in kinds and not [k for k in kinds if k in LOST_KINDS]
+    model = LiveModel()
+    for event in events:
+        model.apply(event)
+    assert model.find_lost(batch.batch_id) is None and batch.batch_id not in model.active
+
+    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source={"servers": server.url}))
+    history = Reader(sqlite.open_db(tmp_path / "console.db"))
+    assert history.abandoned_batches(batch_id=batch.batch_id).empty
+    with Session(history.engine) as s:
+        [summary] = s.exec(select(FastBatchSummary).where(FastBatchSummary.batch_id == batch.batch_id)).all()
+    assert (summary.outcome, summary.messages) == ("committed", 9)

@@ -130,3 +130,39 @@ async def test_a_fast_batch_whose_stream_leader_dies_is_logged_as_the_publisher_
         assert getattr(refused, "err_code", None) == 10208, repr(refused)
         assert lost.kind is EventKind.FAST_LOST and lost.reason in ("leader_change", "unknown_batch")
     assert lost.seq == batch.ack_seq  # the tap and the publisher agree on the last message acknowledged
+
+
+async def test_the_collectors_node_killed_under_load_loses_and_duplicates_no_advisory(cluster, client):
+    from console.broker.atomic import AtomicBatch
+
+    name = "CL_ATOMIC"
+    admin = await r3_stream(client, name, allow_atomic=True)
+    while await admin.leader(name) == "n1":  # the publisher's stream lives on; the collector's node dies
+        await step_down(admin, name)
+    watcher = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, dont_randomize=True)
+    assert watcher.connected_url.port == int(cluster.urls[0].rsplit(":", 1)[1])  # on n1
+    collector = Collector(watcher, CollectorSettings(batch_timeout=CLUSTER_LIMITS.timeout, tick_every=0.1))
+    await collector.start()
+    publisher = await nats.connect(cluster.urls[1:])
+    ids = [f"failover-{i}" for i in range(40)]
+    try:
+        for i, batch_id in enumerate(ids):
+            if i == 20:
+                cluster.kill(0)  # the collector's node, under load
+            batch = AtomicBatch(publisher, batch_id=batch_id)
+            await eventually(lambda: batch.add(f"{name.lower()}.x", b"1"), lambda _: True, timeout=30,
+                             what="the stream answers again")
+            batch.skip_seq()
+            with pytest.raises(BatchError):
+                await batch.commit(f"{name.lower()}.x", b"3")
+        reader = await nats.connect(cluster.urls[1:])
+        events = await events_for(reader, set(ids), lambda es: len({e.batch_id for e in es}) == len(ids), timeout=90)
+        await reader.close()
+    finally:
+        await collector.stop()
+        cluster.restart(0)
+        cluster.wait_for_meta_leader()
+        for conn in (watcher, publisher):
+            await conn.close()
+    abandoned = [e for e in events if e.kind is EventKind.ATOMIC_ABANDONED]
+    assert sorted(e.batch_id for e in abandoned) == sorted(ids)  # each once: none lost, none twice
