@@ -142,7 +142,7 @@ def abandoned_batches(events: DataFrame, window_minutes: int = 5) -> DataFrame:
         F.coalesce(F.col("a.unverified"), F.lit(False)).alias("unverified"),
     ).agg(
         count(is_context & F.col("c.detail").contains("leader_elected")).alias("leader_elections"),
-        count(is_context & F.col("c.detail").startswith("stream_action") & (F.col("c.reason") == "update")).alias("stream_updates"),
+        count(is_context & F.col("c.detail").startswith("stream_action") & (F.col("c.reason") == "modify")).alias("stream_updates"),
         count(F.col("c.kind").isin(*ABANDONMENT_KINDS)).alias("other_abandonments"),
         count(F.col("c.kind") == FAST_GAP).alias("gaps_nearby"),
     ).withColumnRenamed("batch_kind", "kind").withColumnRenamed("seq", "log_seq")

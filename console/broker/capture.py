@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Awaitable, Callable, Mapping
 
 import nats.errors
 import nats.js.errors
@@ -16,6 +17,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from console.broker.connection import Connection
 from console.broker.replies import is_no_responders
 from console.broker.streams import StreamSpec, ensure_stream
+from console.domain.atomic_tracker import BATCH_HEADERS, BATCH_ID
 from console.errors import CaptureRefusedError
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ class Inbound:
     data: bytes
     reply: str | None = None
     no_responders: bool = False  # a 503 status: no stream listens on the subject
+    batch_headers: Mapping[str, str] = field(default_factory=dict)  # an atomic batch's headers, if any
 
 
 Handler = Callable[[Inbound], Awaitable[None]]
@@ -38,7 +41,9 @@ Ack = Callable[[], Awaitable[None]]
 
 
 def inbound(msg: Msg) -> Inbound:
-    return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg))
+    headers = msg.headers or {}
+    batch = {k: headers[k] for k in BATCH_HEADERS if k in headers} if BATCH_ID in headers else {}
+    return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg), batch)
 
 
 class DurableAdvisories:
@@ -119,3 +124,13 @@ class Subscriptions:
 async def stream_of_subject(nc: Connection, subject: str) -> str | None:
     """The stream that binds a subject, as the server says."""
     return await nc.jetstream().find_stream_name_by_subject(subject)
+
+
+async def stream_atomic(nc: Connection, stream: str) -> tuple[bool, datetime | None] | None:
+    """Whether the stream allows atomic batches now, and when it was created; None when there is no such stream."""
+    try:
+        info = await nc.jetstream().stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        return None
+    created = info.created if isinstance(info.created, datetime) else None
+    return bool(info.config.allow_atomic), created

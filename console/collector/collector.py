@@ -34,6 +34,7 @@ from console.broker.server_info import (
     varz_from_monitor,
     varz_from_system_account,
 )
+from console.collector.atomic_watch import AtomicWatch
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
 from console.config import CollectorSettings, EventLogSettings
@@ -114,6 +115,9 @@ class Collector:
         self._stopping = False
         self._stop_deadline = float("inf")
         self.cpu = CpuPriority(CpuMode(settings.cpu)) if settings.cpu else None
+        self.atomic = AtomicWatch(nc, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches,
+                                  self.errors)
+        self._stream_events: asyncio.Queue[BatchEvent] = asyncio.Queue(10_000)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -138,6 +142,7 @@ class Collector:
         self._writer = self.loops.start("writer", self._write_loop, lambda: self._stopping)
         self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
         self._tasks.append(self.loops.start("ticker", self._tick_loop, lambda: self._stopping))
+        self._tasks.append(self.loops.start("streams", self._stream_event_loop, lambda: self._stopping))
         if self.settings.pace_ms > 0:
             self._tasks.append(self.loops.start("pacer", self._pace_loop, lambda: self._stopping))
 
@@ -206,6 +211,7 @@ class Collector:
             if not fetched:
                 continue
             events = [e for msg, _ in fetched if (e := await self._advisory_event(msg)) is not None]
+            self._learn(events)
             if not await self._store(await self._account_side(events)):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run
             for _, ack in fetched:  # only now: the events are in the log
@@ -313,8 +319,15 @@ class Collector:
             self._enqueue(events, FI_TAP)
 
     async def _on_publish_side(self, msg: Inbound) -> None:
+        if msg.batch_headers:  # an atomic batch's message: open until its commit
+            if (stream := await self._stream_of(msg.subject)) is not None:
+                try:
+                    self.atomic.observe(stream, msg.batch_headers, _now())
+                except MalformedInput as e:
+                    await self._reject(PUBLISH_TAP, e.reason, msg)
+            return
         if not msg.reply or not msg.reply.endswith(".$FI"):
-            return  # a message that is not part of a fast batch
+            return  # a message that is not part of a batch
         try:
             events, batch = self.tracker.observe_publish(msg.subject, msg.reply, _now())
         except MalformedInput as e:
@@ -326,6 +339,10 @@ class Collector:
             await self._resolve_stream(batch.batch_id, msg.subject)
 
     async def _resolve_stream(self, batch_id: str, subject: str) -> None:
+        if (stream := await self._stream_of(subject)) is not None:
+            self.tracker.set_stream(batch_id, stream)
+
+    async def _stream_of(self, subject: str) -> str | None:
         """The stream that binds the subject, as the server says; cached per subject, never guessed."""
         if subject not in self._streams_by_subject:
             self._streams_by_subject[subject] = None  # one lookup per subject at a time
@@ -334,14 +351,22 @@ class Collector:
             except Exception as e:
                 del self._streams_by_subject[subject]
                 self.errors.add(f"stream lookup: {type(e).__name__}")
-                return
-        if stream := self._streams_by_subject[subject]:
-            self.tracker.set_stream(batch_id, stream)
+                return None
+        return self._streams_by_subject[subject]
+
+    def _learn(self, advisories: list[BatchEvent]) -> None:
+        """What advisories tell the trackers: a 10208 after an election is a leader change; an election,
+        an update or a delete may drop open atomic batches (the stream-event loop looks)."""
+        for event in advisories:
+            if elected_leader(event) is not None:
+                self.tracker.leader_elected(event.stream, event.time)
+            if not self._stream_events.full():
+                self._stream_events.put_nowait(event)
 
     def _enqueue(self, events: list[BatchEvent], source: str) -> None:
+        if source in (SYSTEM_ADVISORY, ACCOUNT_ADVISORY):
+            self._learn(events)
         for event in events:
-            if elected_leader(event) is not None:
-                self.tracker.leader_elected(event.stream, event.time)  # a 10208 after it is a leader change
             try:
                 self._queue.put_nowait(replace(event, source=source))
             except asyncio.QueueFull:
@@ -392,6 +417,17 @@ class Collector:
 
     # -- housekeeping ----------------------------------------------------------------------
 
+    async def _stream_event_loop(self) -> None:
+        """Stream events (from the advisories) -> what they silently dropped of open atomic batches."""
+        while not self._stopping:
+            self.loops.beat("streams")
+            try:
+                event = await asyncio.wait_for(self._stream_events.get(), 0.5)
+            except asyncio.TimeoutError:
+                continue
+            if found := await self.atomic.on_context(event, _now()):
+                self._enqueue(found, PUBLISH_TAP if found[0].kind is EventKind.ATOMIC_LOST else COLLECTOR)
+
     async def _tick_loop(self) -> None:
         last_status = 0.0
         while not self._stopping:
@@ -402,6 +438,7 @@ class Collector:
                 now = time.monotonic()
                 self.cpu.on_tick(now - due, now)
             self._enqueue(self.tracker.tick(_now()), FI_TAP)
+            self.atomic.tick(_now())
             if time.monotonic() - last_status >= self.settings.status_every:
                 last_status = time.monotonic()
                 self._enqueue([await self.status_event()], COLLECTOR)

@@ -25,7 +25,7 @@ ROWS = [
     dict(seq=3, event_id="e3", kind="atomic_abandoned", time=at(4, 5), stream="PAY", batch_id="a3", reason="timeout",
          source="account_advisory", unverified=True),  # the system account never sent it
     dict(seq=4, event_id="e4", kind="context", time=at(3, 12), stream="ORD", reason="n2", detail="stream_leader_elected"),
-    dict(seq=5, event_id="e5", kind="context", time=at(3, 18), stream="ORD", reason="update", detail="stream_action"),
+    dict(seq=5, event_id="e5", kind="context", time=at(3, 18), stream="ORD", reason="modify", detail="stream_action"),
     # f1: ok mode, two gaps and an error, then committed; its stream is only in the PubAck
     dict(seq=6, event_id="f1s", kind="fast_started", time=at(3, 30), batch_id="f1", gap_mode="ok", flow=100),
     dict(seq=7, event_id="f1f", kind="fast_flow_changed", time=at(3, 30, 1), batch_id="f1", gap_mode="ok", flow=50, previous_flow=100),

@@ -1,0 +1,99 @@
+"""Atomic batches the server drops without an advisory: the open ones seen on the publish side, and
+the stream events that drop them (a leader election, allow_atomic switched off, the stream
+deleted). A named batch becomes ATOMIC_LOST; without the tap, a stream that allows atomic batches
+gets one ATOMIC_OPEN_DROPPED warning per such event, since its open batches (if any) are gone unseen."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime, timedelta
+from typing import Mapping
+
+from console.broker.capture import stream_atomic
+from console.broker.connection import Connection, NatsError
+from console.domain.atomic_tracker import DISABLED, LEADER_CHANGE, STREAM_DELETED, WHAT, AtomicTracker
+from console.domain.events import BatchEvent, EventKind, elected_leader
+from console.domain.wire import Tally
+
+STREAM_ACTION = "stream_action"  # a context event's detail for the stream action advisory
+REMEMBERED = 10_000  # streams whose allow_atomic is known; advisories already handled
+NEW_STREAM = timedelta(seconds=5)  # a replicated stream's first election follows its creation: nothing was open
+
+
+class AtomicWatch:
+    def __init__(self, nc: Connection, batch_timeout: float, max_batches: int, errors: Tally):
+        self.nc = nc
+        self.tracker = AtomicTracker(batch_timeout, max_batches)
+        self.errors = errors
+        self._allows: OrderedDict[str, bool] = OrderedDict()  # stream -> allow_atomic, as last seen
+        self._handled: OrderedDict[str, None] = OrderedDict()  # advisory event ids (two copies come)
+        self._elected: OrderedDict[str, None] = OrderedDict()  # streams whose election was seen
+
+    def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> None:
+        """A tapped message with batch headers. Raises MalformedAtomicMessage."""
+        self.tracker.observe(stream, headers, now)
+
+    async def on_context(self, event: BatchEvent, now: datetime) -> list[BatchEvent]:
+        """What a stream event means for open atomic batches: ATOMIC_LOST for each one named, else a
+        warning when the stream allows atomic batches; nothing for other events."""
+        if event.kind is EventKind.ATOMIC_ABANDONED and event.batch_id:
+            self.tracker.abandoned(event.batch_id)
+            return []
+        if event.kind is not EventKind.CONTEXT or not event.stream or not self._first_time(event.event_id):
+            return []
+        stream, action = event.stream, event.reason if (event.detail or "").startswith(STREAM_ACTION) else None
+        allowed_before = self._allows.get(stream)
+        if elected_leader(event) is not None:
+            first = self._remember(self._elected, stream)
+            reason, allows = LEADER_CHANGE, await self._lookup(stream, new_at=event.time if first else None)
+        elif action == "delete":
+            reason, allows = STREAM_DELETED, allowed_before
+            self._allows.pop(stream, None)
+        elif action in ("create", "modify"):
+            now_allows = await self._lookup(stream)
+            if action == "create" or now_allows or not (allowed_before or self.tracker.open_on(stream)):
+                return []
+            reason, allows = DISABLED, True
+        else:
+            return []
+        lost = self.tracker.dropped(stream, reason, now)
+        if lost or not allows:
+            return lost
+        return [BatchEvent(f"{event.event_id}.atomic", EventKind.ATOMIC_OPEN_DROPPED, now, stream, reason=reason,
+                           inferred=True,
+                           detail=f"{WHAT[reason]}: atomic batches open on {stream}, if any, were dropped without an "
+                                  "advisory; tap the publish side (--tap-publish-side) to name them")]
+
+    def tick(self, now: datetime) -> None:
+        self.tracker.tick(now)
+
+    async def _lookup(self, stream: str, new_at: datetime | None = None) -> bool | None:
+        """Whether the stream allows atomic batches (remembered); False for a stream created just
+        before `new_at` (its first election), which cannot have had a batch open."""
+        try:
+            found = await stream_atomic(self.nc, stream)
+        except (NatsError, TimeoutError) as e:
+            self.errors.add(f"stream lookup: {type(e).__name__}")
+            return self._allows.get(stream)
+        allows, created = found if found is not None else (None, None)
+        if allows is not None:
+            self._allows.pop(stream, None)
+            self._allows[stream] = allows
+            if len(self._allows) > REMEMBERED:
+                self._allows.popitem(last=False)
+        if new_at is not None and created is not None and abs(new_at - created) < NEW_STREAM:
+            return False
+        return allows
+
+    def _first_time(self, event_id: str) -> bool:
+        return self._remember(self._handled, event_id)
+
+    @staticmethod
+    def _remember(seen: OrderedDict[str, None], key: str) -> bool:
+        """Whether key is new to `seen` (bounded, oldest forgotten first); it is remembered now."""
+        if key in seen:
+            return False
+        seen[key] = None
+        if len(seen) > REMEMBERED:
+            seen.popitem(last=False)
+        return True

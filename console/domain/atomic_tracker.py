@@ -1,0 +1,99 @@
+"""Atomic batches seen on the publish side (the opt-in tap): which are open, so that a stream event
+that drops open batches without any advisory names each of them lost (ATOMIC_LOST). The server
+drops an open atomic batch silently when the stream elects a new leader (its commit then gets
+10176), when an update switches allow_atomic off, and when the stream is deleted.
+
+Pure and bounded: a batch is forgotten at its commit message, when an advisory names it, or once
+silent past the batch timeout (the server abandons it then, with an advisory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Mapping
+
+from console.domain.events import BatchEvent, EventKind
+from console.domain.wire import INT64_MAX, MalformedInput, Tally, batch_id
+
+BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
+BATCH_HEADERS = (BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT)
+# Why open atomic batches were dropped, as ATOMIC_LOST's reason.
+LEADER_CHANGE, DISABLED, STREAM_DELETED = "leader_change", "disabled", "stream_deleted"
+WHAT = {LEADER_CHANGE: "the stream elected a new leader", DISABLED: "an update switched allow_atomic off",
+        STREAM_DELETED: "the stream was deleted"}
+
+
+class MalformedAtomicMessage(MalformedInput):
+    what = "atomic batch message"
+
+
+@dataclass
+class OpenAtomic:
+    batch_id: str
+    stream: str
+    first_seen: datetime
+    last_seen: datetime
+    last_seq: int
+
+
+def batch_message(headers: Mapping[str, str]) -> tuple[str, int, bool] | None:
+    """(batch id, sequence, commits) of a message with batch headers; None for any other message.
+    Raises MalformedAtomicMessage for headers the server would refuse."""
+    if BATCH_ID not in headers:
+        return None
+    identity = batch_id(headers[BATCH_ID], BATCH_ID, MalformedAtomicMessage)
+    text = headers.get(BATCH_SEQUENCE, "")
+    if not (text.isascii() and text.isdigit() and len(text) <= 19) or not 1 <= int(text) <= INT64_MAX:
+        raise MalformedAtomicMessage(f"{BATCH_SEQUENCE} {text[:30]!r} is not a sequence from 1")
+    return identity, int(text), BATCH_COMMIT in headers
+
+
+class AtomicTracker:
+    def __init__(self, batch_timeout: float = 10.0, max_batches: int = 10_000):
+        self.batch_timeout = batch_timeout
+        self.max_batches = max_batches
+        self.batches: dict[str, OpenAtomic] = {}
+        self.untracked = Tally()  # stream -> batches not tracked (the tracker was full)
+        self.messages = 0  # batch messages seen
+
+    def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> None:
+        """One tapped message on a stream's subject. Raises MalformedAtomicMessage."""
+        seen = batch_message(headers)
+        if seen is None:
+            return
+        identity, seq, commits = seen
+        self.messages += 1
+        if commits:
+            self.batches.pop(identity, None)  # its outcome, if bad, comes as an advisory or a 10176
+            return
+        batch = self.batches.get(identity)
+        if batch is None:
+            if len(self.batches) >= self.max_batches:
+                self.untracked.add(stream)
+                return
+            batch = self.batches[identity] = OpenAtomic(identity, stream, now, now, seq)
+        batch.last_seen, batch.last_seq = now, max(batch.last_seq, seq)
+
+    def open_on(self, stream: str) -> int:
+        return sum(1 for b in self.batches.values() if b.stream == stream)
+
+    def dropped(self, stream: str, reason: str, now: datetime) -> list[BatchEvent]:
+        """Every batch open on the stream is lost, for this reason (one of WHAT)."""
+        lost = [b for b in self.batches.values() if b.stream == stream]
+        for batch in lost:
+            del self.batches[batch.batch_id]
+        return [BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, stream, b.batch_id, reason=reason,
+                           seq=b.last_seq, inferred=True,
+                           detail=f"open with {b.last_seq} message(s) sent when {WHAT[reason]}; the server "
+                                  f"dropped it without an advisory (its commit gets 10176)")
+                for b in lost]
+
+    def abandoned(self, identity: str) -> None:
+        """An advisory named the batch: nothing more to say of it here."""
+        self.batches.pop(identity, None)
+
+    def tick(self, now: datetime) -> None:
+        for identity, batch in list(self.batches.items()):
+            if (now - batch.last_seen).total_seconds() > self.batch_timeout:
+                del self.batches[identity]  # the server abandons it, and says so
