@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -49,6 +48,7 @@ from console.broker.server import EmbeddedServer  # noqa: E402
 from console.domain.events import EventKind, event_from_json  # noqa: E402
 from console.domain.status import CollectorStatus  # noqa: E402
 from console.errors import BatchError  # noqa: E402
+from measure import cpu_seconds, median_interval  # noqa: E402
 
 PAYLOAD = b"x" * 128
 PACE = 0.010  # the collector's default --pace-ms, for the bare reference tap
@@ -68,16 +68,6 @@ async def publish_fast(nc, n: int, inbox_prefix: str = "_INBOX") -> tuple[float,
     return n / (time.perf_counter() - start), batch
 
 
-def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
-    """A bootstrap 95% interval of the median: how far a rerun's figure may fall on this machine."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class EventWatch:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from playwright.async_api import async_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from measure import cpu_seconds, percentile  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.server import BatchLimits, EmbeddedServer  # noqa: E402
@@ -58,14 +58,6 @@ DOM_POLLER = """
 """
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def abandon(nc, batch_id: str) -> None:

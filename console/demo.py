@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 
+from console.broker.admin import StreamAdmin
 from console.broker.atomic import AtomicBatch
 from console.broker.connection import Connection, NatsError
 from console.broker.fast import FastBatch
@@ -33,10 +34,13 @@ class DemoStream:
 
 
 DEMO_STREAMS = (DemoStream(ATOMIC_STREAM, f"{ORDERS}.>", True), DemoStream(FAST_STREAM, f"{INGEST}.>", False))
+DEMO_SUBJECTS = (f"{ORDERS}.>",)  # what `up --demo` taps on the publish side: its atomic batches
 
 
-async def ensure_demo_streams(nc: Connection) -> None:
-    """Create the demo streams, or reuse the ones an earlier demo created; refuse anything else."""
+async def ensure_demo_streams(nc: Connection) -> int:
+    """Create the demo streams, or reuse the ones an earlier demo created; refuse anything else.
+    Returns their replicas (3 on a cluster of three servers or more)."""
+    replicas = []
     for s in DEMO_STREAMS:
         ensured = await ensure_stream(nc.jetstream(), StreamSpec(s.name, (s.subject,), allow_atomic=s.atomic,
                                                                  allow_batched=not s.atomic, max_age=24 * 3600,
@@ -44,6 +48,8 @@ async def ensure_demo_streams(nc: Connection) -> None:
         metadata = ensured.config.metadata or {}
         if metadata.get("batch_console_demo") != "1":
             raise ConsoleError(f"stream {s.name} exists and was not created by the demo: the demo never writes to it")
+        replicas.append(ensured.config.num_replicas or 1)
+    return min(replicas)
 
 
 async def _expect_refusal(work) -> None:
@@ -102,7 +108,27 @@ async def idle_fast_batch(nc: Connection) -> None:
     await batch.close()
 
 
-async def demo_round(nc: Connection) -> None:
+async def across_leader_changes(nc: Connection) -> None:
+    """On a cluster: an atomic batch open while its stream elects a new leader (the server drops it
+    without an advisory; its commit gets 10176), and a fast batch across one (the wire decides)."""
+    admin = StreamAdmin(nc)
+    atomic = AtomicBatch(nc)
+    await atomic.add(f"{ORDERS}.across", b'{"order": "open across a leader change"}')
+    await nc.flush()
+    await admin.step_down(ATOMIC_STREAM)
+    await _expect_refusal(atomic.commit(f"{ORDERS}.across", b'{"total": true}'))
+    fast = FastBatch(nc, flow=10, gap_mode=GapMode.FAIL)
+    try:
+        for seq in range(1, 200):
+            if seq == 100:
+                await admin.step_down(FAST_STREAM)
+            await fast.add(f"{INGEST}.across", f'{{"seq": {seq}}}'.encode())
+        await fast.commit(f"{INGEST}.across", b'{"last": true}')
+    except BatchError:
+        pass  # no leader for a moment (503), or the batch unknown to the new one (10208)
+
+
+async def demo_round(nc: Connection, leader_changes: bool = False) -> None:
     await commit_atomic(nc)
     await abandon_each_reason(nc)
     await asyncio.gather(  # concurrent publishers: the server shares the flow between them
@@ -110,15 +136,17 @@ async def demo_round(nc: Connection) -> None:
         fast_batch(nc, 500, flow=20, gap_mode=GapMode.OK, skip_at=120),
         fast_batch(nc, 500, flow=20, gap_mode=GapMode.FAIL, skip_at=300))
     await idle_fast_batch(nc)
+    if leader_changes:
+        await across_leader_changes(nc)
 
 
 async def run_demo(nc: Connection, every: float = 30.0, rounds: int | None = None) -> int:
     """Rounds of demo traffic until `rounds` are done (None: until cancelled); returns the rounds run."""
-    await ensure_demo_streams(nc)
+    leader_changes = await ensure_demo_streams(nc) >= 3
     done, failures = 0, Counter()
     while rounds is None or done < rounds:
         try:
-            await demo_round(nc)
+            await demo_round(nc, leader_changes)
         except (BatchError, NatsError, asyncio.TimeoutError) as e:
             failures[type(e).__name__] += 1
             log.warning("demo round %d: %s", done + 1, e)

@@ -12,10 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from console.config import ConnectionSettings, Settings, child_env, env_name, host_in_url
+from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
 
 CLI = str(Path(sys.executable).parent / "batch-console")
@@ -74,6 +75,9 @@ class Part:
 
 class Supervisor:
     def __init__(self, settings: Settings, out=sys.stdout):
+        if settings.demo.demo:  # the collector taps the demo's publish side, so its atomic losses have names
+            tapped = (*settings.collector.tap_publish_subjects, *DEMO_SUBJECTS)
+            settings = replace(settings, collector=replace(settings.collector, tap_publish_subjects=tapped))
         self.settings, self.out = settings, out
         # Every setting reaches the parts in their environment (secrets included), never their argv.
         self._env = {**os.environ, **child_env(settings)}

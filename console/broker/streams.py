@@ -10,7 +10,7 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
 # What a server says when it cannot hold the replicas asked for: not clustered, too few servers.
-NOT_ENOUGH_SERVERS = (10074, 10023)
+NOT_ENOUGH_SERVERS = (10074, 10023, 10005)  # replicas unsupported; insufficient resources; no peers
 CLUSTER_REPLICAS = 3
 
 

@@ -292,7 +292,8 @@ class Collector:
             self.loops.beat("pacer")
             # "Recently", not "since my last pass": after sleep(0) this task resumes before the
             # reads that arrived during the pause have been handled.
-            if time.monotonic() - self._last_tap < 0.1:
+            # Never while events wait to be written: a loss must reach the log at once.
+            if time.monotonic() - self._last_tap < 0.1 and self._queue.empty():
                 time.sleep(self.settings.pace_ms / 1000)  # deliberate: see CollectorSettings.pace_ms
                 await asyncio.sleep(0)
             else:

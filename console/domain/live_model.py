@@ -13,7 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from console.domain.events import ATOMIC_KINDS, LOST_KINDS, BatchEvent, EventKind
+from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
 
@@ -79,6 +79,8 @@ class LiveModel:
         self.last_event: datetime | None = None
         self.events_applied = 0
         self.retracted = 0  # losses a later reply showed were not losses
+        self.warnings: deque[BatchEvent] = deque(maxlen=20)  # streams whose open atomic batches were dropped unseen
+        self.rejected: Counter[str] = Counter()  # stream -> fast batches refused for too many in flight (429)
         self.version = 0  # bumps on every change: views redraw only when it moved
         self._ended: deque[str] = deque(maxlen=1000)  # late events of these do not reopen them
         self._seen_ids: deque[str] = deque(maxlen=10_000)
@@ -102,6 +104,13 @@ class LiveModel:
         elif event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
             self._retract(event.batch_id)
             return
+        elif event.kind is EventKind.ATOMIC_OPEN_DROPPED:
+            self.warnings.append(event)
+            return
+        if event.kind is EventKind.FAST_REJECTED:
+            self.rejected[event.stream or UNKNOWN_STREAM] += 1
+            if len(self.rejected) > self.max_streams:
+                del self.rejected[min(self.rejected, key=self.rejected.get)]
         if event.kind.value.startswith("fast_") and event.batch_id:
             self._fast(event)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,20 @@ def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
     return lines, marks
 
 
+def notices_html(model: LiveModel) -> str:
+    """What is not a counted loss but an operator must see: open atomic batches dropped unseen,
+    fast batches refused for too many in flight, losses retracted. Escaped: it comes from the wire."""
+    e = html.escape
+    items = [f"<li><b>{w.time:%H:%M:%S}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
+             for w in reversed(model.warnings)]
+    if model.rejected:
+        refused = ", ".join(f"{stream_cell(s)} {n}" for s, n in model.rejected.most_common(10))
+        items.append(f"<li>fast batches refused for too many in flight (429, 10211): {refused}</li>")
+    if model.retracted:
+        items.append(f"<li>{model.retracted} reported loss(es) retracted: a later reply showed the batch was alive</li>")
+    return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
 def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime, skipped: int = 0) -> str:
     fresh = model.freshness(now)
     status = model.collector
@@ -109,6 +124,7 @@ class LivePage(pn.viewable.Viewer):
         self.timer = None  # the session's periodic refresh, when made by `following`
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
+        self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(
             recent_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width",
             height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
@@ -130,7 +146,7 @@ class LivePage(pn.viewable.Viewer):
         flows.multi_line(xs="xs", ys="ys", line_color="color", source=self._lines)
         flows.scatter(x="t", y="flow", marker="x", size=12, color="red", source=self._marks)
         self._layout = pn.Column(
-            pn.pane.Markdown("## Lost batches, live"), self._counters,
+            pn.pane.Markdown("## Lost batches, live"), self._counters, self._notices,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(flows, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             self._table, pn.pane.Markdown("### Active fast batches"), self._active, self._status,
@@ -157,6 +173,7 @@ class LivePage(pn.viewable.Viewer):
             hour = self.model.counts_by_reason(now, timedelta(hours=1))
             cells = " | ".join(f"**{r}** {five.get(r, 0)} / {hour.get(r, 0)}" for r in (*REASONS, "other") if hour.get(r))
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
+            self._notices.object = notices_html(self.model)
             self._table.value = recent_frame(self.model)
             self._active.value = active_frame(self.model)
             self._bars.data = interval_data(self.model, now)

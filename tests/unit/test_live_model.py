@@ -110,3 +110,20 @@ def test_a_status_a_collector_did_not_write_sanely_is_ignored_and_an_older_one_g
     assert model.collector is None and not model.collector_heard(at(11))
     model.apply(BatchEvent("status.2", EventKind.COLLECTOR_STATUS, at(12), detail='{"events_written": 3}'))
     assert (model.collector.events_written, model.collector.healthy, model.collector.rejected) == (3, True, {})
+
+
+def test_a_retracted_loss_leaves_the_lists_and_the_counts_and_warnings_are_kept_apart():
+    from console.ui.live import notices_html
+
+    model = LiveModel()
+    model.apply(BatchEvent("f.d", EventKind.FAST_DROPPED, at(2), None, "slow-1", inferred=True))
+    assert model.find_lost("slow-1") is not None and model.counts_by_reason(at(3), timedelta(minutes=5)) == {"dropped": 1}
+    model.apply(BatchEvent("f.r", EventKind.LOSS_RETRACTED, at(3), None, "slow-1", reason="dropped"))
+    assert model.find_lost("slow-1") is None and model.counts_by_reason(at(3), timedelta(minutes=5)) == {}
+    model.apply(BatchEvent("w", EventKind.ATOMIC_OPEN_DROPPED, at(4), "<b>S</b>", reason="leader_change",
+                           detail="the stream elected a new leader: <script>"))
+    model.apply(BatchEvent("r", EventKind.FAST_REJECTED, at(5), "ING", "busy-1", err_code=10211))
+    shown = notices_html(model)
+    assert "&lt;script&gt;" in shown and "&lt;b&gt;S&lt;/b&gt;" in shown and "<script>" not in shown
+    assert "ING" in shown and "1 reported loss(es) retracted" in shown
+    assert model.lost_batches() == 0
