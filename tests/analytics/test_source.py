@@ -70,3 +70,32 @@ async def test_streaming_offsets_are_stream_sequences_and_resume_from_the_checkp
     seen.clear()
     run_once()
     assert seen == [31]
+
+
+@pytest.mark.cluster
+async def test_the_job_reads_an_r3_event_log_through_another_node_when_one_is_down(spark, cluster, tmp_path):
+    import asyncio
+
+    import nats
+
+    from console.analytics.job import JobSettings, run_once
+    from tests.waits import eventually
+
+    key = b"k" * 32
+    nc = await nats.connect(cluster.urls[1:])
+    log = EventLog(nc.jetstream(), EventLogSettings(key=key))
+    await eventually(log.ensure, lambda _: True, timeout=30, what="the event log")
+    assert (await nc.jetstream().stream_info("BATCH_CONSOLE_EVENTS")).config.num_replicas == 3
+    await log.append([BatchEvent(f"cl{i}", EventKind.ATOMIC_ABANDONED, T0 + timedelta(minutes=i), "S", f"cl-b{i}",
+                                 reason="timeout") for i in range(3)])
+    cluster.kill(0)
+    try:
+        await eventually(lambda: nc.jetstream().stream_info("BATCH_CONSOLE_EVENTS"),
+                         lambda info: info.cluster.leader not in (None, "n1"), timeout=30, what="a leader on n2 or n3")
+        source = {"servers": cluster.url, "event_secret": key.decode()}  # n1 first in the list, and down
+        report = await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=source))
+        assert report.events_read == 3 and not report.skipped
+    finally:
+        cluster.restart(0)
+        cluster.wait_for_meta_leader()
+        await nc.close()

@@ -178,7 +178,7 @@ async def tapping_collector(cluster):
     """A collector that also taps the publish side of the cl_tap.> subjects."""
     conn = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     settings = CollectorSettings(batch_timeout=CLUSTER_LIMITS.timeout, tick_every=0.1,
-                                 tap_publish_subjects=("cl_tap_lead.>", "cl_tap_off.>"))
+                                 tap_publish_subjects=("cl_tap_lead.>", "cl_tap_off.>", "cl_tap_gone.>"))
     c = Collector(conn, settings)
     await c.start()
     yield c
@@ -267,3 +267,15 @@ async def leaders_off(admin: StreamAdmin, stream: str, consumer: str, node: str)
 
 async def _open_on(collector, stream: str) -> bool:
     return collector.atomic.tracker.open_on(stream) > 0
+
+
+async def test_a_stream_deleted_under_an_open_tapped_batch_is_atomic_lost(client, tapping_collector):
+    name = "CL_TAP_GONE"
+    await r3_stream(client, name, allow_atomic=True)
+    batch = await open_atomic_batch(client, tapping_collector, "cl_tap_gone.x")
+    await eventually(lambda: _open_on(tapping_collector, name), what="the tap saw the open batch")
+    await client.jetstream().delete_stream(name)
+    events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is EventKind.ATOMIC_LOST for e in es),
+                              timeout=30)
+    [lost] = [e for e in events if e.kind is EventKind.ATOMIC_LOST]
+    assert (lost.stream, lost.reason) == (name, "stream_deleted")

@@ -103,6 +103,24 @@ async def test_a_fast_batch_with_one_ack_then_silence_is_slow_not_dropped(client
     assert not [e for e in events if e.kind in LOST_KINDS]
 
 
+async def test_a_fast_batch_refused_for_too_many_in_flight_is_fast_rejected_once(client, collector):
+    from console.errors import TooManyInflightError
+
+    await client.jetstream().add_stream(StreamConfig(name="BUSY", subjects=["busy.>"], allow_batched=True))
+    open_batches = [FastBatch(client, flow=10) for _ in range(TEST_LIMITS.max_inflight_per_stream)]
+    for batch in open_batches:
+        await batch.add("busy.x", b"x")
+    refused = FastBatch(client, flow=10)
+    with pytest.raises(TooManyInflightError):
+        await refused.add("busy.x", b"x")
+    for batch in open_batches:
+        await batch.close()
+    events = await events_for(client, {refused.batch_id}, lambda es: any(e.kind is EventKind.FAST_REJECTED for e in es))
+    [rejected] = [e for e in events if e.kind is EventKind.FAST_REJECTED]
+    assert (rejected.stream, rejected.err_code) == ("BUSY", 10211)
+    assert not [e for e in events if e.kind is EventKind.FAST_ERROR]  # said once, as a rejection
+
+
 async def test_garbage_is_counted_and_the_good_events_around_it_are_stored(client, collector):
     await client.jetstream().add_stream(StreamConfig(name="GARBAGE", subjects=["garbage.>"], allow_atomic=True))
     before = AtomicBatch(client, batch_id="before-garbage")
