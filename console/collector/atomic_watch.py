@@ -11,12 +11,16 @@ from typing import Mapping
 
 from console.broker.capture import stream_atomic
 from console.broker.connection import Connection, NatsError
-from console.domain.atomic_tracker import DISABLED, LEADER_CHANGE, STREAM_DELETED, WHAT, AtomicTracker
+from console.domain.atomic_tracker import DISABLED, LEADER_CHANGE, STREAM_DELETED, WHAT, AtomicTracker, reply_prefix
 from console.domain.events import BatchEvent, EventKind, elected_leader
+from console.domain.replies import ApiError, MalformedReply, to_reply
 from console.domain.wire import Tally
 
 STREAM_ACTION = "stream_action"  # a context event's detail for the stream action advisory
 REMEMBERED = 10_000  # streams whose allow_atomic is known; advisories already handled
+TOO_MANY_INFLIGHT = 10210
+REPLY_WAIT = timedelta(seconds=2)  # a first message's reply and the message itself race to the tap
+MAX_PREFIXES = 1000  # publisher connections whose replies are followed
 NEW_STREAM = timedelta(seconds=5)  # a replicated stream's first election follows its creation: nothing was open
 
 
@@ -28,6 +32,9 @@ class AtomicWatch:
         self._allows: OrderedDict[str, bool] = OrderedDict()  # stream -> allow_atomic, as last seen
         self._handled: OrderedDict[str, None] = OrderedDict()  # advisory event ids (two copies come)
         self._elected: OrderedDict[str, None] = OrderedDict()  # streams whose election was seen
+        self.reply_prefixes: OrderedDict[str, None] = OrderedDict()  # followed, for 10210 on a first message
+        self._expecting: OrderedDict[str, tuple[str, str, datetime]] = OrderedDict()  # reply -> batch, stream
+        self._early: OrderedDict[str, tuple[bytes, datetime]] = OrderedDict()  # replies ahead of their message
 
     def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> None:
         """A tapped message with batch headers. Raises MalformedAtomicMessage."""
@@ -64,8 +71,49 @@ class AtomicWatch:
                            detail=f"{WHAT[reason]}: atomic batches open on {stream}, if any, were dropped without an "
                                   "advisory; tap the publish side (--tap-publish-side) to name them")]
 
+    def new_reply_prefix(self, reply: str) -> str | None:
+        """The prefix to follow for this first message's reply, when not followed yet (bounded)."""
+        prefix = reply_prefix(reply)
+        if prefix is None or prefix in self.reply_prefixes or len(self.reply_prefixes) >= MAX_PREFIXES:
+            return None
+        self.reply_prefixes[prefix] = None
+        return prefix
+
+    def first_message(self, reply: str, batch: str, stream: str, now: datetime) -> list[BatchEvent]:
+        """A batch's first message, sent as a request: its reply says whether the batch opened."""
+        if (early := self._early.pop(reply, None)) is not None:
+            return self._judge(batch, stream, early[0], now)
+        self._expecting[reply] = (batch, stream, now)
+        self._trim(self._expecting, now)
+        return []
+
+    def on_reply(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
+        if (expected := self._expecting.pop(subject, None)) is not None:
+            return self._judge(expected[0], expected[1], data, now)
+        self._early[subject] = (bytes(data[:512]), now)
+        self._trim(self._early, now)
+        return []
+
+    def _judge(self, batch: str, stream: str, data: bytes, now: datetime) -> list[BatchEvent]:
+        try:
+            reply = to_reply(data)
+        except MalformedReply:
+            return []
+        if not (isinstance(reply, ApiError) and reply.err_code == TOO_MANY_INFLIGHT):
+            return []
+        self.tracker.abandoned(batch)  # it never opened
+        return [BatchEvent(f"at.{batch}.rejected", EventKind.ATOMIC_REJECTED, now, stream, batch,
+                           err_code=reply.err_code, description=reply.description)]
+
+    @staticmethod
+    def _trim(pending: OrderedDict, now: datetime) -> None:
+        while pending and (len(pending) > REMEMBERED or now - next(iter(pending.values()))[-1] > REPLY_WAIT):
+            pending.popitem(last=False)
+
     def tick(self, now: datetime) -> None:
         self.tracker.tick(now)
+        self._trim(self._expecting, now)
+        self._trim(self._early, now)
 
     async def _lookup(self, stream: str, new_at: datetime | None = None) -> bool | None:
         """Whether the stream allows atomic batches (remembered); False for a stream created just

@@ -326,6 +326,9 @@ class Collector:
                     self.atomic.observe(stream, msg.batch_headers, _now())
                 except MalformedInput as e:
                     await self._reject(PUBLISH_TAP, e.reason, msg)
+                    return
+                if msg.reply and msg.batch_headers.get("Nats-Batch-Sequence") == "1":
+                    await self._follow_reply(msg.reply, msg.batch_headers["Nats-Batch-Id"], stream)
             return
         if not msg.reply or not msg.reply.endswith(".$FI"):
             return  # a message that is not part of a batch
@@ -338,6 +341,18 @@ class Collector:
             self._enqueue(events, PUBLISH_TAP)
         if batch is not None and batch.stream is None:
             await self._resolve_stream(batch.batch_id, msg.subject)
+
+    async def _follow_reply(self, reply: str, batch: str, stream: str) -> None:
+        """A first message's reply tells a 10210 (the batch never opened): its publisher connection's
+        replies are followed from the first batch it is seen with."""
+        if (prefix := self.atomic.new_reply_prefix(reply)) is not None:
+            await self._subs.follow(self.nc, prefix, self._on_atomic_reply)
+        if events := self.atomic.first_message(reply, batch, stream, _now()):
+            self._enqueue(events, PUBLISH_TAP)
+
+    async def _on_atomic_reply(self, msg: Inbound) -> None:
+        if events := self.atomic.on_reply(msg.subject, msg.data, _now()):
+            self._enqueue(events, PUBLISH_TAP)
 
     async def _resolve_stream(self, batch_id: str, subject: str) -> None:
         if (stream := await self._stream_of(subject)) is not None:

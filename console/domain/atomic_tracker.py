@@ -28,6 +28,16 @@ class MalformedAtomicMessage(MalformedInput):
     what = "atomic batch message"
 
 
+def reply_prefix(reply: str) -> str | None:
+    """The subscription that sees a publisher connection's replies (`_INBOX.<nuid>.*` for nats-py's
+    request inbox); None for a reply subject that is not a plain one."""
+    tokens = reply.split(".")
+    if len(tokens) < 3 or len(reply) > 256 or any(not t or t in ("*", ">") or not t.isprintable() or " " in t
+                                                  for t in tokens):
+        return None
+    return ".".join(tokens[:-1]) + ".*"
+
+
 @dataclass
 class OpenAtomic:
     batch_id: str

@@ -56,6 +56,7 @@ class EventKind(str, Enum):
     FAST_SLOW = "fast_slow"  # silent past the batch timeout, but its cadence says no ack was due: cannot tell
     FAST_LOST = "fast_lost"  # answered 10208 (batch unknown): a leader change, or the server forgot it
     FAST_REJECTED = "fast_rejected"  # refused with 10211: too many fast batches in flight
+    ATOMIC_REJECTED = "atomic_rejected"  # a tapped atomic batch refused with 10210: too many in flight
     ATOMIC_LOST = "atomic_lost"  # a tapped atomic batch that can no longer commit, with no advisory
     ATOMIC_OPEN_DROPPED = "atomic_open_dropped"  # a stream event that drops open atomic batches unseen
     LOSS_RETRACTED = "loss_retracted"  # a reply came for a batch reported lost: the inference was wrong

@@ -59,6 +59,7 @@ def describe(e: BatchEvent) -> str:
         EventKind.FAST_LOST: f"reason {e.reason}: {e.detail or ''}",
         EventKind.FAST_SLOW: e.detail or "",
         EventKind.FAST_REJECTED: f"[{e.err_code}] {e.description}",
+        EventKind.ATOMIC_REJECTED: f"[{e.err_code}] {e.description}",
         EventKind.ATOMIC_LOST: f"reason {e.reason}" + (f": {e.detail}" if e.detail else ""),
         EventKind.ATOMIC_OPEN_DROPPED: f"reason {e.reason}: {e.detail or ''}",
         EventKind.LOSS_RETRACTED: f"not lost after all ({e.detail or e.reason})",

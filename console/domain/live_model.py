@@ -107,7 +107,7 @@ class LiveModel:
         elif event.kind is EventKind.ATOMIC_OPEN_DROPPED:
             self.warnings.append(event)
             return
-        if event.kind is EventKind.FAST_REJECTED:
+        if event.kind in (EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED):
             self.rejected[event.stream or UNKNOWN_STREAM] += 1
             if len(self.rejected) > self.max_streams:
                 del self.rejected[min(self.rejected, key=self.rejected.get)]

@@ -79,7 +79,7 @@ def notices_html(model: LiveModel) -> str:
              for w in reversed(model.warnings)]
     if model.rejected:
         refused = ", ".join(f"{stream_cell(s)} {n}" for s, n in model.rejected.most_common(10))
-        items.append(f"<li>fast batches refused for too many in flight (429, 10211): {refused}</li>")
+        items.append(f"<li>batches refused for too many in flight (429: 10211 fast, 10210 atomic): {refused}</li>")
     if model.retracted:
         items.append(f"<li>{model.retracted} reported loss(es) retracted: a later reply showed the batch was alive</li>")
     return f"<ul>{''.join(items)}</ul>" if items else ""

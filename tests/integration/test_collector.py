@@ -155,3 +155,34 @@ async def quarantined(client, count: int, timeout: float = 10.0) -> list:
     await eventually(lambda: js.stream_info("BATCH_CONSOLE_QUARANTINE"), lambda info: info.state.messages >= count,
                      timeout, "quarantined")
     return [await js.get_msg("BATCH_CONSOLE_QUARANTINE", seq) for seq in range(1, count + 1)]
+
+
+async def test_a_tapped_atomic_batch_refused_for_too_many_in_flight_is_atomic_rejected(server, client):
+    """10210 goes to the publisher's inbox: the tap follows that connection's replies from its first batch."""
+    from console.errors import TooManyInflightError
+
+    await client.jetstream().add_stream(StreamConfig(name="CROWD", subjects=["crowd.>"], allow_atomic=True))
+    conn = await nats.connect(server.url)
+    tapping = Collector(conn, CollectorSettings(batch_timeout=TEST_LIMITS.timeout, tick_every=0.1,
+                                                tap_publish_subjects=("crowd.>",)))
+    await tapping.start()
+    try:
+        open_batches = [AtomicBatch(client) for _ in range(TEST_LIMITS.max_inflight_per_stream)]
+        for batch in open_batches:
+            await batch.add("crowd.x", b"1")
+        await eventually(lambda: _true(tapping.atomic.reply_prefixes), what="the publisher's replies followed")
+        refused = AtomicBatch(client)
+        with pytest.raises(TooManyInflightError):
+            await refused.add("crowd.x", b"1")
+        events = await events_for(client, {refused.batch_id},
+                                  lambda es: any(e.kind is EventKind.ATOMIC_REJECTED for e in es))
+    finally:
+        await tapping.stop()
+        await conn.close()
+    [rejected] = [e for e in events if e.kind is EventKind.ATOMIC_REJECTED]
+    assert (rejected.stream, rejected.err_code) == ("CROWD", 10210)
+    assert tapping.atomic.tracker.open_on("CROWD") == len(open_batches)  # the refused one never opened
+
+
+async def _true(value) -> bool:
+    return bool(value)
