@@ -33,6 +33,7 @@ class AtomicWatch:
         self._handled: OrderedDict[str, None] = OrderedDict()  # advisory event ids (two copies come)
         self._elected: OrderedDict[str, None] = OrderedDict()  # streams whose election was seen
         self.reply_prefixes: OrderedDict[str, None] = OrderedDict()  # followed, for 10210 on a first message
+        self.replies_followed = 0  # of them, in place on the server
         self._expecting: OrderedDict[str, tuple[str, str, datetime]] = OrderedDict()  # reply -> batch, stream
         self._early: OrderedDict[str, tuple[bytes, datetime]] = OrderedDict()  # replies ahead of their message
 

@@ -347,6 +347,11 @@ class Collector:
         replies are followed from the first batch it is seen with."""
         if (prefix := self.atomic.new_reply_prefix(reply)) is not None:
             await self._subs.follow(self.nc, prefix, self._on_atomic_reply)
+            try:
+                await self.nc.flush(timeout=2)  # in place on the server before the next batch's reply
+                self.atomic.replies_followed += 1
+            except Exception as e:
+                self.errors.add(f"reply follow: {type(e).__name__}")
         if events := self.atomic.first_message(reply, batch, stream, _now()):
             self._enqueue(events, PUBLISH_TAP)
 

@@ -170,7 +170,7 @@ async def test_a_tapped_atomic_batch_refused_for_too_many_in_flight_is_atomic_re
         open_batches = [AtomicBatch(client) for _ in range(TEST_LIMITS.max_inflight_per_stream)]
         for batch in open_batches:
             await batch.add("crowd.x", b"1")
-        await eventually(lambda: _true(tapping.atomic.reply_prefixes), what="the publisher's replies followed")
+        await eventually(lambda: _true(tapping.atomic.replies_followed), what="the publisher's replies followed")
         refused = AtomicBatch(client)
         with pytest.raises(TooManyInflightError):
             await refused.add("crowd.x", b"1")
