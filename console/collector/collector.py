@@ -139,6 +139,7 @@ class Collector:
             await self._subs.tap_fast_replies(self.nc, prefix, self._on_tap)
         for subject in self.settings.tap_publish_subjects:
             await self._subs.follow(self.nc, subject, self._on_publish_side)
+        await self.nc.flush()  # started means tapping: the server has every subscription
         self._writer = self.loops.start("writer", self._write_loop, lambda: self._stopping)
         self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
         self._tasks.append(self.loops.start("ticker", self._tick_loop, lambda: self._stopping))
