@@ -1,0 +1,1 @@
+"""`batch-console alerts`: alert rules over the event log, notifications and Prometheus metrics."""

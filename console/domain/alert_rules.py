@@ -1,0 +1,138 @@
+"""Alert rules: a TOML file of [[rule]] tables, read strictly. A file with an error is refused whole,
+with the line and the reason, so a typo never silences an alert unnoticed.
+
+    [[rule]]
+    name = "atomic batches abandoned"
+    when = "lost_batches"        # lost_batches | lost_messages | rejected | collector_silent
+    streams = ["ORDERS*"]         # globs; absent = every stream
+    reasons = ["timeout"]         # absent = every reason
+    at_least = 1                  # how many within the window fire the rule
+    within = "5m"
+    severity = "critical"         # info | warning | critical
+    notify = ["webhook:http://127.0.0.1:9000/hook", "nats:alerts.batches"]
+    remedy = "what to do about it"
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent")
+SEVERITIES = ("info", "warning", "critical")
+KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted"}
+_DURATION = re.compile(r"(\d{1,6})(s|m|h|d)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class RulesError(ValueError):
+    """A rules file the console refuses: `line` is where the problem is (None when unknown)."""
+
+    def __init__(self, reason: str, line: int | None = None):
+        super().__init__(f"line {line}: {reason}" if line else reason)
+        self.reason, self.line = reason, line
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    when: str
+    within: timedelta
+    at_least: int = 1
+    streams: tuple[str, ...] = ()  # globs; empty: every stream
+    reasons: tuple[str, ...] = ()  # empty: every reason
+    severity: str = "warning"
+    notify: tuple[str, ...] = ()  # webhook:URL | nats:SUBJECT
+    remedy: str = ""
+    repeat: timedelta | None = None  # notify again while it fires; None: once until resolved
+    muted: bool = False
+    line: int = field(default=0, compare=False)
+
+    def covers(self, stream: str | None, reason: str | None = None) -> bool:
+        """Whether the rule watches this stream (and this reason; None: any)."""
+        stream_ok = not self.streams or any(fnmatch.fnmatchcase(stream or "", glob) for glob in self.streams)
+        return stream_ok and (reason is None or not self.reasons or reason in self.reasons)
+
+
+def duration(text: object, key: str, line: int) -> timedelta:
+    if not isinstance(text, str) or not (m := _DURATION.fullmatch(text.strip())) or int(m[1]) == 0:
+        raise RulesError(f"{key} must be a duration like 30s, 5m, 1h or 1d, not {str(text)[:40]!r}", line)
+    return timedelta(seconds=int(m[1]) * _UNITS[m[2]])
+
+
+def _strings(value: object, key: str, line: int) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 512 for v in value):
+        raise RulesError(f"{key} must be a list of strings", line)
+    return tuple(value)
+
+
+def _target(target: str, line: int) -> str:
+    kind, _, where = target.partition(":")
+    if kind == "webhook" and where.startswith(("http://", "https://")):
+        return target
+    if kind == "nats" and where and not any(c in where for c in " \t*>") and ".." not in where:
+        return target
+    raise RulesError(f"notify target {target[:80]!r} is not webhook:http(s)://... nor nats:SUBJECT", line)
+
+
+def _rule_lines(text: str) -> list[int]:
+    """The line of each [[rule]] header, in order (tomllib keeps no positions)."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*rule\s*\]\]", line)]
+
+
+def parse_rules(text: str) -> list[Rule]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        found = re.search(r"line (\d+)", str(e))
+        raise RulesError(str(e).split(" (at line")[0], int(found[1]) if found else None) from None
+    unknown = set(data) - {"rule"}
+    if unknown:
+        raise RulesError(f"unknown table or key {sorted(unknown)[0]!r} (rules are [[rule]] tables)")
+    tables = data.get("rule", [])
+    if not isinstance(tables, list):
+        raise RulesError("rule must be an array of tables: [[rule]]")
+    lines = _rule_lines(text) + [None] * len(tables)
+    rules, names = [], set()
+    for table, line in zip(tables, lines):
+        rule = _rule(table, line)
+        if rule.name in names:
+            raise RulesError(f"two rules are named {rule.name!r}", line)
+        names.add(rule.name)
+        rules.append(rule)
+    return rules
+
+
+def _rule(table: dict, line: int | None) -> Rule:
+    extra = set(table) - KEYS
+    if extra:
+        raise RulesError(f"unknown key {sorted(extra)[0]!r}", line)
+    name = table.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise RulesError("every rule needs a name (1-200 characters)", line)
+    when = table.get("when")
+    if when not in WHEN:
+        raise RulesError(f"when must be one of {', '.join(WHEN)}, not {str(when)[:40]!r}", line)
+    severity = table.get("severity", "warning")
+    if severity not in SEVERITIES:
+        raise RulesError(f"severity must be one of {', '.join(SEVERITIES)}", line)
+    at_least = table.get("at_least", 1)
+    if type(at_least) is not int or not 1 <= at_least <= 1_000_000:
+        raise RulesError("at_least must be a whole number from 1", line)
+    muted = table.get("muted", False)
+    if type(muted) is not bool:
+        raise RulesError("muted must be true or false", line)
+    remedy = table.get("remedy", "")
+    if not isinstance(remedy, str) or len(remedy) > 2000:
+        raise RulesError("remedy must be text (at most 2000 characters)", line)
+    return Rule(
+        name=name, when=when, within=duration(table.get("within", "5m"), "within", line), at_least=at_least,
+        streams=_strings(table.get("streams", []), "streams", line),
+        reasons=_strings(table.get("reasons", []), "reasons", line), severity=severity,
+        notify=tuple(_target(t, line) for t in _strings(table.get("notify", []), "notify", line)),
+        remedy=remedy, repeat=duration(table["repeat"], "repeat", line) if "repeat" in table else None,
+        muted=muted, line=line or 0,
+    )

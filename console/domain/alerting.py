@@ -1,0 +1,154 @@
+"""Alert rules evaluated over the event log: pure. apply() every event, evaluate() on a clock; each
+(rule, stream) fires once, again after the rule's repeat interval, and resolves when its window is
+clean. The state can be saved and restored, so a restart does not fire again what already fired."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from console.domain.alert_rules import Rule
+from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
+from console.domain.live_model import lost_batch
+
+MAX_KEYS = 10_000  # (rule, stream) windows kept; the quietest go first
+MAX_ENTRIES = 10_000  # observations per window
+MAX_BATCH_IDS = 20
+COLLECTOR = "(collector)"  # the stream key of collector_silent
+
+
+@dataclass(frozen=True)
+class Observation:
+    time: datetime
+    amount: int
+    reason: str | None
+    batch_id: str | None
+
+
+@dataclass(frozen=True)
+class Notice:
+    rule: str
+    status: str  # firing | resolved
+    severity: str
+    stream: str
+    count: int
+    reasons: tuple[str, ...]
+    batch_ids: tuple[str, ...]
+    since: datetime
+    remedy: str = ""
+    notify: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """One line, as chat webhooks show it."""
+        what = f"{self.count} in the window" if self.status == "firing" else "the window is clean"
+        reasons = f" ({', '.join(self.reasons)})" if self.reasons else ""
+        return (f"[{self.severity.upper()}] {self.rule} {self.status} on {self.stream}: {what}{reasons}"
+                + (f". {self.remedy}" if self.remedy and self.status == "firing" else ""))
+
+    def to_json(self, link: str | None = None) -> dict:
+        return {"rule": self.rule, "status": self.status, "severity": self.severity, "stream": self.stream,
+                "count": self.count, "reasons": list(self.reasons), "batch_ids": list(self.batch_ids),
+                "since": self.since.isoformat(), "text": self.text, "link": link}
+
+
+@dataclass
+class Firing:
+    since: datetime
+    last_sent: datetime
+
+
+def observations(event: BatchEvent) -> list[tuple[str, str, Observation]]:
+    """(measure, stream, observation) an event adds."""
+    stream = event.stream or UNKNOWN_STREAM
+    if event.kind in LOST_KINDS:
+        lost = lost_batch(event)
+        return [("lost_batches", stream, Observation(event.time, 1, lost.reason, event.batch_id))]
+    if event.kind is EventKind.FAST_GAP and event.lost:
+        return [("lost_messages", stream, Observation(event.time, event.lost, "gap", event.batch_id))]
+    if event.kind in (EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED):
+        return [("rejected", stream, Observation(event.time, 1, str(event.err_code), event.batch_id))]
+    return []
+
+
+@dataclass
+class Evaluator:
+    rules: list[Rule]
+    windows: dict[tuple[str, str], deque[Observation]] = field(default_factory=dict)  # (measure, stream)
+    firing: dict[tuple[str, str], Firing] = field(default_factory=dict)  # (rule name, stream)
+    collector_seen: datetime | None = None
+
+    def apply(self, event: BatchEvent) -> None:
+        if event.kind is EventKind.COLLECTOR_STATUS:
+            self.collector_seen = max(self.collector_seen or event.time, event.time)
+            return
+        if event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
+            for key, entries in self.windows.items():
+                if any(o.batch_id == event.batch_id for o in entries):
+                    self.windows[key] = deque((o for o in entries if o.batch_id != event.batch_id), maxlen=MAX_ENTRIES)
+            return
+        for measure, stream, seen in observations(event):
+            key = (measure, stream)
+            if key not in self.windows and len(self.windows) >= MAX_KEYS:
+                del self.windows[min(self.windows, key=lambda k: self.windows[k][-1].time if self.windows[k] else seen.time)]
+            self.windows.setdefault(key, deque(maxlen=MAX_ENTRIES)).append(seen)
+
+    def evaluate(self, now: datetime) -> list[Notice]:
+        notices: list[Notice] = []
+        longest = max((r.within for r in self.rules), default=timedelta(0))
+        for key, entries in list(self.windows.items()):  # nothing older than the longest window is needed
+            while entries and entries[0].time < now - longest:
+                entries.popleft()
+        for rule in self.rules:
+            if rule.muted:
+                continue
+            for stream, count, seen in self._counts(rule, now):
+                notices += self._transition(rule, stream, count, seen, now)
+        return notices
+
+    def _counts(self, rule: Rule, now: datetime):
+        if rule.when == "collector_silent":
+            silent = self.collector_seen is None or now - self.collector_seen > rule.within
+            yield COLLECTOR, 1 if silent else 0, []
+            return
+        keys = {stream for (measure, stream) in self.windows if measure == rule.when} | \
+            {stream for (name, stream) in self.firing if name == rule.name}
+        for stream in keys:
+            seen = [o for o in self.windows.get((rule.when, stream), ())
+                    if o.time >= now - rule.within and rule.covers(stream, o.reason)]
+            if rule.covers(stream) or (rule.name, stream) in self.firing:
+                yield stream, sum(o.amount for o in seen), seen
+
+    def _transition(self, rule: Rule, stream: str, count: int, seen: list[Observation], now: datetime) -> list[Notice]:
+        key = (rule.name, stream)
+        state = self.firing.get(key)
+        if count >= rule.at_least:
+            if state is None:
+                self.firing[key] = Firing(now, now)
+            elif rule.repeat is not None and now - state.last_sent >= rule.repeat:
+                state.last_sent = now
+            else:
+                return []
+            return [self._notice(rule, stream, "firing", count, seen, self.firing[key].since)]
+        if state is not None:
+            del self.firing[key]
+            return [self._notice(rule, stream, "resolved", count, seen, state.since)]
+        return []
+
+    @staticmethod
+    def _notice(rule: Rule, stream: str, status: str, count: int, seen: list[Observation], since: datetime) -> Notice:
+        reasons = tuple(sorted({o.reason for o in seen if o.reason}))
+        batch_ids = tuple(dict.fromkeys(o.batch_id for o in reversed(seen) if o.batch_id))[:MAX_BATCH_IDS]
+        return Notice(rule.name, status, rule.severity, stream, count, reasons, batch_ids, since, rule.remedy,
+                      rule.notify)
+
+    def state(self) -> dict:
+        """What must survive a restart: the alerts firing, and since when."""
+        return {f"{rule}\x1f{stream}": [f.since.isoformat(), f.last_sent.isoformat()]
+                for (rule, stream), f in self.firing.items()}
+
+    def restore(self, saved: dict) -> None:
+        for key, (since, last_sent) in saved.items():
+            rule, _, stream = key.partition("\x1f")
+            self.firing[(rule, stream)] = Firing(datetime.fromisoformat(since), datetime.fromisoformat(last_sent))

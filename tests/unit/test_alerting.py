@@ -1,0 +1,111 @@
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from console.domain.alert_rules import RulesError, parse_rules
+from console.domain.alerting import Evaluator
+from console.domain.events import BatchEvent, EventKind
+
+T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+RULES = """
+[[rule]]
+name = "orders abandoned"
+when = "lost_batches"
+streams = ["ORD*"]
+reasons = ["timeout", "incomplete"]
+at_least = 2
+within = "1m"
+severity = "critical"
+notify = ["webhook:http://127.0.0.1:9/hook", "nats:alerts.batches"]
+remedy = "check the publisher's pacing"
+
+[[rule]]
+name = "collector silent"
+when = "collector_silent"
+within = "30s"
+"""
+
+
+def abandoned(i: float, stream: str = "ORDERS", reason: str = "timeout") -> BatchEvent:
+    return BatchEvent(f"a{i}", EventKind.ATOMIC_ABANDONED, at(i), stream, f"b{i}", reason=reason)
+
+
+def test_a_rule_fires_once_per_stream_and_resolves_when_its_window_is_clean():
+    rules = parse_rules(RULES)
+    evaluator = Evaluator(rules)
+    evaluator.apply(BatchEvent("s", EventKind.COLLECTOR_STATUS, at(0)))
+    evaluator.apply(abandoned(1))
+    evaluator.apply(abandoned(2, reason="large"))  # not a reason this rule watches
+    evaluator.apply(abandoned(3, stream="PAYMENTS"))  # not a stream it watches
+    assert evaluator.evaluate(at(4)) == []
+    evaluator.apply(abandoned(5))
+    [firing] = evaluator.evaluate(at(6))
+    assert (firing.rule, firing.status, firing.stream, firing.count, firing.batch_ids) == (
+        "orders abandoned", "firing", "ORDERS", 2, ("b5", "b1"))
+    assert firing.text.startswith("[CRITICAL] orders abandoned firing on ORDERS: 2 in the window (timeout)")
+    assert firing.notify == ("webhook:http://127.0.0.1:9/hook", "nats:alerts.batches")
+    assert firing.to_json("http://console/incident?batch=b5")["text"] == firing.text
+    assert evaluator.evaluate(at(7)) == []  # once until resolved
+    [resolved] = [n for n in evaluator.evaluate(at(62)) if n.rule == "orders abandoned"]
+    assert (resolved.status, resolved.since) == ("resolved", at(6))
+
+
+def test_the_firing_state_survives_a_restart_and_a_retracted_loss_counts_no_more():
+    evaluator = Evaluator(parse_rules(RULES))
+    evaluator.apply(BatchEvent("s", EventKind.COLLECTOR_STATUS, at(0)))
+    for i in (1, 2):
+        evaluator.apply(abandoned(i))
+    assert len(evaluator.evaluate(at(3))) == 1
+    again = Evaluator(parse_rules(RULES))
+    again.restore(evaluator.state())
+    again.apply(BatchEvent("s", EventKind.COLLECTOR_STATUS, at(0)))
+    for i in (1, 2):
+        again.apply(abandoned(i))
+    assert again.evaluate(at(4)) == []  # already fired before the restart
+    fast = Evaluator(parse_rules(RULES.replace('reasons = ["timeout", "incomplete"]', 'reasons = ["dropped"]')))
+    fast.apply(BatchEvent("s", EventKind.COLLECTOR_STATUS, at(0)))
+    for i in (1, 2):
+        fast.apply(BatchEvent(f"d{i}", EventKind.FAST_DROPPED, at(i), "ORDERS", f"f{i}", inferred=True))
+    fast.apply(BatchEvent("r", EventKind.LOSS_RETRACTED, at(3), None, "f1"))
+    assert fast.evaluate(at(4)) == []
+
+
+def test_a_silent_collector_fires():
+    evaluator = Evaluator(parse_rules(RULES))
+    evaluator.apply(BatchEvent("s", EventKind.COLLECTOR_STATUS, at(0)))
+    assert evaluator.evaluate(at(10)) == []
+    [silent] = evaluator.evaluate(at(45))
+    assert (silent.rule, silent.status, silent.stream) == ("collector silent", "firing", "(collector)")
+
+
+@pytest.mark.parametrize("text, line, reason", [
+    ('[[rule]]\nname = "x"\nwhen = "lost_batchez"\n', 1, "when must be one of"),
+    ('[[rule]]\nname = "x"\nwhen = "rejected"\n\n[[rule]]\nname = "y"\nwhen = "rejected"\nwithin = "5 minutes"\n',
+     5, "within must be a duration"),
+    ('[[rule]]\nname = "x"\nwhen = "rejected"\nnotify = ["mailto:ops"]\n', 1, "notify target"),
+    ('[[rule]]\nname = "x"\nwhen = "rejected"\nstreem = ["A"]\n', 1, "unknown key 'streem'"),
+    ('[[rule]]\nname = "x"\nwhen = "rejected"\n[[rule]]\nname = "x"\nwhen = "rejected"\n', 4, "two rules"),
+    ('[[rule]]\nname = "x\nwhen = 1\n', 2, "Illegal character"),
+])
+def test_a_rules_file_with_an_error_is_refused_with_its_line(text, line, reason):
+    with pytest.raises(RulesError) as refused:
+        parse_rules(text)
+    assert refused.value.line == line and reason in refused.value.reason, str(refused.value)
+
+
+def test_the_shipped_rules_parse_and_cover_every_reason_the_console_records():
+    from pathlib import Path
+
+    import console.alerting
+    from console.domain.live_model import REASONS
+
+    rules = parse_rules((Path(console.alerting.__file__).parent / "default_rules.toml").read_text())
+    covered = {reason for rule in rules if rule.when == "lost_batches" for reason in rule.reasons}
+    assert covered == set(REASONS) and all(rule.remedy for rule in rules)
+    assert {rule.when for rule in rules} == {"lost_batches", "lost_messages", "rejected", "collector_silent"}
