@@ -15,7 +15,7 @@ from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.config import Settings, add_flags, load, spark_options
 from console.domain.fast_ingest import GapMode
-from console.errors import ConsoleError
+from console.errors import ConfigError, ConsoleError
 from console.probe import ProbeOptions
 from console.progress import ProgressBar
 from console.runtime import Runtime
@@ -48,12 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     analytics.add_argument("--once", action="store_true", help="one run, then exit (default: a run every "
                                                                "--analytics-every seconds until stopped)")
 
+    alerts = commands.add_parser("alerts", help="alert rules over the event log: notifications and Prometheus metrics")
+    add_flags(alerts, *WITH_EVENT_LOG, "alerting")
+
     serve = commands.add_parser("serve", help="the web console (Panel)")
     add_flags(serve, *WITH_EVENT_LOG, "web")
 
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
-    add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "embedded", "demo")
+    add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "embedded", "demo", "alerting")
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
@@ -174,6 +177,29 @@ async def collect_async(settings: Settings) -> int:
     return 0
 
 
+async def alerts_async(settings: Settings) -> int:
+    from console.alerting.metrics import Metrics
+    from console.alerting.service import AlertService, load_rules
+
+    try:
+        rules = load_rules(settings.alerting.rules)
+    except ValueError as e:  # RulesError: the line and the reason
+        raise ConfigError(f"rules file {settings.alerting.rules}: {e}") from None
+    metrics = Metrics() if settings.alerting.metrics_port is not None else None
+    stop = stop_on_signals()
+    async with await Runtime.open(settings) as runtime:
+        if metrics is not None:
+            from prometheus_client import start_http_server
+
+            server, _ = start_http_server(settings.alerting.metrics_port, "127.0.0.1", registry=metrics.registry)
+            print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
+        service = AlertService(runtime.nc, runtime.event_log, rules, settings.data.data_dir / "alerts-state.json",
+                               settings.alerting.console_url, metrics)
+        log.info("alerts: %d rules, firing state in %s", len(rules), service.state_path)
+        await service.run(stop)
+    return 0
+
+
 def cmd_analytics(settings: Settings, once: bool) -> int:
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
 
@@ -217,6 +243,8 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         return asyncio.run(collect_async(settings))
     if command == "analytics":
         return cmd_analytics(settings, args.once)
+    if command == "alerts":
+        return asyncio.run(alerts_async(settings))
     if command == "serve":
         from console.serve import serve  # Panel loads only here
 

@@ -265,6 +265,15 @@ class DemoSettings:
 
 
 @dataclass(frozen=True)
+class AlertingSettings:
+    rules: Path | None = setting(None, "alert rules (TOML); default: the shipped rules, one for every loss kind",
+                                 parse=Path)
+    metrics_port: int | None = setting(None, "serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free port)",
+                                       parse=int)
+    console_url: str | None = setting(None, "the web console's URL, for links in notifications")
+
+
+@dataclass(frozen=True)
 class LogSettings:
     verbose: bool = setting(False, "debug logging", switch=True)
 
@@ -282,6 +291,7 @@ class Settings:
     web: WebSettings = field(default_factory=WebSettings)
     embedded: EmbeddedServerSettings = field(default_factory=EmbeddedServerSettings)
     demo: DemoSettings = field(default_factory=DemoSettings)
+    alerting: AlertingSettings = field(default_factory=AlertingSettings)
     log: LogSettings = field(default_factory=LogSettings)
     given: frozenset[str] = frozenset()
 
@@ -293,7 +303,8 @@ SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else glo
                              for f in fields(Settings) if f.name != "given"}
 SECTION_TITLES = {"connection": "connection", "system": "system account (optional: its copies of advisories, /varz)",
                   "data": "data", "event_log": "event log", "collector": "collector", "analytics": "analytics job",
-                  "web": "web console", "embedded": "embedded nats-server", "demo": "demo traffic", "log": "logging"}
+                  "web": "web console", "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
+                  "log": "logging"}
 
 
 def add_flags(parser: argparse.ArgumentParser, *sections: str, aliases: Mapping[str, str] | None = None,

@@ -105,10 +105,16 @@ class Supervisor:
         self._part("collector", ["collect"])
         self._part("web", ["serve"])
         self._part("analytics", ["analytics"])
+        web = self.settings.web
+        metrics_port = self.settings.alerting.metrics_port
+        if metrics_port is None:  # up gives the alerts part one, beside the web console's
+            metrics_port = web.port + 1 if web.port else 0
+        console_url = self.settings.alerting.console_url or f"http://{host_in_url(web.address)}:{web.port}"
+        self._part("alerts", ["alerts", "--metrics-port", str(metrics_port), "--console-url", console_url])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
-        web = self.settings.web
         self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
+        self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
 
     def _wait_for_server(self, part: Part, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout

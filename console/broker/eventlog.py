@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import AsyncIterator
@@ -17,6 +18,9 @@ from console.config import EventLogSettings
 from console.domain.events import BatchEvent, MalformedEvent, event_from_json
 from console.domain.signing import SIGNATURE, forgery, signature
 from console.domain.wire import Tally
+
+log = logging.getLogger(__name__)
+
 
 def missing_log(stream: str) -> str:
     """What to show when there is no event log to read yet."""
@@ -135,6 +139,19 @@ class EventLog:
 
     async def last_seq(self) -> int:
         return (await self.js.stream_info(self.settings.stream)).state.last_seq
+
+    async def wait_until_there(self, every: float = 1.0) -> None:
+        """Until the collector has made the log (a part that starts beside it may come first)."""
+        said = False
+        while True:
+            try:
+                await self.js.stream_info(self.settings.stream)
+                return
+            except nats.js.errors.NotFoundError:
+                if not said:
+                    log.info("%s; waiting", missing_log(self.settings.stream))
+                    said = True
+                await asyncio.sleep(every)
 
     async def read(self, start_seq: int = 1, end_seq: int | None = None, kind_filter: str = ">",
                    idle_timeout: float = 2.0) -> list[tuple[int, BatchEvent]]:

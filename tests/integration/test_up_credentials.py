@@ -27,7 +27,7 @@ def test_up_on_a_token_server_connects_every_part_and_never_shows_the_token(tmp_
                        90, f"the collector never wrote to the event log:\n{out.read_text()}")
             wait_http(f"http://127.0.0.1:{port}/", up, out, timeout=90)  # it serves only once connected
             pids = [int(p) for p in re.findall(r"running \(pid (\d+)\)", out.read_text())]
-            assert len(pids) == 3  # collector, web, analytics: no embedded server with --server
+            assert len(pids) == 4  # collector, web, analytics, alerts: no embedded server with --server
             for pid in pids:
                 assert TOKEN not in open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
         finally:

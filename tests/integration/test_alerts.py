@@ -1,0 +1,154 @@
+"""The alerts service on real abandonments: a real HTTP receiver and a NATS subscriber get the firing
+and then the resolved notice, a restart does not fire again, metrics count, a receiver that is down
+gets retries."""
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+from prometheus_client import generate_latest
+
+from console.alerting import notify
+from console.alerting.metrics import Metrics
+from console.alerting.service import AlertService
+from console.broker.atomic import AtomicBatch
+from console.collector.collector import Collector
+from console.config import CollectorSettings, EventLogSettings
+from console.domain.alert_rules import parse_rules
+from console.errors import BatchError
+from tests.conftest import TEST_LIMITS
+from tests.processes import free_port
+from tests.waits import eventually
+
+
+class Receiver:
+    """A webhook receiver on loopback: the JSON bodies it was sent, in order."""
+
+    def __init__(self):
+        self.bodies: list[dict] = []
+        received = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *_):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def rules(url: str) -> str:
+    return f"""
+[[rule]]
+name = "alerts abandoned"
+when = "lost_batches"
+streams = ["ALERTS"]
+at_least = 2
+within = "3s"
+severity = "critical"
+notify = ["webhook:{url}", "nats:alerts.test"]
+remedy = "look at the publisher"
+"""
+
+
+@pytest.fixture
+async def stack(server, tmp_path):
+    conn = await nats.connect(server.url)
+    await conn.jetstream().add_stream(StreamConfig(name="ALERTS", subjects=["alerts_s.>"], allow_atomic=True))
+    collector = Collector(conn, CollectorSettings(batch_timeout=TEST_LIMITS.timeout, tick_every=0.1, status_every=0.5))
+    await collector.start()
+    yield conn
+    await collector.stop()
+    await conn.close()
+
+
+async def abandon(conn, batch_id: str) -> None:
+    batch = AtomicBatch(conn, batch_id=batch_id)
+    await batch.add("alerts_s.x", b"1")
+    batch.skip_seq()
+    with pytest.raises(BatchError):
+        await batch.commit("alerts_s.x", b"3")
+
+
+async def start(conn, text: str, state_path, metrics=None):
+    service = AlertService(conn, EventLogSettings(), parse_rules(text), state_path, "http://console:8050", metrics)
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    await eventually(lambda: _true(service.caught_up), what="the service caught up")
+    return service, stop, task
+
+
+async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_fires_nothing_again(stack, tmp_path):
+    receiver = Receiver()
+    heard: list[dict] = []
+
+    async def on_alert(msg):
+        heard.append(json.loads(msg.data))
+    sub = await stack.subscribe("alerts.test", cb=on_alert)
+    metrics = Metrics()
+    state = tmp_path / "alerts-state.json"
+    service, stop, task = await start(stack, rules(receiver.url), state, metrics)
+    try:
+        await abandon(stack, "al-1")
+        await abandon(stack, "al-2")
+        await eventually(lambda: _true(receiver.bodies and heard), what="the firing notice", timeout=15)
+        firing = receiver.bodies[0]
+        assert (firing["rule"], firing["status"], firing["stream"], firing["count"]) == (
+            "alerts abandoned", "firing", "ALERTS", 2)
+        assert sorted(firing["batch_ids"]) == ["al-1", "al-2"] and firing["reasons"] == ["incomplete"]
+        assert firing["link"] == "http://console:8050/incident?batch=al-2" and "look at the publisher" in firing["text"]
+        assert heard[0] == firing
+        scraped = generate_latest(metrics.registry).decode()
+        assert 'batch_console_lost_batches_total{kind="atomic",reason="incomplete",stream="ALERTS"} 2.0' in scraped
+        assert 'batch_console_alerts_firing{rule="alerts abandoned",severity="critical"} 1.0' in scraped
+
+        stop.set()  # a restart while it fires: the new process knows it already did
+        await task
+        service, stop, task = await start(stack, rules(receiver.url), state)
+        assert service.tick(service_now()) == []
+        await eventually(lambda: _true(len(receiver.bodies) >= 2), what="the resolved notice", timeout=15)
+        assert [b["status"] for b in receiver.bodies] == ["firing", "resolved"]
+        await eventually(lambda: _true(len(heard) >= 2), what="the resolved notice on NATS")
+    finally:
+        stop.set()
+        await task
+        await sub.unsubscribe()
+        receiver.close()
+
+
+async def test_a_receiver_that_is_down_gets_retries_and_each_attempt_is_kept(stack, tmp_path, monkeypatch):
+    monkeypatch.setattr(notify, "BACKOFF", (0.05, 0.05))
+    down = f"http://127.0.0.1:{free_port()}/hook"
+    service, stop, task = await start(stack, rules(down).replace('"alerts abandoned"', '"down"'), tmp_path / "s.json")
+    try:
+        await abandon(stack, "dn-1")
+        await abandon(stack, "dn-2")
+        await eventually(lambda: _true(len([a for a in service.notifier.attempts if a.target.startswith("webhook")]) >= 3),
+                         what="three attempts", timeout=15)
+        failed = [a for a in service.notifier.attempts if a.target.startswith("webhook")]
+        assert not any(a.ok for a in failed) and "Connection refused" in failed[0].answer
+    finally:
+        stop.set()
+        await task
+
+
+def service_now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+async def _true(value) -> bool:
+    return bool(value)
