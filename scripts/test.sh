@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # browser tests (Debian's Chromium)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)  # local Spark
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)  # scrapes the alerts' metrics; promtool checks the rules
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
