@@ -178,7 +178,7 @@ async def collect_async(settings: Settings) -> int:
 
 
 async def alerts_async(settings: Settings) -> int:
-    from console.alerting.metrics import Metrics
+    from console.alerting.metrics import Metrics, serve_metrics
     from console.alerting.service import AlertService, load_rules
 
     try:
@@ -189,9 +189,7 @@ async def alerts_async(settings: Settings) -> int:
     stop = stop_on_signals()
     async with await Runtime.open(settings) as runtime:
         if metrics is not None:
-            from prometheus_client import start_http_server
-
-            server, _ = start_http_server(settings.alerting.metrics_port, "127.0.0.1", registry=metrics.registry)
+            server = serve_metrics(metrics, settings.alerting.metrics_port)
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
         service = AlertService(runtime.nc, runtime.event_log, rules, settings.data.data_dir / "alerts-state.json",
                                settings.alerting.console_url, metrics)

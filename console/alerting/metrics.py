@@ -1,32 +1,78 @@
-"""Prometheus metrics of the event log, with bounded labels: streams are the only open label, and
-past MAX_STREAMS of them the rest are folded into "other"."""
+"""Prometheus metrics of the event log, in the Prometheus text format, with bounded labels: streams
+are the only open label, and past MAX_STREAMS of them the rest are folded into "other".
+
+Rendered here rather than by prometheus_client: its exposition formats every sample anew (about
+8 µs each; 108 ms for 1,000 streams' 14,000 samples), while a scrape must stay under 50 ms. Each
+series keeps its rendered name and labels, so a scrape only writes the values."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 
 MAX_STREAMS = 1000
 OTHER = "other"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Family:
+    """One metric: its samples by label values, each with its rendered `name{labels}` kept."""
+
+    def __init__(self, name: str, help: str, kind: str, labels: tuple[str, ...] = ()):
+        self.name, self.help, self.kind, self.labels = name, help, kind, labels
+        self.samples: dict[tuple[str, ...], float] = {}
+        self._series: dict[tuple[str, ...], str] = {}
+        self._lock = threading.Lock()
+
+    def _key(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        if values not in self._series:
+            sample = self.name + ("_total" if self.kind == "counter" else "")
+            pairs = ",".join(f'{label}="{_escape(value)}"' for label, value in zip(self.labels, values))
+            self._series[values] = f"{sample}{{{pairs}}}" if pairs else sample
+        return values
+
+    def inc(self, *values: str, amount: float = 1.0) -> None:
+        with self._lock:
+            key = self._key(values)
+            self.samples[key] = self.samples.get(key, 0.0) + amount
+
+    def set(self, *values: str, value: float) -> None:
+        with self._lock:
+            self.samples[self._key(values)] = value
+
+    def clear(self) -> None:
+        with self._lock:
+            self.samples.clear()
+
+    def render(self) -> list[str]:
+        with self._lock:
+            lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+            lines += [f"{self._series[key]} {value!r}" for key, value in self.samples.items()]
+        return lines
 
 
 class Metrics:
     def __init__(self):
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.lost_batches = Counter("batch_console_lost_batches", "Batches lost", ["stream", "kind", "reason"], registry=r)
-        self.lost_messages = Counter("batch_console_fast_lost_messages", "Fast-ingest messages lost in gaps",
-                                     ["stream"], registry=r)
-        self.gaps = Counter("batch_console_fast_gaps", "Fast-ingest gaps", ["stream", "gap_mode"], registry=r)
-        self.fast_batches = Counter("batch_console_fast_batches", "Fast batches by outcome", ["stream", "outcome"],
-                                    registry=r)
-        self.rejected = Counter("batch_console_rejected", "Batches refused for too many in flight",
-                                ["stream", "err_code"], registry=r)
-        self.collector_up = Gauge("batch_console_collector_up", "1 while the collector reports healthy", registry=r)
-        self.lag = Gauge("batch_console_event_log_lag_seconds", "Age of the newest event read", registry=r)
-        self.firing = Gauge("batch_console_alerts_firing", "Alerts firing", ["rule", "severity"], registry=r)
+        self.lost_batches = Family("batch_console_lost_batches", "Batches lost", "counter", ("stream", "kind", "reason"))
+        self.lost_messages = Family("batch_console_fast_lost_messages", "Fast-ingest messages lost in gaps", "counter",
+                                    ("stream",))
+        self.gaps = Family("batch_console_fast_gaps", "Fast-ingest gaps", "counter", ("stream", "gap_mode"))
+        self.fast_batches = Family("batch_console_fast_batches", "Fast batches by outcome", "counter",
+                                   ("stream", "outcome"))
+        self.rejected = Family("batch_console_rejected", "Batches refused for too many in flight", "counter",
+                               ("stream", "err_code"))
+        self.collector_up = Family("batch_console_collector_up", "1 while the collector reports", "gauge")
+        self.lag = Family("batch_console_event_log_lag_seconds", "Age of the newest event read", "gauge")
+        self.firing = Family("batch_console_alerts_firing", "Alerts firing", "gauge", ("rule", "severity"))
+        self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
+                         self.collector_up, self.lag, self.firing)
         self._streams: set[str] = set()
 
     def stream(self, name: str | None) -> str:
@@ -42,14 +88,40 @@ class Metrics:
         kind = event.kind
         if kind in LOST_KINDS:
             lost = lost_batch(event)
-            self.lost_batches.labels(self.stream(event.stream), lost.kind, lost.reason).inc()
+            self.lost_batches.inc(self.stream(event.stream), lost.kind, lost.reason)
         if kind is EventKind.FAST_GAP:
             stream = self.stream(event.stream)
-            self.gaps.labels(stream, event.gap_mode or "").inc()
-            self.lost_messages.labels(stream).inc(event.lost or 0)
+            self.gaps.inc(stream, event.gap_mode or "")
+            self.lost_messages.inc(stream, amount=event.lost or 0)
         outcome = {EventKind.FAST_COMMITTED: "committed", EventKind.FAST_ENDED_EARLY: "ended_early",
                    EventKind.FAST_DROPPED: "dropped", EventKind.FAST_LOST: "lost"}.get(kind)
         if outcome:
-            self.fast_batches.labels(self.stream(event.stream), outcome).inc()
+            self.fast_batches.inc(self.stream(event.stream), outcome)
         if kind in (EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED):
-            self.rejected.labels(self.stream(event.stream), str(event.err_code)).inc()
+            self.rejected.inc(self.stream(event.stream), str(event.err_code))
+
+    def render(self) -> bytes:
+        return ("\n".join(line for family in self.families for line in family.render()) + "\n").encode()
+
+
+def serve_metrics(metrics: Metrics, port: int, address: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """GET /metrics on address:port (0: a free port), in a thread of its own; .shutdown() stops it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = metrics.render()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

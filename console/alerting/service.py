@@ -18,7 +18,7 @@ from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.alert_rules import Rule, parse_rules
-from console.domain.alerting import Evaluator, Notice
+from console.domain.alerting import Evaluator, Notice, observations
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class AlertService:
         self.caught_up = False
         self.sent: list[Notice] = []  # notices sent since start (bounded), newest last
         self._sending: set[asyncio.Task] = set()
+        self._poke = asyncio.Event()  # set when an event may fire a rule: evaluated at once, not on the clock
         if state_path.exists():
             self.evaluator.restore(json.loads(state_path.read_text()))
 
@@ -56,27 +57,35 @@ class AlertService:
         try:
             while not stop.is_set():
                 try:
-                    await asyncio.wait_for(stop.wait(), EVERY)
+                    await asyncio.wait_for(self._poke.wait(), EVERY)
                 except asyncio.TimeoutError:
                     pass
+                self._poke.clear()
                 if follower.done():
                     follower.result()  # a follower that died says why
                 if self.caught_up:
                     self.tick(datetime.now(timezone.utc))
         finally:
             follower.cancel()
+            self._poke.set()
             await asyncio.wait([follower, *self._sending], timeout=10)
 
     async def _follow(self, since: datetime, target: int) -> None:
         self.caught_up = target == 0
+        if self.caught_up:
+            log.info("following the event log live (empty so far)")
         async for seq, event in self.log.follow(since):
             self.applied = seq
             if event is not None:
                 self.evaluator.apply(event)
+                if observations(event):
+                    self._poke.set()
                 if self.metrics is not None and seq > target:  # counters start with the process
                     self.metrics.observe(event)
-                    self.metrics.lag.set(max(0.0, (datetime.now(timezone.utc) - event.time).total_seconds()))
-            self.caught_up = self.caught_up or seq >= target
+                    self.metrics.lag.set(value=max(0.0, (datetime.now(timezone.utc) - event.time).total_seconds()))
+            if not self.caught_up and seq >= target:
+                self.caught_up = True
+                log.info("following the event log live (caught up at %d)", seq)
 
     def tick(self, now: datetime) -> list[Notice]:
         notices = self.evaluator.evaluate(now)
@@ -90,11 +99,11 @@ class AlertService:
             self._save()
         if self.metrics is not None:
             seen = self.evaluator.collector_seen
-            self.metrics.collector_up.set(1 if seen is not None and now - seen <= COLLECTOR_UP_WITHIN else 0)
+            self.metrics.collector_up.set(value=1 if seen is not None and now - seen <= COLLECTOR_UP_WITHIN else 0)
             self.metrics.firing.clear()
-            for (rule, _), _firing in self.evaluator.firing.items():
-                severity = next((r.severity for r in self.evaluator.rules if r.name == rule), "warning")
-                self.metrics.firing.labels(rule, severity).inc()
+            severities = {r.name: r.severity for r in self.evaluator.rules}
+            for rule, _ in self.evaluator.firing:
+                self.metrics.firing.inc(rule, severities.get(rule, "warning"))
         return notices
 
     def _save(self) -> None:

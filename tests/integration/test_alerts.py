@@ -10,7 +10,6 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import nats
 import pytest
 from nats.js.api import StreamConfig
-from prometheus_client import generate_latest
 
 from console.alerting import notify
 from console.alerting.metrics import Metrics
@@ -110,8 +109,8 @@ async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_
         assert sorted(firing["batch_ids"]) == ["al-1", "al-2"] and firing["reasons"] == ["incomplete"]
         assert firing["link"] == "http://console:8050/incident?batch=al-2" and "look at the publisher" in firing["text"]
         assert heard[0] == firing
-        scraped = generate_latest(metrics.registry).decode()
-        assert 'batch_console_lost_batches_total{kind="atomic",reason="incomplete",stream="ALERTS"} 2.0' in scraped
+        scraped = metrics.render().decode()
+        assert 'batch_console_lost_batches_total{stream="ALERTS",kind="atomic",reason="incomplete"} 2.0' in scraped
         assert 'batch_console_alerts_firing{rule="alerts abandoned",severity="critical"} 1.0' in scraped
 
         stop.set()  # a restart while it fires: the new process knows it already did

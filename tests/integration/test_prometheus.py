@@ -13,9 +13,8 @@ from pathlib import Path
 import nats
 import pytest
 from nats.js.api import StreamConfig
-from prometheus_client import start_http_server
 
-from console.alerting.metrics import Metrics
+from console.alerting.metrics import Metrics, serve_metrics
 from console.alerting.service import DEFAULT_RULES, AlertService
 from console.broker.atomic import AtomicBatch
 from console.collector.collector import Collector
@@ -58,7 +57,7 @@ async def test_prometheus_scrapes_the_lost_batches_after_real_abandonments(serve
     collector = Collector(conn, CollectorSettings(batch_timeout=TEST_LIMITS.timeout, tick_every=0.1))
     await collector.start()
     metrics = Metrics()
-    http, _ = start_http_server(0, "127.0.0.1", registry=metrics.registry)
+    http = serve_metrics(metrics, 0)
     service = AlertService(conn, EventLogSettings(), parse_rules(DEFAULT_RULES.read_text()), tmp_path / "state.json",
                            metrics=metrics)
     stop = asyncio.Event()

@@ -109,3 +109,16 @@ def test_the_shipped_rules_parse_and_cover_every_reason_the_console_records():
     covered = {reason for rule in rules if rule.when == "lost_batches" for reason in rule.reasons}
     assert covered == set(REASONS) and all(rule.remedy for rule in rules)
     assert {rule.when for rule in rules} == {"lost_batches", "lost_messages", "rejected", "collector_silent"}
+
+
+def test_metrics_render_the_text_format_with_escaped_labels_and_fold_streams_past_the_cap(monkeypatch):
+    from console.alerting import metrics as module
+
+    monkeypatch.setattr(module, "MAX_STREAMS", 2)
+    metrics = module.Metrics()
+    for stream in ('A"B\\C', "D", "E", "F"):
+        metrics.observe(BatchEvent(stream, EventKind.ATOMIC_ABANDONED, at(0), stream, "b", reason="timeout"))
+    text = metrics.render().decode()
+    assert '# TYPE batch_console_lost_batches counter' in text
+    assert 'batch_console_lost_batches_total{stream="A\\"B\\\\C",kind="atomic",reason="timeout"} 1.0' in text
+    assert 'batch_console_lost_batches_total{stream="other",kind="atomic",reason="timeout"} 2.0' in text
