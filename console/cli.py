@@ -179,20 +179,21 @@ async def collect_async(settings: Settings) -> int:
 
 async def alerts_async(settings: Settings) -> int:
     from console.alerting.metrics import Metrics, serve_metrics
-    from console.alerting.service import AlertService, load_rules
+    from console.alerting.service import STATE_FILE, AlertService, load_rules, rules_path
 
+    path = rules_path(settings.alerting.rules, settings.data.data_dir)
     try:
-        rules = load_rules(settings.alerting.rules)
+        rules = load_rules(path)
     except ValueError as e:  # RulesError: the line and the reason
-        raise ConfigError(f"rules file {settings.alerting.rules}: {e}") from None
+        raise ConfigError(f"rules file {path}: {e}") from None
     metrics = Metrics() if settings.alerting.metrics_port is not None else None
     stop = stop_on_signals()
     async with await Runtime.open(settings) as runtime:
         if metrics is not None:
             server = serve_metrics(metrics, settings.alerting.metrics_port)
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
-        service = AlertService(runtime.nc, runtime.event_log, rules, settings.data.data_dir / "alerts-state.json",
-                               settings.alerting.console_url, metrics)
+        service = AlertService(runtime.nc, runtime.event_log, rules, settings.data.data_dir / STATE_FILE,
+                               settings.alerting.console_url, metrics, rules_file=path)
         log.info("alerts: %d rules, firing state in %s", len(rules), service.state_path)
         await service.run(stop)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from console.investigate import replay_link
 from console.runtime import Runtime
+from console.ui.alerts import AlertsPage
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
@@ -14,13 +15,14 @@ from console.ui.replay import ReplayPage
 from console.ui.streams import StreamsPage
 
 PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
-         "/probe": "Probe"}
+         "/alerts": "Alerts", "/probe": "Probe"}
 CHANGES_THE_SERVER = ("/probe",)  # left out in read-only mode
 
 
 def live(runtime: Runtime, **params) -> LivePage:
     """Follows the runtime's live state; refreshed in the current session every refresh_ms."""
-    return LivePage.following(runtime.live, **params)
+    alerts = runtime.alerts
+    return LivePage.following(runtime.live, alerts_firing=lambda: len(alerts.firing()), **params)
 
 
 def streams(runtime: Runtime, **params) -> StreamsPage:
@@ -41,3 +43,7 @@ def incident(runtime: Runtime, **params) -> IncidentPage:
 
 def probe(runtime: Runtime, **params) -> ProbePage:
     return ProbePage(run=runtime.run_probe, **params)
+
+
+def alerts(runtime: Runtime, **params) -> AlertsPage:
+    return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, **params)

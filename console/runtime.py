@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from console.alerting.view import AlertsView
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, connect
 from console.broker.live_state import LiveState
@@ -31,6 +32,7 @@ class Runtime:
         self._event_log: EventLogSettings | None = None
         self._live: LiveState | None = None
         self._history: tuple[Reader | None, str | None] | None = None
+        self._alerts: AlertsView | None = None
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
@@ -84,6 +86,13 @@ class Runtime:
                 log.warning("%s; Live, Streams and Replay go on", problem)
             self._history = (Reader(engine) if engine is not None else None, problem)
         return self._history
+
+    @property
+    def alerts(self) -> AlertsView:
+        """The alert rules and the alerts process's state in the data directory."""
+        if self._alerts is None:
+            self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules)
+        return self._alerts
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)

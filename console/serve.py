@@ -55,7 +55,8 @@ class App:
 
     def routes(self) -> dict:
         made = {"/": self.live_page, "/streams": self.streams_page, "/replay": self.replay_page,
-                "/history": self.history_page, "/incident": self.incident_page, "/probe": self.probe_page}
+                "/history": self.history_page, "/incident": self.incident_page, "/alerts": self.alerts_page,
+                "/probe": self.probe_page}
         return {path: made[path] for path in self._paths()}
 
     def _paths(self) -> list[str]:
@@ -85,6 +86,13 @@ class App:
     def incident_page(self):
         page = pages.incident(self.runtime, batch_id=_arg("batch"))
         pn.state.onload(page.load)
+        return self._frame(page)
+
+    def alerts_page(self):
+        page = pages.alerts(self.runtime)
+        pn.state.onload(page.reload)
+        timer = pn.state.add_periodic_callback(page.reload, period=2000)
+        pn.state.on_session_destroyed(lambda _: timer.stop())
         return self._frame(page)
 
     def probe_page(self):

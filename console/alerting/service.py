@@ -27,6 +27,19 @@ EVERY = 1.0  # seconds between evaluations
 COLLECTOR_UP_WITHIN = timedelta(seconds=15)  # three of its status intervals
 
 
+RULES_FILE = "alert-rules.toml"  # in the data directory: the rules the Alerts page edits
+STATE_FILE = "alerts-state.json"  # in the data directory: what fires, what was sent, every delivery attempt
+KEPT = 200  # notices and delivery attempts kept in the state file
+
+
+def rules_path(given: str | os.PathLike | None, data_dir: Path) -> Path:
+    """The rules file given, else DATA_DIR/alert-rules.toml once the Alerts page has saved one, else the shipped rules."""
+    if given:
+        return Path(given)
+    edited = data_dir / RULES_FILE
+    return edited if edited.exists() else DEFAULT_RULES
+
+
 def load_rules(path: str | os.PathLike | None) -> list[Rule]:
     """The rules file given, else the shipped one; RulesError (with its line) for a file with an error."""
     return parse_rules(Path(path or DEFAULT_RULES).read_text())
@@ -34,7 +47,7 @@ def load_rules(path: str | os.PathLike | None) -> list[Rule]:
 
 class AlertService:
     def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], state_path: Path,
-                 console_url: str | None = None, metrics: Metrics | None = None):
+                 console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None):
         self.log = EventLog(nc.jetstream(), event_log)
         self.evaluator = Evaluator(rules)
         self.notifier = Notifier(nc, console_url)
@@ -45,8 +58,16 @@ class AlertService:
         self.sent: list[Notice] = []  # notices sent since start (bounded), newest last
         self._sending: set[asyncio.Task] = set()
         self._poke = asyncio.Event()  # set when an event may fire a rule: evaluated at once, not on the clock
+        self.rules_file = rules_file  # read again when it changes (the Alerts page edits it)
+        self._rules_stamp = rules_file.stat().st_mtime_ns if rules_file and rules_file.exists() else None
+        self.rules_problem: str | None = None
         if state_path.exists():
-            self.evaluator.restore(json.loads(state_path.read_text()))
+            saved = json.loads(state_path.read_text())
+            self.evaluator.restore(saved.get("firing", {}))
+            self.sent_json: list[dict] = saved.get("notices", [])
+            self.deliveries: list[dict] = saved.get("deliveries", [])
+        else:
+            self.sent_json, self.deliveries = [], []
 
     async def run(self, stop: asyncio.Event) -> None:
         longest = max((r.within for r in self.evaluator.rules), default=timedelta(minutes=5))
@@ -88,11 +109,13 @@ class AlertService:
                 log.info("following the event log live (caught up at %d)", seq)
 
     def tick(self, now: datetime) -> list[Notice]:
+        self._reload_rules()
         notices = self.evaluator.evaluate(now)
         for notice in notices:
             log.info("%s", notice.text)
-            self.sent = (self.sent + [notice])[-500:]
-            task = asyncio.create_task(self.notifier.send(notice))
+            self.sent = (self.sent + [notice])[-KEPT:]
+            self.sent_json = (self.sent_json + [{**notice.to_json(), "time": now.isoformat()}])[-KEPT:]
+            task = asyncio.create_task(self._send(notice))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
         if notices:
@@ -106,9 +129,42 @@ class AlertService:
                 self.metrics.firing.inc(rule, severities.get(rule, "warning"))
         return notices
 
+    async def _send(self, notice: Notice) -> None:
+        before = len(self.notifier.attempts)
+        try:
+            await self.notifier.send(notice)
+        finally:
+            for attempt in list(self.notifier.attempts)[before:]:
+                self.deliveries = (self.deliveries + [{**attempt.__dict__, "time": attempt.time.isoformat()}])[-KEPT:]
+            self._save()
+
+    def _reload_rules(self) -> None:
+        if self.rules_file is None or not self.rules_file.exists():
+            return
+        stamp = self.rules_file.stat().st_mtime_ns
+        if stamp == self._rules_stamp:
+            return
+        self._rules_stamp = stamp
+        try:
+            rules = load_rules(self.rules_file)
+        except (ValueError, OSError) as e:
+            self.rules_problem = f"{self.rules_file}: {e}"
+            log.warning("rules not reloaded, the old ones stay: %s", self.rules_problem)
+            self._save()
+            return
+        names = {rule.name for rule in rules}
+        self.evaluator.rules = rules
+        self.evaluator.firing = {key: f for key, f in self.evaluator.firing.items() if key[0] in names}
+        self.rules_problem = None
+        log.info("rules reloaded from %s: %d rules", self.rules_file, len(rules))
+        self._save()
+
     def _save(self) -> None:
+        """The state file: what fires (restored after a restart), and for the Alerts page what was
+        sent, every delivery attempt and a rules file that was refused."""
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".alerts-state-")
         with os.fdopen(fd, "w") as f:
-            json.dump(self.evaluator.state(), f)
+            json.dump({"firing": self.evaluator.state(), "notices": self.sent_json, "deliveries": self.deliveries,
+                       "rules_problem": self.rules_problem}, f)
         os.replace(temp, self.state_path)

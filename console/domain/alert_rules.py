@@ -16,6 +16,7 @@ with the line and the reason, so a typo never silences an alert unnoticed.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -136,3 +137,36 @@ def _rule(table: dict, line: int | None) -> Rule:
         remedy=remedy, repeat=duration(table["repeat"], "repeat", line) if "repeat" in table else None,
         muted=muted, line=line or 0,
     )
+
+
+def duration_text(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit in ("d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def rule_toml(rule: Rule) -> str:
+    """One [[rule]] table that parse_rules reads back as the same rule."""
+    text = lambda value: json.dumps(value, ensure_ascii=False)  # noqa: E731 - a TOML basic string is a JSON string
+    lines = ["[[rule]]", f"name = {text(rule.name)}", f"when = {text(rule.when)}"]
+    if rule.streams:
+        lines.append(f"streams = [{', '.join(text(s) for s in rule.streams)}]")
+    if rule.reasons:
+        lines.append(f"reasons = [{', '.join(text(r) for r in rule.reasons)}]")
+    lines += [f"at_least = {rule.at_least}", f"within = {text(duration_text(rule.within))}",
+              f"severity = {text(rule.severity)}"]
+    if rule.notify:
+        lines.append(f"notify = [{', '.join(text(t) for t in rule.notify)}]")
+    if rule.repeat is not None:
+        lines.append(f"repeat = {text(duration_text(rule.repeat))}")
+    if rule.remedy:
+        lines.append(f"remedy = {text(rule.remedy)}")
+    if rule.muted:
+        lines.append("muted = true")
+    return "\n".join(lines) + "\n"
+
+
+def rules_toml(rules: list[Rule]) -> str:
+    return "\n".join(rule_toml(rule) for rule in rules)

@@ -85,7 +85,8 @@ def notices_html(model: LiveModel) -> str:
     return f"<ul>{''.join(items)}</ul>" if items else ""
 
 
-def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime, skipped: int = 0) -> str:
+def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime, skipped: int = 0,
+                alerts_firing: int = 0) -> str:
     fresh = model.freshness(now)
     status = model.collector
     if not model.collector_heard(now):
@@ -100,6 +101,8 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
         "no events yet" if fresh is None else f"last event {fresh.total_seconds():.0f}s ago",
         f"inputs rejected {status.rejected_total if status else 0}",
     ]
+    if alerts_firing:
+        parts.append(f"ALERTS FIRING {alerts_firing} (see Alerts)")
     if skipped:
         parts.append(f"event-log records skipped {skipped} (malformed or not signed)")
     if status and (starved := (status.cpu or {}).get("left_idle_starved")):
@@ -116,6 +119,7 @@ class LivePage(pn.viewable.Viewer):
     connection = param.Callable(doc="Returns the NATS connection state as text")
     problem = param.Callable(default=lambda: None, doc="Returns the live state's problem, if any")
     skipped = param.Callable(default=lambda: 0, doc="Returns how many event-log records the live state dropped")
+    alerts_firing = param.Callable(default=lambda: 0, doc="Returns how many alerts fire now")
     refresh_ms = param.Integer(default=300, bounds=(100, 5000), doc="Push interval: a few Hz at most")
 
     def __init__(self, **params):
@@ -165,7 +169,8 @@ class LivePage(pn.viewable.Viewer):
     def refresh(self) -> None:
         now = datetime.now(timezone.utc)
         with pn.io.hold():
-            self._status.object = status_text(self.model, self.connection(), self.problem(), now, self.skipped())
+            self._status.object = status_text(self.model, self.connection(), self.problem(), now, self.skipped(),
+                                              self.alerts_firing())
             if self.model.version == self._version:
                 return
             self._version = self.model.version

@@ -122,3 +122,15 @@ def test_metrics_render_the_text_format_with_escaped_labels_and_fold_streams_pas
     assert '# TYPE batch_console_lost_batches counter' in text
     assert 'batch_console_lost_batches_total{stream="A\\"B\\\\C",kind="atomic",reason="timeout"} 1.0' in text
     assert 'batch_console_lost_batches_total{stream="other",kind="atomic",reason="timeout"} 2.0' in text
+
+
+def test_rules_written_back_read_the_same():
+    from pathlib import Path
+
+    import console.alerting
+    from console.domain.alert_rules import rules_toml
+
+    shipped = parse_rules((Path(console.alerting.__file__).parent / "default_rules.toml").read_text())
+    tricky = parse_rules(RULES.replace('"look', '"look').replace('remedy = "check', 'repeat = "90s"\nmuted = true\nremedy = "check \\"it\\"\\n'))
+    for rules in (shipped, tricky):
+        assert parse_rules(rules_toml(rules)) == rules

@@ -1,0 +1,120 @@
+"""The Alerts page: the rules with their state, the alerts firing now, what was sent and every
+delivery attempt (failed ones in red, with the receiver's answer); add, edit and mute a rule,
+except in read-only mode. The alerts process reloads the rules file when it changes."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import panel as pn
+import param
+
+from console.domain.alert_rules import RulesError, duration_text, rule_toml
+
+EXAMPLE = '''[[rule]]
+name = "orders abandoned"
+when = "lost_batches"
+streams = ["ORDERS*"]
+at_least = 1
+within = "5m"
+severity = "critical"
+notify = ["webhook:http://127.0.0.1:9000/hook"]
+'''
+
+
+def deliveries_frame(deliveries: list[dict]) -> pd.DataFrame:
+    """Newest first; a failed attempt's row says so in red (escaped: the answer comes from the receiver)."""
+    rows = []
+    for d in deliveries[:200]:
+        answer = html.escape(str(d.get("answer", "")))
+        rows.append({"time": d.get("time", ""), "rule": d.get("rule", ""), "stream": d.get("stream", ""),
+                     "status": d.get("status", ""), "target": d.get("target", ""),
+                     "result": answer if d.get("ok") else f'<span style="color:#c92a2a;font-weight:600">failed: {answer}</span>'})
+    return pd.DataFrame(rows, columns=["time", "rule", "stream", "status", "target", "result"])
+
+
+class AlertsPage(pn.viewable.Viewer):
+    view = param.Parameter(doc="The rules and the alerts process's state (console.alerting.view.AlertsView)",
+                           precedence=-1)
+    read_only = param.Boolean(default=False, doc="Show, never change")
+    rule = param.Selector(default="", objects=[""], check_on_set=False, doc="The rule muted, unmuted or edited")
+    rule_text = param.String(default=EXAMPLE, doc="One [[rule]] table: added, or replacing the rule of its name")
+    result = param.String(default="", doc="What the last change did, or why it was refused")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
+        self._problem = pn.pane.Markdown("")
+        self._rules = pn.widgets.Tabulator(pd.DataFrame(), height=260, **table)
+        self._firing = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
+        self._sent = pn.widgets.Tabulator(pd.DataFrame(), height=200, **table)
+        self._deliveries = pn.widgets.Tabulator(pd.DataFrame(), height=240, formatters={"result": {"type": "html"}},
+                                                **table)
+        w = pn.widgets
+        controls = []
+        if not self.read_only:
+            mute, unmute, save = (w.Button(label="Mute"), w.Button(label="Unmute"),
+                                  w.Button(label="Save rule", button_type="primary"))
+            mute.on_click(lambda _: self.set_muted(True))
+            unmute.on_click(lambda _: self.set_muted(False))
+            save.on_click(lambda _: self.save())
+            controls = [pn.pane.Markdown("### Change a rule"), w.Select.from_param(self.param.rule, name="rule"),
+                        pn.Row(mute, unmute), w.TextAreaInput.from_param(self.param.rule_text, name="rule (TOML)",
+                                                                          height=220),
+                        save, pn.pane.Markdown(self.param.result)]
+        self._layout = pn.Column(
+            pn.pane.Markdown("## Alerts"), self._problem, pn.pane.Markdown("### Firing now"), self._firing,
+            pn.Row(pn.Column(pn.pane.Markdown("### Rules"), self._rules, sizing_mode="stretch_width"),
+                   pn.Column(*controls, width=420) if controls else pn.Spacer(width=0), sizing_mode="stretch_width"),
+            pn.pane.Markdown("### Sent"), self._sent, pn.pane.Markdown("### Deliveries"), self._deliveries,
+            sizing_mode="stretch_width")
+
+    def reload(self) -> None:
+        rules, problem = self.view.rules()
+        firing = self.view.firing()
+        firing_rules = {rule for rule, _, _ in firing}
+        self._problem.object = f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem else ""
+        self._rules.value = pd.DataFrame([
+            {"rule": r.name, "when": r.when, "streams": ", ".join(r.streams) or "all",
+             "reasons": ", ".join(r.reasons) or "all", "at least": r.at_least, "within": duration_text(r.within),
+             "severity": r.severity, "notify": ", ".join(r.notify) or "(none)",
+             "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok"} for r in rules])
+        self._firing.value = pd.DataFrame(firing, columns=["rule", "stream", "since"])
+        self._sent.value = pd.DataFrame([{k: n.get(k) for k in ("time", "rule", "status", "stream", "count", "text")}
+                                         for n in self.view.notices()[:200]])
+        self._deliveries.value = deliveries_frame(self.view.deliveries())
+        names = [r.name for r in rules]
+        self.param.rule.objects = names
+        if self.rule not in names and names:
+            self.rule = names[0]
+
+    @param.depends("rule", watch=True)
+    def _on_rule(self) -> None:
+        rules, _ = self.view.rules()
+        chosen = next((r for r in rules if r.name == self.rule), None)
+        if chosen is not None:
+            self.rule_text = rule_toml(chosen)
+
+    def set_muted(self, muted: bool) -> None:
+        if self.read_only:
+            self.result = "read-only mode: rules are not changed"
+            return
+        self.view.set_muted(self.rule, muted)
+        self.result = f"{html.escape(self.rule)} {'muted' if muted else 'unmuted'}."
+        self.reload()
+
+    def save(self) -> None:
+        if self.read_only:
+            self.result = "read-only mode: rules are not changed"
+            return
+        try:
+            name = self.view.save_rule(self.rule_text)
+        except RulesError as e:
+            self.result = f"**Refused:** {html.escape(str(e))}"
+            return
+        self.result = f"Saved {html.escape(name)}; the alerts process reloads it."
+        self.reload()
+
+    def __panel__(self):
+        return self._layout
