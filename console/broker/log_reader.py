@@ -3,6 +3,7 @@ run, each with a connection of its own. Records come back raw; decoding them is 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -40,6 +41,20 @@ async def stream_bounds(settings: ConnectionSettings, stream: str) -> tuple[int,
         await nc.close()
 
 
+CONSUMER_TRIES = 4  # a consumer request can time out while a cluster elects leaders; it is asked again
+
+
+async def _ordered_consumer(js, subject: str, stream: str, start: int):
+    for attempt in range(CONSUMER_TRIES):
+        try:
+            return await js.subscribe(subject, stream=stream, ordered_consumer=True, config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start))
+        except nats.errors.TimeoutError:
+            if attempt == CONSUMER_TRIES - 1:
+                raise
+            await asyncio.sleep(2 ** attempt)
+
+
 async def read_range(settings: ConnectionSettings, stream: str, subject: str, first: int, last: int,
                      idle_timeout: float) -> list[RawRecord]:
     """The records on `subject` with first <= seq <= last, in order, with an ordered consumer."""
@@ -53,8 +68,7 @@ async def read_range(settings: ConnectionSettings, stream: str, subject: str, fi
             return records
         if head.seq > last:
             return records
-        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=head.seq))
+        sub = await _ordered_consumer(js, subject, stream, head.seq)
         try:
             while True:
                 try:
