@@ -25,11 +25,11 @@ async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: flo
             await asyncio.sleep(0.05)
 
 
-async def wait_until(condition, timeout: float = 10.0) -> None:
+async def wait_until(condition, timeout: float = 10.0, what: str = "condition") -> None:
     """Poll a cheap, in-process condition until it holds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        assert asyncio.get_running_loop().time() < deadline, f"{what} not met in time"
         await asyncio.sleep(0.01)
 
 

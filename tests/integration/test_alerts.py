@@ -5,6 +5,7 @@ gets retries."""
 import asyncio
 import json
 import threading
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import nats
@@ -21,7 +22,7 @@ from console.domain.alert_rules import parse_rules
 from console.errors import BatchError
 from tests.conftest import TEST_LIMITS
 from tests.processes import free_port
-from tests.waits import eventually
+from tests.waits import wait_until
 
 
 class Receiver:
@@ -85,7 +86,7 @@ async def start(conn, text: str, state_path, metrics=None):
     service = AlertService(conn, EventLogSettings(), parse_rules(text), state_path, "http://console:8050", metrics)
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
-    await eventually(lambda: _true(service.caught_up), what="the service caught up")
+    await wait_until(lambda: service.caught_up, timeout=15, what="the service caught up")
     return service, stop, task
 
 
@@ -102,7 +103,7 @@ async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_
     try:
         await abandon(stack, "al-1")
         await abandon(stack, "al-2")
-        await eventually(lambda: _true(receiver.bodies and heard), what="the firing notice", timeout=15)
+        await wait_until(lambda: receiver.bodies and heard, timeout=15, what="the firing notice")
         firing = receiver.bodies[0]
         assert (firing["rule"], firing["status"], firing["stream"], firing["count"]) == (
             "alerts abandoned", "firing", "ALERTS", 2)
@@ -116,10 +117,10 @@ async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_
         stop.set()  # a restart while it fires: the new process knows it already did
         await task
         service, stop, task = await start(stack, rules(receiver.url), state)
-        assert service.tick(service_now()) == []
-        await eventually(lambda: _true(len(receiver.bodies) >= 2), what="the resolved notice", timeout=15)
+        assert service.tick(datetime.now(timezone.utc)) == []
+        await wait_until(lambda: len(receiver.bodies) >= 2, timeout=15, what="the resolved notice")
         assert [b["status"] for b in receiver.bodies] == ["firing", "resolved"]
-        await eventually(lambda: _true(len(heard) >= 2), what="the resolved notice on NATS")
+        await wait_until(lambda: len(heard) >= 2, timeout=15, what="the resolved notice on NATS")
     finally:
         stop.set()
         await task
@@ -134,20 +135,10 @@ async def test_a_receiver_that_is_down_gets_retries_and_each_attempt_is_kept(sta
     try:
         await abandon(stack, "dn-1")
         await abandon(stack, "dn-2")
-        await eventually(lambda: _true(len([a for a in service.notifier.attempts if a.target.startswith("webhook")]) >= 3),
-                         what="three attempts", timeout=15)
+        await wait_until(lambda: len([a for a in service.notifier.attempts if a.target.startswith("webhook")]) >= 3,
+                         timeout=15, what="three attempts")
         failed = [a for a in service.notifier.attempts if a.target.startswith("webhook")]
         assert not any(a.ok for a in failed) and "Connection refused" in failed[0].answer
     finally:
         stop.set()
         await task
-
-
-def service_now():
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)
-
-
-async def _true(value) -> bool:
-    return bool(value)

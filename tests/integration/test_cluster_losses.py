@@ -14,7 +14,7 @@ from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS, EventKind
 from console.errors import BatchError, NoRespondersError
 from tests.conftest import CLUSTER_LIMITS
-from tests.waits import eventually, events_for
+from tests.waits import eventually, events_for, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -51,6 +51,16 @@ async def step_down(admin: StreamAdmin, name: str) -> str:
                             what=f"{name} elected another leader", timeout=30)
 
 
+async def finish(batch: FastBatch, subject: str):
+    """29 more messages and the commit: (its PubAck, None), or (None, the error that refused the batch)."""
+    try:
+        for _ in range(29):
+            await batch.add(subject, b"after")
+        return await batch.commit(subject, b"last"), None
+    except BatchError as e:
+        return None, e
+
+
 async def test_the_cluster_replicates_the_consoles_own_streams(client, collector):
     js = client.jetstream()
     for stream in ("BATCH_CONSOLE_EVENTS", "BATCH_CONSOLE_ADVISORIES", "BATCH_CONSOLE_QUARANTINE"):
@@ -65,14 +75,7 @@ async def test_a_fast_batch_across_a_leader_change_is_logged_as_the_publisher_sa
     for _ in range(30):
         await batch.add(f"{name.lower()}.x", b"before")
     await step_down(admin, name)
-    refused: BatchError | None = None
-    ack = None
-    try:
-        for _ in range(29):
-            await batch.add(f"{name.lower()}.x", b"after")
-        ack = await batch.commit(f"{name.lower()}.x", b"last")
-    except BatchError as e:
-        refused = e
+    ack, refused = await finish(batch, f"{name.lower()}.x")
     wanted = (EventKind.FAST_LOST, EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY)
     events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind in wanted for e in es), timeout=30)
     kinds = [e.kind for e in events]
@@ -99,17 +102,11 @@ async def test_a_fast_batch_whose_stream_leader_dies_is_logged_as_the_publisher_
     collector = Collector(watcher, CollectorSettings(batch_timeout=CLUSTER_LIMITS.timeout, tick_every=0.1))
     await collector.start()
     batch = FastBatch(publisher, flow=10, gap_mode="fail", ack_timeout=10)
-    ack = refused = None
     try:
         for _ in range(30):
             await batch.add(f"{name.lower()}.x", b"before")
         cluster.kill(victim)
-        try:
-            for _ in range(29):
-                await batch.add(f"{name.lower()}.x", b"after")
-            ack = await batch.commit(f"{name.lower()}.x", b"last")
-        except BatchError as e:
-            refused = e
+        ack, refused = await finish(batch, f"{name.lower()}.x")
         wanted = (*LOST_KINDS, EventKind.FAST_COMMITTED)
         events = await events_for(watcher, {batch.batch_id}, lambda es: any(e.kind in wanted for e in es), timeout=30)
     finally:
@@ -207,7 +204,8 @@ async def test_a_tapped_atomic_batch_across_a_leader_change_is_atomic_lost(clien
     name = "CL_TAP_LEAD"
     admin = await r3_stream(client, name, allow_atomic=True)
     batch = await open_atomic_batch(client, tapping_collector, "cl_tap_lead.x")
-    await eventually(lambda: _open_on(tapping_collector, name), what="the tap saw the open batch")
+    await wait_until(lambda: tapping_collector.atomic.tracker.open_on(name), timeout=15,
+                     what="the tap saw the open batch")
     await step_down(admin, name)
     with pytest.raises(BatchError) as refused:
         await batch.commit("cl_tap_lead.x", b"end")
@@ -223,7 +221,8 @@ async def test_allow_atomic_switched_off_under_an_open_tapped_batch_is_atomic_lo
     name = "CL_TAP_OFF"
     await r3_stream(client, name, allow_atomic=True)
     batch = await open_atomic_batch(client, tapping_collector, "cl_tap_off.x")
-    await eventually(lambda: _open_on(tapping_collector, name), what="the tap saw the open batch")
+    await wait_until(lambda: tapping_collector.atomic.tracker.open_on(name), timeout=15,
+                     what="the tap saw the open batch")
     js = client.jetstream()
     config = (await js.stream_info(name)).config
     config.allow_atomic = False
@@ -265,15 +264,12 @@ async def leaders_off(admin: StreamAdmin, stream: str, consumer: str, node: str)
                          what=f"{consumer} elected another leader")
 
 
-async def _open_on(collector, stream: str) -> bool:
-    return collector.atomic.tracker.open_on(stream) > 0
-
-
 async def test_a_stream_deleted_under_an_open_tapped_batch_is_atomic_lost(client, tapping_collector):
     name = "CL_TAP_GONE"
     await r3_stream(client, name, allow_atomic=True)
     batch = await open_atomic_batch(client, tapping_collector, "cl_tap_gone.x")
-    await eventually(lambda: _open_on(tapping_collector, name), what="the tap saw the open batch")
+    await wait_until(lambda: tapping_collector.atomic.tracker.open_on(name), timeout=15,
+                     what="the tap saw the open batch")
     await client.jetstream().delete_stream(name)
     events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is EventKind.ATOMIC_LOST for e in es),
                               timeout=30)

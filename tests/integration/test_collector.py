@@ -9,7 +9,7 @@ from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS, EventKind
 from tests.conftest import TEST_LIMITS
-from tests.waits import events_for, eventually
+from tests.waits import events_for, eventually, wait_until
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ async def test_a_tapped_atomic_batch_refused_for_too_many_in_flight_is_atomic_re
         open_batches = [AtomicBatch(client) for _ in range(TEST_LIMITS.max_inflight_per_stream)]
         for batch in open_batches:
             await batch.add("crowd.x", b"1")
-        await eventually(lambda: _true(tapping.atomic.replies_followed), what="the publisher's replies followed")
+        await wait_until(lambda: tapping.atomic.replies_followed, timeout=15, what="the publisher's replies followed")
         refused = AtomicBatch(client)
         with pytest.raises(TooManyInflightError):
             await refused.add("crowd.x", b"1")
@@ -182,7 +182,3 @@ async def test_a_tapped_atomic_batch_refused_for_too_many_in_flight_is_atomic_re
     [rejected] = [e for e in events if e.kind is EventKind.ATOMIC_REJECTED]
     assert (rejected.stream, rejected.err_code) == ("CROWD", 10210)
     assert tapping.atomic.tracker.open_on("CROWD") == len(open_batches)  # the refused one never opened
-
-
-async def _true(value) -> bool:
-    return bool(value)

@@ -23,7 +23,7 @@ from console.domain.alert_rules import parse_rules
 from console.errors import BatchError
 from tests.conftest import TEST_LIMITS
 from tests.processes import free_port
-from tests.waits import eventually
+from tests.waits import eventually, wait_until
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 needs_prometheus = pytest.mark.skipif(not shutil.which("prometheus"), reason="scripts/test.sh installs prometheus")
@@ -70,7 +70,7 @@ async def test_prometheus_scrapes_the_lost_batches_after_real_abandonments(serve
                                    f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
                                   stderr=open(tmp_path / "prometheus.log", "w"))
     try:
-        await eventually(lambda: _true(service.caught_up), what="the alerts service caught up")
+        await wait_until(lambda: service.caught_up, timeout=15, what="the alerts service caught up")
         for batch_id in ("prom-1", "prom-2"):
             batch = AtomicBatch(conn, batch_id=batch_id)
             await batch.add("prom.x", b"1")
@@ -90,7 +90,3 @@ async def test_prometheus_scrapes_the_lost_batches_after_real_abandonments(serve
         http.shutdown()
         await collector.stop()
         await conn.close()
-
-
-async def _true(value) -> bool:
-    return bool(value)
