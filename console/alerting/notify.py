@@ -11,6 +11,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Callable
 
 from console.broker.connection import Connection
 from console.domain.alerting import Notice
@@ -33,10 +34,12 @@ class Attempt:
 
 
 class Notifier:
-    def __init__(self, nc: Connection, console_url: str | None = None, keep: int = 500):
+    def __init__(self, nc: Connection, console_url: str | None = None, keep: int = 500,
+                 on_attempt: Callable[[Attempt], None] | None = None):
         self.nc = nc
         self.console_url = console_url.rstrip("/") if console_url else None
         self.attempts: deque[Attempt] = deque(maxlen=keep)
+        self.on_attempt = on_attempt  # told of each attempt as it ends
 
     def link(self, notice: Notice) -> str | None:
         if not self.console_url:
@@ -53,8 +56,10 @@ class Notifier:
         for attempt, pause in enumerate((0.0, *BACKOFF)):
             await asyncio.sleep(pause)
             ok, answer = await self._once(target, body)
-            self.attempts.append(Attempt(datetime.now(timezone.utc), notice.rule, notice.stream, notice.status,
-                                         target, ok, answer))
+            tried = Attempt(datetime.now(timezone.utc), notice.rule, notice.stream, notice.status, target, ok, answer)
+            self.attempts.append(tried)
+            if self.on_attempt is not None:
+                self.on_attempt(tried)
             (log.info if ok else log.warning)("%s %s for %s to %s: %s (attempt %d)", notice.rule, notice.status,
                                                notice.stream, target, answer, attempt + 1)
             if ok:

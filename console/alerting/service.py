@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from console.alerting.metrics import Metrics
-from console.alerting.notify import Notifier
+from console.alerting.notify import Attempt, Notifier
 from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
@@ -50,24 +50,20 @@ class AlertService:
                  console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None):
         self.log = EventLog(nc.jetstream(), event_log)
         self.evaluator = Evaluator(rules)
-        self.notifier = Notifier(nc, console_url)
+        self.notifier = Notifier(nc, console_url, on_attempt=self._record)
         self.state_path = state_path
         self.metrics = metrics
         self.applied = 0  # the last event-log sequence applied
         self.caught_up = False
-        self.sent: list[Notice] = []  # notices sent since start (bounded), newest last
         self._sending: set[asyncio.Task] = set()
         self._poke = asyncio.Event()  # set when an event may fire a rule: evaluated at once, not on the clock
         self.rules_file = rules_file  # read again when it changes (the Alerts page edits it)
         self._rules_stamp = rules_file.stat().st_mtime_ns if rules_file and rules_file.exists() else None
         self.rules_problem: str | None = None
-        if state_path.exists():
-            saved = json.loads(state_path.read_text())
-            self.evaluator.restore(saved.get("firing", {}))
-            self.sent_json: list[dict] = saved.get("notices", [])
-            self.deliveries: list[dict] = saved.get("deliveries", [])
-        else:
-            self.sent_json, self.deliveries = [], []
+        saved = json.loads(state_path.read_text()) if state_path.exists() else {}
+        self.evaluator.restore(saved.get("firing", {}))
+        self.sent_json: list[dict] = saved.get("notices", [])  # what was sent, for the Alerts page
+        self.deliveries: list[dict] = saved.get("deliveries", [])  # every attempt, for the Alerts page
 
     async def run(self, stop: asyncio.Event) -> None:
         longest = max((r.within for r in self.evaluator.rules), default=timedelta(minutes=5))
@@ -113,7 +109,6 @@ class AlertService:
         notices = self.evaluator.evaluate(now)
         for notice in notices:
             log.info("%s", notice.text)
-            self.sent = (self.sent + [notice])[-KEPT:]
             self.sent_json = (self.sent_json + [{**notice.to_json(), "time": now.isoformat()}])[-KEPT:]
             task = asyncio.create_task(self._send(notice))
             self._sending.add(task)
@@ -130,13 +125,14 @@ class AlertService:
         return notices
 
     async def _send(self, notice: Notice) -> None:
-        before = len(self.notifier.attempts)
         try:
             await self.notifier.send(notice)
         finally:
-            for attempt in list(self.notifier.attempts)[before:]:
-                self.deliveries = (self.deliveries + [{**attempt.__dict__, "time": attempt.time.isoformat()}])[-KEPT:]
             self._save()
+
+    def _record(self, attempt: Attempt) -> None:
+        """Each delivery attempt, as it ends, for the Alerts page (concurrent sends each add their own)."""
+        self.deliveries = (self.deliveries + [{**attempt.__dict__, "time": attempt.time.isoformat()}])[-KEPT:]
 
     def _reload_rules(self) -> None:
         if self.rules_file is None or not self.rules_file.exists():
