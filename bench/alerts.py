@@ -33,7 +33,7 @@ from nats.js.api import StreamConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from measure import percentile  # noqa: E402
+from measure import percentile, until  # noqa: E402
 from console.alerting.metrics import Metrics, serve_metrics  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.server import BatchLimits, EmbeddedServer  # noqa: E402
@@ -68,14 +68,6 @@ def part(args: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([CLI, *args], stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 
-async def until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        await asyncio.sleep(0.01)
-
-
 async def to_webhook(server: EmbeddedServer, tmp: Path, samples: int) -> None:
     receiver = Receiver()
     rules = tmp / "rules.toml"
@@ -108,7 +100,7 @@ async def to_webhook(server: EmbeddedServer, tmp: Path, samples: int) -> None:
                 await batch.commit(f"{name.lower()}.x", b"3")
             except BatchError:
                 pass
-            await until(lambda: name in receiver.arrived and name in bare_seen, 30, f"no notice for {name}")
+            await until(lambda: name in receiver.arrived and name in bare_seen, 30, f"no notice for {name}", every=0.01)
             bar.update(i + 1)
         bar.close()
     finally:

@@ -33,7 +33,7 @@ from nats.js.api import StreamConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from measure import cpu_seconds, percentile  # noqa: E402
+from measure import cpu_seconds, percentile, until  # noqa: E402
 from console.broker.admin import StreamAdmin  # noqa: E402
 from console.broker.cluster import EmbeddedCluster  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
@@ -50,15 +50,6 @@ def start_collector(urls: str, data: Path) -> subprocess.Popen:
     log = open(data / "collector.log", "w")
     return subprocess.Popen([CLI, "collect", "--server", urls, "--data-dir", str(data), "--cpu", "normal"], stdout=log,
                             stderr=subprocess.STDOUT)
-
-
-async def until(condition, timeout: float, what: str, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while not (value := await condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        await asyncio.sleep(every)
-    return value
 
 
 async def collector_ready(proc: subprocess.Popen, data: Path) -> None:
@@ -117,7 +108,7 @@ async def naming_losses(cluster: EmbeddedCluster, changes: int) -> None:
         batch = uuid.uuid4().hex
         sent[batch] = time.perf_counter()
         await client.publish("bench_lost.x", b"x", reply=f"{inbox}.{batch}.10.fail.2.1.$FI")
-        await until(lambda: _true(batch in logged and batch in seen_bare), 30, "the refusal never arrived")
+        await until(lambda: batch in logged and batch in seen_bare, 30, "the refusal never arrived")
         bar.update(i + 1)
     bar.close()
     bare_ms = [1000 * (seen_bare[b] - t) for b, t in sent.items()]
@@ -140,10 +131,6 @@ async def _changed(admin: StreamAdmin, before: str) -> bool:
         return (await admin.leader("BENCH_LOST")) not in (None, before)
     except Exception:
         return False
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def collector_cpu(urls: list[str], replicas: int, data: Path, messages: int) -> tuple[float, int, float]:
@@ -172,7 +159,7 @@ async def collector_cpu(urls: list[str], replicas: int, data: Path, messages: in
             ids.append(batch.batch_id)
             acks += batch.acks
         rate = len(ids) * per_batch / (time.perf_counter() - started)
-        await until(lambda: _true(committed >= set(ids)), 120,
+        await until(lambda: committed >= set(ids), 120,
                     f"the collector did not log every commit:\n{(data / 'collector.log').read_text()[-2000:]}")
         used = cpu_seconds(collector.pid) - before
         return 1000 * used / max(acks, 1), acks, rate

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import random
 import statistics
+import time
 from pathlib import Path
 
 
@@ -24,3 +27,17 @@ def median_interval(values: list[float], draws: int = 2000) -> tuple[float, floa
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
     return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+
+
+async def until(condition, timeout: float, what: str, every: float = 0.05):
+    """condition() (a value, or an awaitable of one) until it is true; TimeoutError(what) past the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(every)
