@@ -179,7 +179,8 @@ async def collect_async(settings: Settings) -> int:
 
 async def alerts_async(settings: Settings) -> int:
     from console.alerting.metrics import Metrics, serve_metrics
-    from console.alerting.service import STATE_FILE, AlertService, load_rules, rules_path
+    from console.alerting.service import AlertService, load_rules, rules_path
+    from console.storage.alert_state import AlertStore
 
     path = rules_path(settings.alerting.rules, settings.data.data_dir)
     try:
@@ -192,9 +193,10 @@ async def alerts_async(settings: Settings) -> int:
         if metrics is not None:
             server = serve_metrics(metrics, settings.alerting.metrics_port)
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
-        service = AlertService(runtime.nc, runtime.event_log, rules, settings.data.data_dir / STATE_FILE,
-                               settings.alerting.console_url, metrics, rules_file=path)
-        log.info("alerts: %d rules, firing state in %s", len(rules), service.state_path)
+        store = AlertStore(settings.data.db_path)
+        service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,
+                               rules_file=path)
+        log.info("alerts: %d rules, firing state in %s", len(rules), store.path)
         await service.run(stop)
     return 0
 

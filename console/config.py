@@ -166,6 +166,11 @@ class DataSettings:
     data_dir: Path = setting(Path("data"), "the event key, console.db, delta/, logs/ and the embedded server's "
                                            "store go here", parse=Path)
 
+    @property
+    def db_path(self) -> Path:
+        """The SQLite database: the analytics tables and the alerts process's state."""
+        return self.data_dir / "console.db"
+
 
 @dataclass(frozen=True)
 class EventLogSettings:

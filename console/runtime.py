@@ -81,7 +81,7 @@ class Runtime:
 
     def _open_history(self) -> tuple[Reader | None, str | None]:
         if self._history is None:
-            engine, problem = open_db_for_reading(self.settings.data.data_dir / "console.db")
+            engine, problem = open_db_for_reading(self.settings.data.db_path)
             if problem:
                 log.warning("%s; Live, Streams and Replay go on", problem)
             self._history = (Reader(engine) if engine is not None else None, problem)
@@ -91,7 +91,7 @@ class Runtime:
     def alerts(self) -> AlertsView:
         """The alert rules and the alerts process's state in the data directory."""
         if self._alerts is None:
-            self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules)
+            self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules, self.settings.data.db_path)
         return self._alerts
 
     async def find_incident(self, batch_id: str) -> Incident | None:

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BATCH_CONSOLE_SCREENSHOTS=assets exec .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/ui/test_live_page.py tests/ui/test_streams_page.py tests/ui/test_replay_page.py \
-  tests/ui/test_history_incident_probe.py "$@"
+  tests/ui/test_history_incident_probe.py tests/ui/test_alerts_page.py tests/ui/test_prometheus_graph.py "$@"

@@ -48,12 +48,12 @@ async def eventually(probe, until=bool, timeout: float = 15.0, what: str = "cond
         await asyncio.sleep(every)
 
 
-def poll_until(condition, timeout: float, what: str, every: float = 0.2):
+def poll_until(condition, timeout: float, what, every: float = 0.2):
     """The synchronous twin, for tests that drive processes and a browser rather than an event loop;
-    returns what the condition returned."""
+    returns what the condition returned. `what` may be a callable, to say how things stand at the end."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(every)
     return value
 

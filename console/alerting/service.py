@@ -1,14 +1,15 @@
 """The alerts process: one follower of the event log (so many web processes never fire the same alert
-twice) that evaluates the rules every second, sends what changes, keeps the firing state in
-DATA_DIR/alerts-state.json (a restart does not fire again) and feeds the Prometheus metrics."""
+twice) that evaluates the rules every second, sends what changes, keeps the firing state in the
+console's SQLite database (a restart does not fire again) and feeds the Prometheus metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
-import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.alert_rules import Rule, parse_rules
 from console.domain.alerting import Evaluator, Notice, observations
+from console.storage.alert_state import AlertStore
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,6 @@ COLLECTOR_UP_WITHIN = timedelta(seconds=15)  # three of its status intervals
 
 
 RULES_FILE = "alert-rules.toml"  # in the data directory: the rules the Alerts page edits
-STATE_FILE = "alerts-state.json"  # in the data directory: what fires, what was sent, every delivery attempt
-KEPT = 200  # notices and delivery attempts kept in the state file
 
 
 def rules_path(given: str | os.PathLike | None, data_dir: Path) -> Path:
@@ -46,12 +46,12 @@ def load_rules(path: str | os.PathLike | None) -> list[Rule]:
 
 
 class AlertService:
-    def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], state_path: Path,
+    def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], store: AlertStore,
                  console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None):
         self.log = EventLog(nc.jetstream(), event_log)
         self.evaluator = Evaluator(rules)
         self.notifier = Notifier(nc, console_url, on_attempt=self._record)
-        self.state_path = state_path
+        self.store = store
         self.metrics = metrics
         self.applied = 0  # the last event-log sequence applied
         self.caught_up = False
@@ -59,11 +59,9 @@ class AlertService:
         self._poke = asyncio.Event()  # set when an event may fire a rule: evaluated at once, not on the clock
         self.rules_file = rules_file  # read again when it changes (the Alerts page edits it)
         self._rules_stamp = rules_file.stat().st_mtime_ns if rules_file and rules_file.exists() else None
-        self.rules_problem: str | None = None
-        saved = json.loads(state_path.read_text()) if state_path.exists() else {}
-        self.evaluator.restore(saved.get("firing", {}))
-        self.sent_json: list[dict] = saved.get("notices", [])  # what was sent, for the Alerts page
-        self.deliveries: list[dict] = saved.get("deliveries", [])  # every attempt, for the Alerts page
+        self.evaluator.restore(store.firing())
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="alert-state")
+        self._writes: set[asyncio.Future] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         longest = max((r.within for r in self.evaluator.rules), default=timedelta(minutes=5))
@@ -86,6 +84,8 @@ class AlertService:
             follower.cancel()
             self._poke.set()
             await asyncio.wait([follower, *self._sending], timeout=10)
+            if self._writes:
+                await asyncio.wait(list(self._writes), timeout=10)
 
     async def _follow(self, since: datetime, target: int) -> None:
         self.caught_up = target == 0
@@ -109,12 +109,12 @@ class AlertService:
         notices = self.evaluator.evaluate(now)
         for notice in notices:
             log.info("%s", notice.text)
-            self.sent_json = (self.sent_json + [{**notice.to_json(), "time": now.isoformat()}])[-KEPT:]
             task = asyncio.create_task(self._send(notice))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
-        if notices:
-            self._save()
+        if notices:  # snapshots taken here, written by the writer thread
+            self._write(self._keep, [json.dumps(n.to_json(self.notifier.link(n))) for n in notices], now,
+                        self.evaluator.state())
         if self.metrics is not None:
             seen = self.evaluator.collector_seen
             self.metrics.collector_up.set(value=1 if seen is not None and now - seen <= COLLECTOR_UP_WITHIN else 0)
@@ -124,15 +124,28 @@ class AlertService:
                 self.metrics.firing.inc(rule, severities.get(rule, "warning"))
         return notices
 
+    def _keep(self, bodies: list[str], now: datetime, firing: dict) -> None:
+        for body in bodies:
+            self.store.add_notice(now, body)
+        self.store.save_firing(firing)
+
     async def _send(self, notice: Notice) -> None:
-        try:
-            await self.notifier.send(notice)
-        finally:
-            self._save()
+        await self.notifier.send(notice)
 
     def _record(self, attempt: Attempt) -> None:
         """Each delivery attempt, as it ends, for the Alerts page (concurrent sends each add their own)."""
-        self.deliveries = (self.deliveries + [{**attempt.__dict__, "time": attempt.time.isoformat()}])[-KEPT:]
+        self._write(self.store.add_delivery, **attempt.__dict__)
+
+    def _write(self, what, *args, **kwargs) -> None:
+        """SQLite writes, in order, off the event loop: a commit's fsync never delays a notice."""
+        future = asyncio.get_running_loop().run_in_executor(self._writer, functools.partial(what, *args, **kwargs))
+        self._writes.add(future)
+        future.add_done_callback(self._written)
+
+    def _written(self, future: asyncio.Future) -> None:
+        self._writes.discard(future)
+        if not future.cancelled() and (error := future.exception()) is not None:
+            log.error("alert state not kept in %s: %r", self.store.path, error)
 
     def _reload_rules(self) -> None:
         if self.rules_file is None or not self.rules_file.exists():
@@ -144,23 +157,13 @@ class AlertService:
         try:
             rules = load_rules(self.rules_file)
         except (ValueError, OSError) as e:
-            self.rules_problem = f"{self.rules_file}: {e}"
-            log.warning("rules not reloaded, the old ones stay: %s", self.rules_problem)
-            self._save()
+            problem = f"{self.rules_file}: {e}"
+            log.warning("rules not reloaded, the old ones stay: %s", problem)
+            self._write(self.store.set_problem, problem)
             return
         names = {rule.name for rule in rules}
         self.evaluator.rules = rules
         self.evaluator.firing = {key: f for key, f in self.evaluator.firing.items() if key[0] in names}
-        self.rules_problem = None
         log.info("rules reloaded from %s: %d rules", self.rules_file, len(rules))
-        self._save()
-
-    def _save(self) -> None:
-        """The state file: what fires (restored after a restart), and for the Alerts page what was
-        sent, every delivery attempt and a rules file that was refused."""
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".alerts-state-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"firing": self.evaluator.state(), "notices": self.sent_json, "deliveries": self.deliveries,
-                       "rules_problem": self.rules_problem}, f)
-        os.replace(temp, self.state_path)
+        self._write(self.store.set_problem, None)
+        self._write(self.store.save_firing, self.evaluator.state())

@@ -1,23 +1,29 @@
 """What the Alerts page shows and changes: the rules (read from, and saved to, the file the alerts
-process reloads) and that process's state file (what fires, what was sent, each delivery)."""
+process reloads) and that process's state in SQLite (what fires, what was sent, each delivery)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from console.alerting.service import RULES_FILE, STATE_FILE, load_rules, rules_path
+from console.alerting.service import RULES_FILE, load_rules, rules_path
 from console.domain.alert_rules import Rule, RulesError, parse_rules, rules_toml
+from console.storage.alert_state import AlertStore
+
+log = logging.getLogger(__name__)
 
 
 class AlertsView:
-    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None = None):
+    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None = None, db_path: Path | None = None):
         self.data_dir = data_dir
         self.given = Path(rules_file) if rules_file else None
-        self._cache: tuple[int, dict] | None = None
+        self.db_path = db_path or data_dir / "console.db"
+        self._store: AlertStore | None = None
+        self._unreadable: str | None = None  # said once in the log, not at every refresh
 
     @property
     def rules_file(self) -> Path:
@@ -26,23 +32,24 @@ class AlertsView:
     def rules(self) -> tuple[list[Rule], str | None]:
         """The rules, and why the file was refused (the old rules then stay in force)."""
         try:
-            return load_rules(self.rules_file), self._state().get("rules_problem")
+            return load_rules(self.rules_file), self._read(lambda store: store.problem(), None)
         except (ValueError, OSError) as e:
             return [], f"{self.rules_file}: {e}"
 
     def firing(self) -> list[tuple[str, str, str]]:
-        """(rule, stream, since) of every alert firing now."""
-        found = []
-        for key, (since, _) in self._state().get("firing", {}).items():
-            rule, _, stream = key.partition("\x1f")
-            found.append((rule, stream, since))
+        """(rule, stream, since) of every alert firing now, newest first."""
+        firing = self._read(lambda store: store.firing(), {})
+        found = [(rule, stream, since.isoformat()) for (rule, stream), (since, _) in firing.items()]
         return sorted(found, key=lambda f: f[2], reverse=True)
 
     def notices(self) -> list[dict]:
-        return list(reversed(self._state().get("notices", [])))
+        """What was sent, newest first."""
+        sent = self._read(lambda store: store.notices(), [])
+        return [{**json.loads(body), "time": time.isoformat()} for time, body in sent]
 
     def deliveries(self) -> list[dict]:
-        return list(reversed(self._state().get("deliveries", [])))
+        """Every delivery attempt, newest first."""
+        return [{**d, "time": d["time"].isoformat()} for d in self._read(lambda store: store.deliveries(), [])]
 
     def save_rule(self, text: str) -> str:
         """Add a rule, or replace the one of the same name; RulesError (with its line) for a bad one."""
@@ -70,14 +77,16 @@ class AlertsView:
             f.write(text)
         os.replace(temp, target)
 
-    def _state(self) -> dict:
-        """The state file, read again only when it changed (Live asks for the firing count often)."""
-        path = self.data_dir / STATE_FILE
+    def _read(self, query, nothing):
+        """What the alerts process kept; `nothing` while there is no database yet (or it cannot be read)."""
         try:
-            stamp = path.stat().st_mtime_ns
-            if self._cache is None or self._cache[0] != stamp:
-                self._cache = (stamp, json.loads(path.read_text()))
-            return self._cache[1]
-        except (OSError, ValueError):
-            return {}
-
+            if self._store is None:
+                if not self.db_path.exists():
+                    return nothing
+                self._store = AlertStore(self.db_path)
+            return query(self._store)
+        except Exception as e:  # being made, or not a database: the page shows the rules all the same
+            if (why := f"{type(e).__name__}: {e}"[:300]) != self._unreadable:
+                self._unreadable = why
+                log.warning("alert state not readable from %s: %s", self.db_path, why)
+            return nothing

@@ -143,12 +143,10 @@ class Evaluator:
         return Notice(rule.name, status, rule.severity, stream, count, reasons, batch_ids, since, rule.remedy,
                       rule.notify)
 
-    def state(self) -> dict:
-        """What must survive a restart: the alerts firing, and since when."""
-        return {f"{rule}\x1f{stream}": [f.since.isoformat(), f.last_sent.isoformat()]
-                for (rule, stream), f in self.firing.items()}
+    def state(self) -> dict[tuple[str, str], tuple[datetime, datetime]]:
+        """What must survive a restart: {(rule, stream): (firing since, last sent)}."""
+        return {key: (f.since, f.last_sent) for key, f in self.firing.items()}
 
-    def restore(self, saved: dict) -> None:
+    def restore(self, saved: dict[tuple[str, str], tuple[datetime, datetime]]) -> None:
         for key, (since, last_sent) in saved.items():
-            rule, _, stream = key.partition("\x1f")
-            self.firing[(rule, stream)] = Firing(datetime.fromisoformat(since), datetime.fromisoformat(last_sent))
+            self.firing[key] = Firing(since, last_sent)

@@ -1,4 +1,5 @@
-"""The SQLite serving tables: what the analytics job writes and the web app and notebooks read."""
+"""The SQLite tables: what the analytics job writes and the web app and notebooks read, and the alerts
+process's state (what fires, what was sent, each delivery attempt)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,44 @@ class JobOffset(SQLModel, table=True):
     source: str = Field(primary_key=True)
     seq: int
     updated: datetime
+
+
+class AlertFiring(SQLModel, table=True):
+    """An alert firing now: restored after a restart of the alerts process, so it does not fire again."""
+
+    __tablename__ = "alert_firing"
+    rule: str = Field(primary_key=True)
+    stream: str = Field(primary_key=True)
+    since: datetime
+    last_sent: datetime
+
+
+class AlertNotice(SQLModel, table=True):
+    """A notice the alerts process sent (firing or resolved), as the receivers got it."""
+
+    __tablename__ = "alert_notices"
+    id: int | None = Field(default=None, primary_key=True)
+    time: datetime
+    body: str  # the notice's JSON
+
+
+class AlertDelivery(SQLModel, table=True):
+    """One delivery attempt of a notice to one target, with the receiver's answer or the error."""
+
+    __tablename__ = "alert_deliveries"
+    id: int | None = Field(default=None, primary_key=True)
+    time: datetime
+    rule: str
+    stream: str
+    status: str
+    target: str
+    ok: bool
+    answer: str
+
+
+class AlertProblem(SQLModel, table=True):
+    """A rules file the alerts process refused (its old rules stay in force); one row, or none."""
+
+    __tablename__ = "alert_problem"
+    id: int = Field(default=1, primary_key=True)
+    text: str

@@ -20,6 +20,7 @@ from console.collector.collector import Collector
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.alert_rules import parse_rules
 from console.errors import BatchError
+from console.storage.alert_state import AlertStore
 from tests.conftest import TEST_LIMITS
 from tests.processes import free_port
 from tests.waits import wait_until
@@ -82,8 +83,8 @@ async def abandon(conn, batch_id: str) -> None:
         await batch.commit("alerts_s.x", b"3")
 
 
-async def start(conn, text: str, state_path, metrics=None):
-    service = AlertService(conn, EventLogSettings(), parse_rules(text), state_path, "http://console:8050", metrics)
+async def start(conn, text: str, store, metrics=None):
+    service = AlertService(conn, EventLogSettings(), parse_rules(text), store, "http://console:8050", metrics)
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     await wait_until(lambda: service.caught_up, timeout=15, what="the service caught up")
@@ -98,8 +99,8 @@ async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_
         heard.append(json.loads(msg.data))
     sub = await stack.subscribe("alerts.test", cb=on_alert)
     metrics = Metrics()
-    state = tmp_path / "alerts-state.json"
-    service, stop, task = await start(stack, rules(receiver.url), state, metrics)
+    db = tmp_path / "console.db"
+    service, stop, task = await start(stack, rules(receiver.url), AlertStore(db), metrics)
     try:
         await abandon(stack, "al-1")
         await abandon(stack, "al-2")
@@ -116,7 +117,7 @@ async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_
 
         stop.set()  # a restart while it fires: the new process knows it already did
         await task
-        service, stop, task = await start(stack, rules(receiver.url), state)
+        service, stop, task = await start(stack, rules(receiver.url), AlertStore(db))  # what a new process opens
         assert service.tick(datetime.now(timezone.utc)) == []
         await wait_until(lambda: len(receiver.bodies) >= 2, timeout=15, what="the resolved notice")
         assert [b["status"] for b in receiver.bodies] == ["firing", "resolved"]
@@ -131,7 +132,8 @@ async def test_firing_then_resolved_reach_a_webhook_and_a_subject_and_a_restart_
 async def test_a_receiver_that_is_down_gets_retries_and_each_attempt_is_kept(stack, tmp_path, monkeypatch):
     monkeypatch.setattr(notify, "BACKOFF", (0.05, 0.05))
     down = f"http://127.0.0.1:{free_port()}/hook"
-    service, stop, task = await start(stack, rules(down).replace('"alerts abandoned"', '"down"'), tmp_path / "s.json")
+    db = tmp_path / "console.db"
+    service, stop, task = await start(stack, rules(down).replace('"alerts abandoned"', '"down"'), AlertStore(db))
     try:
         await abandon(stack, "dn-1")
         await abandon(stack, "dn-2")
@@ -139,6 +141,8 @@ async def test_a_receiver_that_is_down_gets_retries_and_each_attempt_is_kept(sta
                          timeout=15, what="three attempts")
         failed = [a for a in service.notifier.attempts if a.target.startswith("webhook")]
         assert not any(a.ok for a in failed) and "Connection refused" in failed[0].answer
+        kept = [d for d in AlertStore(db).deliveries() if d["target"].startswith("webhook")]  # what the page reads
+        assert len(kept) >= 3 and not any(d["ok"] for d in kept) and "Connection refused" in kept[0]["answer"]
     finally:
         stop.set()
         await task
