@@ -4,9 +4,13 @@ their first load."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
+from console.domain.display import count
 from console.investigate import replay_link
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
+from console.ui.frame import Badge
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
@@ -47,3 +51,21 @@ def probe(runtime: Runtime, **params) -> ProbePage:
 
 def alerts(runtime: Runtime, **params) -> AlertsPage:
     return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, **params)
+
+
+def badges(runtime: Runtime) -> list[Badge]:
+    """The status the frame's header shows on every page."""
+    now = datetime.now(timezone.utc)
+    state = runtime.live
+    connection = state.connection
+    found = [Badge(f"NATS {connection}", "ok" if connection == "connected" else "bad")]
+    model = state.model
+    if not model.collector_heard(now):
+        found.append(Badge("collector silent", "bad"))
+    else:
+        found.append(Badge("collector alive", "ok") if model.collector_alive(now) else Badge("collector unhealthy", "warn"))
+    firing = len(runtime.alerts.firing())
+    found.append(Badge(f"{count(firing)} alert{'s' if firing != 1 else ''} firing", "bad" if firing else "ok"))
+    if runtime.read_only:
+        found.append(Badge("read-only", "info"))
+    return found

@@ -8,7 +8,6 @@ import ipaddress
 import secrets
 
 import panel as pn
-
 from tornado.ioloop import IOLoop
 
 from console import pages
@@ -16,6 +15,9 @@ from console.config import Settings, host_in_url
 from console.errors import ConfigError
 from console.login import GuardedBasicAuth
 from console.runtime import Runtime
+from console.ui.frame import Frame, Prefs
+
+BADGES_EVERY_MS = 2000
 
 
 
@@ -63,46 +65,60 @@ class App:
         return [p for p in pages.PAGES if not (self.read_only and p in pages.CHANGES_THE_SERVER)]
 
     def live_page(self):
-        page = pages.live(self.runtime)
+        prefs = _prefs()
+        page = pages.live(self.runtime, clock=prefs.clock)
         pn.state.on_session_destroyed(lambda _: page.timer.stop())
-        return self._frame(page)
+        return self._frame(page, "/", prefs)
 
     def streams_page(self):
-        page = pages.streams(self.runtime)
+        prefs = _prefs()
+        page = pages.streams(self.runtime, clock=prefs.clock)
         pn.state.onload(page.reload)
-        return self._frame(page)
+        return self._frame(page, "/streams", prefs)
 
     def replay_page(self):
-        page = pages.replay(self.runtime, stream=_arg("stream"), start_time=_arg("start_time"))
+        prefs = _prefs()
+        page = pages.replay(self.runtime, clock=prefs.clock, stream=_arg("stream"), start_time=_arg("start_time"))
         pn.state.onload(page.reload)
         pn.state.on_session_destroyed(lambda _: asyncio.ensure_future(page.close()))
-        return self._frame(page)
+        return self._frame(page, "/replay", prefs)
 
     def history_page(self):
-        page = pages.history(self.runtime)
+        prefs = _prefs()
+        page = pages.history(self.runtime, clock=prefs.clock)
         pn.state.onload(page.reload)
-        return self._frame(page)
+        return self._frame(page, "/history", prefs)
 
     def incident_page(self):
-        page = pages.incident(self.runtime, batch_id=_arg("batch"))
+        prefs = _prefs()
+        page = pages.incident(self.runtime, clock=prefs.clock, batch_id=_arg("batch"))
         pn.state.onload(page.load)
-        return self._frame(page)
+        return self._frame(page, "/incident", prefs)
 
     def alerts_page(self):
-        page = pages.alerts(self.runtime)
+        prefs = _prefs()
+        page = pages.alerts(self.runtime, clock=prefs.clock)
         pn.state.onload(page.reload)
         timer = pn.state.add_periodic_callback(page.reload, period=2000)
         pn.state.on_session_destroyed(lambda _: timer.stop())
-        return self._frame(page)
+        return self._frame(page, "/alerts", prefs)
 
     def probe_page(self):
-        return self._frame(pages.probe(self.runtime))
+        prefs = _prefs()
+        return self._frame(pages.probe(self.runtime, clock=prefs.clock), "/probe", prefs)
 
-    def _frame(self, page):
-        # No template: the stock ones fetch fonts from a CDN, and a console must work offline.
-        links = [f"[{pages.PAGES[p]}]({p})" for p in self._paths()]
-        nav = pn.pane.Markdown("# JetStream Batch Console\n" + " · ".join(links))
-        return pn.Column(nav, page, sizing_mode="stretch_width")
+    def _frame(self, page, path: str, prefs: Prefs) -> Frame:
+        nav = {p: pages.PAGES[p] for p in self._paths()}
+        frame = Frame(page, nav, path, lambda: pages.badges(self.runtime), prefs)
+        timer = pn.state.add_periodic_callback(frame.refresh, period=BADGES_EVERY_MS)
+        pn.state.on_session_destroyed(lambda _: timer.stop())
+        return frame
+
+
+def _prefs() -> Prefs:
+    prefs = Prefs.from_cookies(pn.state.cookies or {})
+    prefs.apply()
+    return prefs
 
 
 def _arg(name: str) -> str:

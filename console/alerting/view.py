@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from console.alerting.service import RULES_FILE, load_rules, rules_path
@@ -36,20 +37,20 @@ class AlertsView:
         except (ValueError, OSError) as e:
             return [], f"{self.rules_file}: {e}"
 
-    def firing(self) -> list[tuple[str, str, str]]:
+    def firing(self) -> list[tuple[str, str, datetime]]:
         """(rule, stream, since) of every alert firing now, newest first."""
         firing = self._read(lambda store: store.firing(), {})
-        found = [(rule, stream, since.isoformat()) for (rule, stream), (since, _) in firing.items()]
+        found = [(rule, stream, since) for (rule, stream), (since, _) in firing.items()]
         return sorted(found, key=lambda f: f[2], reverse=True)
 
     def notices(self) -> list[dict]:
         """What was sent, newest first."""
         sent = self._read(lambda store: store.notices(), [])
-        return [{**json.loads(body), "time": time.isoformat()} for time, body in sent]
+        return [{**json.loads(body), "time": time} for time, body in sent]
 
     def deliveries(self) -> list[dict]:
         """Every delivery attempt, newest first."""
-        return [{**d, "time": d["time"].isoformat()} for d in self._read(lambda store: store.deliveries(), [])]
+        return self._read(lambda store: store.deliveries(), [])
 
     def save_rule(self, text: str) -> str:
         """Add a rule, or replace the one of the same name; RulesError (with its line) for a bad one."""

@@ -11,6 +11,8 @@ import panel as pn
 import param
 
 from console.domain.alert_rules import RulesError, duration_text, rule_toml
+from console.domain.display import Clock
+from console.ui.formatting import Clocked
 
 EXAMPLE = '''[[rule]]
 name = "orders abandoned"
@@ -23,18 +25,18 @@ notify = ["webhook:http://127.0.0.1:9000/hook"]
 '''
 
 
-def deliveries_frame(deliveries: list[dict]) -> pd.DataFrame:
+def deliveries_frame(deliveries: list[dict], clock: Clock = Clock()) -> pd.DataFrame:
     """Newest first; a failed attempt's row says so in red (escaped: the answer comes from the receiver)."""
     rows = []
     for d in deliveries[:200]:
         answer = html.escape(str(d.get("answer", "")))
-        rows.append({"time": d.get("time", ""), "rule": d.get("rule", ""), "stream": d.get("stream", ""),
+        rows.append({"time": clock.when(d.get("time")), "rule": d.get("rule", ""), "stream": d.get("stream", ""),
                      "status": d.get("status", ""), "target": d.get("target", ""),
                      "result": answer if d.get("ok") else f'<span style="color:#c92a2a;font-weight:600">failed: {answer}</span>'})
     return pd.DataFrame(rows, columns=["time", "rule", "stream", "status", "target", "result"])
 
 
-class AlertsPage(pn.viewable.Viewer):
+class AlertsPage(Clocked, pn.viewable.Viewer):
     view = param.Parameter(doc="The rules and the alerts process's state (console.alerting.view.AlertsView)",
                            precedence=-1)
     read_only = param.Boolean(default=False, doc="Show, never change")
@@ -80,10 +82,11 @@ class AlertsPage(pn.viewable.Viewer):
              "reasons": ", ".join(r.reasons) or "all", "at least": r.at_least, "within": duration_text(r.within),
              "severity": r.severity, "notify": ", ".join(r.notify) or "(none)",
              "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok"} for r in rules])
-        self._firing.value = pd.DataFrame(firing, columns=["rule", "stream", "since"])
-        self._sent.value = pd.DataFrame([{k: n.get(k) for k in ("time", "rule", "status", "stream", "count", "text")}
-                                         for n in self.view.notices()[:200]])
-        self._deliveries.value = deliveries_frame(self.view.deliveries())
+        self._firing.value = pd.DataFrame([(r, s, self.clock.when(t)) for r, s, t in firing], columns=["rule", "stream", "since"])
+        self._sent.value = pd.DataFrame([{**{k: n.get(k) for k in ("rule", "status", "stream", "count", "text")},
+                                          "time": self.clock.when(n["time"])} for n in self.view.notices()[:200]],
+                                        columns=["time", "rule", "status", "stream", "count", "text"])
+        self._deliveries.value = deliveries_frame(self.view.deliveries(), self.clock)
         names = [r.name for r in rules]
         self.param.rule.objects = names
         if self.rule not in names and names:

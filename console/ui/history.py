@@ -14,8 +14,10 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category20
 from bokeh.plotting import figure
 
+from console.domain.display import count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.live_model import REASONS
+from console.ui.formatting import Clocked, outside, shown
 
 # One color per reason, the ten strong ones first: the same on Live and History.
 REASON_COLORS = (Category20[20][::2] + Category20[20][1::2])[:len(REASONS)]
@@ -74,7 +76,7 @@ def last_week() -> tuple[date, date]:
     return today - timedelta(days=6), today
 
 
-class HistoryPage(pn.viewable.Viewer):
+class HistoryPage(Clocked, pn.viewable.Viewer):
     """`page.dates = (first, last)` in a notebook redraws it, as picking the dates does."""
 
     history = param.Parameter(doc="The history queries (console.storage.history.Reader); None when there are none",
@@ -96,11 +98,12 @@ class HistoryPage(pn.viewable.Viewer):
                       sizing_mode="stretch_width", toolbar_location=None)
         bars.vbar_stack(list(REASONS), x="t", width=3_000_000, source=self._bars, color=list(REASON_COLORS),
                         legend_label=list(REASONS))
-        bars.legend.location = "top_left"
+        outside(bars)
         gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None)
         gaps.line("t", "gaps", source=self._gaps, color="orange", legend_label="gaps")
         gaps.line("t", "lost", source=self._gaps, color="red", legend_label="lost messages")
+        outside(gaps)
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._streams = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
         self._outcomes = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
@@ -146,17 +149,17 @@ class HistoryPage(pn.viewable.Viewer):
         with pn.io.hold():
             self._bars.data = hourly_bars(by_hour, start, end)
             self._gaps.data = gap_lines(gaps, start, end)
-            self._streams.value = self._shown["abandonments_by_stream"]
-            self._outcomes.value = self._shown["fast_outcomes"]
-            self._stats.value = stats
-            lost = self._shown["abandoned_batches"].copy()
+            self._streams.value = shown(self._shown["abandonments_by_stream"], self.clock)
+            self._outcomes.value = shown(self._shown["fast_outcomes"], self.clock)
+            self._stats.value = shown(stats, self.clock, durations=("mean_seconds",))
+            lost = shown(self._shown["abandoned_batches"], self.clock)
             lost["investigate"] = [incident_link(b) for b in lost["batch_id"]]
             lost["stream"] = [stream_cell(s) for s in lost["stream"]]
             self._lost.value = lost
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
-            self.summary = (f"{total} abandoned batches, {int(gaps['gaps'].sum()) if len(gaps) else 0} gaps "
-                                    f"({lost_msgs} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}")
+            self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "
+                            f"({count(lost_msgs)} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}")
 
     @param.depends("dates", watch=True)
     def _on_dates(self) -> None:

@@ -11,23 +11,25 @@ import pandas as pd
 import panel as pn
 import param
 
+from console.domain.display import Clock
 from console.domain.incident import Incident, describe, incident_report, timeline
+from console.ui.formatting import Clocked
 from console.ui.history import stream_cell
 
 Finder = Callable[[str], Awaitable[Incident | None]]
 
 
-def timeline_frame(incident: Incident) -> pd.DataFrame:
-    rows = [{"time": t, "stream": s, "event": what} for t, s, what in timeline(incident)]
-    return pd.DataFrame(rows, columns=["time", "stream", "event"]).astype(
-        {"time": "datetime64[ns, UTC]", "stream": "object", "event": "object"})
+def timeline_frame(incident: Incident, clock: Clock = Clock()) -> pd.DataFrame:
+    """Oldest first, times to the millisecond in the clock's zone."""
+    rows = [{"time": clock.when(t, fraction=True), "stream": s, "event": what} for t, s, what in timeline(incident)]
+    return pd.DataFrame(rows, columns=["time", "stream", "event"], dtype=object)
 
 
 def report_filename(batch_id: str) -> str:
     return "incident-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", batch_id)[:64] or "batch") + ".md"
 
 
-class IncidentPage(pn.viewable.Viewer):
+class IncidentPage(Clocked, pn.viewable.Viewer):
     find = param.Callable(doc="async batch_id -> Incident | None (event log, live model, history)")
     replay_link = param.Callable(default=lambda incident: None, doc="Incident -> link into Replay, or None")
     batch_id = param.String(default="", doc="The batch shown")
@@ -73,11 +75,11 @@ class IncidentPage(pn.viewable.Viewer):
                ("nothing: atomic batches have no $FI traffic" if loss.kind.value == "atomic_abandoned" else "nothing"))
         self._summary.object = (
             f"<p><b>{e(describe(loss))}</b><br>stream <b>{stream_cell(loss.stream)}</b> · "
-            f"{loss.time:%Y-%m-%d %H:%M:%S.%f} UTC · event {e(loss.event_id)}"
+            f"{self.clock.when(loss.time, fraction=True)} · event {e(loss.event_id)}"
             + (f" · account {e(loss.account)}" if loss.account else "")
             + f"<br>{replay}</p><p><b>What the tap saw</b><br>{tap}</p>"
             f"<p>{len(incident.context)} context event(s) within {incident.around.total_seconds() / 60:g} min</p>")
-        self._timeline.value = timeline_frame(incident)
+        self._timeline.value = timeline_frame(incident, self.clock)
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
 

@@ -13,18 +13,20 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
+from console.domain.display import Clock, count, duration
 from console.domain.live_model import REASONS, LiveModel
+from console.ui.formatting import Clocked, outside
 from console.ui.history import REASON_COLORS, incident_link, stream_cell
 
 if TYPE_CHECKING:
     from console.broker.live_state import LiveState
-COLUMNS = {"time": "datetime64[ns, UTC]", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
+COLUMNS = {"time": "object", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
            "investigate": "object"}
 
 
-def recent_frame(model: LiveModel, limit: int = 100) -> pd.DataFrame:
+def recent_frame(model: LiveModel, limit: int = 100, clock: Clock = Clock()) -> pd.DataFrame:
     """Newest first; explicit dtypes so an empty frame streams like a full one."""
-    rows = [{"time": b.time, "stream": stream_cell(b.stream), "batch_id": b.batch_id or "",
+    rows = [{"time": clock.when(b.time), "stream": stream_cell(b.stream), "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
              "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in model.newest_first(limit)]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
@@ -71,11 +73,11 @@ def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
     return lines, marks
 
 
-def notices_html(model: LiveModel) -> str:
+def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
     """What is not a counted loss but an operator must see: open atomic batches dropped unseen,
     fast batches refused for too many in flight, losses retracted. Escaped: it comes from the wire."""
     e = html.escape
-    items = [f"<li><b>{w.time:%H:%M:%S}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
+    items = [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
              for w in reversed(model.warnings)]
     if model.rejected:
         refused = ", ".join(f"{stream_cell(s)} {n}" for s, n in model.rejected.most_common(10))
@@ -98,13 +100,13 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
     parts = [
         f"NATS {connection}",
         collector,
-        "no events yet" if fresh is None else f"last event {fresh.total_seconds():.0f}s ago",
-        f"inputs rejected {status.rejected_total if status else 0}",
+        "no events yet" if fresh is None else f"last event {duration(fresh)} ago",
+        f"inputs rejected {count(status.rejected_total if status else 0)}",
     ]
     if alerts_firing:
-        parts.append(f"ALERTS FIRING {alerts_firing} (see Alerts)")
+        parts.append(f"ALERTS FIRING {count(alerts_firing)} (see Alerts)")
     if skipped:
-        parts.append(f"event-log records skipped {skipped} (malformed or not signed)")
+        parts.append(f"event-log records skipped {count(skipped)} (malformed or not signed)")
     if status and (starved := (status.cpu or {}).get("left_idle_starved")):
         parts.append(f"collector starved of CPU {starved}x (host saturated)")
     if problem:
@@ -112,7 +114,7 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
     return " · ".join(parts)
 
 
-class LivePage(pn.viewable.Viewer):
+class LivePage(Clocked, pn.viewable.Viewer):
     """Counters by reason (5 min / 1 h), recent lost batches newest first, a status bar."""
 
     model = param.ClassSelector(class_=LiveModel, doc="The process's live model, shared by sessions")
@@ -130,7 +132,7 @@ class LivePage(pn.viewable.Viewer):
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
         self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(
-            recent_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width",
+            recent_frame(self.model, clock=self.clock), disabled=True, show_index=False, sizing_mode="stretch_width",
             height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
         )
         self._active = pn.widgets.Tabulator(
@@ -142,7 +144,7 @@ class LivePage(pn.viewable.Viewer):
                       sizing_mode="stretch_width", toolbar_location=None)
         bars.vbar_stack(list(REASONS), x="t", width=INTERVAL.total_seconds() * 900, source=self._bars,
                         color=list(REASON_COLORS), legend_label=list(REASONS))
-        bars.legend.location = "top_left"
+        outside(bars)
         lines, marks = flow_data(self.model)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
         flows = figure(title="Flow of active fast batches (x: gaps)", x_axis_type="datetime", height=260,
@@ -176,10 +178,10 @@ class LivePage(pn.viewable.Viewer):
             self._version = self.model.version
             five = self.model.counts_by_reason(now, timedelta(minutes=5))
             hour = self.model.counts_by_reason(now, timedelta(hours=1))
-            cells = " | ".join(f"**{r}** {five.get(r, 0)} / {hour.get(r, 0)}" for r in (*REASONS, "other") if hour.get(r))
+            cells = " | ".join(f"**{r}** {count(five.get(r, 0))} / {count(hour.get(r, 0))}" for r in (*REASONS, "other") if hour.get(r))
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
-            self._notices.object = notices_html(self.model)
-            self._table.value = recent_frame(self.model)
+            self._notices.object = notices_html(self.model, self.clock)
+            self._table.value = recent_frame(self.model, clock=self.clock)
             self._active.value = active_frame(self.model)
             self._bars.data = interval_data(self.model, now)
             self._lines.data, self._marks.data = flow_data(self.model)

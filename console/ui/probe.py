@@ -12,6 +12,7 @@ import param
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
 from console.probe import ProbeOptions, ProbeReport
+from console.ui.formatting import Clocked
 
 Runner = Callable[[ProbeOptions, Callable[[int], None]], Awaitable[ProbeReport]]
 
@@ -35,7 +36,10 @@ def report_markdown(report: ProbeReport) -> str:
     return "\n".join(lines)
 
 
-class ProbePage(pn.viewable.Viewer):
+ABANDON = "abandon the last atomic batch"
+
+
+class ProbePage(Clocked, pn.viewable.Viewer):
     run = param.Callable(doc="async (ProbeOptions, progress) -> ProbeReport, on the shared connection")
 
     def __init__(self, **params):
@@ -49,7 +53,7 @@ class ProbePage(pn.viewable.Viewer):
         self._flow = pn.widgets.IntInput(label="fast: flow", value=10, start=1, end=500)
         self._gap_mode = pn.widgets.Select(label="fast: gap mode", options=[m.value for m in GapMode], value="fail")
         self._skip = pn.widgets.IntInput(label="inject a gap at seq (0: none)", value=0, start=0)
-        self._abandon = pn.widgets.Checkbox(label="abandon the last atomic batch")
+        self._abandon = pn.widgets.CheckBoxGroup(options=[ABANDON])  # a lone Checkbox has no accessible name
         self._start = pn.widgets.Button(label="Publish probe", button_type="primary")
         self._status = pn.pane.Markdown("")
         self._start.on_click(self._on_start)
@@ -63,7 +67,7 @@ class ProbePage(pn.viewable.Viewer):
                 kind=self._kind.value, stream=self._stream.value.strip(), subject=self._subject.value.strip(),
                 count=self._count.value, batch_size=self._batch_size.value, flow=self._flow.value,
                 gap_mode=GapMode(self._gap_mode.value), skip_seq=self._skip.value or None,
-                abandon=self._abandon.value)
+                abandon=ABANDON in self._abandon.value)
         except (ValueError, ConsoleError) as e:
             self._status.object = f"**Not a valid probe:** {html.escape(str(e))}"
             return

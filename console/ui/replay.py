@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 import panel as pn
 import param
 
+from console.domain.display import Clock
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
+from console.ui.formatting import Clocked
 
 if TYPE_CHECKING:
     from console.broker.pull import ConsumerReader
@@ -24,7 +26,7 @@ ACK_LABELS = {Ack.ACK: "Ack", Ack.NAK: "Nak", Ack.TERM: "Term", Ack.IN_PROGRESS:
 BATCH_STYLE = "background:#fff3bf;font-weight:600"
 
 
-def message_html(m: StoredMessage) -> str:
+def message_html(m: StoredMessage, clock: Clock = Clock()) -> str:
     """One message, every part of it escaped; batch headers highlighted."""
     e = html.escape
     rows = "".join(f'<tr style="{BATCH_STYLE if k in BATCH_HEADERS else ""}"><td>{e(k)}</td><td>{e(v)}</td></tr>'
@@ -32,7 +34,7 @@ def message_html(m: StoredMessage) -> str:
     p = preview(m.payload)
     about = f"{p.kind}, {p.size} bytes" + (f", first {PREVIEW_BYTES} shown" if p.truncated else "")
     batch = f' · batch <b>{e(m.batch_id)}</b> #{m.batch_seq}' if m.batch_id else ""
-    return (f'<div><b>stream seq {m.stream_seq}</b> · {e(m.subject)} · {m.time:%Y-%m-%d %H:%M:%S.%f} UTC'
+    return (f'<div><b>stream seq {m.stream_seq}</b> · {e(m.subject)} · {clock.when(m.time, fraction=True)}'
             f' · delivered {m.delivered}{batch}'
             + (f"<table>{rows}</table>" if rows else "")
             + f'<div style="color:#666">payload: {about}</div><pre style="white-space:pre-wrap">{p.text}</pre></div>')
@@ -45,7 +47,7 @@ def parse_start_time(text: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-class ReplayPage(pn.viewable.Viewer):
+class ReplayPage(Clocked, pn.viewable.Viewer):
     """Every choice is a param, so a notebook drives the page as a person does:
     `page.stream = "ORDERS"; result = await page.fetch()`."""
 
@@ -191,7 +193,7 @@ class ReplayPage(pn.viewable.Viewer):
         self._messages.objects = [self._card(reader if acks else None, m) for m in messages[:MAX_SHOWN]]
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage):
-        body = pn.pane.HTML(message_html(message), sizing_mode="stretch_width")
+        body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")
         if reader is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
         outcome = pn.pane.Markdown("")

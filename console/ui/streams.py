@@ -10,6 +10,8 @@ import param
 
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
+from console.ui.controls import checkbox
+from console.ui.formatting import Clocked
 
 COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
 
@@ -34,7 +36,7 @@ def review(before: StreamBatchSettings, after: StreamBatchSettings, api_level: i
     return "\n".join(lines)
 
 
-class StreamsPage(pn.viewable.Viewer):
+class StreamsPage(Clocked, pn.viewable.Viewer):
     """The proposed settings are params: `page.stream = "ORDERS"; page.allow_batched = True;
     await page.apply()` in a notebook does what the form does."""
 
@@ -59,8 +61,7 @@ class StreamsPage(pn.viewable.Viewer):
         self._apply.on_click(self._on_apply)
         w = pn.widgets
         editor = pn.Column(pn.pane.Markdown("### Batch settings"), w.Select.from_param(self.param.stream, name="stream"),
-                           w.Checkbox.from_param(self.param.allow_atomic, name="allow_atomic"),
-                           w.Checkbox.from_param(self.param.allow_batched, name="allow_batched"),
+                           checkbox(self, "allow_atomic"), checkbox(self, "allow_batched"),
                            w.Select.from_param(self.param.persist_mode, name="persist_mode"),
                            pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.result),
                            width=420)

@@ -50,7 +50,7 @@ def test_a_firing_rule_with_a_receiver_down_shows_its_failed_deliveries_and_is_m
         page.screenshot(path=screenshots / "alerts.png", full_page=True)
 
         page.goto(web_url)
-        expect(page.get_by_text("ALERTS FIRING 1", exact=False)).to_be_visible(timeout=15_000)
+        expect(page.get_by_text("1 alert firing", exact=True)).to_be_visible(timeout=15_000)
 
         page.goto(read_only_url + "alerts")
         expect(page.get_by_role("row", name=rule_row("FIRING"))).to_be_visible(timeout=30_000)

@@ -42,6 +42,9 @@ def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(conso
     timeline = page.get_by_role("row")
     expect(timeline.filter(has_text="stream_action")).not_to_have_count(0)  # the probe created UI_INC
     expect(timeline.filter(has_text=second)).to_be_visible()  # another abandonment on the same stream
+    loss_row = timeline.filter(has_text=f"▶ ").first
+    expect(loss_row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"))
+    expect(page.get_by_text(re.compile(r"\b\d{13}(\.\d+)?\b"))).to_have_count(0)  # no epoch milliseconds anywhere
     expect(page.get_by_role("link", name="the stream's messages in this window (Replay)")).to_be_visible()
     with page.expect_download() as download:
         page.get_by_role("button", name="Download report (Markdown)").click()
@@ -56,7 +59,7 @@ def test_a_probe_started_from_the_page_shows_up_on_live(console, page, screensho
     page.goto(web_url + "probe")
     page.get_by_label("stream (created allowing both kinds when missing)").fill("UI_PROBE")
     page.get_by_label("subject").fill("ui.probe")
-    page.get_by_role("checkbox").check()  # "abandon the last atomic batch": Bokeh gives it no accessible name
+    page.get_by_role("checkbox", name="abandon the last atomic batch").check()
     page.get_by_role("button", name="Publish probe").click()
     abandoned = page.get_by_text("abandoned batch", exact=False).first
     expect(abandoned).to_be_visible(timeout=30_000)

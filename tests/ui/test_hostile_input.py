@@ -90,7 +90,7 @@ def rejected_on_live(page) -> int:
 
 def test_after_every_hostile_input_real_losses_reach_the_log_live_and_sqlite(hostile, page):
     page.goto(hostile.web_url)
-    expect(page.get_by_text("collector alive")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("collector alive", exact=True)).to_be_visible(timeout=30_000)
     sent = json.loads(client(hostile.url, "inputs"))
     client(hostile.url, "flood-advisories")
     real = json.loads(client(hostile.url, "real"))
@@ -99,7 +99,7 @@ def test_after_every_hostile_input_real_losses_reach_the_log_live_and_sqlite(hos
         expect(page.get_by_role("row").filter(has_text=batch_id)).to_be_visible(timeout=30_000)
     poll_until(lambda: rejected_on_live(page) >= sent["malformed"], 30, "the status does not count the rejected inputs")
     expect(page.get_by_text(re.compile(r"event-log records skipped \d+"))).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("collector alive")).to_be_visible()
+    expect(page.get_by_text("collector alive", exact=True)).to_be_visible()
     assert hostile.collector.poll() is None
     assert "fast_gap" in hostile.events_of(real["fast"]) and "atomic_abandoned" in hostile.events_of(real["atomic"])
 
@@ -126,11 +126,11 @@ def test_a_poisoned_advisory_pending_at_restart_does_not_stop_the_collector(host
     client(hostile.url, "poison")  # waits in the advisory stream for the next collector
     forged = subprocess.Popen([sys.executable, CLIENT, hostile.url, "forged-status"])
     try:
-        expect(page.get_by_text("collector SILENT")).to_be_visible(timeout=60_000)  # forged statuses do not count
+        expect(page.get_by_text("collector silent", exact=True)).to_be_visible(timeout=60_000)  # forged statuses do not count
     finally:
         forged.wait(timeout=60)
     hostile.restart_collector()
     real = json.loads(client(hostile.url, "real"))
     expect(page.get_by_role("row").filter(has_text=real["atomic"])).to_be_visible(timeout=60_000)
-    expect(page.get_by_text("collector alive")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("collector alive", exact=True)).to_be_visible(timeout=30_000)
     assert hostile.collector.poll() is None

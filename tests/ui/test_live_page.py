@@ -13,7 +13,7 @@ def test_an_abandoned_batch_appears_in_the_live_table(console, page, screenshots
     report = probe(nats_url, "atomic", "--count", "4", "--batch-size", "2", "--abandon", "--stream", "UI_LIVE", "--subject", "ui.live")
     batch_id = report["abandoned_batch"]
     expect(page.get_by_text(batch_id)).to_be_visible(timeout=30_000)  # the server abandons it after 1 s
-    expect(page.get_by_text("collector alive")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("collector alive", exact=True)).to_be_visible(timeout=30_000)
     page.screenshot(path=screenshots / "live.png", full_page=True)
 
 

@@ -35,16 +35,16 @@ def test_the_page_shows_the_drop_and_follows_events_after_the_server_returns(tmp
     try:
         wait_http(f"http://127.0.0.1:{web_port}/", procs[-1], tmp_path / "web.log")
         page.goto(f"http://127.0.0.1:{web_port}/")
-        expect(page.get_by_text("NATS connected")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("NATS connected", exact=True)).to_be_visible(timeout=30_000)
 
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=20)
-        expect(page.get_by_text("NATS reconnecting")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("NATS reconnecting", exact=True)).to_be_visible(timeout=30_000)
 
         offset = len(nats_log.read_text())
         server = start(server_args, nats_log)  # same port, same store
         nats_ready(nats_log, server, offset)
-        expect(page.get_by_text("NATS connected")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("NATS connected", exact=True)).to_be_visible(timeout=30_000)
         report = probe(url, "atomic", "--count", "2", "--batch-size", "2", "--abandon",
                        "--stream", "UI_BACK", "--subject", "ui.back")
         expect(page.get_by_text(report["abandoned_batch"])).to_be_visible(timeout=30_000)

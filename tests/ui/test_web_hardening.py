@@ -34,7 +34,7 @@ def test_ipv6_loopback_serves_live_pages_and_a_corrupt_database_only_empties_his
     with serving(nats_url, tmp_path, address="::1") as (host, port, log):
         page.goto(f"http://{host}:{port}/")
         expect(page.get_by_text("Lost batches, live")).to_be_visible(timeout=30_000)
-        expect(page.get_by_text("NATS connected")).to_be_visible(timeout=30_000)  # the websocket is up
+        expect(page.get_by_text("NATS connected", exact=True)).to_be_visible(timeout=30_000)  # the websocket is up
         page.goto(f"http://{host}:{port}/history")
         expect(page.get_by_text("History unavailable")).to_be_visible(timeout=30_000)
         assert "Live, Streams and Replay go on" in log.read_text()

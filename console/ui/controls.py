@@ -1,0 +1,16 @@
+"""Controls a screen reader (and a test's get_by_role) finds by name. Bokeh's lone Checkbox puts no
+label on its input; a one-option CheckBoxGroup wraps the input in its label."""
+
+from __future__ import annotations
+
+import panel as pn
+import param
+
+
+def checkbox(owner: param.Parameterized, name: str, label: str | None = None) -> pn.widgets.CheckBoxGroup:
+    """A named checkbox tied both ways to the boolean param `name` of `owner`."""
+    label = label or name
+    box = pn.widgets.CheckBoxGroup(options=[label], value=[label] if getattr(owner, name) else [])
+    box.param.watch(lambda e: setattr(owner, name, label in e.new), "value")
+    owner.param.watch(lambda e: setattr(box, "value", [label] if e.new else []), name)
+    return box

@@ -1,0 +1,42 @@
+"""What tables show: times as the session's clock writes them (never a raw epoch), seconds as
+durations, counts with separators (kept numeric, so columns still sort as numbers)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import param
+
+from console.domain.display import Clock, duration
+
+COUNT = {"type": "money", "thousand": ",", "decimal": ".", "precision": 0, "symbol": ""}
+
+
+class Clocked(param.Parameterized):
+    """A page that writes times: in UTC, or in the reader's zone (the frame's switch sets it)."""
+
+    clock = param.ClassSelector(class_=Clock, default=Clock(), doc="How times are written", precedence=-1)
+
+
+def shown(frame: pd.DataFrame, clock: Clock, durations: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A copy for the eye: every time column as text in the clock's zone, the named columns of
+    seconds as durations."""
+    out = frame.copy()
+    for column in out.columns:
+        if pd.api.types.is_datetime64_any_dtype(out[column]):
+            out[column] = [clock.when(t.to_pydatetime()) if not pd.isna(t) else "" for t in out[column]]
+        elif column in durations:
+            out[column] = [duration(v) if not pd.isna(v) else "" for v in out[column]]
+    return out
+
+
+def count_formatters(frame: pd.DataFrame, skip: tuple[str, ...] = ()) -> dict:
+    """Tabulator formatters that write the integer columns with separators."""
+    return {c: COUNT for c in frame.columns if c not in skip and pd.api.types.is_integer_dtype(frame[c])}
+
+
+def outside(plot) -> None:
+    """The legend beside the plot area, never over the data."""
+    legend = plot.legend[0]
+    plot.add_layout(legend, "right")
+    legend.click_policy = "hide"
+    legend.label_text_font_size = "11px"

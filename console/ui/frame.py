@@ -1,0 +1,117 @@
+"""The frame around every page of the web app: a header with the console's name, the navigation,
+the status as badges (NATS, collector, alerts firing) and two switches that persist in cookies:
+light/dark and UTC/local time. Everything is served by the app itself: no font, script or style
+sheet comes from anywhere else, so the console works on a machine with no way out."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import unquote
+
+import panel as pn
+
+from console.domain.display import Clock
+
+THEME_COOKIE = "bc_theme"
+ZONE_COOKIE = "bc_zone"
+YEAR = 365 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Badge:
+    label: str
+    level: str  # ok | warn | bad | info
+
+
+@dataclass(frozen=True)
+class Prefs:
+    """What the reader chose, read from cookies (hostile: anything odd is the default)."""
+
+    dark: bool = False
+    clock: Clock = Clock()
+
+    @classmethod
+    def from_cookies(cls, cookies: dict) -> Prefs:
+        zone = cookies.get(ZONE_COOKIE) or ""
+        return cls(dark=cookies.get(THEME_COOKIE) == "dark", clock=Clock.named(unquote(zone)[:100]))
+
+    def apply(self) -> None:
+        """For this session, before its page is made (components take the theme they are made in)."""
+        if self.dark:
+            pn.config.theme = "dark"
+            pn.state.curdoc.theme = "dark_minimal"
+
+
+CSS = """
+:host { --bc-bg: #f6f7f9; --bc-fg: #1d2330; --bc-head: #1f3b5a; --bc-head-fg: #ffffff; --bc-link: #cfe3ff;
+        --bc-ok: #2b8a3e; --bc-warn: #e67700; --bc-bad: #c92a2a; --bc-info: #5c6b80; }
+:host(.dark) { --bc-head: #0b1624; --bc-link: #9cc3f5; }
+header.bc { display: flex; flex-wrap: wrap; align-items: center; gap: .4rem 1.2rem; padding: .55rem 1rem;
+            background: var(--bc-head); color: var(--bc-head-fg); border-radius: 6px;
+            font-size: clamp(14px, 0.55vw + 10px, 26px); }
+header.bc .name { font-weight: 700; font-size: 1.15em; letter-spacing: .01em; }
+header.bc nav { display: flex; flex-wrap: wrap; gap: .2rem .9rem; }
+header.bc nav a { color: var(--bc-link); text-decoration: none; padding: .1rem .2rem; border-bottom: 2px solid transparent; }
+header.bc nav a[aria-current="page"] { color: var(--bc-head-fg); border-bottom-color: var(--bc-head-fg); }
+header.bc .badges { display: flex; flex-wrap: wrap; gap: .35rem; margin-left: auto; }
+header.bc .badge { padding: .12rem .55rem; border-radius: 999px; font-size: .85em; font-weight: 600; color: #fff; }
+header.bc .badge.ok { background: var(--bc-ok); } header.bc .badge.warn { background: var(--bc-warn); }
+header.bc .badge.bad { background: var(--bc-bad); } header.bc .badge.info { background: var(--bc-info); }
+header.bc button { font: inherit; font-size: .85em; background: transparent; color: var(--bc-head-fg);
+                   border: 1px solid var(--bc-link); border-radius: 4px; padding: .1rem .5rem; cursor: pointer; }
+"""
+
+
+DARK_TABLE_LINKS = ".tabulator-cell a { color: #9cc3f5; }"
+
+
+def _switch_script(cookie: str, value_js: str) -> str:
+    return (f"document.cookie='{cookie}='+encodeURIComponent({value_js})+'; path=/; max-age={YEAR}; samesite=strict';"
+            "location.reload()")
+
+
+def badges_html(badges: list[Badge]) -> str:
+    return "".join(f'<span class="badge {b.level}" role="status">{html.escape(b.label)}</span>' for b in badges)
+
+
+def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: Prefs) -> str:
+    here = ' aria-current="page"'
+    links = "".join(f'<a href="{html.escape(path)}"{here if path == current else ""}>{html.escape(name)}</a>'
+                    for path, name in nav.items())
+    theme_to = "light" if prefs.dark else "dark"
+    zone_to = ("'UTC'" if not prefs.clock.is_utc else "Intl.DateTimeFormat().resolvedOptions().timeZone")
+    zone_label = "Times: UTC" if prefs.clock.is_utc else f"Times: {html.escape(prefs.clock.label)}"
+    return (
+        f'<header class="bc" role="banner"><span class="name">JetStream Batch Console</span>'
+        f'<nav aria-label="pages">{links}</nav><span class="badges">{badges_html(badges)}</span>'
+        f'<button type="button" aria-label="switch to {theme_to} theme" '
+        f'onclick="{html.escape(_switch_script(THEME_COOKIE, repr(theme_to)))}">{"Light" if prefs.dark else "Dark"}</button>'
+        f'<button type="button" aria-label="switch times to {"local time" if prefs.clock.is_utc else "UTC"}" '
+        f'onclick="{html.escape(_switch_script(ZONE_COOKIE, zone_to))}">{zone_label}</button></header>'
+    )
+
+
+class Frame(pn.viewable.Viewer):
+    """A page in the frame; `refresh()` redraws the badges (the web app calls it every few seconds)."""
+
+    def __init__(self, page, nav: dict[str, str], current: str, badges: Callable[[], list[Badge]], prefs: Prefs):
+        super().__init__()
+        self.badges, self.nav, self.current, self.prefs = badges, nav, current, prefs
+        self._header = pn.pane.HTML(self._html(), sizing_mode="stretch_width", stylesheets=[CSS],
+                                    css_classes=["dark"] if prefs.dark else [])
+        if prefs.dark:
+            for table in pn.Column(page).select(pn.widgets.Tabulator):
+                table.theme = "midnight"
+                table.stylesheets = [*table.stylesheets, DARK_TABLE_LINKS]
+        self._layout = pn.Column(self._header, page, sizing_mode="stretch_width")
+
+    def _html(self) -> str:
+        return header_html(self.nav, self.current, self.badges(), self.prefs)
+
+    def refresh(self) -> None:
+        self._header.object = self._html()
+
+    def __panel__(self):
+        return self._layout

@@ -1,0 +1,40 @@
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+
+from console.domain.display import Clock, count, duration, size
+from console.ui.formatting import shown
+
+T = datetime(2026, 11, 21, 22, 14, 32, 655_577, tzinfo=timezone.utc)
+
+
+def test_times_are_dates_in_utc_or_the_readers_zone_never_an_epoch():
+    assert Clock().when(T) == "2026-11-21 22:14:32 UTC"
+    assert Clock().when(T, fraction=True) == "2026-11-21 22:14:32.655 UTC"
+    assert Clock().when(T.replace(tzinfo=None)) == "2026-11-21 22:14:32 UTC"  # naive means UTC
+    paris = Clock.named("Europe/Paris")
+    assert paris.when(T) == "2026-11-21 23:14:32 CET" and paris.label == "Europe/Paris"
+    assert Clock().when(None) == ""
+
+
+def test_a_zone_name_from_a_cookie_is_hostile_and_anything_odd_is_utc():
+    for name in ("", "UTC", "../../etc/passwd", "Nope/Zone", "Europe/Paris\x00", "A" * 300, "/etc/localtime"):
+        assert Clock.named(name).is_utc, name
+
+
+def test_durations_read_at_a_glance():
+    assert [duration(s) for s in (0.85, 3.24, 45, 245, 3900, 90_000)] == [
+        "850 ms", "3.2 s", "45 s", "4 min", "1 h 5 min", "1 d 1 h"]
+    assert duration(timedelta(minutes=4)) == "4 min" and duration(None) == "" and duration(float("nan")) == ""
+
+
+def test_counts_and_sizes_have_separators_and_units():
+    assert (count(1234567), count(12.5), count(None)) == ("1,234,567", "12.5", "")
+    assert (size(512), size(1536), size(20 * 2**20)) == ("512 B", "1.5 KiB", "20.0 MiB")
+
+
+def test_a_table_for_the_eye_writes_times_and_durations_and_keeps_the_rest():
+    frame = pd.DataFrame({"time": pd.to_datetime([T]), "mean_seconds": [245.0], "batches": [12345]})
+    out = shown(frame, Clock(), durations=("mean_seconds",))
+    assert out.to_dict("records") == [{"time": "2026-11-21 22:14:32 UTC", "mean_seconds": "4 min", "batches": 12345}]
+    assert frame["time"].dtype.kind == "M"  # the frame given (the CSV's) is left as it was
