@@ -89,12 +89,14 @@ def cmd_server(settings: Settings) -> int:
     if e.nats_nodes > 1:
         ports = [e.nats_port + i if e.nats_port else 0 for i in range(e.nats_nodes)]
         server = EmbeddedCluster(store, e.nats_nodes, host=e.nats_host, ports=ports, batch_limits=limits)
-        where = f"{e.nats_nodes} nodes, stores {store}/n*"
     else:
         server = EmbeddedServer(store, host=e.nats_host, port=e.nats_port, batch_limits=limits)
-        where = f"monitor {server.monitor_url}, store {store}"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
+    if e.nats_nodes > 1:
+        where = f"{e.nats_nodes} nodes, stores {store}/n*"
+    else:  # its monitor port is known once it runs
+        where = f"monitor {server.monitor_url}, store {store}"
     try:
         print(f"nats-server ready on {server.url} ({where})", flush=True)
         print(f"try: batch-console probe fast --server {server.url} --json", flush=True)

@@ -30,7 +30,7 @@ def live(runtime: Runtime, **params) -> LivePage:
 
 
 def streams(runtime: Runtime, **params) -> StreamsPage:
-    return StreamsPage(admin=runtime.admin, **params)
+    return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, **params)
 
 
 def replay(runtime: Runtime, **params) -> ReplayPage:

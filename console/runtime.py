@@ -6,6 +6,7 @@ console a runtime plus page factories (console.pages), and each CLI command open
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from console.alerting.view import AlertsView
@@ -13,6 +14,8 @@ from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, connect
 from console.broker.live_state import LiveState
 from console.config import EventLogSettings, Settings, load
+from console.broker.server_info import varz_from_monitor, varz_from_system_account
+from console.domain.batch_limits import BatchLimits
 from console.domain.incident import Incident
 from console.investigate import find_incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
@@ -21,6 +24,7 @@ from console.storage.history import Reader
 from console.storage.sqlite import open_db_for_reading
 
 log = logging.getLogger(__name__)
+LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
 
 
 class Runtime:
@@ -33,6 +37,7 @@ class Runtime:
         self._live: LiveState | None = None
         self._history: tuple[Reader | None, str | None] | None = None
         self._alerts: AlertsView | None = None
+        self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
@@ -93,6 +98,31 @@ class Runtime:
         if self._alerts is None:
             self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules, self.settings.data.db_path)
         return self._alerts
+
+    async def batch_limits(self) -> tuple[BatchLimits, str]:
+        """The server's effective batch limits and where they were read; the defaults (and why) when
+        neither the system account nor a monitor URL answers. Read again after a minute."""
+        now = time.monotonic()
+        if self._limits is not None and now - self._limits[0] < LIMITS_FOR:
+            return self._limits[1]
+        sources = []
+        if self.system_nc is not None:
+            sources.append(("the system account's /varz", lambda: varz_from_system_account(self.system_nc)))
+        if url := self.settings.connection.monitor_url:
+            sources.append((f"{url}/varz", lambda: varz_from_monitor(url)))
+        found = None
+        for name, fetch in sources:
+            try:
+                found = (BatchLimits.from_varz(await fetch()), f"read from {name}")
+                break
+            except Exception as e:  # not reachable, not allowed: the next one, else the defaults
+                log.info("batch limits not read from %s: %r", name, e)
+        if found is None:
+            found = (BatchLimits.from_varz({}), "the server's defaults, assumed: give --monitor-url or a system "
+                     "account to read the real ones" if not sources else "the server's defaults, assumed: /varz "
+                     "did not answer")
+        self._limits = (now, found)
+        return found
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)

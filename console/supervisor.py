@@ -99,8 +99,12 @@ class Supervisor:
 
     def start(self) -> None:
         if self.embedded:
-            url = self._wait_for_server(self._part("nats", ["server"]))
+            nats = self._part("nats", ["server"])
+            url = self._wait_for_server(nats)
             self._env[env_name(ConnectionSettings, "servers")] = url
+            monitor = re.search(r"monitor (http://\S+?),", nats.log_path.read_text(errors="replace"))
+            if monitor and "connection.monitor_url" not in self.settings.given:  # the server's limits, for every part
+                self._env[env_name(ConnectionSettings, "monitor_url")] = monitor.group(1)
         url = self._env[env_name(ConnectionSettings, "servers")]
         self._part("collector", ["collect"])
         self._part("web", ["serve"])

@@ -37,8 +37,9 @@ class StreamAdmin:
         return ServerInfo(f"{v.major}.{v.minor}.{v.patch}" if v else None, info.api.level if info.api else None)
 
     async def streams(self) -> list[StreamBatchSettings]:
-        return sorted((StreamBatchSettings.from_config(s.config.as_dict()) for s in await self.js.streams_info()),
-                      key=lambda s: s.name)
+        found = [StreamBatchSettings.from_config(s.config.as_dict()).with_changes(consumers=s.state.consumer_count)
+                 for s in await self.js.streams_info()]
+        return sorted(found, key=lambda s: s.name)
 
     async def consumers(self, stream: str) -> list[PullConsumer]:
         """The stream's durable pull consumers (push consumers cannot be fetched from)."""

@@ -20,6 +20,10 @@ class StreamBatchSettings:
     is_mirror: bool = False
     sources: int = 0
     required_api_level: int | None = None  # from the stream's metadata, as the server recorded it
+    retention: str = "limits"  # limits | interest | workqueue
+    max_age: float = 0.0  # seconds; 0: no limit
+    allow_msg_ttl: bool = False
+    consumers: int | None = None  # from the stream's state, where known
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> StreamBatchSettings:
@@ -35,10 +39,18 @@ class StreamBatchSettings:
             is_mirror=config.get("mirror") is not None,
             sources=len(config.get("sources") or ()),
             required_api_level=int(level) if isinstance(level, str) and level.isdigit() else None,
+            retention=str(getattr(config.get("retention"), "value", config.get("retention")) or "limits"),
+            max_age=_seconds(config.get("max_age")),
+            allow_msg_ttl=bool(config.get("allow_msg_ttl")),
         )
 
     def with_changes(self, **changes: Any) -> StreamBatchSettings:
         return replace(self, **changes)
+
+
+def _seconds(nanos: Any) -> float:
+    """A duration of the API (nanoseconds) in seconds; 0 for none."""
+    return nanos / 1e9 if isinstance(nanos, (int, float)) and nanos > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
 from console.ui.controls import checkbox
@@ -24,16 +25,22 @@ def streams_frame(streams: list[StreamBatchSettings]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS).astype({"name": "object", "persist_mode": "object"})
 
 
-def review(before: StreamBatchSettings, after: StreamBatchSettings, api_level: int | None) -> str:
-    """The diff and the rules the change breaks, as escaped Markdown."""
+def review(before: StreamBatchSettings, after: StreamBatchSettings, api_level: int | None,
+           limits: BatchLimits | None = None) -> str:
+    """The diff, the rules the change breaks and the risks the server allows, as escaped Markdown."""
     changes = diff_settings(before, after)
-    if not changes:
-        return "No change."
-    lines = [f"- `{k}`: {html.escape(str(a))} → {html.escape(str(b))}" for k, (a, b) in changes.items()]
+    lines = [f"- `{k}`: {html.escape(str(a))} → {html.escape(str(b))}" for k, (a, b) in changes.items()] or ["No change."]
     for rule in check_change(before, after, api_level):
         code = f" (server code {rule.err_code})" if rule.err_code else ""
         lines.append(f"- ⚠ **{rule.field}**: {html.escape(rule.message)}{code}")
+    lines += [f"- ⚠ {html.escape(risk)}" for risk in edit_risks(before, after, limits)]
     return "\n".join(lines)
+
+
+def limits_markdown(limits: BatchLimits, source: str) -> str:
+    rows = ["| limit | atomic | fast | set by |", "|---|---|---|---|"]
+    rows += [f"| {r['limit']} | {r['atomic']} | {r['fast']} | {html.escape(r['set by'])} |" for r in limits.rows()]
+    return f"### The server's batch limits\n{html.escape(source)}\n\n" + "\n".join(rows)
 
 
 class StreamsPage(Clocked, pn.viewable.Viewer):
@@ -41,6 +48,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     await page.apply()` in a notebook does what the form does."""
 
     admin = param.Parameter(doc="Reads and updates streams (a StreamAdmin; refuses in read-only mode)", precedence=-1)
+    limits = param.Callable(default=None, doc="async () -> (BatchLimits, where they were read)", precedence=-1)
     stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream edited")
     allow_atomic = param.Boolean(default=False, doc="Proposed allow_atomic")
     allow_batched = param.Boolean(default=False, doc="Proposed allow_batched")
@@ -52,7 +60,9 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         self._streams: dict[str, StreamBatchSettings] = {}
         self._api_level: int | None = None
+        self._limits: BatchLimits | None = None
         self._server = pn.pane.Markdown("")
+        self._limits_pane = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._table = pn.widgets.Tabulator(streams_frame([]), disabled=True, show_index=False,
                                            sizing_mode="stretch_width", height=300)
         self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.admin.read_only)
@@ -66,12 +76,16 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
                            pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.result),
                            width=420)
         self._layout = pn.Column(pn.pane.Markdown("## Streams"), self._server,
-                                 pn.Row(self._table, editor, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+                                 pn.Row(self._table, editor, sizing_mode="stretch_width"), self._limits_pane,
+                                 sizing_mode="stretch_width")
 
     async def reload(self) -> None:
         server = await self.admin.server()
         self._api_level = server.api_level
         self._server.object = f"Server {server.version or '?'}, JetStream API level {server.api_level or '?'}"
+        if self.limits is not None:
+            self._limits, source = await self.limits()
+            self._limits_pane.object = limits_markdown(self._limits, source)
         streams = await self.admin.streams()
         self._streams = {s.name: s for s in streams}
         self._table.value = streams_frame(streams)
@@ -99,7 +113,8 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     @param.depends("allow_atomic", "allow_batched", "persist_mode", watch=True)
     def _on_edit(self) -> None:
         proposed = self._proposed()
-        self.review = "" if proposed is None else review(self._streams[proposed.name], proposed, self._api_level)
+        self.review = "" if proposed is None else review(self._streams[proposed.name], proposed, self._api_level,
+                                                        self._limits)
 
     async def apply(self) -> StreamBatchSettings | None:
         """Apply the proposed settings; the updated stream, or None (result says why)."""

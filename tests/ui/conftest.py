@@ -64,9 +64,11 @@ def console(tmp_path_factory):
         return re.search(r"nats://[\d.]+:\d+", server_log.read_text())
 
     nats_url = poll_until(started, 30, "the nats-server printed no URL", every=0.05).group(0)
+    monitor_url = re.search(r"monitor (http://\S+?),", server_log.read_text()).group(1)  # its limits, for Streams
     start(["collect", "--server", nats_url, "--data-dir", str(tmp)], "collector")  # the web's event key
     port = free_port()
-    web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp)], "web")
+    web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp),
+                          "--monitor-url", monitor_url], "web")
     web_url = f"http://127.0.0.1:{port}/"
     wait_http(web_url, web, web_log)
     ro_port = free_port()

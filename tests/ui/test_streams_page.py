@@ -10,11 +10,15 @@ def test_a_settings_edit_round_trips_and_a_refusal_shows_the_servers_code_and_te
     probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_EDIT", "--subject", "ui.edit")
     page.goto(web_url + "streams")
     expect(page.get_by_text("JetStream API level 5")).to_be_visible(timeout=30_000)
+    limits = page.get_by_role("row").filter(has_text="batch timeout (idle between two messages)")
+    expect(limits).to_contain_text("1.0 s", timeout=30_000)  # the test server's, read from its /varz
+    expect(limits).to_contain_text("jetstream.limits.batch.timeout (one setting for both kinds)")
     page.get_by_label("stream").select_option("UI_EDIT")
     batched = page.get_by_role("checkbox", name="allow_batched")
     expect(batched).to_be_checked()  # the probe creates its stream allowing both kinds
     batched.uncheck()
     expect(page.get_by_text("allow_batched: True → False")).to_be_visible()
+    expect(page.get_by_text("Switching allow_batched off drops every fast batch open on the stream")).to_be_visible()
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text("Applied to UI_EDIT.")).to_be_visible(timeout=15_000)
     row = page.get_by_role("row").filter(has_text="UI_EDIT")
