@@ -16,11 +16,13 @@ from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
 from console.ui.probe import ProbePage
 from console.ui.replay import ReplayPage
+from console.ui.stream import StreamPage
 from console.ui.streams import StreamsPage
 
 PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
          "/alerts": "Alerts", "/probe": "Probe"}
 CHANGES_THE_SERVER = ("/probe",)  # left out in read-only mode
+STREAM_PAGE = "/stream"  # ?name=S, linked from every stream name (not in the navigation: it needs a stream)
 
 
 def live(runtime: Runtime, **params) -> LivePage:
@@ -31,6 +33,12 @@ def live(runtime: Runtime, **params) -> LivePage:
 
 def streams(runtime: Runtime, **params) -> StreamsPage:
     return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, **params)
+
+
+def stream(runtime: Runtime, **params) -> StreamPage:
+    """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
+    return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, model=runtime.live.model,
+                      history=runtime.history, **params)
 
 
 def replay(runtime: Runtime, **params) -> ReplayPage:

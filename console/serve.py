@@ -59,7 +59,7 @@ class App:
         made = {"/": self.live_page, "/streams": self.streams_page, "/replay": self.replay_page,
                 "/history": self.history_page, "/incident": self.incident_page, "/alerts": self.alerts_page,
                 "/probe": self.probe_page}
-        return {path: made[path] for path in self._paths()}
+        return {**{path: made[path] for path in self._paths()}, pages.STREAM_PAGE: self.stream_page}
 
     def _paths(self) -> list[str]:
         return [p for p in pages.PAGES if not (self.read_only and p in pages.CHANGES_THE_SERVER)]
@@ -75,6 +75,14 @@ class App:
         page = pages.streams(self.runtime, clock=prefs.clock)
         pn.state.onload(page.reload)
         return self._frame(page, "/streams", prefs)
+
+    def stream_page(self):
+        prefs = _prefs()
+        page = pages.stream(self.runtime, clock=prefs.clock, name=_arg("name"))
+        pn.state.onload(page.reload)
+        timer = pn.state.add_periodic_callback(page.refresh, period=2000)
+        pn.state.on_session_destroyed(lambda _: timer.stop())
+        return self._frame(page, pages.STREAM_PAGE, prefs)
 
     def replay_page(self):
         prefs = _prefs()

@@ -23,6 +23,15 @@ class ServerInfo:
     api_level: int | None
 
 
+@dataclass(frozen=True)
+class StreamPlacement:
+    settings: StreamBatchSettings
+    leader: str | None  # None on a single server
+    replicas: tuple[tuple[str, bool, int], ...]  # (server, current, lag) of the followers
+    messages: int
+    bytes: int
+
+
 class StreamAdmin:
     """Reads and changes streams; in read-only mode every change is refused here, whatever calls it."""
 
@@ -40,6 +49,15 @@ class StreamAdmin:
         found = [StreamBatchSettings.from_config(s.config.as_dict()).with_changes(consumers=s.state.consumer_count)
                  for s in await self.js.streams_info()]
         return sorted(found, key=lambda s: s.name)
+
+    async def stream(self, name: str) -> StreamPlacement:
+        """One stream's batch settings, where it runs and how many messages it holds."""
+        info = await self.js.stream_info(name)
+        settings = StreamBatchSettings.from_config(info.config.as_dict()).with_changes(consumers=info.state.consumer_count)
+        cluster = info.cluster
+        replicas = tuple((r.name, bool(r.current), r.lag or 0) for r in (cluster.replicas or [])) if cluster else ()
+        return StreamPlacement(settings, cluster.leader if cluster else None, replicas, info.state.messages,
+                               info.state.bytes)
 
     async def consumers(self, stream: str) -> list[PullConsumer]:
         """The stream's durable pull consumers (push consumers cannot be fetched from)."""

@@ -196,6 +196,11 @@ class LiveModel:
         candidates = (entry for lost in self._lost.values() for entry in list(lost)[-per_stream:])
         return [b for _, b in heapq.nlargest(limit, candidates, key=lambda entry: (entry[1].time, entry[0]))]
 
+    def lost_on(self, stream: str, limit: int = 100) -> list[LostBatch]:
+        """The newest lost batches of one stream (every kind the model holds)."""
+        found = [entry for (s, _), lost in self._lost.items() if s == stream for entry in lost]
+        return [b for _, b in heapq.nlargest(limit, found, key=lambda entry: (entry[1].time, entry[0]))]
+
     def lost_batches(self) -> int:
         return sum(len(lost) for lost in self._lost.values())
 

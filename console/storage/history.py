@@ -69,13 +69,15 @@ def stream_stats(engine) -> pd.DataFrame:
 
 
 def abandoned_batches(engine, start: datetime | None = None, end: datetime | None = None,
-                      batch_id: str | None = None, limit: int = 500) -> pd.DataFrame:
-    """The newest lost batches in a range, or every record of one batch id."""
+                      batch_id: str | None = None, limit: int = 500, stream: str | None = None) -> pd.DataFrame:
+    """The newest lost batches in a range (of one stream), or every record of one batch id."""
     a = AbandonedBatch
     q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.unverified, a.leader_elections, a.stream_updates,
                a.other_abandonments, a.gaps_nearby)
     if batch_id is not None:
         q = q.where(a.batch_id == batch_id)
+    if stream is not None:
+        q = q.where(a.stream == stream)
     if start is not None:
         q = q.where(a.time >= start)
     if end is not None:

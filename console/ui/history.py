@@ -32,10 +32,12 @@ def incident_link(batch_id: str | None) -> str:
 
 
 def stream_cell(stream: str | None) -> str:
-    """A stream name for an html cell: escaped; the unknown one says why it is unknown on hover."""
+    """A stream name for an html cell: a link to its page, escaped; the unknown one says why it is
+    unknown on hover."""
     if not stream or stream == UNKNOWN_STREAM:
         return f'<span title="{html.escape(WHY_UNKNOWN)}">{UNKNOWN_STREAM}</span>'
-    return html.escape(stream)
+    return f'<a href="/stream?name={quote(stream, safe="")}">{html.escape(stream)}</a>'
+
 
 
 def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
@@ -105,7 +107,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         gaps.line("t", "lost", source=self._gaps, color="red", legend_label="lost messages")
         outside(gaps)
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
-        self._streams = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
+        self._streams = pn.widgets.Tabulator(pd.DataFrame(columns=["stream"]), height=220,
+                                             formatters={"stream": {"type": "html"}}, **table)
         self._outcomes = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
         self._stats = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
         self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300,
@@ -149,7 +152,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         with pn.io.hold():
             self._bars.data = hourly_bars(by_hour, start, end)
             self._gaps.data = gap_lines(gaps, start, end)
-            self._streams.value = shown(self._shown["abandonments_by_stream"], self.clock)
+            by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
+            by_stream["stream"] = [stream_cell(s) for s in by_stream["stream"]]
+            self._streams.value = by_stream
             self._outcomes.value = shown(self._shown["fast_outcomes"], self.clock)
             self._stats.value = shown(stats, self.clock, durations=("mean_seconds",))
             lost = shown(self._shown["abandoned_batches"], self.clock)

@@ -21,7 +21,7 @@ Finder = Callable[[str], Awaitable[Incident | None]]
 
 def timeline_frame(incident: Incident, clock: Clock = Clock()) -> pd.DataFrame:
     """Oldest first, times to the millisecond in the clock's zone."""
-    rows = [{"time": clock.when(t, fraction=True), "stream": s, "event": what} for t, s, what in timeline(incident)]
+    rows = [{"time": clock.when(t, fraction=True), "stream": stream_cell(s), "event": what} for t, s, what in timeline(incident)]
     return pd.DataFrame(rows, columns=["time", "stream", "event"], dtype=object)
 
 
@@ -41,7 +41,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._go = pn.widgets.Button(label="Investigate", button_type="primary")
         self._summary = pn.pane.HTML("")
         self._timeline = pn.widgets.Tabulator(pd.DataFrame(columns=["time", "stream", "event"]), disabled=True,
-                                              show_index=False, sizing_mode="stretch_width", height=360)
+                                              show_index=False, sizing_mode="stretch_width", height=360,
+                                              formatters={"stream": {"type": "html"}})
         self._download = pn.widgets.FileDownload(callback=self._report, filename="incident.md",
                                                  label="Download report (Markdown)", button_type="light",
                                                  visible=False)

@@ -1,0 +1,116 @@
+"""The page of one stream (`/stream?name=S`, linked from every stream name): its batch settings and
+where it runs, the server's limits and the risks they leave, its lost batches live and over the last
+7 days, its active fast batches, and links into Replay and Incident for it."""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import pandas as pd
+import panel as pn
+import param
+
+from console.domain.batch_limits import edit_risks
+from console.domain.display import count, size
+from console.domain.live_model import LiveModel
+from console.ui.formatting import Clocked, shown
+from console.ui.history import incident_link
+from console.ui.live import ACTIVE_COLUMNS, SLOW
+from console.ui.streams import limits_markdown
+
+if TYPE_CHECKING:
+    from console.broker.admin import StreamPlacement
+
+WEEK = timedelta(days=7)
+
+
+def replay_link(stream: str) -> str:
+    return f"/replay?stream={quote(stream, safe='')}"
+
+
+def placement_markdown(p: StreamPlacement) -> str:
+    s = p.settings
+    e = html.escape
+    followers = ", ".join(f"{e(name)} ({'current' if current else 'behind'}, lag {count(lag)})"
+                          for name, current, lag in p.replicas)
+    where = (f"leader **{e(p.leader)}**, followers {followers}" if followers else
+             f"**{e(p.leader)}** alone (no replicas)" if p.leader else "one server (no replicas)")
+    return "\n".join([
+        f"| allow_atomic | allow_batched | persist_mode | replicas | retention | required API level |",
+        "|---|---|---|---|---|---|",
+        f"| {s.allow_atomic} | {s.allow_batched} | {e(s.persist_mode)} | R{s.replicas} | {e(s.retention)} | "
+        f"{s.required_api_level if s.required_api_level is not None else '-'} |",
+        "",
+        f"Runs on {where}; holds {count(p.messages)} messages ({size(p.bytes)}), {count(s.consumers or 0)} consumers.",
+    ])
+
+
+class StreamPage(Clocked, pn.viewable.Viewer):
+    name = param.String(default="", doc="The stream shown")
+    details = param.Callable(doc="async name -> StreamPlacement (raises when there is no such stream)", precedence=-1)
+    limits = param.Callable(default=None, doc="async () -> (BatchLimits, where they were read)", precedence=-1)
+    model = param.ClassSelector(class_=LiveModel, default=None, doc="The live model, shared by sessions", precedence=-1)
+    history = param.Parameter(default=None, doc="The history queries, or None", precedence=-1)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._head = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._settings = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._limits = pn.pane.Markdown("", sizing_mode="stretch_width")
+        table = dict(disabled=True, show_index=False, sizing_mode="stretch_width",
+                     formatters={"investigate": {"type": "html"}})
+        self._live = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
+        self._week = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
+        self._active = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
+        self._layout = pn.Column(
+            self._head, self._settings, self._limits, pn.pane.Markdown("### Lost batches, live (the last hour)"),
+            self._live, pn.pane.Markdown("### Lost batches, last 7 days (History)"), self._week,
+            pn.pane.Markdown("### Active fast batches"), self._active, sizing_mode="stretch_width")
+
+    async def reload(self) -> None:
+        e = html.escape
+        if not self.name:
+            self._head.object = "## Stream\nOpen a stream from its name on any page, or give `?name=`."
+            return
+        self._head.object = (f"## Stream {e(self.name)}\n[its messages in Replay]({replay_link(self.name)}) · "
+                             "each lost batch below opens its Incident")
+        try:
+            placement = await self.details(self.name)
+        except Exception as err:  # no such stream, or the server did not answer: the rest still shows
+            self._settings.object = f"**Not read from the server:** {e(str(err))}"
+            placement = None
+        if placement is not None:
+            self._settings.object = placement_markdown(placement)
+        if self.limits is not None:
+            limits, source = await self.limits()
+            risks = edit_risks(placement.settings, placement.settings, limits) if placement else []
+            self._limits.object = limits_markdown(limits, source) + "".join(f"\n\n⚠ {e(r)}" for r in risks)
+        self.refresh()
+
+    def refresh(self) -> None:
+        if not self.name:
+            return
+        with pn.io.hold():
+            if self.model is not None:
+                self._live.value = pd.DataFrame(
+                    [{"time": self.clock.when(b.time), "batch_id": b.batch_id or "", "reason": b.reason,
+                      "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in self.model.lost_on(self.name)],
+                    columns=["time", "batch_id", "reason", "kind", "investigate"])
+                active = [b for b in self.model.active_newest_first() if b.stream == self.name]
+                self._active.value = pd.DataFrame(
+                    [{"batch_id": b.batch_id, "seq": b.last_seq, "acked_seq": b.acked_seq, "flow": b.flow,
+                      "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
+                     for b in active], columns=[c for c in ACTIVE_COLUMNS if c != "stream"])
+            if self.history is not None:
+                now = datetime.now(timezone.utc)
+                week = self.history.abandoned_batches(now - WEEK, now, stream=self.name)
+                week = shown(week.drop(columns=["stream"]), self.clock)
+                week["investigate"] = [incident_link(b) for b in week["batch_id"]]
+                self._week.value = week
+
+    def __panel__(self):
+        return self._layout
+
