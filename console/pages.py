@@ -22,6 +22,16 @@ from console.ui.streams import StreamsPage
 PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
          "/alerts": "Alerts", "/probe": "Probe"}
 CHANGES_THE_SERVER = ("/probe",)  # left out in read-only mode
+# Each page's choices, kept in its URL's query (param -> argument)
+IN_THE_URL = {
+    "/streams": {"stream": "stream"},
+    "/replay": {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq", "start_time": "start_time",
+                "batch_id": "batch_id"},
+    "/history": {"csv_table": "table"},
+    "/incident": {"batch_id": "batch"},
+    "/alerts": {"rule": "rule"},
+    "/stream": {"name": "name"},
+}
 STREAM_PAGE = "/stream"  # ?name=S, linked from every stream name (not in the navigation: it needs a stream)
 
 

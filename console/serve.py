@@ -8,6 +8,7 @@ import ipaddress
 import secrets
 
 import panel as pn
+import param
 from tornado.ioloop import IOLoop
 
 from console import pages
@@ -51,9 +52,10 @@ class App:
     """The web app: routes over the process's runtime (one connection, one live state, the SQLite
     history), shared by every browser session."""
 
-    def __init__(self, runtime: Runtime):
+    def __init__(self, runtime: Runtime, url_state: bool = True):
         self.runtime = runtime
         self.read_only = runtime.read_only
+        self.url_state = url_state  # off on an IPv6 address: Panel's Location cannot parse its Host header
 
     def routes(self) -> dict:
         made = {"/": self.live_page, "/streams": self.streams_page, "/replay": self.replay_page,
@@ -116,11 +118,25 @@ class App:
         return self._frame(pages.probe(self.runtime, clock=prefs.clock), "/probe", prefs)
 
     def _frame(self, page, path: str, prefs: Prefs) -> Frame:
+        if shared := pages.IN_THE_URL.get(path):
+            _from_url(page, shared)  # now, before the page first loads; then kept in step both ways
+            if self.url_state:  # even asking for pn.state.location makes one
+                pn.state.location.sync(page, shared)
         nav = {p: pages.PAGES[p] for p in self._paths()}
         frame = Frame(page, nav, path, lambda: pages.badges(self.runtime), prefs)
         timer = pn.state.add_periodic_callback(frame.refresh, period=BADGES_EVERY_MS)
         pn.state.on_session_destroyed(lambda _: timer.stop())
         return frame
+
+
+def _from_url(page, shared: dict[str, str]) -> None:
+    """The page's choices as the URL gives them (hostile: a value that does not fit is left out)."""
+    for name, arg in shared.items():
+        if value := _arg(arg):
+            try:
+                page.param.update(**{name: int(value) if isinstance(page.param[name], param.Integer) else value})
+            except (ValueError, TypeError):
+                continue
 
 
 def _prefs() -> Prefs:
@@ -145,11 +161,13 @@ def serve(settings: Settings) -> None:
         runtime.live  # following the event log before the first session arrives
         return runtime
 
-    app = App(loop.run_sync(open_runtime))
+    url_state = ":" not in web.address
+    app = App(loop.run_sync(open_runtime), url_state)
     server = pn.io.server.get_server(
-        # No URL-location sync: the pages read their query arguments, and Panel's Location cannot
-        # parse an IPv6 Host header ("[::1]:8050").
-        app.routes(), address=web.address, port=web.port, loop=loop, show=False, start=False, location=False,
+        # Choices live in the URL (a link reproduces what the sender saw), except on an IPv6 address:
+        # Panel's Location cannot parse its Host header ("[::1]:8050"); the pages still read their arguments.
+        app.routes(), address=web.address, port=web.port, loop=loop, show=False, start=False,
+        location=url_state,
         websocket_origin=websocket_origins(web.address, web.port),
         **({"auth_provider": GuardedBasicAuth(web.basic_auth), "cookie_secret": secrets.token_hex(32)}
            if web.basic_auth else {}),

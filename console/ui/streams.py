@@ -89,9 +89,12 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         streams = await self.admin.streams()
         self._streams = {s.name: s for s in streams}
         self._table.value = streams_frame(streams)
+        wanted = self.stream  # the select falls back to its first option when its options change
         self.param.stream.objects = list(self._streams)
-        if self.stream not in self._streams and self._streams:
-            self.stream = next(iter(self._streams))  # its watcher fills the form
+        if wanted not in self._streams:
+            wanted = next(iter(self._streams), "")
+        if self.stream != wanted:
+            self.stream = wanted  # its watcher fills the form
         else:
             self._on_stream()
 

@@ -54,3 +54,20 @@ def test_the_dark_theme_and_local_times_survive_a_reload(console, browser):
         assert sum(map(int, re.findall(r"\d+", background)[:3])) < 150, background  # dark
     finally:
         context.close()
+
+
+def test_a_shared_url_reopens_the_same_choices(console, page, browser):
+    nats_url, web_url = console
+    for name in ("UI_URL_A", "UI_URL_B"):
+        probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", name, "--subject", name.lower() + ".x")
+    page.goto(web_url + "streams")
+    page.get_by_label("stream").select_option("UI_URL_B", timeout=30_000)
+    expect(page).to_have_url(re.compile(r"/streams\?stream=UI_URL_B$"))
+    shared = page.url
+    other = browser.new_page()
+    try:
+        other.goto(shared)
+        expect(other.get_by_label("stream")).to_have_value("UI_URL_B", timeout=30_000)
+        expect(other.get_by_text("No change.")).to_be_visible()
+    finally:
+        other.close()

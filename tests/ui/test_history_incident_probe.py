@@ -72,5 +72,5 @@ def test_a_probe_started_from_the_page_shows_up_on_live(console, page, screensho
 def test_read_only_mode_has_no_probe(console, read_only_url, page):
     page.goto(read_only_url)
     expect(page.get_by_role("link", name="Replay")).to_be_visible(timeout=30_000)
-    expect(page.get_by_role("link", name="Probe")).to_have_count(0)
+    expect(page.get_by_role("navigation", name="pages").get_by_role("link", name="Probe", exact=True)).to_have_count(0)
     assert page.goto(read_only_url + "probe").status == 404
