@@ -26,6 +26,16 @@ def browser_type_launch_args(browser_type_launch_args):
 
 
 @pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    """scripts/screenshots.sh asks for the dark theme once: the frame's cookie, set before any page."""
+    if os.environ.get("BATCH_CONSOLE_SCREENSHOT_THEME") != "dark":
+        return browser_context_args
+    cookie = {"name": "bc_theme", "value": "dark", "domain": "127.0.0.1", "path": "/", "expires": -1,
+              "httpOnly": False, "secure": False, "sameSite": "Strict"}
+    return {**browser_context_args, "storage_state": {"cookies": [cookie], "origins": []}}
+
+
+@pytest.fixture(scope="session")
 def screenshots(tmp_path_factory) -> Path:
     """Where tests save what they show: a temp folder, or assets/ when scripts/screenshots.sh asks,
     so that a test run never rewrites the README's pictures."""
