@@ -11,6 +11,10 @@ and Debian's Chromium on the Live page. Then:
 2. A fast-ingest publisher at flow 10, full speed, tapped by the collector for `--load-seconds`,
    with one abandonment a second: whether the page keeps showing them, and the web process's CPU
    (cores used, from /proc) over that window.
+3. First paint of Live with 10,000 recent lost batches in the event log's last hour (200 streams,
+   50 each: what the live model keeps): from the page's request to the first lost batch's row,
+   median of 5, for this checkout and for `--before` (default: the commit before the frame),
+   each a `serve` of its own on the same event log.
 A benchmark, not a test: read the ratios.
 """
 
@@ -18,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import nats
@@ -34,11 +40,16 @@ from measure import cpu_seconds, percentile  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.server import BatchLimits, EmbeddedServer  # noqa: E402
+from console.broker.eventlog import EventLog  # noqa: E402
+from console.config import EventLogSettings  # noqa: E402
 from console.domain.advisories import to_batch_abandoned  # noqa: E402
+from console.domain.events import BatchEvent, EventKind  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "batch-console")
 CHROMIUM = "/usr/bin/chromium"
 ID_PREFIX = "uibench"
+BEFORE = "63d3b03"  # the last commit whose Live page had no frame
+ROOT = Path(__file__).resolve().parents[1]
 
 # Records when each batch id first shows anywhere in the page, shadow roots included.
 DOM_POLLER = """
@@ -127,7 +138,7 @@ async def measure(args, nc, arrivals: Arrivals, web: subprocess.Popen, port: int
                 break
             except Exception:
                 await asyncio.sleep(0.1)
-        await page.get_by_text("collector alive").wait_for(timeout=60_000)
+        await page.get_by_text("collector alive", exact=True).first.wait_for(timeout=60_000)
         await page.evaluate(DOM_POLLER, ID_PREFIX)
 
         ids = [f"{ID_PREFIX}-{i:06d}" for i in range(args.abandonments)]
@@ -187,15 +198,84 @@ async def measure(args, nc, arrivals: Arrivals, web: subprocess.Popen, port: int
           f"(publisher sent {sent:,} msgs, {sent / (wall1 - wall0):,.0f}/s; target < 1 core)")
 
 
+async def fill_log(server_url: str, data_dir: Path, losses: int) -> None:
+    nc = await nats.connect(server_url)
+    log = EventLog(nc.jetstream(), EventLogSettings().keyed(data_dir))
+    await log.ensure()
+    now = datetime.now(timezone.utc)
+    events = [BatchEvent(f"paint.{i}", EventKind.ATOMIC_ABANDONED, now - timedelta(seconds=losses - i) / 5,
+                         f"PAINT_{i % 200:03d}", f"paint-{i:06d}", reason="timeout") for i in range(losses)]
+    for start in range(0, losses, 1000):
+        result = await log.append(events[start:start + 1000])
+        assert not result.retry and not result.refused, result
+    await nc.close()
+
+
+async def first_paint(server_url: str, data_dir: Path, code: Path, runs: int = 5) -> list[float]:
+    """Seconds from asking for Live to the first lost batch's row, for the console in `code`."""
+    port = free_port()
+    launch = f"import sys; sys.path.insert(0, {str(code)!r}); from console.cli import main; sys.exit(main())"
+    web = subprocess.Popen([sys.executable, "-c", launch, "serve", "--server", server_url, "--data-dir", str(data_dir),
+                            "--port", str(port)], stdout=open(data_dir / f"web-{code.name}.log", "w"),
+                           stderr=subprocess.STDOUT, cwd=code)
+    times = []
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            for run in range(runs + 1):  # the first warms the process (its backfill), and is not counted
+                page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+                started = time.monotonic()
+                while True:
+                    try:
+                        await page.goto(f"http://127.0.0.1:{port}/")
+                        break
+                    except Exception:
+                        await asyncio.sleep(0.1)
+                        started = time.monotonic()
+                await page.get_by_role("row").filter(has_text="paint-").first.wait_for(timeout=120_000)
+                if run:
+                    times.append(time.monotonic() - started)
+                await page.close()
+            await browser.close()
+    finally:
+        web.terminate()
+        web.wait(timeout=20)
+    return times
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def paint_section(server: EmbeddedServer, tmp: Path, before: str) -> None:
+    old = tmp / "before"
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", before], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    data = tmp / "paint"
+    data.mkdir()
+    asyncio.run(fill_log(server.url, data, 10_000))
+    print(f"  first paint of Live with 10,000 lost batches: this checkout, then {before} …", file=sys.stderr)
+    now, then = asyncio.run(first_paint(server.url, data, ROOT)), asyncio.run(first_paint(server.url, data, old))
+    a, b = statistics.median(now), statistics.median(then)
+    print(f"first paint of Live, 10,000 lost batches (median of {len(now)}): this checkout {a:.2f} s, "
+          f"{before} (no frame) {b:.2f} s, ratio {a / b:.2f} (target < 1.5 s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--abandonments", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20, help="abandonments per second")
     parser.add_argument("--load-seconds", type=float, default=15)
+    parser.add_argument("--before", default=BEFORE, help="the commit whose Live page the first paint is set beside")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         with EmbeddedServer(Path(tmp) / "nats", batch_limits=BatchLimits(timeout=1.0)) as server:
             asyncio.run(run(args, server, Path(tmp)))
+            paint_section(server, Path(tmp), args.before)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,12 @@ durations, counts with separators (kept numeric, so columns still sort as number
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from typing import Iterable
+
 import pandas as pd
 import param
+from bokeh.models import HoverTool
 
 from console.domain.display import Clock, duration
 
@@ -40,3 +44,24 @@ def outside(plot) -> None:
     plot.add_layout(legend, "right")
     legend.click_policy = "hide"
     legend.label_text_font_size = "11px"
+
+
+def bar_hover(time_format: str) -> HoverTool:
+    """For stacked bars of one column per reason, with the slot's batch ids in "ids"."""
+    return HoverTool(tooltips=[("at", f"@t{{{time_format}}} UTC"), ("reason", "$name"), ("batches", "@$name"),
+                               ("batch ids", "@ids")], formatters={"@t": "datetime"})
+
+
+def ids_by_slot(losses: Iterable[tuple[datetime, str | None]], start: datetime, width: timedelta, slots: int,
+                per_slot: int = 5) -> list[str]:
+    """The first few batch ids of each slot, for a bar's tooltip ("a, b, c, …")."""
+    found: list[list[str]] = [[] for _ in range(slots)]
+    more = [False] * slots
+    for when, batch_id in losses:
+        slot = int((when - start) / width)
+        if 0 <= slot < slots:
+            if len(found[slot]) < per_slot:
+                found[slot].append(batch_id or "?")
+            else:
+                more[slot] = True
+    return [", ".join(ids) + (", …" if extra else "") for ids, extra in zip(found, more)]

@@ -10,14 +10,14 @@ from urllib.parse import quote
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.palettes import Category20
 from bokeh.plotting import figure
 
 from console.domain.display import count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.live_model import REASONS
-from console.ui.formatting import Clocked, outside, shown
+from console.ui.formatting import Clocked, bar_hover, ids_by_slot, outside, shown
 
 # One color per reason, the ten strong ones first: the same on Live and History.
 REASON_COLORS = (Category20[20][::2] + Category20[20][1::2])[:len(REASONS)]
@@ -40,15 +40,26 @@ def stream_cell(stream: str | None) -> str:
 
 
 
-def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
-    """One column per reason over every hour of the range (missing hours are zeros)."""
+def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.DataFrame | None = None) -> dict[str, list]:
+    """One column per reason over every hour of the range (missing hours are zeros), and the first
+    batch ids of each hour from `lost` (time, batch_id) for the tooltips."""
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
     wide = (frame.astype({"batches": float}).pivot_table(index="hour", columns="reason", values="batches", aggfunc="sum")
             .reindex(hours).fillna(0))
     data: dict[str, list] = {"t": list(hours)}
     for reason in REASONS:
         data[reason] = [int(v) for v in wide[reason]] if reason in wide else [0] * len(hours)
+    pairs = [] if lost is None else zip(lost["time"], lost["batch_id"])
+    data["ids"] = ids_by_slot(((t.to_pydatetime(), b) for t, b in pairs), start, timedelta(hours=1), len(hours))
     return data
+
+
+def data_extent(*hours: pd.Series) -> tuple[datetime, datetime] | None:
+    """From an hour before the first hour with data to an hour after the last: the x range a plot shows."""
+    found = pd.concat([h for h in hours if len(h)]) if any(len(h) for h in hours) else None
+    if found is None:
+        return None
+    return found.min() - timedelta(hours=1), found.max() + timedelta(hours=2)
 
 
 def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
@@ -101,11 +112,16 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         bars.vbar_stack(list(REASONS), x="t", width=3_000_000, source=self._bars, color=list(REASON_COLORS),
                         legend_label=list(REASONS))
         outside(bars)
+        bars.add_tools(bar_hover("%Y-%m-%d %H:00"))
+        self._plots = (bars,)
         gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None)
         gaps.line("t", "gaps", source=self._gaps, color="orange", legend_label="gaps")
         gaps.line("t", "lost", source=self._gaps, color="red", legend_label="lost messages")
         outside(gaps)
+        gaps.add_tools(HoverTool(tooltips=[("hour", "@t{%Y-%m-%d %H:00} UTC"), ("gaps", "@gaps"),
+                                           ("lost messages", "@lost")], formatters={"@t": "datetime"}))
+        self._plots = (bars, gaps)
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._streams = pn.widgets.Tabulator(pd.DataFrame(columns=["stream"]), height=220,
                                              formatters={"stream": {"type": "html"}}, **table)
@@ -150,8 +166,11 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         }
         stats = h.stream_stats()
         with pn.io.hold():
-            self._bars.data = hourly_bars(by_hour, start, end)
+            self._bars.data = hourly_bars(by_hour, start, end, self._shown["abandoned_batches"])
             self._gaps.data = gap_lines(gaps, start, end)
+            extent = data_extent(by_hour["hour"], gaps["hour"])  # where the data is, not a week of empty axis
+            for plot in self._plots:
+                plot.x_range.start, plot.x_range.end = extent or (start, end)
             by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
             by_stream["stream"] = [stream_cell(s) for s in by_stream["stream"]]
             self._streams.value = by_stream
@@ -164,7 +183,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
             self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "
-                            f"({count(lost_msgs)} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}")
+                            f"({count(lost_msgs)} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}"
+                            + (f"; the plots show {extent[0]:%Y-%m-%d %H:00} to {extent[1]:%Y-%m-%d %H:00} UTC, "
+                               "the hours with data" if extent else ""))
 
     @param.depends("dates", watch=True)
     def _on_dates(self) -> None:

@@ -15,7 +15,7 @@ from bokeh.plotting import figure
 
 from console.domain.display import Clock, count, duration
 from console.domain.live_model import REASONS, LiveModel
-from console.ui.formatting import Clocked, outside
+from console.ui.formatting import Clocked, bar_hover, ids_by_slot, outside
 from console.ui.history import REASON_COLORS, incident_link, stream_cell
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
     data: dict[str, list] = {"t": [start + INTERVAL * i for i in range(INTERVALS)]}
     for reason in REASONS:
         data[reason] = series.get(reason, [0] * INTERVALS)
+    data["ids"] = ids_by_slot(((b.time, b.batch_id) for b in model.newest_first(limit=500)), start, INTERVAL, INTERVALS)
     return data
 
 
@@ -145,6 +146,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
         bars.vbar_stack(list(REASONS), x="t", width=INTERVAL.total_seconds() * 900, source=self._bars,
                         color=list(REASON_COLORS), legend_label=list(REASONS))
         outside(bars)
+        bars.add_tools(bar_hover("%H:%M"))
         lines, marks = flow_data(self.model)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
         flows = figure(title="Flow of active fast batches (x: gaps)", x_axis_type="datetime", height=260,

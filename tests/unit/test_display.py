@@ -38,3 +38,17 @@ def test_a_table_for_the_eye_writes_times_and_durations_and_keeps_the_rest():
     out = shown(frame, Clock(), durations=("mean_seconds",))
     assert out.to_dict("records") == [{"time": "2026-11-21 22:14:32 UTC", "mean_seconds": "4 min", "batches": 12345}]
     assert frame["time"].dtype.kind == "M"  # the frame given (the CSV's) is left as it was
+
+
+def test_a_bars_tooltip_names_the_first_batch_ids_of_its_slot():
+    from console.ui.formatting import ids_by_slot
+    start = T.replace(minute=0, second=0, microsecond=0)
+    losses = [(start + timedelta(minutes=1, seconds=i), f"b{i}") for i in range(7)] + [(start + timedelta(minutes=3), None)]
+    assert ids_by_slot(losses, start, timedelta(minutes=1), 4) == ["", "b0, b1, b2, b3, b4, …", "", "?"]
+
+
+def test_history_plots_show_the_hours_with_data_not_the_whole_range():
+    from console.ui.history import data_extent
+    hours = pd.Series(pd.to_datetime(["2026-11-20 09:00", "2026-11-20 11:00"], utc=True))
+    first, last = data_extent(hours, pd.Series([], dtype="datetime64[ns, UTC]"))
+    assert (first.hour, last.hour) == (8, 13) and data_extent(pd.Series([], dtype=object)) is None
