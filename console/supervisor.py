@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ctypes
 import signal
 import subprocess
 import sys
@@ -23,6 +24,13 @@ CLI = str(Path(sys.executable).parent / "batch-console")
 FIRST_BACKOFF = 1.0  # seconds before the first restart; doubled after each failure in a row
 MAX_BACKOFF = 60.0
 STABLE_AFTER = 60.0  # a part that ran this long has recovered: its next failure starts at FIRST_BACKOFF
+
+
+def _ended_with_the_supervisor() -> None:
+    """In the part, before it runs: a SIGTERM when the supervisor dies, however it dies (even killed
+    outright), so no part outlives it (Linux; elsewhere the supervisor's own stop is all there is)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -41,7 +49,8 @@ class Part:
         self.restart_at, self.started_at = None, time.monotonic()
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)  # Ctrl-C reaches the supervisor, not each part
+                                     start_new_session=True,  # Ctrl-C reaches the supervisor, not each part
+                                     preexec_fn=_ended_with_the_supervisor)
         log.close()
 
     @property
@@ -61,6 +70,10 @@ class Part:
         lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()][-30:]
         said = [line for line in lines if line.startswith("batch-console:") or "Error" in line]
         return (said or lines or ["(no output)"])[-1][:300]
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -175,6 +188,9 @@ class Supervisor:
 
     def stop(self) -> None:
         self.say("stopping")
-        for part in reversed(self.parts):  # the server last: the others flush to it first
+        others = [part for part in self.parts if part.name != "nats"]
+        for part in others:  # all at once: a slow one (Spark) keeps nobody waiting
+            part.terminate()
+        for part in [*others, *(p for p in self.parts if p.name == "nats")]:  # the server last: the others flush to it
             part.stop()
             self.say(f"{part.name}: stopped")

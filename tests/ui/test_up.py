@@ -111,3 +111,15 @@ def test_up_retries_parts_while_their_server_is_down_and_they_come_up_once_it_is
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_a_supervisor_killed_outright_takes_its_parts_with_it(up):
+    """No part outlives `up`, even when it gets no chance to stop them (kill -9, the OOM killer)."""
+    proc, log, _, _ = up
+    names = ("nats", "collector", "web", "analytics", "alerts", "demo")
+    poll_until(lambda: all(pids(log.read_text(), name) for name in names), 60, f"not every part started:\n{log.read_text()}")
+    parts = [p for name in names for p in pids(log.read_text(), name)]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    poll_until(lambda: not any(alive(p) for p in parts), 60,
+               lambda: f"parts still running: {[p for p in parts if alive(p)]}")
