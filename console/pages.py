@@ -11,7 +11,7 @@ from console.investigate import replay_link
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.frame import Badge
-from console.ui.history import HistoryPage
+from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
 from console.ui.probe import ProbePage
@@ -32,6 +32,13 @@ IN_THE_URL = {
     "/alerts": {"rule": "rule"},
     "/stream": {"name": "name"},
 }
+def _csv_table(name: str) -> str:
+    if name not in CSV_TABLES:
+        raise ValueError(f"not a table: {name[:50]!r}")
+    return name
+
+
+URL_TYPES = {"start_seq": int, "csv_table": _csv_table}  # the rest are text
 STREAM_PAGE = "/stream"  # ?name=S, linked from every stream name (not in the navigation: it needs a stream)
 
 

@@ -8,7 +8,6 @@ import ipaddress
 import secrets
 
 import panel as pn
-import param
 from tornado.ioloop import IOLoop
 
 from console import pages
@@ -74,13 +73,13 @@ class App:
 
     def streams_page(self):
         prefs = _prefs()
-        page = pages.streams(self.runtime, clock=prefs.clock)
+        page = pages.streams(self.runtime, clock=prefs.clock, **_from_url("/streams"))
         pn.state.onload(page.reload)
         return self._frame(page, "/streams", prefs)
 
     def stream_page(self):
         prefs = _prefs()
-        page = pages.stream(self.runtime, clock=prefs.clock, name=_arg("name"))
+        page = pages.stream(self.runtime, clock=prefs.clock, **_from_url(pages.STREAM_PAGE))
         pn.state.onload(page.reload)
         timer = pn.state.add_periodic_callback(page.refresh, period=2000)
         pn.state.on_session_destroyed(lambda _: timer.stop())
@@ -88,26 +87,26 @@ class App:
 
     def replay_page(self):
         prefs = _prefs()
-        page = pages.replay(self.runtime, clock=prefs.clock, stream=_arg("stream"), start_time=_arg("start_time"))
+        page = pages.replay(self.runtime, clock=prefs.clock, **_from_url("/replay"))
         pn.state.onload(page.reload)
         pn.state.on_session_destroyed(lambda _: asyncio.ensure_future(page.close()))
         return self._frame(page, "/replay", prefs)
 
     def history_page(self):
         prefs = _prefs()
-        page = pages.history(self.runtime, clock=prefs.clock)
+        page = pages.history(self.runtime, clock=prefs.clock, **_from_url("/history"))
         pn.state.onload(page.reload)
         return self._frame(page, "/history", prefs)
 
     def incident_page(self):
         prefs = _prefs()
-        page = pages.incident(self.runtime, clock=prefs.clock, batch_id=_arg("batch"))
+        page = pages.incident(self.runtime, clock=prefs.clock, **_from_url("/incident"))
         pn.state.onload(page.load)
         return self._frame(page, "/incident", prefs)
 
     def alerts_page(self):
         prefs = _prefs()
-        page = pages.alerts(self.runtime, clock=prefs.clock)
+        page = pages.alerts(self.runtime, clock=prefs.clock, **_from_url("/alerts"))
         pn.state.onload(page.reload)
         timer = pn.state.add_periodic_callback(page.reload, period=2000)
         pn.state.on_session_destroyed(lambda _: timer.stop())
@@ -118,10 +117,8 @@ class App:
         return self._frame(pages.probe(self.runtime, clock=prefs.clock), "/probe", prefs)
 
     def _frame(self, page, path: str, prefs: Prefs) -> Frame:
-        if shared := pages.IN_THE_URL.get(path):
-            _from_url(page, shared)  # now, before the page first loads; then kept in step both ways
-            if self.url_state:  # even asking for pn.state.location makes one
-                pn.state.location.sync(page, shared)
+        if (shared := pages.IN_THE_URL.get(path)) and self.url_state:  # even asking for pn.state.location makes one
+            pn.state.location.sync(page, shared)  # the page was made with the URL's choices; now kept in step
         nav = {p: pages.PAGES[p] for p in self._paths()}
         frame = Frame(page, nav, path, lambda: pages.badges(self.runtime), prefs)
         timer = pn.state.add_periodic_callback(frame.refresh, period=BADGES_EVERY_MS)
@@ -129,14 +126,17 @@ class App:
         return frame
 
 
-def _from_url(page, shared: dict[str, str]) -> None:
-    """The page's choices as the URL gives them (hostile: a value that does not fit is left out)."""
-    for name, arg in shared.items():
+def _from_url(path: str) -> dict:
+    """The page's choices as its URL gives them, to make the page with (hostile: a value that does not
+    fit its type is left out)."""
+    found = {}
+    for name, arg in pages.IN_THE_URL.get(path, {}).items():
         if value := _arg(arg):
             try:
-                page.param.update(**{name: int(value) if isinstance(page.param[name], param.Integer) else value})
-            except (ValueError, TypeError):
+                found[name] = pages.URL_TYPES.get(name, str)(value)
+            except ValueError:
                 continue
+    return found
 
 
 def _prefs() -> Prefs:

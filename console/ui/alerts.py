@@ -12,6 +12,7 @@ import param
 
 from console.domain.alert_rules import RulesError, duration_text, rule_toml
 from console.domain.display import Clock
+from console.ui.controls import keep_choice
 from console.ui.formatting import Clocked
 
 EXAMPLE = '''[[rule]]
@@ -46,6 +47,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
+        keep_choice(self, "rule")
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._problem = pn.pane.Markdown("")
         self._rules = pn.widgets.Tabulator(pd.DataFrame(), height=260, **table)

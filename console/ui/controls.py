@@ -14,3 +14,11 @@ def checkbox(owner: param.Parameterized, name: str, label: str | None = None) ->
     box.param.watch(lambda e: setattr(owner, name, label in e.new), "value")
     owner.param.watch(lambda e: setattr(box, "value", [label] if e.new else []), name)
     return box
+
+
+def keep_choice(owner: param.Parameterized, name: str) -> None:
+    """A choice given before the options are known (from a URL) stays an option, so that the select
+    made from the param does not fall back to its first one."""
+    value, objects = getattr(owner, name), owner.param[name].objects
+    if value not in (objects.values() if isinstance(objects, dict) else objects):
+        owner.param[name].objects = [*objects, value] if isinstance(objects, list) else {**objects, value: value}

@@ -14,6 +14,7 @@ import param
 from console.domain.display import Clock
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
+from console.ui.controls import keep_choice
 from console.ui.formatting import Clocked
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
+        keep_choice(self, "stream")
+        keep_choice(self, "consumer")
         self._consumers: dict[str, PullConsumer] = {}
         self._reader: ConsumerReader | None = None
         self._reader_key: tuple | None = None

@@ -11,7 +11,7 @@ import param
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
-from console.ui.controls import checkbox
+from console.ui.controls import checkbox, keep_choice
 from console.ui.formatting import Clocked
 
 COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
@@ -58,6 +58,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
+        keep_choice(self, "stream")
         self._streams: dict[str, StreamBatchSettings] = {}
         self._api_level: int | None = None
         self._limits: BatchLimits | None = None
