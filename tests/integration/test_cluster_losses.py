@@ -45,7 +45,7 @@ async def r3_stream(client, name: str, **flags) -> StreamAdmin:
 
 
 async def step_down(admin: StreamAdmin, name: str) -> str:
-    before = await admin.leader(name)
+    before = await eventually(lambda: admin.leader(name), lambda _: True, timeout=30, what=f"{name}'s leader")
     await admin.step_down(name)
     return await eventually(lambda: admin.leader(name), lambda leader: leader not in (None, before),
                             what=f"{name} elected another leader", timeout=30)
@@ -144,10 +144,10 @@ async def test_the_collectors_node_killed_under_load_loses_and_duplicates_no_adv
     await collector.start()
     # The node the collector is connected to dies, not the advisories' leaders: what the server raises
     # while the advisory stream elects a leader is stored nowhere (see the README, "On a cluster").
-    await leaders_off(admin, "BATCH_CONSOLE_ADVISORIES", "batch-console-collector", "n1")
     publisher = await nats.connect(cluster.urls[1:])
     ids = [f"failover-{i}" for i in range(40)]
-    try:
+    try:  # from here the collector is stopped whatever fails: a leftover one would take the next tests' advisories
+        await leaders_off(admin, "BATCH_CONSOLE_ADVISORIES", "batch-console-collector", "n1")
         for i, batch_id in enumerate(ids):
             if i == 20:
                 cluster.kill(0)  # the collector's node, under load
@@ -250,15 +250,16 @@ async def test_without_the_tap_a_leader_change_warns_that_open_atomic_batches_we
 
 
 async def leaders_off(admin: StreamAdmin, stream: str, consumer: str, node: str) -> None:
-    """Step the stream's and the consumer's leaders down until neither is on `node`."""
+    """Step the stream's and the consumer's leaders down until neither is on `node`. A request that
+    times out while the cluster elects is asked again."""
     js = admin.js
-    while await admin.leader(stream) == node:
+    while await eventually(lambda: admin.leader(stream), lambda _: True, timeout=30, what=f"{stream}'s leader") == node:
         await step_down(admin, stream)
 
     async def consumer_leader():
         return (await js.consumer_info(stream, consumer)).cluster.leader
 
-    while await consumer_leader() == node:
+    while await eventually(consumer_leader, lambda _: True, timeout=30, what=f"{consumer}'s leader") == node:
         await admin.nc.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}", b"", timeout=5)
         await eventually(consumer_leader, lambda leader: leader not in (None, node), timeout=30,
                          what=f"{consumer} elected another leader")
