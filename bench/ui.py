@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from measure import cpu_seconds, percentile  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
+from console.broker.cluster import free_port  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.server import BatchLimits, EmbeddedServer  # noqa: E402
 from console.broker.eventlog import EventLog  # noqa: E402
@@ -241,13 +242,6 @@ async def first_paint(server_url: str, data_dir: Path, code: Path, runs: int = 5
         web.terminate()
         web.wait(timeout=20)
     return times
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def paint_section(server: EmbeddedServer, tmp: Path, before: str) -> None:

@@ -32,6 +32,8 @@ IN_THE_URL = {
     "/alerts": {"rule": "rule"},
     "/stream": {"name": "name"},
 }
+
+
 def _csv_table(name: str) -> str:
     if name not in CSV_TABLES:
         raise ValueError(f"not a table: {name[:50]!r}")
@@ -84,11 +86,8 @@ def badges(runtime: Runtime) -> list[Badge]:
     state = runtime.live
     connection = state.connection
     found = [Badge(f"NATS {connection}", "ok" if connection == "connected" else "bad")]
-    model = state.model
-    if not model.collector_heard(now):
-        found.append(Badge("collector silent", "bad"))
-    else:
-        found.append(Badge("collector alive", "ok") if model.collector_alive(now) else Badge("collector unhealthy", "warn"))
+    collector = state.model.collector_state(now)
+    found.append(Badge(f"collector {collector}", {"silent": "bad", "alive": "ok"}.get(collector, "warn")))
     firing = len(runtime.alerts.firing())
     found.append(Badge(f"{count(firing)} alert{'s' if firing != 1 else ''} firing", "bad" if firing else "ok"))
     if runtime.read_only:

@@ -13,8 +13,8 @@ from console.alerting.view import AlertsView
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, connect
 from console.broker.live_state import LiveState
+from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, load
-from console.broker.server_info import varz_from_monitor, varz_from_system_account
 from console.domain.batch_limits import BatchLimits
 from console.domain.incident import Incident
 from console.investigate import find_incident
@@ -105,22 +105,14 @@ class Runtime:
         now = time.monotonic()
         if self._limits is not None and now - self._limits[0] < LIMITS_FOR:
             return self._limits[1]
-        sources = []
-        if self.system_nc is not None:
-            sources.append(("the system account's /varz", lambda: varz_from_system_account(self.system_nc)))
-        if url := self.settings.connection.monitor_url:
-            sources.append((f"{url}/varz", lambda: varz_from_monitor(url)))
-        found = None
-        for name, fetch in sources:
-            try:
-                found = (BatchLimits.from_varz(await fetch()), f"read from {name}")
-                break
-            except Exception as e:  # not reachable, not allowed: the next one, else the defaults
-                log.info("batch limits not read from %s: %r", name, e)
-        if found is None:
+        monitor_url = self.settings.connection.monitor_url
+        if (varz := await read_varz(self.system_nc, monitor_url)) is not None:
+            found = (BatchLimits.from_varz(varz[0]), f"read from {varz[1]}")
+        elif self.system_nc is None and not monitor_url:
             found = (BatchLimits.from_varz({}), "the server's defaults, assumed: give --monitor-url or a system "
-                     "account to read the real ones" if not sources else "the server's defaults, assumed: /varz "
-                     "did not answer")
+                     "account to read the real ones")
+        else:
+            found = (BatchLimits.from_varz({}), "the server's defaults, assumed: /varz did not answer")
         self._limits = (now, found)
         return found
 

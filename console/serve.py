@@ -17,7 +17,7 @@ from console.login import GuardedBasicAuth
 from console.runtime import Runtime
 from console.ui.frame import Frame, Prefs
 
-BADGES_EVERY_MS = 2000
+REDRAW_EVERY_MS = 2000  # the header's badges, and the pages that follow a state of their own
 
 
 
@@ -81,8 +81,7 @@ class App:
         prefs = _prefs()
         page = pages.stream(self.runtime, clock=prefs.clock, **_from_url(pages.STREAM_PAGE))
         pn.state.onload(page.reload)
-        timer = pn.state.add_periodic_callback(page.refresh, period=2000)
-        pn.state.on_session_destroyed(lambda _: timer.stop())
+        _every(page.refresh)
         return self._frame(page, pages.STREAM_PAGE, prefs)
 
     def replay_page(self):
@@ -108,8 +107,7 @@ class App:
         prefs = _prefs()
         page = pages.alerts(self.runtime, clock=prefs.clock, **_from_url("/alerts"))
         pn.state.onload(page.reload)
-        timer = pn.state.add_periodic_callback(page.reload, period=2000)
-        pn.state.on_session_destroyed(lambda _: timer.stop())
+        _every(page.reload)
         return self._frame(page, "/alerts", prefs)
 
     def probe_page(self):
@@ -121,9 +119,14 @@ class App:
             pn.state.location.sync(page, shared)  # the page was made with the URL's choices; now kept in step
         nav = {p: pages.PAGES[p] for p in self._paths()}
         frame = Frame(page, nav, path, lambda: pages.badges(self.runtime), prefs)
-        timer = pn.state.add_periodic_callback(frame.refresh, period=BADGES_EVERY_MS)
-        pn.state.on_session_destroyed(lambda _: timer.stop())
+        _every(frame.refresh)
         return frame
+
+
+def _every(redraw, period: int = REDRAW_EVERY_MS) -> None:
+    """Call `redraw` every `period` ms in this session, until the session ends."""
+    timer = pn.state.add_periodic_callback(redraw, period=period)
+    pn.state.on_session_destroyed(lambda _: timer.stop())
 
 
 def _from_url(path: str) -> dict:

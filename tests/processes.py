@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from console.broker.cluster import free_port  # noqa: F401  (the tests' one way to a free port)
+
 CLI = str(Path(sys.executable).parent / "batch-console")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:

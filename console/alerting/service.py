@@ -109,7 +109,7 @@ class AlertService:
         notices = self.evaluator.evaluate(now)
         for notice in notices:
             log.info("%s", notice.text)
-            task = asyncio.create_task(self._send(notice))
+            task = asyncio.create_task(self.notifier.send(notice))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
         if notices:  # snapshots taken here, written by the writer thread
@@ -128,9 +128,6 @@ class AlertService:
         for body in bodies:
             self.store.add_notice(now, body)
         self.store.save_firing(firing)
-
-    async def _send(self, notice: Notice) -> None:
-        await self.notifier.send(notice)
 
     def _record(self, attempt: Attempt) -> None:
         """Each delivery attempt, as it ends, for the Alerts page (concurrent sends each add their own)."""

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -16,14 +17,16 @@ from console.domain.alert_rules import Rule, RulesError, parse_rules, rules_toml
 from console.storage.alert_state import AlertStore
 
 log = logging.getLogger(__name__)
+FIRING_FOR = 1.0  # seconds what fires is kept before SQLite is asked again
 
 
 class AlertsView:
-    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None = None, db_path: Path | None = None):
+    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None, db_path: Path):
         self.data_dir = data_dir
         self.given = Path(rules_file) if rules_file else None
-        self.db_path = db_path or data_dir / "console.db"
+        self.db_path = db_path
         self._store: AlertStore | None = None
+        self._firing: tuple[float, list] | None = None  # (read at, what fires): shared by every session
         self._unreadable: str | None = None  # said once in the log, not at every refresh
 
     @property
@@ -38,10 +41,14 @@ class AlertsView:
             return [], f"{self.rules_file}: {e}"
 
     def firing(self) -> list[tuple[str, str, datetime]]:
-        """(rule, stream, since) of every alert firing now, newest first."""
-        firing = self._read(lambda store: store.firing(), {})
-        found = [(rule, stream, since) for (rule, stream), (since, _) in firing.items()]
-        return sorted(found, key=lambda f: f[2], reverse=True)
+        """(rule, stream, since) of every alert firing now, newest first; read at most once a second
+        (every session's header and Live's status bar ask several times a second)."""
+        now = time.monotonic()
+        if self._firing is None or now - self._firing[0] >= FIRING_FOR:
+            firing = self._read(lambda store: store.firing(), {})
+            found = [(rule, stream, since) for (rule, stream), (since, _) in firing.items()]
+            self._firing = (now, sorted(found, key=lambda f: f[2], reverse=True))
+        return self._firing[1]
 
     def notices(self) -> list[dict]:
         """What was sent, newest first."""

@@ -46,17 +46,14 @@ class StreamAdmin:
         return ServerInfo(f"{v.major}.{v.minor}.{v.patch}" if v else None, info.api.level if info.api else None)
 
     async def streams(self) -> list[StreamBatchSettings]:
-        found = [StreamBatchSettings.from_config(s.config.as_dict()).with_changes(consumers=s.state.consumer_count)
-                 for s in await self.js.streams_info()]
-        return sorted(found, key=lambda s: s.name)
+        return sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""
         info = await self.js.stream_info(name)
-        settings = StreamBatchSettings.from_config(info.config.as_dict()).with_changes(consumers=info.state.consumer_count)
         cluster = info.cluster
         replicas = tuple((r.name, bool(r.current), r.lag or 0) for r in (cluster.replicas or [])) if cluster else ()
-        return StreamPlacement(settings, cluster.leader if cluster else None, replicas, info.state.messages,
+        return StreamPlacement(_settings(info), cluster.leader if cluster else None, replicas, info.state.messages,
                                info.state.bytes)
 
     async def consumers(self, stream: str) -> list[PullConsumer]:
@@ -103,3 +100,8 @@ class StreamAdmin:
         except nats.js.errors.APIError as e:
             raise Refusal(e.code, e.err_code, e.description or str(e)) from None
         return StreamBatchSettings.from_config(updated.config.as_dict())
+
+
+def _settings(info) -> StreamBatchSettings:
+    """A stream's batch settings from its info: the config, and how many consumers it has now."""
+    return StreamBatchSettings.from_config(info.config.as_dict()).with_changes(consumers=info.state.consumer_count)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import urllib.request
 
 from nats.aio.client import Client
@@ -11,10 +12,23 @@ from nats.aio.client import Client
 DEFAULT_BATCH_TIMEOUT = 10.0  # seconds; /varz omits max_batch_timeout when it is the default
 VARZ_SUBJECT = "$SYS.REQ.SERVER.PING.VARZ"
 
+log = logging.getLogger(__name__)
 
-def batch_timeout_from_varz(varz: dict) -> float:
-    nanos = ((varz.get("jetstream") or {}).get("limits") or {}).get("max_batch_timeout")
-    return nanos / 1e9 if isinstance(nanos, (int, float)) and nanos > 0 else DEFAULT_BATCH_TIMEOUT
+
+async def read_varz(system_nc: Client | None, monitor_url: str | None) -> tuple[dict, str] | None:
+    """/varz from the system account, else the monitor URL, and where it was read; None when neither
+    is given or answers (each failure logged: not reachable, not allowed)."""
+    sources = []
+    if system_nc is not None:
+        sources.append(("the system account's /varz", lambda: varz_from_system_account(system_nc)))
+    if monitor_url:
+        sources.append((f"{monitor_url}/varz", lambda: varz_from_monitor(monitor_url)))
+    for name, fetch in sources:
+        try:
+            return await fetch(), name
+        except Exception as e:  # the next one, else none
+            log.info("/varz not read from %s: %r", name, e)
+    return None
 
 
 async def varz_from_monitor(monitor_url: str, timeout: float = 3.0) -> dict:

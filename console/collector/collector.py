@@ -28,17 +28,13 @@ from console.broker.capture import (
     stream_of_subject,
 )
 from console.broker.connection import Connection
-from console.broker.server_info import (
-    DEFAULT_BATCH_TIMEOUT,
-    batch_timeout_from_varz,
-    varz_from_monitor,
-    varz_from_system_account,
-)
+from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, read_varz
 from console.collector.atomic_watch import AtomicWatch
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
+from console.domain.batch_limits import BatchLimits
 from console.domain.events import (
     ACCOUNT_ADVISORY,
     COLLECTOR,
@@ -176,18 +172,9 @@ class Collector:
     async def _learn_batch_timeout(self) -> None:
         if self.settings.batch_timeout:
             return
-        sources = []
-        if self.system_nc is not None:
-            sources.append(("the system account's /varz", lambda: varz_from_system_account(self.system_nc)))
-        if self.monitor_url:
-            sources.append((f"{self.monitor_url}/varz", lambda: varz_from_monitor(self.monitor_url)))
-        for name, fetch in sources:
-            try:
-                self.tracker.batch_timeout = batch_timeout_from_varz(await fetch())
-                self.batch_timeout_source = name
-                return
-            except Exception as e:  # not reachable or not allowed: try the next, else assume
-                log.info("batch timeout not learned from %s: %r", name, e)
+        if (found := await read_varz(self.system_nc, self.monitor_url)) is not None:  # else the default, assumed
+            varz, self.batch_timeout_source = found
+            self.tracker.batch_timeout = BatchLimits.from_varz(varz).timeout
 
     # -- advisories ------------------------------------------------------------------------
 

@@ -228,6 +228,12 @@ class LiveModel:
         """A status event arrived within three of its intervals."""
         return self.collector_seen is not None and (now - self.collector_seen).total_seconds() <= 3 * every
 
+    def collector_state(self, now: datetime) -> str:
+        """silent | alive | unhealthy: what the status bar and the header say of the collector."""
+        if not self.collector_heard(now):
+            return "silent"
+        return "alive" if self.collector_alive(now) else "unhealthy"
+
     def collector_alive(self, now: datetime, every: float = 5.0) -> bool:
         """Heard from, and its own verdict on its loops is healthy (an older collector says nothing)."""
         return self.collector_heard(now, every) and self.collector is not None and self.collector.healthy

@@ -1,5 +1,5 @@
 """What tables show: times as the session's clock writes them (never a raw epoch), seconds as
-durations, counts with separators (kept numeric, so columns still sort as numbers)."""
+durations; and what the plots share (legends beside them, hover tooltips with batch ids)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ import param
 from bokeh.models import HoverTool
 
 from console.domain.display import Clock, duration
-
-COUNT = {"type": "money", "thousand": ",", "decimal": ".", "precision": 0, "symbol": ""}
-
 
 class Clocked(param.Parameterized):
     """A page that writes times: in UTC, or in the reader's zone (the frame's switch sets it)."""
@@ -31,11 +28,6 @@ def shown(frame: pd.DataFrame, clock: Clock, durations: tuple[str, ...] = ()) ->
         elif column in durations:
             out[column] = [duration(v) if not pd.isna(v) else "" for v in out[column]]
     return out
-
-
-def count_formatters(frame: pd.DataFrame, skip: tuple[str, ...] = ()) -> dict:
-    """Tabulator formatters that write the integer columns with separators."""
-    return {c: COUNT for c in frame.columns if c not in skip and pd.api.types.is_integer_dtype(frame[c])}
 
 
 def outside(plot) -> None:

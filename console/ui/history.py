@@ -39,7 +39,6 @@ def stream_cell(stream: str | None) -> str:
     return f'<a href="/stream?name={quote(stream, safe="")}">{html.escape(stream)}</a>'
 
 
-
 def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.DataFrame | None = None) -> dict[str, list]:
     """One column per reason over every hour of the range (missing hours are zeros), and the first
     batch ids of each hour from `lost` (time, batch_id) for the tooltips."""
@@ -113,7 +112,6 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                         legend_label=list(REASONS))
         outside(bars)
         bars.add_tools(bar_hover("%Y-%m-%d %H:00"))
-        self._plots = (bars,)
         gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None)
         gaps.line("t", "gaps", source=self._gaps, color="orange", legend_label="gaps")

@@ -24,11 +24,12 @@ COLUMNS = {"time": "object", "stream": "object", "batch_id": "object", "reason":
            "investigate": "object"}
 
 
-def recent_frame(model: LiveModel, limit: int = 100, clock: Clock = Clock()) -> pd.DataFrame:
-    """Newest first; explicit dtypes so an empty frame streams like a full one."""
+def recent_frame(model: LiveModel, limit: int = 100, clock: Clock = Clock(), stream: str | None = None) -> pd.DataFrame:
+    """Newest first (of one stream, when given); explicit dtypes so an empty frame streams like a full one."""
+    lost = model.newest_first(limit) if stream is None else model.lost_on(stream, limit)
     rows = [{"time": clock.when(b.time), "stream": stream_cell(b.stream), "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
-             "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in model.newest_first(limit)]
+             "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in lost]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
 
 
@@ -40,10 +41,11 @@ INTERVALS = 60
 FLOW_LINES = 10  # the most recently active batches get a line each
 
 
-def active_frame(model: LiveModel) -> pd.DataFrame:
+def active_frame(model: LiveModel, stream: str | None = None) -> pd.DataFrame:
+    """The active fast batches (of one stream, when given), the most recently heard from first."""
     rows = [{"batch_id": b.batch_id, "stream": stream_cell(b.stream), "seq": b.last_seq, "acked_seq": b.acked_seq,
              "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
-            for b in model.active_newest_first()]
+            for b in model.active_newest_first() if stream is None or b.stream == stream]
     return pd.DataFrame(rows, columns=list(ACTIVE_COLUMNS)).astype(ACTIVE_COLUMNS)
 
 
@@ -92,12 +94,9 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
                 alerts_firing: int = 0) -> str:
     fresh = model.freshness(now)
     status = model.collector
-    if not model.collector_heard(now):
-        collector = "collector SILENT"
-    elif model.collector_alive(now):
-        collector = "collector alive"
-    else:
-        collector = "collector UNHEALTHY: " + "; ".join(status.unhealthy or ["its loops failed"])
+    state = model.collector_state(now)
+    collector = {"silent": "collector SILENT", "alive": "collector alive"}.get(state) or \
+        "collector UNHEALTHY: " + "; ".join(status.unhealthy or ["its loops failed"])
     parts = [
         f"NATS {connection}",
         collector,

@@ -18,7 +18,7 @@ from console.domain.display import count, size
 from console.domain.live_model import LiveModel
 from console.ui.formatting import Clocked, shown
 from console.ui.history import incident_link
-from console.ui.live import ACTIVE_COLUMNS, SLOW
+from console.ui.live import active_frame, recent_frame
 from console.ui.streams import limits_markdown
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def placement_markdown(p: StreamPlacement) -> str:
     where = (f"leader **{e(p.leader)}**, followers {followers}" if followers else
              f"**{e(p.leader)}** alone (no replicas)" if p.leader else "one server (no replicas)")
     return "\n".join([
-        f"| allow_atomic | allow_batched | persist_mode | replicas | retention | required API level |",
+        "| allow_atomic | allow_batched | persist_mode | replicas | retention | required API level |",
         "|---|---|---|---|---|---|",
         f"| {s.allow_atomic} | {s.allow_batched} | {e(s.persist_mode)} | R{s.replicas} | {e(s.retention)} | "
         f"{s.required_api_level if s.required_api_level is not None else '-'} |",
@@ -94,16 +94,9 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         if not self.name:
             return
         with pn.io.hold():
-            if self.model is not None:
-                self._live.value = pd.DataFrame(
-                    [{"time": self.clock.when(b.time), "batch_id": b.batch_id or "", "reason": b.reason,
-                      "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in self.model.lost_on(self.name)],
-                    columns=["time", "batch_id", "reason", "kind", "investigate"])
-                active = [b for b in self.model.active_newest_first() if b.stream == self.name]
-                self._active.value = pd.DataFrame(
-                    [{"batch_id": b.batch_id, "seq": b.last_seq, "acked_seq": b.acked_seq, "flow": b.flow,
-                      "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
-                     for b in active], columns=[c for c in ACTIVE_COLUMNS if c != "stream"])
+            if self.model is not None:  # Live's tables, of this stream (so without its column)
+                self._live.value = recent_frame(self.model, clock=self.clock, stream=self.name).drop(columns=["stream"])
+                self._active.value = active_frame(self.model, stream=self.name).drop(columns=["stream"])
             if self.history is not None:
                 now = datetime.now(timezone.utc)
                 week = self.history.abandoned_batches(now - WEEK, now, stream=self.name)
