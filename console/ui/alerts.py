@@ -13,7 +13,7 @@ import param
 from console.domain.alert_rules import RulesError, duration_text, rule_toml
 from console.domain.display import Clock
 from console.ui.controls import keep_choice
-from console.ui.formatting import Clocked
+from console.ui.formatting import Clocked, put
 
 EXAMPLE = '''[[rule]]
 name = "orders abandoned"
@@ -79,18 +79,20 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         firing = self.view.firing()
         firing_rules = {rule for rule, _, _ in firing}
         self._problem.object = f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem else ""
-        self._rules.value = pd.DataFrame([
+        put(self._rules, pd.DataFrame([
             {"rule": r.name, "when": r.when, "streams": ", ".join(r.streams) or "all",
              "reasons": ", ".join(r.reasons) or "all", "at least": r.at_least, "within": duration_text(r.within),
              "severity": r.severity, "notify": ", ".join(r.notify) or "(none)",
-             "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok"} for r in rules])
-        self._firing.value = pd.DataFrame([(r, s, self.clock.when(t)) for r, s, t in firing], columns=["rule", "stream", "since"])
-        self._sent.value = pd.DataFrame([{**{k: n.get(k) for k in ("rule", "status", "stream", "count", "text")},
-                                          "time": self.clock.when(n["time"])} for n in self.view.notices()[:200]],
-                                        columns=["time", "rule", "status", "stream", "count", "text"])
-        self._deliveries.value = deliveries_frame(self.view.deliveries(), self.clock)
+             "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok"} for r in rules]))
+        put(self._firing, pd.DataFrame([(r, s, self.clock.when(t)) for r, s, t in firing],
+                                       columns=["rule", "stream", "since"]))
+        sent = [{**{k: n.get(k) for k in ("rule", "status", "stream", "count", "text")},
+                 "time": self.clock.when(n["time"])} for n in self.view.notices()[:200]]
+        put(self._sent, pd.DataFrame(sent, columns=["time", "rule", "status", "stream", "count", "text"]))
+        put(self._deliveries, deliveries_frame(self.view.deliveries(), self.clock))
         names = [r.name for r in rules]
-        self.param.rule.objects = names
+        if names != self.param.rule.objects:
+            self.param.rule.objects = names
         if self.rule not in names and names:
             self.rule = names[0]
 

@@ -12,6 +12,7 @@ from bokeh.models import HoverTool
 
 from console.domain.display import Clock, duration
 
+
 class Clocked(param.Parameterized):
     """A page that writes times: in UTC, or in the reader's zone (the frame's switch sets it)."""
 
@@ -28,6 +29,14 @@ def shown(frame: pd.DataFrame, clock: Clock, durations: tuple[str, ...] = ()) ->
         elif column in durations:
             out[column] = [duration(v) if not pd.isna(v) else "" for v in out[column]]
     return out
+
+
+def put(table, frame: pd.DataFrame) -> None:
+    """Give a table a new frame only when it differs: a redraw on a timer sends nothing, and keeps the
+    reader's scroll and selection, while nothing changed."""
+    old = table.value
+    if not (isinstance(old, pd.DataFrame) and list(old.columns) == list(frame.columns) and old.equals(frame)):
+        table.value = frame
 
 
 def outside(plot) -> None:

@@ -16,7 +16,7 @@ import param
 from console.domain.batch_limits import edit_risks
 from console.domain.display import count, size
 from console.domain.live_model import LiveModel
-from console.ui.formatting import Clocked, shown
+from console.ui.formatting import Clocked, put, shown
 from console.ui.history import incident_link
 from console.ui.live import active_frame, recent_frame
 from console.ui.streams import limits_markdown
@@ -95,14 +95,14 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             return
         with pn.io.hold():
             if self.model is not None:  # Live's tables, of this stream (so without its column)
-                self._live.value = recent_frame(self.model, clock=self.clock, stream=self.name).drop(columns=["stream"])
-                self._active.value = active_frame(self.model, stream=self.name).drop(columns=["stream"])
+                put(self._live, recent_frame(self.model, clock=self.clock, stream=self.name).drop(columns=["stream"]))
+                put(self._active, active_frame(self.model, stream=self.name).drop(columns=["stream"]))
             if self.history is not None:
                 now = datetime.now(timezone.utc)
                 week = self.history.abandoned_batches(now - WEEK, now, stream=self.name)
                 week = shown(week.drop(columns=["stream"]), self.clock)
                 week["investigate"] = [incident_link(b) for b in week["batch_id"]]
-                self._week.value = week
+                put(self._week, week)
 
     def __panel__(self):
         return self._layout

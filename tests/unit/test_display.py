@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 import pandas as pd
 
 from console.domain.display import Clock, count, duration, size
-from console.ui.formatting import shown
+from console.ui.formatting import put, shown
 
 T = datetime(2026, 11, 21, 22, 14, 32, 655_577, tzinfo=timezone.utc)
 
@@ -52,3 +52,16 @@ def test_history_plots_show_the_hours_with_data_not_the_whole_range():
     hours = pd.Series(pd.to_datetime(["2026-11-20 09:00", "2026-11-20 11:00"], utc=True))
     first, last = data_extent(hours, pd.Series([], dtype="datetime64[ns, UTC]"))
     assert (first.hour, last.hour) == (8, 13) and data_extent(pd.Series([], dtype=object)) is None
+
+
+def test_a_table_on_a_timer_is_sent_a_frame_only_when_it_changed():
+    import panel as pn
+    table = pn.widgets.Tabulator(pd.DataFrame())
+    sent = []
+    table.param.watch(lambda e: sent.append(e.new), "value")
+    put(table, pd.DataFrame({"rule": ["lost"], "state": ["ok"]}))
+    put(table, pd.DataFrame({"rule": ["lost"], "state": ["ok"]}))
+    put(table, pd.DataFrame({"rule": ["lost"], "state": ["FIRING"]}))
+    put(table, pd.DataFrame({"name": ["lost"], "state": ["FIRING"]}))
+    assert [list(f.iloc[0]) for f in sent] == [["lost", "ok"], ["lost", "FIRING"], ["lost", "FIRING"]]
+    assert list(sent[-1].columns) == ["name", "state"]
