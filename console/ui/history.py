@@ -10,18 +10,13 @@ from urllib.parse import quote
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource, HoverTool
-from bokeh.palettes import Category20
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from console.domain.display import count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.live_model import REASONS
-from console.ui.formatting import Clocked, bar_hover, ids_by_slot, outside, shown
-
-# One color per reason, the ten strong ones first: the same on Live and History.
-REASON_COLORS = (Category20[20][::2] + Category20[20][1::2])[:len(REASONS)]
-
+from console.ui.formatting import Clocked, ids_by_slot, outside, shown, stacked, stacked_bars
 
 
 def incident_link(batch_id: str | None) -> str:
@@ -45,12 +40,9 @@ def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.Da
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
     wide = (frame.astype({"batches": float}).pivot_table(index="hour", columns="reason", values="batches", aggfunc="sum")
             .reindex(hours).fillna(0))
-    data: dict[str, list] = {"t": list(hours)}
-    for reason in REASONS:
-        data[reason] = [int(v) for v in wide[reason]] if reason in wide else [0] * len(hours)
     pairs = [] if lost is None else zip(lost["time"], lost["batch_id"])
-    data["ids"] = ids_by_slot(((t.to_pydatetime(), b) for t, b in pairs), start, timedelta(hours=1), len(hours))
-    return data
+    ids = ids_by_slot(((t.to_pydatetime(), b) for t, b in pairs), start, timedelta(hours=1), len(hours))
+    return stacked(list(hours), {reason: list(wide[reason]) for reason in REASONS if reason in wide}, ids)
 
 
 def data_extent(*hours: pd.Series) -> tuple[datetime, datetime] | None:
@@ -106,20 +98,18 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._bars = ColumnDataSource(hourly_bars(pd.DataFrame(columns=["hour", "reason", "batches"]),
                                                   *self._bounds()))
         self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
+        # One explicit range for both plots: a DataRange1d would fit every zero-filled hour of the week.
+        self._hours = Range1d(*self._bounds())
         bars = figure(title="Abandoned batches per hour, by reason", x_axis_type="datetime", height=260,
-                      sizing_mode="stretch_width", toolbar_location=None)
-        bars.vbar_stack(list(REASONS), x="t", width=3_000_000, source=self._bars, color=list(REASON_COLORS),
-                        legend_label=list(REASONS))
-        outside(bars)
-        bars.add_tools(bar_hover("%Y-%m-%d %H:00"))
+                      sizing_mode="stretch_width", toolbar_location=None, x_range=self._hours)
+        stacked_bars(bars, self._bars, timedelta(hours=1), "%Y-%m-%d %H:00")
         gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
-                      sizing_mode="stretch_width", toolbar_location=None)
+                      sizing_mode="stretch_width", toolbar_location=None, x_range=self._hours)
         gaps.line("t", "gaps", source=self._gaps, color="orange", legend_label="gaps")
         gaps.line("t", "lost", source=self._gaps, color="red", legend_label="lost messages")
         outside(gaps)
         gaps.add_tools(HoverTool(tooltips=[("hour", "@t{%Y-%m-%d %H:00} UTC"), ("gaps", "@gaps"),
                                            ("lost messages", "@lost")], formatters={"@t": "datetime"}))
-        self._plots = (bars, gaps)
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._streams = pn.widgets.Tabulator(pd.DataFrame(columns=["stream"]), height=220,
                                              formatters={"stream": {"type": "html"}}, **table)
@@ -167,8 +157,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             self._bars.data = hourly_bars(by_hour, start, end, self._shown["abandoned_batches"])
             self._gaps.data = gap_lines(gaps, start, end)
             extent = data_extent(by_hour["hour"], gaps["hour"])  # where the data is, not a week of empty axis
-            for plot in self._plots:
-                plot.x_range.start, plot.x_range.end = extent or (start, end)
+            self._hours.start, self._hours.end = extent or (start, end)
             by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
             by_stream["stream"] = [stream_cell(s) for s in by_stream["stream"]]
             self._streams.value = by_stream

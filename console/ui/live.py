@@ -15,8 +15,8 @@ from bokeh.plotting import figure
 
 from console.domain.display import Clock, count, duration
 from console.domain.live_model import REASONS, LiveModel
-from console.ui.formatting import Clocked, bar_hover, ids_by_slot, outside
-from console.ui.history import REASON_COLORS, incident_link, stream_cell
+from console.ui.formatting import Clocked, ids_by_slot, stacked, stacked_bars
+from console.ui.history import incident_link, stream_cell
 
 if TYPE_CHECKING:
     from console.broker.live_state import LiveState
@@ -50,14 +50,11 @@ def active_frame(model: LiveModel, stream: str | None = None) -> pd.DataFrame:
 
 
 def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
-    """Columns for the stacked bars: interval start times, then one column per reason."""
-    series = model.per_interval(now, INTERVAL, INTERVALS)
+    """The stacked bars' rows (`stacked`) over the last INTERVALS minutes."""
     start = now - INTERVAL * INTERVALS
-    data: dict[str, list] = {"t": [start + INTERVAL * i for i in range(INTERVALS)]}
-    for reason in REASONS:
-        data[reason] = series.get(reason, [0] * INTERVALS)
-    data["ids"] = ids_by_slot(((b.time, b.batch_id) for b in model.newest_first(limit=500)), start, INTERVAL, INTERVALS)
-    return data
+    slots = [start + INTERVAL * i for i in range(INTERVALS)]
+    ids = ids_by_slot(((b.time, b.batch_id) for b in model.newest_first(limit=500)), start, INTERVAL, INTERVALS)
+    return stacked(slots, model.per_interval(now, INTERVAL, INTERVALS), ids)
 
 
 def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
@@ -139,13 +136,12 @@ class LivePage(Clocked, pn.viewable.Viewer):
             active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,
             formatters={"stream": {"type": "html"}},
         )
-        self._bars = ColumnDataSource(interval_data(self.model, datetime.now(timezone.utc)))
+        now = datetime.now(timezone.utc)
+        self._bars = ColumnDataSource(interval_data(self.model, now))
         bars = figure(title="Lost batches per minute, by reason", x_axis_type="datetime", height=260,
-                      sizing_mode="stretch_width", toolbar_location=None)
-        bars.vbar_stack(list(REASONS), x="t", width=INTERVAL.total_seconds() * 900, source=self._bars,
-                        color=list(REASON_COLORS), legend_label=list(REASONS))
-        outside(bars)
-        bars.add_tools(bar_hover("%H:%M"))
+                      sizing_mode="stretch_width", toolbar_location=None, x_range=self._window(now))
+        stacked_bars(bars, self._bars, INTERVAL, "%H:%M")
+        self._bars_range = bars.x_range
         lines, marks = flow_data(self.model)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
         flows = figure(title="Flow of active fast batches (x: gaps)", x_axis_type="datetime", height=260,
@@ -160,6 +156,11 @@ class LivePage(Clocked, pn.viewable.Viewer):
             sizing_mode="stretch_width",
         )
         self.refresh()
+
+    @staticmethod
+    def _window(now: datetime) -> tuple[datetime, datetime]:
+        """The bars' x range: the last INTERVALS minutes, with or without losses in them."""
+        return now - INTERVAL * INTERVALS, now
 
     @classmethod
     def following(cls, state: LiveState, **params) -> LivePage:
@@ -185,6 +186,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
             self._table.value = recent_frame(self.model, clock=self.clock)
             self._active.value = active_frame(self.model)
             self._bars.data = interval_data(self.model, now)
+            self._bars_range.start, self._bars_range.end = self._window(now)
             self._lines.data, self._marks.data = flow_data(self.model)
 
     def __panel__(self):

@@ -1,9 +1,19 @@
 import re
 import subprocess
+import time
 
 from playwright.sync_api import expect
 
 from tests.processes import CLI, probe
+
+# The hours the History plots show, from BokehJS's models (the axes are drawn on a canvas).
+PLOTTED_HOURS = """() => {
+  const ranges = [];
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.type === "Range1d" || m.constructor.name === "Range1d") ranges.push([m.start, m.end]);
+  return ranges;
+}"""
 
 
 def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(console, data_dir, page, screenshots):
@@ -26,6 +36,8 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
     assert download.value.suggested_filename.startswith("abandoned_batches-")
     csv = open(download.value.path()).read()
     assert all(batch_id in csv for batch_id in abandoned) and "UI_HIST" in csv
+    [(start, end)] = page.evaluate(PLOTTED_HOURS)  # one range, both plots', fitted to the hours with data
+    assert start <= time.time() * 1000 <= end and end - start <= 4 * 3600_000, (start, end)
     page.screenshot(path=screenshots / "history.png", full_page=True)
 
 

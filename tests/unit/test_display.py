@@ -65,3 +65,11 @@ def test_a_table_on_a_timer_is_sent_a_frame_only_when_it_changed():
     put(table, pd.DataFrame({"name": ["lost"], "state": ["FIRING"]}))
     assert [list(f.iloc[0]) for f in sent] == [["lost", "ok"], ["lost", "FIRING"], ["lost", "FIRING"]]
     assert list(sent[-1].columns) == ["name", "state"]
+
+
+def test_bars_stack_the_reasons_of_a_slot_in_one_glyphs_rows():
+    from console.ui.formatting import REASON_COLORS, stacked
+    data = stacked(["10:00", "10:01", "10:02"], {"gap": [0, 2, 0], "timeout": [1, 3, 0]}, ["a", "b, c", ""])
+    rows = list(zip(data["t"], data["reason"], data["bottom"], data["top"], data["ids"]))
+    assert rows == [("10:00", "timeout", 0, 1, "a"), ("10:01", "timeout", 0, 3, "b, c"), ("10:01", "gap", 3, 5, "b, c")]
+    assert data["color"] == [REASON_COLORS["timeout"]] * 2 + [REASON_COLORS["gap"]]

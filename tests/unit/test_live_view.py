@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 from console.domain.events import BatchEvent, EventKind
 from console.domain.live_model import LiveModel
-from console.ui.live import INTERVALS, LivePage, active_frame, flow_data, interval_data, recent_frame, status_text
+from console.ui.live import INTERVAL, LivePage, active_frame, flow_data, interval_data, recent_frame, status_text
 
 NOW = datetime(2026, 11, 21, 4, 0, tzinfo=timezone.utc)
 
@@ -26,8 +26,9 @@ def test_frames_have_their_dtypes_even_when_empty():
 
 def test_interval_bars_put_each_loss_in_its_minute():
     data = interval_data(model_with_traffic(), NOW)
-    assert len(data["t"]) == INTERVALS
-    assert data["timeout"][-2] == 1 and sum(data["timeout"]) == 1 and sum(data["gap"]) == 0
+    minute = NOW - INTERVAL * 2  # the one loss, a minute and a bit ago
+    assert [(t, r, n) for t, r, n in zip(data["t"], data["reason"], data["batches"])] == [(minute, "timeout", 1)]
+    assert (data["bottom"], data["top"]) == ([0], [1])
 
 
 def test_flow_lines_and_gap_marks_for_active_batches():
