@@ -16,24 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from sqlmodel import delete
+from sqlmodel import Session, delete, select
 
 from console.analytics.schema import EVENT_SCHEMA, SKIPPED_KIND
 from console.analytics.source import JetStreamDataSource, SourceOptions, _stream_bounds
 from console.analytics.transforms import (
+    LOSS_RETRACTED,
     abandoned_batches,
     abandonment_hourly,
     fast_batch_summary,
     gap_hourly,
     retracted_losses,
-    stream_abandonment_stats,
 )
 from console.broker.eventlog import missing_log
 from console.errors import EventLogMissingError
@@ -72,6 +74,10 @@ class RunReport:
     seconds: float
     note: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)  # records of the log that were not events, by reason
+    stages: dict[str, float] = field(default_factory=dict)  # seconds in each step of the run
+
+    def breakdown(self) -> str:
+        return ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.stages.items())
 
     def line(self) -> str:
         if self.note:
@@ -83,7 +89,22 @@ class RunReport:
             reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items()))
             skipped = f", {sum(self.skipped.values())} skipped ({reasons})"
         return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read{skipped}, "
-                f"{self.rows_written} rows written, {self.seconds:.1f}s")
+                f"{self.rows_written} rows written, {self.seconds:.1f}s ({self.breakdown()})")
+
+
+class Stages:
+    """Seconds spent in each step of a run: `with stages("read"): ...`."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
 
 def _quoted(values) -> str:
@@ -102,35 +123,47 @@ def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
 
 def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     started = time.perf_counter()
+    stages = Stages()
     spark.dataSource.register(JetStreamDataSource)
     engine = sqlite.open_db(settings.db_path)
     done = sqlite.offset(engine, SOURCE)
     options = SourceOptions.parse(settings.source)
     try:
-        _, last = asyncio.run(_stream_bounds(options))
+        with stages("bounds"):
+            _, last = asyncio.run(_stream_bounds(options))
     except EventLogMissingError:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started,
                          note=missing_log(options.stream))
     if last <= done:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
 
-    reader = spark.read.format("jetstream").options(**settings.source)
-    loaded = reader.option("start_seq", done + 1).option("end_seq", last).load().localCheckpoint()
-    is_skipped = F.col("kind") == SKIPPED_KIND
-    skipped = {r.reason: r["count"] for r in loaded.filter(is_skipped).groupBy("reason").count().collect()}
-    new = loaded.filter(~is_skipped)
-    events_read = new.count()
-    if events_read == 0:  # only records that were not events: the offset moves past them
+    def report(events_read: int, written: int, skipped: dict) -> RunReport:
+        return RunReport(done + 1, last, events_read, written, time.perf_counter() - started, skipped=skipped,
+                         stages=stages.seconds)
+
+    with stages("read"):  # one Spark job; what the run needs to know of the new events is read from Arrow
+        reader = spark.read.format("jetstream").options(**settings.source)
+        loaded = reader.option("start_seq", done + 1).option("end_seq", last).load().toArrow()
+        is_skipped = pc.equal(loaded["kind"], SKIPPED_KIND)
+        skipped = {c["values"].as_py(): c["counts"].as_py()
+                   for c in pc.value_counts(loaded.filter(is_skipped)["reason"])}
+        new = loaded.filter(pc.invert(is_skipped))
+    if new.num_rows == 0:  # only records that were not events: the offset moves past them
         sqlite.commit_run(engine, SOURCE, last, lambda session: None)
-        return RunReport(done + 1, last, 0, 0, time.perf_counter() - started, skipped=skipped)
+        return report(0, 0, skipped)
 
     raw_path = settings.delta("events")
-    delta.append_events(raw_path, new.toArrow(), last)
+    with stages("raw to delta"):
+        delta.append_events(raw_path, new, last)
 
-    days = sorted({r.day for r in new.select(F.to_date("time").alias("day")).distinct().collect()})
-    scope = _scope(spark, raw_path, days)
-    written = _recompute(spark, settings, engine, new, scope, days, last)
-    return RunReport(done + 1, last, events_read, written, time.perf_counter() - started, skipped=skipped)
+    with stages("scope"):
+        days = sorted(date.fromisoformat(d) for d in pc.unique(pc.strftime(new["time"], format="%Y-%m-%d")).to_pylist())
+        scope = _scope(spark, raw_path, days)
+    fast = new.filter(pc.starts_with(new["kind"], "fast_"))
+    touched = sorted(b for b in pc.unique(fast["batch_id"]).to_pylist() if b is not None)
+    retractions = pc.any(pc.equal(new["kind"], LOSS_RETRACTED)).as_py()
+    written = _recompute(spark, settings, engine, scope, days, touched, retractions, last, stages)
+    return report(new.num_rows, written, skipped)
 
 
 def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
@@ -140,41 +173,42 @@ def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
     return spark.read.schema(EVENT_SCHEMA).parquet(*files).localCheckpoint()
 
 
-def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: DataFrame, days: list[date], last: int) -> int:
+def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: list[date], touched: list[str],
+               retractions: bool, last: int, stages: Stages) -> int:
+    """Replace the rows of what the new events touch: the hours of their days, the fast batches
+    `touched`, the abandonments of their days (and the losses a retraction among them took back),
+    the figures of the streams those abandonments are on."""
     day_strings = [d.isoformat() for d in days]
     in_days = F.to_date("hour").isin(*days)
-    hourly_a = abandonment_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string"))
-    hourly_g = gap_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string"))
-
-    touched = [r.batch_id for r in new.filter(F.col("kind").startswith("fast_")).select("batch_id").distinct().collect()
-               if r.batch_id is not None]
-    batches = fast_batch_summary(scope.filter(F.col("batch_id").isin(*touched))) if touched else None
-
-    lost = abandoned_batches(scope, settings.context_minutes).filter(F.to_date("time").isin(*days))
-    retracted = [r.event_id for r in retracted_losses(scope).collect()]
-
     # Each aggregate is computed once, to Arrow: Delta takes the table, SQLite its rows.
-    by_day = f"day IN ({_quoted(day_strings)})"
-    hourly_a_rows, hourly_g_rows = hourly_a.toArrow(), hourly_g.toArrow()
-    delta.replace_where(settings.delta("abandonment_hourly"), hourly_a_rows, by_day)
-    delta.replace_where(settings.delta("gap_hourly"), hourly_g_rows, by_day)
-    rows_a, rows_g = _records(hourly_a_rows, drop=("day",)), _records(hourly_g_rows, drop=("day",))
-    rows_b: list[dict] = []
-    if batches is not None:
-        batch_rows = batches.toArrow()
-        delta.replace_where(settings.delta("fast_batch_summary"), batch_rows, f"batch_id IN ({_quoted(touched)})")
-        rows_b = _records(batch_rows)
-    lost_table = lost.toArrow()
-    lost_rows = _records(lost_table)
-    rows_s: list[dict] = []
-    lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
-    if lost_ids:
-        delta.replace_where(settings.delta("abandoned_batches"), lost_table, f"event_id IN ({_quoted(lost_ids)})")
-        # per-stream figures from every abandonment kept so far (one row each: small)
-        stats = stream_abandonment_stats(spark.read.parquet(*delta.read_files(settings.delta("abandoned_batches"))))
-        stats_rows = stats.toArrow()
-        delta.replace_where(settings.delta("stream_abandonment_stats"), stats_rows, None)
-        rows_s = _records(stats_rows)
+    with stages("hourly"):
+        by_day = f"day IN ({_quoted(day_strings)})"
+        hourly_a_rows = abandonment_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string")).toArrow()
+        hourly_g_rows = gap_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string")).toArrow()
+        delta.replace_where(settings.delta("abandonment_hourly"), hourly_a_rows, by_day)
+        delta.replace_where(settings.delta("gap_hourly"), hourly_g_rows, by_day)
+        rows_a, rows_g = _records(hourly_a_rows, drop=("day",)), _records(hourly_g_rows, drop=("day",))
+
+    with stages("fast batches"):
+        rows_b: list[dict] = []
+        if touched:
+            batch_rows = fast_batch_summary(scope.filter(F.col("batch_id").isin(*touched))).toArrow()
+            delta.replace_where(settings.delta("fast_batch_summary"), batch_rows, f"batch_id IN ({_quoted(touched)})")
+            rows_b = _records(batch_rows)
+
+    with stages("abandoned"):
+        lost = abandoned_batches(scope, settings.context_minutes).filter(F.to_date("time").isin(*days))
+        retracted = [r.event_id for r in retracted_losses(scope).collect()] if retractions else []
+        lost_table = lost.toArrow()
+        lost_rows = _records(lost_table)
+        lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
+        if lost_ids:
+            delta.replace_where(settings.delta("abandoned_batches"), lost_table, f"event_id IN ({_quoted(lost_ids)})")
+    with stages("stream stats"):
+        streams, rows_s = _stream_stats(engine, lost_rows, lost_ids)
+        if streams:
+            delta.replace_where(settings.delta("stream_abandonment_stats"), pa.Table.from_pylist(rows_s, STATS_SCHEMA),
+                                f"stream IN ({_quoted(streams)})")
     midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
     day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
 
@@ -186,10 +220,50 @@ def _recompute(spark, settings: JobSettings, engine, new: DataFrame, scope: Data
         session.add_all(GapHourly(**r) for r in rows_g)
         sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], rows_b)
         sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
-        sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(r["stream"],) for r in rows_s], rows_s)
+        sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(s,) for s in streams], rows_s)
 
-    sqlite.commit_run(engine, SOURCE, last, writes)
+    with stages("sqlite"):
+        sqlite.commit_run(engine, SOURCE, last, writes)
     return len(rows_a) + len(rows_g) + len(rows_b) + len(lost_rows) + len(rows_s)
+
+
+STATS_SCHEMA = pa.schema([("stream", pa.string()), ("abandonments", pa.int64()), ("first", pa.timestamp("us", "UTC")),
+                          ("last", pa.timestamp("us", "UTC")), ("mean_seconds", pa.float64())])
+
+
+def stream_stats(times: dict[str, list[datetime]]) -> list[dict]:
+    """Per stream with abandonments: how many, the first, the last and the mean seconds between them
+    (None with fewer than two)."""
+    rows = []
+    for stream, seen in sorted(times.items()):
+        if seen:
+            first, last, n = min(seen), max(seen), len(seen)
+            rows.append({"stream": stream, "abandonments": n, "first": first, "last": last,
+                         "mean_seconds": (last - first).total_seconds() / (n - 1) if n > 1 else None})
+    return rows
+
+
+def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[list[str], list[dict]]:
+    """The streams whose abandonments this run changes, and their figures from every abandonment kept
+    so far: the serving table's rows with this run's in place of the ones it replaces (a per-run cost
+    that grows with the run, not with the history)."""
+    replaced_ids = set(replaced)
+    streams = {r["stream"] for r in lost_rows}
+    with Session(engine) as session:
+        ids = list(replaced_ids)
+        for chunk in range(0, len(ids), 500):
+            streams.update(session.exec(select(AbandonedBatch.stream)
+                                        .where(AbandonedBatch.event_id.in_(ids[chunk:chunk + 500]))))
+        times: dict[str, list[datetime]] = {s: [] for s in streams}
+        ordered = sorted(streams)
+        for chunk in range(0, len(ordered), 500):
+            query = select(AbandonedBatch.stream, AbandonedBatch.event_id, AbandonedBatch.time)
+            for stream, event_id, when in session.exec(query.where(AbandonedBatch.stream.in_(ordered[chunk:chunk + 500]))):
+                if event_id not in replaced_ids:
+                    times[stream].append(when if when.tzinfo else when.replace(tzinfo=timezone.utc))
+    for row in lost_rows:
+        times[row["stream"]].append(row["time"])
+    return ordered, stream_stats(times)
 
 
 def spark_session(master: str | None = None, app_name: str = "batch-console-analytics") -> SparkSession:
@@ -211,6 +285,7 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
         builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
         .config("spark.driver.maxResultSize", "2g")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .getOrCreate()

@@ -146,15 +146,3 @@ def abandoned_batches(events: DataFrame, window_minutes: int = 5) -> DataFrame:
         count(F.col("c.kind").isin(*ABANDONMENT_KINDS)).alias("other_abandonments"),
         count(F.col("c.kind") == FAST_GAP).alias("gaps_nearby"),
     ).withColumnRenamed("batch_kind", "kind").withColumnRenamed("seq", "log_seq")
-
-
-def stream_abandonment_stats(abandoned: DataFrame) -> DataFrame:
-    """From abandoned_batches rows: stream, abandonments, first, last, mean_seconds between them
-    (null with fewer than two)."""
-    per_stream = abandoned.groupBy("stream").agg(
-        F.count("*").alias("abandonments"), F.min("time").alias("first"), F.max("time").alias("last")
-    )
-    span = F.col("last").cast("double") - F.col("first").cast("double")
-    return per_stream.withColumn(
-        "mean_seconds", F.when(F.col("abandonments") > 1, span / (F.col("abandonments") - 1))
-    )
