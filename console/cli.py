@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
-    add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "embedded", "demo", "alerting")
+    add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "embedded", "demo", "alerting",
+              defaults={"analytics.follow": True})
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
@@ -209,16 +210,31 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     job = JobSettings(settings.data.data_dir, source=spark_options(settings))
     spark = spark_session(settings.analytics.master)
     spark.sparkContext.setLogLevel("WARN")
+    a = settings.analytics
+    watcher = None
+
+    def run() -> None:
+        print(f"analytics: {run_once(spark, job).line()}", flush=True)
+
     try:
-        while True:
-            report = run_once(spark, job)
-            print(f"analytics: {report.line()}", flush=True)
-            if once:
-                return 0
-            time.sleep(settings.analytics.every)  # the CLI's own loop: no event loop here
+        if once:
+            run()
+        elif a.follow:
+            from console.analytics.follow import LogWatcher, follow
+
+            subject = f"{settings.event_log.subject_prefix}.>"
+            watcher = LogWatcher(settings.connection, subject).start()
+            follow(run, watcher, every=a.every, gap=a.follow_gap)
+        else:
+            while True:
+                run()
+                time.sleep(a.every)  # the CLI's own loop: no event loop here
+        return 0
     except KeyboardInterrupt:
         return 0
     finally:
+        if watcher is not None:
+            watcher.stop()
         spark.stop()
 
 

@@ -235,7 +235,12 @@ class CollectorSettings:
 
 @dataclass(frozen=True)
 class AnalyticsSettings:
-    every: float = setting(60.0, "seconds between analytics runs", flag="--analytics-every", parse=float)
+    every: float = setting(60.0, "seconds between analytics runs (with --follow: at most, when nothing arrives)",
+                           flag="--analytics-every", parse=float)
+    follow: bool = setting(False, "run as soon as new events reach the event log (a warm session; the default "
+                                  "under up)", switch=True)
+    follow_gap: float = setting(10.0, "with --follow: seconds at least from one run's start to the next (History "
+                                      "trails Live by about this plus a run)", parse=float)
     master: str | None = setting(None, "Spark master URL (default: spark-submit's, else local)", flag="--spark-master")
     partitions: int = setting(2, "parallel reads of the event log", parse=int)
 

@@ -65,7 +65,8 @@ def replay(runtime: Runtime, **params) -> ReplayPage:
 
 
 def history(runtime: Runtime, **params) -> HistoryPage:
-    return HistoryPage(history=runtime.history, problem=runtime.history_problem, **params)
+    return HistoryPage(history=runtime.history, problem=runtime.history_problem,
+                       live_seq=lambda: runtime.live.last_seq, **params)
 
 
 def incident(runtime: Runtime, **params) -> IncidentPage:

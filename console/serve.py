@@ -95,6 +95,7 @@ class App:
         prefs = _prefs()
         page = pages.history(self.runtime, clock=prefs.clock, **_from_url("/history"))
         pn.state.onload(page.reload)
+        _every(page.refresh)
         return self._frame(page, "/history", prefs)
 
     def incident_page(self):

@@ -42,13 +42,14 @@ from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
     AbandonedBatch,
+    EVENTS_SOURCE,
     AbandonmentHourly,
     FastBatchSummary,
     GapHourly,
     StreamAbandonmentStats,
 )
 
-SOURCE = "events"
+SOURCE = EVENTS_SOURCE
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,14 @@ Every query reads the hourly aggregates or an indexed range, so a year of histor
 from __future__ import annotations
 
 import functools
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pandas as pd
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from console.storage.tables import AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly, \
-    StreamAbandonmentStats
+from console.storage.tables import EVENTS_SOURCE, AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly, \
+    JobOffset, StreamAbandonmentStats
 
 
 def _frame(session: Session, query, columns: list[str]) -> pd.DataFrame:
@@ -89,7 +89,17 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     return _utc(frame, "time")
 
 
-QUERIES = (abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)
+def job_position(engine) -> tuple[int, datetime] | None:
+    """(the last event-log sequence in History, when the job's run that took it committed), or None
+    before the first run."""
+    with Session(engine) as s:
+        row = s.get(JobOffset, EVENTS_SOURCE)
+        if row is None:
+            return None
+        return row.seq, row.updated if row.updated.tzinfo else row.updated.replace(tzinfo=timezone.utc)
+
+
+QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)
 
 
 class Reader:

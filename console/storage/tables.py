@@ -68,6 +68,9 @@ class StreamAbandonmentStats(SQLModel, table=True):
     mean_seconds: float | None = None
 
 
+EVENTS_SOURCE = "events"  # the analytics job's offset in job_offsets: the event log
+
+
 class JobOffset(SQLModel, table=True):
     """The last event-log sequence whose results are in these tables; written in the same transaction."""
 

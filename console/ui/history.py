@@ -13,7 +13,7 @@ import param
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
-from console.domain.display import count
+from console.domain.display import Clock, count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.live_model import REASONS
 from console.ui.formatting import Clocked, ids_by_slot, outside, shown, stacked, stacked_bars
@@ -75,6 +75,16 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 CSV_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes")
 
 
+def freshness_text(position: tuple[int, datetime] | None, live_seq: int, clock: Clock) -> str:
+    """"history up to <the job's last run>, N events behind Live", from the job's offset and Live's."""
+    if position is None:
+        return "_No analytics run yet: History fills once `batch-console analytics` has run._"
+    seq, run_at = position
+    n = live_seq - seq
+    behind = f", {count(n)} event{'s' * (n != 1)} behind Live" if n > 0 else ", level with Live" if live_seq else ""
+    return f"History up to {clock.when(run_at)} (event-log sequence {count(seq)}){behind}."
+
+
 def last_week() -> tuple[date, date]:
     today = datetime.now(timezone.utc).date()
     return today - timedelta(days=6), today
@@ -88,6 +98,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     problem = param.String(default=None, allow_None=True, doc="Why there is no history, shown instead of it")
     dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (UTC)")
     summary = param.String(default="", doc="What the chosen dates hold, in one line")
+    live_seq = param.Callable(default=None, doc="Returns the last event-log sequence Live has (0: none yet)")
+    freshness = param.String(default="", doc="How far History reaches, and how far it trails Live")
     csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
 
     def __init__(self, **params):
@@ -95,6 +107,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         self._range = pn.widgets.DateRangePicker.from_param(self.param.dates, name="dates (UTC)")
         self._summary = pn.pane.Markdown(self.param.summary)
+        self._freshness = pn.pane.Markdown(self.param.freshness)
         self._bars = ColumnDataSource(hourly_bars(pd.DataFrame(columns=["hour", "reason", "batches"]),
                                                   *self._bounds()))
         self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
@@ -122,7 +135,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._download = pn.widgets.FileDownload(callback=self._csv, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
         self._layout = pn.Column(
-            pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._summary,
+            pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._freshness,
+            self._summary,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
@@ -137,7 +151,14 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         return (datetime.combine(first, time(), timezone.utc),
                 datetime.combine(last + timedelta(days=1), time(), timezone.utc))
 
+    def refresh(self) -> None:
+        """The freshness line only (cheap: one row), for a timer."""
+        if self.history is not None:
+            self.freshness = freshness_text(self.history.job_position(), self.live_seq() if self.live_seq else 0,
+                                            self.clock)
+
     def reload(self) -> None:
+        self.refresh()
         if self.history is None:
             self.summary = f"**History unavailable**: {self.problem or 'no SQLite database'}"
             return

@@ -150,3 +150,43 @@ async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark,
     with Session(history.engine) as s:
         [summary] = s.exec(select(FastBatchSummary).where(FastBatchSummary.batch_id == batch.batch_id)).all()
     assert (summary.outcome, summary.messages) == ("committed", 9)
+
+
+async def test_follow_runs_as_soon_as_events_arrive_not_on_its_timer(server, client, tmp_path):
+    """`analytics --follow` with a 600 s timer: a signed abandonment reaches History within seconds."""
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from console.broker.eventlog import EventLog
+    from console.config import EventLogSettings, event_key
+    from console.domain.events import BatchEvent, EventKind
+    from tests.waits import eventually
+
+    signed = EventLog(client.jetstream(), EventLogSettings(key=event_key(data_dir=tmp_path)))
+    await signed.ensure()
+    cli = str(Path(sys.executable).parent / "batch-console")
+    out = open(tmp_path / "analytics.log", "w+")
+    job = subprocess.Popen([cli, "analytics", "--follow", "--analytics-every", "600", "--follow-gap", "1",
+                            "--server", server.url, "--data-dir", str(tmp_path)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        log_text = lambda: (tmp_path / "analytics.log").read_text()
+
+        async def runs():
+            return log_text().count("analytics:")
+
+        await eventually(runs, timeout=180, what="the first run")
+        await signed.append([BatchEvent("follow-run", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA",
+                                        "followed", reason="timeout")])
+        engine = sqlite.open_db(tmp_path / "console.db")
+
+        async def in_history():
+            with Session(engine) as session:
+                return session.exec(select(AbandonedBatch).where(AbandonedBatch.batch_id == "followed")).first()
+
+        await eventually(in_history, timeout=120, what="the abandonment in History, long before the 600 s timer")
+        assert log_text().count("analytics:") == 2, log_text()  # one run for it, none on the timer
+    finally:
+        job.terminate()
+        assert job.wait(timeout=60) in (0, -15), log_text()[-2000:]

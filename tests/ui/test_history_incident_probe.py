@@ -36,6 +36,10 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
     assert download.value.suggested_filename.startswith("abandoned_batches-")
     csv = open(download.value.path()).read()
     assert all(batch_id in csv for batch_id in abandoned) and "UI_HIST" in csv
+    expect(page.get_by_text(re.compile(r"^History up to .* UTC \(event-log sequence [\d,]+\)"))).to_be_visible()
+    probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_HIST",
+                  "--subject", "ui.hist")["abandoned_batch"]
+    expect(page.get_by_text(re.compile(r"\d+ events? behind Live"))).to_be_visible(timeout=30_000)  # on its timer
     [(start, end)] = page.evaluate(PLOTTED_HOURS)  # one range, both plots', fitted to the hours with data
     assert start <= time.time() * 1000 <= end and end - start <= 4 * 3600_000, (start, end)
     page.screenshot(path=screenshots / "history.png", full_page=True)
