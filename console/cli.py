@@ -205,7 +205,7 @@ async def alerts_async(settings: Settings) -> int:
 
 
 def cmd_analytics(settings: Settings, once: bool) -> int:
-    from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
+    from console.analytics.job import JobSettings, catch_up, spark_session  # PySpark loads only here
 
     job = JobSettings(settings.data.data_dir, source=spark_options(settings))
     spark = spark_session(settings.analytics.master)
@@ -214,7 +214,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     watcher = None
 
     def run() -> None:
-        print(f"analytics: {run_once(spark, job).line()}", flush=True)
+        catch_up(spark, job, each=lambda report: print(f"analytics: {report.line()}", flush=True))
 
     try:
         if once:

@@ -54,9 +54,12 @@ class LogWatcher:
         return arrived
 
     def stop(self) -> None:
-        if self._loop is not None and self._done is not None:
-            self._loop.call_soon_threadsafe(self._done.set)
-        self._thread.join(timeout=5)
+        if self._thread.is_alive() and self._loop is not None and self._done is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._done.set)
+            except RuntimeError:  # its loop ended meanwhile (it could not connect)
+                pass
+            self._thread.join(timeout=5)
 
 
 def follow(run: Callable[[], None], watcher: LogWatcher, every: float, gap: float,

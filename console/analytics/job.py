@@ -1,7 +1,9 @@
 """The analytics job: new events from the event log -> Delta history and SQLite serving tables.
 
 Exactly once, per run:
-1. pin the range (last recorded offset + 1 .. the log's last sequence now) and read it once;
+1. pin the range (last recorded offset + 1 .. the log's last sequence now, at most `max_events`
+   sequences: the driver holds one run's events, so a backlog is caught up in runs of bounded
+   memory) and read it once;
 2. append the raw events to Delta with an app transaction at the range's end (a rerun appends
    only what is past it);
 3. recompute the aggregates for what the new events touch: every hour of their days (read back
@@ -57,6 +59,7 @@ class JobSettings:
     data_dir: Path
     source: dict = field(default_factory=dict)  # options of the jetstream data source
     context_minutes: int = 5
+    max_events: int = 100_000  # event-log sequences per run at most
 
     @property
     def db_path(self) -> Path:
@@ -76,6 +79,7 @@ class RunReport:
     note: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)  # records of the log that were not events, by reason
     stages: dict[str, float] = field(default_factory=dict)  # seconds in each step of the run
+    behind: int = 0  # sequences left in the log past this run (a backlog: run again at once)
 
     def breakdown(self) -> str:
         return ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.stages.items())
@@ -89,8 +93,9 @@ class RunReport:
         if self.skipped:
             reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items()))
             skipped = f", {sum(self.skipped.values())} skipped ({reasons})"
+        more = f", {self.behind:,} more to read" if self.behind else ""
         return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read{skipped}, "
-                f"{self.rows_written} rows written, {self.seconds:.1f}s ({self.breakdown()})")
+                f"{self.rows_written} rows written{more}, {self.seconds:.1f}s ({self.breakdown()})")
 
 
 class Stages:
@@ -131,16 +136,17 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     options = SourceOptions.parse(settings.source)
     try:
         with stages("bounds"):
-            _, last = asyncio.run(_stream_bounds(options))
+            _, in_log = asyncio.run(_stream_bounds(options))
     except EventLogMissingError:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started,
                          note=missing_log(options.stream))
-    if last <= done:
+    if in_log <= done:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
+    last = min(in_log, done + settings.max_events)
 
     def report(events_read: int, written: int, skipped: dict) -> RunReport:
         return RunReport(done + 1, last, events_read, written, time.perf_counter() - started, skipped=skipped,
-                         stages=stages.seconds)
+                         stages=stages.seconds, behind=in_log - last)
 
     with stages("read"):  # one Spark job; what the run needs to know of the new events is read from Arrow
         reader = spark.read.format("jetstream").options(**settings.source)
@@ -165,6 +171,16 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     retractions = pc.any(pc.equal(new["kind"], LOSS_RETRACTED)).as_py()
     written = _recompute(spark, settings, engine, scope, days, touched, retractions, last, stages)
     return report(new.num_rows, written, skipped)
+
+
+def catch_up(spark: SparkSession, settings: JobSettings, each=lambda report: None) -> list[RunReport]:
+    """Runs until one reaches the end of the log: one run, or several of `max_events` on a backlog."""
+    reports = [run_once(spark, settings)]
+    each(reports[-1])
+    while reports[-1].behind:
+        reports.append(run_once(spark, settings))
+        each(reports[-1])
+    return reports
 
 
 def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:

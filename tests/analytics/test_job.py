@@ -72,6 +72,22 @@ async def test_job_keeps_history_exactly_once(spark, server, client, produce, tm
     assert after["atomic"] == 6 and after["events"] == after["distinct_events"]
 
 
+async def test_a_backlog_caught_up_in_small_runs_keeps_the_same_history(spark, server, client, produce, tmp_path):
+    """Runs bounded to a few sequences each (the driver's memory bound) write what one run writes."""
+    from console.analytics.job import catch_up
+
+    await produce(["b1", "b2"], fast=[("ok", 2), ("fail", 1)])
+    whole = JobSettings(tmp_path / "whole", source={"servers": server.url, "partitions": "2"})
+    small = JobSettings(tmp_path / "small", source={"servers": server.url, "partitions": "2"}, max_events=3)
+    [one] = await asyncio.to_thread(catch_up, spark, whole)
+    runs = await asyncio.to_thread(catch_up, spark, small)
+    assert len(runs) == -(-one.last_seq // 3) and runs[-1].last_seq == one.last_seq and runs[-1].behind == 0
+    assert [r.behind for r in runs[:-1]] == [one.last_seq - r.last_seq for r in runs[:-1]]
+    assert "more to read" in runs[0].line()
+    assert totals(sqlite.open_db(small.db_path)) == totals(sqlite.open_db(whole.db_path))
+    assert delta_totals(small) == delta_totals(whole)
+
+
 async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, client, tmp_path):
     import subprocess
     import sys
