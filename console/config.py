@@ -243,6 +243,8 @@ class AnalyticsSettings:
                                       "trails Live by about this plus a run)", parse=float)
     master: str | None = setting(None, "Spark master URL (default: spark-submit's, else local)", flag="--spark-master")
     partitions: int = setting(2, "parallel reads of the event log", parse=int)
+    max_events: int = setting(100_000, "event-log sequences per run at most (bounds the driver's memory; a backlog "
+                                       "is caught up run after run)", parse=int)
 
 
 @dataclass(frozen=True)
