@@ -1,0 +1,127 @@
+"""How far History trails Live under `up --demo`, and what the analytics part costs, in one run.
+
+    .venv/bin/python bench/lag.py [--minutes 4] [--mode follow|every]
+
+Starts `batch-console up --demo` (embedded nats-server, a fresh data directory; `--mode every`
+runs the analytics part every 60 s as before `--follow`), then every second samples the event
+log's last sequence (what Live has) and the analytics job's offset in SQLite (what History has).
+An event at sequence s reached Live at the first sample whose last sequence is >= s and History
+at the first whose offset is >= s; the lag is the difference, after the analytics part's first
+run (Spark's start is not counted). Prints the lag's p50/p95/max and the analytics part's CPU
+(cores) over the window. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from measure import cpu_seconds, percentile  # noqa: E402
+from console.broker.cluster import free_port  # noqa: E402
+from console.storage import sqlite  # noqa: E402
+from console.storage.tables import EVENTS_SOURCE  # noqa: E402
+
+CLI = str(Path(sys.executable).parent / "batch-console")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of the process and every descendant (the analytics part's JVM is its child)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += cpu_seconds(p)
+        except OSError:
+            pass
+        todo.extend(children.get(p, []))
+    return total
+
+
+def analytics_pid(log: str) -> int | None:
+    found = re.findall(r"\[up\] analytics: (?:restarted, )?running \(pid (\d+)\)", log)
+    return int(found[-1]) if found else None
+
+
+async def sample(url: str, db: Path, seconds: float) -> list[tuple[float, int, int]]:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    engine = sqlite.open_db(db)
+    samples = []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        last = (await js.stream_info("BATCH_CONSOLE_EVENTS")).state.last_seq
+        samples.append((time.monotonic(), last, sqlite.offset(engine, EVENTS_SOURCE)))
+        await asyncio.sleep(1.0)
+    await nc.close()
+    return samples
+
+
+def lags(samples: list[tuple[float, int, int]]) -> list[float]:
+    times = [t for t, _, _ in samples]
+    lasts = [last for _, last, _ in samples]
+    offsets = [offset for _, _, offset in samples]
+    found = []
+    for i in range(1, len(samples)):
+        for seq in range(lasts[i - 1] + 1, lasts[i] + 1):  # the events that reached Live at sample i
+            j = bisect.bisect_left(offsets, seq)
+            if j < len(samples):
+                found.append(times[j] - times[i])
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=4)
+    parser.add_argument("--mode", choices=("follow", "every"), default="follow")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data, nats_port = Path(tmp) / "data", free_port()
+        every = {"follow": [], "every": ["--analytics-every", "60"]}[args.mode]
+        out = Path(tmp) / "up.out"
+        up = subprocess.Popen([CLI, "up", "--demo", "--data-dir", str(data), "--nats-port", str(nats_port),
+                               "--port", str(free_port()), *every], stdout=open(out, "w"),
+                              stderr=subprocess.STDOUT, start_new_session=True,
+                              env={**os.environ, "BATCH_CONSOLE_FOLLOW": "1" if args.mode == "follow" else "0"})
+        try:
+            log = data / "logs" / "analytics.log"
+            print("  waiting for the analytics part's first run …", file=sys.stderr)
+            while not (log.exists() and "analytics: events" in log.read_text()):
+                assert up.poll() is None, out.read_text()[-3000:]
+                time.sleep(1)
+            pid = analytics_pid(out.read_text())
+            cpu = tree_cpu(pid) if pid else None
+            print(f"  sampling for {args.minutes} min …", file=sys.stderr)
+            samples = asyncio.run(sample(f"nats://127.0.0.1:{nats_port}", data / "console.db", args.minutes * 60))
+            cores = (tree_cpu(pid) - cpu) / (samples[-1][0] - samples[0][0]) if pid else float("nan")
+        finally:
+            up.send_signal(signal.SIGTERM)
+            up.wait(timeout=60)
+    found = lags(samples)
+    events = samples[-1][1] - samples[0][1]
+    print(f"mode {args.mode}: {events:,} events over {args.minutes} min; History behind Live (s): "
+          f"p50 {percentile(found, 0.5):.1f}, p95 {percentile(found, 0.95):.1f}, max {max(found):.1f} "
+          f"(target <= 15); analytics part CPU {cores:.2f} cores (its JVM included)")
+
+
+if __name__ == "__main__":
+    main()
