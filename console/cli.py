@@ -207,10 +207,10 @@ async def alerts_async(settings: Settings) -> int:
 def cmd_analytics(settings: Settings, once: bool) -> int:
     from console.analytics.job import JobSettings, catch_up, spark_session  # PySpark loads only here
 
-    job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=settings.analytics.max_events)
-    spark = spark_session(settings.analytics.master)
-    spark.sparkContext.setLogLevel("WARN")
     a = settings.analytics
+    job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
+    spark = spark_session(a.master)
+    spark.sparkContext.setLogLevel("WARN")
     watcher = None
 
     def run() -> None:

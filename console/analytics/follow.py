@@ -62,13 +62,12 @@ class LogWatcher:
             self._thread.join(timeout=5)
 
 
-def follow(run: Callable[[], None], watcher: LogWatcher, every: float, gap: float,
-           clock: Callable[[], float] = time.monotonic) -> None:
+def follow(run: Callable[[], None], watcher: LogWatcher, every: float, gap: float) -> None:
     """Run, then again as soon as events arrive but no sooner than `gap` seconds after the last run
     began (a burst is one run; History trails Live by about `gap` plus a run), and at least every
     `every` seconds. Until interrupted."""
     while True:
-        began = clock()
+        began = time.monotonic()
         run()
         if watcher.wait(every):
-            time.sleep(max(0.0, gap - (clock() - began)))
+            time.sleep(max(0.0, gap - (time.monotonic() - began)))

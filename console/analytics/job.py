@@ -43,15 +43,13 @@ from console.broker.eventlog import missing_log
 from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
-    AbandonedBatch,
     EVENTS_SOURCE,
+    AbandonedBatch,
     AbandonmentHourly,
     FastBatchSummary,
     GapHourly,
     StreamAbandonmentStats,
 )
-
-SOURCE = EVENTS_SOURCE
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,7 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     stages = Stages()
     spark.dataSource.register(JetStreamDataSource)
     engine = sqlite.open_db(settings.db_path)
-    done = sqlite.offset(engine, SOURCE)
+    done = sqlite.offset(engine, EVENTS_SOURCE)
     options = SourceOptions.parse(settings.source)
     try:
         with stages("bounds"):
@@ -156,7 +154,7 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
                    for c in pc.value_counts(loaded.filter(is_skipped)["reason"])}
         new = loaded.filter(pc.invert(is_skipped))
     if new.num_rows == 0:  # only records that were not events: the offset moves past them
-        sqlite.commit_run(engine, SOURCE, last, lambda session: None)
+        sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: None)
         return report(0, 0, skipped)
 
     raw_path = settings.delta("events")
@@ -175,9 +173,8 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
 
 def catch_up(spark: SparkSession, settings: JobSettings, each=lambda report: None) -> list[RunReport]:
     """Runs until one reaches the end of the log: one run, or several of `max_events` on a backlog."""
-    reports = [run_once(spark, settings)]
-    each(reports[-1])
-    while reports[-1].behind:
+    reports: list[RunReport] = []
+    while not reports or reports[-1].behind:
         reports.append(run_once(spark, settings))
         each(reports[-1])
     return reports
@@ -240,7 +237,7 @@ def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: lis
         sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(s,) for s in streams], rows_s)
 
     with stages("sqlite"):
-        sqlite.commit_run(engine, SOURCE, last, writes)
+        sqlite.commit_run(engine, EVENTS_SOURCE, last, writes)
     return len(rows_a) + len(rows_g) + len(rows_b) + len(lost_rows) + len(rows_s)
 
 
@@ -267,15 +264,13 @@ def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[l
     replaced_ids = set(replaced)
     streams = {r["stream"] for r in lost_rows}
     with Session(engine) as session:
-        ids = list(replaced_ids)
-        for chunk in range(0, len(ids), 500):
-            streams.update(session.exec(select(AbandonedBatch.stream)
-                                        .where(AbandonedBatch.event_id.in_(ids[chunk:chunk + 500]))))
+        for ids in sqlite.chunks(list(replaced_ids)):
+            streams.update(session.exec(select(AbandonedBatch.stream).where(AbandonedBatch.event_id.in_(ids))))
         times: dict[str, list[datetime]] = {s: [] for s in streams}
         ordered = sorted(streams)
-        for chunk in range(0, len(ordered), 500):
-            query = select(AbandonedBatch.stream, AbandonedBatch.event_id, AbandonedBatch.time)
-            for stream, event_id, when in session.exec(query.where(AbandonedBatch.stream.in_(ordered[chunk:chunk + 500]))):
+        query = select(AbandonedBatch.stream, AbandonedBatch.event_id, AbandonedBatch.time)
+        for names in sqlite.chunks(ordered):
+            for stream, event_id, when in session.exec(query.where(AbandonedBatch.stream.in_(names))):
                 if event_id not in replaced_ids:
                     times[stream].append(when if when.tzinfo else when.replace(tzinfo=timezone.utc))
     for row in lost_rows:

@@ -58,12 +58,15 @@ def offset(engine, source: str) -> int:
         return row.seq if row else 0
 
 
+def chunks(items: list, size: int = 500) -> Iterable[list]:
+    """`items` in lists of `size`: an IN (...) per list stays under SQLite's bound-parameter limit."""
+    return (items[i:i + size] for i in range(0, len(items), size))
+
+
 def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: Iterable[tuple], rows: list[dict]) -> None:
     """Delete the rows with these keys, insert the recomputed ones (same session, same transaction)."""
-    keys = list(keys)
     columns = [getattr(model, c) for c in key_columns]
-    for chunk in range(0, len(keys), 500):
-        part = keys[chunk:chunk + 500]
+    for part in chunks(list(keys)):
         if len(columns) == 1:
             session.exec(delete(model).where(columns[0].in_([k[0] for k in part])))
         else:
