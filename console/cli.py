@@ -209,8 +209,9 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
 
     a = settings.analytics
     job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
-    spark = spark_session(a.master)
-    spark.sparkContext.setLogLevel("WARN")
+    if a.master and a.remote:
+        raise ConfigError("give --spark-master or --remote, not both")
+    spark = spark_session(a.master, remote=a.remote)
     watcher = None
 
     def run() -> None:

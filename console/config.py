@@ -242,6 +242,9 @@ class AnalyticsSettings:
     follow_gap: float = setting(10.0, "with --follow: seconds at least from one run's start to the next (History "
                                       "trails Live by about this plus a run)", parse=float)
     master: str | None = setting(None, "Spark master URL (default: spark-submit's, else local)", flag="--spark-master")
+    # A Spark Connect URL may carry a token (sc://host:port/;token=...): never shown.
+    remote: str | None = setting(None, "a Spark Connect server to run the job on, sc://HOST:PORT (instead of a "
+                                       "master)", secret=True)
     partitions: int = setting(2, "parallel reads of the event log", parse=int)
     max_events: int = setting(100_000, "event-log sequences per run at most (bounds the driver's memory; a backlog "
                                        "is caught up run after run)", parse=int)

@@ -278,12 +278,20 @@ def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[l
     return ordered, stream_stats(times)
 
 
-def spark_session(master: str | None = None, app_name: str = "batch-console-analytics") -> SparkSession:
+def spark_session(master: str | None = None, app_name: str = "batch-console-analytics",
+                  remote: str | None = None) -> SparkSession:
     """A session the job can run on: the workers use this interpreter, the UI is off. With no
-    master, the one spark-submit was given, or local when run directly."""
+    master, the one spark-submit was given, or local when run directly; with `remote`, a session
+    on that Spark Connect server (whose own configuration holds: only the job's SQL settings are set)."""
     import os
     import sys
 
+    sql_settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
+    if remote:
+        builder = SparkSession.builder.remote(remote).appName(app_name)
+        for key, value in sql_settings.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master is None or master.startswith("local"):
@@ -291,14 +299,13 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    return (
-        # The driver collects a run's new events to append them to Delta (deltalake writes from the
-        # driver): room for a million events per run.
-        builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
-        .config("spark.driver.maxResultSize", "2g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
+    # A run's new events (at most --max-events) come to the driver to be appended to Delta.
+    builder = (builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
+               .config("spark.driver.maxResultSize", "2g")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    for key, value in sql_settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
