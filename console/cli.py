@@ -15,6 +15,7 @@ from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.config import Settings, add_flags, load, spark_options
 from console.domain.fast_ingest import GapMode
+from console.domain.events import EventKind
 from console.errors import ConfigError, ConsoleError
 from console.probe import ProbeOptions
 from console.progress import ProgressBar
@@ -204,8 +205,27 @@ async def alerts_async(settings: Settings) -> int:
     return 0
 
 
+def backlog_progress(step: int):
+    """A run's progress when it reads more than one step: a bar on a terminal, else a line a step."""
+    bar: ProgressBar | None = None
+
+    def shown(done: int, total: int) -> None:
+        nonlocal bar
+        if total <= step:
+            return
+        if sys.stderr.isatty():
+            bar = bar or ProgressBar(total, "analytics: reading the event log")
+            bar.update(done)
+            if done >= total:
+                bar.close()
+        else:
+            print(f"analytics: read {done:,} of {total:,} new event-log sequences", flush=True)
+
+    return shown
+
+
 def cmd_analytics(settings: Settings, once: bool) -> int:
-    from console.analytics.job import JobSettings, catch_up, spark_session  # PySpark loads only here
+    from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
 
     a = settings.analytics
     job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
@@ -215,7 +235,8 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     watcher = None
 
     def run() -> None:
-        catch_up(spark, job, each=lambda report: print(f"analytics: {report.line()}", flush=True))
+        report = run_once(spark, job, progress=backlog_progress(job.max_events))
+        print(f"analytics: {report.line()}", flush=True)
 
     try:
         if once:
@@ -223,8 +244,10 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
         elif a.follow:
             from console.analytics.follow import LogWatcher, follow
 
-            subject = f"{settings.event_log.subject_prefix}.>"
-            watcher = LogWatcher(settings.connection, subject).start()
+            prefix = settings.event_log.subject_prefix
+            # The collector's heartbeat changes no history: waking on it would run the job every gap.
+            watcher = LogWatcher(settings.connection, f"{prefix}.>",
+                                 quiet=(f"{prefix}.{EventKind.COLLECTOR_STATUS.value}.",)).start()
             follow(run, watcher, every=a.every, gap=a.follow_gap)
         else:
             while True:

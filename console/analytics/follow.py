@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 
 class LogWatcher:
-    def __init__(self, connection: ConnectionSettings, subject: str):
-        self.connection, self.subject = connection, subject
+    def __init__(self, connection: ConnectionSettings, subject: str, quiet: tuple[str, ...] = ()):
+        """Wakes on messages on `subject`, except those whose subject starts with one of `quiet`."""
+        self.connection, self.subject, self.quiet = connection, subject, quiet
         self._new = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Event | None = None
@@ -44,8 +45,9 @@ class LogWatcher:
         await self._done.wait()
         await nc.close()
 
-    async def _on_message(self, _msg) -> None:
-        self._new.set()
+    async def _on_message(self, msg) -> None:
+        if not msg.subject.startswith(self.quiet):
+            self._new.set()
 
     def wait(self, timeout: float) -> bool:
         """Until something reaches the log (True) or `timeout` seconds pass (False)."""

@@ -1,13 +1,14 @@
 """The analytics job: new events from the event log -> Delta history and SQLite serving tables.
 
 Exactly once, per run:
-1. pin the range (last recorded offset + 1 .. the log's last sequence now, at most `max_events`
-   sequences: the driver holds one run's events, so a backlog is caught up in runs of bounded
-   memory) and read it once;
-2. append the raw events to Delta with an app transaction at the range's end (a rerun appends
-   only what is past it);
-3. recompute the aggregates for what the new events touch: every hour of their days (read back
-   from Delta with the day before, so batches and context windows that cross midnight are
+1. pin the range (last recorded offset + 1 .. the log's last sequence now);
+2. read it in steps of at most `max_events` sequences (the driver holds one step's events, so a
+   backlog of millions is read at the memory of one step) and append each step's raw events to
+   Delta with an app transaction at the step's end (a rerun appends only what is past it),
+   keeping of them only what step 3 needs: their days, the fast batches they touch, whether a
+   retraction is among them;
+3. recompute, once, the aggregates of what the new events touch: every hour of their days (read
+   back from Delta with the day before, so batches and context windows that cross midnight are
    whole), the fast batches they belong to, the abandonments near them; replace those rows in
    Delta (one commit per table);
 4. replace the same rows in SQLite and move the offset, in one transaction.
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +43,7 @@ from console.analytics.transforms import (
     retracted_losses,
 )
 from console.broker.eventlog import missing_log
+from console.domain.events import EventKind
 from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
@@ -52,12 +56,16 @@ from console.storage.tables import (
 )
 
 
+COLLECTOR_STATUS = EventKind.COLLECTOR_STATUS.value
+AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats")
+
+
 @dataclass(frozen=True)
 class JobSettings:
     data_dir: Path
     source: dict = field(default_factory=dict)  # options of the jetstream data source
     context_minutes: int = 5
-    max_events: int = 100_000  # event-log sequences per run at most
+    max_events: int = 100_000  # event-log sequences read per step: the driver's memory bound
 
     @property
     def db_path(self) -> Path:
@@ -77,7 +85,6 @@ class RunReport:
     note: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)  # records of the log that were not events, by reason
     stages: dict[str, float] = field(default_factory=dict)  # seconds in each step of the run
-    behind: int = 0  # sequences left in the log past this run (a backlog: run again at once)
 
     def breakdown(self) -> str:
         return ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.stages.items())
@@ -91,9 +98,8 @@ class RunReport:
         if self.skipped:
             reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items()))
             skipped = f", {sum(self.skipped.values())} skipped ({reasons})"
-        more = f", {self.behind:,} more to read" if self.behind else ""
         return (f"events {self.first_seq}..{self.last_seq}: {self.events_read} read{skipped}, "
-                f"{self.rows_written} rows written{more}, {self.seconds:.1f}s ({self.breakdown()})")
+                f"{self.rows_written} rows written, {self.seconds:.1f}s ({self.breakdown()})")
 
 
 class Stages:
@@ -125,7 +131,37 @@ def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
     ]
 
 
-def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
+@dataclass
+class NewEvents:
+    """What the recompute needs to know of a run's new events, gathered step by step."""
+
+    count: int = 0
+    history: int = 0  # events that can change an aggregate (the collector's heartbeat changes none)
+    skipped: Counter = field(default_factory=Counter)  # records of the log that were not events, by reason
+    days: set[date] = field(default_factory=set)
+    touched: set[str] = field(default_factory=set)  # fast batches with a new event
+    retractions: bool = False
+
+    def add(self, loaded: pa.Table) -> pa.Table:
+        """Take in one step's records; returns its events."""
+        is_skipped = pc.equal(loaded["kind"], SKIPPED_KIND)
+        for c in pc.value_counts(loaded.filter(is_skipped)["reason"]):
+            self.skipped[c["values"].as_py()] += c["counts"].as_py()
+        new = loaded.filter(pc.invert(is_skipped))
+        self.count += new.num_rows
+        self.history += pc.sum(pc.not_equal(new["kind"], COLLECTOR_STATUS)).as_py() or 0
+        self.days.update(date.fromisoformat(d)
+                         for d in pc.unique(pc.strftime(new["time"], format="%Y-%m-%d")).to_pylist())
+        fast = new.filter(pc.starts_with(new["kind"], "fast_"))
+        self.touched.update(b for b in pc.unique(fast["batch_id"]).to_pylist() if b is not None)
+        self.retractions = self.retractions or bool(pc.any(pc.equal(new["kind"], LOSS_RETRACTED)).as_py())
+        return new
+
+
+def run_once(spark: SparkSession, settings: JobSettings,
+             progress: Callable[[int, int], None] = lambda done, total: None) -> RunReport:
+    """One run over everything the log holds past the offset; `progress(sequences read, of)` after
+    each step."""
     started = time.perf_counter()
     stages = Stages()
     spark.dataSource.register(JetStreamDataSource)
@@ -134,50 +170,38 @@ def run_once(spark: SparkSession, settings: JobSettings) -> RunReport:
     options = SourceOptions.parse(settings.source)
     try:
         with stages("bounds"):
-            _, in_log = asyncio.run(_stream_bounds(options))
+            _, last = asyncio.run(_stream_bounds(options))
     except EventLogMissingError:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started,
                          note=missing_log(options.stream))
-    if in_log <= done:
+    if last <= done:
         return RunReport(done + 1, done, 0, 0, time.perf_counter() - started)
-    last = min(in_log, done + settings.max_events)
 
-    def report(events_read: int, written: int, skipped: dict) -> RunReport:
-        return RunReport(done + 1, last, events_read, written, time.perf_counter() - started, skipped=skipped,
-                         stages=stages.seconds, behind=in_log - last)
-
-    with stages("read"):  # one Spark job; what the run needs to know of the new events is read from Arrow
-        reader = spark.read.format("jetstream").options(**settings.source)
-        loaded = reader.option("start_seq", done + 1).option("end_seq", last).load().toArrow()
-        is_skipped = pc.equal(loaded["kind"], SKIPPED_KIND)
-        skipped = {c["values"].as_py(): c["counts"].as_py()
-                   for c in pc.value_counts(loaded.filter(is_skipped)["reason"])}
-        new = loaded.filter(pc.invert(is_skipped))
-    if new.num_rows == 0:  # only records that were not events: the offset moves past them
-        sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: None)
-        return report(0, 0, skipped)
-
+    seen = NewEvents()
     raw_path = settings.delta("events")
-    with stages("raw to delta"):
-        delta.append_events(raw_path, new, last)
-
-    with stages("scope"):
-        days = sorted(date.fromisoformat(d) for d in pc.unique(pc.strftime(new["time"], format="%Y-%m-%d")).to_pylist())
-        scope = _scope(spark, raw_path, days)
-    fast = new.filter(pc.starts_with(new["kind"], "fast_"))
-    touched = sorted(b for b in pc.unique(fast["batch_id"]).to_pylist() if b is not None)
-    retractions = pc.any(pc.equal(new["kind"], LOSS_RETRACTED)).as_py()
-    written = _recompute(spark, settings, engine, scope, days, touched, retractions, last, stages)
-    return report(new.num_rows, written, skipped)
-
-
-def catch_up(spark: SparkSession, settings: JobSettings, each=lambda report: None) -> list[RunReport]:
-    """Runs until one reaches the end of the log: one run, or several of `max_events` on a backlog."""
-    reports: list[RunReport] = []
-    while not reports or reports[-1].behind:
-        reports.append(run_once(spark, settings))
-        each(reports[-1])
-    return reports
+    reader = spark.read.format("jetstream").options(**settings.source)
+    for first in range(done + 1, last + 1, settings.max_events):
+        end = min(last, first + settings.max_events - 1)
+        with stages("read"):  # one Spark job per step; what the run needs of it is read from Arrow
+            new = seen.add(reader.option("start_seq", first).option("end_seq", end).load().toArrow())
+        if new.num_rows:
+            with stages("raw to delta"):
+                delta.append_events(raw_path, new, end)
+        progress(end - done, last - done)
+    written = 0
+    if seen.history == 0:  # nothing an aggregate counts: the offset moves past it
+        sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: None)
+    else:
+        days = sorted(seen.days)
+        with stages("scope"):
+            if delta.compact(raw_path, [d.isoformat() for d in days]):
+                for name in AGGREGATES:  # their replaced files go at the same pace
+                    delta.vacuum(settings.delta(name))
+            scope = _scope(spark, raw_path, days)
+        written = _recompute(spark, settings, engine, scope, days, sorted(seen.touched), seen.retractions, last,
+                             stages)
+    return RunReport(done + 1, last, seen.count, written, time.perf_counter() - started, skipped=dict(seen.skipped),
+                     stages=stages.seconds)
 
 
 def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
@@ -206,7 +230,8 @@ def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: lis
     with stages("fast batches"):
         rows_b: list[dict] = []
         if touched:
-            batch_rows = fast_batch_summary(scope.filter(F.col("batch_id").isin(*touched))).toArrow()
+            ids = F.broadcast(spark.createDataFrame(pa.table({"batch_id": pa.array(touched, pa.string())})))
+            batch_rows = fast_batch_summary(scope.join(ids, "batch_id", "left_semi")).toArrow()
             delta.replace_where(settings.delta("fast_batch_summary"), batch_rows, f"batch_id IN ({_quoted(touched)})")
             rows_b = _records(batch_rows)
 

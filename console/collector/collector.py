@@ -88,6 +88,7 @@ class Collector:
         self._streams_by_subject: dict[str, str | None] = {}
         self.instance = uuid.uuid4().hex[:12]
         self.quarantine = Quarantine(nc, replace(quarantine, replicas=quarantine.replicas or event_log.replicas))
+        self._own_streams = frozenset((event_log.stream, settings.advisory_stream, quarantine.stream))
         self.rejected = Tally()  # bad input, by reason: counted, quarantined, skipped
         self.ignored = Tally()
         self.errors = Tally()  # transient failures the collector survived
@@ -222,6 +223,10 @@ class Collector:
     async def _advisory_event(self, msg: Inbound) -> BatchEvent | None:
         try:
             event = advisory_to_event(msg.data)
+            if event.kind is EventKind.CONTEXT and event.stream in self._own_streams:
+                # The console's own readers' consumers: no context for a batch, and kept they would wake
+                # `analytics --follow`, whose reads make more of them.
+                raise IgnoredAdvisory("the console's own streams")
             if event.time > _now() + FUTURE_SKEW:  # no server sent this: it would skew every time window
                 raise MalformedInput(f"timestamp in the future ({event.time:%Y-%m-%d %H:%M:%S}Z)")
             return event

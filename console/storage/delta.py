@@ -58,3 +58,26 @@ def read_files(path: Path, partition_filters=None) -> list[str]:
     """Parquet file URIs of the current version, for Spark (never the bare directory)."""
     dt = table(path)
     return [] if dt is None else dt.file_uris(file_pruning_predicate=partition_filters)
+
+
+def compact(path: Path, dates: list[str], most_files: int = 32, keep_hours: int = 1) -> list[str]:
+    """Rewrite each date partition of more than `most_files` files into one, then delete the files no
+    version of the last `keep_hours` uses. A run under --follow appends one small file: left alone,
+    a day would hold thousands and every run reads two days of them back. Returns the dates
+    compacted."""
+    dt = table(path)
+    if dt is None:
+        return []
+    crowded = [d for d in dates if len(dt.file_uris(file_pruning_predicate=[("date", "=", d)])) > most_files]
+    for d in crowded:
+        dt.optimize.compact(partition_filters=[("date", "=", d)])
+    if crowded:
+        vacuum(path, keep_hours)
+    return crowded
+
+
+def vacuum(path: Path, keep_hours: int = 1) -> None:
+    """Delete the files no version of the last `keep_hours` uses (a reader of an older version has
+    that long to finish)."""
+    if (dt := table(path)) is not None:
+        dt.vacuum(retention_hours=keep_hours, dry_run=False, enforce_retention_duration=False)

@@ -8,8 +8,9 @@ from sqlmodel import Session, select
 
 from console.analytics.job import JobSettings, run_once
 from console.broker.server import EmbeddedServer
-from console.storage import sqlite
-from console.storage.tables import AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly
+from console.storage import delta, sqlite
+from console.storage.tables import EVENTS_SOURCE, AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly
+from tests.waits import eventually
 
 
 def totals(engine):
@@ -72,18 +73,34 @@ async def test_job_keeps_history_exactly_once(spark, server, client, produce, tm
     assert after["atomic"] == 6 and after["events"] == after["distinct_events"]
 
 
-async def test_a_backlog_caught_up_in_small_runs_keeps_the_same_history(spark, server, client, produce, tmp_path):
-    """Runs bounded to a few sequences each (the driver's memory bound) write what one run writes."""
-    from console.analytics.job import catch_up
-
+async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_midway(spark, server, client, produce,
+                                                                                      tmp_path, monkeypatch):
+    """Steps of a few sequences each (the driver's memory bound) write what one step writes, and a run
+    killed between two steps' Delta appends, then run again, writes it too."""
     await produce(["b1", "b2"], fast=[("ok", 2), ("fail", 1)])
     whole = JobSettings(tmp_path / "whole", source={"servers": server.url, "partitions": "2"})
     small = JobSettings(tmp_path / "small", source={"servers": server.url, "partitions": "2"}, max_events=3)
-    [one] = await asyncio.to_thread(catch_up, spark, whole)
-    runs = await asyncio.to_thread(catch_up, spark, small)
-    assert len(runs) == -(-one.last_seq // 3) and runs[-1].last_seq == one.last_seq and runs[-1].behind == 0
-    assert [r.behind for r in runs[:-1]] == [one.last_seq - r.last_seq for r in runs[:-1]]
-    assert "more to read" in runs[0].line()
+    one = await asyncio.to_thread(run_once, spark, whole)
+
+    appends = []
+    append = delta.append_events
+
+    def killed_at_the_third(*args):
+        appends.append(args[2])
+        if len(appends) == 3:
+            raise KeyboardInterrupt("killed")
+        return append(*args)
+
+    monkeypatch.setattr(delta, "append_events", killed_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        await asyncio.to_thread(run_once, spark, small)
+    monkeypatch.undo()
+    assert appends == [3, 6, 9] and delta.written_up_to(small.delta("events")) == 6
+
+    steps = []
+    again = await asyncio.to_thread(run_once, spark, small, lambda done, total: steps.append((done, total)))
+    assert (again.first_seq, again.last_seq, again.events_read) == (1, one.last_seq, one.events_read)
+    assert steps == [(min(n, one.last_seq), one.last_seq) for n in range(3, one.last_seq + 3, 3)]
     assert totals(sqlite.open_db(small.db_path)) == totals(sqlite.open_db(whole.db_path))
     assert delta_totals(small) == delta_totals(whole)
 
@@ -178,7 +195,6 @@ async def test_follow_runs_as_soon_as_events_arrive_not_on_its_timer(server, cli
     from console.broker.eventlog import EventLog
     from console.config import EventLogSettings, event_key
     from console.domain.events import BatchEvent, EventKind
-    from tests.waits import eventually
 
     signed = EventLog(client.jetstream(), EventLogSettings(key=event_key(data_dir=tmp_path)))
     await signed.ensure()
@@ -206,3 +222,40 @@ async def test_follow_runs_as_soon_as_events_arrive_not_on_its_timer(server, cli
     finally:
         job.terminate()
         assert job.wait(timeout=60) in (0, -15), log_text()[-2000:]
+
+
+async def test_the_follow_watcher_sleeps_through_the_collectors_heartbeat(server, client):
+    """A collector's status every few seconds changes no history: it must not run the job every gap."""
+    from console.analytics.follow import LogWatcher
+    from console.config import ConnectionSettings
+
+    watcher = LogWatcher(ConnectionSettings(servers=(server.url,)), "batch_console.events.>",
+                         quiet=("batch_console.events.collector_status.",)).start()
+    try:
+        async def woken():
+            await client.publish("batch_console.events.atomic_abandoned.JOBA", b"{}")
+            return await asyncio.to_thread(watcher.wait, 0.2)
+
+        await eventually(woken, what="the watcher subscribed and woken by an event")
+        await client.publish("batch_console.events.collector_status._unknown", b"{}")
+        await client.flush()
+        assert not await asyncio.to_thread(watcher.wait, 1.0)
+    finally:
+        watcher.stop()
+
+
+async def test_a_run_over_the_collectors_heartbeat_alone_recomputes_nothing(spark, server, client, produce, tmp_path):
+    from datetime import datetime, timezone
+
+    from console.broker.eventlog import EventLog
+    from console.domain.events import BatchEvent, EventKind
+
+    await produce(["h1"])
+    settings = JobSettings(tmp_path, source={"servers": server.url, "partitions": "2"})
+    await asyncio.to_thread(run_once, spark, settings)
+    log = EventLog(client.jetstream())
+    await log.append([BatchEvent("status-1", EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc), None)])
+    quiet = await asyncio.to_thread(run_once, spark, settings)
+    assert quiet.events_read == 1 and quiet.last_seq == await log.last_seq()
+    assert "hourly" not in quiet.stages and "scope" not in quiet.stages, quiet.stages
+    assert sqlite.offset(sqlite.open_db(settings.db_path), EVENTS_SOURCE) == quiet.last_seq

@@ -182,3 +182,26 @@ async def test_a_tapped_atomic_batch_refused_for_too_many_in_flight_is_atomic_re
     [rejected] = [e for e in events if e.kind is EventKind.ATOMIC_REJECTED]
     assert (rejected.stream, rejected.err_code) == ("CROWD", 10210)
     assert tapping.atomic.tracker.open_on("CROWD") == len(open_batches)  # the refused one never opened
+
+
+async def test_consumers_on_the_consoles_own_streams_are_not_context(client, collector):
+    """A reader of the event log (the analytics job's partitions, say) makes consumer advisories on it:
+    kept as context they would be history of nothing and wake `analytics --follow` into a loop."""
+    from nats.js.api import ConsumerConfig
+
+    from console.broker.eventlog import EventLog
+
+    js = client.jetstream()
+    await js.add_stream(StreamConfig(name="USERCTX", subjects=["userctx.>"]))
+    for stream in ("BATCH_CONSOLE_EVENTS", "USERCTX"):
+        await js.add_consumer(stream, ConsumerConfig(durable_name=f"reader-{stream.lower()}"))
+        await js.delete_consumer(stream, f"reader-{stream.lower()}")
+
+    async def context_streams():
+        return {e.stream for _, e in await EventLog(js).read(1, idle_timeout=0.2)
+                if e.kind is EventKind.CONTEXT and e.detail.startswith("consumer_action")}
+
+    await eventually(context_streams, lambda seen: "USERCTX" in seen, what="the user stream's consumer as context")
+    await wait_until(lambda: collector.ignored["the console's own streams"] >= 2,
+                     what="both advisories of the event log's reader counted as ignored")
+    assert "BATCH_CONSOLE_EVENTS" not in await context_streams()
