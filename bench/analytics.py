@@ -11,6 +11,9 @@
    from an empty data directory (target: incremental <= 0.25x).
 5. A small run on the warm session: 1,000 new events on the last day, three times; each run's
    seconds and where they went by stage (target: <= 2 s).
+6. The driver's peak memory (the run's process and its JVM, resident, sampled every 0.1 s) over a
+   run of 10,000 new events vs one of --memory-events (5,000,000; 0 skips it), each a process of
+   its own on a log of its own (target: < 1.2x).
 A benchmark, not a test: read the ratios.
 """
 
@@ -20,8 +23,10 @@ import argparse
 import asyncio
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -32,6 +37,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from console.analytics.job import JobSettings, run_once, spark_session  # noqa: E402
+from lag import tree_pids  # noqa: E402
 from console.analytics.source import JetStreamDataSource  # noqa: E402
 from console.broker.eventlog import EventLog  # noqa: E402
 from console.broker.server import EmbeddedServer  # noqa: E402
@@ -90,6 +96,44 @@ async def fill(url: str, events: list[BatchEvent]) -> None:
     await nc.close()
 
 
+def fill_many(url: str, count: int, days: int, seed: int) -> None:
+    """`count` synthetic events made and sent 200,000 at a time (millions do not fit in memory at once)."""
+    for i, first in enumerate(range(0, count, 200_000)):
+        asyncio.run(fill(url, synthetic(0, days, min(200_000, count - first), seed=seed * 1000 + i)))
+
+
+def driver_peak(url: str, data_dir: Path) -> tuple[int, float, int]:
+    """A run in a process of its own: (events read, seconds, peak resident bytes of it and its JVM)."""
+    code = ("import sys; from pathlib import Path; from console.analytics.job import JobSettings, run_once, "
+            "spark_session; s = spark_session(); r = run_once(s, JobSettings(Path(sys.argv[2]), "
+            "source={'servers': sys.argv[1], 'partitions': '2'})); print(r.events_read, r.seconds)")
+    proc = subprocess.Popen([sys.executable, "-c", code, url, str(data_dir)], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    peak, done = 0, threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            total = 0
+            for pid in tree_pids(proc.pid):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    total += int(status.split("VmRSS:")[1].split()[0]) * 1024
+                except (OSError, IndexError):
+                    pass
+            peak = max(peak, total)
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, _ = proc.communicate()
+    done.set()
+    sampler.join()
+    assert proc.returncode == 0, out
+    events, seconds = out.split()[-2:]
+    return int(events), float(seconds), peak
+
+
 async def bare_read(url: str) -> tuple[int, float]:
     """A plain nats-py ordered consumer over the whole log, receiving every message."""
     nc = await nats.connect(url)
@@ -119,6 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--days", type=int, default=100)
+    parser.add_argument("--memory-events", type=int, default=5_000_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
         tmp = Path(tmp)
@@ -146,18 +191,32 @@ def main() -> None:
             small.append(run_once(spark, JobSettings(full_dir, source=source)))
         spark.stop()
 
+    memory = []
+    if args.memory_events:
+        with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
+            for n in (10_000, args.memory_events):
+                have = len(memory) and memory[-1][0]
+                fill_many(server.url, n - have, 10, seed=10 + len(memory))
+                memory.append(driver_peak(server.url, Path(tmp) / f"data-{n}"))
+
     print(f"\n{'read of the event log':<56}{'events':>10}{'seconds':>10}{'events/s':>12}")
     print(f"{'  jetstream data source, 2 partitions':<56}{read_n:>10,}{read_s:>10.2f}{read_n / read_s:>12,.0f}")
     print(f"{'  bare nats-py ordered consumer':<56}{bare_n:>10,}{bare_s:>10.2f}{bare_n / bare_s:>12,.0f}")
     print(f"{'  source / bare (target >= 0.5)':<56}{(read_n / read_s) / (bare_n / bare_s):>32.2f}")
     print(f"\n{'the job (read + transforms + SQLite + Delta)':<56}{'events':>10}{'seconds':>10}{'events/s':>12}")
     print(f"{'  full run':<56}{report.events_read:>10,}{full_s:>10.2f}{report.events_read / full_s:>12,.0f}")
+    print(f"{'  full run / bare read of the same events (target <= 2.5)':<56}{full_s / bare_s:>32.2f}")
     print(f"{'  incremental run over 10% new events':<56}{incremental.events_read:>10,}{incr_s:>10.2f}")
     print(f"{'  full recompute of everything':<56}{recompute.events_read:>10,}{recompute_s:>10.2f}")
     print(f"{'  incremental / full recompute (target <= 0.25)':<56}{incr_s / recompute_s:>32.2f}")
     print("\nsmall runs, 1,000 new events each, warm session (target <= 2 s)")
     for report in small:
         print(f"  {report.events_read:,} events {report.seconds:.2f} s: {report.breakdown()}")
+    if memory:
+        print(f"\n{'driver peak memory, one run in its own process':<56}{'events':>10}{'seconds':>10}{'peak MB':>12}")
+        for events, seconds, peak in memory:
+            print(f"{'  run over the new events':<56}{events:>10,}{seconds:>10.1f}{peak / 2**20:>12,.0f}")
+        print(f"{'  largest / smallest (target < 1.2)':<56}{memory[-1][2] / memory[0][2]:>32.2f}")
 
 
 if __name__ == "__main__":

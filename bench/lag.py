@@ -38,8 +38,8 @@ from console.storage.tables import EVENTS_SOURCE  # noqa: E402
 CLI = str(Path(sys.executable).parent / "batch-console")
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of the process and every descendant (the analytics part's JVM is its child)."""
+def tree_pids(pid: int) -> list[int]:
+    """The process and every descendant (the analytics part's JVM is its child)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -47,14 +47,21 @@ def tree_cpu(pid: int) -> float:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0.0, [pid]
+    found, todo = [], [pid]
     while todo:
-        p = todo.pop()
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of the process and every descendant."""
+    total = 0.0
+    for p in tree_pids(pid):
         try:
             total += cpu_seconds(p)
         except OSError:
             pass
-        todo.extend(children.get(p, []))
     return total
 
 
