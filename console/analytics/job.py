@@ -41,6 +41,7 @@ from console.analytics.transforms import (
     fast_batch_summary,
     gap_hourly,
     retracted_losses,
+    with_batch_stream,
 )
 from console.broker.eventlog import missing_log
 from console.domain.events import EventKind
@@ -204,11 +205,16 @@ def run_once(spark: SparkSession, settings: JobSettings,
                      stages=stages.seconds)
 
 
+def _with_day(hourly: DataFrame) -> DataFrame:
+    return hourly.withColumn("day", F.to_date("hour").cast("string"))
+
+
 def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
-    """All stored events of these days and the day before each, from Delta."""
+    """All stored events of these days and the day before each, from Delta, each fast batch's stream
+    filled (once, for every aggregate)."""
     wanted = sorted({d - timedelta(days=back) for d in days for back in (0, 1)})
     files = delta.read_files(raw_path, [("date", "in", [d.isoformat() for d in wanted])])
-    return spark.read.schema(EVENT_SCHEMA).parquet(*files).localCheckpoint()
+    return with_batch_stream(spark.read.schema(EVENT_SCHEMA).parquet(*files)).localCheckpoint()
 
 
 def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: list[date], touched: list[str],
@@ -217,12 +223,12 @@ def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: lis
     `touched`, the abandonments of their days (and the losses a retraction among them took back),
     the figures of the streams those abandonments are on."""
     day_strings = [d.isoformat() for d in days]
-    in_days = F.to_date("hour").isin(*days)
+    of_days = scope.filter(F.to_date("time").isin(*days))  # the day before is in the scope for its batches' streams
     # Each aggregate is computed once, to Arrow: Delta takes the table, SQLite its rows.
     with stages("hourly"):
         by_day = f"day IN ({_quoted(day_strings)})"
-        hourly_a_rows = abandonment_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string")).toArrow()
-        hourly_g_rows = gap_hourly(scope).filter(in_days).withColumn("day", F.to_date("hour").cast("string")).toArrow()
+        hourly_a_rows = _with_day(abandonment_hourly(of_days, filled=True)).toArrow()
+        hourly_g_rows = _with_day(gap_hourly(of_days, filled=True)).toArrow()
         delta.replace_where(settings.delta("abandonment_hourly"), hourly_a_rows, by_day)
         delta.replace_where(settings.delta("gap_hourly"), hourly_g_rows, by_day)
         rows_a, rows_g = _records(hourly_a_rows, drop=("day",)), _records(hourly_g_rows, drop=("day",))
@@ -231,12 +237,12 @@ def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: lis
         rows_b: list[dict] = []
         if touched:
             ids = F.broadcast(spark.createDataFrame(pa.table({"batch_id": pa.array(touched, pa.string())})))
-            batch_rows = fast_batch_summary(scope.join(ids, "batch_id", "left_semi")).toArrow()
+            batch_rows = fast_batch_summary(scope.join(ids, "batch_id", "left_semi"), filled=True).toArrow()
             delta.replace_where(settings.delta("fast_batch_summary"), batch_rows, f"batch_id IN ({_quoted(touched)})")
             rows_b = _records(batch_rows)
 
     with stages("abandoned"):
-        lost = abandoned_batches(scope, settings.context_minutes).filter(F.to_date("time").isin(*days))
+        lost = abandoned_batches(scope, settings.context_minutes, filled=True).filter(F.to_date("time").isin(*days))
         retracted = [r.event_id for r in retracted_losses(scope).collect()] if retractions else []
         lost_table = lost.toArrow()
         lost_rows = _records(lost_table)

@@ -2,7 +2,8 @@
 
 A fast batch's stream is known only from its PubAck (or the publish-side tap), so its earlier
 events carry none: `with_batch_stream` fills it from any event of the same batch, and rows
-whose stream is still not known use UNKNOWN_STREAM, never a guess.
+whose stream is still not known use UNKNOWN_STREAM, never a guess. Each transform fills it
+unless told its events are `filled` already (the job fills a run's scope once for all of them).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def with_batch_stream(events: DataFrame) -> DataFrame:
     return events.withColumn("stream", F.coalesce(filled, F.lit(UNKNOWN_STREAM)))
 
 
+def _filled(events: DataFrame, filled: bool) -> DataFrame:
+    return events if filled else with_batch_stream(events)
+
+
 def with_abandonment_reason(events: DataFrame) -> DataFrame:
     """kind_of_batch (atomic | fast) and the reason a batch was lost: the advisory's reason for atomic
     batches, gap / error for a fail-mode early end, dropped for an inferred drop."""
@@ -65,29 +70,29 @@ def retracted_losses(events: DataFrame) -> DataFrame:
     return lost.join(losses(events).select("event_id"), "event_id", "left_anti")
 
 
-def abandonment_hourly(events: DataFrame) -> DataFrame:
+def abandonment_hourly(events: DataFrame, filled: bool = False) -> DataFrame:
     """hour, stream, kind (atomic | fast), reason, batches."""
-    lost = with_abandonment_reason(losses(with_batch_stream(events)))
+    lost = with_abandonment_reason(losses(_filled(events, filled)))
     return (
         lost.groupBy(_hour(), "stream", F.col("batch_kind").alias("kind"), "reason")
         .agg(F.countDistinct("batch_id").alias("batches"))
     )
 
 
-def gap_hourly(events: DataFrame) -> DataFrame:
+def gap_hourly(events: DataFrame, filled: bool = False) -> DataFrame:
     """hour, stream, gap_mode, gaps, lost messages."""
-    gaps = with_batch_stream(events).filter(F.col("kind") == FAST_GAP)
+    gaps = _filled(events, filled).filter(F.col("kind") == FAST_GAP)
     return gaps.groupBy(_hour(), "stream", "gap_mode").agg(
         F.count("*").alias("gaps"), F.sum("lost").cast("long").alias("lost")
     )
 
 
-def fast_batch_summary(events: DataFrame) -> DataFrame:
+def fast_batch_summary(events: DataFrame, filled: bool = False) -> DataFrame:
     """One row per fast batch: stream, started, ended, outcome, messages stored, gaps, lost, errors,
     min and max flow. Outcome: committed > ended_early > lost (10208) > dropped > open (a later
     commit overrules an inferred drop). In ok mode the server's count includes lost messages;
     stored = count - lost."""
-    fast = with_batch_stream(events).filter(_is_fast() & F.col("batch_id").isNotNull())
+    fast = _filled(events, filled).filter(_is_fast() & F.col("batch_id").isNotNull())
     terminal = F.col("kind").isin(FAST_COMMITTED, FAST_ENDED_EARLY, FAST_LOST, FAST_DROPPED)
     summary = fast.groupBy("batch_id").agg(
         F.first("stream").alias("stream"),
@@ -119,12 +124,13 @@ def fast_batch_summary(events: DataFrame) -> DataFrame:
     )
 
 
-def abandoned_batches(events: DataFrame, window_minutes: int = 5) -> DataFrame:
+def abandoned_batches(events: DataFrame, window_minutes: int = 5, filled: bool = False) -> DataFrame:
     """One row per lost batch (the incident index), with the context events on the same stream within
     `window_minutes` either side counted: leader elections, stream updates, other abandonments, gaps."""
-    filled = with_batch_stream(events)
-    lost = with_abandonment_reason(losses(filled)).alias("a")
-    around = filled.alias("c")
+    events = _filled(events, filled)
+    lost = with_abandonment_reason(losses(events)).alias("a")
+    # Only these kinds count; the rest (progress reports, most of a busy log) would only swell the join.
+    around = events.filter(F.col("kind").isin(CONTEXT, FAST_GAP, *ABANDONMENT_KINDS)).alias("c")
     near = (
         (F.col("c.stream") == F.col("a.stream"))
         & (F.col("c.time") >= F.col("a.time") - F.expr(f"INTERVAL {window_minutes} MINUTES"))
