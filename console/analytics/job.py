@@ -330,7 +330,8 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    # A run's new events (at most --max-events) come to the driver to be appended to Delta.
+    # One step of a run's new events (--max-events) comes to the driver at a time; in local mode the
+    # same JVM runs the tasks, and 1g was too little to aggregate a 5,000,000-event backlog's days.
     builder = (builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
                .config("spark.driver.maxResultSize", "2g")
                .config("spark.ui.enabled", "false")
