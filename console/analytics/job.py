@@ -319,10 +319,7 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
 
     sql_settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
     if remote:
-        builder = SparkSession.builder.remote(remote).appName(app_name)
-        for key, value in sql_settings.items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+        return SparkSession.builder.remote(remote).appName(app_name).config(map=sql_settings).getOrCreate()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master is None or master.startswith("local"):
@@ -335,9 +332,8 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     builder = (builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
                .config("spark.driver.maxResultSize", "2g")
                .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false"))
-    for key, value in sql_settings.items():
-        builder = builder.config(key, value)
+               .config("spark.ui.showConsoleProgress", "false")
+               .config(map=sql_settings))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -112,14 +112,6 @@ def standalone_master(tmp_path):
         _stop(master)
 
 
-async def _one_abandonment(client, data_dir: Path, batch_id: str) -> int:
-    log = EventLog(client.jetstream(), EventLogSettings(key=event_key(data_dir=data_dir)))
-    await log.ensure()
-    await log.append([BatchEvent(f"run-{batch_id}", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA",
-                                 batch_id, reason="timeout")])
-    return await log.last_seq()
-
-
 async def _analytics_once(server, data_dir: Path, *where: str) -> str:
     done = await asyncio.to_thread(
         subprocess.run, [CLI, "analytics", "--once", "--server", server.url, "--data-dir", str(data_dir), *where],
@@ -129,29 +121,30 @@ async def _analytics_once(server, data_dir: Path, *where: str) -> str:
     return line
 
 
-def _in_history(data_dir: Path, batch_id: str) -> AbandonedBatch | None:
+async def _abandonment_through_the_job(server, client, data_dir: Path, batch_id: str, *where: str) -> AbandonedBatch:
+    """A signed abandonment in the event log, `analytics --once` run `where`: its row in History."""
+    log = EventLog(client.jetstream(), EventLogSettings(key=event_key(data_dir=data_dir)))
+    await log.ensure()
+    await log.append([BatchEvent(f"run-{batch_id}", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA",
+                                 batch_id, reason="timeout")])
+    line = await _analytics_once(server, data_dir, *where)
+    assert " 1 read" in line, line
     with Session(sqlite.open_db(data_dir / "console.db")) as session:
-        return session.exec(select(AbandonedBatch).where(AbandonedBatch.batch_id == batch_id)).first()
+        row = session.exec(select(AbandonedBatch).where(AbandonedBatch.batch_id == batch_id)).first()
+    assert row is not None, f"{batch_id} not in History"
+    return row
 
 
 async def test_the_job_runs_on_a_spark_connect_server(server, client, connect_server, tmp_path):
     url, server_log = connect_server
-    data_dir = tmp_path / "data"
-    await _one_abandonment(client, data_dir, "over-connect")
-    line = await _analytics_once(server, data_dir, "--remote", url)
-    assert " 1 read" in line, line
-    row = _in_history(data_dir, "over-connect")
-    assert row is not None and row.stream == "JOBA" and row.reason == "timeout"
+    row = await _abandonment_through_the_job(server, client, tmp_path / "data", "over-connect", "--remote", url)
+    assert row.stream == "JOBA" and row.reason == "timeout"
     assert "Got job 0 (Spark Connect - session_id" in server_log.read_text()  # the server ran the job
 
 
 async def test_the_job_runs_on_a_standalone_master_and_worker(server, client, standalone_master, tmp_path):
     master, work_dir = standalone_master
-    data_dir = tmp_path / "data"
-    await _one_abandonment(client, data_dir, "over-standalone")
-    line = await _analytics_once(server, data_dir, "--spark-master", master)
-    assert " 1 read" in line, line
-    assert _in_history(data_dir, "over-standalone") is not None
+    await _abandonment_through_the_job(server, client, tmp_path / "data", "over-standalone", "--spark-master", master)
     # The worker, not the driver, ran the tasks: it made an executor directory for the application.
     assert any(work_dir.glob("app-*/*/stderr")), "no executor ran on the worker"
 
