@@ -246,8 +246,8 @@ class AnalyticsSettings:
     remote: str | None = setting(None, "a Spark Connect server to run the job on, sc://HOST:PORT (instead of a "
                                        "master)", secret=True)
     partitions: int = setting(2, "parallel reads of the event log", parse=int)
-    max_events: int = setting(100_000, "event-log sequences read per step of a run (bounds the driver's memory: a "
-                                       "backlog is read step by step)", parse=int)
+    max_events: int = setting(100_000, "event-log sequences read per step of a run (bounds an executor's memory: "
+                                       "a backlog is read step by step)", parse=int)
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 
 Exactly once, per run:
 1. pin the range (last recorded offset + 1 .. the log's last sequence now);
-2. read it in steps of at most `max_events` sequences (the driver holds one step's events, so a
-   backlog of millions is read at the memory of one step) and append each step's raw events to
-   Delta with an app transaction at the step's end (a rerun appends only what is past it),
-   keeping of them only what step 3 needs: their days, the fast batches they touch, whether a
-   retraction is among them;
+2. read it in steps of at most `max_events` sequences: the executors read each step and write its
+   raw events as Parquet files into the Delta table's directory, and the driver, which receives only
+   a summary (the days, how many events, what was skipped), commits the files with an app transaction
+   at the step's end (a rerun appends only what is past it);
 3. recompute, once, the aggregates of what the new events touch: every hour of their days (read
    back from Delta with the day before, so batches and context windows that cross midnight are
    whole), the fast batches they belong to, the abandonments near them; replace those rows in
@@ -19,23 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlmodel import Session, delete, select
 
-from console.analytics.schema import EVENT_SCHEMA, SKIPPED_KIND
+from console.analytics.raw_events import STEP_SUMMARY_DDL, NewEvents, step_writer
+from console.analytics.schema import EVENT_SCHEMA
 from console.analytics.source import JetStreamDataSource, SourceOptions, _stream_bounds
 from console.analytics.transforms import (
-    LOSS_RETRACTED,
     abandoned_batches,
     abandonment_hourly,
     fast_batch_summary,
@@ -44,7 +42,6 @@ from console.analytics.transforms import (
     with_batch_stream,
 )
 from console.broker.eventlog import missing_log
-from console.domain.events import EventKind
 from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
@@ -56,8 +53,9 @@ from console.storage.tables import (
     StreamAbandonmentStats,
 )
 
-
-COLLECTOR_STATUS = EventKind.COLLECTOR_STATUS.value
+# The columns the aggregates read: the scope holds these alone (a busy log's acks carry the rest).
+AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "lost",
+                      "count", "account", "detail", "unverified")
 AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats")
 
 
@@ -66,7 +64,7 @@ class JobSettings:
     data_dir: Path
     source: dict = field(default_factory=dict)  # options of the jetstream data source
     context_minutes: int = 5
-    max_events: int = 100_000  # event-log sequences read per step: the driver's memory bound
+    max_events: int = 100_000  # event-log sequences read per step: an executor's memory bound
 
     @property
     def db_path(self) -> Path:
@@ -122,41 +120,13 @@ def _quoted(values) -> str:
     return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
 
 
-def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
-    """Rows for SQLite from the Arrow table already written to Delta. SQLite wants aware
-    datetimes; Spark's are in the session zone, which is UTC."""
-    return [
-        {k: v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
-         for k, v in row.items() if k not in drop}
-        for row in table.to_pylist()
-    ]
-
-
-@dataclass
-class NewEvents:
-    """What the recompute needs to know of a run's new events, gathered step by step."""
-
-    count: int = 0
-    history: int = 0  # events that can change an aggregate (the collector's heartbeat changes none)
-    skipped: Counter = field(default_factory=Counter)  # records of the log that were not events, by reason
-    days: set[date] = field(default_factory=set)
-    touched: set[str] = field(default_factory=set)  # fast batches with a new event
-    retractions: bool = False
-
-    def add(self, loaded: pa.Table) -> pa.Table:
-        """Take in one step's records; returns its events."""
-        is_skipped = pc.equal(loaded["kind"], SKIPPED_KIND)
-        for c in pc.value_counts(loaded.filter(is_skipped)["reason"]):
-            self.skipped[c["values"].as_py()] += c["counts"].as_py()
-        new = loaded.filter(pc.invert(is_skipped))
-        self.count += new.num_rows
-        self.history += pc.sum(pc.not_equal(new["kind"], COLLECTOR_STATUS)).as_py() or 0
-        self.days.update(date.fromisoformat(d)
-                         for d in pc.unique(pc.strftime(new["time"], format="%Y-%m-%d")).to_pylist())
-        fast = new.filter(pc.starts_with(new["kind"], "fast_"))
-        self.touched.update(b for b in pc.unique(fast["batch_id"]).to_pylist() if b is not None)
-        self.retractions = self.retractions or bool(pc.any(pc.equal(new["kind"], LOSS_RETRACTED)).as_py())
-        return new
+def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> Iterator[dict]:
+    """Rows for SQLite from the Arrow table already written to Delta, a batch at a time (a backlog's
+    tables can be large). SQLite wants aware datetimes; Spark's are in the session zone, which is UTC."""
+    for batch in table.to_batches(max_chunksize=5_000):
+        for row in batch.to_pylist():
+            yield {k: v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
+                   for k, v in row.items() if k not in drop}
 
 
 def run_once(spark: SparkSession, settings: JobSettings,
@@ -183,24 +153,25 @@ def run_once(spark: SparkSession, settings: JobSettings,
     reader = spark.read.format("jetstream").options(**settings.source)
     for first in range(done + 1, last + 1, settings.max_events):
         end = min(last, first + settings.max_events - 1)
-        with stages("read"):  # one Spark job per step; what the run needs of it is read from Arrow
-            new = seen.add(reader.option("start_seq", first).option("end_seq", end).load().toArrow())
-        if new.num_rows:
-            with stages("raw to delta"):
-                delta.append_events(raw_path, new, end)
+        with stages("read and write"):  # one Spark job per step: the executors write, the driver gets a summary
+            step = reader.option("start_seq", first).option("end_seq", end).load()
+            writer = step_writer(str(raw_path.resolve()), delta.written_up_to(raw_path))  # executors have their own cwd
+            files = seen.add(step.mapInArrow(writer, STEP_SUMMARY_DDL).toArrow())
+        with stages("commit"):
+            delta.add_files(raw_path, files, end)
         progress(end - done, last - done)
     written = 0
     if seen.history == 0:  # nothing an aggregate counts: the offset moves past it
         sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: None)
     else:
         days = sorted(seen.days)
-        with stages("scope"):
+        with stages("compact"):
             if delta.compact(raw_path, [d.isoformat() for d in days]):
                 for name in AGGREGATES:  # their replaced files go at the same pace
                     delta.vacuum(settings.delta(name))
+        with stages("scope"):
             scope = _scope(spark, raw_path, days)
-        written = _recompute(spark, settings, engine, scope, days, sorted(seen.touched), seen.retractions, last,
-                             stages)
+        written = _recompute(settings, engine, scope, days, done, seen, last, stages)
     return RunReport(done + 1, last, seen.count, written, time.perf_counter() - started, skipped=dict(seen.skipped),
                      stages=stages.seconds)
 
@@ -214,39 +185,33 @@ def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
     filled (once, for every aggregate)."""
     wanted = sorted({d - timedelta(days=back) for d in days for back in (0, 1)})
     files = delta.read_files(raw_path, [("date", "in", [d.isoformat() for d in wanted])])
-    return with_batch_stream(spark.read.schema(EVENT_SCHEMA).parquet(*files)).localCheckpoint()
+    events = spark.read.schema(EVENT_SCHEMA).parquet(*files).select(*AGGREGATED_COLUMNS)
+    return with_batch_stream(events).localCheckpoint()
 
 
-def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: list[date], touched: list[str],
-               retractions: bool, last: int, stages: Stages) -> int:
-    """Replace the rows of what the new events touch: the hours of their days, the fast batches
-    `touched`, the abandonments of their days (and the losses a retraction among them took back),
-    the figures of the streams those abandonments are on."""
-    day_strings = [d.isoformat() for d in days]
-    of_days = scope.filter(F.to_date("time").isin(*days))  # the day before is in the scope for its batches' streams
-    # Each aggregate is computed once, to Arrow: Delta takes the table, SQLite its rows.
-    with stages("hourly"):
-        by_day = f"day IN ({_quoted(day_strings)})"
-        hourly_a_rows = _with_day(abandonment_hourly(of_days, filled=True)).toArrow()
-        hourly_g_rows = _with_day(gap_hourly(of_days, filled=True)).toArrow()
-        delta.replace_where(settings.delta("abandonment_hourly"), hourly_a_rows, by_day)
-        delta.replace_where(settings.delta("gap_hourly"), hourly_g_rows, by_day)
-        rows_a, rows_g = _records(hourly_a_rows, drop=("day",)), _records(hourly_g_rows, drop=("day",))
-
-    with stages("fast batches"):
-        rows_b: list[dict] = []
+def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date], done: int, seen: NewEvents,
+               last: int, stages: Stages) -> int:
+    """Replace the rows of what the new events (past `done`) touch: the hours of their days, the fast
+    batches they belong to, the abandonments of their days (and the losses a retraction among them
+    took back), the figures of the streams those abandonments are on."""
+    # Independent Spark jobs over the checkpointed scope, each planned and run in a thread of its
+    # own: they overlap (a small run's jobs are mostly planning and scheduling, not work). Each
+    # comes back once, as Arrow: Delta takes the table, SQLite its rows.
+    jobs = _aggregates(settings, scope, days, done, seen)
+    with stages("aggregates"), ThreadPoolExecutor(len(jobs)) as pool:
+        tables = dict(zip(jobs, pool.map(lambda plan: plan().toArrow(), jobs.values())))
+    hourly_a, hourly_g, lost_table = tables["hourly abandonments"], tables["hourly gaps"], tables["abandoned"]
+    batches = tables.get("fast batches", pa.table({"batch_id": pa.array([], pa.string())}))
+    touched = batches["batch_id"].to_pylist()
+    lost_rows = list(_records(lost_table))
+    retracted = tables["retracted"]["event_id"].to_pylist() if seen.retractions else []
+    lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
+    with stages("delta"):
+        by_day = f"day IN ({_quoted(d.isoformat() for d in days)})"
+        delta.replace_where(settings.delta("abandonment_hourly"), hourly_a, by_day)
+        delta.replace_where(settings.delta("gap_hourly"), hourly_g, by_day)
         if touched:
-            ids = F.broadcast(spark.createDataFrame(pa.table({"batch_id": pa.array(touched, pa.string())})))
-            batch_rows = fast_batch_summary(scope.join(ids, "batch_id", "left_semi"), filled=True).toArrow()
-            delta.replace_where(settings.delta("fast_batch_summary"), batch_rows, f"batch_id IN ({_quoted(touched)})")
-            rows_b = _records(batch_rows)
-
-    with stages("abandoned"):
-        lost = abandoned_batches(scope, settings.context_minutes, filled=True).filter(F.to_date("time").isin(*days))
-        retracted = [r.event_id for r in retracted_losses(scope).collect()] if retractions else []
-        lost_table = lost.toArrow()
-        lost_rows = _records(lost_table)
-        lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
+            delta.replace_where(settings.delta("fast_batch_summary"), batches, f"batch_id IN ({_quoted(touched)})")
         if lost_ids:
             delta.replace_where(settings.delta("abandoned_batches"), lost_table, f"event_id IN ({_quoted(lost_ids)})")
     with stages("stream stats"):
@@ -258,18 +223,42 @@ def _recompute(spark, settings: JobSettings, engine, scope: DataFrame, days: lis
     day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
 
     def writes(session):
-        for model in (AbandonmentHourly, GapHourly):
+        for model, rows in ((AbandonmentHourly, hourly_a), (GapHourly, hourly_g)):
             for lo, hi in day_bounds:
                 session.exec(delete(model).where(model.hour >= lo, model.hour < hi))
-        session.add_all(AbandonmentHourly(**r) for r in rows_a)
-        session.add_all(GapHourly(**r) for r in rows_g)
-        sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], rows_b)
+            sqlite.insert_rows(session, model, _records(rows, drop=("day",)))
+        sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], _records(batches))
         sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
         sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(s,) for s in streams], rows_s)
 
     with stages("sqlite"):
         sqlite.commit_run(engine, EVENTS_SOURCE, last, writes)
-    return len(rows_a) + len(rows_g) + len(rows_b) + len(lost_rows) + len(rows_s)
+    return hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s)
+
+
+def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done: int,
+                seen: NewEvents) -> dict[str, Callable[[], DataFrame]]:
+    """The aggregates a run recomputes over its scope, each as a function that plans it (the batches
+    with an event past `done`; the losses retracted only when a retraction is among the new events)."""
+
+    def of_days() -> DataFrame:  # the day before is in the scope for its batches' streams
+        return scope.filter(F.to_date("time").isin(*days))
+
+    def touched_batches() -> DataFrame:
+        if done == 0:  # the first run: every event is new, every batch touched
+            return fast_batch_summary(scope, filled=True)
+        new = scope.filter((F.col("seq") > done) & F.col("kind").startswith("fast_") & F.col("batch_id").isNotNull())
+        return fast_batch_summary(scope.join(new.select("batch_id").distinct(), "batch_id", "left_semi"), filled=True)
+
+    jobs = {"hourly abandonments": lambda: _with_day(abandonment_hourly(of_days(), filled=True)),
+            "hourly gaps": lambda: _with_day(gap_hourly(of_days(), filled=True)),
+            "abandoned": lambda: abandoned_batches(scope, settings.context_minutes, filled=True).filter(
+                F.to_date("time").isin(*days))}
+    if seen.fast:
+        jobs["fast batches"] = touched_batches
+    if seen.retractions:
+        jobs["retracted"] = lambda: retracted_losses(scope)
+    return jobs
 
 
 STATS_SCHEMA = pa.schema([("stream", pa.string()), ("abandonments", pa.int64()), ("first", pa.timestamp("us", "UTC")),

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from sqlalchemy import event
+from sqlalchemy import event, insert
 from sqlmodel import Session, SQLModel, create_engine, delete, tuple_
 
 from console.storage.tables import JobOffset
@@ -63,7 +63,20 @@ def chunks(items: list, size: int = 500) -> Iterable[list]:
     return (items[i:i + size] for i in range(0, len(items), size))
 
 
-def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: Iterable[tuple], rows: list[dict]) -> None:
+def insert_rows(session: Session, model, rows: Iterable[dict], size: int = 1_000) -> None:
+    """Insert rows (each with every column) a chunk at a time: no object per row, memory per chunk."""
+    chunk = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            session.exec(insert(model), params=chunk)
+            chunk = []
+    if chunk:
+        session.exec(insert(model), params=chunk)
+
+
+def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: Iterable[tuple],
+                 rows: Iterable[dict]) -> None:
     """Delete the rows with these keys, insert the recomputed ones (same session, same transaction)."""
     columns = [getattr(model, c) for c in key_columns]
     for part in chunks(list(keys)):
@@ -71,7 +84,7 @@ def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: It
             session.exec(delete(model).where(columns[0].in_([k[0] for k in part])))
         else:
             session.exec(delete(model).where(tuple_(*columns).in_(part)))
-    session.add_all(model(**row) for row in rows)
+    insert_rows(session, model, rows)
 
 
 def commit_run(engine, source: str, seq: int, writes) -> None:

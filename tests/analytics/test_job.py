@@ -75,15 +75,15 @@ async def test_job_keeps_history_exactly_once(spark, server, client, produce, tm
 
 async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_midway(spark, server, client, produce,
                                                                                       tmp_path, monkeypatch):
-    """Steps of a few sequences each (the driver's memory bound) write what one step writes, and a run
-    killed between two steps' Delta appends, then run again, writes it too."""
+    """Steps of a few sequences each write what one step writes, and a run killed at its third step's
+    commit (its files written, not committed), then run again, writes it too."""
     await produce(["b1", "b2"], fast=[("ok", 2), ("fail", 1)])
     whole = JobSettings(tmp_path / "whole", source={"servers": server.url, "partitions": "2"})
     small = JobSettings(tmp_path / "small", source={"servers": server.url, "partitions": "2"}, max_events=3)
     one = await asyncio.to_thread(run_once, spark, whole)
 
     appends = []
-    append = delta.append_events
+    append = delta.add_files
 
     def killed_at_the_third(*args):
         appends.append(args[2])
@@ -91,7 +91,7 @@ async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_
             raise KeyboardInterrupt("killed")
         return append(*args)
 
-    monkeypatch.setattr(delta, "append_events", killed_at_the_third)
+    monkeypatch.setattr(delta, "add_files", killed_at_the_third)
     with pytest.raises(KeyboardInterrupt):
         await asyncio.to_thread(run_once, spark, small)
     monkeypatch.undo()

@@ -5,17 +5,11 @@ loopback, with the job as the console's own command in a process of its own."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pyspark
 import pytest
 from sqlmodel import Session, select
 
@@ -24,92 +18,20 @@ from console.config import EventLogSettings, event_key
 from console.domain.events import BatchEvent, EventKind
 from console.storage import sqlite
 from console.storage.tables import AbandonedBatch
-from tests.processes import CLI, free_port
-
-SPARK_HOME = Path(pyspark.__file__).parent
-
-
-def _spark_env(tmp: Path) -> dict:
-    """Daemons that log and keep pid files in the test's directory and run the venv's Python."""
-    return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOG_DIR": str(tmp / "logs"),
-            "SPARK_PID_DIR": str(tmp), "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-
-
-def _start(args: list[str], tmp: Path, name: str, **env: str) -> tuple[subprocess.Popen, Path]:
-    log = tmp / f"{name}.log"
-    proc = subprocess.Popen(args, env={**_spark_env(tmp), **env}, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    return proc, log
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-
-
-def _wait(condition, proc: subprocess.Popen, log: Path, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, f"{what}: the process exited\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"{what} not in time\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
+from tests import spark_cluster
+from tests.processes import CLI
 
 
 @pytest.fixture
 def connect_server(tmp_path):
-    """`start-connect-server.sh --wait` (in the foreground) on a free loopback port."""
-    port = free_port()
-    proc, log = _start([str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]",
-                        "--driver-memory", "1g", "--conf", "spark.ui.enabled=false",
-                        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                        "--conf", f"spark.connect.grpc.binding.port={port}"], tmp_path, "connect")
-    try:
-        _wait(lambda: _listening(port), proc, log, "the Spark Connect server")
-        yield f"sc://127.0.0.1:{port}", log
-    finally:
-        _stop(proc)
+    with spark_cluster.connect_server(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture
 def standalone_master(tmp_path):
-    """A standalone master and one worker from pyspark's `spark-class`, the worker registered."""
-    port, master_ui, worker_ui = free_port(), free_port(), free_port()
-    spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    master, master_log = _start([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                 "--port", str(port), "--webui-port", str(master_ui)], tmp_path, "master",
-                                 SPARK_DAEMON_MEMORY="256m")
-    worker, worker_log = _start([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                 "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui),
-                                 "--work-dir", str(tmp_path / "work"), f"spark://127.0.0.1:{port}"], tmp_path, "worker",
-                                 SPARK_DAEMON_MEMORY="256m")
-
-    def registered() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=2) as reply:
-                return json.load(reply).get("aliveworkers", 0) >= 1
-        except OSError:
-            return False
-
-    try:
-        _wait(registered, worker, worker_log, "the worker registered with the master")
-        yield f"spark://127.0.0.1:{port}", tmp_path / "work"
-    finally:
-        _stop(worker)
-        _stop(master)
+    with spark_cluster.standalone_cluster(tmp_path) as (master, work_dir, _):
+        yield master, work_dir
 
 
 async def _analytics_once(server, data_dir: Path, *where: str) -> str:

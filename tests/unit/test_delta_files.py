@@ -1,5 +1,6 @@
-"""The raw events table under --follow: one small file a run, compacted per day without losing the
-run's app transaction (what a rerun checks to append nothing twice). Real Delta files (deltalake)."""
+"""The raw events table: files written into its directory and committed with the run's app transaction
+(what a rerun checks to append nothing twice); under --follow one small file a run, compacted per day
+without losing it. Real Delta files (deltalake)."""
 
 from datetime import datetime, timedelta, timezone
 
@@ -32,3 +33,15 @@ def test_a_crowded_day_is_compacted_and_its_app_transaction_kept(tmp_path):
     assert delta.written_up_to(path) == 65
     assert delta.append_events(path, _events(61, 5, other), 65) == 0  # a rerun still appends nothing
     assert delta.compact(path, ["2026-03-01"], most_files=4) == []  # nothing crowded: nothing done
+
+
+def test_events_with_a_column_the_table_lacks_add_it(tmp_path):
+    """A table written before a column existed (`unverified` came later) takes it on; its old rows read null."""
+    path = tmp_path / "events"
+    day = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    delta.append_events(path, _events(1, 3, day), 3)
+    later = _events(4, 2, day).append_column("unverified", pa.array([True, False]))
+    assert delta.append_events(path, later, 5) == 2
+    rows = DeltaTable(str(path)).to_pyarrow_table().sort_by("seq").to_pylist()
+    assert [(r["seq"], r["unverified"]) for r in rows] == [(1, None), (2, None), (3, None), (4, True), (5, False)]
+    assert delta.written_up_to(path) == 5
