@@ -8,7 +8,7 @@ unless told its events are `filled` already (the job fills a run's scope once fo
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, EventKind
@@ -34,15 +34,10 @@ def _is_fast() -> Column:
 
 
 def with_batch_stream(events: DataFrame) -> DataFrame:
-    """Each fast event's stream, from whichever fast event of its batch knows it; UNKNOWN_STREAM otherwise.
-
-    A join on the few events that know it (a batch's PubAck, its publish side), not a window over
-    every event: the window sorted the whole scope by batch."""
-    known = (events.filter(_is_fast() & F.col("stream").isNotNull() & F.col("batch_id").isNotNull())
-             .groupBy("batch_id").agg(F.first("stream").alias("_batch_stream")))
-    filled = F.when(_is_fast(), F.coalesce(F.col("stream"), F.col("_batch_stream"))).otherwise(F.col("stream"))
-    return (events.join(known, "batch_id", "left")
-            .withColumn("stream", F.coalesce(filled, F.lit(UNKNOWN_STREAM))).drop("_batch_stream"))
+    """Each fast event's stream, from whichever event of its batch knows it; UNKNOWN_STREAM otherwise."""
+    known = F.first("stream", ignorenulls=True).over(Window.partitionBy("batch_id"))
+    filled = F.when(_is_fast(), F.coalesce(F.col("stream"), known)).otherwise(F.col("stream"))
+    return events.withColumn("stream", F.coalesce(filled, F.lit(UNKNOWN_STREAM)))
 
 
 def _filled(events: DataFrame, filled: bool) -> DataFrame:
