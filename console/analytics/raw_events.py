@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from console.analytics.schema import SKIPPED_KIND
+from console.analytics.transforms import LOSS_RETRACTED
 from console.domain.events import EventKind
 from console.storage import delta
 
 COLLECTOR_STATUS = EventKind.COLLECTOR_STATUS.value
-LOSS_RETRACTED = EventKind.LOSS_RETRACTED.value
 
 # What a task says of its part of a step: per date, its events (those an aggregate counts: `history`;
 # of fast batches: `fast`; a retraction among them) and the file it wrote; per skip reason, how many.
@@ -44,7 +44,7 @@ def step_writer(raw_path: str, written: int) -> Callable[[Iterator[pa.RecordBatc
             events = records.filter(pc.invert(is_skipped))
             kind = events["kind"]
             facts.append(pa.table({
-                "date": pc.strftime(events["time"], format="%Y-%m-%d"),
+                "date": delta.partition_dates(events),
                 "history": pc.cast(pc.not_equal(kind, COLLECTOR_STATUS), pa.int64()),
                 "fast": pc.cast(pc.and_(pc.starts_with(kind, "fast_"), pc.is_valid(events["batch_id"])), pa.int64()),
                 "retraction": pc.equal(kind, LOSS_RETRACTED),

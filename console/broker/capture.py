@@ -14,7 +14,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from console.broker.connection import Connection
+from console.broker.connection import Connection, asked_again
 from console.broker.replies import is_no_responders
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.atomic_tracker import BATCH_HEADERS, BATCH_ID
@@ -57,25 +57,22 @@ class DurableAdvisories:
         self.replicas = replicas
         self._psub = None
 
-    async def open(self, tries: int = 4) -> str:
+    async def open(self) -> str:
         """The stream's name; CaptureRefusedError when the account may not capture them. A request
-        that times out (a cluster electing leaders, a busy server) is asked again, with backoff:
-        given up at once, the collector would stay live-only for its whole life."""
-        for attempt in range(tries):
-            try:
-                self.stream = await self._stream()
-                await self.js.add_consumer(self.stream, ConsumerConfig(
-                    durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait,
-                    max_ack_pending=10_000,
-                ))
-                self._psub = await self.js.pull_subscribe_bind(self.durable, self.stream)
-                return self.stream
-            except nats.errors.TimeoutError as e:
-                if attempt == tries - 1:
-                    raise CaptureRefusedError(str(e)) from None
-                await asyncio.sleep(2 ** attempt)
-            except (nats.js.errors.APIError, nats.errors.Error) as e:
-                raise CaptureRefusedError(str(e)) from None
+        that times out is asked again first: given up at once, the collector would stay live-only for
+        its whole life."""
+        try:
+            return await asked_again(self._open)
+        except (nats.js.errors.APIError, nats.errors.Error) as e:
+            raise CaptureRefusedError(str(e)) from None
+
+    async def _open(self) -> str:
+        self.stream = await self._stream()
+        await self.js.add_consumer(self.stream, ConsumerConfig(
+            durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait, max_ack_pending=10_000,
+        ))
+        self._psub = await self.js.pull_subscribe_bind(self.durable, self.stream)
+        return self.stream
 
     async def _stream(self) -> str:
         try:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 import nats
 import nats.errors
@@ -82,3 +82,18 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
     except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
         why = f"no answer within {give_up_after:g}s" if isinstance(e, asyncio.TimeoutError) else str(e) or type(e).__name__
         raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None
+
+
+T = TypeVar("T")
+REQUEST_TRIES = 4
+
+
+async def asked_again(request: Callable[[], Awaitable[T]], tries: int = REQUEST_TRIES) -> T:
+    """`request()`, asked again with backoff (1, 2, 4 s) while it times out: a cluster electing
+    leaders or a busy server answers late, not never. The last timeout is raised."""
+    for attempt in range(tries - 1):
+        try:
+            return await request()
+        except nats.errors.TimeoutError:
+            await asyncio.sleep(2 ** attempt)
+    return await request()

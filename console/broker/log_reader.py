@@ -3,7 +3,6 @@ run, each with a connection of its own. Records come back raw; decoding them is 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -11,7 +10,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from console.broker.connection import connect
+from console.broker.connection import asked_again, connect
 from console.config import ConnectionSettings
 from console.errors import ConsoleError, EventLogMissingError
 
@@ -41,18 +40,10 @@ async def stream_bounds(settings: ConnectionSettings, stream: str) -> tuple[int,
         await nc.close()
 
 
-CONSUMER_TRIES = 4  # a consumer request can time out while a cluster elects leaders; it is asked again
-
-
 async def _ordered_consumer(js, subject: str, stream: str, start: int):
-    for attempt in range(CONSUMER_TRIES):
-        try:
-            return await js.subscribe(subject, stream=stream, ordered_consumer=True, config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start))
-        except nats.errors.TimeoutError:
-            if attempt == CONSUMER_TRIES - 1:
-                raise
-            await asyncio.sleep(2 ** attempt)
+    # a consumer request can time out while a cluster elects leaders: it is asked again
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+    return await asked_again(lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
 
 
 async def read_range(settings: ConnectionSettings, stream: str, subject: str, first: int, last: int,

@@ -51,6 +51,11 @@ class DataFile:
     records: int
 
 
+def partition_dates(events: pa.Table) -> pa.Array:
+    """Each event's date partition: the date of its `time` (UTC, as Spark's session writes it)."""
+    return pc.strftime(events["time"], format="%Y-%m-%d")
+
+
 class DateFiles:
     """Events written into a table's directory, one new Parquet file per date (of their `time`, in
     UTC), taken a batch at a time and written in row groups of up to `group_rows` (a small row group
@@ -64,10 +69,11 @@ class DateFiles:
         self._records: dict[str, int] = {}
 
     def write(self, events: pa.Table) -> None:
-        dates = pc.strftime(events["time"], format="%Y-%m-%d")
+        dates = partition_dates(events)
         for date in pc.unique(dates).to_pylist():
-            self._pending.setdefault(date, []).append(events.filter(pc.equal(dates, date)))
-            self._records[date] = self._records.get(date, 0) + self._pending[date][-1].num_rows
+            part = events.filter(pc.equal(dates, date))
+            self._pending.setdefault(date, []).append(part)
+            self._records[date] = self._records.get(date, 0) + part.num_rows
             if sum(t.num_rows for t in self._pending[date]) >= self.group_rows:
                 self._flush(date)
 
