@@ -26,6 +26,13 @@ class Clocked(param.Parameterized):
     clock = param.ClassSelector(class_=Clock, default=Clock(), doc="How times are written", precedence=-1)
 
 
+def coroutine(doc: str, **params) -> param.Callable:
+    """A parameter holding an async function to call. Never a reference: given one of no arguments,
+    param would call it when the page is made, to see whether it is one, and log a failure to set the
+    page's parameter to its result."""
+    return param.Callable(allow_refs=False, doc=doc, **params)
+
+
 def shown(frame: pd.DataFrame, clock: Clock, durations: tuple[str, ...] = ()) -> pd.DataFrame:
     """A copy for the eye: every time column as text in the clock's zone, the named columns of
     seconds as durations."""

@@ -13,7 +13,7 @@ import param
 
 from console.domain.display import Clock
 from console.domain.incident import Incident, describe, incident_report, timeline
-from console.ui.formatting import Clocked
+from console.ui.formatting import Clocked, coroutine
 from console.ui.history import stream_cell
 
 Finder = Callable[[str], Awaitable[Incident | None]]
@@ -30,7 +30,7 @@ def report_filename(batch_id: str) -> str:
 
 
 class IncidentPage(Clocked, pn.viewable.Viewer):
-    find = param.Callable(doc="async batch_id -> Incident | None (event log, live model, history)")
+    find = coroutine("async batch_id -> Incident | None (event log, live model, history)")
     replay_link = param.Callable(default=lambda incident: None, doc="Incident -> link into Replay, or None")
     batch_id = param.String(default="", doc="The batch shown")
 

@@ -7,12 +7,11 @@ import html
 from typing import Awaitable, Callable
 
 import panel as pn
-import param
 
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
 from console.probe import ProbeOptions, ProbeReport
-from console.ui.formatting import Clocked
+from console.ui.formatting import Clocked, coroutine
 
 Runner = Callable[[ProbeOptions, Callable[[int], None]], Awaitable[ProbeReport]]
 
@@ -40,7 +39,7 @@ ABANDON = "abandon the last atomic batch"
 
 
 class ProbePage(Clocked, pn.viewable.Viewer):
-    run = param.Callable(doc="async (ProbeOptions, progress) -> ProbeReport, on the shared connection")
+    run = coroutine("async (ProbeOptions, progress) -> ProbeReport, on the shared connection")
 
     def __init__(self, **params):
         super().__init__(**params)

@@ -5,6 +5,7 @@ where it runs, the server's limits and the risks they leave, its lost batches li
 from __future__ import annotations
 
 import html
+import logging
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -16,7 +17,7 @@ import param
 from console.domain.batch_limits import edit_risks
 from console.domain.display import count, size
 from console.domain.live_model import LiveModel
-from console.ui.formatting import Clocked, put, shown
+from console.ui.formatting import Clocked, coroutine, put, shown
 from console.ui.history import incident_link
 from console.ui.live import active_frame, recent_frame
 from console.ui.streams import limits_markdown
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from console.broker.admin import StreamPlacement
 
 WEEK = timedelta(days=7)
+log = logging.getLogger(__name__)
 
 
 def replay_link(stream: str) -> str:
@@ -50,13 +52,14 @@ def placement_markdown(p: StreamPlacement) -> str:
 
 class StreamPage(Clocked, pn.viewable.Viewer):
     name = param.String(default="", doc="The stream shown")
-    details = param.Callable(doc="async name -> StreamPlacement (raises when there is no such stream)", precedence=-1)
-    limits = param.Callable(default=None, doc="async () -> (BatchLimits, where they were read)", precedence=-1)
+    details = coroutine("async name -> StreamPlacement (raises when there is no such stream)", precedence=-1)
+    limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
     model = param.ClassSelector(class_=LiveModel, default=None, doc="The live model, shared by sessions", precedence=-1)
     history = param.Parameter(default=None, doc="The history queries, or None", precedence=-1)
 
     def __init__(self, **params):
         super().__init__(**params)
+        self._week_of: object = ()  # the job position the week was read at (None: before the first run)
         self._head = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._settings = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._limits = pn.pane.Markdown("", sizing_mode="stretch_width")
@@ -77,9 +80,11 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             return
         self._head.object = (f"## Stream {e(self.name)}\n[its messages in Replay]({replay_link(self.name)}) · "
                              "each lost batch below opens its Incident")
+        self.refresh()  # what the live model and History hold shows before the server answers
         try:
             placement = await self.details(self.name)
         except Exception as err:  # no such stream, or the server did not answer: the rest still shows
+            log.info("stream %r not read: %r", self.name, err)
             self._settings.object = f"**Not read from the server:** {e(str(err))}"
             placement = None
         if placement is not None:
@@ -88,21 +93,22 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             limits, source = await self.limits()
             risks = edit_risks(placement.settings, placement.settings, limits) if placement else []
             self._limits.object = limits_markdown(limits, source) + "".join(f"\n\n⚠ {e(r)}" for r in risks)
-        self.refresh()
 
     def refresh(self) -> None:
+        """Live's tables of this stream; its week in History when the job has run since the last read."""
         if not self.name:
             return
         with pn.io.hold():
             if self.model is not None:  # Live's tables, of this stream (so without its column)
                 put(self._live, recent_frame(self.model, clock=self.clock, stream=self.name).drop(columns=["stream"]))
                 put(self._active, active_frame(self.model, stream=self.name).drop(columns=["stream"]))
-            if self.history is not None:
+            if self.history is not None and (position := self.history.job_position()) != self._week_of:
                 now = datetime.now(timezone.utc)
                 week = self.history.abandoned_batches(now - WEEK, now, stream=self.name)
                 week = shown(week.drop(columns=["stream"]), self.clock)
                 week["investigate"] = [incident_link(b) for b in week["batch_id"]]
                 put(self._week, week)
+                self._week_of = position
 
     def __panel__(self):
         return self._layout

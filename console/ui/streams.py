@@ -12,7 +12,7 @@ from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
 from console.ui.controls import checkbox, keep_choice
-from console.ui.formatting import Clocked
+from console.ui.formatting import Clocked, coroutine
 
 COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
 
@@ -48,7 +48,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     await page.apply()` in a notebook does what the form does."""
 
     admin = param.Parameter(doc="Reads and updates streams (a StreamAdmin; refuses in read-only mode)", precedence=-1)
-    limits = param.Callable(default=None, doc="async () -> (BatchLimits, where they were read)", precedence=-1)
+    limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
     stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream edited")
     allow_atomic = param.Boolean(default=False, doc="Proposed allow_atomic")
     allow_batched = param.Boolean(default=False, doc="Proposed allow_batched")

@@ -55,6 +55,18 @@ def data_dir(console):
 
 
 console_urls: dict[str, str] = {}
+console_logs: list[Path] = []
+LOG_TAIL = 6_000  # characters of each process's log shown beside a failure
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test on the shared console carries the end of each of its processes' logs: a failure
+    seen once in CI explains itself."""
+    report = (yield).get_result()
+    if report.failed and "console" in getattr(item, "fixturenames", ()):
+        for log in console_logs:
+            report.sections.append((f"console {log.name}", log.read_text(errors="replace")[-LOG_TAIL:]))
 
 
 @pytest.fixture(scope="session")
@@ -88,6 +100,7 @@ def console(tmp_path_factory):
     wait_http(read_only_url, read_only, ro_log)
     console_urls["read_only"] = read_only_url
     console_urls["data_dir"] = str(tmp)
+    console_logs.extend([server_log, tmp / "collector.log", web_log, ro_log])
     yield nats_url, web_url
     for proc in reversed(procs):
         proc.terminate()
