@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urlencode
 
 from console.broker.eventlog import EventLog
 from console.domain.incident import AROUND, Incident, build_incident
@@ -38,9 +37,3 @@ async def find_incident(log: EventLog, batch_id: str, *, model: LiveModel | None
     events = [e for _, e in await log.window(seen.time - around, seen.time + around)]
     return build_incident(batch_id, events, around)
 
-
-def replay_link(incident: Incident) -> str | None:
-    """The Replay page on the batch's stream, peeking from the start of the incident window."""
-    if not incident.loss.stream:
-        return None
-    return "/replay?" + urlencode({"stream": incident.loss.stream, "start_time": incident.start.isoformat()})

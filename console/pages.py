@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from console.domain.display import count
-from console.investigate import replay_link
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.frame import Badge
@@ -16,7 +15,7 @@ from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
 from console.ui.probe import ProbePage
 from console.ui.replay import ReplayPage
-from console.ui.stream import StreamPage
+from console.ui.stream import StreamPage, replay_link
 from console.ui.streams import StreamsPage
 
 PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
@@ -70,7 +69,10 @@ def history(runtime: Runtime, **params) -> HistoryPage:
 
 
 def incident(runtime: Runtime, **params) -> IncidentPage:
-    return IncidentPage(**{"find": runtime.find_incident, "replay_link": replay_link, **params})
+    def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
+        return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
+
+    return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, **params})
 
 
 def probe(runtime: Runtime, **params) -> ProbePage:

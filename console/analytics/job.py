@@ -42,6 +42,7 @@ from console.analytics.transforms import (
     with_batch_stream,
 )
 from console.broker.eventlog import missing_log
+from console.domain.display import as_utc
 from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
@@ -125,8 +126,7 @@ def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> Iterator[dict]:
     tables can be large). SQLite wants aware datetimes; Spark's are in the session zone, which is UTC."""
     for batch in table.to_batches(max_chunksize=5_000):
         for row in batch.to_pylist():
-            yield {k: v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
-                   for k, v in row.items() if k not in drop}
+            yield {k: as_utc(v) if isinstance(v, datetime) else v for k, v in row.items() if k not in drop}
 
 
 def run_once(spark: SparkSession, settings: JobSettings,
@@ -294,7 +294,7 @@ def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[l
         for names in sqlite.chunks(ordered):
             for stream, event_id, when in session.exec(query.where(AbandonedBatch.stream.in_(names))):
                 if event_id not in replaced_ids:
-                    times[stream].append(when if when.tzinfo else when.replace(tzinfo=timezone.utc))
+                    times[stream].append(as_utc(when))
     for row in lost_rows:
         times[row["stream"]].append(row["time"])
     return ordered, stream_stats(times)

@@ -40,18 +40,19 @@ class Clock:
         """'2026-11-21 22:14:32 UTC'; a naive time is taken as UTC; '' for none."""
         if moment is None or (isinstance(moment, float) and math.isnan(moment)):
             return ""
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        local = moment.astimezone(self.zone)
+        local = as_utc(moment).astimezone(self.zone)
         shape = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
         text = local.strftime(shape) + (f".{local.microsecond // 1000:03d}" if fraction else "")
         return f"{text} {'UTC' if self.is_utc else local.strftime('%Z')}"
 
     def clock_time(self, moment: datetime) -> str:
         """'22:14:32' in this zone: for lines within one day, under a heading that names the zone."""
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return moment.astimezone(self.zone).strftime("%H:%M:%S")
+        return as_utc(moment).astimezone(self.zone).strftime("%H:%M:%S")
+
+
+def as_utc(moment: datetime) -> datetime:
+    """A time with its zone; a naive one (SQLite's, Spark's in its UTC session) taken as UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def duration(seconds: float | timedelta | None) -> str:

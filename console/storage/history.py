@@ -4,12 +4,13 @@ Every query reads the hourly aggregates or an indexed range, so a year of histor
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pandas as pd
 from sqlalchemy import func
 from sqlmodel import Session, select
 
+from console.domain.display import as_utc
 from console.storage.tables import EVENTS_SOURCE, AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly, \
     JobOffset, StreamAbandonmentStats
 
@@ -96,7 +97,7 @@ def job_position(engine) -> tuple[int, datetime] | None:
         row = s.get(JobOffset, EVENTS_SOURCE)
         if row is None:
             return None
-        return row.seq, row.updated if row.updated.tzinfo else row.updated.replace(tzinfo=timezone.utc)
+        return row.seq, as_utc(row.updated)
 
 
 QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import functools
 import html
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import panel as pn
 import param
 
-from console.domain.display import Clock
+from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
 from console.ui.controls import keep_choice
@@ -44,8 +44,7 @@ def message_html(m: StoredMessage, clock: Clock = Clock()) -> str:
 def parse_start_time(text: str) -> datetime | None:
     if not text.strip():
         return None
-    moment = datetime.fromisoformat(text.strip())
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return as_utc(datetime.fromisoformat(text.strip()))
 
 
 class ReplayPage(Clocked, pn.viewable.Viewer):

@@ -8,7 +8,7 @@ import html
 import logging
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
-from urllib.parse import quote
+from urllib.parse import urlencode
 
 import pandas as pd
 import panel as pn
@@ -29,8 +29,9 @@ WEEK = timedelta(days=7)
 log = logging.getLogger(__name__)
 
 
-def replay_link(stream: str) -> str:
-    return f"/replay?stream={quote(stream, safe='')}"
+def replay_link(stream: str, start_time: datetime | None = None) -> str:
+    """The Replay page on a stream, peeking from a time or from its first message."""
+    return "/replay?" + urlencode({"stream": stream, **({"start_time": start_time.isoformat()} if start_time else {})})
 
 
 def placement_markdown(p: StreamPlacement) -> str:

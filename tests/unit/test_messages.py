@@ -1,9 +1,11 @@
 from datetime import datetime, timezone
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from console.domain.messages import MalformedAckSubject, StoredMessage, in_batch_order, preview, to_ack_metadata
 from console.ui.replay import message_html, parse_start_time
+from console.ui.stream import replay_link
 
 T = datetime(2026, 11, 21, 9, 30, tzinfo=timezone.utc)
 
@@ -69,3 +71,11 @@ def test_a_start_time_without_a_zone_is_utc():
     assert parse_start_time("  ") is None
     with pytest.raises(ValueError):
         parse_start_time("yesterday")
+
+
+def test_a_replay_link_gives_the_replay_page_its_stream_and_start_time_back():
+    assert replay_link("ORDERS") == "/replay?stream=ORDERS"
+    link = urlsplit(replay_link("ORDERS", T))
+    query = parse_qs(link.query)
+    assert link.path == "/replay" and query["stream"] == ["ORDERS"]
+    assert parse_start_time(query["start_time"][0]) == T
