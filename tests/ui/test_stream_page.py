@@ -20,7 +20,8 @@ def test_a_stream_name_on_live_opens_its_page_with_settings_limits_and_its_lost_
     settings = page.get_by_role("row").filter(has_text="R1")
     expect(settings).to_contain_text("True", timeout=30_000)  # the probe's stream allows both kinds
     expect(page.get_by_text("alone (no replicas)")).to_be_visible()
-    expect(page.get_by_role("row").filter(has_text="batch timeout (idle between two messages)")).to_contain_text("1.0 s")
+    limit = page.get_by_role("row").filter(has_text="batch timeout (idle between two messages)")
+    expect(limit).to_contain_text("1.0 s", timeout=30_000)  # read from /varz after the settings
     lost = page.get_by_role("row").filter(has_text=batch)
     expect(lost).to_contain_text("timeout", timeout=30_000)
     expect(lost.get_by_role("link", name="investigate")).to_have_attribute("href", f"/incident?batch={batch}")
