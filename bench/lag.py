@@ -54,15 +54,30 @@ def tree_pids(pid: int) -> list[int]:
     return found
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of the process and every descendant."""
-    total = 0.0
-    for p in tree_pids(pid):
-        try:
-            total += cpu_seconds(p)
-        except OSError:
-            pass
-    return total
+class TreeCpu:
+    """CPU seconds a process and its descendants used since this was made, sampled: one that ends
+    between two samples keeps what it had used at the last (Spark's Python workers end when idle,
+    and a sum over the live tree alone fell over an idle window)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.start = self._read()
+        self.last = dict(self.start)
+
+    def _read(self) -> dict[int, float]:
+        found = {}
+        for p in tree_pids(self.pid):
+            try:
+                found[p] = cpu_seconds(p)
+            except OSError:  # ended meanwhile
+                pass
+        return found
+
+    def sample(self) -> None:
+        self.last.update(self._read())
+
+    def seconds(self) -> float:
+        return sum(used - self.start.get(p, 0.0) for p, used in self.last.items())
 
 
 def analytics_pid(log: str) -> int | None:
@@ -70,7 +85,7 @@ def analytics_pid(log: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-async def sample(url: str, db: Path, seconds: float) -> list[tuple[float, int, int]]:
+async def sample(url: str, db: Path, seconds: float, cpu: TreeCpu | None) -> list[tuple[float, int, int]]:
     nc = await nats.connect(url)
     js = nc.jetstream()
     engine = sqlite.open_db(db)
@@ -79,6 +94,8 @@ async def sample(url: str, db: Path, seconds: float) -> list[tuple[float, int, i
     while time.monotonic() - started < seconds:
         last = (await js.stream_info("BATCH_CONSOLE_EVENTS")).state.last_seq
         samples.append((time.monotonic(), last, sqlite.offset(engine, EVENTS_SOURCE)))
+        if cpu is not None:
+            cpu.sample()
         await asyncio.sleep(1.0)
     await nc.close()
     return samples
@@ -118,10 +135,10 @@ def main() -> None:
                 assert up.poll() is None, out.read_text()[-3000:]
                 time.sleep(1)
             pid = analytics_pid(out.read_text())
-            cpu = tree_cpu(pid) if pid else None
+            cpu = TreeCpu(pid) if pid else None
             print(f"  sampling for {args.minutes} min …", file=sys.stderr)
-            samples = asyncio.run(sample(f"nats://127.0.0.1:{nats_port}", data / "console.db", args.minutes * 60))
-            cores = (tree_cpu(pid) - cpu) / (samples[-1][0] - samples[0][0]) if pid else float("nan")
+            samples = asyncio.run(sample(f"nats://127.0.0.1:{nats_port}", data / "console.db", args.minutes * 60, cpu))
+            cores = cpu.seconds() / (samples[-1][0] - samples[0][0]) if cpu else float("nan")
         finally:
             up.send_signal(signal.SIGTERM)
             up.wait(timeout=60)

@@ -19,6 +19,10 @@ from console.config import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
+# A timed run finding only the collector's heartbeat leaves it to the next run, up to this many
+# sequences (at one heartbeat each 5 s, over an hour of an idle log): an idle log costs no Spark job.
+HEARTBEATS_DEFERRED = 1_000
+
 
 class LogWatcher:
     def __init__(self, connection: ConnectionSettings, subject: str, quiet: tuple[str, ...] = ()):

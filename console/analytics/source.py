@@ -36,6 +36,7 @@ class SeqRange(InputPartition):
 class SourceOptions:
     connection: ConnectionSettings
     stream: str
+    prefix: str
     subject: str
     start_seq: int
     end_seq: int | None
@@ -55,6 +56,7 @@ class SourceOptions:
         return cls(
             connection=connection,
             stream=get("stream") or "BATCH_CONSOLE_EVENTS",
+            prefix=prefix,
             subject=f"{prefix}.{get('subject_filter') or '>'}",
             start_seq=max(1, int(get("start_seq") or 1)),
             end_seq=int(end) if end not in (None, "") else None,
@@ -76,6 +78,15 @@ async def _stream_bounds(options: SourceOptions) -> tuple[int, int]:
     from console.broker.log_reader import stream_bounds  # imported where it runs (the driver)
 
     return await stream_bounds(options.connection, options.stream)
+
+
+async def _first_history_seq(options: SourceOptions, first: int) -> int | None:
+    """The first sequence >= `first` of an event other than the collector's heartbeat, or None."""
+    from console.broker.log_reader import first_seq_on
+    from console.domain.events import EventKind
+
+    subjects = [f"{options.prefix}.{kind.value}.>" for kind in EventKind if kind is not EventKind.COLLECTOR_STATUS]
+    return await first_seq_on(options.connection, options.stream, subjects, first)
 
 
 async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:

@@ -3,6 +3,7 @@ run, each with a connection of its own. Records come back raw; decoding them is 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -36,6 +37,24 @@ async def stream_bounds(settings: ConnectionSettings, stream: str) -> tuple[int,
         return state.first_seq, state.last_seq
     except nats.js.errors.NotFoundError:
         raise EventLogMissingError(stream) from None
+    finally:
+        await nc.close()
+
+
+async def first_seq_on(settings: ConnectionSettings, stream: str, subjects: list[str], first: int) -> int | None:
+    """The lowest sequence >= `first` of a message on any of `subjects`, or None: one message get per
+    subject, no consumer."""
+    nc = await _connect(settings)
+    try:
+        js = nc.jetstream()
+
+        async def head(subject: str) -> int | None:
+            try:
+                return (await js.get_msg(stream, seq=first, subject=subject, next=True)).seq
+            except nats.js.errors.NotFoundError:
+                return None
+
+        return min((seq for seq in await asyncio.gather(*map(head, subjects)) if seq is not None), default=None)
     finally:
         await nc.close()
 

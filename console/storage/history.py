@@ -11,8 +11,16 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from console.domain.display import as_utc
-from console.storage.tables import EVENTS_SOURCE, AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly, \
-    JobOffset, StreamAbandonmentStats
+from console.storage.tables import (
+    EVENTS_SOURCE,
+    HEARTBEATS_CHECKED,
+    AbandonedBatch,
+    AbandonmentHourly,
+    FastBatchSummary,
+    GapHourly,
+    JobOffset,
+    StreamAbandonmentStats,
+)
 
 
 def _frame(session: Session, query, columns: list[str]) -> pd.DataFrame:
@@ -92,11 +100,14 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
 
 def job_position(engine) -> tuple[int, datetime] | None:
     """(the last event-log sequence in History, when the job's run that took it committed), or None
-    before the first run."""
+    before the first run. A check that found only heartbeats past the offset counts as a run."""
     with Session(engine) as s:
         row = s.get(JobOffset, EVENTS_SOURCE)
         if row is None:
             return None
+        checked = s.get(JobOffset, HEARTBEATS_CHECKED)
+        if checked is not None and checked.seq > row.seq:
+            row = checked
         return row.seq, as_utc(row.updated)
 
 

@@ -69,6 +69,9 @@ class StreamAbandonmentStats(SQLModel, table=True):
 
 
 EVENTS_SOURCE = "events"  # the analytics job's offset in job_offsets: the event log
+# Past the offset, up to here the log was checked to hold nothing but the collector's heartbeat:
+# History is level with it, though those heartbeats reach the raw events only with the next run.
+HEARTBEATS_CHECKED = "events: heartbeats only"
 
 
 class JobOffset(SQLModel, table=True):

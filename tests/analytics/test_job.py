@@ -270,3 +270,45 @@ async def test_a_run_over_the_collectors_heartbeat_alone_recomputes_nothing(spar
     assert quiet.events_read == 1 and quiet.last_seq == await log.last_seq()
     assert "hourly" not in quiet.stages and "scope" not in quiet.stages, quiet.stages
     assert sqlite.offset(sqlite.open_db(settings.db_path), EVENTS_SOURCE) == quiet.last_seq
+
+
+async def test_heartbeats_alone_wait_for_the_next_run_with_history_level_with_them(spark, server, client, produce,
+                                                                                   tmp_path):
+    """`--follow`'s timed runs on an idle log: up to a bound of new sequences, heartbeats alone start no
+    Spark job; History says it is level with them, and the next real run reads them with the rest."""
+    from datetime import datetime, timezone
+
+    from console.broker.eventlog import EventLog
+    from console.domain.events import BatchEvent, EventKind
+    from console.storage.history import job_position
+
+    def heartbeats(*ids):
+        return [BatchEvent(i, EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc), None) for i in ids]
+
+    def raw_ids():
+        return set(DeltaTable(str(settings.delta("events"))).to_pyarrow_table(columns=["event_id"])
+                   .column("event_id").to_pylist())
+
+    await produce(["d1"])
+    settings = JobSettings(tmp_path, source={"servers": server.url, "partitions": "2"})
+    engine = sqlite.open_db(settings.db_path)
+    await asyncio.to_thread(run_once, spark, settings)
+    atomic = totals(engine)["atomic"]  # the module's log holds other tests' batches too
+    log = EventLog(client.jetstream())
+    await log.append(heartbeats("beat-1", "beat-2", "beat-3"))
+    over_bound = await asyncio.to_thread(run_once, spark, settings, defer_heartbeats=2)
+    assert over_bound.events_read == 3 and {"beat-1", "beat-2", "beat-3"} <= raw_ids()
+
+    await log.append(heartbeats("beat-4", "beat-5"))
+    deferred = await asyncio.to_thread(run_once, spark, settings, defer_heartbeats=1_000)
+    assert deferred.events_read == 0 and "heartbeats only" in deferred.line(), deferred.line()
+    assert "read and write" not in deferred.stages, deferred.stages
+    assert sqlite.offset(engine, EVENTS_SOURCE) == over_bound.last_seq  # the raw events have not had them
+    assert "beat-4" not in raw_ids()
+    assert job_position(engine)[0] == await log.last_seq()  # but History is level with the log
+
+    await produce(["d2"])
+    with_them = await asyncio.to_thread(run_once, spark, settings, defer_heartbeats=1_000)
+    assert with_them.first_seq == over_bound.last_seq + 1
+    assert {"beat-4", "beat-5"} <= raw_ids() and totals(engine)["atomic"] == atomic + 1
+    assert job_position(engine)[0] == sqlite.offset(engine, EVENTS_SOURCE) == await log.last_seq()
