@@ -15,6 +15,11 @@ class ConfigError(ConsoleError):
     """Settings that cannot work (missing file, conflicting options)."""
 
 
+class InvalidNameError(ConsoleError, ValueError):
+    """A name given by a person (a URL, a form, a notebook) that the server would refuse: refused before
+    anything is sent, since a request whose subject breaks the protocol costs the whole connection."""
+
+
 class CaptureRefusedError(ConsoleError):
     """The account may not keep advisories in a stream: the collector follows them live only."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from console.broker import names
 from console.domain.display import count
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
@@ -39,7 +40,28 @@ def _csv_table(name: str) -> str:
     return name
 
 
-URL_TYPES = {"start_seq": int, "csv_table": _csv_table}  # the rest are text
+def _start_time(text: str) -> str:
+    if len(text) > 64:
+        raise ValueError("not a time")
+    return text
+
+
+def _rule(text: str) -> str:
+    if len(text) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError("not a rule name")
+    return text
+
+
+def _int(text: str) -> int:
+    if len(text) > 20:  # past int64: not a sequence
+        raise ValueError("not a sequence")
+    return int(text)
+
+
+# Every value from the URL is checked by the wire's own rules before a page is made with it (a name
+# that reaches a subject must never cost the process its connection); one that fails is left out.
+URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
+             "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _rule}
 STREAM_PAGE = "/stream"  # ?name=S, linked from every stream name (not in the navigation: it needs a stream)
 
 

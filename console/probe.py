@@ -14,6 +14,7 @@ from typing import Any, Callable
 from console.broker.atomic import AtomicBatch
 from console.broker.connection import Connection
 from console.broker.fast import FastBatch
+from console.broker import names
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.fast_ingest import GapMode
 from console.domain.replies import FlowError, FlowGap, PubAck
@@ -41,6 +42,8 @@ class ProbeOptions:
     def __post_init__(self) -> None:
         if self.kind not in ("atomic", "fast"):
             raise ConsoleError(f"probe kind must be atomic or fast, not {self.kind!r}")
+        names.stream(self.stream)
+        names.subject(self.subject)
         if self.count < 1 or self.size < 0 or self.batch_size < 1:
             raise ConsoleError("count and batch size must be at least 1, size at least 0")
         last = min(self.count, self.batch_size) if self.kind == "atomic" else self.count

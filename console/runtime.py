@@ -5,6 +5,7 @@ console a runtime plus page factories (console.pages), and each CLI command open
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from console.storage.sqlite import open_db_for_reading
 
 log = logging.getLogger(__name__)
 LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
+REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
 
 
 class Runtime:
@@ -38,6 +40,7 @@ class Runtime:
         self._history: tuple[Reader | None, str | None] | None = None
         self._alerts: AlertsView | None = None
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
+        self._keeper: asyncio.Task | None = None
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
@@ -116,6 +119,45 @@ class Runtime:
         self._limits = (now, found)
         return found
 
+    def keep_open(self) -> None:
+        """A long-lived process's connections stay open whatever closed them: nats-py reconnects after
+        a lost socket by itself, but a connection the server closed (a protocol error, an
+        authorization change) stays closed. Each is opened again with backoff; Live says so meanwhile."""
+        if self._keeper is None:
+            self._keeper = asyncio.create_task(self._keep_open(), name="keep-open")
+
+    async def _keep_open(self) -> None:
+        wait = REOPEN_BACKOFF[0]
+        while True:
+            await asyncio.sleep(1.0)
+            for system in (False, True):
+                nc = self.system_nc if system else self.nc
+                if nc is None or not nc.is_closed:
+                    continue
+                why = repr(nc.last_error) if nc.last_error else "no reason given"
+                what = "system account connection" if system else "connection"
+                log.warning("NATS %s closed (%s): opening it again", what, why)
+                while True:
+                    if not system and self._live is not None:
+                        self._live.reopening = f"opening again ({why[:80]})"
+                    try:
+                        account = self.settings.system.connection(self.settings.connection) if system else None
+                        fresh = await connect(account or self.settings.connection, give_up_after=10.0)
+                        break
+                    except Exception as e:  # unreachable, refused: later, with backoff
+                        log.warning("NATS %s not opened again: %s; next try in %gs", what, e, wait)
+                        await asyncio.sleep(wait)
+                        wait = min(wait * 2, REOPEN_BACKOFF[1])
+                wait = REOPEN_BACKOFF[0]
+                if system:
+                    self.system_nc = fresh
+                    continue
+                self.nc = fresh
+                self.admin.rebind(fresh)
+                if self._live is not None:
+                    await self._live.rebind(fresh)
+                log.info("NATS connection open again")
+
     async def find_incident(self, batch_id: str) -> Incident | None:
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
 
@@ -125,6 +167,9 @@ class Runtime:
         return await run_probe(self.nc, options, progress)
 
     async def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.wait([self._keeper])
         if self._live is not None:
             await self._live.stop()
         for nc in (self.nc, self.system_nc):

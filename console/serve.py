@@ -137,8 +137,8 @@ def _from_url(path: str) -> dict:
     for name, arg in pages.IN_THE_URL.get(path, {}).items():
         if value := _arg(arg):
             try:
-                found[name] = pages.URL_TYPES.get(name, str)(value)
-            except ValueError:
+                found[name] = pages.URL_TYPES[name](value)
+            except ValueError:  # InvalidNameError is one
                 continue
     return found
 
@@ -163,6 +163,7 @@ def serve(settings: Settings) -> None:
     async def open_runtime() -> Runtime:
         runtime = await Runtime.open(settings)  # under `up`, a failed start is retried
         runtime.live  # following the event log before the first session arrives
+        runtime.keep_open()
         return runtime
 
     url_state = ":" not in web.address

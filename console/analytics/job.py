@@ -41,9 +41,11 @@ from console.analytics.transforms import (
     gap_hourly,
     retracted_losses,
     with_batch_stream,
+    with_copy_number,
 )
 from console.broker.eventlog import missing_log
 from console.domain.display import as_utc
+from console.domain.events import REPLAYED
 from console.errors import EventLogMissingError
 from console.storage import delta, sqlite
 from console.storage.tables import (
@@ -187,7 +189,9 @@ def run_once(spark: SparkSession, settings: JobSettings,
                 for name in AGGREGATES:  # their replaced files go at the same pace
                     delta.vacuum(settings.delta(name))
         with stages("scope"):
-            scope = _scope(spark, raw_path, days)
+            scope, replays = _scope(spark, raw_path, days, done)
+        if replays:
+            seen.skipped[REPLAYED] += replays
         written = _recompute(settings, engine, scope, days, done, seen, last, stages)
     return RunReport(done + 1, last, seen.count, written, time.perf_counter() - started, skipped=dict(seen.skipped),
                      stages=stages.seconds)
@@ -197,15 +201,19 @@ def _with_day(hourly: DataFrame) -> DataFrame:
     return hourly.withColumn("day", F.to_date("hour").cast("string"))
 
 
-def _scope(spark: SparkSession, raw_path: Path, days: list[date]) -> DataFrame:
-    """All stored events of these days and the day before each, from Delta, each fast batch's stream
-    filled (once, for every aggregate)."""
+def _scope(spark: SparkSession, raw_path: Path, days: list[date], done: int) -> tuple[DataFrame, int]:
+    """All stored events of these days and the day before each, from Delta, each once (the first copy
+    stored) with its fast batch's stream filled (once, for every aggregate); and how many of the new
+    events (past `done`) are copies of an event stored before them. A copy is in its original's
+    partition: both are dated by the event's own time, which the signed body carries."""
     wanted = sorted({d - timedelta(days=back) for d in days for back in (0, 1)})
     files = delta.read_files(raw_path, [("date", "in", [d.isoformat() for d in wanted])])
     events = spark.read.schema(EVENT_SCHEMA).parquet(*files).select(*AGGREGATED_COLUMNS)
     # A checkpoint, not a cache: the aggregates plan over its rows, not over the read and the join
     # again (persist() made a small run's aggregates twice as slow). Its blocks go with the object.
-    return with_batch_stream(events).localCheckpoint()
+    numbered = with_copy_number(with_batch_stream(events)).localCheckpoint()
+    replays = numbered.filter((F.col("copy") > 1) & (F.col("seq") > done)).count()
+    return numbered.filter(F.col("copy") == 1).drop("copy"), replays
 
 
 def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date], done: int, seen: NewEvents,

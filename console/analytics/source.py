@@ -93,16 +93,13 @@ async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:
     """A partition's rows on an executor: each record decoded, or a marker the job counts and drops when
     it is not an event the collector signed."""
     from console.broker.log_reader import read_range
-    from console.domain.events import MalformedEvent, event_from_json
-    from console.domain.signing import forgery
+    from console.domain.events import MalformedEvent, verified_event
 
     rows = []
     for record in await read_range(options.connection, options.stream, options.subject, part.first, part.last,
                                    options.idle_timeout):
         try:
-            if options.event_key and (forged := forgery(options.event_key, record.data, record.headers)):
-                raise MalformedEvent(forged)
-            rows.append(to_row(record.seq, event_from_json(record.data)))
+            rows.append(to_row(record.seq, verified_event(options.event_key, record.data, record.headers)))
         except MalformedEvent as e:
             rows.append(skipped_row(record.seq, e.reason, record.stored))
     return rows

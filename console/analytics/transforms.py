@@ -40,6 +40,12 @@ def with_batch_stream(events: DataFrame) -> DataFrame:
     return events.withColumn("stream", F.coalesce(filled, F.lit(UNKNOWN_STREAM)))
 
 
+def with_copy_number(events: DataFrame) -> DataFrame:
+    """`copy`: 1 for the first stored record of each event id (the lowest sequence), 2.. for every later
+    copy (a replay, or a duplicate stored after the event log's duplicate window)."""
+    return events.withColumn("copy", F.row_number().over(Window.partitionBy("event_id").orderBy("seq")))
+
+
 def _filled(events: DataFrame, filled: bool) -> DataFrame:
     return events if filled else with_batch_stream(events)
 

@@ -9,6 +9,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, PersistMode
 
+from console.broker import names
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
 from console.domain.stream_settings import StreamBatchSettings
@@ -36,9 +37,13 @@ class StreamAdmin:
     """Reads and changes streams; in read-only mode every change is refused here, whatever calls it."""
 
     def __init__(self, nc: Client, read_only: bool = False):
+        self.read_only = read_only
+        self.rebind(nc)
+
+    def rebind(self, nc: Client) -> None:
+        """Work on a new connection (the runtime opened one after the server closed the last)."""
         self.nc = nc
         self.js = nc.jetstream()
-        self.read_only = read_only
 
     async def server(self) -> ServerInfo:
         info = await self.js.account_info()
@@ -50,7 +55,7 @@ class StreamAdmin:
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""
-        info = await self.js.stream_info(name)
+        info = await self.js.stream_info(names.stream(name))
         cluster = info.cluster
         replicas = tuple((r.name, bool(r.current), r.lag or 0) for r in (cluster.replicas or [])) if cluster else ()
         return StreamPlacement(_settings(info), cluster.leader if cluster else None, replicas, info.state.messages,
@@ -59,7 +64,7 @@ class StreamAdmin:
     async def consumers(self, stream: str) -> list[PullConsumer]:
         """The stream's durable pull consumers (push consumers cannot be fetched from)."""
         found = [PullConsumer(c.name, c.config.ack_policy != AckPolicy.NONE, c.num_ack_pending or 0, c.num_pending or 0)
-                 for c in await self.js.consumers_info(stream)
+                 for c in await self.js.consumers_info(names.stream(stream))
                  if c.config.durable_name and not c.config.deliver_subject]
         return sorted(found, key=lambda c: c.name)
 
@@ -68,18 +73,18 @@ class StreamAdmin:
         return ConsumerReader(self.nc, stream, durable, read_only=self.read_only, **start)
 
     async def replay_batch(self, stream: str, batch_id: str, **options) -> BatchReplay:
-        return await replay_batch(self.nc, stream, batch_id, **options)
+        return await replay_batch(self.nc, stream, names.batch_id(batch_id), **options)
 
     async def leader(self, name: str) -> str | None:
         """The stream's leader's server name (None on a single server)."""
-        cluster = (await self.js.stream_info(name)).cluster
+        cluster = (await self.js.stream_info(names.stream(name))).cluster
         return cluster.leader if cluster else None
 
     async def step_down(self, name: str) -> None:
         """Ask the stream's leader to step down: the replicas elect another (what a rolling restart does)."""
         if self.read_only:
             raise ReadOnlyError("read-only mode: stream leaders are not stepped down")
-        reply = await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", b"", timeout=5)
+        reply = await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(name)}", b"", timeout=5)
         answer = json.loads(reply.data or b"{}")
         if "error" in answer:
             e = answer["error"]
@@ -92,7 +97,7 @@ class StreamAdmin:
         unknown = set(changes) - set(EDITABLE)
         if unknown:
             raise ValueError(f"not batch settings: {sorted(unknown)}")
-        config = (await self.js.stream_info(name)).config
+        config = (await self.js.stream_info(names.stream(name))).config
         for key, value in changes.items():
             setattr(config, key, PersistMode(value) if key == "persist_mode" else value)
         try:

@@ -15,8 +15,8 @@ from nats.js.client import JetStreamContext
 
 from console.broker.streams import StreamSpec, ensure_stream
 from console.config import EventLogSettings
-from console.domain.events import BatchEvent, MalformedEvent, event_from_json
-from console.domain.signing import SIGNATURE, forgery, signature
+from console.domain.events import MSG_ID, REPLAYED, BatchEvent, MalformedEvent, RecentIds, event_from_json, verified_event
+from console.domain.signing import SIGNATURE, signature
 from console.domain.wire import Tally
 
 log = logging.getLogger(__name__)
@@ -59,16 +59,18 @@ class EventLog:
         self.settings = settings
         self.skipped = Tally()  # records read and dropped, by reason: never a stall, never a failed run
 
-    def decode(self, data: bytes, headers: dict | None) -> BatchEvent | None:
-        """One record of the log, or None (counted) when it is not a console event the collector signed."""
-        if self.settings.key is not None and (forged := forgery(self.settings.key, data, headers)):
-            self.skipped.add(forged)
-            return None
+    def decode(self, data: bytes, headers: dict | None, seen: RecentIds | None = None) -> BatchEvent | None:
+        """One record of the log, or None (counted) when it is not a console event the collector signed
+        under its own id, or when its id is among those `seen` by this read (a replay)."""
         try:
-            return event_from_json(data)
+            event = verified_event(self.settings.key, data, headers)
         except MalformedEvent as e:
             self.skipped.add(e.reason)
             return None
+        if seen is not None and seen.repeat(event.event_id):
+            self.skipped.add(f"{REPLAYED}: event id read before")
+            return None
+        return event
 
     async def ensure(self) -> list[str]:
         """Create the stream, or add to an existing one only what the console needs (its subjects,
@@ -107,7 +109,7 @@ class EventLog:
             if (problem := refusal(body)) is not None:
                 result.refused.append((event, problem))
                 continue
-            headers = {"Nats-Msg-Id": event.event_id}
+            headers = {MSG_ID: event.event_id}
             if self.settings.key is not None:
                 headers[SIGNATURE] = signature(self.settings.key, body)
             try:
@@ -170,6 +172,7 @@ class EventLog:
 
     async def _drain(self, sub, past_end, idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
         out: list[tuple[int, BatchEvent]] = []
+        seen = RecentIds()
         try:
             while True:
                 try:
@@ -179,7 +182,7 @@ class EventLog:
                 seq = msg.metadata.sequence.stream
                 if past_end(seq, msg.metadata.timestamp):
                     break
-                if (event := self.decode(msg.data, msg.headers)) is not None:
+                if (event := self.decode(msg.data, msg.headers, seen)) is not None:
                     out.append((seq, event))
                 if msg.metadata.num_pending == 0 or seq == last_seq:
                     break
@@ -194,9 +197,10 @@ class EventLog:
             sub = await self._subscribe(DeliverPolicy.BY_START_SEQUENCE, kind_filter, opt_start_seq=since)
         else:
             sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=since.isoformat())
+        seen = RecentIds()  # every copy of an event after the first is skipped: counted once by every follower
         try:
             async for msg in sub.messages:
-                yield msg.metadata.sequence.stream, self.decode(msg.data, msg.headers)
+                yield msg.metadata.sequence.stream, self.decode(msg.data, msg.headers, seen)
         finally:
             await sub.unsubscribe()
 

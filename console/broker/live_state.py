@@ -31,6 +31,7 @@ class LiveState:
         self.model = model or LiveModel()
         self.problem: str | None = None  # shown in the status bar
         self.last_seq = 0  # the last event-log sequence applied
+        self.reopening: str | None = None  # while the runtime opens a closed connection again: how it goes
         self._task: asyncio.Task | None = None
 
     @property
@@ -39,7 +40,19 @@ class LiveState:
             return "connected"
         if self.nc.is_reconnecting:
             return "reconnecting"
-        return "closed" if self.nc.is_closed else "disconnected"
+        if self.nc.is_closed:
+            return f"closed · {self.reopening}" if self.reopening else "closed"
+        return "disconnected"
+
+    async def rebind(self, nc: Client) -> None:
+        """Follow on a new connection (the old one was closed), after the last sequence applied."""
+        running = self._task is not None
+        await self.stop()
+        self.nc = nc
+        self.log.js = nc.jetstream()
+        self.reopening = None
+        if running:
+            self.start()
 
     def start(self) -> None:
         if self._task is None:
@@ -54,7 +67,7 @@ class LiveState:
     async def _follow(self) -> None:
         """Follow from the backfill time; after a reconnect, start again after the last sequence
         applied: nats-py's own ordered-consumer reset can die quietly while the server comes back."""
-        since: datetime | int = datetime.now(timezone.utc) - self.backfill
+        since: datetime | int = self.last_seq + 1 if self.last_seq else datetime.now(timezone.utc) - self.backfill
         while True:
             reconnects = self.nc.stats.get("reconnects", 0)
             follower = asyncio.create_task(self._apply_from(since))

@@ -15,6 +15,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from console.broker import names
 from console.domain.messages import Ack, FetchResult, MalformedAckSubject, StoredMessage, in_batch_order, to_ack_metadata
 from console.errors import ReadOnlyError, ReplayError
 
@@ -38,7 +39,9 @@ class ConsumerReader:
 
     def __init__(self, nc: Client, stream: str, durable: str | None = None, *, start_seq: int | None = None,
                  start_time: datetime | None = None, read_only: bool = False, api_prefix: str = "$JS.API"):
-        self.nc, self.stream, self.durable, self.read_only = nc, stream, durable, read_only
+        self.stream = names.stream(stream)
+        self.durable = None if durable is None else names.consumer(durable)
+        self.nc, self.read_only = nc, read_only
         self.api_prefix = api_prefix
         self._start_seq, self._start_time = start_seq, start_time
         self._ephemeral: str | None = None

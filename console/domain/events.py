@@ -200,3 +200,40 @@ def event_from_json(data: bytes | str) -> BatchEvent:
     if event.first_lost_seq is not None and event.seq is not None and event.first_lost_seq >= event.seq:
         raise MalformedEvent("'first_lost_seq' is not below 'seq'")
     return event
+
+
+MSG_ID = "Nats-Msg-Id"
+REPLAYED = "replayed"  # a record whose identity was stored before, or stored under another id
+
+
+def verified_event(key: bytes | None, data: bytes, headers: dict[str, str] | None) -> BatchEvent:
+    """One record of the event log as its reader must take it, total: MalformedEvent when it is not
+    an event the collector signed (with `key`), or when it is stored under another identity than the
+    one it carries. The signature covers the body and the body holds the event id; the log dedups on
+    the Nats-Msg-Id header, so a copy republished under a new message id is a replay, never an event."""
+    from console.domain.signing import forgery
+
+    if key is not None and (forged := forgery(key, data, headers)):
+        raise MalformedEvent(forged)
+    event = event_from_json(data)
+    if (headers or {}).get(MSG_ID) != event.event_id:
+        raise MalformedEvent(f"{REPLAYED}: stored under another message id")
+    return event
+
+
+class RecentIds:
+    """The event ids a reader has taken, the newest `size` of them: a record whose id is among them
+    is a copy (a replay, or a genuine duplicate stored after the log's duplicate window)."""
+
+    def __init__(self, size: int = 200_000):
+        self.size = size
+        self._ids: dict[str, None] = {}  # insertion-ordered: the oldest goes first
+
+    def repeat(self, event_id: str) -> bool:
+        """True when `event_id` was taken before; otherwise takes it."""
+        if event_id in self._ids:
+            return True
+        self._ids[event_id] = None
+        if len(self._ids) > self.size:
+            del self._ids[next(iter(self._ids))]
+        return False

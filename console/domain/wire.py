@@ -91,6 +91,17 @@ def stream_name_problem(name: object) -> str | None:
     return None
 
 
+def consumer_name_problem(name: object) -> str | None:
+    """Why the server would refuse this consumer name, or None (it is a subject token too)."""
+    if not isinstance(name, str) or not name:
+        return "consumer name is empty or not a string"
+    if len(name) > MAX_LABEL:
+        return f"consumer name is longer than {MAX_LABEL} characters"
+    if _NAME_BREAKERS.search(name) is not None:
+        return "consumer name holds white space, a control character or one of . * > / \\"
+    return None
+
+
 def stream_name(value: object, key: str = "stream", error: type[MalformedInput] = MalformedInput) -> str:
     if (problem := stream_name_problem(value)) is not None:
         raise error(f"{key!r}: {problem}")
