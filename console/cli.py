@@ -19,6 +19,7 @@ from console.domain.events import EventKind
 from console.errors import ConfigError, ConsoleError
 from console.probe import ProbeOptions
 from console.progress import ProgressBar
+from console.redaction import redact_logs
 from console.runtime import Runtime
 
 log = logging.getLogger("batch-console")
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load(args)
         logging.basicConfig(level=logging.DEBUG if settings.log.verbose else logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        redact_logs(settings)
         return run(args.command, settings, args)
     except ConsoleError as e:
         print(f"batch-console: {e}", file=sys.stderr)

@@ -30,6 +30,7 @@ DEFAULT_SERVER = "nats://127.0.0.1:4222"
 DAY = 86_400.0
 EVENT_KEY_FILE = "event.key"
 MIN_EVENT_KEY = 16  # characters
+MIN_KEY_SYMBOLS = 6  # different characters: "aaaaaaaaaaaaaaaa" is no secret
 SPARK_EVENT_KEY = "event_secret"  # the data source's option for the event key; Spark redacts "secret" keys
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
@@ -431,7 +432,8 @@ def event_key(key_file: str | os.PathLike | None = None, data_dir: str | os.Path
               key: bytes | str | None = None, environ: Mapping[str, str] | None = None) -> bytes:
     """The console's event key: the file given, else the key given (or $BATCH_CONSOLE_EVENT_KEY),
     else DATA_DIR/event.key, made (readable by its owner only) when missing, so every part sharing a
-    data directory shares the key. Its value is never logged."""
+    data directory shares the key. A key file others may read or write, or a key too plain to be
+    secret, is refused (as ssh refuses such a private key). Its value is never logged."""
     env = os.environ if environ is None else environ
     key = key if key is not None else env.get(EVENT_KEY_ENV) or None
     if key_file:
@@ -445,20 +447,56 @@ def event_key(key_file: str | os.PathLike | None = None, data_dir: str | os.Path
     text = text.strip()
     if len(text) < MIN_EVENT_KEY:
         raise ConfigError(f"the event key is shorter than {MIN_EVENT_KEY} characters")
+    if len(set(text)) < MIN_KEY_SYMBOLS:
+        raise ConfigError(f"the event key has fewer than {MIN_KEY_SYMBOLS} different characters: too plain to be "
+                          f"secret (a new one: python3 -c 'import secrets; print(secrets.token_hex(32))')")
     return text.encode()
+
+
+def open_to_others(path: Path) -> str | None:
+    """How a secret file is open to others than its owner ("readable by others"), or None."""
+    mode = path.stat().st_mode
+    if mode & 0o022:
+        return "writable by others"
+    if mode & 0o044:
+        return "readable by others"
+    return None
+
+
+def private_dir(path: Path) -> Path:
+    """`path` and any missing parent made for the owner alone (0700); a directory that exists is left as it is."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o700)
+        except FileExistsError:  # another part made it first
+            pass
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """`path` made for its owner alone (0600) when missing, and made so when it is not (a log of a part
+    can hold what no one else should read)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    os.chmod(path, 0o600)
+    return path
 
 
 def _read_key(path: Path) -> str:
     try:
-        return path.read_text()
+        problem = open_to_others(path)
+        text = path.read_text()
     except OSError as e:
         raise ConfigError(f"cannot read the event key file {path}: {e.strerror}") from None
+    if problem:
+        raise ConfigError(f"the event key file {path} is {problem}: chmod 600 {path}")
+    return text
 
 
 def _key_in(data_dir: Path) -> str:
     path = data_dir / EVENT_KEY_FILE
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)
         fd, temp = tempfile.mkstemp(dir=data_dir, prefix=".event-key-")  # mode 0600
         try:
             with os.fdopen(fd, "w") as f:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import ConnectionSettings, Settings, child_env, env_name, host_in_url
+from console.config import ConnectionSettings, Settings, child_env, env_name, host_in_url, private_dir, private_file
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
 
@@ -47,7 +47,7 @@ class Part:
 
     def start(self) -> None:
         self.restart_at, self.started_at = None, time.monotonic()
-        log = open(self.log_path, "a")
+        log = open(private_file(self.log_path), "a")
         self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True,  # Ctrl-C reaches the supervisor, not each part
                                      preexec_fn=_ended_with_the_supervisor)
@@ -95,7 +95,7 @@ class Supervisor:
         # Every setting reaches the parts in their environment (secrets included), never their argv.
         self._env = {**os.environ, **child_env(settings)}
         self.logs = settings.data.data_dir / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
+        private_dir(self.logs)
         self.parts: list[Part] = []
         self.embedded = "connection.servers" not in settings.given
         self._stopping = False

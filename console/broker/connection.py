@@ -15,7 +15,7 @@ from nats.aio.client import Client
 Connection = Client  # what the rest of the console holds: a connection made here
 NatsError = nats.errors.Error  # what a NATS call may raise, for code outside broker/ to catch
 
-from console.config import ConnectionSettings
+from console.config import ConnectionSettings, open_to_others
 from console.errors import ConfigError, NatsUnreachableError
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,13 @@ def _existing(path: str | None, what: str) -> str | None:
         return None
     if not Path(path).is_file():
         raise ConfigError(f"{what} {path} does not exist or is not a file")
+    return path
+
+
+def _private(path: str, what: str) -> str:
+    """A secret file others may read is used, with a warning (ssh would refuse it)."""
+    if (problem := open_to_others(Path(path))) is not None:
+        log.warning("the %s %s is %s: chmod 600 %s", what, path, problem, path)
     return path
 
 
@@ -50,9 +57,9 @@ def connect_options(settings: ConnectionSettings) -> dict[str, Any]:
         "reconnect_time_wait": 0.5,
     }
     if settings.creds:
-        options["user_credentials"] = _existing(settings.creds, "creds file")
+        options["user_credentials"] = _private(_existing(settings.creds, "creds file"), "creds file")
     if settings.nkey:
-        options["nkeys_seed"] = _existing(settings.nkey, "nkey seed file")
+        options["nkeys_seed"] = _private(_existing(settings.nkey, "nkey seed file"), "nkey seed file")
     if settings.token:
         options["token"] = settings.token
     if settings.user:

@@ -9,12 +9,13 @@ from typing import Iterable
 from sqlalchemy import event, insert
 from sqlmodel import Session, SQLModel, create_engine, delete, tuple_
 
+from console.config import private_dir
 from console.storage.tables import JobOffset
 
 
 def open_db(path: str | Path):
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     engine = create_engine(f"sqlite:///{path}")
 
     @event.listens_for(engine, "connect")

@@ -35,3 +35,40 @@ def test_up_on_a_token_server_connects_every_part_and_never_shows_the_token(tmp_
             assert up.wait(timeout=60) == 0
         for log in [out, *logs.iterdir()]:
             assert TOKEN not in log.read_text(), log
+
+
+PASSWORD = "pw-for-the-verbose-up-run"
+WEB_PASSWORD = "web-pw-for-the-verbose-up-run"
+
+
+def test_up_verbose_writes_no_secret_to_any_log_and_keeps_its_files_to_its_owner(tmp_path):
+    """Under `up -v` every part logs at DEBUG (the analytics job's py4j echoes each Spark option): the
+    NATS password, the web password and the event key reach no log and no output."""
+    import stat
+
+    with EmbeddedServer(tmp_path / "nats", extra_config=f'authorization {{ user: "u", password: "{PASSWORD}" }}') as server:
+        data = tmp_path / "data"
+        port = free_port()
+        out = tmp_path / "up.out"
+        up = subprocess.Popen([CLI, "-v", "up", "--server", server.url, "--user", "u", "--password", PASSWORD,
+                               "--basic-auth", WEB_PASSWORD, "--data-dir", str(data), "--port", str(port)],
+                              stdout=open(out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            analytics_log = data / "logs" / "analytics.log"
+            poll_until(lambda: up.poll() is None and analytics_log.exists()
+                       and re.search(r"analytics: events \d+\.\.\d+: [1-9]", analytics_log.read_text()),
+                       180, lambda: f"analytics never read an event:\n{out.read_text()[-3000:]}")
+        finally:
+            up.send_signal(signal.SIGINT)
+            assert up.wait(timeout=60) == 0
+        key = (data / "event.key").read_text().strip()
+        logs = sorted((data / "logs").glob("*.log"))
+        assert {p.name for p in logs} >= {"collector.log", "web.log", "analytics.log", "alerts.log"}
+        assert "DEBUG" in (data / "logs" / "analytics.log").read_text()  # verbose indeed
+        for path in [out, *logs]:
+            text = path.read_text()
+            for secret in (PASSWORD, WEB_PASSWORD, key):
+                assert secret not in text, f"{path.name} holds a secret"
+        for path in logs:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700 and stat.S_IMODE((data / "logs").stat().st_mode) == 0o700

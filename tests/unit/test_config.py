@@ -59,11 +59,49 @@ def test_the_event_key_is_made_once_for_a_data_directory_and_readable_by_its_own
     key = event_key(data_dir=tmp_path, environ={})
     assert event_key(data_dir=tmp_path, environ={}) == key and len(key) == 64
     assert stat.S_IMODE((tmp_path / "event.key").stat().st_mode) == 0o600
-    assert event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: "k" * 20}) == b"k" * 20
+    assert event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: "key-from-the-env"}) == b"key-from-the-env"
     with pytest.raises(ConfigError, match="shorter"):
         event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: "short"})
     with pytest.raises(ConfigError, match="cannot read"):
         event_key(tmp_path / "absent.key", environ={})
+
+
+@pytest.mark.parametrize("mode, problem", [(0o644, "readable by others"), (0o640, "readable by others"),
+                                           (0o602, "writable by others"), (0o666, "writable by others")])
+def test_an_event_key_file_others_may_read_or_write_is_refused_with_the_fix(tmp_path, mode, problem):
+    from console.config import event_key
+
+    path = tmp_path / "event.key"
+    path.write_text("0123456789abcdef0123456789abcdef\n")
+    path.chmod(mode)
+    for given in ({"key_file": path}, {"data_dir": tmp_path}):
+        with pytest.raises(ConfigError, match=f"{problem}: chmod 600 {path}$"):
+            event_key(**given, environ={})
+    path.chmod(0o600)
+    assert event_key(path, environ={}) == b"0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize("plain", ["a" * 16, "ab" * 20, "abcab" * 8])
+def test_an_event_key_too_plain_to_be_secret_is_refused(tmp_path, plain):
+    from console.config import EVENT_KEY_ENV, event_key
+
+    with pytest.raises(ConfigError, match="too plain"):
+        event_key(data_dir=tmp_path, environ={EVENT_KEY_ENV: plain})
+
+
+def test_the_data_directory_and_logs_are_made_for_their_owner_alone(tmp_path):
+    import stat
+
+    from console.config import event_key, private_dir, private_file
+
+    event_key(data_dir=tmp_path / "made" / "data", environ={})
+    for made in (tmp_path / "made", tmp_path / "made" / "data"):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    old = tmp_path / "old.log"
+    old.write_text("a line\n")
+    old.chmod(0o644)
+    assert stat.S_IMODE(private_file(old).stat().st_mode) == 0o600 and old.read_text() == "a line\n"
+    assert stat.S_IMODE(private_file(private_dir(tmp_path / "logs") / "new.log").stat().st_mode) == 0o600
 
 
 
