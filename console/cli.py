@@ -189,7 +189,7 @@ async def alerts_async(settings: Settings) -> int:
 
     path = rules_path(settings.alerting.rules, settings.data.data_dir)
     try:
-        rules = load_rules(path)
+        rules = load_rules(path, settings.notify_targets())
     except ValueError as e:  # RulesError: the line and the reason
         raise ConfigError(f"rules file {path}: {e}") from None
     metrics = Metrics() if settings.alerting.metrics_port is not None else None
@@ -200,7 +200,7 @@ async def alerts_async(settings: Settings) -> int:
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
         store = AlertStore(settings.data.db_path)
         service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,
-                               rules_file=path)
+                               rules_file=path, targets=settings.notify_targets())
         log.info("alerts: %d rules, firing state in %s", len(rules), store.path)
         await service.run(stop)
     return 0

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from console.domain.notify_targets import NotifyTargets
 from console.errors import ConfigError
 
 ENV_PREFIX = "BATCH_CONSOLE_"
@@ -287,6 +288,11 @@ class AlertingSettings:
     metrics_port: int | None = setting(None, "serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free port)",
                                        parse=int)
     console_url: str | None = setting(None, "the web console's URL, for links in notifications")
+    webhook_hosts: tuple[str, ...] = setting((), "hosts a webhook may reach: names, addresses, networks (CIDR); a "
+                                                 "loopback or private address only when listed, link-local never",
+                                             many=True)
+    notify_subjects: tuple[str, ...] = setting((), "subject prefixes a nats notify target may be under (never $JS, "
+                                                   "$SYS, $KV, $O, inboxes or the console's own)", many=True)
 
 
 @dataclass(frozen=True)
@@ -313,6 +319,12 @@ class Settings:
 
     def keyed_event_log(self) -> EventLogSettings:
         return self.event_log.keyed(self.data.data_dir)
+
+    def notify_targets(self) -> NotifyTargets:
+        """Where alerts may be sent: the allow-lists, and the console's own and reply subjects, never."""
+        own = {self.event_log.subject_prefix.split(".")[0], "batch_console"}
+        return NotifyTargets(self.alerting.webhook_hosts, self.alerting.notify_subjects, tuple(sorted(own)),
+                             self.collector.inbox_prefixes)
 
 
 SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else globals()[f.type]

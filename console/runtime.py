@@ -99,7 +99,8 @@ class Runtime:
     def alerts(self) -> AlertsView:
         """The alert rules and the alerts process's state in the data directory."""
         if self._alerts is None:
-            self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules, self.settings.data.db_path)
+            self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules,
+                                      self.settings.data.db_path, self.settings.notify_targets(), self.read_only)
         return self._alerts
 
     async def batch_limits(self) -> tuple[BatchLimits, str]:

@@ -4,9 +4,13 @@ is retried with backoff; every attempt is kept (bounded) for the Alerts page and
 from __future__ import annotations
 
 import asyncio
+import http.client
+import ipaddress
 import json
 import logging
-import urllib.error
+import socket
+import ssl
+import urllib.parse
 import urllib.request
 from collections import deque
 from dataclasses import dataclass
@@ -15,11 +19,14 @@ from typing import Callable
 
 from console.broker.connection import Connection
 from console.domain.alerting import Notice
+from console.domain.notify_targets import NotifyTargets, TargetRefused
 
 log = logging.getLogger(__name__)
 
 BACKOFF = (1.0, 2.0, 4.0, 8.0)  # seconds before each retry
 TIMEOUT = 5.0
+REFUSED = "refused: "  # the settings do not allow the target
+FINAL = (REFUSED, "HTTP 3")  # answers not retried: a refusal, a redirect (never followed)
 
 
 @dataclass(frozen=True)
@@ -35,8 +42,9 @@ class Attempt:
 
 class Notifier:
     def __init__(self, nc: Connection, console_url: str | None = None, keep: int = 500,
-                 on_attempt: Callable[[Attempt], None] | None = None):
+                 on_attempt: Callable[[Attempt], None] | None = None, targets: NotifyTargets = NotifyTargets()):
         self.nc = nc
+        self.targets = targets  # checked again at each send: the rules were checked when read
         self.console_url = console_url.rstrip("/") if console_url else None
         self.attempts: deque[Attempt] = deque(maxlen=keep)
         self.on_attempt = on_attempt  # told of each attempt as it ends
@@ -55,14 +63,19 @@ class Notifier:
     async def _deliver(self, notice: Notice, target: str, body: bytes) -> None:
         for attempt, pause in enumerate((0.0, *BACKOFF)):
             await asyncio.sleep(pause)
-            ok, answer = await self._once(target, body)
+            try:
+                self.targets.check(target)
+            except TargetRefused as e:
+                ok, answer = False, f"{REFUSED}{e}"
+            else:
+                ok, answer = await self._once(target, body)
             tried = Attempt(datetime.now(timezone.utc), notice.rule, notice.stream, notice.status, target, ok, answer)
             self.attempts.append(tried)
             if self.on_attempt is not None:
                 self.on_attempt(tried)
             (log.info if ok else log.warning)("%s %s for %s to %s: %s (attempt %d)", notice.rule, notice.status,
                                                notice.stream, target, answer, attempt + 1)
-            if ok:
+            if ok or answer.startswith(FINAL):  # asking again cannot change these
                 return
 
     async def _once(self, target: str, body: bytes) -> tuple[bool, str]:
@@ -74,15 +87,59 @@ class Notifier:
                 return True, "published"
             except Exception as e:  # reconnecting, timeout: retried
                 return False, f"{type(e).__name__}: {e}"[:300]
-        return await asyncio.to_thread(_post, where, body)
+        return await asyncio.to_thread(_post, self.targets, where, body)
 
 
-def _post(url: str, body: bytes) -> tuple[bool, str]:
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+def _post(targets: NotifyTargets, url: str, body: bytes) -> tuple[bool, str]:
+    """One POST to the one address the URL's host resolves to now, checked before it is reached (a name
+    that resolves to a listed host at parse time and elsewhere at send time gets nothing); a redirect
+    is an answer, never followed."""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
-            return 200 <= reply.status < 300, f"HTTP {reply.status}"
-    except urllib.error.HTTPError as e:
-        return False, f"HTTP {e.code}: {e.read(200).decode(errors='replace')}"
-    except (OSError, ValueError) as e:
+        host, port = targets.webhook_host(url)
+        address = _resolve(host, port)
+        targets.address(address, host)
+    except TargetRefused as e:
+        return False, f"{REFUSED}{e}"
+    except OSError as e:
         return False, f"{type(e).__name__}: {e}"[:300]
+    parts = urllib.parse.urlsplit(url)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    connection = _PinnedHTTPS(host, port, str(address)) if parts.scheme == "https" else _Pinned(host, port, str(address))
+    try:
+        connection.request("POST", path, body, {"Content-Type": "application/json", "Host": parts.netloc})
+        reply = connection.getresponse()
+        text = reply.read(200).decode(errors="replace")
+        if 300 <= reply.status < 400:
+            return False, f"HTTP {reply.status}: a redirect, not followed"
+        if 200 <= reply.status < 300:
+            return True, f"HTTP {reply.status}"
+        return False, f"HTTP {reply.status}: {text}"
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        return False, f"{type(e).__name__}: {e}"[:300]
+    finally:
+        connection.close()
+
+
+def _resolve(host: str, port: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The first address the host resolves to: the only one it is sent to."""
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    return ipaddress.ip_address(sockaddr[0])
+
+
+class _Pinned(http.client.HTTPConnection):
+    """An HTTP connection to an address checked beforehand, whatever the name resolves to by then."""
+
+    def __init__(self, host: str, port: int, address: str):
+        super().__init__(host, port, timeout=TIMEOUT)
+        self.address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+
+
+class _PinnedHTTPS(_Pinned):
+    def connect(self) -> None:
+        super().connect()
+        self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=self.host)

@@ -20,6 +20,7 @@ from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.alert_rules import Rule, parse_rules
 from console.domain.alerting import Evaluator, Notice, observations
+from console.domain.notify_targets import NotifyTargets
 from console.storage.alert_state import AlertStore
 
 log = logging.getLogger(__name__)
@@ -40,17 +41,20 @@ def rules_path(given: str | os.PathLike | None, data_dir: Path) -> Path:
     return edited if edited.exists() else DEFAULT_RULES
 
 
-def load_rules(path: str | os.PathLike | None) -> list[Rule]:
-    """The rules file given, else the shipped one; RulesError (with its line) for a file with an error."""
-    return parse_rules(Path(path or DEFAULT_RULES).read_text())
+def load_rules(path: str | os.PathLike | None, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
+    """The rules file given, else the shipped one; RulesError (with its line) for a file with an error,
+    a notify target `targets` does not allow among them."""
+    return parse_rules(Path(path or DEFAULT_RULES).read_text(), targets)
 
 
 class AlertService:
     def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], store: AlertStore,
-                 console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None):
+                 console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None,
+                 targets: NotifyTargets = NotifyTargets()):
         self.log = EventLog(nc.jetstream(), event_log)
         self.evaluator = Evaluator(rules)
-        self.notifier = Notifier(nc, console_url, on_attempt=self._record)
+        self.targets = targets
+        self.notifier = Notifier(nc, console_url, on_attempt=self._record, targets=targets)
         self.store = store
         self.metrics = metrics
         self.applied = 0  # the last event-log sequence applied
@@ -152,7 +156,7 @@ class AlertService:
             return
         self._rules_stamp = stamp
         try:
-            rules = load_rules(self.rules_file)
+            rules = load_rules(self.rules_file, self.targets)
         except (ValueError, OSError) as e:
             problem = f"{self.rules_file}: {e}"
             log.warning("rules not reloaded, the old ones stay: %s", problem)

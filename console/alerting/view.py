@@ -14,6 +14,8 @@ from pathlib import Path
 
 from console.alerting.service import RULES_FILE, load_rules, rules_path
 from console.domain.alert_rules import Rule, RulesError, parse_rules, rules_toml
+from console.domain.notify_targets import NotifyTargets
+from console.errors import ReadOnlyError
 from console.storage.alert_state import AlertStore
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,11 @@ FIRING_FOR = 1.0  # seconds what fires is kept before SQLite is asked again
 
 
 class AlertsView:
-    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None, db_path: Path):
+    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None, db_path: Path,
+                 targets: NotifyTargets = NotifyTargets(), read_only: bool = False):
         self.data_dir = data_dir
+        self.targets = targets  # where a rule may send: a rule naming another target is refused
+        self.read_only = read_only  # every change refused here, whoever calls (a page, a notebook)
         self.given = Path(rules_file) if rules_file else None
         self.db_path = db_path
         self._store: AlertStore | None = None
@@ -36,7 +41,7 @@ class AlertsView:
     def rules(self) -> tuple[list[Rule], str | None]:
         """The rules, and why the file was refused (the old rules then stay in force)."""
         try:
-            return load_rules(self.rules_file), self._read(lambda store: store.problem(), None)
+            return load_rules(self.rules_file, self.targets), self._read(lambda store: store.problem(), None)
         except (ValueError, OSError) as e:
             return [], f"{self.rules_file}: {e}"
 
@@ -61,7 +66,8 @@ class AlertsView:
 
     def save_rule(self, text: str) -> str:
         """Add a rule, or replace the one of the same name; RulesError (with its line) for a bad one."""
-        found = parse_rules(text)
+        self._may_change("rules are not saved")
+        found = parse_rules(text, self.targets)
         if len(found) != 1:
             raise RulesError(f"give exactly one [[rule]] table, not {len(found)}")
         rule = found[0]
@@ -71,14 +77,19 @@ class AlertsView:
         return rule.name
 
     def set_muted(self, name: str, muted: bool) -> None:
+        self._may_change("rules are not muted or unmuted")
         rules, _ = self.rules()
         self._write([replace(r, muted=muted) if r.name == name else r for r in rules])
+
+    def _may_change(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"read-only mode: {what}")
 
     def _write(self, rules: list[Rule]) -> None:
         """Where the alerts process reads: the file it was given, else DATA_DIR/alert-rules.toml."""
         target = self.given or self.data_dir / RULES_FILE
         text = rules_toml(rules)
-        parse_rules(text)  # what is written reads back
+        parse_rules(text, self.targets)  # what is written reads back
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".alert-rules-")
         with os.fdopen(fd, "w") as f:

@@ -22,6 +22,8 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from console.domain.notify_targets import NotifyTargets, TargetRefused
+
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent")
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted"}
@@ -70,13 +72,11 @@ def _strings(value: object, key: str, line: int) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _target(target: str, line: int) -> str:
-    kind, _, where = target.partition(":")
-    if kind == "webhook" and where.startswith(("http://", "https://")):
-        return target
-    if kind == "nats" and where and not any(c in where for c in " \t*>") and ".." not in where:
-        return target
-    raise RulesError(f"notify target {target[:80]!r} is not webhook:http(s)://... nor nats:SUBJECT", line)
+def _target(target: str, line: int | None, targets: NotifyTargets) -> str:
+    try:
+        return targets.check(target)
+    except TargetRefused as e:
+        raise RulesError(str(e), line) from None
 
 
 def _rule_lines(text: str) -> list[int]:
@@ -84,7 +84,9 @@ def _rule_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*rule\s*\]\]", line)]
 
 
-def parse_rules(text: str) -> list[Rule]:
+def parse_rules(text: str, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
+    """The rules of a file, or RulesError with its line; notify targets the settings (`targets`) do not
+    allow are refused like any other error (by default none is allowed)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -99,7 +101,7 @@ def parse_rules(text: str) -> list[Rule]:
     lines = _rule_lines(text) + [None] * len(tables)
     rules, names = [], set()
     for table, line in zip(tables, lines):
-        rule = _rule(table, line)
+        rule = _rule(table, line, targets)
         if rule.name in names:
             raise RulesError(f"two rules are named {rule.name!r}", line)
         names.add(rule.name)
@@ -107,7 +109,7 @@ def parse_rules(text: str) -> list[Rule]:
     return rules
 
 
-def _rule(table: dict, line: int | None) -> Rule:
+def _rule(table: dict, line: int | None, targets: NotifyTargets) -> Rule:
     extra = set(table) - KEYS
     if extra:
         raise RulesError(f"unknown key {sorted(extra)[0]!r}", line)
@@ -133,7 +135,7 @@ def _rule(table: dict, line: int | None) -> Rule:
         name=name, when=when, within=duration(table.get("within", "5m"), "within", line), at_least=at_least,
         streams=_strings(table.get("streams", []), "streams", line),
         reasons=_strings(table.get("reasons", []), "reasons", line), severity=severity,
-        notify=tuple(_target(t, line) for t in _strings(table.get("notify", []), "notify", line)),
+        notify=tuple(_target(t, line, targets) for t in _strings(table.get("notify", []), "notify", line)),
         remedy=remedy, repeat=duration(table["repeat"], "repeat", line) if "repeat" in table else None,
         muted=muted, line=line or 0,
     )

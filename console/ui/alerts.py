@@ -22,7 +22,7 @@ streams = ["ORDERS*"]
 at_least = 1
 within = "5m"
 severity = "critical"
-notify = ["webhook:http://127.0.0.1:9000/hook"]
+# notify = ["webhook:https://hooks.example.com/batches"]  (hosts allowed by --webhook-hosts)
 '''
 
 

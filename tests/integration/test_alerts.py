@@ -19,6 +19,8 @@ from console.broker.atomic import AtomicBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.alert_rules import parse_rules
+from console.domain.alerting import Notice
+from console.domain.notify_targets import NotifyTargets
 from console.errors import BatchError
 from console.storage.alert_state import AlertStore
 from tests.conftest import TEST_LIMITS
@@ -27,16 +29,28 @@ from tests.waits import wait_until
 
 
 class Receiver:
-    """A webhook receiver on loopback: the JSON bodies it was sent, in order."""
+    """A webhook receiver on loopback: the JSON bodies it was sent, in order (and every request's
+    method); with `redirect_to`, it answers each POST 301 to that URL."""
 
-    def __init__(self):
+    def __init__(self, redirect_to: str | None = None):
         self.bodies: list[dict] = []
-        received = self.bodies
+        self.methods: list[str] = []
+        received, methods = self.bodies, self.methods
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
+                methods.append("POST")
                 received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
+                self.send_response(301 if redirect_to else 204)
+                if redirect_to:
+                    self.send_header("Location", redirect_to)
+                    self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):
+                methods.append("GET")
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def log_message(self, *_):
@@ -83,8 +97,12 @@ async def abandon(conn, batch_id: str) -> None:
         await batch.commit("alerts_s.x", b"3")
 
 
-async def start(conn, text: str, store, metrics=None):
-    service = AlertService(conn, EventLogSettings(), parse_rules(text), store, "http://console:8050", metrics)
+ALLOWED = NotifyTargets(webhook_hosts=("127.0.0.1",), nats_prefixes=("alerts",))
+
+
+async def start(conn, text: str, store, metrics=None, targets: NotifyTargets = ALLOWED):
+    service = AlertService(conn, EventLogSettings(), parse_rules(text, targets), store, "http://console:8050", metrics,
+                           targets=targets)
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     await wait_until(lambda: service.caught_up, timeout=15, what="the service caught up")
@@ -146,3 +164,42 @@ async def test_a_receiver_that_is_down_gets_retries_and_each_attempt_is_kept(sta
     finally:
         stop.set()
         await task
+
+
+async def test_a_redirect_is_not_followed_and_a_target_the_settings_refuse_gets_nothing(stack, tmp_path):
+    """A receiver answering 301 gets one POST and the host it points to nothing; a rule read under wider
+    settings than the sender's (a file edited by hand) sends nothing where the sender's do not allow."""
+    target = Receiver()
+    redirecting = Receiver(redirect_to=target.url)
+    heard: list[bytes] = []
+
+    async def on_message(msg):
+        heard.append(msg.data)
+    sub = await stack.subscribe("$JS.API.STREAM.PURGE.ALERTS", cb=on_message)
+    service, stop, task = await start(stack, rules(redirecting.url), AlertStore(tmp_path / "console.db"))
+    try:
+        await abandon(stack, "rd-1")
+        await abandon(stack, "rd-2")
+        await wait_until(lambda: any(a.target.startswith("webhook") for a in service.notifier.attempts), timeout=15,
+                         what="an attempt to the redirecting receiver")
+        await stack.flush()
+        [attempt] = [a for a in service.notifier.attempts if a.target.startswith("webhook")]
+        assert not attempt.ok and attempt.answer == "HTTP 301: a redirect, not followed"
+        assert redirecting.methods == ["POST"] and target.methods == []
+
+        # The sender's own settings allow no webhook: the rules were read under wider ones.
+        service.notifier.targets = NotifyTargets(nats_prefixes=("alerts",))
+        refused = Notice(rule="x", status="firing", severity="critical", stream="ALERTS", count=1, reasons=(),
+                         batch_ids=(), since=datetime.now(timezone.utc),
+                         notify=(f"webhook:{redirecting.url}", "nats:$JS.API.STREAM.PURGE.ALERTS"))
+        await service.notifier.send(refused)
+        await stack.flush()
+        answers = [a.answer for a in service.notifier.attempts if a.rule == "x"]
+        assert len(answers) == 2 and all(a.startswith("refused: ") for a in answers), answers
+        assert redirecting.methods == ["POST"] and not heard
+    finally:
+        stop.set()
+        await task
+        await sub.unsubscribe()
+        redirecting.close()
+        target.close()

@@ -69,6 +69,9 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((f"console {log.name}", log.read_text(errors="replace")[-LOG_TAIL:]))
 
 
+ALERTS_TO_LOOPBACK = {**os.environ, "BATCH_CONSOLE_WEBHOOK_HOSTS": "127.0.0.1"}  # the pages' rules' receivers
+
+
 @pytest.fixture(scope="session")
 def console(tmp_path_factory):
     """A nats-server (1 s batch timeout), a collector and the web app; yields (nats URL, web URL)."""
@@ -77,7 +80,7 @@ def console(tmp_path_factory):
 
     def start(args, name):
         log = open(tmp / f"{name}.log", "w")
-        procs.append(subprocess.Popen([CLI, *args], stdout=log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen([CLI, *args], stdout=log, stderr=subprocess.STDOUT, env=ALERTS_TO_LOOPBACK))
         return procs[-1], tmp / f"{name}.log"
 
     server, server_log = start(["server", "--port", "0", "--data-dir", str(tmp), "--batch-timeout", "1"], "nats")

@@ -2,9 +2,19 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.domain.alert_rules import RulesError, parse_rules
+from console.domain.alert_rules import RulesError
+from console.domain.alert_rules import parse_rules as parse_rules_allowing
+from console.domain.notify_targets import NotifyTargets
 from console.domain.alerting import Evaluator
 from console.domain.events import BatchEvent, EventKind
+
+ALLOWED = NotifyTargets(webhook_hosts=("127.0.0.1",), nats_prefixes=("alerts",))
+
+
+def parse_rules(text: str):
+    """The rules, with the targets these tests name allowed."""
+    return parse_rules_allowing(text, ALLOWED)
+
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
 
