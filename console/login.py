@@ -1,7 +1,9 @@
-"""The web app's password check: constant-time, with a bounded number of failed logins a minute.
+"""The web app's password check: constant-time, with failed logins slowed per client address.
 
 Panel's basic-auth login compares passwords with `==` and lets a client try for ever; this one
-keeps its own handler on Panel's provider.
+keeps its own handler on Panel's provider. An address that fails must wait longer after each failure
+(exponential backoff); when many addresses fail at once, only those that have failed are refused, so
+an attacker can slow only itself, never lock the operator out.
 """
 
 from __future__ import annotations
@@ -10,38 +12,61 @@ import hmac
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from panel.auth import BasicAuthProvider, BasicLoginHandler
 
 log = logging.getLogger(__name__)
 
 WINDOW = 60.0  # seconds
-FAILURES_PER_CLIENT = 5  # failed logins a client address may make in a window
-FAILURES_IN_ALL = 50  # and all clients together, so a spread-out guesser is bounded too
+FREE_FAILURES = 3  # failed logins an address may make before it must wait
+MAX_WAIT = 900.0  # seconds: the longest an address is made to wait
+FORGET_AFTER = 3600.0  # seconds without a failure: the address starts afresh
+FAILURES_IN_ALL = 50  # in a window, all addresses together: past it, any address that has failed waits it out
 MAX_CLIENTS = 10_000
 
 
+@dataclass
+class Record:
+    failures: int  # in a row (a success clears them)
+    last: float  # the last failure
+
+
 class Failures:
-    """Failed logins in the last window, per client address and in all."""
+    """Failed logins per client address (in a row), and of all addresses in the last window."""
 
     def __init__(self):
-        self.by_client: dict[str, deque[float]] = {}
+        self.by_client: dict[str, Record] = {}
         self.all: deque[float] = deque()
 
-    def _trim(self, times: deque[float], now: float) -> deque[float]:
-        while times and now - times[0] > WINDOW:
-            times.popleft()
-        return times
-
-    def blocked(self, client: str, now: float) -> bool:
-        mine = self._trim(self.by_client.get(client, deque()), now)
-        return len(mine) >= FAILURES_PER_CLIENT or len(self._trim(self.all, now)) >= FAILURES_IN_ALL
+    def wait(self, client: str, now: float) -> float:
+        """Seconds this address must still wait before its password is checked (0: now)."""
+        record = self.by_client.get(client)
+        if record is None or now - record.last > FORGET_AFTER:
+            return 0.0
+        backoff = 0.0 if record.failures < FREE_FAILURES else min(2.0 ** (record.failures - FREE_FAILURES + 1), MAX_WAIT)
+        remaining = record.last + backoff - now
+        while self.all and now - self.all[0] > WINDOW:
+            self.all.popleft()
+        if len(self.all) >= FAILURES_IN_ALL:  # a spread-out guesser: whoever failed waits for the window
+            remaining = max(remaining, self.all[0] + WINDOW - now)
+        return max(0.0, remaining)
 
     def add(self, client: str, now: float) -> None:
         if client not in self.by_client and len(self.by_client) >= MAX_CLIENTS:
-            self.by_client = {c: t for c, t in self.by_client.items() if self._trim(t, now)}
-        self.by_client.setdefault(client, deque()).append(now)
+            self.by_client = {c: r for c, r in self.by_client.items() if now - r.last <= FORGET_AFTER}
+            if len(self.by_client) >= MAX_CLIENTS:  # all recent: the quietest go
+                for c in sorted(self.by_client, key=lambda c: self.by_client[c].last)[:MAX_CLIENTS // 10]:
+                    del self.by_client[c]
+        record = self.by_client.get(client)
+        if record is None or now - record.last > FORGET_AFTER:
+            record = self.by_client[client] = Record(0, now)
+        record.failures += 1
+        record.last = now
         self.all.append(now)
+
+    def succeeded(self, client: str) -> None:
+        self.by_client.pop(client, None)
 
 
 def password_matches(given: str, expected: str) -> bool:
@@ -54,10 +79,13 @@ def guarded_login(password: str) -> type[BasicLoginHandler]:
     class GuardedLoginHandler(BasicLoginHandler):
         def _validate(self, username: str, given: str) -> bool:
             now, client = time.monotonic(), self.request.remote_ip or "?"
-            if failures.blocked(client, now):
-                log.warning("login refused for %s: too many failed logins in the last minute", client)
+            if (wait := failures.wait(client, now)) > 0:
+                log.warning("login refused for %s: %d failed logins, next try in %.0fs", client,
+                            failures.by_client[client].failures, wait)
+                failures.add(client, now)  # a guesser that does not wait makes its own wait longer
                 return False
             if password_matches(given, password):
+                failures.succeeded(client)
                 return True
             failures.add(client, now)
             return False

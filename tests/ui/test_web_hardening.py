@@ -40,9 +40,10 @@ def test_ipv6_loopback_serves_live_pages_and_a_corrupt_database_only_empties_his
         assert "Live, Streams and Replay go on" in log.read_text()
 
 
-def login(host: str, port: int, password: str) -> str:
-    """POST the login form; where the server sends the browser next."""
-    conn = http.client.HTTPConnection(host.strip("[]"), port, timeout=10)
+def login(host: str, port: int, password: str, source: str | None = None) -> str:
+    """POST the login form (from the loopback address `source`); where the server sends the browser next."""
+    conn = http.client.HTTPConnection(host.strip("[]"), port, timeout=10,
+                                      source_address=(source, 0) if source else None)
     body = urllib.parse.urlencode({"username": "operator", "password": password})
     conn.request("POST", "/login", body, {"Content-Type": "application/x-www-form-urlencoded"})
     reply = conn.getresponse()
@@ -57,4 +58,16 @@ def test_failed_logins_are_bounded_per_minute_and_the_right_password_works_befor
         assert "error" not in login(host, port, "correct horse")
         for _ in range(5):
             assert "error" in login(host, port, "guess")
-        assert "error" in login(host, port, "correct horse")  # refused for the rest of the minute
+        assert "error" in login(host, port, "correct horse")  # this address waits now
+
+
+def test_failures_from_many_addresses_never_lock_out_the_operator_from_a_fresh_one(console, tmp_path):
+    """Sixty addresses of 127.0.0.0/8 fail once each (past the 50 a minute of all addresses together):
+    those that failed wait, an address that has not failed logs in at once."""
+    nats_url, _ = console
+    with serving(nats_url, tmp_path, "--basic-auth", "correct horse") as (host, port, log):
+        for n in range(10, 70):
+            assert "error" in login(host, port, "guess", source=f"127.0.0.{n}")
+        assert "error" in login(host, port, "correct horse", source="127.0.0.10")  # it failed: it waits
+        assert "error" not in login(host, port, "correct horse", source="127.0.0.200")
+        assert "error" not in login(host, port, "correct horse", source="127.0.1.1")
