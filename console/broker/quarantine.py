@@ -3,7 +3,9 @@
 Bad input is never retried and never blocks what comes behind it: it is counted, kept here for
 an operator to look at (`nats stream view BATCH_CONSOLE_QUARANTINE`), and skipped. Keeping is
 rate-limited, so a flood of garbage costs a bounded amount of storage and publishing; past the
-rate the input is only counted.
+rate the input is only counted. The newest are kept, the oldest going first; and so that a long flood
+cannot push out the evidence that came before it, the first inputs of each reason are also kept apart,
+in a stream that refuses new ones once full (`BATCH_CONSOLE_QUARANTINE_FIRST`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class QuarantineSettings:
     max_age: float = 7 * 86_400.0
     max_body: int = 64 * 1024  # longer inputs are kept truncated
     per_second: float = 50.0  # inputs kept per second at most; the rest are only counted
+    first_stream: str = "BATCH_CONSOLE_QUARANTINE_FIRST"
+    first_prefix: str = "batch_console.quarantine_first"
+    first_per_reason: int = 20  # the first inputs of each reason a collector keeps apart
+    first_max_msgs: int = 2_000  # then the stream refuses more: the earliest evidence stays
+    max_reasons: int = 200  # reasons counted for the first inputs; past them, none is kept apart
     replicas: int | None = None  # None: 3 on a cluster of three servers or more, else 1
 
 
@@ -51,6 +58,7 @@ class Quarantine:
         self.available = False
         self._tokens = settings.per_second
         self._refilled = time.monotonic()
+        self._first: dict[str, int] = {}  # reason -> inputs kept apart
 
     async def ensure(self) -> None:
         """Create the stream if it is missing; an existing one is left as the operator set it."""
@@ -58,8 +66,12 @@ class Quarantine:
         spec = StreamSpec(s.stream, (f"{s.subject_prefix}.>",), max_msgs=s.max_msgs, max_bytes=s.max_bytes,
                           max_age=s.max_age, description="inputs the batch console refused, with the reason (bounded)",
                           replicas=s.replicas)
+        first = StreamSpec(s.first_stream, (f"{s.first_prefix}.>",), max_msgs=s.first_max_msgs, max_bytes=s.max_bytes,
+                           max_age=s.max_age, discard_old=False, replicas=s.replicas,
+                           description="the first inputs of each reason the batch console refused (kept once full)")
         try:
             await ensure_stream(self.nc.jetstream(), spec)
+            await ensure_stream(self.nc.jetstream(), first)
         except (nats.js.errors.Error, nats.errors.Error) as e:
             log.warning("no quarantine stream (%s): refused inputs are only counted", e)
             return
@@ -74,19 +86,33 @@ class Quarantine:
         self._tokens -= 1
         return True
 
-    def has_room(self) -> bool:
-        """Whether keep() would keep an input now; past the rate, the input is only counted."""
-        if self.available and self._take_token():
-            return True
-        self.not_kept += 1
-        return False
+    def _first_of_its_reason(self, reason: str) -> bool:
+        seen = self._first.get(reason)
+        if seen is None and len(self._first) >= self.settings.max_reasons:
+            return False
+        if (seen or 0) >= self.settings.first_per_reason:
+            return False
+        self._first[reason] = (seen or 0) + 1
+        return True
 
-    async def keep(self, source: str, reason: str, subject: str, data: bytes) -> None:
-        """Keep one refused input; call after has_room() (fire and forget: a lost entry costs only the copy)."""
+    async def offer(self, source: str, reason: str, subject: str, data: bytes) -> None:
+        """One refused input: kept apart when it is among the first of its reason, and among the newest
+        while under the rate; otherwise only counted (fire and forget: a lost entry costs only the copy)."""
+        if not self.available:
+            self.not_kept += 1
+            return
+        first = self._first_of_its_reason(reason)
+        newest = self._take_token()
+        if not (first or newest):
+            self.not_kept += 1
+            return
         headers = {REASON: _header_value(reason), SOURCE: source, ORIGINAL_SUBJECT: _header_value(subject)}
+        body = bytes(data[: self.settings.max_body])
         try:
-            await self.nc.publish(f"{self.settings.subject_prefix}.{source}", bytes(data[: self.settings.max_body]),
-                                  headers=headers)
+            if first:
+                await self.nc.publish(f"{self.settings.first_prefix}.{source}", body, headers=headers)
+            if newest:
+                await self.nc.publish(f"{self.settings.subject_prefix}.{source}", body, headers=headers)
             self.kept += 1
         except nats.errors.Error:
             self.not_kept += 1

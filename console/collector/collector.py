@@ -217,8 +217,7 @@ class Collector:
     async def _reject(self, source: str, reason: str, msg: Inbound) -> None:
         """Bad input: counted by reason, kept in the quarantine, skipped."""
         self.rejected.add(f"{source}: {reason}")
-        if self.quarantine.has_room():
-            await self.quarantine.keep(source, reason, msg.subject, msg.data)
+        await self.quarantine.offer(source, reason, msg.subject, msg.data)
 
     async def _advisory_event(self, msg: Inbound) -> BatchEvent | None:
         try:
@@ -415,8 +414,7 @@ class Collector:
                 self.duplicates += result.duplicates
                 for event, why in result.refused:
                     self.rejected.add(f"event: {why}"[:200])
-                    if self.quarantine.has_room():
-                        await self.quarantine.keep("event", why, event.subject("refused"), event.to_json())
+                    await self.quarantine.offer("event", why, event.subject("refused"), event.to_json())
                 events = result.retry
                 if not events:
                     return True

@@ -37,6 +37,7 @@ class LostBatch:
     kind: str  # atomic | fast
     event_id: str
     unverified: bool = False  # the system account never sent this abandonment
+    source: str | None = None  # where the collector saw it (events.SOURCES): losses are kept per source
 
 
 @dataclass
@@ -59,17 +60,18 @@ def lost_batch(event: BatchEvent) -> LostBatch:
     kind = "atomic" if event.kind in ATOMIC_KINDS else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
     return LostBatch(event.time, event.stream, event.batch_id, reason if reason in REASONS else "other", kind,
-                     event.event_id, event.unverified)
+                     event.event_id, event.unverified, event.source)
 
 
 class LiveModel:
     def __init__(self, recent: int = 50, max_active: int = 200, window: timedelta = timedelta(hours=1),
                  max_streams: int = 1000):
-        """recent: lost batches kept per stream and kind; max_streams: how many (stream, kind) keys."""
+        """recent: lost batches kept per stream, kind and source (a flood of forged advisories on a stream
+        cannot push out the losses the system account or the tap saw); max_streams: how many such keys."""
         self.recent_per_stream = recent
         self.max_streams = max_streams
         # (order applied, loss), newest last in each: equal times are ordered by arrival
-        self._lost: dict[tuple[str | None, str], deque[tuple[int, LostBatch]]] = {}
+        self._lost: dict[tuple[str | None, str, str | None], deque[tuple[int, LostBatch]]] = {}
         self._per_second: dict[int, Counter[str]] = {}  # epoch second -> reason -> losses
         self.window = window
         self.max_active = max_active
@@ -94,6 +96,8 @@ class LiveModel:
         self.version += 1
         self.last_event = max(self.last_event, event.time) if self.last_event else event.time
         if event.kind is EventKind.COLLECTOR_STATUS:
+            if self.collector_seen is not None and event.time < self.collector_seen:
+                return  # an older status stored late (a copy, a backlog) never overrides a newer one
             try:
                 self.collector, self.collector_seen = CollectorStatus.from_json(event.detail or ""), event.time
             except MalformedInput:
@@ -115,7 +119,7 @@ class LiveModel:
             self._fast(event)
 
     def _keep_lost(self, lost: LostBatch) -> None:
-        key = (lost.stream, lost.kind)
+        key = (lost.stream, lost.kind, lost.source)
         if key not in self._lost and len(self._lost) >= self.max_streams:  # the stream lost longest ago goes
             del self._lost[min(self._lost, key=lambda k: self._lost[k][-1][1].time)]
         self._lost.setdefault(key, deque(maxlen=self.recent_per_stream)).append((self.events_applied, lost))
@@ -198,7 +202,7 @@ class LiveModel:
 
     def lost_on(self, stream: str, limit: int = 100) -> list[LostBatch]:
         """The newest lost batches of one stream (every kind the model holds)."""
-        found = [entry for (s, _), lost in self._lost.items() if s == stream for entry in lost]
+        found = [entry for key, lost in self._lost.items() if key[0] == stream for entry in lost]
         return [b for _, b in heapq.nlargest(limit, found, key=lambda entry: (entry[1].time, entry[0]))]
 
     def lost_batches(self) -> int:

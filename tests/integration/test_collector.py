@@ -205,3 +205,34 @@ async def test_consumers_on_the_consoles_own_streams_are_not_context(client, col
     await wait_until(lambda: collector.ignored["the console's own streams"] >= 2,
                      what="both advisories of the event log's reader counted as ignored")
     assert "BATCH_CONSOLE_EVENTS" not in await context_streams()
+
+
+async def test_a_long_flood_of_garbage_does_not_push_out_the_first_evidence_of_each_reason(server, client):
+    """The newest inputs are kept in a bounded stream (here 20): a flood of one reason evicts an earlier
+    hostile input from it, but the first inputs of each reason stay in the stream kept apart."""
+    from dataclasses import replace
+
+    from console.broker.quarantine import QuarantineSettings
+
+    settings = replace(QuarantineSettings(), stream="QFLOOD", subject_prefix="qflood.newest", max_msgs=20,
+                       first_stream="QFLOOD_FIRST", first_prefix="qflood.first", first_per_reason=3, per_second=1e6)
+    conn = await nats.connect(server.url)
+    flooded = Collector(conn, CollectorSettings(tick_every=0.1), quarantine=settings)
+    await flooded.start()
+    js = client.jetstream()
+    try:
+        await client.publish("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.EARLY", b"[1, 2, 3]")  # the evidence
+        await eventually(lambda: flooded.status(), lambda s: s.quarantined == 1, what="the evidence kept")
+        for n in range(200):
+            await client.publish("_INBOX.x.b.10.ok.1.0.$FI", b"garbage %d" % n)
+        await eventually(lambda: flooded.status(), lambda s: s.quarantined >= 201, what="everything offered")
+        newest = await eventually(lambda: js.stream_info("QFLOOD"), lambda i: i.state.messages == 20)
+        kept = [await js.get_msg("QFLOOD", seq) for seq in range(newest.state.first_seq, newest.state.last_seq + 1)]
+        assert b"[1, 2, 3]" not in [m.data for m in kept]  # pushed out of the newest
+        first = await eventually(lambda: js.stream_info("QFLOOD_FIRST"), lambda i: i.state.messages == 4)
+        apart = [await js.get_msg("QFLOOD_FIRST", seq) for seq in range(1, first.state.last_seq + 1)]
+        assert [m.data for m in apart] == [b"[1, 2, 3]", b"garbage 0", b"garbage 1", b"garbage 2"]
+        assert apart[0].headers["Batch-Console-Reason"] == "not a JSON object"
+    finally:
+        await flooded.stop()
+        await conn.close()

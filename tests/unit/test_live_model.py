@@ -127,3 +127,36 @@ def test_a_retracted_loss_leaves_the_lists_and_the_counts_and_warnings_are_kept_
     assert "&lt;script&gt;" in shown and "&lt;b&gt;S&lt;/b&gt;" in shown and "<script>" not in shown
     assert "ING" in shown and "1 reported loss(es) retracted" in shown
     assert model.lost_batches() == 0
+
+
+def test_a_flood_of_forged_advisories_on_a_stream_leaves_the_system_accounts_loss_on_the_page():
+    from datetime import datetime, timedelta, timezone
+
+    from console.domain.events import ACCOUNT_ADVISORY, SYSTEM_ADVISORY, BatchEvent, EventKind
+    from console.domain.live_model import LiveModel
+
+    t0 = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+    model = LiveModel(recent=50)
+    model.apply(BatchEvent("real", EventKind.ATOMIC_ABANDONED, t0, "ORDERS", "real-batch", reason="timeout",
+                           source=SYSTEM_ADVISORY))
+    for n in range(5_000):
+        model.apply(BatchEvent(f"forged-{n}", EventKind.ATOMIC_ABANDONED, t0 + timedelta(milliseconds=n + 1), "ORDERS",
+                               f"forged-{n}", reason="timeout", source=ACCOUNT_ADVISORY, unverified=True))
+    assert model.find_lost("real-batch") is not None
+    assert "real-batch" in [b.batch_id for b in model.newest_first(limit=100)]
+    assert "real-batch" in [b.batch_id for b in model.lost_on("ORDERS")]
+
+
+def test_an_older_status_stored_late_never_makes_a_live_collector_look_silent():
+    import json
+    from datetime import datetime, timedelta, timezone
+
+    from console.domain.events import BatchEvent, EventKind
+    from console.domain.live_model import LiveModel
+
+    now = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+    status = json.dumps({"instance": "c1", "healthy": True})
+    model = LiveModel()
+    model.apply(BatchEvent("s-new", EventKind.COLLECTOR_STATUS, now, detail=status))
+    model.apply(BatchEvent("s-old", EventKind.COLLECTOR_STATUS, now - timedelta(hours=1), detail=status))
+    assert model.collector_seen == now and model.collector_state(now + timedelta(seconds=1)) != "silent"
