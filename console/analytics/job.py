@@ -37,6 +37,7 @@ from console.analytics.source import JetStreamDataSource, SourceOptions, _first_
 from console.analytics.transforms import (
     abandoned_batches,
     abandonment_hourly,
+    capture_interruptions,
     fast_batch_summary,
     gap_hourly,
     retracted_losses,
@@ -53,6 +54,7 @@ from console.storage.tables import (
     HEARTBEATS_CHECKED,
     AbandonedBatch,
     AbandonmentHourly,
+    CaptureInterruption,
     FastBatchSummary,
     GapHourly,
     StreamAbandonmentStats,
@@ -63,7 +65,8 @@ log = logging.getLogger(__name__)
 # The columns the aggregates read: the scope holds these alone (a busy log's acks carry the rest).
 AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "lost",
                       "count", "account", "detail", "unverified")
-AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats")
+AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats",
+              "capture_interruptions")
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     with stages("aggregates"), ThreadPoolExecutor(len(jobs)) as pool:
         tables = dict(zip(jobs, pool.map(lambda plan: plan().toArrow(), jobs.values())))
     hourly_a, hourly_g, lost_table = tables["hourly abandonments"], tables["hourly gaps"], tables["abandoned"]
+    blind = tables["blind windows"]
     batches = tables.get("fast batches", pa.table({"batch_id": pa.array([], pa.string())}))
     touched = batches["batch_id"].to_pylist()
     lost_rows = list(_records(lost_table))
@@ -237,6 +241,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         by_day = f"day IN ({_quoted(d.isoformat() for d in days)})"
         delta.replace_where(settings.delta("abandonment_hourly"), hourly_a, by_day)
         delta.replace_where(settings.delta("gap_hourly"), hourly_g, by_day)
+        delta.replace_where(settings.delta("capture_interruptions"), blind, by_day)
         if touched:
             delta.replace_where(settings.delta("fast_batch_summary"), batches, f"batch_id IN ({_quoted(touched)})")
         if lost_ids:
@@ -250,9 +255,11 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
 
     def writes(session):
-        for model, rows in ((AbandonmentHourly, hourly_a), (GapHourly, hourly_g)):
+        for model, column, rows in ((AbandonmentHourly, AbandonmentHourly.hour, hourly_a),
+                                    (GapHourly, GapHourly.hour, hourly_g),
+                                    (CaptureInterruption, CaptureInterruption.start, blind)):
             for lo, hi in day_bounds:
-                session.exec(delete(model).where(model.hour >= lo, model.hour < hi))
+                session.exec(delete(model).where(column >= lo, column < hi))
             sqlite.insert_rows(session, model, _records(rows, drop=("day",)))
         sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], _records(batches))
         sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
@@ -260,7 +267,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
 
     with stages("sqlite"):
         sqlite.commit_run(engine, EVENTS_SOURCE, last, writes)
-    return hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s)
+    return hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
 
 
 def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done: int,
@@ -280,7 +287,9 @@ def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done:
     jobs = {"hourly abandonments": lambda: _with_day(abandonment_hourly(of_days(), filled=True)),
             "hourly gaps": lambda: _with_day(gap_hourly(of_days(), filled=True)),
             "abandoned": lambda: abandoned_batches(scope, settings.context_minutes, filled=True).filter(
-                F.to_date("time").isin(*days))}
+                F.to_date("time").isin(*days)),
+            "blind windows": lambda: capture_interruptions(of_days()).withColumn(
+                "day", F.to_date("start").cast("string"))}
     if seen.fast:
         jobs["fast batches"] = touched_batches
     if seen.retractions:

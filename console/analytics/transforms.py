@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, EventKind
+from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, UNTIL, EventKind
 
 ATOMIC_LOSSES = tuple(kind.value for kind in ATOMIC_KINDS)
 FAST_ENDED_EARLY = EventKind.FAST_ENDED_EARLY.value
@@ -158,3 +158,11 @@ def abandoned_batches(events: DataFrame, window_minutes: int = 5, filled: bool =
         count(F.col("c.kind").isin(*ABANDONMENT_KINDS)).alias("other_abandonments"),
         count(F.col("c.kind") == FAST_GAP).alias("gaps_nearby"),
     ).withColumnRenamed("batch_kind", "kind").withColumnRenamed("seq", "log_seq")
+
+
+def capture_interruptions(events: DataFrame) -> DataFrame:
+    """The blind windows the collector recorded: event_id, start, end, reason (the end is in `detail`)."""
+    until = F.to_timestamp(F.regexp_replace(F.substring(F.col("detail"), len(UNTIL) + 1, 64), "Z$", "+00:00"))
+    return (events.filter((F.col("kind") == EventKind.CAPTURE_INTERRUPTED.value) & F.col("detail").startswith(UNTIL))
+            .select("event_id", F.col("time").alias("start"), until.alias("end"), "reason")
+            .filter(F.col("end").isNotNull()))

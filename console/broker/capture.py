@@ -23,6 +23,7 @@ from console.errors import CaptureRefusedError
 log = logging.getLogger(__name__)
 
 ADVISORY_SUBJECTS = "$JS.EVENT.ADVISORY.>"
+ABANDONED_SUBJECTS = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.>"  # followed live too: the losses themselves
 LEADER_ELECTIONS = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"  # followed live too: they name a 10208's cause
 PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
 
@@ -139,3 +140,13 @@ async def stream_atomic(nc: Connection, stream: str) -> tuple[bool, datetime | N
         return None
     created = info.created if isinstance(info.created, datetime) else None
     return bool(info.config.allow_atomic), created
+
+
+async def stream_leader(nc: Connection, stream: str) -> str | None:
+    """The stream's leader's server name; None on a single server. Raises while it has none."""
+    cluster = (await nc.jetstream().stream_info(stream)).cluster
+    if cluster is None:
+        return None
+    if not cluster.leader:
+        raise nats.js.errors.ServiceUnavailableError()
+    return cluster.leader

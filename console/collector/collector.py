@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from console.broker.eventlog import Appended, EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.capture import (
+    ABANDONED_SUBJECTS,
     ADVISORY_SUBJECTS,
     LEADER_ELECTIONS,
     DurableAdvisories,
@@ -30,6 +31,7 @@ from console.broker.capture import (
 from console.broker.connection import Connection
 from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, read_varz
 from console.collector.atomic_watch import AtomicWatch
+from console.collector.capture_watch import CaptureWatch
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
 from console.config import CollectorSettings, EventLogSettings
@@ -115,6 +117,8 @@ class Collector:
         self.atomic = AtomicWatch(nc, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches,
                                   self.errors)
         self._stream_events: asyncio.Queue[BatchEvent] = asyncio.Queue(10_000)
+        self.capture = CaptureWatch(nc, self.instance, lambda: self.advisory_stream,
+                                    lambda events: self._enqueue(events, COLLECTOR), lambda: self.loops.beat("capture"))
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -143,6 +147,8 @@ class Collector:
         self._tasks.append(self.loops.start("streams", self._stream_event_loop, lambda: self._stopping))
         if self.settings.pace_ms > 0:
             self._tasks.append(self.loops.start("pacer", self._pace_loop, lambda: self._stopping))
+        self._tasks.append(self.loops.start("capture", lambda: self.capture.run(lambda: self._stopping),
+                                            lambda: self._stopping))
 
     async def stop(self) -> None:
         """Take no more input, handle what the server already sent, store every queued event, end.
@@ -184,6 +190,9 @@ class Collector:
             self.advisory_stream = await self.advisories.open()
             self.advisories_durable = True
             self._tasks.append(self.loops.start("advisories", self._advisory_loop, lambda: self._stopping))
+            # Abandonments live as well: while the advisory stream has no leader (its node lost, say)
+            # the server stores none, and only a subscriber hears them. Both copies carry one id.
+            await self._subs.follow(self.nc, ABANDONED_SUBJECTS, self._on_account_live_abandonment)
         except CaptureRefusedError as e:
             self.problems.append(f"advisories are live-only (not durable): cannot capture them in a stream: {e}")
             log.warning(self.problems[-1])
@@ -254,6 +263,20 @@ class Collector:
             while len(self._from_system) > 10_000:
                 self._from_system.pop(next(iter(self._from_system)))
             self._enqueue([event], SYSTEM_ADVISORY)
+
+    async def _on_account_live_abandonment(self, msg: Inbound) -> None:
+        """The account's live copy, beside the stream's: stored only where no other copy may come (with
+        system access, the system account's live copy is the one, unless its connection is down)."""
+        if self.system_nc is not None and self.system_nc.is_connected:
+            return
+        try:  # bad input is counted and quarantined once, from the stream's copy
+            event = advisory_to_event(msg.data)
+        except (MalformedInput, IgnoredAdvisory):
+            return
+        except Exception:  # a bug meeting odd input: the stream's copy says so
+            return
+        if event.time <= _now() + FUTURE_SKEW:
+            self._enqueue([replace(event, unverified=self.system_nc is not None)], ACCOUNT_ADVISORY)
 
     async def _on_account_live_advisory(self, msg: Inbound) -> None:
         if (event := await self._advisory_event(msg)) is not None:

@@ -61,6 +61,7 @@ class EventKind(str, Enum):
     ATOMIC_OPEN_DROPPED = "atomic_open_dropped"  # a stream event that drops open atomic batches unseen
     LOSS_RETRACTED = "loss_retracted"  # a reply came for a batch reported lost: the inference was wrong
     CONTEXT = "context"  # stream created/updated/deleted, leader elected, consumer actions
+    CAPTURE_INTERRUPTED = "capture_interrupted"  # a window in which the server may have dropped advisories
     COLLECTOR_STATUS = "collector_status"
 
     def __str__(self) -> str:
@@ -121,6 +122,26 @@ class BatchEvent:
 
 
 STREAM_LEADER_ELECTED = "stream_leader_elected"  # a context event's detail for that advisory
+UNTIL = "until="  # a capture_interrupted event's detail: until=<ISO time> (the event's time is the start)
+
+
+def blind_window(event: BatchEvent) -> tuple[datetime, datetime] | None:
+    """(from, to) when the event records a window in which losses may be missing."""
+    if event.kind is not EventKind.CAPTURE_INTERRUPTED or not (event.detail or "").startswith(UNTIL):
+        return None
+    try:
+        until = datetime.fromisoformat((event.detail or "")[len(UNTIL):].replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if until.tzinfo is None or until < event.time:
+        return None
+    return event.time, until
+
+
+def capture_interrupted(instance: str, start: datetime, end: datetime, why: str) -> BatchEvent:
+    return BatchEvent(f"capture-interrupted.{instance}.{start.timestamp():.3f}", EventKind.CAPTURE_INTERRUPTED, start,
+                      reason=why[:MAX_LABEL], detail=UNTIL + end.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+                      description="losses in this window may be missing")
 
 
 def elected_leader(event: BatchEvent) -> str | None:

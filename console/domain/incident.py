@@ -7,7 +7,15 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, elected_leader
+from console.domain.events import (
+    ATOMIC_KINDS,
+    LOST_KINDS,
+    UNKNOWN_STREAM,
+    UNTIL,
+    BatchEvent,
+    EventKind,
+    elected_leader,
+)
 
 LOSS_KINDS = (*LOST_KINDS, EventKind.FAST_GAP)  # a gap in ok mode loses messages, not the batch
 NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.FAST_PROGRESS)
@@ -64,6 +72,8 @@ def describe(e: BatchEvent) -> str:
         EventKind.ATOMIC_OPEN_DROPPED: f"reason {e.reason}: {e.detail or ''}",
         EventKind.LOSS_RETRACTED: f"not lost after all ({e.detail or e.reason})",
         EventKind.CONTEXT: f"{e.reason or ''} {e.detail or ''}".strip(),
+        EventKind.CAPTURE_INTERRUPTED: f"until {e.detail[len(UNTIL):] if e.detail else '?'}: losses in this window "
+                                       f"may be missing ({e.reason or ''})",
     }.get(e.kind, "")
     batch = f" batch {e.batch_id}" if e.batch_id else ""
     return f"{kind}{batch}" + (f": {parts}" if parts else "")

@@ -13,7 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
+from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
 
@@ -82,6 +82,7 @@ class LiveModel:
         self.events_applied = 0
         self.retracted = 0  # losses a later reply showed were not losses
         self.warnings: deque[BatchEvent] = deque(maxlen=20)  # streams whose open atomic batches were dropped unseen
+        self.blind_windows: deque[tuple[datetime, datetime, str]] = deque(maxlen=20)  # (from, to, why): see capture_watch
         self.rejected: Counter[str] = Counter()  # stream -> fast batches refused for too many in flight (429)
         self.version = 0  # bumps on every change: views redraw only when it moved
         self._ended: deque[str] = deque(maxlen=1000)  # late events of these do not reopen them
@@ -110,6 +111,9 @@ class LiveModel:
             return
         elif event.kind is EventKind.ATOMIC_OPEN_DROPPED:
             self.warnings.append(event)
+            return
+        elif (window := blind_window(event)) is not None:
+            self.blind_windows.append((*window, event.reason or ""))
             return
         if event.kind in (EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED):
             self.rejected[event.stream or UNKNOWN_STREAM] += 1

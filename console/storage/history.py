@@ -16,6 +16,7 @@ from console.storage.tables import (
     HEARTBEATS_CHECKED,
     AbandonedBatch,
     AbandonmentHourly,
+    CaptureInterruption,
     FastBatchSummary,
     GapHourly,
     JobOffset,
@@ -98,6 +99,15 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     return _utc(frame, "time")
 
 
+def capture_interruptions(engine, start: datetime, end: datetime) -> pd.DataFrame:
+    """The blind windows that overlap a range, newest first: losses in them may be missing."""
+    c = CaptureInterruption
+    with Session(engine) as s:
+        frame = _frame(s, select(c.start, c.end, c.reason).where(c.start < end, c.end >= start)
+                       .order_by(c.start.desc()).limit(500), ["start", "end", "reason"])
+    return _utc(frame, "start", "end")
+
+
 def job_position(engine) -> tuple[int, datetime] | None:
     """(the last event-log sequence in History, when the job's run that took it committed), or None
     before the first run. A check that found only heartbeats past the offset counts as a run."""
@@ -111,7 +121,8 @@ def job_position(engine) -> tuple[int, datetime] | None:
         return row.seq, as_utc(row.updated)
 
 
-QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)
+QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats,
+           abandoned_batches, capture_interruptions)
 
 
 class Reader:

@@ -59,6 +59,16 @@ class AbandonedBatch(SQLModel, table=True):
     gaps_nearby: int
 
 
+class CaptureInterruption(SQLModel, table=True):
+    """A window in which the server may have dropped advisories unseen (console.collector.capture_watch)."""
+
+    __tablename__ = "capture_interruptions"
+    event_id: str = Field(primary_key=True)
+    start: datetime = Field(index=True)
+    end: datetime
+    reason: str | None = None
+
+
 class StreamAbandonmentStats(SQLModel, table=True):
     __tablename__ = "stream_abandonment_stats"
     stream: str = Field(primary_key=True)

@@ -72,7 +72,18 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return safe
 
 
-CSV_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes")
+def blind_windows_text(windows: pd.DataFrame, clock: Clock = Clock()) -> str:
+    """A warning for each window in which the server may have dropped advisories unseen (escaped)."""
+    if not len(windows):
+        return ""
+    lines = [f"- **capture interrupted from {clock.when(row.start)} to {clock.when(row.end)}**: losses in this window "
+             f"may be missing ({html.escape(str(row.reason or ''))})" for row in windows.head(20).itertuples()]
+    more = f"\n- and {count(len(windows) - 20)} more (download capture_interruptions)" if len(windows) > 20 else ""
+    return "\n".join(lines) + more
+
+
+CSV_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes",
+              "capture_interruptions")
 
 
 def freshness_text(position: tuple[int, datetime] | None, live_seq: int, clock: Clock) -> str:
@@ -131,12 +142,13 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300,
                                           formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
                                           **table)
+        self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._download = pn.widgets.FileDownload(callback=self._csv, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
         self._layout = pn.Column(
             pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._freshness,
-            self._summary,
+            self._summary, self._blind,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
@@ -172,6 +184,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             "gaps_by_hour": gaps,
             "fast_outcomes": h.fast_outcomes(start, end),
             "abandoned_batches": h.abandoned_batches(start, end),
+            "capture_interruptions": h.capture_interruptions(start, end),
         }
         stats = h.stream_stats()
         with pn.io.hold():
@@ -188,6 +201,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             lost["investigate"] = [incident_link(b) for b in lost["batch_id"]]
             lost["stream"] = [stream_cell(s) for s in lost["stream"]]
             self._lost.value = lost
+            self._blind.object = blind_windows_text(self._shown["capture_interruptions"], self.clock)
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
             self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "

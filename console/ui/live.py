@@ -77,8 +77,10 @@ def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
     """What is not a counted loss but an operator must see: open atomic batches dropped unseen,
     fast batches refused for too many in flight, losses retracted. Escaped: it comes from the wire."""
     e = html.escape
-    items = [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
-             for w in reversed(model.warnings)]
+    items = [f"<li><b>capture interrupted from {clock.when(start)} to {clock.when(end)}</b>: losses in this window may "
+             f"be missing ({e(why)})</li>" for start, end, why in reversed(model.blind_windows)]
+    items += [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
+              for w in reversed(model.warnings)]
     if model.rejected:
         refused = ", ".join(f"{stream_cell(s)} {n}" for s, n in model.rejected.most_common(10))
         items.append(f"<li>batches refused for too many in flight (429: 10211 fast, 10210 atomic): {refused}</li>")

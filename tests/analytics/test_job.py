@@ -312,3 +312,27 @@ async def test_heartbeats_alone_wait_for_the_next_run_with_history_level_with_th
     assert with_them.first_seq == over_bound.last_seq + 1
     assert {"beat-4", "beat-5"} <= raw_ids() and totals(engine)["atomic"] == atomic + 1
     assert job_position(engine)[0] == sqlite.offset(engine, EVENTS_SOURCE) == await log.last_seq()
+
+
+async def test_a_recorded_blind_window_reaches_historys_table(spark, server, client, tmp_path):
+    """A capture_interrupted event (the collector's record of a window in which the server may have
+    dropped advisories) becomes a row of capture_interruptions, which the History page warns of."""
+    from datetime import datetime, timedelta, timezone
+
+    from console.broker.eventlog import EventLog
+    from console.domain.events import capture_interrupted
+    from console.storage.history import Reader
+    from console.ui.history import blind_windows_text
+
+    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=3)
+    log = EventLog(client.jetstream())
+    await log.ensure()
+    await log.append([capture_interrupted("c1", start, start + timedelta(seconds=4), "node n1 lost")])
+    settings = JobSettings(tmp_path, source={"servers": server.url})
+    await asyncio.to_thread(run_once, spark, settings)
+    windows = Reader(sqlite.open_db(settings.db_path)).capture_interruptions(start - timedelta(hours=1),
+                                                                             start + timedelta(hours=1))
+    assert windows.to_dict("records") == [{"start": start, "end": start + timedelta(seconds=4),
+                                           "reason": "node n1 lost"}]
+    text = blind_windows_text(windows)
+    assert "capture interrupted from" in text and "losses in this window may be missing (node n1 lost)" in text

@@ -160,3 +160,24 @@ def test_an_older_status_stored_late_never_makes_a_live_collector_look_silent():
     model.apply(BatchEvent("s-new", EventKind.COLLECTOR_STATUS, now, detail=status))
     model.apply(BatchEvent("s-old", EventKind.COLLECTOR_STATUS, now - timedelta(hours=1), detail=status))
     assert model.collector_seen == now and model.collector_state(now + timedelta(seconds=1)) != "silent"
+
+
+def test_a_blind_window_is_shown_on_live_and_in_an_incident_beside_it():
+    from datetime import datetime, timedelta, timezone
+
+    from console.domain.events import BatchEvent, EventKind, capture_interrupted
+    from console.domain.incident import build_incident, timeline
+    from console.domain.live_model import LiveModel
+    from console.ui.live import notices_html
+
+    t0 = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+    window = capture_interrupted("c1", t0, t0 + timedelta(seconds=4), "advisory stream n1 -> n2 <b>")
+    model = LiveModel()
+    model.apply(window)
+    assert list(model.blind_windows) == [(t0, t0 + timedelta(seconds=4), "advisory stream n1 -> n2 <b>")]
+    shown = notices_html(model)
+    assert "capture interrupted from" in shown and "losses in this window may be missing" in shown
+    assert "&lt;b&gt;" in shown and "<b>advisory" not in shown
+    loss = BatchEvent("l1", EventKind.ATOMIC_ABANDONED, t0 + timedelta(seconds=30), "ORDERS", "b1", reason="timeout")
+    rows = timeline(build_incident("b1", [window, loss]))
+    assert any("capture interrupted" in what and "may be missing" in what for _, _, what in rows)
