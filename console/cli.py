@@ -11,9 +11,10 @@ import sys
 import time
 
 from console.broker.cluster import EmbeddedCluster
+from console.broker.connection import connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
-from console.config import Settings, add_flags, load, spark_options
+from console.config import KEY_WAIT, Settings, add_flags, load, spark_options
 from console.domain.fast_ingest import GapMode
 from console.domain.events import EventKind
 from console.errors import ConfigError, ConsoleError
@@ -160,7 +161,7 @@ async def collect_async(settings: Settings) -> int:
             collector.note_connection_error(e)
 
     stop = stop_on_signals()
-    async with await Runtime.open(settings, system=True, error_cb=on_error) as runtime:
+    async with await Runtime.open(settings, system=True, writes_events=True, error_cb=on_error) as runtime:
         collector = Collector(runtime.nc, settings.collector, runtime.event_log, system_nc=runtime.system_nc,
                               monitor_url=settings.connection.monitor_url)
         await collector.start()
@@ -194,7 +195,7 @@ async def alerts_async(settings: Settings) -> int:
         raise ConfigError(f"rules file {path}: {e}") from None
     metrics = Metrics() if settings.alerting.metrics_port is not None else None
     stop = stop_on_signals()
-    async with await Runtime.open(settings) as runtime:
+    async with await Runtime.open(settings, key_wait=KEY_WAIT) as runtime:
         if metrics is not None:
             server = serve_metrics(metrics, settings.alerting.metrics_port)
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
@@ -225,14 +226,20 @@ def backlog_progress(step: int):
     return shown
 
 
+async def _reachable(settings: Settings) -> None:
+    nc = await connect(settings.connection, give_up_after=settings.connection.connect_timeout)
+    await nc.close()
+
+
 def cmd_analytics(settings: Settings, once: bool) -> int:
     from console.analytics.follow import HEARTBEATS_DEFERRED, LogWatcher, follow
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
 
     a = settings.analytics
-    job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
     if a.master and a.remote:
         raise ConfigError("give --spark-master or --remote, not both")
+    asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
+    job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
     spark = spark_session(a.master, remote=a.remote)
     watcher = None
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)

@@ -19,12 +19,13 @@ import dataclasses
 import os
 import secrets
 import tempfile
+import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from console.domain.notify_targets import NotifyTargets
-from console.errors import ConfigError
+from console.errors import ConfigError, MissingKeyError
 
 ENV_PREFIX = "BATCH_CONSOLE_"
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
@@ -33,6 +34,8 @@ EVENT_KEY_FILE = "event.key"
 MIN_EVENT_KEY = 16  # characters
 MIN_KEY_SYMBOLS = 6  # different characters: "aaaaaaaaaaaaaaaa" is no secret
 SPARK_EVENT_KEY = "event_secret"  # the data source's option for the event key; Spark redacts "secret" keys
+KEY_WAIT = 30.0  # seconds a reading part waits for the collector starting beside it to make the event key
+SPARK_KEY_SOURCE = "event_key_source"  # where that key came from, for the error a wrong key makes
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -193,14 +196,31 @@ class EventLogSettings:
     # Long enough to cover a collector restart: a redelivered advisory must hit the same window.
     duplicate_window: float = 600.0
     append_timeout: float = 10.0
+    key_source: str = ""  # where the key came from, for an error that says which key did not verify
+
+    def keyed(self, data_dir: str | os.PathLike | None, make: bool = True, wait: float = 0.0) -> EventLogSettings:
+        """With the key resolved: key_file, else the key given, else DATA_DIR/event.key (made when
+        missing, unless `make` is False: a reader that finds no key has no collector's to check with;
+        it waits up to `wait` seconds for a collector starting beside it to make one)."""
+        if self.key_file:
+            source = f"--event-key-file {self.key_file}"
+        elif self.key is not None or os.environ.get(EVENT_KEY_ENV):
+            source = f"${EVENT_KEY_ENV}" if self.key is None else "the key given to the console"
+        else:
+            path = Path(data_dir or ".") / EVENT_KEY_FILE
+            deadline = time.monotonic() + wait
+            while not make and not path.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)  # at a process's start, before anything else runs
+            if not make and not path.exists():
+                raise MissingKeyError(f"no event key at {path.resolve()}: no collector has run on this data directory; "
+                                  f"set {env_name(DataSettings, 'data_dir')} (or --data-dir) to the collector's, "
+                                  "or give --event-key-file")
+            source = f"{path.resolve()}"
+        return replace(self, key=event_key(self.key_file, data_dir, self.key), key_source=source)
 
     @property
     def max_age(self) -> float:
         return self.max_age_days * DAY
-
-    def keyed(self, data_dir: str | os.PathLike | None) -> EventLogSettings:
-        """With the key resolved: key_file, else the key given, else DATA_DIR/event.key (made when missing)."""
-        return replace(self, key=event_key(self.key_file, data_dir, self.key))
 
 
 @dataclass(frozen=True)
@@ -317,8 +337,9 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     given: frozenset[str] = frozenset()
 
-    def keyed_event_log(self) -> EventLogSettings:
-        return self.event_log.keyed(self.data.data_dir)
+    def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:
+        """The event log's settings with the key; `make` for the collector, which makes a missing one."""
+        return self.event_log.keyed(self.data.data_dir, make, wait)
 
     def notify_targets(self) -> NotifyTargets:
         """Where alerts may be sent: the allow-lists, and the console's own and reply subjects, never."""
@@ -417,7 +438,11 @@ def spark_options(settings: Settings) -> dict[str, str]:
     """The jetstream data source's options; Spark redacts password, token and secret values in its plans."""
     return {**settings.connection.options(), "stream": settings.event_log.stream,
             "partitions": str(settings.analytics.partitions),
-            SPARK_EVENT_KEY: settings.keyed_event_log().key.decode()}
+            **_keyed_options(settings.keyed_event_log(make=False, wait=KEY_WAIT))}
+
+
+def _keyed_options(event_log: EventLogSettings) -> dict[str, str]:
+    return {SPARK_EVENT_KEY: event_log.key.decode(), SPARK_KEY_SOURCE: event_log.key_source}
 
 
 def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
@@ -473,6 +498,19 @@ def open_to_others(path: Path) -> str | None:
     if mode & 0o044:
         return "readable by others"
     return None
+
+
+def found_data_dir(settings: Settings, start: Path | None = None) -> Settings:
+    """Where a data directory was not given: the first `data` holding an event key in the working
+    directory or above it (a notebook runs in notebooks/, the console's data is beside it), else as set."""
+    if "data.data_dir" in settings.given or settings.data.data_dir.is_absolute():
+        return settings
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / settings.data.data_dir
+        if (candidate / EVENT_KEY_FILE).is_file():
+            return replace(settings, data=replace(settings.data, data_dir=candidate))
+    return settings
 
 
 def private_dir(path: Path) -> Path:

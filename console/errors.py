@@ -15,9 +15,17 @@ class ConfigError(ConsoleError):
     """Settings that cannot work (missing file, conflicting options)."""
 
 
+class MissingKeyError(ConfigError):
+    """No event key where a reading part looks for it: no collector has run on that data directory."""
+
+
 class InvalidNameError(ConsoleError, ValueError):
     """A name given by a person (a URL, a form, a notebook) that the server would refuse: refused before
     anything is sent, since a request whose subject breaks the protocol costs the whole connection."""
+
+
+class KeyMismatchError(ConsoleError):
+    """The collector's own events do not verify with this reader's event key: it is not the collector's."""
 
 
 class CaptureRefusedError(ConsoleError):

@@ -3,12 +3,14 @@ history tables), then the event log's minutes either side of that moment."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from console.broker.eventlog import EventLog
+from console.domain.events import EventKind
 from console.domain.incident import AROUND, Incident, build_incident
-from console.domain.live_model import LiveModel
+from console.domain.live_model import LiveModel, lost_batch
 from console.storage.history import Reader
 
 
@@ -27,6 +29,26 @@ def sighting(batch_id: str, model: LiveModel | None, history: Reader | None) -> 
         if len(found):
             return Sighting(found.time.iloc[0].to_pydatetime(), found.stream.iloc[0])
     return None
+
+
+@functools.cache
+def _remedies() -> dict[tuple[str, str], str]:
+    """(measure, reason) -> what to do, from the shipped alert rules: one text for alerts and incidents."""
+    from console.alerting.service import load_rules
+
+    found: dict[tuple[str, str], str] = {}
+    for rule in load_rules(None):
+        for reason in rule.reasons or ("",):
+            found.setdefault((rule.when, reason), rule.remedy)
+    return found
+
+
+def advice(incident: Incident) -> str | None:
+    """What to do about this loss: the remedy of the shipped rule that covers its reason."""
+    loss = incident.loss
+    if loss.kind is EventKind.FAST_GAP:
+        return _remedies().get(("lost_messages", "")) or _remedies().get(("lost_messages", "gap"))
+    return _remedies().get(("lost_batches", lost_batch(loss).reason))
 
 
 async def find_incident(log: EventLog, batch_id: str, *, model: LiveModel | None = None,

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from console.broker import names
 from console.domain.display import count
+from console.investigate import advice
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.frame import Badge
@@ -94,7 +95,8 @@ def incident(runtime: Runtime, **params) -> IncidentPage:
     def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
-    return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, **params})
+    return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
+                           "console_url": runtime.settings.alerting.console_url or "", **params})
 
 
 def probe(runtime: Runtime, **params) -> ProbePage:
@@ -111,6 +113,8 @@ def badges(runtime: Runtime) -> list[Badge]:
     state = runtime.live
     connection = state.connection
     found = [Badge(f"NATS {connection}", "ok" if connection == "connected" else "bad")]
+    if (problem := state.key_problem) is not None:
+        found.append(Badge(f"EVENT KEY {'MISSING' if state.key_missing else 'WRONG'}", "bad", banner=problem))
     collector = state.model.collector_state(now)
     found.append(Badge(f"collector {collector}", {"silent": "bad", "alive": "ok"}.get(collector, "warn")))
     firing = len(runtime.alerts.firing())

@@ -20,7 +20,7 @@ from console.domain.batch_limits import BatchLimits
 from console.domain.incident import Incident
 from console.investigate import find_incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
-from console.errors import ReadOnlyError
+from console.errors import MissingKeyError, ReadOnlyError
 from console.storage.history import Reader
 from console.storage.sqlite import open_db_for_reading
 
@@ -30,8 +30,12 @@ REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again
 
 
 class Runtime:
-    def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None):
+    def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None,
+                 writes_events: bool = False, key_wait: float = 0.0, follow_without_key: bool = False):
         self.settings = settings
+        self.follow_without_key = follow_without_key
+        self.writes_events = writes_events  # the collector makes a missing event key; readers refuse to
+        self.key_wait = key_wait  # a reading process waits this long for the collector's key at its start
         self.nc = nc
         self.system_nc = system_nc
         self.admin = StreamAdmin(nc, read_only=settings.web.read_only)
@@ -44,7 +48,8 @@ class Runtime:
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
-                   system: bool = False, **connect_overrides: Any) -> Runtime:
+                   system: bool = False, writes_events: bool = False, key_wait: float = 0.0,
+                   follow_without_key: bool = False, **connect_overrides: Any) -> Runtime:
         """Connects with the settings (default: the environment's, as a notebook wants); with
         system=True also as the system account user, when one is configured. A server that does
         not answer within give_up_after raises NatsUnreachableError naming it."""
@@ -57,7 +62,7 @@ class Runtime:
             except BaseException:
                 await nc.close()
                 raise
-        return cls(settings, nc, system_nc)
+        return cls(settings, nc, system_nc, writes_events, key_wait, follow_without_key)
 
     @property
     def read_only(self) -> bool:
@@ -67,14 +72,23 @@ class Runtime:
     def event_log(self) -> EventLogSettings:
         """The event log's settings with the key resolved (made in the data directory when missing)."""
         if self._event_log is None:
-            self._event_log = self.settings.keyed_event_log()
+            self._event_log = self.settings.keyed_event_log(make=self.writes_events, wait=self.key_wait)
         return self._event_log
 
     @property
     def live(self) -> LiveState:
-        """The live state, following the event log from the first time it is asked for."""
+        """The live state, following the event log from the first time it is asked for. Without an
+        event key it raises MissingKeyError, unless `follow_without_key`: then it follows once the
+        collector has made one, and says until then that there is none (the web's pages)."""
         if self._live is None:
-            self._live = LiveState(self.nc, self.event_log)
+            try:
+                settings, missing = self.event_log, None
+            except MissingKeyError as error:
+                if not self.follow_without_key:
+                    raise
+                settings, missing = self.settings.event_log, str(error)
+            self._live = LiveState(self.nc, settings, key_missing=missing,
+                                   find_key=lambda: self.settings.keyed_event_log(make=False))
             self._live.start()
         return self._live
 

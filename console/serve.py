@@ -161,7 +161,8 @@ def serve(settings: Settings) -> None:
     loop = IOLoop.current()
 
     async def open_runtime() -> Runtime:
-        runtime = await Runtime.open(settings)  # under `up`, a failed start is retried
+        # Under `up`, a failed start is retried; without an event key the pages say so and follow once it is made.
+        runtime = await Runtime.open(settings, follow_without_key=True)
         runtime.live  # following the event log before the first session arrives
         runtime.keep_open()
         return runtime

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import ConnectionSettings, Settings, child_env, env_name, host_in_url, private_dir, private_file
+from console.config import AlertingSettings, ConnectionSettings, Settings, child_env, env_name, host_in_url, private_dir, private_file
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
 
@@ -44,10 +44,12 @@ class Part:
     restart_at: float | None = None  # when it is down and waiting to be started again
     started_at: float = 0.0
     last_exit: str | None = None
+    log_from: int = 0  # where this start's output begins in the log, which keeps every start's
 
     def start(self) -> None:
         self.restart_at, self.started_at = None, time.monotonic()
         log = open(private_file(self.log_path), "a")
+        self.log_from = log.seek(0, os.SEEK_END)
         self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True,  # Ctrl-C reaches the supervisor, not each part
                                      preexec_fn=_ended_with_the_supervisor)
@@ -65,9 +67,15 @@ class Part:
     def backoff(self) -> float:
         return min(FIRST_BACKOFF * 2 ** (self.failures - 1), MAX_BACKOFF)
 
+    def output(self) -> str:
+        """What this start of the part wrote so far."""
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_from)
+            return log.read().decode(errors="replace")
+
     def last_words(self) -> str:
         """The part's own error line near the end of its log (Spark and nats-py log after it), else its last line."""
-        lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()][-30:]
+        lines = [line for line in self.output().splitlines() if line.strip()][-30:]
         said = [line for line in lines if line.startswith("batch-console:") or "Error" in line]
         return (said or lines or ["(no output)"])[-1][:300]
 
@@ -100,6 +108,18 @@ class Supervisor:
         self.embedded = "connection.servers" not in settings.given
         self._stopping = False
 
+    def _say_where_alerts_go(self) -> None:
+        from console.alerting.service import load_rules, rules_path
+        from console.domain.alert_rules import without_targets
+
+        try:
+            rules = load_rules(rules_path(self.settings.alerting.rules, self.settings.data.data_dir),
+                               self.settings.notify_targets())
+        except (ValueError, OSError):  # the alerts part says what is wrong with the file
+            return
+        if (note := without_targets(rules)) is not None:
+            self.say(f"alerts: {note}")
+
     def say(self, text: str) -> None:
         print(f"[up] {text}", file=self.out, flush=True)
 
@@ -115,28 +135,31 @@ class Supervisor:
             nats = self._part("nats", ["server"])
             url = self._wait_for_server(nats)
             self._env[env_name(ConnectionSettings, "servers")] = url
-            monitor = re.search(r"monitor (http://\S+?),", nats.log_path.read_text(errors="replace"))
+            monitor = re.search(r"monitor (http://\S+?),", nats.output())
             if monitor and "connection.monitor_url" not in self.settings.given:  # the server's limits, for every part
                 self._env[env_name(ConnectionSettings, "monitor_url")] = monitor.group(1)
         url = self._env[env_name(ConnectionSettings, "servers")]
+        self.settings.keyed_event_log(make=True)  # before the parts: the readers never make one
+        web = self.settings.web
+        console_url = self.settings.alerting.console_url or f"http://{host_in_url(web.address)}:{web.port}"
+        self._env.setdefault(env_name(AlertingSettings, "console_url"), console_url)  # absolute links in reports
         self._part("collector", ["collect"])
         self._part("web", ["serve"])
         self._part("analytics", ["analytics"])
-        web = self.settings.web
         metrics_port = self.settings.alerting.metrics_port
         if metrics_port is None:  # up gives the alerts part one, beside the web console's
             metrics_port = web.port + 1 if web.port else 0
-        console_url = self.settings.alerting.console_url or f"http://{host_in_url(web.address)}:{web.port}"
         self._part("alerts", ["alerts", "--metrics-port", str(metrics_port), "--console-url", console_url])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
         self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
         self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
+        self._say_where_alerts_go()
 
     def _wait_for_server(self, part: Part, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout
         while True:
-            found = re.search(r"nats://[\d.]+:\d+(?:,nats://[\d.]+:\d+)*", part.log_path.read_text(errors="replace"))
+            found = re.search(r"nats://[\d.]+:\d+(?:,nats://[\d.]+:\d+)*", part.output())
             if found:
                 return found.group(0)
             if part.proc.poll() is not None or time.monotonic() > deadline:
@@ -194,3 +217,4 @@ class Supervisor:
         for part in [*others, *(p for p in self.parts if p.name == "nats")]:  # the server last: the others flush to it
             part.stop()
             self.say(f"{part.name}: stopped")
+        self._write_states()  # up.json says each part's state after the stop, not the last one seen running

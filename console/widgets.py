@@ -23,7 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from console import pages
-from console.config import ConnectionSettings, Settings, load
+from console.config import ConnectionSettings, Settings, found_data_dir, load
+from console.errors import KeyMismatchError
 from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
 from console.runtime import Runtime
@@ -48,9 +49,14 @@ class NotebookConsole:
         """The settings (default: from the environment, as every command reads them), with any
         section replaced: `open(web=WebSettings(read_only=True))`. Events the console's key does not
         verify are dropped and counted (see skipped)."""
-        settings = replace(load() if settings is None else settings, **sections)
+        settings = found_data_dir(replace(load() if settings is None else settings, **sections))
+        print(f"batch console: data directory {settings.data.data_dir.resolve()}")
         runtime = await Runtime.open(settings)
-        runtime.live  # following from now on
+        try:
+            runtime.live  # following from now on; a missing event key is said here
+        except BaseException:
+            await runtime.close()
+            raise
         return cls(runtime)
 
     @classmethod
@@ -82,9 +88,13 @@ class NotebookConsole:
         target = await live.log.last_seq()
         deadline = asyncio.get_running_loop().time() + timeout
         while live.last_seq < target:
+            if live.key_problem:
+                raise KeyMismatchError(live.key_problem)
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(f"live state at event {live.last_seq} of {target}")
             await asyncio.sleep(0.05)
+        if live.key_problem:  # the collector's events were all dropped as forged
+            raise KeyMismatchError(live.key_problem)
         return live.model.events_applied
 
     @property

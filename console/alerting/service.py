@@ -110,13 +110,14 @@ class AlertService:
 
     def tick(self, now: datetime) -> list[Notice]:
         self._reload_rules()
+        firing_before = set(self.evaluator.firing)
         notices = self.evaluator.evaluate(now)
         for notice in notices:
             log.info("%s", notice.text)
             task = asyncio.create_task(self.notifier.send(notice))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
-        if notices:  # snapshots taken here, written by the writer thread
+        if notices or set(self.evaluator.firing) != firing_before:  # snapshots taken here, written by the writer thread
             self._write(self._keep, [json.dumps(n.to_json(self.notifier.link(n))) for n in notices], now,
                         self.evaluator.state())
         if self.metrics is not None:

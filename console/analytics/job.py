@@ -45,9 +45,10 @@ from console.analytics.transforms import (
     with_copy_number,
 )
 from console.broker.eventlog import missing_log
+from console.config import SPARK_KEY_SOURCE
 from console.domain.display import as_utc
-from console.domain.events import REPLAYED
-from console.errors import EventLogMissingError
+from console.domain.events import REPLAYED, key_mismatch
+from console.errors import EventLogMissingError, KeyMismatchError
 from console.storage import delta, sqlite
 from console.storage.tables import (
     EVENTS_SOURCE,
@@ -179,6 +180,8 @@ def run_once(spark: SparkSession, settings: JobSettings,
             step = reader.option("start_seq", first).option("end_seq", end).load()
             writer = step_writer(str(raw_path.resolve()), delta.written_up_to(raw_path))  # executors have their own cwd
             files = seen.add(step.mapInArrow(writer, STEP_SUMMARY_DDL).toArrow())
+        if seen.key_wrong:  # nothing the collector wrote verified: History would be empty without a word
+            raise KeyMismatchError(key_mismatch(settings.source.get(SPARK_KEY_SOURCE) or "the job's options"))
         with stages("commit"):
             delta.add_files(raw_path, files, end)
         progress(end - done, last - done)
@@ -334,6 +337,9 @@ def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[l
     return ordered, stream_stats(times)
 
 
+RETURNS_MEMORY = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+
+
 def spark_session(master: str | None = None, app_name: str = "batch-console-analytics",
                   remote: str | None = None) -> SparkSession:
     """A session the job can run on: the workers use this interpreter, the UI is off. With no
@@ -356,6 +362,9 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     # scope, and 1g was too little to aggregate a 5,000,000-event backlog's days. On a cluster the
     # executors hold them, and BATCH_CONSOLE_DRIVER_MEMORY can be small.
     builder = (builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
+               # The heap may grow to the limit for a big backlog, and gives back what it no longer uses:
+               # a side tool's JVM idles at a few hundred MiB, not at its last peak.
+               .config("spark.driver.extraJavaOptions", RETURNS_MEMORY)
                .config("spark.driver.maxResultSize", "2g")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")

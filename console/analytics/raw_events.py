@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from console.analytics.schema import SKIPPED_KIND
 from console.analytics.transforms import LOSS_RETRACTED
-from console.domain.events import EventKind
+from console.domain.events import STATUS_UNVERIFIED, EventKind
 from console.storage import delta
 
 COLLECTOR_STATUS = EventKind.COLLECTOR_STATUS.value
@@ -75,6 +75,11 @@ class NewEvents:
     skipped: Counter = field(default_factory=Counter)  # records of the log that were not events, by reason
     days: set[date] = field(default_factory=set)
     retractions: bool = False
+
+    @property
+    def key_wrong(self) -> bool:
+        """The collector's statuses came and none verified: the job's key is not the collector's."""
+        return self.skipped[STATUS_UNVERIFIED] >= 1 and self.count == self.history
 
     def add(self, summary: pa.Table) -> list[delta.DataFile]:
         """Take in one step's summary; returns the files its tasks wrote."""

@@ -15,7 +15,17 @@ from nats.js.client import JetStreamContext
 
 from console.broker.streams import StreamSpec, ensure_stream
 from console.config import EventLogSettings
-from console.domain.events import MSG_ID, REPLAYED, BatchEvent, MalformedEvent, RecentIds, event_from_json, verified_event
+from console.domain.events import (
+    MSG_ID,
+    REPLAYED,
+    BatchEvent,
+    KeyTally,
+    MalformedEvent,
+    RecentIds,
+    event_from_json,
+    key_mismatch,
+    verified_event,
+)
 from console.domain.signing import SIGNATURE, signature
 from console.domain.wire import Tally
 
@@ -58,6 +68,12 @@ class EventLog:
         self.js = js
         self.settings = settings
         self.skipped = Tally()  # records read and dropped, by reason: never a stall, never a failed run
+        self.keys = KeyTally()  # whether the collector's statuses verify with this reader's key
+
+    @property
+    def key_problem(self) -> str | None:
+        """Why nothing the collector writes verifies here (a wrong key), or None."""
+        return key_mismatch(self.settings.key_source or "this reader") if self.keys.wrong else None
 
     def decode(self, data: bytes, headers: dict | None, seen: RecentIds | None = None) -> BatchEvent | None:
         """One record of the log, or None (counted) when it is not a console event the collector signed
@@ -66,7 +82,9 @@ class EventLog:
             event = verified_event(self.settings.key, data, headers)
         except MalformedEvent as e:
             self.skipped.add(e.reason)
+            self.keys.take(None, e.reason)
             return None
+        self.keys.take(event, None)
         if seen is not None and seen.repeat(event.event_id):
             self.skipped.add(f"{REPLAYED}: event id read before")
             return None

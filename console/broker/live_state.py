@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 import nats.js.errors
 from nats.aio.client import Client
@@ -18,15 +19,20 @@ from nats.aio.client import Client
 from console.broker.eventlog import EventLog, missing_log
 from console.config import EventLogSettings
 from console.domain.live_model import LiveModel
+from console.errors import MissingKeyError
 
 log = logging.getLogger(__name__)
+KEY_LOOK_EVERY = 2.0  # seconds between looks for the event key a collector has not made yet
 
 
 class LiveState:
     def __init__(self, nc: Client, settings: EventLogSettings = EventLogSettings(),
-                 backfill: timedelta = timedelta(minutes=60), model: LiveModel | None = None):
+                 backfill: timedelta = timedelta(minutes=60), model: LiveModel | None = None,
+                 key_missing: str | None = None, find_key: Callable[[], EventLogSettings] | None = None):
         self.nc = nc
         self.log = EventLog(nc.jetstream(), settings)
+        self.key_missing = key_missing  # why there is no key yet: nothing is read until find_key finds it
+        self._find_key = find_key
         self.backfill = backfill
         self.model = model or LiveModel()
         self.problem: str | None = None  # shown in the status bar
@@ -43,6 +49,11 @@ class LiveState:
         if self.nc.is_closed:
             return f"closed · {self.reopening}" if self.reopening else "closed"
         return "disconnected"
+
+    @property
+    def key_problem(self) -> str | None:
+        """Why this process cannot tell the collector's events from forgeries: no key, or the wrong one."""
+        return self.key_missing or self.log.key_problem
 
     async def rebind(self, nc: Client) -> None:
         """Follow on a new connection (the old one was closed), after the last sequence applied."""
@@ -67,6 +78,12 @@ class LiveState:
     async def _follow(self) -> None:
         """Follow from the backfill time; after a reconnect, start again after the last sequence
         applied: nats-py's own ordered-consumer reset can die quietly while the server comes back."""
+        while self.key_missing:
+            try:
+                self.log = EventLog(self.nc.jetstream(), self._find_key())
+                self.key_missing = None
+            except MissingKeyError:
+                await asyncio.sleep(KEY_LOOK_EVERY)
         since: datetime | int = self.last_seq + 1 if self.last_seq else datetime.now(timezone.utc) - self.backfill
         while True:
             reconnects = self.nc.stats.get("reconnects", 0)

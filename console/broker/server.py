@@ -104,6 +104,8 @@ class EmbeddedServer:
         return "\n".join(
             [
                 f'listen: "{self.host}:{self.port or -1}"',
+                # A name: without one the server calls itself by its id ("Runs on NDX4Q...") on every page.
+                "" if "server_name" in self.extra_config else 'server_name: "batch-console"',
                 monitor,
                 "jetstream {",
                 f"  store_dir: {json.dumps(str(self.store_dir.resolve()))}",

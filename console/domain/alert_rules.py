@@ -8,6 +8,7 @@ with the line and the reason, so a typo never silences an alert unnoticed.
     reasons = ["timeout"]         # absent = every reason
     at_least = 1                  # how many within the window fire the rule
     within = "5m"
+    for = "30s"                   # optional: how long the condition must hold before it fires
     severity = "critical"         # info | warning | critical
     notify = ["webhook:http://127.0.0.1:9000/hook", "nats:alerts.batches"]
     remedy = "what to do about it"
@@ -26,7 +27,8 @@ from console.domain.notify_targets import NotifyTargets, TargetRefused
 
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent")
 SEVERITIES = ("info", "warning", "critical")
-KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted"}
+KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted",
+        "for"}
 _DURATION = re.compile(r"(\d{1,6})(s|m|h|d)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -51,7 +53,8 @@ class Rule:
     notify: tuple[str, ...] = ()  # webhook:URL | nats:SUBJECT
     remedy: str = ""
     repeat: timedelta | None = None  # notify again while it fires; None: once until resolved
-    muted: bool = False
+    muted: bool = False  # neither fires nor notifies, anywhere
+    pending_for: timedelta | None = None  # `for`: how long the condition must hold before the rule fires
     line: int = field(default=0, compare=False)
 
     def covers(self, stream: str | None, reason: str | None = None) -> bool:
@@ -137,7 +140,7 @@ def _rule(table: dict, line: int | None, targets: NotifyTargets) -> Rule:
         reasons=_strings(table.get("reasons", []), "reasons", line), severity=severity,
         notify=tuple(_target(t, line, targets) for t in _strings(table.get("notify", []), "notify", line)),
         remedy=remedy, repeat=duration(table["repeat"], "repeat", line) if "repeat" in table else None,
-        muted=muted, line=line or 0,
+        muted=muted, pending_for=duration(table["for"], "for", line) if "for" in table else None, line=line or 0,
     )
 
 
@@ -163,11 +166,23 @@ def rule_toml(rule: Rule) -> str:
         lines.append(f"notify = [{', '.join(text(t) for t in rule.notify)}]")
     if rule.repeat is not None:
         lines.append(f"repeat = {text(duration_text(rule.repeat))}")
+    if rule.pending_for is not None:
+        lines.append(f"for = {text(duration_text(rule.pending_for))}")
     if rule.remedy:
         lines.append(f"remedy = {text(rule.remedy)}")
     if rule.muted:
         lines.append("muted = true")
     return "\n".join(lines) + "\n"
+
+
+NO_TARGET = ("No rule has a notify target: alerts show on the Alerts page and in /metrics, and nothing is sent. "
+             "To send them: allow the receivers (--webhook-hosts HOST or --notify-subjects PREFIX, or their "
+             "BATCH_CONSOLE_ twins), then add notify = [\"webhook:https://HOST/...\"] or [\"nats:PREFIX.x\"] to a rule.")
+
+
+def without_targets(rules: list[Rule]) -> str | None:
+    """What to tell an operator whose rules send nothing anywhere, or None."""
+    return NO_TARGET if rules and not any(r.notify for r in rules if not r.muted) else None
 
 
 def rules_toml(rules: list[Rule]) -> str:

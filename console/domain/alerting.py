@@ -78,6 +78,8 @@ class Evaluator:
     windows: dict[tuple[str, str], deque[Observation]] = field(default_factory=dict)  # (measure, stream)
     firing: dict[tuple[str, str], Firing] = field(default_factory=dict)  # (rule name, stream)
     collector_seen: datetime | None = None
+    started: datetime | None = None  # the first evaluation: a collector not heard from yet is given `within`
+    pending: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (rule, stream) -> condition since
 
     def apply(self, event: BatchEvent) -> None:
         if event.kind is EventKind.COLLECTOR_STATUS:
@@ -96,12 +98,15 @@ class Evaluator:
 
     def evaluate(self, now: datetime) -> list[Notice]:
         notices: list[Notice] = []
+        self.started = self.started or now
         longest = max((r.within for r in self.rules), default=timedelta(0))
         for key, entries in list(self.windows.items()):  # nothing older than the longest window is needed
             while entries and entries[0].time < now - longest:
                 entries.popleft()
         for rule in self.rules:
-            if rule.muted:
+            if rule.muted:  # muted is not firing anywhere: no notice, no badge, no metric
+                self.firing = {k: f for k, f in self.firing.items() if k[0] != rule.name}
+                self.pending = {k: t for k, t in self.pending.items() if k[0] != rule.name}
                 continue
             for stream, count, seen in self._counts(rule, now):
                 notices += self._transition(rule, stream, count, seen, now)
@@ -109,7 +114,11 @@ class Evaluator:
 
     def _counts(self, rule: Rule, now: datetime):
         if rule.when == "collector_silent":
-            silent = self.collector_seen is None or now - self.collector_seen > rule.within
+            # A collector starting beside the alerts (or heard from before they started) gets `within`
+            # from the first evaluation: a start is not an outage.
+            started = self.started or now
+            last = max(self.collector_seen, started) if self.collector_seen else started
+            silent = now - last > rule.within
             yield COLLECTOR, 1 if silent else 0, []
             return
         keys = {stream for (measure, stream) in self.windows if measure == rule.when} | \
@@ -124,6 +133,11 @@ class Evaluator:
         key = (rule.name, stream)
         state = self.firing.get(key)
         if count >= rule.at_least:
+            if state is None and rule.pending_for is not None:  # it must hold for a while first
+                since = self.pending.setdefault(key, now)
+                if now - since < rule.pending_for:
+                    return []
+            self.pending.pop(key, None)
             if state is None:
                 self.firing[key] = Firing(now, now)
             elif rule.repeat is not None and now - state.last_sent >= rule.repeat:
@@ -131,6 +145,7 @@ class Evaluator:
             else:
                 return []
             return [self._notice(rule, stream, "firing", count, seen, self.firing[key].since)]
+        self.pending.pop(key, None)
         if state is not None:
             del self.firing[key]
             return [self._notice(rule, stream, "resolved", count, seen, state.since)]

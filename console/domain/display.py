@@ -99,3 +99,8 @@ def size(n_bytes: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" or value >= 100 else f"{value:.1f} {unit}"
         value /= 1024
     return ""
+
+
+def yes_no(value: bool | None) -> str:
+    """A boolean as every page shows one (the tables' own spelling): true, false; '' for none."""
+    return "" if value is None else "true" if value else "false"

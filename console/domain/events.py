@@ -227,6 +227,37 @@ MSG_ID = "Nats-Msg-Id"
 REPLAYED = "replayed"  # a record whose identity was stored before, or stored under another id
 
 
+STATUS_UNVERIFIED = "forged: bad signature (collector status)"  # the reason that tells a wrong key
+
+
+class KeyTally:
+    """Whether a reader's key is the collector's: the collector signs its status every few seconds, so
+    when statuses arrive and no event at all verifies, the key is wrong (a forger's few statuses beside
+    events that verify are forgeries, not a wrong key; a log that also holds an older key's events, from
+    before a rotation, is not wrong while the current key's events verify)."""
+
+    def __init__(self):
+        self.verified = 0
+        self.unverified = 0
+
+    def take(self, event: BatchEvent | None, reason: str | None) -> None:
+        if event is not None:
+            self.verified += 1
+        elif reason == STATUS_UNVERIFIED:
+            self.unverified += 1
+
+    @property
+    def wrong(self) -> bool:
+        return self.unverified >= 1 and self.verified == 0
+
+
+def key_mismatch(source: str) -> str:
+    """What to say when the collector's own events do not verify with the key from `source`."""
+    return (f"event key wrong: the collector's own status events do not verify with the key from {source}, so "
+            "every event it writes is dropped as forged. Use the collector's key: point --event-key-file (or "
+            "BATCH_CONSOLE_DATA_DIR) at the collector's data directory's event.key")
+
+
 def verified_event(key: bytes | None, data: bytes, headers: dict[str, str] | None) -> BatchEvent:
     """One record of the event log as its reader must take it, total: MalformedEvent when it is not
     an event the collector signed (with `key`), or when it is stored under another identity than the
@@ -235,11 +266,20 @@ def verified_event(key: bytes | None, data: bytes, headers: dict[str, str] | Non
     from console.domain.signing import forgery
 
     if key is not None and (forged := forgery(key, data, headers)):
+        if forged.endswith("bad signature") and _is_status(data):
+            raise MalformedEvent(STATUS_UNVERIFIED)
         raise MalformedEvent(forged)
     event = event_from_json(data)
     if (headers or {}).get(MSG_ID) != event.event_id:
         raise MalformedEvent(f"{REPLAYED}: stored under another message id")
     return event
+
+
+def _is_status(data: bytes) -> bool:
+    try:
+        return event_from_json(data).kind is EventKind.COLLECTOR_STATUS
+    except MalformedEvent:
+        return False
 
 
 class RecentIds:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import html
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from console.domain.display import Clock
 from console.domain.events import (
     ATOMIC_KINDS,
     LOST_KINDS,
@@ -26,8 +28,9 @@ AROUND = timedelta(minutes=5)
 class Incident:
     loss: BatchEvent  # the abandonment, or the fast batch's end, drop or first gap
     seen_by_tap: tuple[BatchEvent, ...]  # the batch's own fast-ingest events
-    context: tuple[BatchEvent, ...]  # the same stream's (and unknown streams') events in the window
+    context: tuple[BatchEvent, ...]  # the same stream's events, leader elections and blind windows in the window
     around: timedelta
+    folded: tuple[tuple[str, int], ...] = ()  # the rest of the window, counted: ("flow changes on other streams", 214)
 
     @property
     def start(self) -> datetime:
@@ -46,10 +49,23 @@ def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = 
     loss = min(losses, key=lambda e: (LOSS_KINDS.index(e.kind), e.time))
     start, end = loss.time - around, loss.time + around
     own = tuple(e for e in events if e.batch_id == batch_id and e is not loss)
-    context = tuple(e for e in events
-                    if e.batch_id != batch_id and e.kind not in NOT_CONTEXT and start <= e.time <= end
-                    and (e.stream in (loss.stream, None) or loss.stream is None))
-    return Incident(loss, own, context, around)
+    nearby = [e for e in events if e.batch_id != batch_id and e.kind not in NOT_CONTEXT and start <= e.time <= end]
+    context = tuple(e for e in nearby if _bears_on(e, loss))
+    folded = Counter(_folded_as(e) for e in nearby if not _bears_on(e, loss))
+    return Incident(loss, own, context, around, tuple(sorted(folded.items(), key=lambda f: (-f[1], f[0]))))
+
+
+def _bears_on(e: BatchEvent, loss: BatchEvent) -> bool:
+    """Shown in the timeline: the same stream's events (when the loss's stream is known), every leader
+    election and every blind window; the rest is folded into counts."""
+    if elected_leader(e) is not None or e.kind is EventKind.CAPTURE_INTERRUPTED:
+        return True
+    return loss.stream is not None and e.stream == loss.stream
+
+
+def _folded_as(e: BatchEvent) -> str:
+    where = "on streams not yet known" if e.stream is None else "on other streams"
+    return f"{e.kind.value.replace('_', ' ')} {where}"
 
 
 def describe(e: BatchEvent) -> str:
@@ -81,8 +97,15 @@ def describe(e: BatchEvent) -> str:
 
 def timeline(incident: Incident) -> list[tuple[datetime, str, str]]:
     """(time, stream, what) for the loss, the tap's view of it and the context, in time order. A
-    stream leader election names the leader before it when the window holds the one before."""
+    stream leader election names the leader before it when the window holds the one before. The
+    batch's own rows start with ▶ (the loss) or ●."""
+    return [(t, s, what) for t, s, what, _ in timeline_rows(incident)]
+
+
+def timeline_rows(incident: Incident) -> list[tuple[datetime, str, str, bool]]:
+    """timeline() with, for each row, whether it is the batch's own."""
     leaders: dict[str | None, str] = {}
+    own = {id(e) for e in (incident.loss, *incident.seen_by_tap)}
     rows = []
     for e in sorted((incident.loss, *incident.seen_by_tap, *incident.context), key=lambda e: e.time):
         what = describe(e)
@@ -90,8 +113,14 @@ def timeline(incident: Incident) -> list[tuple[datetime, str, str]]:
             before = leaders.get(e.stream)
             what = f"stream leader elected: {leader}" + (f" (was {before})" if before and before != leader else "")
             leaders[e.stream] = leader
-        rows.append((e.time, e.stream or UNKNOWN_STREAM, ("▶ " if e is incident.loss else "") + what))
+        mark = "▶ " if e is incident.loss else "● " if id(e) in own else ""
+        rows.append((e.time, e.stream or UNKNOWN_STREAM, mark + what, id(e) in own))
     return rows
+
+
+def folded_lines(incident: Incident) -> list[str]:
+    """The events of the window not shown, one counted line per kind: "214 fast flow changed on other streams"."""
+    return [f"{n} {what}" for what, n in incident.folded]
 
 
 # What acts anywhere in a line; wire text never starts one, so "-", "#" and "1." stay as they are.
@@ -99,27 +128,37 @@ _MARKDOWN = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md(text: object) -> str:
-    """Text from the wire, inert in Markdown: no HTML, no emphasis, links or table breaks."""
-    return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ").replace("\r", " ")
+    """Text from the wire, inert in Markdown: no HTML (a tag needs "<", escaped with "&"), no emphasis,
+    links or table breaks; ">" stays, so an arrow reads as one in the file."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;")
+    return _MARKDOWN.sub(r"\\\1", text).replace("\n", " ").replace("\r", " ")
 
 
-def incident_report(incident: Incident, replay_link: str | None = None) -> str:
+def incident_report(incident: Incident, replay_link: str | None = None, clock: Clock = Clock(),
+                    advice: str | None = None) -> str:
+    """The incident as a Markdown file: times in the clock's zone, the batch's own rows marked, the rest
+    of the window counted rather than listed; `replay_link` should be absolute (the console's URL)."""
     loss = incident.loss
     lines = [
         f"# Incident: batch {md(loss.batch_id)}",
         "",
         f"- **What**: {md(describe(loss))}",
         f"- **Stream**: {md(loss.stream or UNKNOWN_STREAM)}",
-        f"- **When**: {loss.time.isoformat()}",
+        f"- **When**: {clock.when(loss.time, fraction=True)} ({clock.label})",
     ]
     if loss.account:
         lines.append(f"- **Account**: {md(loss.account)}")
     lines.append(f"- **Event id**: {md(loss.event_id)}")
     if replay_link:
-        lines.append(f"- **Stream messages in the window**: {replay_link}")
+        lines.append(f"- **Stream messages in the window**: <{replay_link}>")
+    if advice:
+        lines += ["", "## What to do", "", md(advice)]
     lines += ["", f"## Timeline ({incident.around.total_seconds() / 60:g} minutes either side)", "",
               "| time | stream | event |", "|---|---|---|"]
-    lines += [f"| {t.isoformat()} | {md(s)} | {md(what)} |" for t, s, what in timeline(incident)]
+    lines += [f"| {clock.when(t, fraction=True)} | {md(s)} | {'**' + md(what) + '**' if own else md(what)} |"
+              for t, s, what, own in timeline_rows(incident)]
+    if incident.folded:
+        lines += ["", "Not listed: " + "; ".join(md(line) for line in folded_lines(incident)) + "."]
     if not incident.seen_by_tap:
         lines += ["", "The fast-ingest tap saw nothing of this batch (atomic batches have no `$FI` traffic)."
                   if loss.kind in ATOMIC_KINDS else "The tap saw nothing else of this batch."]

@@ -10,10 +10,11 @@ import pandas as pd
 import panel as pn
 import param
 
-from console.domain.alert_rules import RulesError, duration_text, rule_toml
+from console.domain.alert_rules import RulesError, duration_text, rule_toml, without_targets
 from console.domain.display import Clock
 from console.ui.controls import keep_choice
-from console.ui.formatting import Clocked, put
+from console.ui.formatting import Clocked, put, tabulator
+from console.ui.history import stream_cell
 
 EXAMPLE = '''[[rule]]
 name = "orders abandoned"
@@ -31,7 +32,7 @@ def deliveries_frame(deliveries: list[dict], clock: Clock = Clock()) -> pd.DataF
     rows = []
     for d in deliveries[:200]:
         answer = html.escape(str(d.get("answer", "")))
-        rows.append({"time": clock.when(d.get("time")), "rule": d.get("rule", ""), "stream": d.get("stream", ""),
+        rows.append({"time": clock.when(d.get("time")), "rule": d.get("rule", ""), "stream": stream_cell(d.get("stream", "")),
                      "status": d.get("status", ""), "target": d.get("target", ""),
                      "result": answer if d.get("ok") else f'<span style="color:#c92a2a;font-weight:600">failed: {answer}</span>'})
     return pd.DataFrame(rows, columns=["time", "rule", "stream", "status", "target", "result"])
@@ -50,10 +51,11 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         keep_choice(self, "rule")
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._problem = pn.pane.Markdown("")
-        self._rules = pn.widgets.Tabulator(pd.DataFrame(), height=260, **table)
-        self._firing = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
-        self._sent = pn.widgets.Tabulator(pd.DataFrame(), height=200, **table)
-        self._deliveries = pn.widgets.Tabulator(pd.DataFrame(), height=240, formatters={"result": {"type": "html"}},
+        self._rules = tabulator(pd.DataFrame(), height=260, **table)
+        self._firing = tabulator(pd.DataFrame(), height=160, **table)
+        self._sent = tabulator(pd.DataFrame(), height=200, formatters={"text": {"type": "textarea"}},
+                                          widths={"text": 480}, **table)
+        self._deliveries = tabulator(pd.DataFrame(), height=240, formatters={"result": {"type": "html"}},
                                                 **table)
         w = pn.widgets
         controls = []
@@ -78,15 +80,18 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         rules, problem = self.view.rules()
         firing = self.view.firing()
         firing_rules = {rule for rule, _, _ in firing}
-        self._problem.object = f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem else ""
+        note = without_targets(rules)
+        self._problem.object = (f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem
+                                else f"**Nothing is sent.** {html.escape(note)}" if note else "")
         put(self._rules, pd.DataFrame([
             {"rule": r.name, "when": r.when, "streams": ", ".join(r.streams) or "all",
              "reasons": ", ".join(r.reasons) or "all", "at least": r.at_least, "within": duration_text(r.within),
              "severity": r.severity, "notify": ", ".join(r.notify) or "(none)",
              "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok"} for r in rules]))
-        put(self._firing, pd.DataFrame([(r, s, self.clock.when(t)) for r, s, t in firing],
+        put(self._firing, pd.DataFrame([(r, stream_cell(s), self.clock.when(t)) for r, s, t in firing],
                                        columns=["rule", "stream", "since"]))
-        sent = [{**{k: n.get(k) for k in ("rule", "status", "stream", "count", "text")},
+        self._firing.height = min(400, 44 + 31 * max(1, len(firing)))  # every row in sight, up to a dozen
+        sent = [{**{k: n.get(k) for k in ("rule", "status", "count", "text")}, "stream": stream_cell(n.get("stream")),
                  "time": self.clock.when(n["time"])} for n in self.view.notices()[:200]]
         put(self._sent, pd.DataFrame(sent, columns=["time", "rule", "status", "stream", "count", "text"]))
         put(self._deliveries, deliveries_frame(self.view.deliveries(), self.clock))

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 from typing import Iterable
 
 import pandas as pd
+import panel as pn
 import param
-from bokeh.models import HoverTool
+from bokeh.models import DatetimeTickFormatter, HoverTool
 from bokeh.palettes import Category20
 from bokeh.transform import dodge
 
@@ -104,3 +105,33 @@ def ids_by_slot(losses: Iterable[tuple[datetime, str | None]], start: datetime, 
             else:
                 more[slot] = True
     return [", ".join(ids) + (", …" if extra else "") for ids, extra in zip(found, more)]
+
+
+# Times as people read them, whatever the zoom: never "70ms ... 130ms" on a clock axis.
+CLOCK_TICKS = dict(milliseconds="%H:%M:%S.%3N", seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M",
+                   hourmin="%H:%M", hours="%H:%M", days="%b %d", months="%b %Y", years="%Y")
+
+
+def clock_axis(plot) -> None:
+    """The plot's x axis in clock times (the plots' data are in UTC)."""
+    plot.xaxis.formatter = DatetimeTickFormatter(**CLOCK_TICKS)
+
+
+# Column headers in words, the same on every page (a frame's columns keep their code names).
+TITLES = {"batch_id": "batch", "acked_seq": "acked seq", "seq": "last seq", "gap_mode": "gap mode",
+          "mean_seconds": "mean time between", "allow_atomic": "allow atomic", "allow_batched": "allow batched",
+          "persist_mode": "persist mode", "required_api_level": "required API level", "at least": "at least",
+          "leader_elections": "leader elections", "stream_updates": "stream updates",
+          "other_abandonments": "other abandonments", "gaps_nearby": "gaps nearby", "min_flow": "min flow",
+          "max_flow": "max flow", "first_lost_seq": "first lost seq", "err_code": "error code", "name": "stream"}
+HTML_COLUMNS = ("stream", "investigate", "name", "event", "result")  # cells the pages build as escaped HTML
+
+
+def tabulator(value, **options) -> pn.widgets.Tabulator:
+    """A read-only table as every page shows one: headers in words, stream names and links as HTML."""
+    options.setdefault("disabled", True)
+    options.setdefault("show_index", False)
+    options.setdefault("sizing_mode", "stretch_width")
+    options["titles"] = {**TITLES, **options.get("titles", {})}
+    options["formatters"] = {**{c: {"type": "html"} for c in HTML_COLUMNS}, **options.get("formatters", {})}
+    return pn.widgets.Tabulator(value, **options)

@@ -23,6 +23,7 @@ YEAR = 365 * 24 * 3600
 class Badge:
     label: str
     level: str  # ok | warn | bad | info
+    banner: str | None = None  # a problem every page must show in full, under the header
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ header.bc .badges { display: flex; flex-wrap: wrap; gap: .35rem; margin-left: au
 header.bc .badge { padding: .12rem .55rem; border-radius: 999px; font-size: .85em; font-weight: 600; color: #fff; }
 header.bc .badge.ok { background: var(--bc-ok); } header.bc .badge.warn { background: var(--bc-warn); }
 header.bc .badge.bad { background: var(--bc-bad); } header.bc .badge.info { background: var(--bc-info); }
+div.bc-banner { margin-top: .4rem; padding: .5rem 1rem; border-radius: 6px; background: var(--bc-bad); color: #fff;
+                font-weight: 600; }
 header.bc button { font: inherit; font-size: .85em; background: transparent; color: var(--bc-head-fg);
                    border: 1px solid var(--bc-link); border-radius: 4px; padding: .1rem .5rem; cursor: pointer; }
 """
@@ -90,6 +93,7 @@ def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: P
         f'onclick="{html.escape(_switch_script(THEME_COOKIE, repr(theme_to)))}">{"Light" if prefs.dark else "Dark"}</button>'
         f'<button type="button" aria-label="switch times to {"local time" if prefs.clock.is_utc else "UTC"}" '
         f'onclick="{html.escape(_switch_script(ZONE_COOKIE, zone_to))}">{zone_label}</button></header>'
+        + "".join(f'<div class="bc-banner" role="alert">{html.escape(b.banner)}</div>' for b in badges if b.banner)
     )
 
 

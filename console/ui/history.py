@@ -12,11 +12,22 @@ import panel as pn
 import param
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
+from bokeh.transform import dodge
 
 from console.domain.display import Clock, count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
+from console.domain.wire import stream_name_problem
 from console.domain.live_model import REASONS
-from console.ui.formatting import Clocked, ids_by_slot, outside, shown, stacked, stacked_bars
+from console.ui.formatting import (
+    Clocked,
+    clock_axis,
+    ids_by_slot,
+    outside,
+    shown,
+    stacked,
+    stacked_bars,
+    tabulator,
+)
 
 
 def incident_link(batch_id: str | None) -> str:
@@ -31,6 +42,8 @@ def stream_cell(stream: str | None) -> str:
     unknown on hover."""
     if not stream or stream == UNKNOWN_STREAM:
         return f'<span title="{html.escape(WHY_UNKNOWN)}">{UNKNOWN_STREAM}</span>'
+    if stream_name_problem(stream) is not None:  # "(collector)", "other": not a stream, no page
+        return html.escape(stream)
     return f'<a href="/stream?name={quote(stream, safe="")}">{html.escape(stream)}</a>'
 
 
@@ -45,15 +58,19 @@ def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.Da
     return stacked(list(hours), {reason: list(wide[reason]) for reason in REASONS if reason in wide}, ids)
 
 
-def data_extent(*hours: pd.Series) -> tuple[datetime, datetime] | None:
-    """From an hour before the first hour with data to an hour after the last: the x range a plot shows."""
+def data_extent(*hours: pd.Series, now: datetime | None = None) -> tuple[datetime, datetime] | None:
+    """From an hour before the first hour with data to an hour after the last, never past the hour now
+    ends: the x range a plot shows."""
     found = pd.concat([h for h in hours if len(h)]) if any(len(h) for h in hours) else None
     if found is None:
         return None
-    return found.min() - timedelta(hours=1), found.max() + timedelta(hours=2)
+    this_hour = (now or datetime.now(timezone.utc)).replace(minute=0, second=0, microsecond=0)
+    return found.min() - timedelta(hours=1), min(found.max() + timedelta(hours=2), this_hour + timedelta(hours=1))
 
 
 def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
+    """Gaps and lost messages per hour (bars), the missing hours zeros, no hour after the current one."""
+    end = min(end, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
     wide = frame.set_index("hour").reindex(hours).astype(float).fillna(0)
     return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
@@ -70,6 +87,9 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
         if safe[column].dtype == object:
             safe[column] = [f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_START) else v for v in safe[column]]
     return safe
+
+
+PLOT_TITLES = ("Abandoned batches per hour, by reason", "Fast-ingest gaps and lost messages per hour")
 
 
 def blind_windows_text(windows: pd.DataFrame, clock: Clock = Clock()) -> str:
@@ -124,22 +144,29 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
         # One explicit range for both plots: a DataRange1d would fit every zero-filled hour of the week.
         self._hours = Range1d(*self._bounds())
-        bars = figure(title="Abandoned batches per hour, by reason", x_axis_type="datetime", height=260,
+        bars = figure(title=PLOT_TITLES[0], x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None, x_range=self._hours)
         stacked_bars(bars, self._bars, timedelta(hours=1), "%Y-%m-%d %H:00")
-        gaps = figure(title="Fast-ingest gaps and lost messages per hour", x_axis_type="datetime", height=260,
+        gaps = figure(title=PLOT_TITLES[1], x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None, x_range=self._hours)
-        gaps.line("t", "gaps", source=self._gaps, color="orange", legend_label="gaps")
-        gaps.line("t", "lost", source=self._gaps, color="red", legend_label="lost messages")
+        hour_ms = 3_600_000
+        gaps.vbar(x=dodge("t", hour_ms * 0.3, range=self._hours), top="gaps", width=hour_ms * 0.4, color="orange",
+                  source=self._gaps, legend_label="gaps")
+        gaps.vbar(x=dodge("t", hour_ms * 0.7, range=self._hours), top="lost", width=hour_ms * 0.4, color="red",
+                  source=self._gaps, legend_label="lost messages")
+        gaps.y_range.start = 0
         outside(gaps)
+        for plot in (bars, gaps):
+            clock_axis(plot)
+        self._plots = (bars, gaps)
         gaps.add_tools(HoverTool(tooltips=[("hour", "@t{%Y-%m-%d %H:00} UTC"), ("gaps", "@gaps"),
                                            ("lost messages", "@lost")], formatters={"@t": "datetime"}))
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
-        self._streams = pn.widgets.Tabulator(pd.DataFrame(columns=["stream"]), height=220,
+        self._streams = tabulator(pd.DataFrame(columns=["stream"]), height=220,
                                              formatters={"stream": {"type": "html"}}, **table)
-        self._outcomes = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
-        self._stats = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
-        self._lost = pn.widgets.Tabulator(pd.DataFrame(), height=300,
+        self._outcomes = tabulator(pd.DataFrame(), height=160, **table)
+        self._stats = tabulator(pd.DataFrame(), height=160, **table)
+        self._lost = tabulator(pd.DataFrame(), height=300,
                                           formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
                                           **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
@@ -191,12 +218,17 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             self._bars.data = hourly_bars(by_hour, start, end, self._shown["abandoned_batches"])
             self._gaps.data = gap_lines(gaps, start, end)
             extent = data_extent(by_hour["hour"], gaps["hour"])  # where the data is, not a week of empty axis
+            for plot, title, frame in zip(self._plots, PLOT_TITLES, (by_hour, gaps)):
+                plot.title.text = title if len(frame) else f"{title}: none in these dates" + (
+                    "" if self.history.job_position() else " (the analytics job has not run yet)")
             self._hours.start, self._hours.end = extent or (start, end)
             by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
             by_stream["stream"] = [stream_cell(s) for s in by_stream["stream"]]
             self._streams.value = by_stream
             self._outcomes.value = shown(self._shown["fast_outcomes"], self.clock)
-            self._stats.value = shown(stats, self.clock, durations=("mean_seconds",))
+            stats = shown(stats, self.clock, durations=("mean_seconds",))
+            stats["stream"] = [stream_cell(s) for s in stats["stream"]]
+            self._stats.value = stats
             lost = shown(self._shown["abandoned_batches"], self.clock)
             lost["investigate"] = [incident_link(b) for b in lost["batch_id"]]
             lost["stream"] = [stream_cell(s) for s in lost["stream"]]

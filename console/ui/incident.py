@@ -12,17 +12,23 @@ import panel as pn
 import param
 
 from console.domain.display import Clock
-from console.domain.incident import Incident, describe, incident_report, timeline
-from console.ui.formatting import Clocked, coroutine
+from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
+from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
 Finder = Callable[[str], Awaitable[Incident | None]]
 
 
 def timeline_frame(incident: Incident, clock: Clock = Clock()) -> pd.DataFrame:
-    """Oldest first, times to the millisecond in the clock's zone."""
-    rows = [{"time": clock.when(t, fraction=True), "stream": stream_cell(s), "event": what} for t, s, what in timeline(incident)]
-    return pd.DataFrame(rows, columns=["time", "stream", "event"], dtype=object)
+    """Oldest first, times to the millisecond in the clock's zone; the batch's own rows in bold on yellow."""
+    rows, own = [], []
+    for t, s, what, mine in timeline_rows(incident):
+        rows.append({"time": clock.when(t, fraction=True), "stream": stream_cell(s), "event": html.escape(what)})
+        own.append(mine)
+    frame = pd.DataFrame(rows, columns=["time", "stream", "event"], dtype=object)
+    frame["event"] = [f'<b style="background:#fff3bf;color:#1d2330">{e}</b>' if mine else e
+                      for e, mine in zip(frame["event"], own)]
+    return frame
 
 
 def report_filename(batch_id: str) -> str:
@@ -32,6 +38,8 @@ def report_filename(batch_id: str) -> str:
 class IncidentPage(Clocked, pn.viewable.Viewer):
     find = coroutine("async batch_id -> Incident | None (event log, live model, history)")
     replay_link = param.Callable(default=lambda incident: None, doc="Incident -> link into Replay, or None")
+    advice = param.Callable(default=lambda incident: None, doc="Incident -> what to do about it, or None")
+    console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
 
     def __init__(self, **params):
@@ -40,9 +48,9 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._search = pn.widgets.TextInput(label="batch id", value=self.batch_id)
         self._go = pn.widgets.Button(label="Investigate", button_type="primary")
         self._summary = pn.pane.HTML("")
-        self._timeline = pn.widgets.Tabulator(pd.DataFrame(columns=["time", "stream", "event"]), disabled=True,
+        self._timeline = tabulator(pd.DataFrame(columns=["time", "stream", "event"]), disabled=True,
                                               show_index=False, sizing_mode="stretch_width", height=360,
-                                              formatters={"stream": {"type": "html"}})
+                                              formatters={"stream": {"type": "html"}, "event": {"type": "html"}})
         self._download = pn.widgets.FileDownload(callback=self._report, filename="incident.md",
                                                  label="Download report (Markdown)", button_type="light",
                                                  visible=False)
@@ -78,8 +86,12 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             f"<p><b>{e(describe(loss))}</b><br>stream <b>{stream_cell(loss.stream)}</b> · "
             f"{self.clock.when(loss.time, fraction=True)} · event {e(loss.event_id)}"
             + (f" · account {e(loss.account)}" if loss.account else "")
-            + f"<br>{replay}</p><p><b>What the tap saw</b><br>{tap}</p>"
-            f"<p>{len(incident.context)} context event(s) within {incident.around.total_seconds() / 60:g} min</p>")
+            + f"<br>{replay}</p>"
+            + (f"<p><b>What to do</b><br>{e(todo)}</p>" if (todo := self.advice(incident)) else "")
+            + f"<p><b>What the tap saw</b><br>{tap}</p>"
+            f"<p>{len(incident.context)} event(s) of this stream, leader elections and blind windows within "
+            f"{incident.around.total_seconds() / 60:g} min"
+            + (f"; not listed: {e('; '.join(folded_lines(incident)))}" if incident.folded else "") + "</p>")
         self._timeline.value = timeline_frame(incident, self.clock)
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
@@ -87,7 +99,10 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     def _report(self) -> io.StringIO:
         if self._incident is None:
             return io.StringIO("")
-        return io.StringIO(incident_report(self._incident, self.replay_link(self._incident)))
+        link = self.replay_link(self._incident)
+        if link and link.startswith("/") and self.console_url:
+            link = self.console_url.rstrip("/") + link
+        return io.StringIO(incident_report(self._incident, link, self.clock, self.advice(self._incident)))
 
     def __panel__(self):
         return self._layout

@@ -15,7 +15,7 @@ from bokeh.plotting import figure
 
 from console.domain.display import Clock, count, duration
 from console.domain.live_model import REASONS, LiveModel
-from console.ui.formatting import Clocked, ids_by_slot, stacked, stacked_bars
+from console.ui.formatting import Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
 from console.ui.history import incident_link, stream_cell
 
 if TYPE_CHECKING:
@@ -55,6 +55,22 @@ def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
     slots = [start + INTERVAL * i for i in range(INTERVALS)]
     ids = ids_by_slot(((b.time, b.batch_id) for b in model.newest_first(limit=500)), start, INTERVAL, INTERVALS)
     return stacked(slots, model.per_interval(now, INTERVAL, INTERVALS), ids)
+
+
+FLOW_SPAN = timedelta(minutes=2)  # the flow chart shows at least this much
+MIN_WINDOW = timedelta(minutes=15)  # the bars show at least this much
+
+
+def flow_title(model: LiveModel) -> str:
+    if not model.active:
+        return "Flow of active fast batches: none active now (the chart fills when a fast batch runs)"
+    return f"Flow of {len(model.active)} active fast batch{'es' if len(model.active) != 1 else ''} (x: gaps)"
+
+
+def flow_window(model: LiveModel, now: datetime) -> tuple[datetime, datetime]:
+    """From the oldest point shown (at least FLOW_SPAN back) to now: clock times, never a sub-second axis."""
+    points = [t for b in model.active_newest_first()[:FLOW_LINES] for t, _ in b.flow_points]
+    return min([now - FLOW_SPAN, *points]), now
 
 
 def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
@@ -130,11 +146,11 @@ class LivePage(Clocked, pn.viewable.Viewer):
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
         self._status = pn.pane.Str("", sizing_mode="stretch_width")
         self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
-        self._table = pn.widgets.Tabulator(
+        self._table = tabulator(
             recent_frame(self.model, clock=self.clock), disabled=True, show_index=False, sizing_mode="stretch_width",
             height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
         )
-        self._active = pn.widgets.Tabulator(
+        self._active = tabulator(
             active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,
             formatters={"stream": {"type": "html"}},
         )
@@ -143,11 +159,14 @@ class LivePage(Clocked, pn.viewable.Viewer):
         bars = figure(title="Lost batches per minute, by reason", x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None, x_range=self._window(now))
         stacked_bars(bars, self._bars, INTERVAL, "%H:%M")
+        clock_axis(bars)
         self._bars_range = bars.x_range
         lines, marks = flow_data(self.model)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
-        flows = figure(title="Flow of active fast batches (x: gaps)", x_axis_type="datetime", height=260,
-                       sizing_mode="stretch_width", toolbar_location=None)
+        flows = figure(title=flow_title(self.model), x_axis_type="datetime", height=260,
+                       sizing_mode="stretch_width", toolbar_location=None, x_range=flow_window(self.model, now))
+        clock_axis(flows)
+        self._flows = flows
         flows.multi_line(xs="xs", ys="ys", line_color="color", source=self._lines)
         flows.scatter(x="t", y="flow", marker="x", size=12, color="red", source=self._marks)
         self._layout = pn.Column(
@@ -159,15 +178,18 @@ class LivePage(Clocked, pn.viewable.Viewer):
         )
         self.refresh()
 
-    @staticmethod
-    def _window(now: datetime) -> tuple[datetime, datetime]:
-        """The bars' x range: the last INTERVALS minutes, with or without losses in them."""
-        return now - INTERVAL * INTERVALS, now
+    def _window(self, now: datetime) -> tuple[datetime, datetime]:
+        """The bars' x range: from a few minutes before the first loss of the hour (at least the last
+        MIN_WINDOW) to now, so a few minutes of losses are not a sliver at the end of an empty hour."""
+        hour_ago = now - INTERVAL * INTERVALS
+        first = min((b.time for b in self.model.newest_first(limit=500) if b.time >= hour_ago), default=now)
+        return max(hour_ago, min(first - INTERVAL * 5, now - MIN_WINDOW)), now
 
     @classmethod
     def following(cls, state: LiveState, **params) -> LivePage:
         """A page on the process's live state, refreshed every `refresh_ms` in the current session."""
-        page = cls(model=state.model, connection=lambda: state.connection, problem=lambda: state.problem,
+        page = cls(model=state.model, connection=lambda: state.connection,
+                   problem=lambda: state.key_problem or state.problem,
                    skipped=lambda: state.skipped, **params)
         page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
         return page
@@ -190,6 +212,8 @@ class LivePage(Clocked, pn.viewable.Viewer):
             self._bars.data = interval_data(self.model, now)
             self._bars_range.start, self._bars_range.end = self._window(now)
             self._lines.data, self._marks.data = flow_data(self.model)
+            self._flows.title.text = flow_title(self.model)
+            self._flows.x_range.start, self._flows.x_range.end = flow_window(self.model, now)
 
     def __panel__(self):
         return self._layout

@@ -54,11 +54,12 @@ class ProbePage(Clocked, pn.viewable.Viewer):
         self._skip = pn.widgets.IntInput(label="inject a gap at seq (0: none)", value=0, start=0)
         self._abandon = pn.widgets.CheckBoxGroup(options=[ABANDON])  # a lone Checkbox has no accessible name
         self._start = pn.widgets.Button(label="Publish probe", button_type="primary")
-        self._status = pn.pane.Markdown("")
+        self._status = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._start.on_click(self._on_start)
         form = pn.Column(self._kind, self._stream, self._subject, self._count, self._batch_size, self._flow,
                          self._gap_mode, self._skip, self._abandon, self._start, width=360)
-        self._layout = pn.Column(pn.pane.Markdown("## Probe"), pn.Row(form, self._status), sizing_mode="stretch_width")
+        self._layout = pn.Column(pn.pane.Markdown("## Probe"), pn.Row(form, self._status, sizing_mode="stretch_width"),
+                                 sizing_mode="stretch_width")
 
     async def _on_start(self, *_) -> None:
         try:

@@ -15,9 +15,9 @@ import panel as pn
 import param
 
 from console.domain.batch_limits import edit_risks
-from console.domain.display import count, size
+from console.domain.display import count, size, yes_no
 from console.domain.live_model import LiveModel
-from console.ui.formatting import Clocked, coroutine, put, shown
+from console.ui.formatting import Clocked, coroutine, put, shown, tabulator
 from console.ui.history import incident_link
 from console.ui.live import active_frame, recent_frame
 from console.ui.streams import limits_markdown
@@ -44,7 +44,7 @@ def placement_markdown(p: StreamPlacement) -> str:
     return "\n".join([
         "| allow_atomic | allow_batched | persist_mode | replicas | retention | required API level |",
         "|---|---|---|---|---|---|",
-        f"| {s.allow_atomic} | {s.allow_batched} | {e(s.persist_mode)} | R{s.replicas} | {e(s.retention)} | "
+        f"| {yes_no(s.allow_atomic)} | {yes_no(s.allow_batched)} | {e(s.persist_mode)} | R{s.replicas} | {e(s.retention)} | "
         f"{s.required_api_level if s.required_api_level is not None else '-'} |",
         "",
         f"Runs on {where}; holds {count(p.messages)} messages ({size(p.bytes)}), {count(s.consumers or 0)} consumers.",
@@ -66,9 +66,9 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         self._limits = pn.pane.Markdown("", sizing_mode="stretch_width")
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width",
                      formatters={"investigate": {"type": "html"}})
-        self._live = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
-        self._week = pn.widgets.Tabulator(pd.DataFrame(), height=220, **table)
-        self._active = pn.widgets.Tabulator(pd.DataFrame(), height=160, **table)
+        self._live = tabulator(pd.DataFrame(), height=220, **table)
+        self._week = tabulator(pd.DataFrame(), height=220, **table)
+        self._active = tabulator(pd.DataFrame(), height=160, **table)
         self._layout = pn.Column(
             self._head, self._settings, self._limits, pn.pane.Markdown("### Lost batches, live (the last hour)"),
             self._live, pn.pane.Markdown("### Lost batches, last 7 days (History)"), self._week,

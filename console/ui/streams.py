@@ -12,13 +12,14 @@ from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
 from console.ui.controls import checkbox, keep_choice
-from console.ui.formatting import Clocked, coroutine
+from console.ui.formatting import Clocked, coroutine, tabulator
+from console.ui.history import stream_cell
 
 COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
 
 
 def streams_frame(streams: list[StreamBatchSettings]) -> pd.DataFrame:
-    rows = [{"name": s.name, "allow_atomic": s.allow_atomic, "allow_batched": s.allow_batched,
+    rows = [{"name": stream_cell(s.name), "allow_atomic": s.allow_atomic, "allow_batched": s.allow_batched,
              "persist_mode": s.persist_mode, "replicas": s.replicas, "mirror": s.is_mirror, "sources": s.sources,
              "required_api_level": s.required_api_level if s.required_api_level is not None else -1}
             for s in streams]
@@ -64,7 +65,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         self._limits: BatchLimits | None = None
         self._server = pn.pane.Markdown("")
         self._limits_pane = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self._table = pn.widgets.Tabulator(streams_frame([]), disabled=True, show_index=False,
+        self._table = tabulator(streams_frame([]), disabled=True, show_index=False,
                                            sizing_mode="stretch_width", height=300)
         self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.admin.read_only)
         if self.admin.read_only:

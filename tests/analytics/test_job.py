@@ -336,3 +336,25 @@ async def test_a_recorded_blind_window_reaches_historys_table(spark, server, cli
                                            "reason": "node n1 lost"}]
     text = blind_windows_text(windows)
     assert "capture interrupted from" in text and "losses in this window may be missing (node n1 lost)" in text
+
+
+async def test_analytics_with_another_key_than_the_collectors_fails_with_exit_2_naming_the_key(
+        spark, server, client, produce, tmp_path):
+    """Not an empty History: the collector's statuses do not verify, so the key is wrong, and the run
+    says so and where its key came from."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from console.config import event_key
+
+    collectors = tmp_path / "collector"
+    await produce(["other-key"], key=event_key(data_dir=collectors))
+    mine = tmp_path / "mine"
+    event_key(data_dir=mine)  # another data directory, another key
+    cli = str(Path(sys.executable).parent / "batch-console")
+    done = await asyncio.to_thread(
+        subprocess.run, [cli, "analytics", "--server", server.url, "--data-dir", str(mine), "--once"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "event key wrong" in done.stderr and str((mine / "event.key").resolve()) in done.stderr

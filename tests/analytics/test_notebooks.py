@@ -2,25 +2,30 @@
 
 import asyncio
 import os
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
 from console.analytics.job import JobSettings, run_once
-from console.config import event_key
+from console.broker.eventlog import EventLog
+from console.config import EventLogSettings, event_key
+from console.domain.events import BatchEvent, EventKind
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-async def execute(name: str, env: dict[str, str]) -> str:
-    """Runs the notebook in a fresh kernel; returns every text output, in order."""
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+async def execute(name: str, env: dict[str, str], folder: Path = NOTEBOOKS) -> str:
+    """Runs the notebook in a fresh kernel, in `folder` (Jupyter's working directory: the notebook's
+    own); returns every text output, in order."""
+    nb = nbformat.read(folder / name, as_version=4)
     saved = dict(os.environ)
     os.environ.update(env)  # the kernel inherits the environment it is started with
     try:
         await NotebookClient(nb, timeout=120, kernel_name="python3",
-                             resources={"metadata": {"path": str(NOTEBOOKS)}}).async_execute()
+                             resources={"metadata": {"path": str(folder)}}).async_execute()
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -50,7 +55,7 @@ async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batche
            "REPLAY_STREAM": "JOBA"}
 
     text, nb = await execute("quickstart.ipynb", env)
-    assert "lost batches in the last hour" in text and "nb-1" in text and "nb-2" in text
+    assert "2 lost batches in the last hour" in text and "nb-1" in text and "nb-2" in text
     assert "JOBA" in text and "atomic=True" in text
     assert "replay JOBA: 3 messages fetched" in text  # the Replay page driven by its params
     assert "a year ago: 0 abandoned batches" in text  # History follows the dates set on it
@@ -66,3 +71,37 @@ async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batche
     assert "JOBA" in text and "incomplete" in text  # SQLite history by stream
     assert "abandonments by reason (Delta): {'incomplete': 2}" in text
     assert rich_outputs(nb) >= 4
+
+
+async def test_notebooks_in_their_own_folder_find_the_consoles_data_and_a_wrong_key_is_an_error(
+        spark, server, client, produce, tmp_path):
+    """A project laid out as the repository is (notebooks/ beside data/), Jupyter started in notebooks/
+    with no data directory set: the notebook finds ../data and says so; with another key in it, the
+    notebook stops with the key error (naming the key file), not with empty results."""
+    import shutil
+
+    from nbclient.exceptions import CellExecutionError
+
+    project = tmp_path / "project"
+    shutil.copytree(NOTEBOOKS, project / "notebooks")
+    data = project / "data"
+    key = event_key(data_dir=data)
+    await produce(["own-folder-1"], key=key)
+    # The collector's heartbeat, as a running console's log always holds one: what tells a wrong key.
+    heartbeat = BatchEvent(f"status.own-folder.{time.time_ns()}", EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc))
+    assert (await EventLog(client.jetstream(), EventLogSettings(key=key)).append([heartbeat])).stored
+    env = {"BATCH_CONSOLE_SERVER": server.url, "REPLAY_STREAM": "JOBA"}
+    text, _ = await execute("quickstart.ipynb", env, project / "notebooks")
+    assert f"data directory {data.resolve()}" in text
+    assert "own-folder-1" in text and "lost batches in the last hour" in text
+    assert not (project / "notebooks" / "data").exists()  # no key made beside the notebook
+
+    (data / "event.key").write_text("a-different-key-0123456789abcdef\n")
+    try:
+        text, _ = await execute("quickstart.ipynb", env, project / "notebooks")
+    except CellExecutionError as e:
+        refused = str(e)
+    else:
+        raise AssertionError(f"a wrong key went unnoticed:\n{text}")
+    assert "KeyMismatchError" in refused and f"event key wrong" in refused
+    assert str((data / "event.key").resolve()) in refused

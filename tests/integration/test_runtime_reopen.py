@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import pytest
 
 from console.broker.eventlog import EventLog
-from console.config import load
+from console.config import event_key, load
 from console.domain.events import BatchEvent, EventKind
 from console.errors import InvalidNameError
 from console.runtime import Runtime
@@ -15,6 +15,7 @@ from tests.waits import eventually, wait_until
 
 async def test_a_connection_the_server_closed_is_opened_again_and_live_follows(server, tmp_path):
     settings = load(environ={"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path)})
+    event_key(data_dir=tmp_path)  # the collector's, as the web finds it beside one
     runtime = await Runtime.open(settings)
     try:
         live = runtime.live

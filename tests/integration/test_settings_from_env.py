@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from console.broker.server import EmbeddedServer
+from console.config import event_key
 from console.widgets import NotebookConsole
 from tests.processes import CLI
 from tests.waits import poll_until
@@ -62,6 +63,7 @@ def test_collect_runs_on_the_environment_alone(token_server, tmp_path):
 async def test_a_notebook_console_opens_on_the_environment_alone(token_server, tmp_path, monkeypatch):
     for name, value in environment(token_server, tmp_path).items():
         monkeypatch.setenv(name, value)
+    event_key(data_dir=tmp_path)  # a collector has run on this data directory
     console = await NotebookConsole.open()
     try:
         assert console.runtime.nc.is_connected

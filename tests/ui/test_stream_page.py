@@ -18,7 +18,7 @@ def test_a_stream_name_on_live_opens_its_page_with_settings_limits_and_its_lost_
     expect(page).to_have_url(re.compile(r"/stream\?name=UI_STREAM$"))
     expect(page.get_by_role("heading", name="Stream UI_STREAM")).to_be_visible(timeout=30_000)
     settings = page.get_by_role("row").filter(has_text="R1")
-    expect(settings).to_contain_text("True", timeout=30_000)  # the probe's stream allows both kinds
+    expect(settings).to_contain_text("true", timeout=30_000)  # the probe's stream allows both kinds
     expect(page.get_by_text("alone (no replicas)")).to_be_visible()
     limit = page.get_by_role("row").filter(has_text="batch timeout (idle between two messages)")
     expect(limit).to_contain_text("1.0 s", timeout=30_000)  # read from /varz after the settings

@@ -1,5 +1,6 @@
 """`batch-console up --demo` end to end, as a newcomer runs it, in a temp data directory."""
 
+import json
 import os
 import re
 import signal
@@ -17,6 +18,10 @@ REASONS = ("timeout", "incomplete", "large", "unsupported", "gap")
 
 def pids(output: str, name: str) -> list[int]:
     return [int(p) for p in re.findall(rf"\[up\] {name}: (?:restarted, )?running \(pid (\d+)\)", output)]
+
+
+def data_dir(log):
+    return log.parent / "data"
 
 
 def alive(pid: int) -> bool:
@@ -68,6 +73,9 @@ def test_up_demo_shows_every_outcome_live_and_in_history_and_ctrl_c_leaves_nothi
     proc.send_signal(signal.SIGINT)  # Ctrl-C
     assert proc.wait(timeout=60) == 0
     assert "[up] nats: stopped" in log.read_text()
+    assert "[up] alerts: No rule has a notify target" in output  # said plainly, with how to set one
+    states = json.loads((data_dir(log) / "logs" / "up.json").read_text())
+    assert not [name for name, part in states.items() if part["state"].startswith("running")], states
     poll_until(lambda: not any(alive(p) for p in started), 30, "a process outlived Ctrl-C")
 
 

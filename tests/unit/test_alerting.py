@@ -94,6 +94,40 @@ def test_a_silent_collector_fires():
     assert (silent.rule, silent.status, silent.stream) == ("collector silent", "firing", "(collector)")
 
 
+def test_a_start_is_not_an_outage_the_collector_gets_its_window_from_the_first_evaluation():
+    never_heard = Evaluator(parse_rules(RULES))
+    assert never_heard.evaluate(at(0)) == [] and never_heard.evaluate(at(29)) == []
+    never_heard.apply(BatchEvent("s", EventKind.COLLECTOR_STATUS, at(3)))  # it comes up beside the alerts
+    assert never_heard.evaluate(at(30)) == []
+    heard_long_ago = Evaluator(parse_rules(RULES))  # restarted after an hour: the backfill's statuses are old
+    heard_long_ago.apply(BatchEvent("s0", EventKind.COLLECTOR_STATUS, at(-3600)))
+    assert heard_long_ago.evaluate(at(0)) == [] and heard_long_ago.evaluate(at(20)) == []
+    [silent] = heard_long_ago.evaluate(at(31))  # and then it does not come back: that is an outage
+    assert silent.status == "firing"
+
+
+def test_a_rule_with_for_fires_only_once_its_condition_has_held_that_long():
+    rules = parse_rules(RULES.replace('within = "1m"', 'within = "1m"\nfor = "20s"'))
+    evaluator = Evaluator(rules)
+    for i in (0, 1):
+        evaluator.apply(abandoned(i))
+    assert evaluator.evaluate(at(2)) == [] and evaluator.evaluate(at(21)) == []
+    [firing] = evaluator.evaluate(at(22.5))
+    assert firing.status == "firing" and firing.since == at(22.5)
+
+
+def test_a_muted_rule_is_firing_nowhere():
+    evaluator = Evaluator(parse_rules(RULES))
+    for i in (0, 1):
+        evaluator.apply(abandoned(i))
+    [firing] = evaluator.evaluate(at(2))
+    assert ("orders abandoned", "ORDERS") in evaluator.firing
+    evaluator.rules = parse_rules(RULES.replace('remedy = "check', 'muted = true\nremedy = "check'))
+    assert evaluator.evaluate(at(3)) == [] and ("orders abandoned", "ORDERS") not in evaluator.state()
+    evaluator.apply(abandoned(4))
+    assert evaluator.evaluate(at(5)) == [] and evaluator.firing == {}
+
+
 @pytest.mark.parametrize("text, line, reason", [
     ('[[rule]]\nname = "x"\nwhen = "lost_batchez"\n', 1, "when must be one of"),
     ('[[rule]]\nname = "x"\nwhen = "rejected"\n\n[[rule]]\nname = "y"\nwhen = "rejected"\nwithin = "5 minutes"\n',

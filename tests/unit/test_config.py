@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from console.broker.connection import connect_options
@@ -137,14 +139,38 @@ def test_a_bad_environment_value_names_its_variable_and_never_shows_a_secret():
 
 
 def test_the_spark_options_carry_every_connection_setting_and_read_back_the_same(tmp_path):
-    from console.config import SPARK_EVENT_KEY, spark_options
+    from console.config import SPARK_EVENT_KEY, SPARK_KEY_SOURCE, event_key, spark_options
 
+    event_key(data_dir=tmp_path, environ={})  # the collector's, as the job finds it
     settings = load(environ={"BATCH_CONSOLE_SERVER": "nats://a:1,nats://b:2", "BATCH_CONSOLE_CREDS": "/c.creds",
                              "BATCH_CONSOLE_TOKEN": "t0k", "BATCH_CONSOLE_TLS_CA": "/ca.pem",
                              "BATCH_CONSOLE_CONNECT_TIMEOUT": "7", "BATCH_CONSOLE_DATA_DIR": str(tmp_path)})
     options = spark_options(settings)
     assert ConnectionSettings.from_options(options) == settings.connection
     assert options[SPARK_EVENT_KEY] == (tmp_path / "event.key").read_text().strip()
+    assert options[SPARK_KEY_SOURCE] == str((tmp_path / "event.key").resolve())
+
+
+def test_a_reader_never_makes_an_event_key_and_says_where_it_looked(tmp_path):
+    from console.config import EventLogSettings
+
+    with pytest.raises(ConfigError, match="no event key at .*no collector has run on this data directory"):
+        EventLogSettings().keyed(tmp_path, make=False)
+    assert not (tmp_path / "event.key").exists()
+    made = EventLogSettings().keyed(tmp_path, make=True)
+    assert made.key and made.key_source == str((tmp_path / "event.key").resolve())
+    assert EventLogSettings().keyed(tmp_path, make=False).key == made.key
+
+
+def test_a_notebook_in_a_folder_below_finds_the_data_directory_above(tmp_path):
+    from console.config import event_key, found_data_dir
+
+    event_key(data_dir=tmp_path / "data", environ={})
+    (tmp_path / "notebooks").mkdir()
+    found = found_data_dir(load(environ={}), start=tmp_path / "notebooks")
+    assert found.data.data_dir == tmp_path / "data"
+    given = load(environ={"BATCH_CONSOLE_DATA_DIR": "elsewhere"})
+    assert found_data_dir(given, start=tmp_path / "notebooks").data.data_dir == Path("elsewhere")  # given wins
 
 
 def test_up_hands_its_parts_every_setting_in_their_environment_and_nothing_on_their_command_line():

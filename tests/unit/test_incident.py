@@ -46,12 +46,29 @@ def test_no_loss_no_incident():
     assert build_incident("never", EVENTS) is None
 
 
-def test_the_report_names_the_batch_and_lists_the_timeline():
-    report = incident_report(build_incident("b-1", EVENTS), "/replay?stream=ORDERS")
+def test_the_report_names_the_batch_and_lists_the_timeline_readable_as_a_file():
+    report = incident_report(build_incident("b-1", EVENTS), "http://console:8050/replay?stream=ORDERS",
+                             advice="Check the publisher -> its pacing")
     assert report.startswith("# Incident: batch b-1\n")
-    assert "- **Account**: APP" in report and "/replay?stream=ORDERS" in report
-    assert report.count("\n| 2026-11-21T") == 5
+    assert "- **Account**: APP" in report and "<http://console:8050/replay?stream=ORDERS>" in report
+    assert report.count("\n| 2026-11-21 ") == 5 and "T09:" not in report  # formatted times, no raw ISO
+    assert "| **▶ atomic abandoned batch b-1: reason incomplete** |" in report  # the batch's row stands out
+    assert "## What to do\n\nCheck the publisher -> its pacing" in report and "&gt;" not in report
+    assert "Not listed: 1 atomic abandoned on other streams." in report
     assert "atomic batches have no `$FI` traffic" in report
+
+
+def test_other_streams_and_unknown_streams_are_folded_into_counted_lines():
+    from console.domain.incident import folded_lines
+
+    noise = [BatchEvent(f"flow.{i}", EventKind.FAST_FLOW_CHANGED, at(i % 100), None, f"other-{i}", flow=5,
+                        previous_flow=10) for i in range(214)]
+    noise += [BatchEvent(f"gap.{i}", EventKind.FAST_GAP, at(i), "INGEST", f"g-{i}", lost=1, first_lost_seq=1, seq=2)
+              for i in range(3)]
+    incident = build_incident("b-1", [*EVENTS, *noise])
+    assert len(timeline(incident)) == 5  # the batch, its stream, the leader elections
+    assert folded_lines(incident) == ["214 fast flow changed on streams not yet known",
+                                      "3 fast gap on other streams", "1 atomic abandoned on other streams"]
 
 
 def test_a_report_file_name_keeps_only_safe_characters():

@@ -181,3 +181,20 @@ def test_a_blind_window_is_shown_on_live_and_in_an_incident_beside_it():
     loss = BatchEvent("l1", EventKind.ATOMIC_ABANDONED, t0 + timedelta(seconds=30), "ORDERS", "b1", reason="timeout")
     rows = timeline(build_incident("b1", [window, loss]))
     assert any("capture interrupted" in what and "may be missing" in what for _, _, what in rows)
+
+
+def test_a_key_is_wrong_only_when_statuses_fail_and_nothing_verifies():
+    from console.domain.events import STATUS_UNVERIFIED, KeyTally
+
+    forged_beside_real = KeyTally()
+    forged_beside_real.take(None, STATUS_UNVERIFIED)
+    forged_beside_real.take(abandoned(1, 1), None)  # an event that verifies: this key is the collector's
+    assert not forged_beside_real.wrong
+    rotated = KeyTally()  # a log with an older key's statuses, then this key's first event
+    rotated.take(None, STATUS_UNVERIFIED)
+    assert rotated.wrong
+    rotated.take(abandoned(2, 2), None)
+    assert not rotated.wrong
+    other_garbage = KeyTally()
+    other_garbage.take(None, "not JSON")
+    assert not other_garbage.wrong

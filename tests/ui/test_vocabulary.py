@@ -1,0 +1,36 @@
+"""Every page at 1280x800, as an operator's laptop shows it: nothing runs off to the side, and every
+stream name on it is a link to the stream's page."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.processes import probe
+
+STREAM = "UI_WORDS"
+PAGES = ["", "streams", "replay?stream=UI_WORDS", "history", "incident?batch={batch}", "alerts", "probe",
+         "stream?name=UI_WORDS"]
+
+
+@pytest.fixture(scope="module")
+def lost_batch(console):
+    nats_url, _ = console
+    report = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", STREAM,
+                   "--subject", "ui_words.x")
+    return report["abandoned_batch"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_a_page_fits_1280_pixels_and_names_every_stream_as_a_link(console, lost_batch, page, path):
+    _, web_url = console
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(web_url + path.format(batch=lost_batch))
+    expect(page.get_by_text("NATS connected", exact=True)).to_be_visible(timeout=30_000)
+    if path in ("", "streams", "incident?batch={batch}"):  # pages that list the stream (its own page names it in the heading)
+        expect(page.get_by_text(STREAM, exact=True).first).to_be_visible(timeout=30_000)
+    page.wait_for_load_state("networkidle")
+    widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1], f"{path or '/'} is {widths[0]} px wide in a {widths[1]} px window"
+    names = page.get_by_text(STREAM, exact=True)
+    for i in range(names.count()):
+        tag = names.nth(i).evaluate("e => e.closest('a') ? 'a' : e.tagName.toLowerCase()")
+        assert tag in ("a", "option"), f"{path or '/'}: the stream name in a <{tag}> is not a link"
