@@ -1,7 +1,7 @@
 """What `up --demo` holds in memory: the resident set of every process of its tree, by part, sampled
 every 5 s for a few minutes, with the peak and the end figure side by side.
 
-    .venv/bin/python bench/footprint.py [--minutes 5]
+    .venv/bin/python bench/footprint.py [--minutes 5] [--before b405aef]
 
 Starts `batch-console up --demo` (embedded nats-server, a fresh data directory) and sums the RSS of
 every descendant of `up` (the JVM of the analytics part and Spark's Python workers included), each
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from console.broker.cluster import free_port  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "batch-console")
+ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -72,32 +73,47 @@ def tree_rss(root: int) -> dict[str, int]:
     return by_part
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=5.0)
-    args = parser.parse_args()
+def measure(minutes: float, code: Path | None) -> tuple[dict[str, int], dict[str, int]]:
+    """(at the end, at the peak) of `up --demo`, run from `code` (None: this checkout)."""
     data = Path(tempfile.mkdtemp(prefix="bench-footprint-"))
+    env = {**os.environ, **({"PYTHONPATH": str(code)} if code else {})}  # every part imports the older console
     up = subprocess.Popen([CLI, "up", "--demo", "--data-dir", str(data), "--port", str(free_port()), "--nats-port",
                            str(free_port())], stdout=open(data / "up.out", "w"), stderr=subprocess.STDOUT,
-                          start_new_session=True)
+                          start_new_session=True, env=env)
     samples: list[dict[str, int]] = []
     try:
-        end = time.monotonic() + args.minutes * 60
+        end = time.monotonic() + minutes * 60
         while time.monotonic() < end and up.poll() is None:
             time.sleep(5)
             samples.append(tree_rss(up.pid))
             total = sum(samples[-1].values())
-            print(f"\r{len(samples) * 5:4d} s  total {total / 2**30:.2f} GiB", end="", file=sys.stderr, flush=True)
+            print(f"\r{code.name if code else 'this checkout'}: {len(samples) * 5:4d} s  total "
+                  f"{total / 2**30:.2f} GiB", end="", file=sys.stderr, flush=True)
     finally:
         os.killpg(up.pid, signal.SIGINT)
         up.wait(timeout=120)
     print(file=sys.stderr)
-    last, peak = samples[-1], max(samples, key=lambda s: sum(s.values()))
-    print(f"up --demo for {args.minutes:g} min, resident memory by part (MiB): at the end | at the peak")
-    for part in sorted(set(last) | set(peak), key=lambda p: -last.get(p, 0)):
-        print(f"  {part:10} {last.get(part, 0) / 2**20:8.0f} | {peak.get(part, 0) / 2**20:8.0f}")
-    print(f"  {'total':10} {sum(last.values()) / 2**20:8.0f} | {sum(peak.values()) / 2**20:8.0f}"
-          f"   ({sum(last.values()) / 2**30:.2f} GiB at the end; target 2.5)")
+    return samples[-1], max(samples, key=lambda s: sum(s.values()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--before", default="b405aef", help="the commit set beside this checkout")
+    args = parser.parse_args()
+    old = Path(tempfile.mkdtemp(prefix="bench-footprint-before-")) / args.before
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    (now_end, now_peak), (then_end, then_peak) = measure(args.minutes, None), measure(args.minutes, old)
+    print(f"up --demo for {args.minutes:g} min, resident MiB by part: this checkout at the end, at the peak | "
+          f"{args.before} at the end, at the peak")
+    for part in sorted(set(now_end) | set(then_end), key=lambda p: -now_end.get(p, 0)):
+        print(f"  {part:10} {now_end.get(part, 0) / 2**20:8.0f} {now_peak.get(part, 0) / 2**20:8.0f} | "
+              f"{then_end.get(part, 0) / 2**20:8.0f} {then_peak.get(part, 0) / 2**20:8.0f}")
+    a, b = sum(now_end.values()), sum(then_end.values())
+    print(f"  {'total':10} {a / 2**20:8.0f} {sum(now_peak.values()) / 2**20:8.0f} | {b / 2**20:8.0f} "
+          f"{sum(then_peak.values()) / 2**20:8.0f}   ({a / 2**30:.2f} GiB at the end, target 2.5; ratio {a / b:.2f})")
 
 
 if __name__ == "__main__":
