@@ -11,6 +11,7 @@ from console.broker.eventlog import EventLog
 from console.domain.events import EventKind
 from console.domain.incident import AROUND, Incident, build_incident
 from console.domain.live_model import LiveModel, lost_batch
+from console.domain.reasons import OTHER, is_known
 from console.storage.history import Reader
 
 
@@ -48,7 +49,8 @@ def advice(incident: Incident) -> str | None:
     loss = incident.loss
     if loss.kind is EventKind.FAST_GAP:
         return _remedies().get(("lost_messages", "")) or _remedies().get(("lost_messages", "gap"))
-    return _remedies().get(("lost_batches", lost_batch(loss).reason))
+    reason = lost_batch(loss).reason
+    return _remedies().get(("lost_batches", reason if is_known(reason) else OTHER))
 
 
 async def find_incident(log: EventLog, batch_id: str, *, model: LiveModel | None = None,

@@ -8,6 +8,8 @@ missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # browser tests (Debian's Chromium)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)  # local Spark
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)  # scrapes the alerts' metrics; promtool checks the rules
+command -v node >/dev/null 2>&1 || missing+=(nodejs)  # the nats.js publisher (tests/peers/natsjs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -18,4 +20,5 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,notebook]'
+(cd tests/peers/natsjs && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # nats.js from npm, as locked
 exec .venv/bin/python -m pytest "$@"

@@ -1,5 +1,6 @@
-"""Prometheus metrics of the event log, in the Prometheus text format, with bounded labels: streams
-are the only open label, and past MAX_STREAMS of them the rest are folded into "other".
+"""Prometheus metrics of the event log, in the Prometheus text format, with bounded labels: past
+MAX_STREAMS streams, and past MAX_NEW_REASONS reasons a newer server gave, the rest are folded into
+"other".
 
 Rendered here rather than by prometheus_client: its exposition formats every sample anew (about
 8 µs each; 108 ms for 1,000 streams' 14,000 samples), while a scrape must stay under 50 ms. Each
@@ -12,9 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
+from console.domain.reasons import OTHER, is_known
 
 MAX_STREAMS = 1000
-OTHER = "other"
+MAX_NEW_REASONS = 20
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -74,6 +76,7 @@ class Metrics:
         self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
                          self.collector_up, self.lag, self.firing)
         self._streams: set[str] = set()
+        self._new_reasons: set[str] = set()
 
     def stream(self, name: str | None) -> str:
         name = name or UNKNOWN_STREAM
@@ -84,11 +87,20 @@ class Metrics:
         self._streams.add(name)
         return name
 
+    def reason(self, reason: str) -> str:
+        """A reason label: every known one, and the first MAX_NEW_REASONS a newer server gave; past that, other."""
+        if is_known(reason) or reason in self._new_reasons:
+            return reason
+        if len(self._new_reasons) >= MAX_NEW_REASONS:
+            return OTHER
+        self._new_reasons.add(reason)
+        return reason
+
     def observe(self, event: BatchEvent) -> None:
         kind = event.kind
         if kind in LOST_KINDS:
             lost = lost_batch(event)
-            self.lost_batches.inc(self.stream(event.stream), lost.kind, lost.reason)
+            self.lost_batches.inc(self.stream(event.stream), lost.kind, self.reason(lost.reason))
         if kind is EventKind.FAST_GAP:
             stream = self.stream(event.stream)
             self.gaps.inc(stream, event.gap_mode or "")

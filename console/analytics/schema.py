@@ -42,6 +42,8 @@ EVENT_SCHEMA = StructType([
     StructField("detail", StringType(), True),
     StructField("source", StringType(), True),
     StructField("unverified", BooleanType(), True),  # null in files written before it existed
+    StructField("publisher", StringType(), True),  # the publishing connection in one line (null before it existed)
+    StructField("probable_stream", StringType(), True),
     StructField("v", IntegerType(), False),
 ])
 
@@ -51,7 +53,8 @@ def to_row(seq: int, e: BatchEvent) -> tuple:
     return (
         seq, e.event_id, e.kind.value, e.time, e.stream, e.batch_id, e.reason, e.gap_mode, e.flow,
         e.previous_flow, e.seq, e.first_lost_seq, e.lost, e.acks, e.err_code, e.description, e.count,
-        e.stream_seq, e.eob, e.inferred, e.account, e.domain, e.detail, e.source, e.unverified, e.v,
+        e.stream_seq, e.eob, e.inferred, e.account, e.domain, e.detail, e.source, e.unverified,
+        e.publisher.line() if e.publisher else None, e.probable_stream, e.v,
     )
 
 
@@ -61,4 +64,4 @@ SKIPPED_KIND = "_skipped"  # a record of the log that is not a console event: co
 def skipped_row(seq: int, reason: str, stored: datetime) -> tuple:
     """A marker in EVENT_SCHEMA's order for a record the source could not read, with the reason."""
     return (seq, f"{SKIPPED_KIND}.{seq}", SKIPPED_KIND, stored, None, None, reason[:200], *([None] * 12), False,
-            None, None, None, None, False, 0)
+            None, None, None, None, False, None, None, 0)

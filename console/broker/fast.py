@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Mapping
+import weakref
+from typing import Awaitable, Callable, Mapping
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -31,6 +32,51 @@ from console.errors import (  # BatchEndedError is raised here
 log = logging.getLogger(__name__)
 
 KEEP_PROBLEMS = 1000  # gaps and errors kept in full; counters go on past it
+
+
+_INBOXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ROUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def connection_inbox(nc: Client) -> str:
+    """One reply prefix per connection (each batch's replies are under its batch id)."""
+    if nc not in _INBOXES:
+        _INBOXES[nc] = nc.new_inbox()
+    return _INBOXES[nc]
+
+
+class _Replies:
+    """One subscription per connection and reply prefix, `<prefix>.>`, kept while the connection lives,
+    handing each reply to the batch it names. The server names a connection by its subscriptions:
+    with this one standing, the collector can ask who publishes under the prefix at any time (a
+    per-batch subscription is gone within milliseconds of a short batch's end), once per connection."""
+
+    def __init__(self, nc: Client, prefix: str):
+        self.nc, self.prefix = nc, prefix
+        self.batches: dict[str, Callable[[Msg], Awaitable[None]]] = {}
+        self._sub = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def of(cls, nc: Client, prefix: str) -> _Replies:
+        by_prefix = _ROUTERS.setdefault(nc, {})
+        if prefix not in by_prefix:
+            by_prefix[prefix] = cls(nc, prefix)
+        return by_prefix[prefix]
+
+    async def add(self, batch_id: str, on_reply: Callable[[Msg], Awaitable[None]]) -> None:
+        self.batches[batch_id] = on_reply
+        async with self._lock:
+            if self._sub is None:
+                self._sub = await self.nc.subscribe(f"{self.prefix}.>", cb=self._route)
+
+    def remove(self, batch_id: str) -> None:
+        self.batches.pop(batch_id, None)
+
+    async def _route(self, msg: Msg) -> None:
+        batch_id = msg.subject[len(self.prefix) + 1:].split(".", 1)[0]
+        if (on_reply := self.batches.get(batch_id)) is not None:
+            await on_reply(msg)
 
 
 class FastBatch:
@@ -65,7 +111,7 @@ class FastBatch:
         self.ping_interval = ping_interval or min(ack_timeout / 4, 0.5)
         self.on_problem = on_problem
         self._nc = nc
-        self._inbox = inbox_prefix or nc.new_inbox()
+        self._inbox = inbox_prefix or connection_inbox(nc)
         self._reply_head = reply_prefix(self._inbox, self.batch_id, flow, self.gap_mode)
         self._sub = None
         self._progress = asyncio.Event()
@@ -141,11 +187,8 @@ class FastBatch:
         """Stop listening for replies. Does not commit: an open batch is dropped by the server when idle."""
         self.closed = True
         if self._sub is not None:
-            sub, self._sub = self._sub, None
-            try:
-                await sub.unsubscribe()
-            except Exception as e:  # connection already closed: nothing left to release
-                log.debug("unsubscribe failed: %s", e)
+            self._sub.remove(self.batch_id)
+            self._sub = None
 
     async def __aenter__(self) -> FastBatch:
         return self
@@ -155,7 +198,8 @@ class FastBatch:
 
     async def _subscribe(self) -> None:
         if self._sub is None:
-            self._sub = await self._nc.subscribe(f"{self._inbox}.{self.batch_id}.>", cb=self._on_reply)
+            self._sub = _Replies.of(self._nc, self._inbox)
+            await self._sub.add(self.batch_id, self._on_reply)
 
     async def _start(self, subject: str, payload: bytes, headers: Mapping[str, str] | None) -> None:
         await self._subscribe()

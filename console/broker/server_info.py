@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import urllib.request
 
 from nats.aio.client import Client
 
+from console.domain.publisher import MAX_CONNECTIONS, MalformedPublisher, Publisher, publishers_from_connz
+from console.domain.wire import Tally
+
 DEFAULT_BATCH_TIMEOUT = 10.0  # seconds; /varz omits max_batch_timeout when it is the default
 VARZ_SUBJECT = "$SYS.REQ.SERVER.PING.VARZ"
+CONNZ_SUBJECT = "$SYS.REQ.SERVER.PING.CONNZ"
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +48,46 @@ async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> d
     """The first server's answer; in a cluster every server answers, with the same limits."""
     reply = await system_nc.request(VARZ_SUBJECT, b"", timeout=timeout)
     return json.loads(reply.data).get("data") or {}
+
+
+async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, within: float,
+                    errors: Tally) -> Publisher | None:
+    """The connection of `account` that subscribes under `prefix` and hears `subject`: every server is
+    asked at once (on a cluster the publisher is on one of them); the first to name it answers."""
+    inbox = system_nc.new_inbox()
+    answers: asyncio.Queue = asyncio.Queue()
+    sub = await system_nc.subscribe(inbox, cb=answers.put)
+    try:
+        # Open connections only: a closed one keeps no subscriptions, and the subject filter does not
+        # apply to them (every closed connection of the account would fill the answer).
+        body = {"acc": account, "filter_subject": subject, "auth": True, "subscriptions": True,
+                "limit": MAX_CONNECTIONS}
+        await system_nc.publish(CONNZ_SUBJECT, json.dumps(body).encode(), reply=inbox)
+        deadline = time.monotonic() + within
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await asyncio.wait_for(answers.get(), left)
+            except asyncio.TimeoutError:
+                break
+            try:
+                found = publishers_from_connz(msg.data, prefix)
+            except MalformedPublisher as e:
+                errors.add(e.reason[:100])
+                continue
+            if found:
+                return found[0]
+        return None
+    finally:
+        await sub.unsubscribe()
+
+
+async def own_account(nc: Client) -> str | None:
+    """The account a connection is in, as the server says ($SYS.REQ.USER.INFO), or None."""
+    try:
+        reply = await nc.request("$SYS.REQ.USER.INFO", b"", timeout=2)
+        data = json.loads(reply.data).get("data") or {}
+    except Exception as e:  # an older server, or no permission: the publisher stays unknown
+        log.info("the collector's own account is not known (%s): publishers unknown", type(e).__name__)
+        return None
+    account = data.get("account") if isinstance(data, dict) else None
+    return account if isinstance(account, str) and 0 < len(account) <= 256 else None

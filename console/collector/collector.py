@@ -29,11 +29,12 @@ from console.broker.capture import (
     stream_of_subject,
 )
 from console.broker.connection import Connection
-from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, read_varz
+from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, own_account, read_varz
 from console.collector.atomic_watch import AtomicWatch
 from console.collector.capture_watch import CaptureWatch
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
+from console.collector.publishers import Publishers
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.batch_limits import BatchLimits
@@ -119,6 +120,7 @@ class Collector:
         self._stream_events: asyncio.Queue[BatchEvent] = asyncio.Queue(10_000)
         self.capture = CaptureWatch(nc, self.instance, lambda: self.advisory_stream,
                                     lambda events: self._enqueue(events, COLLECTOR), lambda: self.loops.beat("capture"))
+        self.publishers = Publishers(system_nc, None, errors=self.errors)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -130,6 +132,7 @@ class Collector:
             log.info("event log: %s", note)
         await self.quarantine.ensure()
         await self._learn_batch_timeout()
+        self.publishers.account = await own_account(self.nc) if self.system_nc is not None else None
         await self._start_advisories()
         if self.system_nc is not None:  # every account's advisories, which no client can forge
             await self._subs.follow(self.system_nc, ADVISORY_SUBJECTS, self._on_system_advisory)
@@ -332,6 +335,7 @@ class Collector:
             await self._reject(FI_TAP, f"unreadable ({type(e).__name__})", msg)
             return
         if events:
+            self.publishers.saw(msg.subject)
             self._enqueue(events, FI_TAP)
 
     async def _on_publish_side(self, msg: Inbound) -> None:
@@ -417,7 +421,7 @@ class Collector:
             stopping = events[-1] is None
             if stopping:
                 events.pop()
-            await self._store(events)
+            await self._store(await self.publishers.stamp(events))
             if stopping:
                 return
 
@@ -478,6 +482,10 @@ class Collector:
                 last_status = time.monotonic()
                 self._enqueue([await self.status_event()], COLLECTOR)
 
+    async def heartbeat(self) -> None:
+        """Write a status now (it goes out every status_every seconds on its own)."""
+        self._enqueue([await self.status_event()], COLLECTOR)
+
     async def status_event(self) -> BatchEvent:
         self._status_seq += 1
         return BatchEvent(
@@ -504,4 +512,6 @@ class Collector:
             batches_refused_by_prefix=dict(self.tracker.refused), batch_timeout=self.tracker.batch_timeout,
             batch_timeout_source=self.batch_timeout_source, queued=self._queue.qsize(), problems=tuple(self.problems),
             notes=tuple(self.notes), loops=self.loops.status(), cpu=self.cpu.status() if self.cpu else None,
+            publishers_known=self.publishers.known, connz_requests=self.publishers.requests,
+            publisher_note=self.publishers.note,
         )

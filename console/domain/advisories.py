@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
+from console.domain.reasons import ADVISORY_REASONS, wire_reason
 from console.domain.wire import (
     MAX_LABEL,
     MalformedInput,
@@ -45,7 +46,7 @@ class BatchAbandoned:
     timestamp: datetime
     stream: str
     batch: str
-    reason: AbandonReason
+    reason: AbandonReason | str  # a reason this console does not know is kept as the server said it
     account: str | None = None  # set on the system account's copy only
     domain: str | None = None
 
@@ -79,10 +80,9 @@ def to_batch_abandoned(data: bytes | str) -> BatchAbandoned:
     timestamp = advisory_time(obj)
     stream = stream_name(obj.get("stream"), error=MalformedAdvisory)
     batch = batch_id(obj.get("batch"), error=MalformedAdvisory)
-    try:
-        reason = AbandonReason(obj.get("reason"))
-    except ValueError:
-        raise MalformedAdvisory(f"unknown reason {str(obj.get('reason'))[:100]!r}") from None
+    reason = wire_reason(obj.get("reason"), MalformedAdvisory)  # a newer server's reason is a loss all the same
+    if reason in ADVISORY_REASONS:
+        reason = AbandonReason(reason)
     return BatchAbandoned(
         id=advisory_id,
         timestamp=timestamp,

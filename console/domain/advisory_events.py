@@ -30,7 +30,7 @@ def advisory_to_event(data: bytes | str) -> BatchEvent:
         adv = to_batch_abandoned(data)
         return BatchEvent(
             f"adv.{adv.id}", EventKind.ATOMIC_ABANDONED, adv.timestamp, adv.stream, adv.batch,
-            reason=adv.reason.value, account=adv.account, domain=adv.domain,
+            reason=str(adv.reason), account=adv.account, domain=adv.domain,
         )
     if kind not in CONTEXT_TYPES:
         raise IgnoredAdvisory(kind.rsplit(".", 1)[-1][:64])

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from console.domain.notify_targets import NotifyTargets, TargetRefused
+from console.domain.reasons import OTHER, is_known
 
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent")
 SEVERITIES = ("info", "warning", "critical")
@@ -58,9 +59,11 @@ class Rule:
     line: int = field(default=0, compare=False)
 
     def covers(self, stream: str | None, reason: str | None = None) -> bool:
-        """Whether the rule watches this stream (and this reason; None: any)."""
+        """Whether the rule watches this stream (and this reason; None: any). The reason `other` covers
+        every reason this console does not know (a newer server's)."""
         stream_ok = not self.streams or any(fnmatch.fnmatchcase(stream or "", glob) for glob in self.streams)
-        return stream_ok and (reason is None or not self.reasons or reason in self.reasons)
+        return stream_ok and (reason is None or not self.reasons or reason in self.reasons
+                              or (OTHER in self.reasons and not is_known(reason)))
 
 
 def duration(text: object, key: str, line: int) -> timedelta:

@@ -15,6 +15,7 @@ from console.domain.live_model import lost_batch
 MAX_KEYS = 10_000  # (rule, stream) windows kept; the quietest go first
 MAX_ENTRIES = 10_000  # observations per window
 MAX_BATCH_IDS = 20
+MAX_PUBLISHERS = 5  # a notification names at most this many publishing connections
 COLLECTOR = "(collector)"  # the stream key of collector_silent
 
 
@@ -24,6 +25,7 @@ class Observation:
     amount: int
     reason: str | None
     batch_id: str | None
+    publisher: str | None = None  # who published the batch, when the collector could tell
 
 
 @dataclass(frozen=True)
@@ -38,18 +40,22 @@ class Notice:
     since: datetime
     remedy: str = ""
     notify: tuple[str, ...] = ()
+    publishers: tuple[str, ...] = ()  # the connections that published the batches, newest first
+
 
     @property
     def text(self) -> str:
         """One line, as chat webhooks show it."""
         what = f"{self.count} in the window" if self.status == "firing" else "the window is clean"
         reasons = f" ({', '.join(self.reasons)})" if self.reasons else ""
-        return (f"[{self.severity.upper()}] {self.rule} {self.status} on {self.stream}: {what}{reasons}"
+        by = f"; published by {'; '.join(self.publishers)}" if self.publishers and self.status == "firing" else ""
+        return (f"[{self.severity.upper()}] {self.rule} {self.status} on {self.stream}: {what}{reasons}{by}"
                 + (f". {self.remedy}" if self.remedy and self.status == "firing" else ""))
 
     def to_json(self, link: str | None = None) -> dict:
         return {"rule": self.rule, "status": self.status, "severity": self.severity, "stream": self.stream,
                 "count": self.count, "reasons": list(self.reasons), "batch_ids": list(self.batch_ids),
+                "publishers": list(self.publishers),
                 "since": self.since.isoformat(), "text": self.text, "link": link}
 
 
@@ -64,9 +70,10 @@ def observations(event: BatchEvent) -> list[tuple[str, str, Observation]]:
     stream = event.stream or UNKNOWN_STREAM
     if event.kind in LOST_KINDS:
         lost = lost_batch(event)
-        return [("lost_batches", stream, Observation(event.time, 1, lost.reason, event.batch_id))]
+        return [("lost_batches", stream, Observation(event.time, 1, lost.reason, event.batch_id, lost.publisher))]
     if event.kind is EventKind.FAST_GAP and event.lost:
-        return [("lost_messages", stream, Observation(event.time, event.lost, "gap", event.batch_id))]
+        publisher = event.publisher.line() if event.publisher else None
+        return [("lost_messages", stream, Observation(event.time, event.lost, "gap", event.batch_id, publisher))]
     if event.kind in (EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED):
         return [("rejected", stream, Observation(event.time, 1, str(event.err_code), event.batch_id))]
     return []
@@ -155,8 +162,9 @@ class Evaluator:
     def _notice(rule: Rule, stream: str, status: str, count: int, seen: list[Observation], since: datetime) -> Notice:
         reasons = tuple(sorted({o.reason for o in seen if o.reason}))
         batch_ids = tuple(dict.fromkeys(o.batch_id for o in reversed(seen) if o.batch_id))[:MAX_BATCH_IDS]
+        publishers = tuple(dict.fromkeys(o.publisher for o in reversed(seen) if o.publisher))[:MAX_PUBLISHERS]
         return Notice(rule.name, status, rule.severity, stream, count, reasons, batch_ids, since, rule.remedy,
-                      rule.notify)
+                      rule.notify, publishers)
 
     def state(self) -> dict[tuple[str, str], tuple[datetime, datetime]]:
         """What must survive a restart: {(rule, stream): (firing since, last sent)}."""

@@ -104,3 +104,14 @@ def size(n_bytes: int | None) -> str:
 def yes_no(value: bool | None) -> str:
     """A boolean as every page shows one (the tables' own spelling): true, false; '' for none."""
     return "" if value is None else "true" if value else "false"
+
+
+# What acts anywhere in a line; wire text never starts one, so "-", "#" and "1." stay as they are.
+_MARKDOWN = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md(text: object) -> str:
+    """Text from the wire, inert in Markdown: no HTML (a tag needs "<", escaped with "&"), no emphasis,
+    links or table breaks; ">" stays, so an arrow reads as one in the file."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;")
+    return _MARKDOWN.sub(r"\\\1", text).replace("\n", " ").replace("\r", " ")

@@ -8,12 +8,13 @@ makes the same id and the event log's Nats-Msg-Id dedup drops the copy.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
 from console.domain.fast_ingest import MAX_FLOW
+from console.domain.publisher import Publisher, publisher_from_dict
 from console.domain.wire import (
     INT64_MAX,
     MAX_LABEL,
@@ -102,6 +103,9 @@ class BatchEvent:
     source: str | None = None  # one of SOURCES
     # With system-account access: an advisory the system account never sent (possibly forged).
     unverified: bool = False
+    publisher: Publisher | None = None  # the connection that published the batch, as CONNZ knows it
+    # When `stream` is not known: the stream this publisher's connection last published a batch to.
+    probable_stream: str | None = None
     v: int = SCHEMA_VERSION
 
     def subject(self, prefix: str) -> str:
@@ -110,10 +114,13 @@ class BatchEvent:
 
     def to_json(self) -> bytes:
         out: dict[str, Any] = {}
-        for key, value in asdict(self).items():
+        for key in self.__dataclass_fields__:
+            value = getattr(self, key)
             if value is None or (key in ("inferred", "unverified") and not value):
                 continue
-            if isinstance(value, datetime):
+            if isinstance(value, Publisher):
+                value = value.to_dict()
+            elif isinstance(value, datetime):
                 value = value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
             elif isinstance(value, Enum):
                 value = value.value
@@ -175,6 +182,8 @@ _READERS = {
     "detail": lambda v: _long_text(v, "detail"),
     "source": lambda v: _one_of(v, "source", SOURCES),
     "unverified": lambda v: _bool(v, "unverified"),
+    "publisher": lambda v: publisher_from_dict(v, MalformedEvent),
+    "probable_stream": lambda v: stream_name(v, error=MalformedEvent),
     **{key: (lambda k: lambda v: bounded_int(v, k, *_SEQUENCE, MalformedEvent))(key)
        for key in ("seq", "first_lost_seq", "lost", "acks", "count", "stream_seq")},
 }

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import html
-import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from console.domain.display import Clock
+from console.domain.display import Clock, md
+from console.domain.publisher import Publisher
 from console.domain.events import (
     ATOMIC_KINDS,
     LOST_KINDS,
@@ -35,6 +34,11 @@ class Incident:
     @property
     def start(self) -> datetime:
         return self.loss.time - self.around
+
+    @property
+    def publisher(self) -> Publisher | None:
+        """The connection that published the batch, from any of its events that names it."""
+        return self.loss.publisher or next((e.publisher for e in self.seen_by_tap if e.publisher), None)
 
     @property
     def end(self) -> datetime:
@@ -123,17 +127,6 @@ def folded_lines(incident: Incident) -> list[str]:
     return [f"{n} {what}" for what, n in incident.folded]
 
 
-# What acts anywhere in a line; wire text never starts one, so "-", "#" and "1." stay as they are.
-_MARKDOWN = re.compile(r"([\\`*_\[\]|~])")
-
-
-def md(text: object) -> str:
-    """Text from the wire, inert in Markdown: no HTML (a tag needs "<", escaped with "&"), no emphasis,
-    links or table breaks; ">" stays, so an arrow reads as one in the file."""
-    text = str(text).replace("&", "&amp;").replace("<", "&lt;")
-    return _MARKDOWN.sub(r"\\\1", text).replace("\n", " ").replace("\r", " ")
-
-
 def incident_report(incident: Incident, replay_link: str | None = None, clock: Clock = Clock(),
                     advice: str | None = None) -> str:
     """The incident as a Markdown file: times in the clock's zone, the batch's own rows marked, the rest
@@ -148,6 +141,8 @@ def incident_report(incident: Incident, replay_link: str | None = None, clock: C
     ]
     if loss.account:
         lines.append(f"- **Account**: {md(loss.account)}")
+    if incident.publisher:
+        lines.append(f"- **Publisher**: {md(incident.publisher.line())}")
     lines.append(f"- **Event id**: {md(loss.event_id)}")
     if replay_link:
         lines.append(f"- **Stream messages in the window**: <{replay_link}>")

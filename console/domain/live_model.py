@@ -21,11 +21,6 @@ ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.F
                EventKind.FAST_REJECTED)
 # An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
 OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)
-# Why a batch was lost: the advisory's reasons, the fast-ingest ones, then those the server never
-# advertises (a leader change, a batch unknown to the leader, allow_atomic switched off, the stream
-# deleted). Anything else is "other".
-REASONS = ("timeout", "incomplete", "large", "unsupported", "gap", "error", "dropped", "leader_change", "unknown_batch",
-           "no_responders", "disabled", "stream_deleted")
 
 
 @dataclass(frozen=True)
@@ -38,6 +33,8 @@ class LostBatch:
     event_id: str
     unverified: bool = False  # the system account never sent this abandonment
     source: str | None = None  # where the collector saw it (events.SOURCES): losses are kept per source
+    publisher: str | None = None  # the publishing connection, in one line, when CONNZ named it
+    probable_stream: str | None = None  # when stream is not known: where this publisher last published
 
 
 @dataclass
@@ -59,8 +56,8 @@ class ActiveBatch:
 def lost_batch(event: BatchEvent) -> LostBatch:
     kind = "atomic" if event.kind in ATOMIC_KINDS else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
-    return LostBatch(event.time, event.stream, event.batch_id, reason if reason in REASONS else "other", kind,
-                     event.event_id, event.unverified, event.source)
+    return LostBatch(event.time, event.stream, event.batch_id, reason, kind, event.event_id, event.unverified,
+                     event.source, event.publisher.line() if event.publisher else None, event.probable_stream)
 
 
 class LiveModel:

@@ -44,6 +44,9 @@ class CollectorStatus:
     notes: tuple[str, ...] = ()  # how an existing event log differs from what the console would create
     loops: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> restarts, last error
     cpu: dict[str, Any] | None = None  # CpuPriority.status()
+    publishers_known: int = 0  # reply prefixes whose connection CONNZ named
+    connz_requests: int = 0
+    publisher_note: str = ""  # why no publisher can be known ("publisher unknown: no system account"), or ""
 
     @property
     def rejected_total(self) -> int:

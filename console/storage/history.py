@@ -83,7 +83,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     """The newest lost batches in a range (of one stream), or every record of one batch id."""
     a = AbandonedBatch
     q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.unverified, a.leader_elections, a.stream_updates,
-               a.other_abandonments, a.gaps_nearby)
+               a.other_abandonments, a.gaps_nearby, a.publisher)
     if batch_id is not None:
         q = q.where(a.batch_id == batch_id)
     if stream is not None:
@@ -95,7 +95,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     with Session(engine) as s:
         frame = _frame(s, q.order_by(a.time.desc()).limit(limit),
                        ["time", "stream", "batch_id", "kind", "reason", "unverified", "leader_elections",
-                        "stream_updates", "other_abandonments", "gaps_nearby"])
+                        "stream_updates", "other_abandonments", "gaps_nearby", "publisher"])
     return _utc(frame, "time")
 
 

@@ -52,6 +52,7 @@ class AbandonedBatch(SQLModel, table=True):
     reason: str | None = None
     account: str | None = None
     unverified: bool = False  # the system account never sent this advisory
+    publisher: str | None = None  # the connection that published the batch, as the server named it
     log_seq: int
     leader_elections: int
     stream_updates: int

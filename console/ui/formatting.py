@@ -14,10 +14,11 @@ from bokeh.palettes import Category20
 from bokeh.transform import dodge
 
 from console.domain.display import Clock, duration
-from console.domain.live_model import REASONS
+from console.domain.reasons import REASONS, in_order
 
 # One color per reason, the ten strong ones first: the same on Live and History.
 REASON_COLORS = dict(zip(REASONS, Category20[20][::2] + Category20[20][1::2]))
+NEW_REASON_COLOR = "#7f7f7f"  # every reason a newer server gave, that this console does not know
 STACK_COLUMNS = ("t", "bottom", "top", "batches", "reason", "color", "ids")
 
 
@@ -66,15 +67,16 @@ def outside(plot, hides: bool = True) -> None:
 
 def stacked(slots: list, counts: dict[str, list[int]], ids: list[str]) -> dict[str, list]:
     """Bars stacked by reason as the rows of one glyph: a row for each slot and reason with a count,
-    stacked in REASONS' order. (One renderer per reason, twelve of them, made most of Live's first
-    paint.) `ids` are the slots' batch ids for the tooltips."""
+    stacked in REASONS' order, then reasons a newer server gave. (One renderer per reason, twelve of
+    them, made most of Live's first paint.) `ids` are the slots' batch ids for the tooltips."""
     data: dict[str, list] = {column: [] for column in STACK_COLUMNS}
+    order = in_order(counts)
     for i, t in enumerate(slots):
         bottom = 0
-        for reason in REASONS:
-            n = int(counts[reason][i]) if reason in counts else 0
+        for reason in order:
+            n = int(counts[reason][i])
             if n:
-                row = (t, bottom, bottom + n, n, reason, REASON_COLORS[reason], ids[i])
+                row = (t, bottom, bottom + n, n, reason, REASON_COLORS.get(reason, NEW_REASON_COLOR), ids[i])
                 for column, value in zip(STACK_COLUMNS, row):
                     data[column].append(value)
                 bottom += n

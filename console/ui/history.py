@@ -17,7 +17,6 @@ from bokeh.transform import dodge
 from console.domain.display import Clock, count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
-from console.domain.live_model import REASONS
 from console.ui.formatting import (
     Clocked,
     clock_axis,
@@ -37,11 +36,15 @@ def incident_link(batch_id: str | None) -> str:
     return f'<a href="/incident?batch={quote(batch_id, safe="")}">investigate</a>'
 
 
-def stream_cell(stream: str | None) -> str:
+def stream_cell(stream: str | None, probable: str | None = None) -> str:
     """A stream name for an html cell: a link to its page, escaped; the unknown one says why it is
-    unknown on hover."""
+    unknown on hover, and the stream its publisher's connection last published to, as probable."""
     if not stream or stream == UNKNOWN_STREAM:
-        return f'<span title="{html.escape(WHY_UNKNOWN)}">{UNKNOWN_STREAM}</span>'
+        unknown = f'<span title="{html.escape(WHY_UNKNOWN)}">{UNKNOWN_STREAM}</span>'
+        if probable and stream_name_problem(probable) is None:
+            why = "the stream this publisher's connection last published a batch to"
+            return f'{unknown} · <span title="{why}">probably</span> {stream_cell(probable)}'
+        return unknown
     if stream_name_problem(stream) is not None:  # "(collector)", "other": not a stream, no page
         return html.escape(stream)
     return f'<a href="/stream?name={quote(stream, safe="")}">{html.escape(stream)}</a>'
@@ -55,7 +58,7 @@ def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.Da
             .reindex(hours).fillna(0))
     pairs = [] if lost is None else zip(lost["time"], lost["batch_id"])
     ids = ids_by_slot(((t.to_pydatetime(), b) for t, b in pairs), start, timedelta(hours=1), len(hours))
-    return stacked(list(hours), {reason: list(wide[reason]) for reason in REASONS if reason in wide}, ids)
+    return stacked(list(hours), {reason: list(wide[reason]) for reason in wide.columns}, ids)
 
 
 def data_extent(*hours: pd.Series, now: datetime | None = None) -> tuple[datetime, datetime] | None:

@@ -83,9 +83,10 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         tap = ("<br>".join(e(describe(t)) for t in incident.seen_by_tap) or
                ("nothing: atomic batches have no $FI traffic" if loss.kind.value == "atomic_abandoned" else "nothing"))
         self._summary.object = (
-            f"<p><b>{e(describe(loss))}</b><br>stream <b>{stream_cell(loss.stream)}</b> · "
+            f"<p><b>{e(describe(loss))}</b><br>stream <b>{stream_cell(loss.stream, loss.probable_stream)}</b> · "
             f"{self.clock.when(loss.time, fraction=True)} · event {e(loss.event_id)}"
             + (f" · account {e(loss.account)}" if loss.account else "")
+            + (f"<br>published by <b>{e(incident.publisher.line())}</b>" if incident.publisher else "")
             + f"<br>{replay}</p>"
             + (f"<p><b>What to do</b><br>{e(todo)}</p>" if (todo := self.advice(incident)) else "")
             + f"<p><b>What the tap saw</b><br>{tap}</p>"

@@ -13,23 +13,25 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
-from console.domain.display import Clock, count, duration
-from console.domain.live_model import REASONS, LiveModel
+from console.domain.display import Clock, count, duration, md
+from console.domain.live_model import LiveModel
+from console.domain.reasons import in_order
 from console.ui.formatting import Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
 from console.ui.history import incident_link, stream_cell
 
 if TYPE_CHECKING:
     from console.broker.live_state import LiveState
 COLUMNS = {"time": "object", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
-           "investigate": "object"}
+           "publisher": "object", "investigate": "object"}
 
 
 def recent_frame(model: LiveModel, limit: int = 100, clock: Clock = Clock(), stream: str | None = None) -> pd.DataFrame:
     """Newest first (of one stream, when given); explicit dtypes so an empty frame streams like a full one."""
     lost = model.newest_first(limit) if stream is None else model.lost_on(stream, limit)
-    rows = [{"time": clock.when(b.time), "stream": stream_cell(b.stream), "batch_id": b.batch_id or "",
+    rows = [{"time": clock.when(b.time), "stream": stream_cell(b.stream, b.probable_stream),
+             "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
-             "kind": b.kind, "investigate": incident_link(b.batch_id)} for b in lost]
+             "kind": b.kind, "publisher": b.publisher or "", "investigate": incident_link(b.batch_id)} for b in lost]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
 
 
@@ -102,6 +104,8 @@ def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
         items.append(f"<li>batches refused for too many in flight (429: 10211 fast, 10210 atomic): {refused}</li>")
     if model.retracted:
         items.append(f"<li>{model.retracted} reported loss(es) retracted: a later reply showed the batch was alive</li>")
+    if model.collector is not None and model.collector.publisher_note:
+        items.append(f"<li>{e(model.collector.publisher_note)}: give the collector a system account user (--system-creds, or --system-user and --system-password)</li>")
     return f"<ul>{''.join(items)}</ul>" if items else ""
 
 
@@ -204,7 +208,8 @@ class LivePage(Clocked, pn.viewable.Viewer):
             self._version = self.model.version
             five = self.model.counts_by_reason(now, timedelta(minutes=5))
             hour = self.model.counts_by_reason(now, timedelta(hours=1))
-            cells = " | ".join(f"**{r}** {count(five.get(r, 0))} / {count(hour.get(r, 0))}" for r in (*REASONS, "other") if hour.get(r))
+            cells = " | ".join(f"**{md(r)}** {count(five.get(r, 0))} / {count(hour.get(r, 0))}"
+                               for r in in_order(hour) if hour.get(r))
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
             self._notices.object = notices_html(self.model, self.clock)
             self._table.value = recent_frame(self.model, clock=self.clock)

@@ -2,17 +2,13 @@
 
 import asyncio
 import os
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
 from console.analytics.job import JobSettings, run_once
-from console.broker.eventlog import EventLog
-from console.config import EventLogSettings, event_key
-from console.domain.events import BatchEvent, EventKind
+from console.config import event_key
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -86,10 +82,7 @@ async def test_notebooks_in_their_own_folder_find_the_consoles_data_and_a_wrong_
     shutil.copytree(NOTEBOOKS, project / "notebooks")
     data = project / "data"
     key = event_key(data_dir=data)
-    await produce(["own-folder-1"], key=key)
-    # The collector's heartbeat, as a running console's log always holds one: what tells a wrong key.
-    heartbeat = BatchEvent(f"status.own-folder.{time.time_ns()}", EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc))
-    assert (await EventLog(client.jetstream(), EventLogSettings(key=key)).append([heartbeat])).stored
+    await produce(["own-folder-1"], key=key)  # with the collector's heartbeat: what tells a wrong key
     env = {"BATCH_CONSOLE_SERVER": server.url, "REPLAY_STREAM": "JOBA"}
     text, _ = await execute("quickstart.ipynb", env, project / "notebooks")
     assert f"data directory {data.resolve()}" in text

@@ -4,6 +4,7 @@ the publish side, and what two concurrent fast batches show."""
 import asyncio
 
 import nats
+import nats.aio.client
 import pytest
 from nats.js.api import StreamConfig
 
@@ -152,3 +153,56 @@ async def test_two_concurrent_fast_batches_show_the_flow_changes_the_server_made
         assert [(ack_seq_old, new) for _, ack_seq_old, new in second.flow_changes][1:4] == changes[second.batch_id][:3]
     finally:
         await collector.stop()
+
+
+async def _lose_a_fast_batch(nc, subject: str) -> str:
+    """A fail-mode fast batch with a gap at its 10th message: the server ends it."""
+    from console.broker.fast import BatchEndedError
+
+    batch = FastBatch(nc, flow=5, gap_mode="fail")
+    try:
+        for seq in range(1, 21):
+            if seq == 10:
+                batch.skip_seq(2)
+            await batch.add(subject, b"x")
+        await batch.commit_eob()
+    except BatchEndedError:
+        pass
+    return batch.batch_id
+
+
+async def test_every_fast_loss_names_its_publisher_as_connz_knows_it(accounts_server):
+    app = await connect_as(accounts_server, "app", "app-secret")
+    sys_nc = await connect_as(accounts_server, "sys", "sys-secret")
+    writers = {name: await connect_as(accounts_server, "app", "app-secret", name=name)
+               for name in ("orders-writer", "billing-writer")}
+    collector = Collector(app, CollectorSettings(tick_every=0.1), system_nc=sys_nc)
+    await collector.start()
+    try:
+        lost = {}
+        for i, (name, nc) in enumerate(writers.items()):
+            await app.jetstream().add_stream(StreamConfig(name=f"WHO{i}", subjects=[f"who{i}.>"], allow_batched=True))
+            lost[await _lose_a_fast_batch(nc, f"who{i}.x")] = (name, nc)
+        events = await events_for(app, set(lost), lambda es: {e.batch_id for e in es
+                                                              if e.kind is EventKind.FAST_ENDED_EARLY} == set(lost))
+        for event in events:
+            name, nc = lost[event.batch_id]
+            assert event.publisher is not None, event
+            assert (event.publisher.name, event.publisher.lang, event.publisher.version) == (
+                name, "python3", nats.aio.client.__version__)
+            assert (event.publisher.user, event.publisher.account) == ("app", "APP")
+            assert event.publisher.cid == nc.client_id
+        status = await collector.status()
+        assert (status.publishers_known, status.connz_requests, status.publisher_note) == (2, 2, "")
+    finally:
+        await collector.stop()
+        for nc in (app, sys_nc, *writers.values()):
+            await nc.close()
+
+
+async def test_without_the_system_account_the_publisher_is_unknown_and_said_so(nats_server, nc):
+    collector = Collector(nc, CollectorSettings(tick_every=0.1))
+    await collector.start()
+    await collector.stop()
+    status = await collector.status()
+    assert (status.publisher_note, status.connz_requests) == ("publisher unknown: no system account", 0)

@@ -53,8 +53,8 @@ def test_timestamps_keep_microseconds_of_go_nanoseconds():
         ('{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"x"}', "'timestamp'"),
         (
             '{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"x","timestamp":"2026-11-21T02:48:23Z",'
-            '"stream":"S","batch":"b","reason":"bored"}',
-            "unknown reason",
+            '"stream":"S","batch":"b","reason":"bo\\u0007red"}',
+            "'reason'",
         ),
     ],
 )
@@ -62,3 +62,12 @@ def test_malformed_advisories_say_why(body, reason):
     with pytest.raises(MalformedAdvisory) as info:
         to_batch_abandoned(body)
     assert reason in info.value.reason
+
+
+def test_a_reason_this_console_does_not_know_is_a_loss_as_itself():
+    body = ('{"type":"io.nats.jetstream.advisory.v1.stream_batch_abandoned","id":"x","timestamp":"2026-11-21T02:48:23Z",'
+            '"stream":"S","batch":"b","reason":"brand_new"}')
+    assert to_batch_abandoned(body).reason == "brand_new"
+    for bad in ('""', '"' + "x" * 65 + '"', "17", "null", '["timeout"]'):
+        with pytest.raises(MalformedAdvisory):
+            to_batch_abandoned(body.replace('"brand_new"', bad))

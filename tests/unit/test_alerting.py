@@ -147,11 +147,13 @@ def test_the_shipped_rules_parse_and_cover_every_reason_the_console_records():
     from pathlib import Path
 
     import console.alerting
-    from console.domain.live_model import REASONS
+    from console.domain.reasons import OTHER, REASONS
 
     rules = parse_rules((Path(console.alerting.__file__).parent / "default_rules.toml").read_text())
     covered = {reason for rule in rules if rule.when == "lost_batches" for reason in rule.reasons}
-    assert covered == set(REASONS) and all(rule.remedy for rule in rules)
+    assert covered == {*REASONS, OTHER} and all(rule.remedy for rule in rules)
+    catch_all = [rule for rule in rules if rule.when == "lost_batches" and rule.covers("S", "brand_new")]
+    assert [rule.reasons for rule in catch_all] == [(OTHER,)]
     assert {rule.when for rule in rules} == {"lost_batches", "lost_messages", "rejected", "collector_silent"}
 
 

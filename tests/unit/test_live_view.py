@@ -20,7 +20,7 @@ def model_with_traffic() -> LiveModel:
 
 def test_frames_have_their_dtypes_even_when_empty():
     empty = LiveModel()
-    assert list(recent_frame(empty).dtypes.astype(str)) == ["object"] * 6
+    assert list(recent_frame(empty).dtypes.astype(str)) == ["object"] * 7
     assert len(active_frame(empty)) == 0 and str(active_frame(empty)["seq"].dtype) == "int64"
 
 

@@ -37,7 +37,7 @@ ADVISORY_KEYS = ["type", "id", "timestamp", "stream", "batch", "reason", "accoun
 REPLY_KEYS = ["type", "seq", "msgs", "last_seq", "stream", "batch", "count", "duplicate", "domain", "error"]
 EVENT_KEYS = ["event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "previous_flow", "seq",
               "first_lost_seq", "lost", "acks", "err_code", "description", "count", "stream_seq", "eob", "inferred",
-              "account", "domain", "detail", "v"]
+              "account", "domain", "detail", "publisher", "probable_stream", "v"]
 
 
 def objects(keys: list[str], base: dict) -> st.SearchStrategy[bytes]:
@@ -160,3 +160,28 @@ def test_collector_statuses_read_back_or_are_malformed(body):
         return
     assert isinstance(status.healthy, bool) and status.rejected_total >= 0
     assert CollectorStatus.from_json(status.to_json()) == status
+
+
+CONNZ_ANSWER = {"server": {"name": "n1"}, "data": {"connections": [
+    {"cid": 6, "ip": "127.0.0.1", "port": 53236, "name": "orders-writer", "lang": "python3", "version": "2.16.0",
+     "authorized_user": "app", "account": "APP", "subscriptions_list": ["_INBOX.abc.*"]}]}}
+
+
+@SETTINGS
+@given(bodies(["server", "data", "error"], CONNZ_ANSWER)
+       | st.builds(lambda c: json.dumps({**CONNZ_ANSWER, "data": {"connections": [c]}}).encode(),
+                   st.dictionaries(st.sampled_from(["cid", "ip", "port", "name", "lang", "version", "account",
+                                                    "authorized_user", "subscriptions_list"]), json_values, max_size=5)))
+@example(json.dumps(CONNZ_ANSWER).encode())
+def test_connz_answers_read_or_refuse_and_a_publisher_reads_back_from_its_event(body):
+    from console.domain.publisher import MalformedPublisher, publishers_from_connz
+
+    try:
+        found = publishers_from_connz(body, "_INBOX.abc")
+    except MalformedPublisher:
+        return
+    for publisher in found:
+        assert publisher.cid is None or 0 <= publisher.cid <= INT64_MAX
+        event = BatchEvent("e", EventKind.FAST_GAP, NOW, publisher=publisher)
+        assert event_from_json(event.to_json()) == event
+        assert "\n" not in publisher.line()

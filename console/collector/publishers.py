@@ -1,0 +1,149 @@
+"""Which connection publishes each tapped fast batch: one CONNZ request per new reply prefix.
+
+The tap sees replies on `<prefix>.<batch>.<flow>.<gap>.<seq>.<op>.$FI`; the publisher is the one
+connection of the collector's account subscribed to that subject. With the system account, the
+collector asks every server (`$SYS.REQ.SERVER.PING.CONNZ`, filtered by account and subject) and
+keeps the answer per prefix: a prefix is asked once (an answer of nobody at its next batch), at once for a burst
+of new prefixes and then at most `per_second` a second, and a bounded number of prefixes and batches
+are remembered. The server names a connection by its subscriptions: a publisher whose reply
+subscription is already gone when it is asked (a batch over within milliseconds, then unsubscribed)
+stays unknown. Without the system account nothing is asked and the status says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import replace
+
+from console.broker.connection import Connection
+from console.broker.server_info import ask_connz
+from console.domain.events import BatchEvent
+from console.domain.fast_ingest import FastReplySubject
+from console.domain.publisher import NO_SYSTEM_ACCOUNT, Publisher
+from console.domain.wire import Tally
+
+log = logging.getLogger(__name__)
+MAX_PREFIXES = 10_000
+MAX_BATCHES = 10_000
+# Asked at once, up to this many new prefixes in a burst: a batch that ends within milliseconds takes its
+# reply subscription with it, and a connection's subscriptions are what names it.
+BURST = 20
+ASK_NAMED_AGAIN = 600.0  # seconds an answer naming a connection is kept
+ASK_NOBODY_AGAIN = 1.0  # seconds an answer of nobody is kept at least (then asked at the next batch)
+
+
+class Publishers:
+    def __init__(self, system_nc: Connection | None, account: str | None, *, per_second: float = 20.0,
+                 answer_within: float = 1.0, errors: Tally | None = None):
+        self.system_nc = system_nc
+        self.account = account  # the tapped replies' account: the collector's own
+        self.per_second = per_second
+        self.answer_within = answer_within  # seconds to wait for the servers' answers to one request
+        self.requests = 0  # CONNZ requests sent
+        self.errors = Tally() if errors is None else errors  # the collector's: its status shows them
+        self._known: OrderedDict[str, asyncio.Future] = OrderedDict()  # prefix -> its Publisher | None
+        self._asked: dict[str, float] = {}  # prefix -> when it was last asked
+        self._batches: OrderedDict[str, str] = OrderedDict()  # batch id -> its reply prefix
+        self._streams: OrderedDict[tuple, str] = OrderedDict()  # (server, cid) -> the stream it last published to
+        self._tokens, self._filled = BURST, time.monotonic()  # a bucket: a burst at once, then per_second
+
+    @property
+    def note(self) -> str:
+        """What the pages say where a publisher would be, when none can be known."""
+        if self.system_nc is None:
+            return NO_SYSTEM_ACCOUNT
+        return "" if self.account else "publisher unknown: the collector's account is not known"
+
+    @property
+    def known(self) -> int:
+        return sum(1 for f in self._known.values() if f.done() and f.result() is not None)
+
+    def saw(self, subject: str) -> None:
+        """A tapped reply: remember its batch's prefix, and ask who holds a new prefix."""
+        if self.system_nc is None or not self.account:
+            return
+        try:
+            where = FastReplySubject.parse(subject)
+        except ValueError:
+            return
+        new_batch = where.batch_id not in self._batches
+        self._batches[where.batch_id] = where.prefix
+        self._batches.move_to_end(where.batch_id)
+        while len(self._batches) > MAX_BATCHES:
+            self._batches.popitem(last=False)
+        known = self._known.get(where.prefix)
+        if known is None or self._stale(where.prefix, known, new_batch):
+            future = asyncio.get_running_loop().create_future()
+            self._known[where.prefix] = future
+            self._asked[where.prefix] = time.monotonic()
+            while len(self._known) > MAX_PREFIXES:
+                self._asked.pop(self._known.popitem(last=False)[0], None)
+            asyncio.create_task(self._ask(where.prefix, subject, future))
+
+    def _stale(self, prefix: str, known: asyncio.Future, new_batch: bool) -> bool:
+        """A prefix may be a connection's (ours is: one per connection): an answer naming it is asked
+        again after a while (a reconnect gives a new connection id); an answer of nobody (its batch was
+        over and unsubscribed before the question) at the prefix's next batch."""
+        if not known.done():
+            return False
+        age = time.monotonic() - self._asked.get(prefix, 0.0)
+        if known.result() is not None:
+            return age > ASK_NAMED_AGAIN
+        return new_batch and age > ASK_NOBODY_AGAIN
+
+    async def stamp(self, events: list[BatchEvent]) -> list[BatchEvent]:
+        """The events with their batch's publisher, waiting for an answer still on its way."""
+        out = []
+        for event in events:
+            prefix = self._batches.get(event.batch_id or "")
+            future = self._known.get(prefix) if prefix else None
+            if future is not None and event.publisher is None:
+                try:
+                    publisher = await asyncio.wait_for(asyncio.shield(future), self.answer_within * 2)
+                except asyncio.TimeoutError:
+                    publisher = None
+                if publisher is not None:
+                    event = replace(event, publisher=publisher)
+            out.append(self._with_probable_stream(event))
+        return out
+
+    def _with_probable_stream(self, event: BatchEvent) -> BatchEvent:
+        """Learn which stream a connection publishes to; where an event's own stream is not known, give
+        the connection's last one as probable (fast-ingest flow acks and errors never name it)."""
+        if event.publisher is None or event.publisher.cid is None:
+            return event
+        connection = (event.publisher.server, event.publisher.cid)
+        if event.stream:
+            self._streams[connection] = event.stream
+            self._streams.move_to_end(connection)
+            while len(self._streams) > MAX_PREFIXES:
+                self._streams.popitem(last=False)
+            return event
+        probable = self._streams.get(connection)
+        return replace(event, probable_stream=probable) if probable else event
+
+    def _take_token(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(BURST, self._tokens + (now - self._filled) * self.per_second)
+        self._filled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    async def _ask(self, prefix: str, subject: str, future: asyncio.Future) -> None:
+        found: Publisher | None = None
+        try:
+            while not self._take_token():
+                await asyncio.sleep(1 / self.per_second)
+            self.requests += 1
+            found = await ask_connz(self.system_nc, self.account, prefix, subject, self.answer_within, self.errors)
+        except Exception as e:  # an answer we cannot read leaves the publisher unknown, never the tap
+            self.errors.add(f"CONNZ: {type(e).__name__}")
+            log.debug("CONNZ for %s: %s", prefix, e)
+        finally:
+            if not future.done():
+                future.set_result(found)

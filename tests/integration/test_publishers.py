@@ -1,0 +1,85 @@
+"""Every loss names its publisher as the server knows the connection (CONNZ), whatever its client: a
+nats.js publisher (the Node client, from npm) and nats-py publishers on two streams, with fail-mode
+gaps and a dropped batch."""
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import nats
+import nats.aio.client
+import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.fast import FastBatch
+from console.collector.collector import Collector
+from console.config import CollectorSettings
+from console.domain.events import LOST_KINDS, EventKind
+from tests.integration.test_collector_sources import ACCOUNTS, _lose_a_fast_batch, connect_as
+from tests.conftest import TEST_LIMITS
+from tests.waits import events_for
+
+PEER = Path(__file__).resolve().parents[1] / "peers" / "natsjs"
+
+
+@pytest.fixture(scope="module")
+def natsjs():
+    """The nats.js peer, its packages installed from npm (package-lock.json) once."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("node and npm are needed (scripts/test.sh installs Debian's nodejs and npm)")
+    if not (PEER / "node_modules" / "@nats-io" / "transport-node").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PEER, check=True, capture_output=True, timeout=300)
+    return json.loads((PEER / "node_modules" / "@nats-io" / "nats-core" / "package.json").read_text())["version"]
+
+
+@pytest.fixture(scope="module")
+def accounts_server(tmp_path_factory):
+    from console.broker.server import EmbeddedServer
+
+    with EmbeddedServer(tmp_path_factory.mktemp("publishers"), batch_limits=TEST_LIMITS, extra_config=ACCOUNTS) as s:
+        yield s
+
+
+async def test_nats_js_and_nats_py_losses_on_two_streams_name_stream_and_publisher(accounts_server, natsjs):
+    server = accounts_server
+    app = await connect_as(server, "app", "app-secret")
+    sys_nc = await connect_as(server, "sys", "sys-secret")
+    py = await connect_as(server, "app", "app-secret", name="ledger-py")
+    collector = Collector(app, CollectorSettings(tick_every=0.1), system_nc=sys_nc)
+    await collector.start()
+    try:
+        for name in ("LEDGER_JS", "LEDGER_PY"):
+            await app.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"],
+                                                          allow_batched=True))
+        done = await asyncio.to_thread(
+            subprocess.run, ["node", str(PEER / "fast_gap.mjs"), server.url, "app", "app-secret", "ledger_js.x",
+                             "js-gap-1", "ledger-js"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        js_cid = json.loads(done.stdout.splitlines()[-1])["cid"]
+        py_gap = await _lose_a_fast_batch(py, "ledger_py.x")
+        dropped = FastBatch(py, flow=5, gap_mode="fail")  # acked at 5, silent before the next ack: dropped
+        for _ in range(7):
+            await dropped.add("ledger_py.y", b"x")
+        expected = {"js-gap-1": ("ledger-js", "nats.js", natsjs, js_cid, "LEDGER_JS"),
+                    py_gap: ("ledger-py", "python3", nats.aio.client.__version__, py.client_id, "LEDGER_PY"),
+                    dropped.batch_id: ("ledger-py", "python3", nats.aio.client.__version__, py.client_id, "LEDGER_PY")}
+        events = await events_for(app, set(expected), lambda es: {e.batch_id for e in es if e.kind in LOST_KINDS}
+                                  == set(expected), timeout=30)
+        losses = [e for e in events if e.kind in LOST_KINDS]
+        assert {e.kind for e in losses} == {EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED}
+        for loss in losses:
+            name, lang, version, cid, stream = expected[loss.batch_id]
+            p = loss.publisher
+            assert p is not None, loss
+            assert (p.name, p.lang, p.version, p.cid, p.user, p.account) == (name, lang, version, cid, "app", "APP")
+            # A dropped fast batch never hears its stream named (no PubAck, no error): its connection's last.
+            assert loss.stream == stream if loss.kind is EventKind.FAST_ENDED_EARLY else \
+                (loss.stream, loss.probable_stream) == (None, stream), loss
+        status = await collector.status()
+        assert status.connz_requests == 2  # one per publishing connection, not per batch
+    finally:
+        await collector.stop()
+        for nc in (app, sys_nc, py):
+            await nc.close()
