@@ -17,6 +17,8 @@ from console.domain.reasons import OTHER, is_known
 
 MAX_STREAMS = 1000
 MAX_NEW_REASONS = 20
+MAX_UNATTRIBUTED = 10_000  # batches whose gaps wait for their stream; past it the oldest count as unknown
+FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -77,6 +79,9 @@ class Metrics:
                          self.collector_up, self.lag, self.firing)
         self._streams: set[str] = set()
         self._new_reasons: set[str] = set()
+        # A fast batch's gaps while no reply has named its stream: counted under the stream its PubAck
+        # (fast_attributed) names, or under "(unknown)" when it ends without one.
+        self._unattributed: dict[str, list[BatchEvent]] = {}
 
     def stream(self, name: str | None) -> str:
         name = name or UNKNOWN_STREAM
@@ -86,6 +91,11 @@ class Metrics:
             return OTHER
         self._streams.add(name)
         return name
+
+    def _count_gaps(self, gaps: list[BatchEvent], stream: str | None) -> None:
+        for gap in gaps:
+            self.gaps.inc(self.stream(stream), gap.gap_mode or "")
+            self.lost_messages.inc(self.stream(stream), amount=gap.lost or 0)
 
     def reason(self, reason: str) -> str:
         """A reason label: every known one, and the first MAX_NEW_REASONS a newer server gave; past that, other."""
@@ -102,9 +112,14 @@ class Metrics:
             lost = lost_batch(event)
             self.lost_batches.inc(self.stream(event.stream), lost.kind, self.reason(lost.reason))
         if kind is EventKind.FAST_GAP:
-            stream = self.stream(event.stream)
-            self.gaps.inc(stream, event.gap_mode or "")
-            self.lost_messages.inc(stream, amount=event.lost or 0)
+            if event.stream is None and event.batch_id:  # counted once its stream is known, or at its end
+                self._unattributed.setdefault(event.batch_id, []).append(event)
+                while len(self._unattributed) > MAX_UNATTRIBUTED:
+                    self._count_gaps(self._unattributed.pop(next(iter(self._unattributed))), None)
+            else:
+                self._count_gaps([event], event.stream)
+        if kind is EventKind.FAST_ATTRIBUTED or kind in FAST_ENDS:
+            self._count_gaps(self._unattributed.pop(event.batch_id or "", []), event.stream)
         outcome = {EventKind.FAST_COMMITTED: "committed", EventKind.FAST_ENDED_EARLY: "ended_early",
                    EventKind.FAST_DROPPED: "dropped", EventKind.FAST_LOST: "lost"}.get(kind)
         if outcome:

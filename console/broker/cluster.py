@@ -24,7 +24,9 @@ class EmbeddedCluster:
     """`ports` fixes the client ports (default: the servers pick free ones, kept across restarts)."""
 
     def __init__(self, store_dir: str | Path, nodes: int = 3, *, host: str = "127.0.0.1",
-                 ports: list[int] | None = None, batch_limits: BatchLimits | None = None, name: str = "batch-console"):
+                 ports: list[int] | None = None, batch_limits: BatchLimits | None = None, name: str = "batch-console",
+                 extra_config: str = ""):
+        """extra_config: more of every node's configuration (accounts, a system account)."""
         if nodes < 1:
             raise EmbeddedServerError("a cluster needs at least one node")
         self.store_dir = Path(store_dir)
@@ -34,7 +36,7 @@ class EmbeddedCluster:
         for i in range(nodes):
             others = ", ".join(f'"nats://{host}:{p}"' for j, p in enumerate(routes) if j != i)
             block = (f'server_name: "n{i + 1}"\n'
-                     f'cluster {{ name: "{name}", listen: "{host}:{routes[i]}", routes: [{others}] }}')
+                     f'cluster {{ name: "{name}", listen: "{host}:{routes[i]}", routes: [{others}] }}\n{extra_config}')
             self.nodes.append(EmbeddedServer(self.store_dir / f"n{i + 1}", host=host, port=(ports or [0] * nodes)[i],
                                              batch_limits=batch_limits, extra_config=block))
 

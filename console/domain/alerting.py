@@ -92,6 +92,9 @@ class Evaluator:
         if event.kind is EventKind.COLLECTOR_STATUS:
             self.collector_seen = max(self.collector_seen or event.time, event.time)
             return
+        if event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
+            self._attribute(event.batch_id, event.stream)
+            return
         if event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
             for key, entries in self.windows.items():
                 if any(o.batch_id == event.batch_id for o in entries):
@@ -102,6 +105,17 @@ class Evaluator:
             if key not in self.windows and len(self.windows) >= MAX_KEYS:
                 del self.windows[min(self.windows, key=lambda k: self.windows[k][-1].time if self.windows[k] else seen.time)]
             self.windows.setdefault(key, deque(maxlen=MAX_ENTRIES)).append(seen)
+
+    def _attribute(self, batch_id: str, stream: str) -> None:
+        """The batch's observations made under no stream move to its stream: an alert raised on
+        "(unknown)" resolves there and fires on the stream if the stream's window holds enough."""
+        for (measure, where), entries in list(self.windows.items()):
+            if where != UNKNOWN_STREAM or not any(o.batch_id == batch_id for o in entries):
+                continue
+            self.windows[(measure, where)] = deque((o for o in entries if o.batch_id != batch_id), maxlen=MAX_ENTRIES)
+            target = self.windows.setdefault((measure, stream), deque(maxlen=MAX_ENTRIES))
+            target.extend(o for o in entries if o.batch_id == batch_id)
+            self.windows[(measure, stream)] = deque(sorted(target, key=lambda o: o.time), maxlen=MAX_ENTRIES)
 
     def evaluate(self, now: datetime) -> list[Notice]:
         notices: list[Notice] = []

@@ -61,6 +61,9 @@ class EventKind(str, Enum):
     ATOMIC_LOST = "atomic_lost"  # a tapped atomic batch that can no longer commit, with no advisory
     ATOMIC_OPEN_DROPPED = "atomic_open_dropped"  # a stream event that drops open atomic batches unseen
     LOSS_RETRACTED = "loss_retracted"  # a reply came for a batch reported lost: the inference was wrong
+    # A fast batch whose gaps or errors were recorded before any reply named its stream, now named
+    # (its PubAck): its earlier events belong to `stream`.
+    FAST_ATTRIBUTED = "fast_attributed"
     CONTEXT = "context"  # stream created/updated/deleted, leader elected, consumer actions
     CAPTURE_INTERRUPTED = "capture_interrupted"  # a window in which the server may have dropped advisories
     COLLECTOR_STATUS = "collector_status"

@@ -367,6 +367,10 @@ class FastBatchTracker:
     def _on_puback(self, where: FastReplySubject, batch: TrackedBatch | None, ack: PubAck, now: datetime) -> list:
         events: list[BatchEvent] = []
         if batch is not None:
+            if batch.stream is None and batch.last_problem is not None and ack.stream:
+                # Its gaps or errors went out under no stream: from here on they are the stream's.
+                events.append(BatchEvent(f"fi.{where.batch_id}.attributed", EventKind.FAST_ATTRIBUTED, now,
+                                         ack.stream, where.batch_id, gap_mode=where.gap_mode.value))
             batch.stream = ack.stream
             events += self._flush_progress(batch, now)
             self._forget(where.batch_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from console.domain.display import Clock, md
@@ -51,8 +51,10 @@ def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = 
     if not losses:
         return None
     loss = min(losses, key=lambda e: (LOSS_KINDS.index(e.kind), e.time))
-    start, end = loss.time - around, loss.time + around
     own = tuple(e for e in events if e.batch_id == batch_id and e is not loss)
+    if loss.stream is None and (named := next((e.stream for e in own if e.stream), None)):
+        loss = replace(loss, stream=named)  # a later event of the batch (its PubAck's) names the stream
+    start, end = loss.time - around, loss.time + around
     nearby = [e for e in events if e.batch_id != batch_id and e.kind not in NOT_CONTEXT and start <= e.time <= end]
     context = tuple(e for e in nearby if _bears_on(e, loss))
     folded = Counter(_folded_as(e) for e in nearby if not _bears_on(e, loss))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
@@ -106,6 +106,8 @@ class LiveModel:
         elif event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
             self._retract(event.batch_id)
             return
+        elif event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
+            self._attribute(event.batch_id, event.stream)
         elif event.kind is EventKind.ATOMIC_OPEN_DROPPED:
             self.warnings.append(event)
             return
@@ -130,6 +132,17 @@ class LiveModel:
         if len(self._per_second) > self.window.total_seconds() + 60:
             for old in [s for s in self._per_second if s < horizon]:
                 del self._per_second[old]
+
+    def _attribute(self, batch_id: str, stream: str) -> None:
+        """A batch's losses recorded under no stream are its stream's."""
+        for key in [k for k in self._lost if k[0] is None]:
+            moved = [b for _, b in self._lost[key] if b.batch_id == batch_id]
+            if not moved:
+                continue
+            self._lost[key] = deque(((o, b) for o, b in self._lost[key] if b.batch_id != batch_id),
+                                    maxlen=self.recent_per_stream)
+            target = self._lost.setdefault((stream, key[1], key[2]), deque(maxlen=self.recent_per_stream))
+            target.extend((self.events_applied, replace(b, stream=stream)) for b in moved)
 
     def _retract(self, batch_id: str) -> None:
         """A fast batch reported lost was not: out of the lists and the counts. It may come back as active."""

@@ -24,4 +24,8 @@ def test_promtool_accepts_the_shipped_alerting_rules_and_they_follow_the_console
     shipped = parse_rules(DEFAULT_RULES.read_text())
     alerts = re.findall(r"summary: \"(.+) on \{\{", (ASSETS / "prometheus-rules.yml").read_text())
     assert alerts == [rule.name for rule in shipped]
+    from console.domain.reasons import REASONS  # the catch-all excludes exactly the reasons the console knows
+
+    [known] = re.findall(r'reason!~"([^"]+)"', (ASSETS / "prometheus-rules.yml").read_text())
+    assert known.split("|") == list(REASONS)
     json.loads((ASSETS / "grafana-dashboard.json").read_text())  # the dashboard is valid JSON

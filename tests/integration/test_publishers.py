@@ -83,3 +83,49 @@ async def test_nats_js_and_nats_py_losses_on_two_streams_name_stream_and_publish
         await collector.stop()
         for nc in (app, sys_nc, py):
             await nc.close()
+
+
+async def test_a_committed_batch_with_an_earlier_gap_ends_up_on_its_stream_everywhere(accounts_server):
+    """Its gap goes out under no stream (the gap reply names none); its PubAck names the stream, and the
+    collector says so: the alert raised on "(unknown)" resolves and fires on the stream, the metrics count
+    the gap there, Live shows the batch on the stream."""
+    from datetime import datetime, timedelta, timezone
+
+    from console.alerting.metrics import Metrics
+    from console.alerting.service import DEFAULT_RULES
+    from console.domain.alert_rules import parse_rules
+    from console.domain.alerting import Evaluator
+
+    app = await connect_as(accounts_server, "app", "app-secret")
+    collector = Collector(app, CollectorSettings(tick_every=0.1))
+    await collector.start()
+    try:
+        await app.jetstream().add_stream(StreamConfig(name="LATE_NAMED", subjects=["late_named.>"], allow_batched=True))
+        batch = FastBatch(app, flow=5, gap_mode="ok")
+        for seq in range(1, 21):
+            if seq == 10:
+                batch.skip_seq(2)
+            await batch.add("late_named.x", b"x")
+        ack = await batch.commit_eob()
+        assert ack.stream == "LATE_NAMED"
+        events = await events_for(app, {batch.batch_id},
+                                  lambda es: any(e.kind is EventKind.FAST_COMMITTED for e in es))
+    finally:
+        await collector.stop()
+        await app.close()
+    [gap] = [e for e in events if e.kind is EventKind.FAST_GAP]
+    [attributed] = [e for e in events if e.kind is EventKind.FAST_ATTRIBUTED]
+    assert (gap.stream, attributed.stream) == (None, "LATE_NAMED")
+    evaluator, metrics = Evaluator(parse_rules(DEFAULT_RULES.read_text())), Metrics()
+    before = events.index(attributed)
+    for event in events[:before]:
+        evaluator.apply(event)
+        metrics.observe(event)
+    now = datetime.now(timezone.utc)
+    assert [(n.stream, n.status) for n in evaluator.evaluate(now)] == [("(unknown)", "firing")]
+    for event in events[before:]:
+        evaluator.apply(event)
+        metrics.observe(event)
+    after = evaluator.evaluate(now + timedelta(seconds=1))
+    assert sorted((n.stream, n.status) for n in after) == [("(unknown)", "resolved"), ("LATE_NAMED", "firing")]
+    assert metrics.lost_messages.samples == {("LATE_NAMED",): 2.0}

@@ -180,3 +180,28 @@ def test_rules_written_back_read_the_same():
     tricky = parse_rules(RULES.replace('"look', '"look').replace('remedy = "check', 'repeat = "90s"\nmuted = true\nremedy = "check \\"it\\"\\n'))
     for rules in (shipped, tricky):
         assert parse_rules(rules_toml(rules)) == rules
+
+
+def test_a_gap_recorded_under_no_stream_moves_to_the_stream_its_commit_names():
+    from console.alerting.metrics import Metrics
+    from console.domain.live_model import LiveModel
+
+    rules = parse_rules('[[rule]]\nname = "lost messages"\nwhen = "lost_messages"\nat_least = 1\nwithin = "5m"\n')
+    evaluator, metrics, live = Evaluator(rules), Metrics(), LiveModel()
+    now = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+    gap = BatchEvent("fi.b1.gap.5", EventKind.FAST_GAP, now, None, "b1", gap_mode="ok", seq=5, first_lost_seq=4, lost=1)
+    for e in (evaluator, metrics, live):
+        e.apply(gap) if hasattr(e, "apply") else e.observe(gap)
+    [fired] = evaluator.evaluate(now)
+    assert (fired.stream, fired.status) == ("(unknown)", "firing")
+    assert list(metrics.lost_messages.samples.values()) == []  # waits for the batch's stream
+    attributed = BatchEvent("fi.b1.attributed", EventKind.FAST_ATTRIBUTED, now, "ORDERS", "b1", gap_mode="ok")
+    committed = BatchEvent("fi.b1.committed", EventKind.FAST_COMMITTED, now, "ORDERS", "b1", gap_mode="ok", count=12)
+    for event in (attributed, committed):
+        evaluator.apply(event)
+        metrics.observe(event)
+        live.apply(event)
+    moved = evaluator.evaluate(now + timedelta(seconds=1))
+    assert sorted((n.stream, n.status) for n in moved) == [("(unknown)", "resolved"), ("ORDERS", "firing")]
+    assert metrics.lost_messages.samples == {("ORDERS",): 1.0}
+    assert metrics.gaps.samples == {("ORDERS", "ok"): 1.0}

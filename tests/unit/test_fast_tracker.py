@@ -192,5 +192,8 @@ def test_a_flood_under_one_prefix_takes_only_its_share_and_a_real_batch_is_track
     assert len(tracker.batches) == 2 and tracker.refused == {"_INBOX.forger": 998}
     real = replay(tracker, vectors.scenario("fast", "gap_ok"))
     assert [e.kind for e in real if e.kind is not EventKind.FAST_PROGRESS] == [
-        EventKind.FAST_STARTED, EventKind.FAST_GAP, EventKind.FAST_COMMITTED]
+        EventKind.FAST_STARTED, EventKind.FAST_GAP, EventKind.FAST_ATTRIBUTED, EventKind.FAST_COMMITTED]
     assert real[0].detail is None  # tracked, not refused
+    attributed = next(e for e in real if e.kind is EventKind.FAST_ATTRIBUTED)
+    gap = next(e for e in real if e.kind is EventKind.FAST_GAP)
+    assert gap.stream is None and attributed.stream is not None  # the gap went out under no stream

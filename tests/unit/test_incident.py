@@ -84,3 +84,11 @@ def test_wire_text_in_the_report_is_inert_markdown():
     report = incident_report(build_incident(evil, [loss]))
     assert "<img" not in report and "&lt;img" in report
     assert "\\[x\\](http://e)\\*" in report and "\\|" in report
+
+
+def test_a_loss_recorded_under_no_stream_takes_the_stream_its_batch_was_later_named_by():
+    gap = BatchEvent("fi.b.gap.5", EventKind.FAST_GAP, at(0), None, "b", gap_mode="ok", seq=5, first_lost_seq=4, lost=1)
+    named = BatchEvent("fi.b.attributed", EventKind.FAST_ATTRIBUTED, at(2), "ORDERS", "b", gap_mode="ok")
+    elsewhere = BatchEvent("adv.1", EventKind.ATOMIC_ABANDONED, at(1), "ORDERS", "a1", reason="timeout")
+    incident = build_incident("b", [gap, elsewhere, named])
+    assert incident.loss.stream == "ORDERS" and elsewhere in incident.context
