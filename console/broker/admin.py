@@ -31,6 +31,7 @@ class StreamPlacement:
     replicas: tuple[tuple[str, bool, int], ...]  # (server, current, lag) of the followers
     messages: int
     bytes: int
+    last_seq: int = 0
 
 
 class StreamAdmin:
@@ -59,7 +60,7 @@ class StreamAdmin:
         cluster = info.cluster
         replicas = tuple((r.name, bool(r.current), r.lag or 0) for r in (cluster.replicas or [])) if cluster else ()
         return StreamPlacement(_settings(info), cluster.leader if cluster else None, replicas, info.state.messages,
-                               info.state.bytes)
+                               info.state.bytes, info.state.last_seq)
 
     async def consumers(self, stream: str) -> list[PullConsumer]:
         """The stream's durable pull consumers (push consumers cannot be fetched from)."""

@@ -4,8 +4,10 @@ where it runs, the server's limits and the risks they leave, its lost batches li
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
+import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from console.broker.admin import StreamPlacement
 
 WEEK = timedelta(days=7)
+RATE_OVER = 5.0  # seconds over which the stream's message rate is read, for the publish-side tap's cost
 log = logging.getLogger(__name__)
 
 
@@ -64,13 +67,15 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         self._head = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._settings = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._limits = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._tap_cost = pn.pane.Markdown("", sizing_mode="stretch_width")
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width",
                      formatters={"investigate": {"type": "html"}})
         self._live = tabulator(pd.DataFrame(), height=220, **table)
         self._week = tabulator(pd.DataFrame(), height=220, **table)
         self._active = tabulator(pd.DataFrame(), height=160, **table)
         self._layout = pn.Column(
-            self._head, self._settings, self._limits, pn.pane.Markdown("### Lost batches, live (the last hour)"),
+            self._head, self._settings, self._limits, self._tap_cost,
+            pn.pane.Markdown("### Lost batches, live (the last hour)"),
             self._live, pn.pane.Markdown("### Lost batches, last 7 days (History)"), self._week,
             pn.pane.Markdown("### Active fast batches"), self._active, sizing_mode="stretch_width")
 
@@ -90,10 +95,26 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             placement = None
         if placement is not None:
             self._settings.object = placement_markdown(placement)
+            self._tap_cost.object = "Publish-side tap: measuring this stream's message rate…"
+            asyncio.get_running_loop().create_task(self._measure_tap_cost(placement, time.monotonic()))
         if self.limits is not None:
             limits, source = await self.limits()
             risks = edit_risks(placement.settings, placement.settings, limits) if placement else []
             self._limits.object = limits_markdown(limits, source) + "".join(f"\n\n⚠ {e(r)}" for r in risks)
+
+    async def _measure_tap_cost(self, first: StreamPlacement, at: float) -> None:
+        """What tapping this stream's publish side would cost the collector: every message it stores."""
+        await asyncio.sleep(RATE_OVER)
+        try:
+            second = await self.details(self.name)
+        except Exception as err:  # the figure is left out, never the page
+            self._tap_cost.object = f"Publish-side tap: the rate was not read ({html.escape(str(err))})"
+            return
+        rate = max(0, second.last_seq - first.last_seq) / (time.monotonic() - at)
+        self._tap_cost.object = (
+            f"Publish-side tap (`--tap-publish-side` on this stream's subjects): the collector receives every "
+            f"message published here, about **{rate:,.1f} msgs/s** now (this stream's rate over {RATE_OVER:g} s), "
+            "for the stream of each fast batch from its first message and every drop judged on time.")
 
     def refresh(self) -> None:
         """Live's tables of this stream; its week in History when the job has run since the last read."""

@@ -26,4 +26,6 @@ def test_a_stream_name_on_live_opens_its_page_with_settings_limits_and_its_lost_
     expect(lost).to_contain_text("timeout", timeout=30_000)
     expect(lost.get_by_role("link", name="investigate")).to_have_attribute("href", f"/incident?batch={batch}")
     expect(page.get_by_role("link", name="its messages in Replay")).to_have_attribute("href", "/replay?stream=UI_STREAM")
+    # What tapping the publish side would cost, from the stream's own rate (nothing published: 0).
+    expect(page.get_by_text(re.compile(r"Publish-side tap .* about 0\.0 msgs/s now"))).to_be_visible(timeout=30_000)
     page.screenshot(path=screenshots / "stream.png", full_page=True)
