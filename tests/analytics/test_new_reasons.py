@@ -1,6 +1,6 @@
 """A well-formed batch_abandoned advisory with a reason this console does not know (a newer server's)
 is a loss all the same: recorded as itself, on Live, in History after a run, in the metrics, and in the
-shipped rules' catch-all."""
+shipped rules' catch-all. And History keeps who published a fast loss."""
 
 import asyncio
 import secrets
@@ -17,7 +17,9 @@ from console.collector.collector import Collector
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.alert_rules import parse_rules
 from console.domain.alerting import Evaluator
+from console.domain.events import BatchEvent, EventKind
 from console.domain.live_model import LiveModel
+from console.domain.publisher import Publisher
 from console.storage import sqlite
 from console.storage.tables import AbandonedBatch, AbandonmentHourly
 from tests.waits import events_for
@@ -53,10 +55,17 @@ async def test_a_reason_the_console_does_not_know_is_recorded_shown_kept_and_ale
     firing = evaluator.evaluate(datetime.now(timezone.utc) + timedelta(seconds=1))
     assert [n.rule for n in firing] == ["batch lost for a reason this console does not know"]
 
+    # A fast loss the collector could name the publisher of: History keeps who it was.
+    publisher = Publisher(name="orders-writer", lang="python3", version="2.16.0", account="APP", user="app",
+                          address="127.0.0.1:5000", server="n1", cid=7)
+    ended = BatchEvent("fi.named-1.ended", EventKind.FAST_ENDED_EARLY, datetime.now(timezone.utc), "NEWREASON",
+                       "named-1", reason="gap", gap_mode="fail", count=9, publisher=publisher)
+    assert (await EventLog(client.jetstream(), EventLogSettings(key=KEY)).append([ended])).stored == 1
     settings = JobSettings(tmp_path, source={"servers": server.url, "event_secret": KEY.decode()})
     await asyncio.to_thread(run_once, spark, settings)
     with Session(sqlite.open_db(settings.db_path)) as s:
-        assert [(r.batch_id, r.reason) for r in s.exec(select(AbandonedBatch)).all()
-                if r.stream == "NEWREASON"] == [("brand-new-1", "brand_new")]
-        assert [(r.reason, r.batches) for r in s.exec(select(AbandonmentHourly)).all()
-                if r.stream == "NEWREASON"] == [("brand_new", 1)]
+        assert sorted((r.batch_id, r.reason, r.publisher) for r in s.exec(select(AbandonedBatch)).all()
+                      if r.stream == "NEWREASON") == [("brand-new-1", "brand_new", None),
+                                                      ("named-1", "gap", publisher.line())]
+        assert sorted((r.reason, r.batches) for r in s.exec(select(AbandonmentHourly)).all()
+                      if r.stream == "NEWREASON") == [("brand_new", 1), ("gap", 1)]
