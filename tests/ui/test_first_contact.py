@@ -1,6 +1,7 @@
 """What a new operator meets first: a start of `up` pages nobody, and a web process whose event key is
 not the collector's says so on every page instead of showing an empty console."""
 
+import http.client
 import json
 import os
 import re
@@ -47,7 +48,7 @@ def _metric(port: int, name: str) -> float | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
             text = reply.read().decode()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # not listening yet, or another process on that port
         return None
     found = re.search(rf"^{name} (\S+)$", text, re.M)
     return float(found.group(1)) if found else None
@@ -64,8 +65,9 @@ def test_ten_starts_of_up_page_nobody(tmp_path):
     try:
         for start in range(STARTS):
             port, out = free_port(), tmp_path / f"up-{start}.out"
+            nats_port = next(p for p in iter(free_port, None) if p not in (port, port + 1))  # port + 1: metrics
             up = subprocess.Popen([CLI, "up", "--data-dir", str(data), "--port", str(port), "--nats-port",
-                                   str(free_port())], stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env,
+                                   str(nats_port)], stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
             try:
                 # The alerts part has heard the collector: from here on a start cannot page anyone.
