@@ -1,12 +1,15 @@
-"""The console's own command as a process, and how tests wait for it (shared by the test folders)."""
+"""The console's own command as a process, how tests wait for it, and a webhook receiver (shared by the
+test folders)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 from console.broker.cluster import free_port  # noqa: F401  (the tests' one way to a free port)
@@ -39,3 +42,39 @@ def nats_tool(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "tests.ui.nats_tool", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+class Receiver:
+    """A webhook receiver on loopback: the JSON bodies it was sent, in order (and every request's
+    method); with `redirect_to`, it answers each POST 301 to that URL."""
+
+    def __init__(self, redirect_to: str | None = None):
+        self.bodies: list[dict] = []
+        self.methods: list[str] = []
+        received, methods = self.bodies, self.methods
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                methods.append("POST")
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(301 if redirect_to else 204)
+                if redirect_to:
+                    self.send_header("Location", redirect_to)
+                    self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):
+                methods.append("GET")
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()

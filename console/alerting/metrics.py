@@ -93,9 +93,10 @@ class Metrics:
         return name
 
     def _count_gaps(self, gaps: list[BatchEvent], stream: str | None) -> None:
+        label = self.stream(stream) if gaps else ""
         for gap in gaps:
-            self.gaps.inc(self.stream(stream), gap.gap_mode or "")
-            self.lost_messages.inc(self.stream(stream), amount=gap.lost or 0)
+            self.gaps.inc(label, gap.gap_mode or "")
+            self.lost_messages.inc(label, amount=gap.lost or 0)
 
     def reason(self, reason: str) -> str:
         """A reason label: every known one, and the first MAX_NEW_REASONS a newer server gave; past that, other."""

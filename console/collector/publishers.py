@@ -101,14 +101,18 @@ class Publishers:
             prefix = self._batches.get(event.batch_id or "")
             future = self._known.get(prefix) if prefix else None
             if future is not None and event.publisher is None:
-                try:
-                    publisher = await asyncio.wait_for(asyncio.shield(future), self.answer_within * 2)
-                except asyncio.TimeoutError:
-                    publisher = None
+                publisher = future.result() if future.done() else await self._answer(future)
                 if publisher is not None:
                     event = replace(event, publisher=publisher)
             out.append(self._with_probable_stream(event))
         return out
+
+    async def _answer(self, future: asyncio.Future) -> Publisher | None:
+        """An answer still on its way (the first events of a new prefix), waited for a bounded while."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.answer_within * 2)
+        except asyncio.TimeoutError:
+            return None
 
     def _with_probable_stream(self, event: BatchEvent) -> BatchEvent:
         """Learn which stream a connection publishes to; where an event's own stream is not known, give

@@ -113,9 +113,9 @@ class Evaluator:
             if where != UNKNOWN_STREAM or not any(o.batch_id == batch_id for o in entries):
                 continue
             self.windows[(measure, where)] = deque((o for o in entries if o.batch_id != batch_id), maxlen=MAX_ENTRIES)
-            target = self.windows.setdefault((measure, stream), deque(maxlen=MAX_ENTRIES))
-            target.extend(o for o in entries if o.batch_id == batch_id)
-            self.windows[(measure, stream)] = deque(sorted(target, key=lambda o: o.time), maxlen=MAX_ENTRIES)
+            moved = [o for o in entries if o.batch_id == batch_id]
+            merged = sorted([*self.windows.get((measure, stream), ()), *moved], key=lambda o: o.time)
+            self.windows[(measure, stream)] = deque(merged, maxlen=MAX_ENTRIES)
 
     def evaluate(self, now: datetime) -> list[Notice]:
         notices: list[Notice] = []

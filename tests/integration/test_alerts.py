@@ -4,9 +4,7 @@ gets retries."""
 
 import asyncio
 import json
-import threading
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import nats
 import pytest
@@ -24,44 +22,8 @@ from console.domain.notify_targets import NotifyTargets
 from console.errors import BatchError
 from console.storage.alert_state import AlertStore
 from tests.conftest import TEST_LIMITS
-from tests.processes import free_port
+from tests.processes import Receiver, free_port
 from tests.waits import wait_until
-
-
-class Receiver:
-    """A webhook receiver on loopback: the JSON bodies it was sent, in order (and every request's
-    method); with `redirect_to`, it answers each POST 301 to that URL."""
-
-    def __init__(self, redirect_to: str | None = None):
-        self.bodies: list[dict] = []
-        self.methods: list[str] = []
-        received, methods = self.bodies, self.methods
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                methods.append("POST")
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(301 if redirect_to else 204)
-                if redirect_to:
-                    self.send_header("Location", redirect_to)
-                    self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_GET(self):
-                methods.append("GET")
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
 
 
 def rules(url: str) -> str:

@@ -2,44 +2,20 @@
 not the collector's says so on every page instead of showing an empty console."""
 
 import http.client
-import json
 import os
 import re
 import signal
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 from playwright.sync_api import expect
 
 from console.alerting.service import DEFAULT_RULES
 from console.config import event_key
-from tests.processes import CLI, free_port, wait_http
+from tests.processes import CLI, Receiver, free_port, wait_http
 from tests.waits import poll_until
 
 STARTS = 10
-
-
-class Receiver:
-    """A webhook receiver on loopback that keeps every body it is sent."""
-
-    def __init__(self):
-        self.bodies: list[dict] = []
-        bodies = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def _metric(port: int, name: str) -> float | None:
