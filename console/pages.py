@@ -96,6 +96,7 @@ def incident(runtime: Runtime, **params) -> IncidentPage:
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
+                           "peek": runtime.live.model.find_lost,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from console.alerting.view import AlertsView
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, connect
 from console.broker.live_state import LiveState
@@ -18,11 +17,12 @@ from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, load
 from console.domain.batch_limits import BatchLimits
 from console.domain.incident import Incident
-from console.investigate import find_incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
 from console.errors import MissingKeyError, ReadOnlyError
-from console.storage.history import Reader
-from console.storage.sqlite import open_db_for_reading
+
+if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
+    from console.alerting.view import AlertsView
+    from console.storage.history import Reader
 
 log = logging.getLogger(__name__)
 LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
@@ -103,6 +103,9 @@ class Runtime:
 
     def _open_history(self) -> tuple[Reader | None, str | None]:
         if self._history is None:
+            from console.storage.history import Reader
+            from console.storage.sqlite import open_db_for_reading
+
             engine, problem = open_db_for_reading(self.settings.data.db_path)
             if problem:
                 log.warning("%s; Live, Streams and Replay go on", problem)
@@ -113,6 +116,8 @@ class Runtime:
     def alerts(self) -> AlertsView:
         """The alert rules and the alerts process's state in the data directory."""
         if self._alerts is None:
+            from console.alerting.view import AlertsView
+
             self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules,
                                       self.settings.data.db_path, self.settings.notify_targets(), self.read_only)
         return self._alerts
@@ -174,6 +179,8 @@ class Runtime:
                 log.info("NATS connection open again")
 
     async def find_incident(self, batch_id: str) -> Incident | None:
+        from console.investigate import find_incident
+
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
 
     async def run_probe(self, options: ProbeOptions, progress=None) -> ProbeReport:

@@ -16,6 +16,7 @@ from console.errors import ConfigError
 from console.login import GuardedBasicAuth
 from console.runtime import Runtime
 from console.ui.frame import Frame, Prefs
+from console.ui.preview import attach, static_html
 
 REDRAW_EVERY_MS = 2000  # the header's badges, and the pages that follow a state of their own
 
@@ -94,7 +95,7 @@ class App:
     def history_page(self):
         prefs = _prefs()
         page = pages.history(self.runtime, clock=prefs.clock, **_from_url("/history"))
-        pn.state.onload(page.reload)
+        page.reload()  # SQLite, a few tens of ms for the default week: in the first answer, not a round trip later
         _every(page.refresh)
         return self._frame(page, "/history", prefs)
 
@@ -107,7 +108,7 @@ class App:
     def alerts_page(self):
         prefs = _prefs()
         page = pages.alerts(self.runtime, clock=prefs.clock, **_from_url("/alerts"))
-        pn.state.onload(page.reload)
+        page.reload()  # files and SQLite: in the first answer
         _every(page.reload)
         return self._frame(page, "/alerts", prefs)
 
@@ -120,6 +121,7 @@ class App:
             pn.state.location.sync(page, shared)  # the page was made with the URL's choices; now kept in step
         nav = {p: pages.PAGES[p] for p in self._paths()}
         frame = Frame(page, nav, path, lambda: pages.badges(self.runtime), prefs)
+        attach(pn.state.curdoc, static_html(frame))  # what the page holds, painted before the scripts run
         _every(frame.refresh)
         return frame
 

@@ -45,6 +45,7 @@ class StreamAdmin:
         """Work on a new connection (the runtime opened one after the server closed the last)."""
         self.nc = nc
         self.js = nc.jetstream()
+        self.last_streams: list[StreamBatchSettings] = []  # the last listing: a new page shows it until it asks
 
     async def server(self) -> ServerInfo:
         info = await self.js.account_info()
@@ -52,7 +53,8 @@ class StreamAdmin:
         return ServerInfo(f"{v.major}.{v.minor}.{v.patch}" if v else None, info.api.level if info.api else None)
 
     async def streams(self) -> list[StreamBatchSettings]:
-        return sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)
+        self.last_streams = sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)
+        return self.last_streams
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""

@@ -41,13 +41,15 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     advice = param.Callable(default=lambda incident: None, doc="Incident -> what to do about it, or None")
     console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
+    peek = param.Callable(default=lambda batch_id: None,
+                          doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
     def __init__(self, **params):
         super().__init__(**params)
         self._incident: Incident | None = None
         self._search = pn.widgets.TextInput(label="batch id", value=self.batch_id)
         self._go = pn.widgets.Button(label="Investigate", button_type="primary")
-        self._summary = pn.pane.HTML("")
+        self._summary = pn.pane.HTML(self._first_look())
         self._timeline = tabulator(pd.DataFrame(columns=["time", "stream", "event"]), disabled=True,
                                               show_index=False, sizing_mode="stretch_width", height=360,
                                               formatters={"stream": {"type": "html"}, "event": {"type": "html"}})
@@ -59,6 +61,17 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
                                  self._download, pn.pane.Markdown("### Timeline"), self._timeline,
                                  sizing_mode="stretch_width")
 
+    def _first_look(self) -> str:
+        """The batch as Live holds it, while the event log is read for the rest."""
+        lost = self.peek(self.batch_id) if self.batch_id else None
+        if lost is None:
+            return ""
+        e = html.escape
+        return (f"<p><b>{e(lost.batch_id or '')}</b>: {e(lost.kind)} batch lost, reason {e(lost.reason)}<br>"
+                f"stream <b>{stream_cell(lost.stream, lost.probable_stream)}</b> · {self.clock.when(lost.time)}"
+                + (f"<br>published by <b>{e(lost.publisher)}</b>" if lost.publisher else "")
+                + "<br><i>Reading the event log for its timeline…</i></p>")
+
     async def _on_go(self, *_) -> None:
         self.batch_id = self._search.value.strip()
         await self.load()
@@ -67,7 +80,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         if not self.batch_id:
             self._summary.object = "Give a batch id, or open one from Live or History."
             return
-        self._summary.object = "Reading the event log…"
+        self._summary.object = self._first_look() or "Reading the event log…"
         incident = await self.find(self.batch_id)
         self._incident = incident
         if incident is None:

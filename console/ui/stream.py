@@ -78,15 +78,22 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown("### Lost batches, live (the last hour)"),
             self._live, pn.pane.Markdown("### Lost batches, last 7 days (History)"), self._week,
             pn.pane.Markdown("### Active fast batches"), self._active, sizing_mode="stretch_width")
+        self._show_head()
+        self.refresh()  # what the live model and History hold shows before the server answers
+
+    def _show_head(self) -> None:
+        if not self.name:
+            self._head.object = "## Stream\nOpen a stream from its name on any page, or give `?name=`."
+        else:
+            self._head.object = (f"## Stream {html.escape(self.name)}\n[its messages in Replay]"
+                                 f"({replay_link(self.name)}) · each lost batch below opens its Incident")
 
     async def reload(self) -> None:
         e = html.escape
+        self._show_head()
         if not self.name:
-            self._head.object = "## Stream\nOpen a stream from its name on any page, or give `?name=`."
             return
-        self._head.object = (f"## Stream {e(self.name)}\n[its messages in Replay]({replay_link(self.name)}) · "
-                             "each lost batch below opens its Incident")
-        self.refresh()  # what the live model and History hold shows before the server answers
+        self.refresh()
         try:
             placement = await self.details(self.name)
         except Exception as err:  # no such stream, or the server did not answer: the rest still shows

@@ -65,7 +65,8 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         self._limits: BatchLimits | None = None
         self._server = pn.pane.Markdown("")
         self._limits_pane = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self._table = tabulator(streams_frame([]), disabled=True, show_index=False,
+        # The last listing this process read, until this page's own: its first screen needs no round trip
+        self._table = tabulator(streams_frame(getattr(self.admin, "last_streams", [])), disabled=True, show_index=False,
                                            sizing_mode="stretch_width", height=300)
         self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.admin.read_only)
         if self.admin.read_only:

@@ -1,8 +1,10 @@
 import subprocess
+import sys
 
 from playwright.sync_api import expect
 
 from tests.processes import probe
+from tests.waits import poll_until
 
 
 
@@ -57,3 +59,40 @@ def test_markup_in_a_batch_id_shows_as_text_and_runs_nothing(console, page):
     expect(page.get_by_text(evil)).to_be_visible(timeout=30_000)
     assert dialogs == []
     assert page.locator("img[src='x']").count() == 0
+
+
+def test_the_first_answer_holds_the_page_escaped_and_a_browser_without_scripts_shows_it(console, browser):
+    """The server's first answer carries what the page shows (painted before Bokeh's and Panel's scripts
+    run), built from the same wire data as the live page, so it is escaped the same way."""
+    import urllib.request
+
+    nats_url, web_url = console
+    evil = "<img src=x onerror=alert(2)>"
+    staged = subprocess.run([sys.executable, "-c", HOSTILE_PUBLISHER, nats_url, evil], capture_output=True,
+                            text=True, timeout=60)
+    assert staged.stdout.strip() == "b''", staged.stderr
+    escaped = "&lt;img src=x onerror=alert(2)&gt;"
+
+    def first_answer() -> str | None:
+        body = urllib.request.urlopen(web_url, timeout=10).read().decode()
+        return body if escaped in body else None
+
+    first = poll_until(first_answer, 60, "the abandonment did not reach the web process's first answer")
+    preview = first[first.index('id="bc-preview"'):first.index("<script", first.index('id="bc-preview"'))]
+    assert escaped in preview and evil not in first
+    scriptless = browser.new_context(java_script_enabled=False)
+    page = scriptless.new_page()
+    page.goto(web_url)
+    row = page.get_by_role("row").filter(has_text=evil)
+    expect(row).to_be_visible()
+    expect(row).to_contain_text("UI_XSS")
+    assert page.locator("img[src='x']").count() == 0
+    scriptless.close()
+
+
+def test_the_live_page_replaces_the_first_answer_once_drawn(console, page):
+    nats_url, web_url = console
+    page.goto(web_url)
+    expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+    expect(page.get_by_role("button", name="switch to dark theme")).to_be_visible()  # the frame's live controls
+    expect(page.get_by_text("Lost batches, live")).to_have_count(1)  # one page, not the preview beside it
