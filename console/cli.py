@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import time
+from datetime import datetime, timezone
 
 from console.broker.cluster import EmbeddedCluster
 from console.broker.connection import connect
@@ -65,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
               aliases={"--demo-every": "--every", "--demo-rounds": "--rounds"})
+
+    audit = commands.add_parser("audit", help="who asked the console to change what, and when: the audit trail, "
+                                              "its chain checked")
+    add_flags(audit, *WITH_EVENT_LOG)
+    audit.add_argument("--since", help="only the records of this last while (30m, 12h, 7d); the chain is checked "
+                                       "from the first of them")
+    audit.add_argument("--verify", action="store_true", help="exit 1 when the chain is broken: a record removed, "
+                                                             "altered or not the console's")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -150,6 +159,25 @@ async def probe_async(settings: Settings, args: argparse.Namespace) -> int:
     print(json.dumps(report.to_json()) if args.json else report.text())
     injected = options.skip_seq is not None or options.abandon
     return 1 if report.error and not injected else 0
+
+
+async def audit_async(settings: Settings, since: str | None, verify: bool) -> int:
+    from console.domain.alert_rules import RulesError, duration
+
+    try:
+        start = datetime.now(timezone.utc) - duration(since, "--since", 0) if since else None
+    except RulesError as e:
+        raise ConfigError(e.reason) from None
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
+        checked = await runtime.audit_trail(start)
+    for seq, r in checked.records:
+        diff = "".join(f" {k}: {a} -> {b}" for k, (a, b) in r.diff.items())
+        print(f"{seq:>7} {r.time:%Y-%m-%d %H:%M:%S} {r.actor.user} {r.actor.address or '-'} {r.action} {r.target} "
+              f"{r.outcome}{(': ' + r.detail) if r.detail else ''}{diff}")
+    for seq, why in checked.breaks:
+        print(f"BROKEN at record {seq}: {why}", file=sys.stderr)
+    print(f"{len(checked.records)} record(s); chain {'intact' if checked.intact else 'BROKEN'}", file=sys.stderr)
+    return 1 if verify and not checked.intact else 0
 
 
 async def collect_async(settings: Settings) -> int:
@@ -240,7 +268,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
         raise ConfigError("give --spark-master or --remote, not both")
     asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
     job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
-    spark = spark_session(a.master, remote=a.remote)
+    spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers)
     watcher = None
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)
 
@@ -311,6 +339,8 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         return Supervisor(settings).run()
     if command == "demo":
         return asyncio.run(demo_async(settings))
+    if command == "audit":
+        return asyncio.run(audit_async(settings, args.since, args.verify))
     return asyncio.run(probe_async(settings, args))
 
 

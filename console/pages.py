@@ -5,12 +5,16 @@ their first load."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
+from console.actions import ACTIONS
 from console.broker import names
+from console.domain.audit import NOTEBOOK, Actor
 from console.domain.display import count
 from console.investigate import advice
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
+from console.ui.audit import AuditPage
 from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
@@ -20,8 +24,11 @@ from console.ui.replay import ReplayPage
 from console.ui.stream import StreamPage, replay_link
 from console.ui.streams import StreamsPage
 
+if TYPE_CHECKING:
+    from console.probe import ProbeOptions, ProbeReport
+
 PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
-         "/alerts": "Alerts", "/probe": "Probe"}
+         "/alerts": "Alerts", "/probe": "Probe", "/audit": "Audit"}
 CHANGES_THE_SERVER = ("/probe",)  # left out in read-only mode
 # Each page's choices, kept in its URL's query (param -> argument)
 IN_THE_URL = {
@@ -32,6 +39,7 @@ IN_THE_URL = {
     "/incident": {"batch_id": "batch"},
     "/alerts": {"rule": "rule"},
     "/stream": {"name": "name"},
+    "/audit": {"user": "user", "action": "action", "stream": "stream"},
 }
 
 
@@ -47,9 +55,15 @@ def _start_time(text: str) -> str:
     return text
 
 
-def _rule(text: str) -> str:
+def _label(text: str) -> str:
     if len(text) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise ValueError("not a rule name")
+    return text
+
+
+def _action(text: str) -> str:
+    if text not in ACTIONS:
+        raise ValueError("not an action")
     return text
 
 
@@ -62,7 +76,8 @@ def _int(text: str) -> int:
 # Every value from the URL is checked by the wire's own rules before a page is made with it (a name
 # that reaches a subject must never cost the process its connection); one that fails is left out.
 URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
-             "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _rule}
+             "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
+             "user": _label, "action": _action}
 STREAM_PAGE = "/stream"  # ?name=S, linked from every stream name (not in the navigation: it needs a stream)
 
 
@@ -72,8 +87,8 @@ def live(runtime: Runtime, **params) -> LivePage:
     return LivePage.following(runtime.live, alerts_firing=lambda: len(alerts.firing()), **params)
 
 
-def streams(runtime: Runtime, **params) -> StreamsPage:
-    return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, **params)
+def streams(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamsPage:
+    return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, actions=runtime.actions(actor), **params)
 
 
 def stream(runtime: Runtime, **params) -> StreamPage:
@@ -82,30 +97,45 @@ def stream(runtime: Runtime, **params) -> StreamPage:
                       history=runtime.history, **params)
 
 
-def replay(runtime: Runtime, **params) -> ReplayPage:
-    return ReplayPage(admin=runtime.admin, **params)
+def replay(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ReplayPage:
+    return ReplayPage(admin=runtime.admin, actions=runtime.actions(actor), **params)
 
 
-def history(runtime: Runtime, **params) -> HistoryPage:
+def history(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> HistoryPage:
+    actions = runtime.actions(actor)
     return HistoryPage(history=runtime.history, problem=runtime.history_problem,
-                       live_seq=lambda: runtime.live.last_seq, **params)
+                       live_seq=lambda: runtime.live.last_seq,
+                       exported=lambda what: actions.record_soon("export.csv", what), **params)
 
 
-def incident(runtime: Runtime, **params) -> IncidentPage:
+def incident(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> IncidentPage:
+    actions = runtime.actions(actor)
+
     def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
                            "peek": runtime.live.model.find_lost,
+                           "exported": lambda batch_id: actions.record_soon("export.report", batch_id),
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 
-def probe(runtime: Runtime, **params) -> ProbePage:
-    return ProbePage(run=runtime.run_probe, **params)
+def probe(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ProbePage:
+    actions = runtime.actions(actor)
+
+    async def run(options: ProbeOptions, progress=None) -> ProbeReport:
+        return await actions.run("probe.run", f"{options.stream} {options.kind} x{options.count}",
+                                 lambda: runtime.run_probe(options, progress))
+
+    return ProbePage(run=run, **params)
 
 
-def alerts(runtime: Runtime, **params) -> AlertsPage:
-    return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, **params)
+def alerts(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AlertsPage:
+    return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, actions=runtime.actions(actor), **params)
+
+
+def audit(runtime: Runtime, **params) -> AuditPage:
+    return AuditPage(trail=runtime.audit_trail, **params)
 
 
 def badges(runtime: Runtime) -> list[Badge]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from console.broker.admin import StreamAdmin
@@ -21,7 +22,10 @@ from console.probe import ProbeOptions, ProbeReport, run_probe
 from console.errors import MissingKeyError, ReadOnlyError
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
+    from console.actions import Actions
     from console.alerting.view import AlertsView
+    from console.broker.audit_log import AuditLog
+    from console.domain.audit import Actor, Checked
     from console.storage.history import Reader
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,7 @@ class Runtime:
         self._live: LiveState | None = None
         self._history: tuple[Reader | None, str | None] | None = None
         self._alerts: AlertsView | None = None
+        self._audit: AuditLog | None = None
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
         self._keeper: asyncio.Task | None = None
 
@@ -114,13 +119,32 @@ class Runtime:
 
     @property
     def alerts(self) -> AlertsView:
-        """The alert rules and the alerts process's state in the data directory."""
+        """The alert rules and the alerts process's state in the data directory; its changes are the
+        notebook's actions unless a page gives its session's."""
         if self._alerts is None:
             from console.alerting.view import AlertsView
+            from console.domain.audit import Actor
 
             self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules,
-                                      self.settings.data.db_path, self.settings.notify_targets(), self.read_only)
+                                      self.settings.data.db_path, self.settings.notify_targets(), self.read_only,
+                                      actions=self.actions(Actor("notebook")))
         return self._alerts
+
+    def actions(self, actor: Actor) -> Actions:
+        """What `actor` may do through this runtime, each attempt in the audit trail (signed with the
+        event key: without one, nothing that changes anything is done)."""
+        from console.actions import Actions
+        from console.broker.audit_log import AuditLog
+
+        try:
+            key = self.event_log.key
+        except MissingKeyError as e:
+            return Actions(None, actor, self.read_only, str(e))
+        if key is None:
+            return Actions(None, actor, self.read_only, "no event key")
+        if self._audit is None:
+            self._audit = AuditLog(self.nc, key, self.settings.event_log.replicas)
+        return Actions(self._audit, actor, self.read_only)
 
     async def batch_limits(self) -> tuple[BatchLimits, str]:
         """The server's effective batch limits and where they were read; the defaults (and why) when
@@ -174,9 +198,17 @@ class Runtime:
                     continue
                 self.nc = fresh
                 self.admin.rebind(fresh)
+                if self._audit is not None:
+                    self._audit.nc = fresh
                 if self._live is not None:
                     await self._live.rebind(fresh)
                 log.info("NATS connection open again")
+
+    async def audit_trail(self, since: datetime | None = None) -> Checked:
+        """The audit trail's records (from `since`), with every break in its chain."""
+        from console.broker.audit_log import AuditLog
+
+        return await AuditLog(self.nc, self.event_log.key or b"").read(since)
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         from console.investigate import find_incident

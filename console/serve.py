@@ -12,6 +12,7 @@ from tornado.ioloop import IOLoop
 
 from console import pages
 from console.config import Settings, host_in_url
+from console.domain.audit import Actor
 from console.errors import ConfigError
 from console.login import GuardedBasicAuth
 from console.runtime import Runtime
@@ -60,7 +61,7 @@ class App:
     def routes(self) -> dict:
         made = {"/": self.live_page, "/streams": self.streams_page, "/replay": self.replay_page,
                 "/history": self.history_page, "/incident": self.incident_page, "/alerts": self.alerts_page,
-                "/probe": self.probe_page}
+                "/probe": self.probe_page, "/audit": self.audit_page}
         return {**{path: made[path] for path in self._paths()}, pages.STREAM_PAGE: self.stream_page}
 
     def _paths(self) -> list[str]:
@@ -74,7 +75,7 @@ class App:
 
     def streams_page(self):
         prefs = _prefs()
-        page = pages.streams(self.runtime, clock=prefs.clock, **_from_url("/streams"))
+        page = pages.streams(self.runtime, _actor(), clock=prefs.clock, **_from_url("/streams"))
         pn.state.onload(page.reload)
         return self._frame(page, "/streams", prefs)
 
@@ -87,34 +88,40 @@ class App:
 
     def replay_page(self):
         prefs = _prefs()
-        page = pages.replay(self.runtime, clock=prefs.clock, **_from_url("/replay"))
+        page = pages.replay(self.runtime, _actor(), clock=prefs.clock, **_from_url("/replay"))
         pn.state.onload(page.reload)
         pn.state.on_session_destroyed(lambda _: asyncio.ensure_future(page.close()))
         return self._frame(page, "/replay", prefs)
 
     def history_page(self):
         prefs = _prefs()
-        page = pages.history(self.runtime, clock=prefs.clock, **_from_url("/history"))
+        page = pages.history(self.runtime, _actor(), clock=prefs.clock, **_from_url("/history"))
         page.reload()  # SQLite, a few tens of ms for the default week: in the first answer, not a round trip later
         _every(page.refresh)
         return self._frame(page, "/history", prefs)
 
     def incident_page(self):
         prefs = _prefs()
-        page = pages.incident(self.runtime, clock=prefs.clock, **_from_url("/incident"))
+        page = pages.incident(self.runtime, _actor(), clock=prefs.clock, **_from_url("/incident"))
         pn.state.onload(page.load)
         return self._frame(page, "/incident", prefs)
 
     def alerts_page(self):
         prefs = _prefs()
-        page = pages.alerts(self.runtime, clock=prefs.clock, **_from_url("/alerts"))
+        page = pages.alerts(self.runtime, _actor(), clock=prefs.clock, **_from_url("/alerts"))
         page.reload()  # files and SQLite: in the first answer
         _every(page.reload)
         return self._frame(page, "/alerts", prefs)
 
     def probe_page(self):
         prefs = _prefs()
-        return self._frame(pages.probe(self.runtime, clock=prefs.clock), "/probe", prefs)
+        return self._frame(pages.probe(self.runtime, _actor(), clock=prefs.clock), "/probe", prefs)
+
+    def audit_page(self):
+        prefs = _prefs()
+        page = pages.audit(self.runtime, clock=prefs.clock, **_from_url("/audit"))
+        pn.state.onload(page.reload)
+        return self._frame(page, "/audit", prefs)
 
     def _frame(self, page, path: str, prefs: Prefs) -> Frame:
         if (shared := pages.IN_THE_URL.get(path)) and self.url_state:  # even asking for pn.state.location makes one
@@ -143,6 +150,15 @@ def _from_url(path: str) -> dict:
             except ValueError:  # InvalidNameError is one
                 continue
     return found
+
+
+def _actor() -> Actor:
+    """Who this session is, for the audit trail: the login name ("local" on a console without one),
+    the browser's address and user agent."""
+    context = pn.state.curdoc.session_context if pn.state.curdoc else None
+    request = context.request if context else None
+    agent = request.headers.get("User-Agent", "") if request else ""
+    return Actor(pn.state.user or "local", getattr(request, "remote_ip", "") or "", agent if isinstance(agent, str) else "")
 
 
 def _prefs() -> Prefs:

@@ -10,6 +10,7 @@
     replay = await console.replay("ORDERS")       # fetch/next, peeks, replay a batch
     await replay.fetch()                          # ... driven by its params: replay.stream = "OTHER"
     console.history()                             # what the analytics job wrote to SQLite (.dates = ...)
+    await console.audit()                         # who changed what (every action is audited, notebook's too)
     delta_frame("data", "abandonment_hourly")     # the same history from the Delta tables
 """
 
@@ -29,6 +30,8 @@ from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
 from console.runtime import Runtime
 from console.storage import delta
+from console.ui.alerts import AlertsPage
+from console.ui.audit import AuditPage
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
@@ -127,6 +130,18 @@ class NotebookConsole:
     def history(self, **params) -> HistoryPage:
         page = pages.history(self.runtime, **params)
         page.reload()
+        return page
+
+    async def alerts(self) -> AlertsPage:
+        """The alert rules; mute, unmute and save are actions (audited; refused in read-only mode)."""
+        page = pages.alerts(self.runtime)
+        page.reload()
+        return page
+
+    async def audit(self, **params) -> AuditPage:
+        """Who asked the console to change what: the audit trail, its chain checked."""
+        page = pages.audit(self.runtime, **params)
+        await page.reload()
         return page
 
     async def close(self) -> None:

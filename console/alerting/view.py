@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from console.actions import Actions, unaudited
 from console.alerting.service import RULES_FILE, load_rules, rules_path
 from console.domain.alert_rules import Rule, RulesError, parse_rules, rules_toml
 from console.domain.notify_targets import NotifyTargets
@@ -24,8 +25,11 @@ FIRING_FOR = 1.0  # seconds what fires is kept before SQLite is asked again
 
 class AlertsView:
     def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None, db_path: Path,
-                 targets: NotifyTargets = NotifyTargets(), read_only: bool = False):
+                 targets: NotifyTargets = NotifyTargets(), read_only: bool = False, actions: Actions | None = None):
         self.data_dir = data_dir
+        # Every change is an action (audited, refused in read-only mode) whoever calls: a page gives its
+        # session's actions, a notebook or a test calling the view directly gets these.
+        self.actions = actions or unaudited(read_only)
         self.targets = targets  # where a rule may send: a rule naming another target is refused
         self.read_only = read_only  # every change refused here, whoever calls (a page, a notebook)
         self.given = Path(rules_file) if rules_file else None
@@ -64,8 +68,16 @@ class AlertsView:
         """Every delivery attempt, newest first."""
         return self._read(lambda store: store.deliveries(), [])
 
-    def save_rule(self, text: str) -> str:
+    async def save_rule(self, text: str, actions: Actions | None = None) -> str:
         """Add a rule, or replace the one of the same name; RulesError (with its line) for a bad one."""
+        try:
+            found = parse_rules(text, self.targets)
+        except RulesError:
+            found = []
+        target = found[0].name if len(found) == 1 else "(not one rule)"
+        return await (actions or self.actions).run("alert_rule.save", target, lambda: self._save_rule(text))
+
+    def _save_rule(self, text: str) -> str:
         self._may_change("rules are not saved")
         found = parse_rules(text, self.targets)
         if len(found) != 1:
@@ -76,7 +88,11 @@ class AlertsView:
         self._write(kept + [rule])
         return rule.name
 
-    def set_muted(self, name: str, muted: bool) -> None:
+    async def set_muted(self, name: str, muted: bool, actions: Actions | None = None) -> None:
+        await (actions or self.actions).run("alert_rule.mute" if muted else "alert_rule.unmute", name,
+                                            lambda: self._set_muted(name, muted))
+
+    def _set_muted(self, name: str, muted: bool) -> None:
         self._may_change("rules are not muted or unmuted")
         rules, _ = self.rules()
         self._write([replace(r, muted=muted) if r.name == name else r for r in rules])

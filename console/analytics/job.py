@@ -341,7 +341,7 @@ RETURNS_MEMORY = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRat
 
 
 def spark_session(master: str | None = None, app_name: str = "batch-console-analytics",
-                  remote: str | None = None) -> SparkSession:
+                  remote: str | None = None, keep_workers: bool = False) -> SparkSession:
     """A session the job can run on: the workers use this interpreter, the UI is off. With no
     master, the one spark-submit was given, or local when run directly; with `remote`, a session
     on that Spark Connect server (whose own configuration holds: only the job's SQL settings are set)."""
@@ -359,15 +359,14 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     if master:
         builder = builder.master(master)
     if master is None or master.startswith("local"):
-        # A local session idles between runs beside the rest of the console: a Python worker per data
-        # source and UDF kind kept for reuse held ~190 MiB each; a new one forks from its daemon per task.
-        builder = (builder.config("spark.python.worker.reuse", "false")
+        if not keep_workers:  # a local session idles beside the rest of the console: a worker kept holds ~120-190 MiB
+            builder = builder.config("spark.python.factory.idleWorkerMaxPoolSize", "1")
+        builder = (builder
                    # pooled direct buffers for shuffles and block transfers, never returned: one JVM has no peer
                    .config("spark.shuffle.io.preferDirectBufs", "false")
                    .config("spark.network.io.preferDirectBufs", "false"))
-    # Each run's checkpointed scope leaves blocks that Spark's cleaner frees only after a garbage
-    # collection sees the run's objects gone, and it asks for one every 30 min: --follow runs every
-    # few seconds, and ~300 MiB of past scopes stayed in the heap. A collection a minute frees them.
+    # Spark's cleaner frees a finished run's checkpoint and broadcast blocks only once a full garbage
+    # collection finds them unreferenced, and asks for one every 30 min; --follow runs every few seconds.
     builder = builder.config("spark.cleaner.periodicGC.interval", "1min")
     # No event comes to the driver; but in local mode its JVM also runs the tasks and caches the run's
     # scope, and 1g was too little to aggregate a 5,000,000-event backlog's days. On a cluster the

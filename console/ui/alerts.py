@@ -12,6 +12,7 @@ import param
 
 from console.domain.alert_rules import RulesError, duration_text, rule_toml, without_targets
 from console.domain.display import Clock
+from console.errors import ConsoleError
 from console.ui.controls import keep_choice
 from console.ui.formatting import Clocked, put, tabulator
 from console.ui.history import stream_cell
@@ -42,6 +43,8 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
     view = param.Parameter(doc="The rules and the alerts process's state (console.alerting.view.AlertsView)",
                            precedence=-1)
     read_only = param.Boolean(default=False, doc="Show, never change")
+    actions = param.Parameter(default=None, precedence=-1,
+                              doc="What this page's user may do (console.actions.Actions); None: the view's own")
     rule = param.Selector(default="", objects=[""], check_on_set=False, doc="The rule muted, unmuted or edited")
     rule_text = param.String(default=EXAMPLE, doc="One [[rule]] table: added, or replacing the rule of its name")
     result = param.String(default="", doc="What the last change did, or why it was refused")
@@ -62,9 +65,9 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         if not self.read_only:
             mute, unmute, save = (w.Button(label="Mute"), w.Button(label="Unmute"),
                                   w.Button(label="Save rule", button_type="primary"))
-            mute.on_click(lambda _: self.set_muted(True))
-            unmute.on_click(lambda _: self.set_muted(False))
-            save.on_click(lambda _: self.save())
+            mute.on_click(self._on_mute)
+            unmute.on_click(self._on_unmute)
+            save.on_click(self._on_save)
             controls = [pn.pane.Markdown("### Change a rule"), w.Select.from_param(self.param.rule, name="rule"),
                         pn.Row(mute, unmute), w.TextAreaInput.from_param(self.param.rule_text, name="rule (TOML)",
                                                                           height=220),
@@ -108,21 +111,28 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         if chosen is not None:
             self.rule_text = rule_toml(chosen)
 
-    def set_muted(self, muted: bool) -> None:
-        if self.read_only:
-            self.result = "read-only mode: rules are not changed"
+    async def _on_mute(self, _event) -> None:
+        await self.set_muted(True)
+
+    async def _on_unmute(self, _event) -> None:
+        await self.set_muted(False)
+
+    async def _on_save(self, _event) -> None:
+        await self.save()
+
+    async def set_muted(self, muted: bool) -> None:
+        try:
+            await self.view.set_muted(self.rule, muted, self.actions)
+        except ConsoleError as e:  # read-only: refused (and audited) by the action, whoever sent the click
+            self.result = f"**Refused:** {html.escape(str(e))}"
             return
-        self.view.set_muted(self.rule, muted)
         self.result = f"{html.escape(self.rule)} {'muted' if muted else 'unmuted'}."
         self.reload()
 
-    def save(self) -> None:
-        if self.read_only:
-            self.result = "read-only mode: rules are not changed"
-            return
+    async def save(self) -> None:
         try:
-            name = self.view.save_rule(self.rule_text)
-        except RulesError as e:
+            name = await self.view.save_rule(self.rule_text, self.actions)
+        except (RulesError, ConsoleError) as e:
             self.result = f"**Refused:** {html.escape(str(e))}"
             return
         self.result = f"Saved {html.escape(name)}; the alerts process reloads it."

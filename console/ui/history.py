@@ -135,6 +135,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     live_seq = param.Callable(default=None, doc="Returns the last event-log sequence Live has (0: none yet)")
     freshness = param.String(default="", doc="How far History reaches, and how far it trails Live")
     csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
+    exported = param.Callable(default=lambda what: None, doc="Told what each CSV download held (the audit trail)")
 
     def __init__(self, **params):
         params.setdefault("dates", last_week())
@@ -261,6 +262,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     def _csv(self) -> io.StringIO:
         """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
+        start, end = self._bounds()
+        self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}")
         spreadsheet_safe(self.frame(self.csv_table)).to_csv(out, index=False)
         out.seek(0)
         return out

@@ -41,6 +41,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     advice = param.Callable(default=lambda incident: None, doc="Incident -> what to do about it, or None")
     console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
+    exported = param.Callable(default=lambda batch_id: None, doc="Told of each report download (the audit trail)")
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
@@ -113,6 +114,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     def _report(self) -> io.StringIO:
         if self._incident is None:
             return io.StringIO("")
+        self.exported(self.batch_id)
         link = self.replay_link(self._incident)
         if link and link.startswith("/") and self.console_url:
             link = self.console_url.rstrip("/") + link

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import panel as pn
 import param
 
+from console.actions import Actions, unaudited
 from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
@@ -63,6 +64,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     expires = param.Number(default=2.0, bounds=(0.1, 60), doc="Seconds the server waits for messages")
     batch_id = param.String(default="", doc="The batch Replay batch looks for")
     status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
+    actions = param.Parameter(default=None, precedence=-1,
+                              doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -150,9 +153,14 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if reader is None:
             return None
         self.status = "Fetching…"
-        try:
-            result = await reader.fetch(count or self.max_messages, max_bytes=self.max_bytes or None,
-                                        expires=self.expires)
+        n = count or self.max_messages
+
+        def fetch():
+            return reader.fetch(n, max_bytes=self.max_bytes or None, expires=self.expires)
+
+        try:  # a peek changes nothing; a fetch from a durable consumer delivers its messages: an action
+            result = await (fetch() if reader.peek else
+                            self._actions().run("consumer.fetch", f"{reader.stream}/{reader.consumer} {n}", fetch))
         except ConsoleError as e:
             self.status = f"**Error:** {html.escape(str(e))}"
             return None
@@ -163,6 +171,9 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         self._show(reader, result.messages)
         self.status = await self._describe(result)
         return result
+
+    def _actions(self) -> Actions:
+        return self.actions or unaudited(self.admin.read_only)
 
     async def next(self) -> FetchResult | None:
         return await self.fetch(1)
@@ -203,7 +214,9 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
         async def act(kind: Ack, _event=None) -> None:
             try:
-                await reader.ack(message, kind)
+                await self._actions().run(f"message.{kind.name.lower()}",
+                                          f"{reader.stream}/{reader.consumer} seq {message.stream_seq}",
+                                          lambda: reader.ack(message, kind))
             except ConsoleError as e:
                 outcome.object = f"**{html.escape(str(e))}**"
                 return

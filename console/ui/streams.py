@@ -8,6 +8,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from console.actions import Actions, unaudited
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
@@ -56,6 +57,8 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     persist_mode = param.Selector(default="default", objects=["default", "async"], doc="Proposed persist_mode")
     review = param.String(default="", doc="What applying would change, and the server's rules it would meet")
     result = param.String(default="", doc="What the last apply did, or the server's refusal")
+    actions = param.Parameter(default=None, precedence=-1,
+                              doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -101,6 +104,9 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         else:
             self._on_stream()
 
+    def _actions(self) -> Actions:
+        return self.actions or unaudited(self.admin.read_only)
+
     def _proposed(self) -> StreamBatchSettings | None:
         current = self._streams.get(self.stream)
         if current is None:
@@ -127,12 +133,15 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         proposed = self._proposed()
         if proposed is None:
             return None
-        changes = {k: b for k, (_, b) in diff_settings(self._streams[proposed.name], proposed).items()}
+        diff = diff_settings(self._streams[proposed.name], proposed)
+        changes = {k: b for k, (_, b) in diff.items()}
         if not changes:
             self.result = "Nothing to apply."
             return None
         try:
-            updated = await self.admin.apply(proposed.name, **changes)
+            updated = await self._actions().run("stream.edit", proposed.name,
+                                                lambda: self.admin.apply(proposed.name, **changes),
+                                                diff={k: [a, b] for k, (a, b) in diff.items()})
         except Refusal as refused:
             self.result = f"**The server refused:** {html.escape(str(refused))}"
             return None

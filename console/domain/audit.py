@@ -1,0 +1,156 @@
+"""The audit trail: one record for every action the console was asked to take, accepted or refused.
+
+Records form a chain: each carries the hash of the record before it, and the console signs each
+with its key (signing.py). A record removed from the stream breaks the chain at the next one (and
+leaves a hole in the stream's sequences); an altered or forged one fails its signature. The trail
+is bounded: the oldest record kept starts the chain that can be checked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Mapping
+
+from console.domain.signing import forgery
+from console.domain.wire import MAX_LABEL, MAX_TEXT, MalformedInput, bounded_text, bounded_time, load_object
+
+GENESIS = "0" * 64  # the `previous` of the first record ever written
+OUTCOMES = ("accepted", "refused: read-only", "refused: role", "refused: server", "refused: invalid", "failed")
+MAX_DIFF = 32  # settings a record's diff may name
+MAX_RECORD = 16 * 1024
+
+
+class MalformedAudit(MalformedInput):
+    what = "audit record"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asked: the login name ("local" on an unauthenticated loopback console, "notebook", "cli"),
+    from where and with what (a browser's address and user agent, when there is one)."""
+
+    user: str
+    address: str = ""
+    agent: str = ""
+
+    def bounded(self) -> Actor:
+        return Actor(_text(self.user, MAX_LABEL) or "?", _text(self.address, MAX_LABEL), _text(self.agent, MAX_LABEL))
+
+
+NOTEBOOK = Actor("notebook")
+CLI = Actor("cli")
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    time: datetime
+    actor: Actor
+    action: str  # a name from console.actions.ACTIONS
+    target: str  # what it acted on: a stream, "stream/consumer seq N", a rule, a table
+    outcome: str  # one of OUTCOMES
+    detail: str = ""  # the server's code and text, or why it was refused
+    diff: dict[str, list] = field(default_factory=dict)  # setting -> [before, after], for an edit
+    previous: str = GENESIS  # the hash of the record before it
+
+    def body(self) -> bytes:
+        obj = asdict(self)
+        obj["time"] = self.time.astimezone(timezone.utc).isoformat()
+        return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def stream(self) -> str:
+        """The stream the action touched, for filtering ('' when it was none)."""
+        touches = self.action.startswith(("stream.", "message.", "consumer.", "probe."))
+        return self.target.split("/", 1)[0].split(" ", 1)[0] if touches else ""
+
+
+def chain_hash(body: bytes) -> str:
+    """What the next record names as its `previous`."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def _text(value: object, limit: int) -> str:
+    text = str(value)
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+
+
+def to_record(data: bytes) -> AuditRecord:
+    """A record from its stored body; MalformedAudit for anything else."""
+    obj = load_object(data, MalformedAudit, MAX_RECORD)
+    actor = obj.get("actor")
+    if not isinstance(actor, dict) or not all(isinstance(actor.get(k, ""), str) for k in ("user", "address", "agent")):
+        raise MalformedAudit("actor is not an object of texts")
+    texts = {k: obj.get(k, "") for k in ("action", "target", "outcome", "detail", "previous")}
+    if not all(isinstance(v, str) for v in texts.values()):
+        raise MalformedAudit("a field is not a text")
+    if texts["outcome"] not in OUTCOMES:
+        raise MalformedAudit("unknown outcome", texts["outcome"][:40])
+    previous = texts["previous"]
+    if len(previous) != 64 or any(c not in "0123456789abcdef" for c in previous):
+        raise MalformedAudit("previous is not a hash")
+    diff = obj.get("diff", {})
+    if not isinstance(diff, dict) or len(diff) > MAX_DIFF or not all(
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, (str, int, float, bool)) or x is None for x in v)
+            for v in diff.values()):
+        raise MalformedAudit("diff is not setting -> [before, after]")
+    try:
+        when = bounded_time(datetime.fromisoformat(bounded_text(obj.get("time"), "time", 64, MalformedAudit)),
+                            MalformedAudit)
+    except ValueError as e:  # MalformedAudit is one; fromisoformat's own says the text is no time
+        raise e if isinstance(e, MalformedAudit) else MalformedAudit("time is not an ISO time") from None
+    return AuditRecord(when,
+                       Actor(actor.get("user", ""), actor.get("address", ""), actor.get("agent", "")).bounded(),
+                       _text(texts["action"], MAX_LABEL), _text(texts["target"], MAX_TEXT), texts["outcome"],
+                       _text(texts["detail"], MAX_TEXT), {_text(k, MAX_LABEL): v for k, v in diff.items()}, previous)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One message of the audit stream as read back: its sequence, body and headers."""
+
+    seq: int
+    body: bytes
+    headers: Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The trail as read and checked: the records that hold, and every break found (seq, why)."""
+
+    records: list[tuple[int, AuditRecord]]
+    breaks: list[tuple[int, str]]
+
+    @property
+    def intact(self) -> bool:
+        return not self.breaks
+
+
+def check(stored: list[Stored], key: bytes, first_seq: int, last_seq: int) -> Checked:
+    """Signatures, the chain and the stream's sequences (first_seq..last_seq as the stream reports
+    them): a hole is a removed record, a bad signature an altered or forged one."""
+    records: list[tuple[int, AuditRecord]] = []
+    breaks: list[tuple[int, str]] = []
+    expected_seq, previous = first_seq, None
+    for item in stored:
+        if item.seq > expected_seq:
+            breaks.append((expected_seq, f"records {expected_seq}..{item.seq - 1} were removed"))
+        expected_seq = item.seq + 1
+        if (why := forgery(key, item.body, item.headers)) is not None:
+            breaks.append((item.seq, f"altered or not the console's ({why})"))
+            previous = None
+            continue
+        try:
+            record = to_record(item.body)
+        except MalformedAudit as e:
+            breaks.append((item.seq, str(e)))
+            previous = None
+            continue
+        if previous is not None and record.previous != previous:
+            breaks.append((item.seq, "does not follow the record before it"))
+        previous = chain_hash(item.body)
+        records.append((item.seq, record))
+    if last_seq >= expected_seq:
+        breaks.append((expected_seq, f"records {expected_seq}..{last_seq} were removed"))
+    return Checked(records, breaks)

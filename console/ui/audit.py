@@ -1,0 +1,114 @@
+"""The Audit page: who asked the console to change what, and when (every action, accepted or
+refused), filtered by user, action, stream and days; the chain's state; a CSV download."""
+
+from __future__ import annotations
+
+import html
+import io
+from datetime import datetime, time, timedelta, timezone
+
+import pandas as pd
+import panel as pn
+import param
+
+from console.domain.audit import Checked
+from console.ui.formatting import Clocked, coroutine, put, tabulator
+from console.ui.history import spreadsheet_safe, stream_cell
+
+COLUMNS = ["seq", "time", "user", "address", "action", "stream", "target", "outcome", "detail", "change", "agent"]
+ANY = "(any)"
+
+
+def audit_frame(checked: Checked, clock, user: str = ANY, action: str = ANY, stream: str = "",
+                until: datetime | None = None) -> pd.DataFrame:
+    """Newest first, as the filters leave them (the records as they were written: a download's rows)."""
+    rows = []
+    for seq, r in reversed(checked.records):
+        if (user != ANY and r.actor.user != user) or (action != ANY and r.action != action) or \
+                (stream and r.stream != stream) or (until is not None and r.time >= until):
+            continue
+        rows.append({"seq": seq, "time": clock.when(r.time), "user": r.actor.user, "address": r.actor.address,
+                     "action": r.action, "stream": r.stream, "target": r.target, "outcome": r.outcome, "detail": r.detail,
+                     "change": "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in r.diff.items()), "agent": r.actor.agent})
+    return pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+
+
+def shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """For the page's table: text escaped, a target's stream a link to its page."""
+    out = frame.copy()
+    for column in ("user", "address", "action", "outcome", "detail", "change", "agent"):
+        out[column] = [html.escape(str(v)) for v in out[column]]
+    out["target"] = [html.escape(str(v)) for v in out["target"]]
+    out["stream"] = [stream_cell(s) if s else "" for s in out["stream"]]
+    return out
+
+
+def chain_text(checked: Checked) -> str:
+    if checked.intact:
+        return f"Chain intact: {len(checked.records):,} record(s), each signed and following the one before."
+    shown = "; ".join(f"record {seq}: {html.escape(why)}" for seq, why in checked.breaks[:10])
+    more = f" and {len(checked.breaks) - 10} more" if len(checked.breaks) > 10 else ""
+    return f"**CHAIN BROKEN** ({len(checked.breaks)} break(s)): {shown}{more}"
+
+
+class AuditPage(Clocked, pn.viewable.Viewer):
+    trail = coroutine("async (since: datetime | None) -> Checked: the audit trail, read and checked")
+    dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (UTC)")
+    user = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this user's records")
+    action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
+    stream = param.String(default="", doc="Only records that touched this stream")
+    chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
+
+    def __init__(self, **params):
+        today = datetime.now(timezone.utc).date()
+        params.setdefault("dates", (today - timedelta(days=6), today))
+        super().__init__(**params)
+        self._checked = Checked([], [])
+        self._shown = pd.DataFrame(columns=COLUMNS)
+        w = pn.widgets
+        html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("seq", "time")}
+        self._table = tabulator(self._shown, height=420, formatters=html_cells, hidden_columns=["agent"])
+        download = w.FileDownload(callback=self._csv, filename="audit.csv", label="Download CSV", button_type="light")
+        self._layout = pn.Column(
+            pn.pane.Markdown("## Audit"), pn.pane.Markdown(self.param.chain),
+            pn.Row(w.DateRangePicker.from_param(self.param.dates, name="dates (UTC)"),
+                   w.Select.from_param(self.param.user, name="user"), w.Select.from_param(self.param.action, name="action"),
+                   w.TextInput.from_param(self.param.stream, name="stream"), download),
+            self._table, sizing_mode="stretch_width")
+
+    async def reload(self) -> None:
+        first, _ = self.dates
+        try:
+            self._checked = await self.trail(datetime.combine(first, time(), timezone.utc))
+        except Exception as e:  # no event key yet, the server did not answer: said where the chain's state goes
+            self.chain = f"**The audit trail was not read:** {html.escape(str(e) or type(e).__name__)}"
+            return
+        self.chain = chain_text(self._checked)
+        self.param.user.objects = [ANY, *sorted({r.actor.user for _, r in self._checked.records})]
+        self.param.action.objects = [ANY, *sorted({r.action for _, r in self._checked.records})]
+        self._filter()
+
+    @param.depends("user", "action", "stream", watch=True)
+    def _filter(self) -> None:
+        _, last = self.dates
+        until = datetime.combine(last + timedelta(days=1), time(), timezone.utc)
+        self._shown = audit_frame(self._checked, self.clock, self.user, self.action, self.stream.strip(), until)
+        put(self._table, shown(self._shown))
+
+    @param.depends("dates", watch=True)
+    async def _on_dates(self) -> None:
+        await self.reload()
+
+    def frame(self) -> pd.DataFrame:
+        """The records as the filters show them."""
+        return self._shown
+
+    def _csv(self) -> io.StringIO:
+        out = io.StringIO()
+        spreadsheet_safe(self.frame()).to_csv(out, index=False)
+        out.seek(0)
+        return out
+
+    def __panel__(self):
+        return self._layout
+

@@ -1,0 +1,147 @@
+"""Actions and the audit trail against a real nats-server: every action from the registry leaves one
+record, read-only refusals and the server's refusals included; the chain finds a removed or forged
+record, in the CLI's --verify as on the page's line."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from nats.js.api import StreamConfig
+
+from console.actions import ACTIONS
+from console.broker.audit_log import STREAM, SUBJECT, AuditLog
+from console.config import DataSettings, EventLogSettings, Settings, WebSettings, event_key
+from console.domain.audit import NOTEBOOK, Actor
+from console.domain.signing import SIGNATURE
+from console.errors import ReadOnlyError, Refusal
+from console.runtime import Runtime
+from console.ui.audit import chain_text
+from console.ui.streams import StreamsPage
+from tests.processes import CLI
+
+RULE = '[[rule]]\nname = "orders"\nwhen = "lost_batches"\nat_least = 1\nwithin = "5m"\n'
+
+
+def settings_for(url: str, data_dir: Path, read_only: bool = False) -> Settings:
+    base = Settings()
+    return replace(base, connection=replace(base.connection, servers=(url,)),
+                   data=DataSettings(data_dir=data_dir), web=WebSettings(read_only=read_only),
+                   event_log=EventLogSettings(stream=f"EV_{data_dir.name[-8:].upper()}"))
+
+
+@pytest.fixture
+async def consoles(server, tmp_path):
+    """A console and a read-only one on the same data directory (one key, one trail), and a clean trail."""
+    event_key(data_dir=tmp_path)
+    opened = [await Runtime.open(settings_for(server.url, tmp_path, read_only)) for read_only in (False, True)]
+    try:
+        await opened[0].nc.jetstream().delete_stream(STREAM)
+    except Exception:
+        pass
+    yield opened
+    for runtime in opened:
+        await runtime.close()
+
+
+async def test_every_action_in_the_registry_leaves_one_record_with_its_user_and_outcome(consoles):
+    console, read_only = consoles
+    for name, action in ACTIONS.items():
+        await console.actions(Actor("ann", "10.1.2.3", "ua")).run(name, "ORDERS", lambda: None)
+        if action.changes_server:
+            with pytest.raises(ReadOnlyError):
+                await read_only.actions(NOTEBOOK).run(name, "ORDERS", lambda: None)
+        else:
+            await read_only.actions(NOTEBOOK).run(name, "ORDERS", lambda: None)
+    checked = await console.audit_trail()
+    assert checked.intact
+    mine = [(r.action, r.actor.user, r.outcome) for _, r in checked.records]
+    expected = []
+    for name, action in ACTIONS.items():
+        expected.append((name, "ann", "accepted"))
+        expected.append((name, "notebook", "refused: read-only" if action.changes_server else "accepted"))
+    assert mine == expected
+    assert all(r.actor.address == "10.1.2.3" for _, r in checked.records if r.actor.user == "ann")
+
+
+async def test_a_stream_edit_is_recorded_with_its_diff_and_a_refusal_with_the_servers_code(consoles):
+    console, _ = consoles
+    name = "AUDITED"
+    await console.nc.jetstream().add_stream(StreamConfig(name=name, subjects=["audited.>"], persist_mode="async"))
+    page = StreamsPage(admin=console.admin, actions=console.actions(Actor("ann")))
+    await page.reload()
+    page.stream = name
+    page.allow_batched = True
+    applied = await page.apply()
+    assert applied is not None, page.result
+    assert applied.allow_batched
+    page.allow_atomic = True  # async persist mode and atomic: the server refuses (10052)
+    assert await page.apply() is None and "10052" in page.result
+    records = [r for _, r in (await console.audit_trail()).records]
+    assert [(r.action, r.target, r.outcome, r.diff) for r in records] == [
+        ("stream.edit", name, "accepted", {"allow_batched": [False, True]}),
+        ("stream.edit", name, "refused: server", {"allow_atomic": [False, True]})]
+    assert "10052" in records[1].detail and "async persist mode" in records[1].detail
+
+
+async def test_alert_rules_changed_directly_on_the_view_are_actions_too(consoles):
+    console, read_only = consoles
+    assert await console.alerts.save_rule(RULE) == "orders"
+    await console.alerts.set_muted("orders", True)
+    with pytest.raises(ReadOnlyError):
+        await read_only.alerts.save_rule(RULE)
+    with pytest.raises(ReadOnlyError):
+        await read_only.alerts.set_muted("orders", False)
+    records = [(r.action, r.target, r.actor.user, r.outcome) for _, r in (await console.audit_trail()).records]
+    assert records == [("alert_rule.save", "orders", "notebook", "accepted"),
+                       ("alert_rule.mute", "orders", "notebook", "accepted"),
+                       ("alert_rule.save", "orders", "notebook", "refused: read-only"),
+                       ("alert_rule.unmute", "orders", "notebook", "refused: read-only")]
+    assert [r.muted for r in console.alerts.rules()[0] if r.name == "orders"] == [True]  # the refused unmute changed nothing
+
+
+async def test_two_writers_at_once_keep_one_chain(consoles, tmp_path):
+    console, _ = consoles
+    other = await Runtime.open(settings_for(console.settings.connection.servers[0], tmp_path))
+    try:
+        writers = [console.actions(Actor("a")), other.actions(Actor("b"))]
+        await asyncio.gather(*(writers[i % 2].run("export.csv", f"t{i}", lambda: None) for i in range(30)))
+    finally:
+        await other.close()
+    checked = await console.audit_trail()
+    assert checked.intact and len(checked.records) == 30
+
+
+def cli_audit(console: Runtime, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, "audit", "--server", console.settings.connection.servers[0], "--data-dir",
+                           str(console.settings.data.data_dir), "--events-stream", console.settings.event_log.stream,
+                           *args], capture_output=True, text=True, timeout=60)
+
+
+async def test_a_removed_or_forged_record_breaks_the_chain_for_verify_and_the_page(consoles):
+    console, _ = consoles
+    for i in range(5):
+        await console.actions(Actor("ann")).run("probe.run", f"S{i} atomic x1", lambda: None)
+    intact = cli_audit(console, "--verify")
+    assert intact.returncode == 0, intact.stderr
+    assert intact.stdout.count("probe.run") == 5 and "chain intact" in intact.stderr
+
+    js = console.nc.jetstream()
+    await js.delete_msg(STREAM, 3)
+    await js.publish(SUBJECT, b'{"forged": true}', headers={SIGNATURE: "0" * 64})
+    broken = cli_audit(console, "--verify")
+    assert broken.returncode == 1
+    assert "BROKEN at record 3: records 3..3 were removed" in broken.stderr
+    assert "BROKEN at record 4: does not follow the record before it" in broken.stderr
+    assert "BROKEN at record 6: altered or not the console's" in broken.stderr
+    assert "CHAIN BROKEN" in chain_text(await console.audit_trail())
+    assert cli_audit(console).returncode == 0  # without --verify it lists and says, and does not fail
+
+
+def test_audit_since_refuses_what_is_not_a_duration(tmp_path):
+    done = subprocess.run([CLI, "audit", "--since", "\x1b[31m5 parsecs", "--server", "nats://127.0.0.1:1",
+                           "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "duration" in done.stderr and "\x1b" not in done.stderr
