@@ -1,5 +1,7 @@
-"""What `up --demo` holds in memory: the resident set of every process of its tree, by part, sampled
-every 5 s for a few minutes, with the peak and the end figure side by side.
+"""What `up --demo` holds in memory: every process of its tree, by part, sampled every 5 s for a few
+minutes; the last minute's median, most and end, as RSS (each process's resident set, summed: pages
+that processes share counted in each) and PSS (each shared page split among the processes sharing
+it: what the tree holds in all), this checkout beside an older one.
 
     .venv/bin/python bench/footprint.py [--minutes 5] [--before b405aef]
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +51,18 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def _pss(pid: int) -> int:
+    """The process's share of what it has resident: a page shared by n processes counts 1/n in each
+    (Spark's forked Python workers share most of their daemon's pages; the RSS sum counts them n times)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
 def _part(pid: int) -> str:
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -59,41 +74,51 @@ def _part(pid: int) -> str:
     return "?"
 
 
-def tree_rss(root: int) -> dict[str, int]:
-    """Bytes resident per part: each of up's children and everything below it."""
+def tree_memory(root: int, measure=_rss) -> dict[str, int]:
+    """Bytes per part (RSS or PSS): each of up's children and everything below it."""
     children = _children()
-    by_part: dict[str, int] = {"up": _rss(root)}
+    by_part: dict[str, int] = {"up": measure(root)}
     for child in children.get(root, []):
         part, stack, total = _part(child), [child], 0
         while stack:
             pid = stack.pop()
-            total += _rss(pid)
+            total += measure(pid)
             stack.extend(children.get(pid, []))
         by_part[part] = by_part.get(part, 0) + total
     return by_part
 
 
-def measure(minutes: float, code: Path | None) -> tuple[dict[str, int], dict[str, int]]:
-    """(at the end, at the peak) of `up --demo`, run from `code` (None: this checkout)."""
+LAST = 12  # samples (5 s apart) of the last minute: a sample lands inside or between analytics runs
+
+
+def measure(minutes: float, code: Path | None) -> dict[str, list[dict[str, int]]]:
+    """RSS and PSS by part, every 5 s, of `up --demo` run from `code` (None: this checkout)."""
     data = Path(tempfile.mkdtemp(prefix="bench-footprint-"))
     env = {**os.environ, **({"PYTHONPATH": str(code)} if code else {})}  # every part imports the older console
     up = subprocess.Popen([CLI, "up", "--demo", "--data-dir", str(data), "--port", str(free_port()), "--nats-port",
                            str(free_port())], stdout=open(data / "up.out", "w"), stderr=subprocess.STDOUT,
                           start_new_session=True, env=env)
-    samples: list[dict[str, int]] = []
+    samples: dict[str, list[dict[str, int]]] = {"rss": [], "pss": []}
     try:
         end = time.monotonic() + minutes * 60
         while time.monotonic() < end and up.poll() is None:
             time.sleep(5)
-            samples.append(tree_rss(up.pid))
-            total = sum(samples[-1].values())
-            print(f"\r{code.name if code else 'this checkout'}: {len(samples) * 5:4d} s  total "
-                  f"{total / 2**30:.2f} GiB", end="", file=sys.stderr, flush=True)
+            samples["rss"].append(tree_memory(up.pid, _rss))
+            samples["pss"].append(tree_memory(up.pid, _pss))
+            print(f"\r{code.name if code else 'this checkout'}: {len(samples['rss']) * 5:4d} s  RSS "
+                  f"{sum(samples['rss'][-1].values()) / 2**30:.2f} GiB, PSS {sum(samples['pss'][-1].values()) / 2**30:.2f}"
+                  " GiB", end="", file=sys.stderr, flush=True)
     finally:
         os.killpg(up.pid, signal.SIGINT)
         up.wait(timeout=120)
     print(file=sys.stderr)
-    return samples[-1], max(samples, key=lambda s: sum(s.values()))
+    return samples
+
+
+def _figures(samples: list[dict[str, int]]) -> tuple[float, float, float]:
+    """MiB in all over the last minute: (median, most, at the end)."""
+    totals = [sum(s.values()) / 2**20 for s in samples[-LAST:]]
+    return statistics.median(totals), max(totals), totals[-1]
 
 
 def main() -> None:
@@ -105,15 +130,19 @@ def main() -> None:
     old.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
-    (now_end, now_peak), (then_end, then_peak) = measure(args.minutes, None), measure(args.minutes, old)
-    print(f"up --demo for {args.minutes:g} min, resident MiB by part: this checkout at the end, at the peak | "
-          f"{args.before} at the end, at the peak")
-    for part in sorted(set(now_end) | set(then_end), key=lambda p: -now_end.get(p, 0)):
-        print(f"  {part:10} {now_end.get(part, 0) / 2**20:8.0f} {now_peak.get(part, 0) / 2**20:8.0f} | "
-              f"{then_end.get(part, 0) / 2**20:8.0f} {then_peak.get(part, 0) / 2**20:8.0f}")
-    a, b = sum(now_end.values()), sum(then_end.values())
-    print(f"  {'total':10} {a / 2**20:8.0f} {sum(now_peak.values()) / 2**20:8.0f} | {b / 2**20:8.0f} "
-          f"{sum(then_peak.values()) / 2**20:8.0f}   ({a / 2**30:.2f} GiB at the end, target 2.5; ratio {a / b:.2f})")
+    now, then = measure(args.minutes, None), measure(args.minutes, old)
+    print(f"up --demo, its last minute of {args.minutes:g}: MiB by part (median) | in all (median, most, at the end), "
+          f"this checkout vs {args.before}")
+    for kind in ("rss", "pss"):
+        print(f"{kind.upper()}")
+        parts = sorted(set(now[kind][-1]) | set(then[kind][-1]), key=lambda p: -now[kind][-1].get(p, 0))
+        for part in parts:
+            a = statistics.median(s.get(part, 0) for s in now[kind][-LAST:]) / 2**20
+            b = statistics.median(s.get(part, 0) for s in then[kind][-LAST:]) / 2**20
+            print(f"  {part:10} {a:8.0f} | {b:8.0f}")
+        (a50, amax, aend), (b50, bmax, bend) = _figures(now[kind]), _figures(then[kind])
+        print(f"  {'in all':10} {a50:8.0f} {amax:8.0f} {aend:8.0f} | {b50:8.0f} {bmax:8.0f} {bend:8.0f}   "
+              f"(median {a50 / 1024:.2f} GiB, most {amax / 1024:.2f} GiB; target 2.5; median ratio {a50 / b50:.2f})")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ class Actions:
     def __init__(self, audit: AuditLog | None, actor: Actor, read_only: bool = False, why_no_audit: str = ""):
         self.audit, self.actor, self.read_only = audit, actor.bounded(), read_only
         self.why_no_audit = why_no_audit  # without a trail (no event key to sign it) nothing that changes is done
+        self._pending: set[asyncio.Task] = set()
 
     def allowed(self, name: str) -> str | None:
         """Why this action would be refused now, or None: what a page says beside a control it turns off."""
@@ -92,7 +93,14 @@ class Actions:
 
     def record_soon(self, name: str, target: str) -> None:
         """Record an action that has happened in a callback that cannot wait (a file download)."""
-        asyncio.get_running_loop().create_task(self.run(name, target, lambda: None))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside any event loop (a script): said, never silent
+            log.warning("not audited (no event loop to store it): %s %s by %s", name, target, self.actor.user)
+            return
+        task = loop.create_task(self.run(name, target, lambda: None))
+        self._pending.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._pending.discard)
 
     async def _record(self, name: str, target: str, outcome: str, detail: str, diff: dict[str, list] | None) -> None:
         if self.audit is None:

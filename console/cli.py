@@ -268,7 +268,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
         raise ConfigError("give --spark-master or --remote, not both")
     asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
     job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
-    spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers)
+    spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory)
     watcher = None
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)
 

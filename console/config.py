@@ -270,6 +270,8 @@ class AnalyticsSettings:
     partitions: int = setting(2, "parallel reads of the event log", parse=int)
     max_events: int = setting(100_000, "event-log sequences read per step of a run (bounds an executor's memory: "
                                        "a backlog is read step by step)", parse=int)
+    driver_memory: str = setting("4g", "the Spark driver's heap at most (local mode: it runs the tasks too; a backlog "
+                                       "of millions of events wants 4g, a cluster's driver far less)")
     keep_workers: bool = setting(False, "a local session keeps every Python worker between runs (each ~120-190 MiB; "
                                         "small runs ~0.5-1 s faster); by default it keeps one", switch=True)
 

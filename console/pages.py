@@ -134,8 +134,9 @@ def alerts(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AlertsPage:
     return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, actions=runtime.actions(actor), **params)
 
 
-def audit(runtime: Runtime, **params) -> AuditPage:
-    return AuditPage(trail=runtime.audit_trail, **params)
+def audit(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AuditPage:
+    actions = runtime.actions(actor)
+    return AuditPage(trail=runtime.audit_trail, exported=lambda what: actions.record_soon("export.csv", what), **params)
 
 
 def badges(runtime: Runtime) -> list[Badge]:

@@ -119,7 +119,7 @@ class App:
 
     def audit_page(self):
         prefs = _prefs()
-        page = pages.audit(self.runtime, clock=prefs.clock, **_from_url("/audit"))
+        page = pages.audit(self.runtime, _actor(), clock=prefs.clock, **_from_url("/audit"))
         pn.state.onload(page.reload)
         return self._frame(page, "/audit", prefs)
 

@@ -341,7 +341,7 @@ RETURNS_MEMORY = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRat
 
 
 def spark_session(master: str | None = None, app_name: str = "batch-console-analytics",
-                  remote: str | None = None, keep_workers: bool = False) -> SparkSession:
+                  remote: str | None = None, keep_workers: bool = False, driver_memory: str = "4g") -> SparkSession:
     """A session the job can run on: the workers use this interpreter, the UI is off. With no
     master, the one spark-submit was given, or local when run directly; with `remote`, a session
     on that Spark Connect server (whose own configuration holds: only the job's SQL settings are set)."""
@@ -370,8 +370,8 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     builder = builder.config("spark.cleaner.periodicGC.interval", "1min")
     # No event comes to the driver; but in local mode its JVM also runs the tasks and caches the run's
     # scope, and 1g was too little to aggregate a 5,000,000-event backlog's days. On a cluster the
-    # executors hold them, and BATCH_CONSOLE_DRIVER_MEMORY can be small.
-    builder = (builder.config("spark.driver.memory", os.environ.get("BATCH_CONSOLE_DRIVER_MEMORY", "4g"))
+    # executors hold them, and --driver-memory can be small.
+    builder = (builder.config("spark.driver.memory", driver_memory)
                # The heap may grow to the limit for a big backlog, and gives back what it no longer uses:
                # a side tool's JVM idles at a few hundred MiB, not at its last peak.
                .config("spark.driver.extraJavaOptions", RETURNS_MEMORY)

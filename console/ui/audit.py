@@ -58,6 +58,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
     stream = param.String(default="", doc="Only records that touched this stream")
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
+    exported = param.Callable(default=lambda what: None, doc="Told what each CSV download held (the audit trail)")
 
     def __init__(self, **params):
         today = datetime.now(timezone.utc).date()
@@ -68,12 +69,14 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         w = pn.widgets
         html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("seq", "time")}
         self._table = tabulator(self._shown, height=420, formatters=html_cells, hidden_columns=["agent"])
-        download = w.FileDownload(callback=self._csv, filename="audit.csv", label="Download CSV", button_type="light")
+        download = w.FileDownload(callback=self._csv, filename="audit.csv", label="Download CSV", button_type="light",
+                                  width=160, align="end")
         self._layout = pn.Column(
             pn.pane.Markdown("## Audit"), pn.pane.Markdown(self.param.chain),
-            pn.Row(w.DateRangePicker.from_param(self.param.dates, name="dates (UTC)"),
-                   w.Select.from_param(self.param.user, name="user"), w.Select.from_param(self.param.action, name="action"),
-                   w.TextInput.from_param(self.param.stream, name="stream"), download),
+            pn.Row(w.DateRangePicker.from_param(self.param.dates, name="dates (UTC)", width=250),
+                   w.Select.from_param(self.param.user, name="user", width=180),
+                   w.Select.from_param(self.param.action, name="action", width=200),
+                   w.TextInput.from_param(self.param.stream, name="stream", width=200), download),
             self._table, sizing_mode="stretch_width")
 
     async def reload(self) -> None:
@@ -104,6 +107,8 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         return self._shown
 
     def _csv(self) -> io.StringIO:
+        first, last = self.dates
+        self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}")
         out = io.StringIO()
         spreadsheet_safe(self.frame()).to_csv(out, index=False)
         out.seek(0)

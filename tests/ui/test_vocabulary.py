@@ -8,7 +8,7 @@ from tests.processes import probe
 
 STREAM = "UI_WORDS"
 PAGES = ["", "streams", "replay?stream=UI_WORDS", "history", "incident?batch={batch}", "alerts", "probe",
-         "stream?name=UI_WORDS"]
+         "stream?name=UI_WORDS", "audit"]
 
 
 @pytest.fixture(scope="module")
