@@ -12,10 +12,11 @@ import time
 from datetime import datetime, timezone
 
 from console.broker.cluster import EmbeddedCluster
+from console.broker.quarantine import QuarantineSettings
 from console.broker.connection import connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
-from console.config import KEY_WAIT, Settings, add_flags, load, spark_options
+from console.config import SERVER_READY, KEY_WAIT, Settings, add_flags, load, private_file, spark_options
 from console.domain.fast_ingest import GapMode
 from console.domain.events import EventKind
 from console.errors import ConfigError, ConsoleError
@@ -106,10 +107,10 @@ def cmd_server(settings: Settings) -> int:
         server = EmbeddedServer(store, host=e.nats_host, port=e.nats_port, batch_limits=limits)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
-    if e.nats_nodes > 1:
-        where = f"{e.nats_nodes} nodes, stores {store}/n*"
-    else:  # its monitor port is known once it runs
-        where = f"monitor {server.monitor_url}, store {store}"
+    monitor_url = getattr(server, "monitor_url", None)  # a single server's is known once it runs
+    where = f"{e.nats_nodes} nodes, stores {store}/n*" if e.nats_nodes > 1 else f"monitor {monitor_url}, store {store}"
+    ready = private_file(store / SERVER_READY)  # what `up` reads: the server's own URLs, not its log
+    ready.write_text(json.dumps({"url": server.url, "monitor_url": monitor_url}))
     try:
         print(f"nats-server ready on {server.url} ({where})", flush=True)
         print(f"try: batch-console probe fast --server {server.url} --json", flush=True)
@@ -119,6 +120,7 @@ def cmd_server(settings: Settings) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        ready.unlink(missing_ok=True)
         server.stop()
 
 
@@ -190,8 +192,12 @@ async def collect_async(settings: Settings) -> int:
 
     stop = stop_on_signals()
     async with await Runtime.open(settings, system=True, writes_events=True, error_cb=on_error) as runtime:
-        collector = Collector(runtime.nc, settings.collector, runtime.event_log, system_nc=runtime.system_nc,
-                              monitor_url=settings.connection.monitor_url)
+        c = settings.collector
+        quarantine = QuarantineSettings(max_msgs=c.quarantine_max_msgs, per_second=c.quarantine_per_second,
+                                        first_per_reason=c.quarantine_first_per_reason,
+                                        first_max_msgs=c.quarantine_first_max_msgs, replicas=settings.event_log.replicas)
+        collector = Collector(runtime.nc, c, runtime.event_log, system_nc=runtime.system_nc,
+                              monitor_url=settings.connection.monitor_url, quarantine=quarantine)
         await collector.start()
         log.info("collecting into %s (advisories %s; batch timeout %gs, %s)", runtime.event_log.stream,
                  f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY",

@@ -87,7 +87,7 @@ def setting(default: Any, help: str, *, flag: str = "", env_only: bool = False, 
     return field(default=default, repr=not secret, metadata={"setting": spec})
 
 
-def _spec(f: dataclasses.Field) -> Spec | None:
+def _spec(f: dataclasses.Field[Any]) -> Spec | None:
     spec = f.metadata.get("setting")
     if spec is not None and spec.flag == "":  # resolved lazily: the field's name is known only here
         spec = replace(spec, flag="--" + f.name.replace("_", "-"))
@@ -198,7 +198,7 @@ class EventLogSettings:
     append_timeout: float = 10.0
     key_source: str = ""  # where the key came from, for an error that says which key did not verify
 
-    def keyed(self, data_dir: str | os.PathLike | None, make: bool = True, wait: float = 0.0) -> EventLogSettings:
+    def keyed(self, data_dir: str | os.PathLike[str] | None, make: bool = True, wait: float = 0.0) -> EventLogSettings:
         """With the key resolved: key_file, else the key given, else DATA_DIR/event.key (made when
         missing, unless `make` is False: a reader that finds no key has no collector's to check with;
         it waits up to `wait` seconds for a collector starting beside it to make one)."""
@@ -242,6 +242,13 @@ class CollectorSettings:
     # process of its own: the pause blocks the loop, so acks pile up and one read takes dozens of
     # them, instead of one wake-up per ack stealing CPU from the publishers being watched.
     pace_ms: float = setting(0.0, "pause between passes while tap traffic flows (0: off)", parse=float)
+    quarantine_max_msgs: int = setting(10_000, "malformed inputs the quarantine stream keeps (the oldest go)", parse=int)
+    quarantine_per_second: float = setting(50.0, "malformed inputs kept a second at most; the rest are only counted",
+                                           parse=float)
+    quarantine_first_per_reason: int = setting(20, "the first malformed inputs of each reason kept apart, in a stream "
+                                                   "that never drops them", parse=int)
+    quarantine_first_max_msgs: int = setting(2_000, "inputs the stream of first ones holds, then refuses more",
+                                             parse=int)
     advisory_stream: str = "BATCH_CONSOLE_ADVISORIES"
     advisory_max_age: float = 7 * DAY
     durable: str = "batch-console-collector"
@@ -446,7 +453,7 @@ def spark_options(settings: Settings) -> dict[str, str]:
 
 
 def _keyed_options(event_log: EventLogSettings) -> dict[str, str]:
-    return {SPARK_EVENT_KEY: event_log.key.decode(), SPARK_KEY_SOURCE: event_log.key_source}
+    return {SPARK_EVENT_KEY: (event_log.key or b"").decode(), SPARK_KEY_SOURCE: event_log.key_source}
 
 
 def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
@@ -469,7 +476,7 @@ def host_in_url(address: str) -> str:
 EVENT_KEY_ENV = env_name(EventLogSettings, "key")
 
 
-def event_key(key_file: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+def event_key(key_file: str | os.PathLike[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
               key: bytes | str | None = None, environ: Mapping[str, str] | None = None) -> bytes:
     """The console's event key: the file given, else the key given (or $BATCH_CONSOLE_EVENT_KEY),
     else DATA_DIR/event.key, made (readable by its owner only) when missing, so every part sharing a
@@ -526,6 +533,9 @@ def private_dir(path: Path) -> Path:
         except FileExistsError:  # another part made it first
             pass
     return path
+
+
+SERVER_READY = "ready.json"  # in the embedded server's store: its URLs, written once it runs
 
 
 def private_file(path: Path) -> Path:

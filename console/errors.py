@@ -143,4 +143,5 @@ _BY_CATEGORY: dict[str, type[BatchServerError]] = {
 def batch_server_error(err_code: int, description: str, code: int = 400, stream: str | None = None) -> BatchServerError:
     """The most specific BatchServerError for a server error reply."""
     known = ERROR_CODES.get(err_code)
-    return _BY_CATEGORY.get(known.category if known else None, BatchServerError)(err_code, description, code, stream)
+    kind = _BY_CATEGORY.get(known.category, BatchServerError) if known and known.category else BatchServerError
+    return kind(err_code, description, code, stream)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import ctypes
 import signal
 import subprocess
@@ -16,7 +15,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import AlertingSettings, ConnectionSettings, Settings, child_env, env_name, host_in_url, private_dir, private_file
+from console.config import (SERVER_READY, AlertingSettings, ConnectionSettings, Settings, child_env, env_name, host_in_url,
+                            private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
 
@@ -132,12 +132,13 @@ class Supervisor:
 
     def start(self) -> None:
         if self.embedded:
+            ready = self.settings.data.data_dir / "nats" / SERVER_READY
+            ready.unlink(missing_ok=True)  # a stopped server's: this start writes its own
             nats = self._part("nats", ["server"])
-            url = self._wait_for_server(nats)
+            url, monitor = self._wait_for_server(nats, ready)
             self._env[env_name(ConnectionSettings, "servers")] = url
-            monitor = re.search(r"monitor (http://\S+?),", nats.output())
             if monitor and "connection.monitor_url" not in self.settings.given:  # the server's limits, for every part
-                self._env[env_name(ConnectionSettings, "monitor_url")] = monitor.group(1)
+                self._env[env_name(ConnectionSettings, "monitor_url")] = monitor
         url = self._env[env_name(ConnectionSettings, "servers")]
         self.settings.keyed_event_log(make=True)  # before the parts: the readers never make one
         web = self.settings.web
@@ -149,19 +150,23 @@ class Supervisor:
         metrics_port = self.settings.alerting.metrics_port
         if metrics_port is None:  # up gives the alerts part one, beside the web console's
             metrics_port = web.port + 1 if web.port else 0
-        self._part("alerts", ["alerts", "--metrics-port", str(metrics_port), "--console-url", console_url])
+        self._env[env_name(AlertingSettings, "metrics_port")] = str(metrics_port)  # like every setting: not on argv
+        self._part("alerts", ["alerts"])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
         self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
         self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
         self._say_where_alerts_go()
 
-    def _wait_for_server(self, part: Part, timeout: float = 30.0) -> str:
+    def _wait_for_server(self, part: Part, ready: Path, timeout: float = 30.0) -> tuple[str, str | None]:
+        """The embedded server's URL and monitor URL, as the `server` part writes them once it runs."""
         deadline = time.monotonic() + timeout
         while True:
-            found = re.search(r"nats://[\d.]+:\d+(?:,nats://[\d.]+:\d+)*", part.output())
-            if found:
-                return found.group(0)
+            try:
+                found = json.loads(ready.read_text())
+                return str(found["url"]), found.get("monitor_url")
+            except (OSError, ValueError, KeyError, TypeError):  # not yet written, or half written
+                pass
             if part.proc.poll() is not None or time.monotonic() > deadline:
                 raise ConsoleError(f"the embedded nats-server did not start: {part.last_words()}")
             time.sleep(0.1)

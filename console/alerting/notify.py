@@ -15,7 +15,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Awaitable, Callable
 
 from console.broker.connection import Connection
 from console.domain.alerting import Notice
@@ -80,14 +80,25 @@ class Notifier:
 
     async def _once(self, target: str, body: bytes) -> tuple[bool, str]:
         kind, _, where = target.partition(":")
-        if kind == "nats":
-            try:
-                await self.nc.publish(where, body, headers={"Content-Type": "application/json"})
-                await self.nc.flush(timeout=TIMEOUT)
-                return True, "published"
-            except Exception as e:  # reconnecting, timeout: retried
-                return False, f"{type(e).__name__}: {e}"[:300]
-        return await asyncio.to_thread(_post, self.targets, where, body)
+        return await SENDERS[kind](self, where, body)  # the kind was checked: TARGET_KINDS names it
+
+
+async def _publish(notifier: Notifier, subject: str, body: bytes) -> tuple[bool, str]:
+    try:
+        await notifier.nc.publish(subject, body, headers={"Content-Type": "application/json"})
+        await notifier.nc.flush(timeout=TIMEOUT)
+        return True, "published"
+    except Exception as e:  # reconnecting, timeout: retried
+        return False, f"{type(e).__name__}: {e}"[:300]
+
+
+async def _webhook(notifier: Notifier, url: str, body: bytes) -> tuple[bool, str]:
+    return await asyncio.to_thread(_post, notifier.targets, url, body)
+
+
+# One sender per kind of target (console.domain.notify_targets.TARGET_KINDS)
+SENDERS: dict[str, Callable[[Notifier, str, bytes], Awaitable[tuple[bool, str]]]] = {"nats": _publish,
+                                                                                     "webhook": _webhook}
 
 
 def _post(targets: NotifyTargets, url: str, body: bytes) -> tuple[bool, str]:

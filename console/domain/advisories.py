@@ -6,6 +6,7 @@ The stream's account gets a copy without `account`; the system account gets one 
 
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -62,7 +63,7 @@ def parse_timestamp(value: str) -> datetime:
     return bounded_time(datetime.fromisoformat(text), MalformedAdvisory)
 
 
-def advisory_time(obj: dict) -> datetime:
+def advisory_time(obj: dict[str, Any]) -> datetime:
     try:
         return parse_timestamp(bounded_text(obj.get("timestamp"), "timestamp", error=MalformedAdvisory))
     except MalformedAdvisory:
@@ -103,7 +104,7 @@ CONTEXT_TYPES = {
 }
 
 
-def advisory_type(data: bytes | str) -> tuple[str, dict]:
+def advisory_type(data: bytes | str) -> tuple[str, dict[str, Any]]:
     """(type, body) of any advisory; MalformedAdvisory when it is not a JSON object with a type."""
     obj = load_object(data, MalformedAdvisory)
     return bounded_text(obj.get("type"), "type", MAX_LABEL, MalformedAdvisory), obj

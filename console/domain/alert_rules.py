@@ -20,6 +20,7 @@ import fnmatch
 import json
 import re
 import tomllib
+from typing import Any
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -66,13 +67,13 @@ class Rule:
                               or (OTHER in self.reasons and not is_known(reason)))
 
 
-def duration(text: object, key: str, line: int) -> timedelta:
+def duration(text: object, key: str, line: int | None) -> timedelta:
     if not isinstance(text, str) or not (m := _DURATION.fullmatch(text.strip())) or int(m[1]) == 0:
         raise RulesError(f"{key} must be a duration like 30s, 5m, 1h or 1d, not {str(text)[:40]!r}", line)
     return timedelta(seconds=int(m[1]) * _UNITS[m[2]])
 
 
-def _strings(value: object, key: str, line: int) -> tuple[str, ...]:
+def _strings(value: object, key: str, line: int | None) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 512 for v in value):
         raise RulesError(f"{key} must be a list of strings", line)
     return tuple(value)
@@ -115,7 +116,7 @@ def parse_rules(text: str, targets: NotifyTargets = NotifyTargets()) -> list[Rul
     return rules
 
 
-def _rule(table: dict, line: int | None, targets: NotifyTargets) -> Rule:
+def _rule(table: dict[str, Any], line: int | None, targets: NotifyTargets) -> Rule:
     extra = set(table) - KEYS
     if extra:
         raise RulesError(f"unknown key {sorted(extra)[0]!r}", line)
@@ -157,7 +158,9 @@ def duration_text(span: timedelta) -> str:
 
 def rule_toml(rule: Rule) -> str:
     """One [[rule]] table that parse_rules reads back as the same rule."""
-    text = lambda value: json.dumps(value, ensure_ascii=False)  # noqa: E731 - a TOML basic string is a JSON string
+    def text(value: object) -> str:  # a TOML basic string is a JSON string
+        return json.dumps(value, ensure_ascii=False)
+
     lines = ["[[rule]]", f"name = {text(rule.name)}", f"when = {text(rule.when)}"]
     if rule.streams:
         lines.append(f"streams = [{', '.join(text(s) for s in rule.streams)}]")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, Iterator
 
 from console.domain.alert_rules import Rule
 from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
@@ -52,7 +53,7 @@ class Notice:
         return (f"[{self.severity.upper()}] {self.rule} {self.status} on {self.stream}: {what}{reasons}{by}"
                 + (f". {self.remedy}" if self.remedy and self.status == "firing" else ""))
 
-    def to_json(self, link: str | None = None) -> dict:
+    def to_json(self, link: str | None = None) -> dict[str, Any]:
         return {"rule": self.rule, "status": self.status, "severity": self.severity, "stream": self.stream,
                 "count": self.count, "reasons": list(self.reasons), "batch_ids": list(self.batch_ids),
                 "publishers": list(self.publishers),
@@ -133,7 +134,7 @@ class Evaluator:
                 notices += self._transition(rule, stream, count, seen, now)
         return notices
 
-    def _counts(self, rule: Rule, now: datetime):
+    def _counts(self, rule: Rule, now: datetime) -> Iterator[tuple[str, int, list[Observation]]]:
         if rule.when == "collector_silent":
             # A collector starting beside the alerts (or heard from before they started) gets `within`
             # from the first evaluation: a start is not an outage.

@@ -51,7 +51,7 @@ class AuditRecord:
     target: str  # what it acted on: a stream, "stream/consumer seq N", a rule, a table
     outcome: str  # one of OUTCOMES
     detail: str = ""  # the server's code and text, or why it was refused
-    diff: dict[str, list] = field(default_factory=dict)  # setting -> [before, after], for an edit
+    diff: dict[str, list[object]] = field(default_factory=dict)  # setting -> [before, after], for an edit
     previous: str = GENESIS  # the hash of the record before it
 
     def body(self) -> bytes:

@@ -41,7 +41,7 @@ class Limit:
         knob = f"jetstream.limits.batch.{KNOBS[self.varz_key]}"
         return f"{knob} (one setting for both kinds)" if self.configured else f"default ({knob} not set)"
 
-    def text(self, value) -> str:
+    def text(self, value: Any) -> str:
         if value is None:
             return "no limit"
         return duration(value) if self.varz_key == "max_batch_timeout" else count(value)

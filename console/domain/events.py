@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 from console.domain.fast_ingest import MAX_FLOW
 from console.domain.publisher import Publisher, publisher_from_dict
@@ -169,7 +169,7 @@ MAX_EVENT = 64 * 1024  # bytes; a status event with every counter is a few KiB
 _FLOW = (1, MAX_FLOW)
 _SEQUENCE = (0, INT64_MAX)
 # field -> how to read it from the JSON (None: absent). Fields not named here are ignored.
-_READERS = {
+_READERS: dict[str, Callable[[object], Any]] = {
     "stream": lambda v: stream_name(v, error=MalformedEvent),
     "batch_id": lambda v: batch_id(v, "batch_id", MalformedEvent),
     "reason": lambda v: bounded_text(v, "reason", error=MalformedEvent),
@@ -195,7 +195,8 @@ _READERS = {
 def _one_of(value: object, key: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise MalformedEvent(f"{key!r} is not one of {', '.join(allowed)}")
-    return value  # type: ignore[return-value]
+    assert isinstance(value, str)  # one of `allowed`
+    return value
 
 
 def _bool(value: object, key: str) -> bool:
@@ -225,7 +226,7 @@ def event_from_json(data: bytes | str) -> BatchEvent:
         time = datetime.fromisoformat(bounded_text(obj.get("time"), "time", 64, MalformedEvent).replace("Z", "+00:00"))
     except ValueError as e:
         raise MalformedEvent(f"'time': {e}") from None
-    values = {key: read(obj[key]) for key, read in _READERS.items() if obj.get(key) is not None}
+    values: dict[str, Any] = {key: read(obj[key]) for key, read in _READERS.items() if obj.get(key) is not None}
     event = BatchEvent(
         bounded_text(obj.get("event_id"), "event_id", 256, MalformedEvent), kind, bounded_time(time, MalformedEvent),
         v=version, **values,
@@ -248,7 +249,7 @@ class KeyTally:
     events that verify are forgeries, not a wrong key; a log that also holds an older key's events, from
     before a rotation, is not wrong while the current key's events verify)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.verified = 0
         self.unverified = 0
 

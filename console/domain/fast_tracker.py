@@ -26,6 +26,7 @@ import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
@@ -129,15 +130,16 @@ class FastBatchTracker:
                 return events
         where = FastReplySubject.parse(subject)
         reply = to_reply(data)
+        refusal = reply if isinstance(reply, (ApiError, FlowError)) else None
         code = reply.err_code if isinstance(reply, ApiError) else reply.error.err_code if isinstance(reply, FlowError) else None
         if code == UNKNOWN_BATCH:
-            return self._on_unknown_batch(where, reply, now)
-        events: list[BatchEvent] = []
+            return self._on_unknown_batch(where, refusal, now)
+        events = []
         if self.closed.get(where.batch_id) in RETRACTABLE and isinstance(reply, (FlowAck, FlowGap, PubAck)):
             events.append(self._retract(where, now))
         self.lost.pop(where.batch_id, None)  # a good reply after a refusal: not lost after all
-        if code == TOO_MANY_INFLIGHT:
-            return events + self._on_rejected(where, reply, now)
+        if code == TOO_MANY_INFLIGHT and refusal is not None:
+            return events + self._on_rejected(where, refusal, now)
         batch = self.batches.get(where.batch_id)
         if isinstance(reply, FlowAck):
             if batch is None:
@@ -339,7 +341,7 @@ class FastBatchTracker:
             if not self._per_prefix[batch.prefix]:
                 del self._per_prefix[batch.prefix]
 
-    def _track(self, where: FastReplySubject, ack: FlowAck, now: datetime, events: list) -> TrackedBatch | None:
+    def _track(self, where: FastReplySubject, ack: FlowAck, now: datetime, events: list[BatchEvent]) -> TrackedBatch | None:
         batch = self._admit(where, ack.msgs, now)
         joined_late = where.op is not FastOp.START
         detail = "first seen mid-batch" if joined_late else None
@@ -349,7 +351,7 @@ class FastBatchTracker:
                                   previous_flow=where.flow, inferred=joined_late, detail=detail))
         return batch
 
-    def _on_ack(self, batch: TrackedBatch, ack: FlowAck, now: datetime, events: list) -> None:
+    def _on_ack(self, batch: TrackedBatch, ack: FlowAck, now: datetime, events: list[BatchEvent]) -> None:
         batch.last_seen = now
         if batch.first_ack is None:
             batch.first_ack = (ack.seq, now)
@@ -364,7 +366,8 @@ class FastBatchTracker:
             ))
             batch.flow = ack.msgs
 
-    def _on_puback(self, where: FastReplySubject, batch: TrackedBatch | None, ack: PubAck, now: datetime) -> list:
+    def _on_puback(self, where: FastReplySubject, batch: TrackedBatch | None, ack: PubAck,
+                   now: datetime) -> list[BatchEvent]:
         events: list[BatchEvent] = []
         if batch is not None:
             if batch.stream is None and batch.last_problem is not None and ack.stream:
@@ -396,7 +399,7 @@ class FastBatchTracker:
 
     @staticmethod
     def _event(where: FastReplySubject, now: datetime, kind: EventKind, suffix: str,
-               batch: TrackedBatch | None, **fields) -> BatchEvent:
+               batch: TrackedBatch | None, **fields: Any) -> BatchEvent:
         fields.setdefault("stream", batch.stream if batch else None)
         fields.setdefault("gap_mode", where.gap_mode.value)
         return BatchEvent(f"fi.{where.batch_id}.{suffix}", kind, now, batch_id=where.batch_id, **fields)

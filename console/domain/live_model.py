@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
 from console.domain.status import CollectorStatus
@@ -21,6 +21,8 @@ ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.F
                EventKind.FAST_REJECTED)
 # An error alone (10208 after a fail-mode end, 10211 refused at the start) is not an active batch.
 OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # a batch not heard from yet sorts oldest
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,9 @@ class ActiveBatch:
     lost: int = 0
     last_event: datetime | None = None
     slow: bool = False  # silent past the batch timeout with no ack due: slow, or dropped, cannot tell
-    flow_points: deque = field(default_factory=lambda: deque(maxlen=600))  # (time, flow)
-    gap_points: deque = field(default_factory=lambda: deque(maxlen=100))  # (time, seq, lost)
+    flow_points: deque[tuple[datetime, int]] = field(default_factory=lambda: deque(maxlen=600))  # (time, flow)
+    gap_points: deque[tuple[datetime, int | None, int | None]] = field(
+        default_factory=lambda: deque(maxlen=100))  # (time, seq, lost)
 
 
 def lost_batch(event: BatchEvent) -> LostBatch:
@@ -117,7 +120,7 @@ class LiveModel:
         if event.kind in (EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED):
             self.rejected[event.stream or UNKNOWN_STREAM] += 1
             if len(self.rejected) > self.max_streams:
-                del self.rejected[min(self.rejected, key=self.rejected.get)]
+                del self.rejected[min(self.rejected, key=lambda s: self.rejected[s])]
         if event.kind.value.startswith("fast_") and event.batch_id:
             self._fast(event)
 
@@ -128,7 +131,8 @@ class LiveModel:
         self._lost.setdefault(key, deque(maxlen=self.recent_per_stream)).append((self.events_applied, lost))
         second = int(lost.time.timestamp())
         self._per_second.setdefault(second, Counter())[lost.reason] += 1
-        horizon = int(self.last_event.timestamp() - self.window.total_seconds()) - 1
+        newest = self.last_event or lost.time
+        horizon = int(newest.timestamp() - self.window.total_seconds()) - 1
         if len(self._per_second) > self.window.total_seconds() + 60:
             for old in [s for s in self._per_second if s < horizon]:
                 del self._per_second[old]
@@ -166,6 +170,7 @@ class LiveModel:
         self._seen_set.add(event_id)
 
     def _fast(self, event: BatchEvent) -> None:
+        assert event.batch_id is not None  # apply() sends only a fast event with a batch id
         if event.kind in ENDED_KINDS:
             self.active.pop(event.batch_id, None)
             self._ended.append(event.batch_id)
@@ -175,7 +180,7 @@ class LiveModel:
             if event.kind not in OPENING_KINDS or event.batch_id in self._ended:
                 return
             if len(self.active) >= self.max_active:  # the oldest quiet batch makes room
-                oldest = min(self.active.values(), key=lambda b: b.last_event)
+                oldest = min(self.active.values(), key=lambda b: b.last_event or EPOCH)
                 del self.active[oldest.batch_id]
             batch = self.active[event.batch_id] = ActiveBatch(event.batch_id, event.stream, event.gap_mode, event.flow)
         batch.last_event = event.time
@@ -206,7 +211,7 @@ class LiveModel:
 
     def active_newest_first(self) -> list[ActiveBatch]:
         """Active fast batches, the most recently heard from first."""
-        return sorted(self.active.values(), key=lambda b: b.last_event, reverse=True)
+        return sorted(self.active.values(), key=lambda b: b.last_event or EPOCH, reverse=True)
 
     def newest_first(self, limit: int = 100, per_stream: int = 10) -> list[LostBatch]:
         """The newest lost batches, at most per_stream from each stream and kind, so that a flood on

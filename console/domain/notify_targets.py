@@ -21,6 +21,11 @@ NEVER_SUBJECTS = ("$JS.", "$SYS.", "$KV.", "$O.", "$JSC.", "$NRG.", "_INBOX.", "
 MAX_TARGET = 1024
 
 
+# Every kind of notify target, each checked here by check_<kind> and delivered by console.alerting.notify's
+# sender of the same kind: a new kind is an entry, a check and a sender (a test holds the three together).
+TARGET_KINDS = {"webhook": "webhook:http(s)://...", "nats": "nats:SUBJECT"}
+
+
 class TargetRefused(ValueError):
     """A notify target the settings do not allow: why, for the rules file's line or the delivery log."""
 
@@ -37,13 +42,16 @@ class NotifyTargets:
         if not isinstance(target, str) or len(target) > MAX_TARGET or any(ord(c) < 32 or ord(c) == 127 for c in target):
             raise TargetRefused(f"a notify target is at most {MAX_TARGET} printable characters")
         kind, _, where = target.partition(":")
-        if kind == "webhook":
-            self.webhook_host(where)
-        elif kind == "nats":
-            self.subject(where)
-        else:
-            raise TargetRefused(f"notify target {target[:80]!r} is not webhook:http(s)://... nor nats:SUBJECT")
+        if kind not in TARGET_KINDS:
+            raise TargetRefused(f"notify target {target[:80]!r} is not {' nor '.join(TARGET_KINDS.values())}")
+        getattr(self, f"check_{kind}")(where)
         return target
+
+    def check_webhook(self, url: str) -> None:
+        self.webhook_host(url)
+
+    def check_nats(self, subject: str) -> None:
+        self.subject(subject)
 
     def webhook_host(self, url: str) -> tuple[str, int]:
         """(host, port) of an allowed webhook URL."""

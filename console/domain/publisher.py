@@ -43,7 +43,7 @@ class Publisher:
                                       f"cid {self.cid} on {self.server}" if self.cid is not None else None) if p)
         return f"{who}, {where}" if where else who
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {key: getattr(self, key) for key in (*_TEXT, "cid") if getattr(self, key) is not None}
 
 

@@ -8,6 +8,8 @@ printable, escaped where it is drawn), and a rule's reason OTHER covers every re
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from console.domain.wire import MalformedInput, bounded_text
 
 ADVISORY_REASONS = ("timeout", "incomplete", "large", "unsupported")
@@ -26,7 +28,7 @@ def is_known(reason: str | None) -> bool:
     return reason in REASONS
 
 
-def in_order(reasons) -> list[str]:
+def in_order(reasons: Iterable[str]) -> list[str]:
     """The known reasons in the list's order, then any others alphabetically."""
     present = set(reasons)
     return [r for r in REASONS if r in present] + sorted(present - set(REASONS))

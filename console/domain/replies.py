@@ -5,6 +5,7 @@ Unknown JSON fields are ignored; anything that is not one of these shapes is a M
 
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass
 from functools import partial
 
@@ -99,7 +100,7 @@ def to_reply(data: bytes | str) -> Reply:
     return _decode(load_object(data, MalformedReply))  # the raw body is the caller's to keep (quarantine)
 
 
-def _decode(obj: dict) -> Reply:
+def _decode(obj: dict[str, Any]) -> Reply:
     kind = obj.get("type")
     if kind == "ack":
         return FlowAck(_int(obj.get("seq"), "seq"), _int(obj.get("msgs"), "msgs", 1, MAX_FLOW))  # a flow, never 0

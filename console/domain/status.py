@@ -61,7 +61,7 @@ class CollectorStatus:
         values = {}
         for f in fields(cls):
             if f.name in obj and obj[f.name] is not None:
-                values[f.name] = _typed(f.name, f.type, obj[f.name])
+                values[f.name] = _typed(f.name, str(f.type), obj[f.name])  # annotations are text here
         return cls(**values)
 
 

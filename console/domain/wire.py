@@ -74,7 +74,7 @@ def bounded_text(value: object, key: str, max_len: int = MAX_TEXT,
     return value
 
 
-def label(obj: dict, key: str) -> str | None:
+def label(obj: dict[str, Any], key: str) -> str | None:
     """An optional name that only labels (account, domain, consumer): kept when sane, else dropped."""
     value = obj.get(key)
     return value if isinstance(value, str) and 0 < len(value) <= MAX_LABEL and not has_control(value) else None
@@ -126,7 +126,7 @@ def bounded_time(value: datetime, error: type[MalformedInput] = MalformedInput) 
     return utc
 
 
-class Tally(Counter):
+class Tally(Counter[str]):
     """Counts by reason where reasons come from the wire: past max_keys, new reasons count as "other"."""
 
     def __init__(self, max_keys: int = 50):

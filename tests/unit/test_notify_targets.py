@@ -84,3 +84,12 @@ def test_the_address_a_name_resolves_to_is_checked_when_it_is_sent(address, host
             LISTED.address(ipaddress.ip_address(address), host)
     else:
         LISTED.address(ipaddress.ip_address(address), host)
+
+
+def test_every_kind_of_target_has_its_check_and_its_sender():
+    """A new kind of target is an entry in TARGET_KINDS, a check_<kind> and a sender: none is left out."""
+    from console.alerting.notify import SENDERS
+    from console.domain.notify_targets import TARGET_KINDS, NotifyTargets
+
+    assert set(SENDERS) == set(TARGET_KINDS)
+    assert all(callable(getattr(NotifyTargets, f"check_{kind}", None)) for kind in TARGET_KINDS)
