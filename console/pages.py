@@ -1,11 +1,20 @@
-"""The pages, each made over a runtime: the one place that says what each page is given. The web
-app (console.serve) adds a frame and session hooks; the notebook console (console.widgets) awaits
-their first load."""
+"""The pages: one table (TABLE) from which the web's routes and the notebook console are made, and
+the one place that says what each page is given over a runtime. Adding a page is an entry here and
+a view of its own in console/ui.
+
+A page is a param-driven view (what the user picks and what it shows are params) that keeps one
+protocol:
+- `async reload()`: reads what it shows (the web calls it once the page is in the browser);
+- `read()`, when it has one: its reads are local and quick (SQLite, files), so the web makes them
+  before its first answer, whose preview then holds them, instead of reload;
+- `refresh()` every `refresh_every_ms`, when it has them: a redraw of what a shared state holds;
+- `close()` (sync or async), when it has one: at the session's end."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from console.actions import ACTIONS
 from console.broker import names
@@ -27,20 +36,14 @@ from console.ui.streams import StreamsPage
 if TYPE_CHECKING:
     from console.probe import ProbeOptions, ProbeReport
 
-PAGES = {"/": "Live", "/streams": "Streams", "/replay": "Replay", "/history": "History", "/incident": "Incident",
-         "/alerts": "Alerts", "/probe": "Probe", "/audit": "Audit"}
-CHANGES_THE_SERVER = ("/probe",)  # left out in read-only mode
-# Each page's choices, kept in its URL's query (param -> argument)
-IN_THE_URL = {
-    "/streams": {"stream": "stream"},
-    "/replay": {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq", "start_time": "start_time",
-                "batch_id": "batch_id"},
-    "/history": {"csv_table": "table"},
-    "/incident": {"batch_id": "batch"},
-    "/alerts": {"rule": "rule"},
-    "/stream": {"name": "name"},
-    "/audit": {"user": "user", "action": "action", "stream": "stream"},
-}
+
+@dataclass(frozen=True)
+class Page:
+    path: str
+    title: str | None  # in the navigation; None: reached by links only (the stream page needs a stream)
+    make: Callable[..., Any]  # (runtime, actor, **params) -> the view
+    in_the_url: dict[str, str] = field(default_factory=dict)  # the choices kept in its URL: param -> argument
+    changes_the_server: bool = False  # left out in read-only mode
 
 
 def _csv_table(name: str) -> str:
@@ -78,10 +81,9 @@ def _int(text: str) -> int:
 URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
              "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
              "user": _label, "action": _action}
-STREAM_PAGE = "/stream"  # ?name=S, linked from every stream name (not in the navigation: it needs a stream)
 
 
-def live(runtime: Runtime, **params) -> LivePage:
+def live(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> LivePage:
     """Follows the runtime's live state; refreshed in the current session every refresh_ms."""
     alerts = runtime.alerts
     return LivePage.following(runtime.live, alerts_firing=lambda: len(alerts.firing()), **params)
@@ -91,7 +93,7 @@ def streams(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamsPage:
     return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, actions=runtime.actions(actor), **params)
 
 
-def stream(runtime: Runtime, **params) -> StreamPage:
+def stream(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamPage:
     """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
     return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, model=runtime.live.model,
                       history=runtime.history, **params)
@@ -154,3 +156,19 @@ def badges(runtime: Runtime) -> list[Badge]:
     if runtime.read_only:
         found.append(Badge("read-only", "info"))
     return found
+
+
+TABLE = (
+    Page("/", "Live", live),
+    Page("/streams", "Streams", streams, {"stream": "stream"}),
+    Page("/replay", "Replay", replay, {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq",
+                                       "start_time": "start_time", "batch_id": "batch_id"}),
+    Page("/history", "History", history, {"csv_table": "table"}),
+    Page("/incident", "Incident", incident, {"batch_id": "batch"}),
+    Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
+    Page("/probe", "Probe", probe, changes_the_server=True),
+    Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),
+    Page("/stream", None, stream, {"name": "name"}),
+)
+BY_PATH = {page.path: page for page in TABLE}
+PAGES = {page.path: page.title for page in TABLE if page.title}  # the navigation: path -> title

@@ -4,6 +4,7 @@ one live state), shared by every browser session; per-session timers push at a b
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ipaddress
 import secrets
 
@@ -59,75 +60,33 @@ class App:
         self.url_state = url_state  # off on an IPv6 address: Panel's Location cannot parse its Host header
 
     def routes(self) -> dict:
-        made = {"/": self.live_page, "/streams": self.streams_page, "/replay": self.replay_page,
-                "/history": self.history_page, "/incident": self.incident_page, "/alerts": self.alerts_page,
-                "/probe": self.probe_page, "/audit": self.audit_page}
-        return {**{path: made[path] for path in self._paths()}, pages.STREAM_PAGE: self.stream_page}
+        """A route for each page of the table; read-only mode leaves out those that change the server."""
+        return {page.path: self._route(page) for page in pages.TABLE if not (self.read_only and page.changes_the_server)}
 
-    def _paths(self) -> list[str]:
-        return [p for p in pages.PAGES if not (self.read_only and p in pages.CHANGES_THE_SERVER)]
+    def _route(self, spec: pages.Page):
+        def session() -> Frame:  # Panel serves a function (a partial it would show as an object)
+            return self._session(spec)
+        return session
 
-    def live_page(self):
+    def _session(self, spec: pages.Page) -> Frame:
+        """One browser session's page, kept to the page protocol (console.pages)."""
         prefs = _prefs()
-        page = pages.live(self.runtime, clock=prefs.clock)
-        pn.state.on_session_destroyed(lambda _: page.timer.stop())
-        return self._frame(page, "/", prefs)
+        page = spec.make(self.runtime, _actor(), clock=prefs.clock, **_from_url(spec))
+        if hasattr(page, "read"):
+            page.read()  # local and quick: in the first answer, whose preview then holds it
+        else:
+            pn.state.onload(page.reload)
+        if every := getattr(page, "refresh_every_ms", None):
+            _every(page.refresh, every)
+        if hasattr(page, "close"):
+            pn.state.on_session_destroyed(lambda _: _close(page))
+        return self._frame(page, spec, prefs)
 
-    def streams_page(self):
-        prefs = _prefs()
-        page = pages.streams(self.runtime, _actor(), clock=prefs.clock, **_from_url("/streams"))
-        pn.state.onload(page.reload)
-        return self._frame(page, "/streams", prefs)
-
-    def stream_page(self):
-        prefs = _prefs()
-        page = pages.stream(self.runtime, clock=prefs.clock, **_from_url(pages.STREAM_PAGE))
-        pn.state.onload(page.reload)
-        _every(page.refresh)
-        return self._frame(page, pages.STREAM_PAGE, prefs)
-
-    def replay_page(self):
-        prefs = _prefs()
-        page = pages.replay(self.runtime, _actor(), clock=prefs.clock, **_from_url("/replay"))
-        pn.state.onload(page.reload)
-        pn.state.on_session_destroyed(lambda _: asyncio.ensure_future(page.close()))
-        return self._frame(page, "/replay", prefs)
-
-    def history_page(self):
-        prefs = _prefs()
-        page = pages.history(self.runtime, _actor(), clock=prefs.clock, **_from_url("/history"))
-        page.reload()  # SQLite, a few tens of ms for the default week: in the first answer, not a round trip later
-        _every(page.refresh)
-        return self._frame(page, "/history", prefs)
-
-    def incident_page(self):
-        prefs = _prefs()
-        page = pages.incident(self.runtime, _actor(), clock=prefs.clock, **_from_url("/incident"))
-        pn.state.onload(page.load)
-        return self._frame(page, "/incident", prefs)
-
-    def alerts_page(self):
-        prefs = _prefs()
-        page = pages.alerts(self.runtime, _actor(), clock=prefs.clock, **_from_url("/alerts"))
-        page.reload()  # files and SQLite: in the first answer
-        _every(page.reload)
-        return self._frame(page, "/alerts", prefs)
-
-    def probe_page(self):
-        prefs = _prefs()
-        return self._frame(pages.probe(self.runtime, _actor(), clock=prefs.clock), "/probe", prefs)
-
-    def audit_page(self):
-        prefs = _prefs()
-        page = pages.audit(self.runtime, _actor(), clock=prefs.clock, **_from_url("/audit"))
-        pn.state.onload(page.reload)
-        return self._frame(page, "/audit", prefs)
-
-    def _frame(self, page, path: str, prefs: Prefs) -> Frame:
-        if (shared := pages.IN_THE_URL.get(path)) and self.url_state:  # even asking for pn.state.location makes one
-            pn.state.location.sync(page, shared)  # the page was made with the URL's choices; now kept in step
-        nav = {p: pages.PAGES[p] for p in self._paths()}
-        frame = Frame(page, nav, path, lambda: pages.badges(self.runtime), prefs)
+    def _frame(self, page, spec: pages.Page, prefs: Prefs) -> Frame:
+        if spec.in_the_url and self.url_state:  # even asking for pn.state.location makes one
+            pn.state.location.sync(page, spec.in_the_url)  # the page was made with the URL's choices; now kept in step
+        nav = {p.path: p.title for p in pages.TABLE if p.title and not (self.read_only and p.changes_the_server)}
+        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.runtime), prefs)
         attach(pn.state.curdoc, static_html(frame))  # what the page holds, painted before the scripts run
         _every(frame.refresh)
         return frame
@@ -139,11 +98,17 @@ def _every(redraw, period: int = REDRAW_EVERY_MS) -> None:
     pn.state.on_session_destroyed(lambda _: timer.stop())
 
 
-def _from_url(path: str) -> dict:
+def _close(page) -> None:
+    closed = page.close()
+    if inspect.isawaitable(closed):
+        asyncio.ensure_future(closed)
+
+
+def _from_url(spec: pages.Page) -> dict:
     """The page's choices as its URL gives them, to make the page with (hostile: a value that does not
     fit its type is left out)."""
     found = {}
-    for name, arg in pages.IN_THE_URL.get(path, {}).items():
+    for name, arg in spec.in_the_url.items():
         if value := _arg(arg):
             try:
                 found[name] = pages.URL_TYPES[name](value)

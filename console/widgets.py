@@ -25,6 +25,7 @@ import pandas as pd
 
 from console import pages
 from console.config import ConnectionSettings, Settings, found_data_dir, load
+from console.domain.audit import NOTEBOOK
 from console.errors import KeyMismatchError
 from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
@@ -110,37 +111,33 @@ class NotebookConsole:
         return pages.live(self.runtime, refresh_ms=refresh_ms)
 
     async def streams(self) -> StreamsPage:
-        page = pages.streams(self.runtime)
-        await page.reload()
-        return page
+        return await self.page("/streams")
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         return await self.runtime.find_incident(batch_id)
 
     async def incident(self, batch_id: str) -> IncidentPage:
-        page = pages.incident(self.runtime, batch_id=batch_id, replay_link=lambda incident: None)
-        await page.load()
-        return page
+        return await self.page("/incident", batch_id=batch_id, replay_link=lambda incident: None)
 
     async def replay(self, stream: str = "", start_time: datetime | None = None) -> ReplayPage:
-        page = pages.replay(self.runtime, stream=stream, start_time=start_time.isoformat() if start_time else "")
-        await page.reload()
-        return page
+        return await self.page("/replay", stream=stream, start_time=start_time.isoformat() if start_time else "")
 
     def history(self, **params) -> HistoryPage:
         page = pages.history(self.runtime, **params)
-        page.reload()
+        page.read()
         return page
 
     async def alerts(self) -> AlertsPage:
         """The alert rules; mute, unmute and save are actions (audited; refused in read-only mode)."""
-        page = pages.alerts(self.runtime)
-        page.reload()
-        return page
+        return await self.page("/alerts")
 
     async def audit(self, **params) -> AuditPage:
         """Who asked the console to change what: the audit trail, its chain checked."""
-        page = pages.audit(self.runtime, **params)
+        return await self.page("/audit", **params)
+
+    async def page(self, path: str, **params):
+        """Any page of the table (console.pages.TABLE) by its path, read once: `await console.page("/streams")`."""
+        page = pages.BY_PATH[path].make(self.runtime, NOTEBOOK, **params)
         await page.reload()
         return page
 

@@ -79,7 +79,16 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown("### Sent"), self._sent, pn.pane.Markdown("### Deliveries"), self._deliveries,
             sizing_mode="stretch_width")
 
-    def reload(self) -> None:
+    refresh_every_ms = 2000  # what fires, what was sent
+
+    async def reload(self) -> None:
+        self.read()
+
+    def refresh(self) -> None:
+        self.read()
+
+    def read(self) -> None:
+        """The rules file and the alerts process's SQLite (local and quick: in the web's first answer)."""
         rules, problem = self.view.rules()
         firing = self.view.firing()
         firing_rules = {rule for rule, _, _ in firing}
@@ -127,7 +136,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
             self.result = f"**Refused:** {html.escape(str(e))}"
             return
         self.result = f"{html.escape(self.rule)} {'muted' if muted else 'unmuted'}."
-        self.reload()
+        self.read()
 
     async def save(self) -> None:
         try:
@@ -136,7 +145,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
             self.result = f"**Refused:** {html.escape(str(e))}"
             return
         self.result = f"Saved {html.escape(name)}; the alerts process reloads it."
-        self.reload()
+        self.read()
 
     def __panel__(self):
         return self._layout

@@ -127,6 +127,8 @@ def last_week() -> tuple[date, date]:
 class HistoryPage(Clocked, pn.viewable.Viewer):
     """`page.dates = (first, last)` in a notebook redraws it, as picking the dates does."""
 
+    refresh_every_ms = 2000  # the freshness line
+
     history = param.Parameter(doc="The history queries (console.storage.history.Reader); None when there are none",
                               precedence=-1)
     problem = param.String(default=None, allow_None=True, doc="Why there is no history, shown instead of it")
@@ -200,7 +202,11 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             self.freshness = freshness_text(self.history.job_position(), self.live_seq() if self.live_seq else 0,
                                             self.clock)
 
-    def reload(self) -> None:
+    async def reload(self) -> None:
+        self.read()
+
+    def read(self) -> None:
+        """What the chosen dates hold, from SQLite (local and quick: the web reads it for its first answer)."""
         self.refresh()
         if self.history is None:
             self.summary = f"**History unavailable**: {self.problem or 'no SQLite database'}"
@@ -247,7 +253,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("dates", watch=True)
     def _on_dates(self) -> None:
-        self.reload()
+        self.read()
         self._on_csv_table()
 
     @param.depends("csv_table", watch=True)

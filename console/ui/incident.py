@@ -75,9 +75,9 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
 
     async def _on_go(self, *_) -> None:
         self.batch_id = self._search.value.strip()
-        await self.load()
+        await self.reload()
 
-    async def load(self) -> None:
+    async def reload(self) -> None:
         if not self.batch_id:
             self._summary.object = "Give a batch id, or open one from Live or History."
             return

@@ -198,6 +198,14 @@ class LivePage(Clocked, pn.viewable.Viewer):
         page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
         return page
 
+    async def reload(self) -> None:
+        self.refresh()
+
+    def close(self) -> None:
+        """The session's timer stops with the session."""
+        if self.timer is not None:
+            self.timer.stop()
+
     def refresh(self) -> None:
         now = datetime.now(timezone.utc)
         with pn.io.hold():

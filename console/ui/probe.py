@@ -86,5 +86,8 @@ class ProbePage(Clocked, pn.viewable.Viewer):
             self._start.disabled = False
         self._status.object = report_markdown(report)
 
+    async def reload(self) -> None:
+        """A form: nothing to read."""
+
     def __panel__(self):
         return self._layout

@@ -88,6 +88,8 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             self._head.object = (f"## Stream {html.escape(self.name)}\n[its messages in Replay]"
                                  f"({replay_link(self.name)}) · each lost batch below opens its Incident")
 
+    refresh_every_ms = 2000  # Live's and History's rows of this stream
+
     async def reload(self) -> None:
         e = html.escape
         self._show_head()
