@@ -266,7 +266,8 @@ async def _reachable(settings: Settings) -> None:
 
 
 def cmd_analytics(settings: Settings, once: bool) -> int:
-    from console.analytics.follow import HEARTBEATS_DEFERRED, LogWatcher, follow
+    from console.analytics.follow import HEARTBEATS_DEFERRED, follow
+    from console.broker.log_watcher import LogWatcher
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
 
     a = settings.analytics

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from console.broker.eventlog import Appended, EventLog
+from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.capture import (
     ABANDONED_SUBJECTS,
@@ -35,6 +35,7 @@ from console.collector.capture_watch import CaptureWatch
 from console.collector.health import Health, Loops
 from console.collector.priority import CpuMode, CpuPriority
 from console.collector.publishers import Publishers
+from console.collector.writer import EventWriter, survive
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.batch_limits import BatchLimits
@@ -100,20 +101,16 @@ class Collector:
         self._from_system: dict[str, None] = {}  # ids of advisories the system account sent (bounded, ordered)
         self.loops = Loops(self.errors)
         self.health = Health()
-        self.events_written = 0
         self.tapped = 0  # $FI replies received
         self._last_tap = 0.0
-        self.duplicates = 0
         self.advisories_durable = False
         self.advisory_stream: str | None = None
-        self._queue: asyncio.Queue[BatchEvent | None] = asyncio.Queue(settings.max_queued_events)  # None: stop
         self._writer: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
         self._subs = Subscriptions()
         self._status_seq = 0
         self._started = time.monotonic()
         self._stopping = False
-        self._stop_deadline = float("inf")
         self.cpu = CpuPriority(CpuMode(settings.cpu)) if settings.cpu else None
         self.atomic = AtomicWatch(nc, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT, settings.max_tracked_batches,
                                   self.errors)
@@ -121,6 +118,8 @@ class Collector:
         self.capture = CaptureWatch(nc, self.instance, lambda: self.advisory_stream,
                                     lambda events: self._enqueue(events, COLLECTOR), lambda: self.loops.beat("capture"))
         self.publishers = Publishers(system_nc, None, errors=self.errors)
+        self.writer = EventWriter(self.log, self.quarantine, self.publishers, self.health, self.rejected, self.errors,
+                                  settings.max_queued_events)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -144,7 +143,7 @@ class Collector:
         for subject in self.settings.tap_publish_subjects:
             await self._subs.follow(self.nc, subject, self._on_publish_side)
         await self.nc.flush()  # started means tapping: the server has every subscription
-        self._writer = self.loops.start("writer", self._write_loop, lambda: self._stopping)
+        self._writer = self.loops.start("writer", self.writer.run, lambda: self._stopping)
         self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
         self._tasks.append(self.loops.start("ticker", self._tick_loop, lambda: self._stopping))
         self._tasks.append(self.loops.start("streams", self._stream_event_loop, lambda: self._stopping))
@@ -161,14 +160,14 @@ class Collector:
         and a task that missed its cancel would keep stop() waiting for ever.
         """
         self._stopping = True
-        self._stop_deadline = time.monotonic() + STOP_GRACE
+        self.writer.stop_deadline = time.monotonic() + STOP_GRACE
         await self._subs.drain(STOP_GRACE)  # the replies the server sent before the unsubscribe are handled
         for task in self._tasks:
             task.cancel()
         await _ended(self._tasks)
         self._tasks.clear()
         if self._writer is not None:
-            await self._queue.put(None)  # only now: nothing else can enqueue
+            await self.writer.end()  # only now: nothing else can enqueue
             await _ended([self._writer])
             self._writer = None
 
@@ -206,25 +205,20 @@ class Collector:
             try:
                 fetched = await self.advisories.fetch(self.settings.fetch_batch, timeout=1.0)
             except Exception as e:  # reconnecting, or anything else: never stop collecting
-                await self._survive("advisory fetch", e)
+                await survive(self.errors, "advisory fetch", e)
                 continue
             self.loops.beat("advisories")
             if not fetched:
                 continue
             events = [e for msg, _ in fetched if (e := await self._advisory_event(msg)) is not None]
             self._learn(events)
-            if not await self._store(await self._account_side(events)):
+            if not await self.writer.store(await self._account_side(events)):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run
             for _, ack in fetched:  # only now: the events are in the log
                 try:
                     await ack()
                 except Exception as e:  # unacked: redelivered after ack_wait, deduplicated by id
-                    await self._survive("advisory ack", e)
-
-    async def _survive(self, where: str, error: Exception, pause: float = 0.2) -> None:
-        self.errors.add(f"{where}: {type(error).__name__}")
-        log.warning("%s failed (%r); going on", where, error)
-        await asyncio.sleep(pause)
+                    await survive(self.errors, "advisory ack", e)
 
     async def _reject(self, source: str, reason: str, msg: Inbound) -> None:
         """Bad input: counted by reason, kept in the quarantine, skipped."""
@@ -311,7 +305,7 @@ class Collector:
             # "Recently", not "since my last pass": after sleep(0) this task resumes before the
             # reads that arrived during the pause have been handled.
             # Never while events wait to be written: a loss must reach the log at once.
-            if time.monotonic() - self._last_tap < 0.1 and self._queue.empty():
+            if time.monotonic() - self._last_tap < 0.1 and self.writer.queued == 0:
                 time.sleep(self.settings.pace_ms / 1000)  # deliberate: see CollectorSettings.pace_ms
                 await asyncio.sleep(0)
             else:
@@ -406,53 +400,7 @@ class Collector:
     def _enqueue(self, events: list[BatchEvent], source: str) -> None:
         if source in (SYSTEM_ADVISORY, ACCOUNT_ADVISORY):
             self._learn(events)
-        for event in events:
-            try:
-                self._queue.put_nowait(replace(event, source=source))
-            except asyncio.QueueFull:
-                self.rejected.add("event queue full")
-
-    async def _write_loop(self) -> None:
-        """Stores the queue in batches; not cancelled but ended by stop()'s None, so nothing in hand is lost."""
-        while True:
-            events = [await self._queue.get()]
-            while not self._queue.empty() and len(events) < 1000:
-                events.append(self._queue.get_nowait())
-            stopping = events[-1] is None
-            if stopping:
-                events.pop()
-            await self._store(await self.publishers.stamp(events))
-            if stopping:
-                return
-
-    async def _store(self, events: list[BatchEvent]) -> bool:
-        """Into the log. An event the log can never take is quarantined and skipped; the rest are
-        retried with backoff until stored (a crash here is safe: ids dedup the retry). Only a stop
-        gives up, once its grace period is over: then False."""
-        pause = 0.2
-        self.health.writing(time.monotonic())
-        try:
-            while events:
-                try:
-                    result = await self.log.append(events)
-                except Exception as e:  # whatever it was, these events are still ours to store
-                    result = Appended(retry=events, error=e)
-                self.events_written += result.stored
-                self.duplicates += result.duplicates
-                for event, why in result.refused:
-                    self.rejected.add(f"event: {why}"[:200])
-                    await self.quarantine.offer("event", why, event.subject("refused"), event.to_json())
-                events = result.retry
-                if not events:
-                    return True
-                if time.monotonic() >= self._stop_deadline:
-                    log.error("stopping: %d events not stored, the event log did not answer (%r)", len(events), result.error)
-                    return False
-                await self._survive("event log append", result.error or TimeoutError("no answer"), pause)
-                pause = min(pause * 2, 5.0)
-            return True
-        finally:
-            self.health.written()
+        self.writer.put(events, source)
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -501,16 +449,16 @@ class Collector:
             except Exception as e:  # the status goes out without the lag rather than not at all
                 self.errors.add(f"consumer info: {type(e).__name__}")
         now = time.monotonic()
-        unhealthy = self.health.verdict(now, lag, self.loops.stale(now), self._queue.qsize())
+        unhealthy = self.health.verdict(now, lag, self.loops.stale(now), self.writer.queued)
         return CollectorStatus(
             instance=self.instance, alive_s=round(now - self._started, 1), connected=self.nc.is_connected,
-            healthy=not unhealthy, unhealthy=tuple(unhealthy), events_written=self.events_written,
-            replies_tapped=self.tapped, duplicates=self.duplicates, rejected=dict(self.rejected),
+            healthy=not unhealthy, unhealthy=tuple(unhealthy), events_written=self.writer.events_written,
+            replies_tapped=self.tapped, duplicates=self.writer.duplicates, rejected=dict(self.rejected),
             errors=dict(self.errors), ignored=dict(self.ignored), quarantined=self.quarantine.kept,
             not_quarantined=self.quarantine.not_kept, advisory_lag=lag, advisories_durable=self.advisories_durable,
             batches_tracked=len(self.tracker.batches), batches_untracked=self.tracker.untracked,
             batches_refused_by_prefix=dict(self.tracker.refused), batch_timeout=self.tracker.batch_timeout,
-            batch_timeout_source=self.batch_timeout_source, queued=self._queue.qsize(), problems=tuple(self.problems),
+            batch_timeout_source=self.batch_timeout_source, queued=self.writer.queued, problems=tuple(self.problems),
             notes=tuple(self.notes), loops=self.loops.status(), cpu=self.cpu.status() if self.cpu else None,
             publishers_known=self.publishers.known, connz_requests=self.publishers.requests,
             publisher_note=self.publishers.note,

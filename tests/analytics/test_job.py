@@ -237,7 +237,7 @@ async def test_follow_runs_as_soon_as_events_arrive_not_on_its_timer(server, cli
 
 async def test_the_follow_watcher_sleeps_through_the_collectors_heartbeat(server, client):
     """A collector's status every few seconds changes no history: it must not run the job every gap."""
-    from console.analytics.follow import LogWatcher
+    from console.broker.log_watcher import LogWatcher
     from console.config import ConnectionSettings
 
     watcher = LogWatcher(ConnectionSettings(servers=(server.url,)), "batch_console.events.>",

@@ -1,0 +1,58 @@
+"""A watch on the event log's subjects for a synchronous loop (the analytics job's `--follow`): a core
+subscription on a thread of its own, whose only output is "something arrived". A wake-up is a hint,
+never data: a forged publish costs the loop a run over nothing new."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from console.broker.connection import connect
+from console.config import ConnectionSettings
+
+log = logging.getLogger(__name__)
+
+
+class LogWatcher:
+    def __init__(self, connection: ConnectionSettings, subject: str, quiet: tuple[str, ...] = ()):
+        """Wakes on messages on `subject`, except those whose subject starts with one of `quiet`."""
+        self.connection, self.subject, self.quiet = connection, subject, quiet
+        self._new = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._watch()), name="event-log-watcher",
+                                        daemon=True)
+
+    def start(self) -> LogWatcher:
+        self._thread.start()
+        return self
+
+    async def _watch(self) -> None:
+        self._loop, self._done = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            nc = await connect(self.connection, give_up_after=self.connection.connect_timeout)
+        except Exception as e:  # the loop still runs every `every` seconds
+            log.warning("analytics --follow: cannot watch the event log (%s); runs on the timer only", e)
+            return
+        await nc.subscribe(self.subject, cb=self._on_message)
+        await self._done.wait()
+        await nc.close()
+
+    async def _on_message(self, msg) -> None:
+        if not msg.subject.startswith(self.quiet):
+            self._new.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Until something reaches the log (True) or `timeout` seconds pass (False)."""
+        arrived = self._new.wait(timeout)
+        self._new.clear()
+        return arrived
+
+    def stop(self) -> None:
+        if self._thread.is_alive() and self._loop is not None and self._done is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._done.set)
+            except RuntimeError:  # its loop ended meanwhile (it could not connect)
+                pass
+            self._thread.join(timeout=5)
