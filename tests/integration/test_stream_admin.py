@@ -50,5 +50,5 @@ async def test_a_read_only_streams_page_refuses_an_apply_called_directly(nc, mak
     page.allow_batched = True
     assert "allow_batched" in page.review
     assert await page.apply() is None
-    assert page.result == "read-only mode: stream settings are not changed"
+    assert page.result == "read-only mode: stream.edit is refused"  # by the action layer, before the admin
     assert not (await nc.jetstream().stream_info(name)).config.allow_batched
