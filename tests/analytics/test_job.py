@@ -180,7 +180,8 @@ async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark,
         await collector.stop()
         await conn.close()
     kinds = [e.kind for e in events]
-    seen = (f"tapped {collector.tapped}, written {collector.writer.events_written}, duplicates {collector.writer.duplicates}, "
+    written = collector.writer
+    seen = (f"tapped {collector.tapped}, written {written.events_written}, duplicates {written.duplicates}, "
             f"rejected {dict(collector.rejected)}, errors {dict(collector.errors)}, ignored {dict(collector.ignored)}")
     assert ack.count == 9 and EventKind.FAST_SLOW in kinds and not [k for k in kinds if k in LOST_KINDS], seen
     model = LiveModel()
