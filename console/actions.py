@@ -14,6 +14,7 @@ from typing import Awaitable, Callable, TypeVar
 
 from console.broker.audit_log import AuditLog, AuditUnavailable
 from console.domain.audit import Actor, AuditRecord
+from console.domain.messages import Ack
 from console.errors import ConsoleError, ReadOnlyError, Refusal
 
 log = logging.getLogger(__name__)
@@ -29,12 +30,15 @@ class Action:
     records: str  # what its audit record holds beside who, when and the outcome
 
 
+def message_action(kind: Ack) -> str:
+    """The action an ack, nak, term or in-progress on a fetched message is."""
+    return f"message.{kind.name.lower()}"
+
+
 ACTIONS = {a.name: a for a in (
     Action("stream.edit", "admin", True, "the stream; each batch setting changed, before and after"),
-    Action("message.ack", "operator", True, "stream/consumer and the message's stream sequence"),
-    Action("message.nak", "operator", True, "stream/consumer and the message's stream sequence"),
-    Action("message.term", "operator", True, "stream/consumer and the message's stream sequence"),
-    Action("message.in_progress", "operator", True, "stream/consumer and the message's stream sequence"),
+    *(Action(message_action(kind), "operator", True, "stream/consumer and the message's stream sequence")
+      for kind in Ack),
     Action("consumer.fetch", "operator", True, "stream/consumer and how many messages were asked for"),
     Action("probe.run", "operator", True, "the probe's kind, stream and size"),
     Action("alert_rule.save", "admin", True, "the rule's name"),

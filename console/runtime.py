@@ -123,28 +123,34 @@ class Runtime:
         notebook's actions unless a page gives its session's."""
         if self._alerts is None:
             from console.alerting.view import AlertsView
-            from console.domain.audit import Actor
+            from console.domain.audit import NOTEBOOK
 
             self._alerts = AlertsView(self.settings.data.data_dir, self.settings.alerting.rules,
                                       self.settings.data.db_path, self.settings.notify_targets(), self.read_only,
-                                      actions=self.actions(Actor("notebook")))
+                                      actions=self.actions(NOTEBOOK))
         return self._alerts
 
     def actions(self, actor: Actor) -> Actions:
         """What `actor` may do through this runtime, each attempt in the audit trail (signed with the
         event key: without one, nothing that changes anything is done)."""
         from console.actions import Actions
-        from console.broker.audit_log import AuditLog
 
         try:
-            key = self.event_log.key
+            return Actions(self._audit_log(), actor, self.read_only)
         except MissingKeyError as e:
             return Actions(None, actor, self.read_only, str(e))
-        if key is None:
-            return Actions(None, actor, self.read_only, "no event key")
+
+    def _audit_log(self) -> AuditLog:
+        """The audit trail's stream, one per process (its stream ensured once); MissingKeyError
+        without an event key, which signs and checks every record."""
+        from console.broker.audit_log import AuditLog
+
         if self._audit is None:
+            key = self.event_log.key
+            if key is None:
+                raise MissingKeyError("no event key: the audit trail is neither signed nor checked")
             self._audit = AuditLog(self.nc, key, self.settings.event_log.replicas)
-        return Actions(self._audit, actor, self.read_only)
+        return self._audit
 
     async def batch_limits(self) -> tuple[BatchLimits, str]:
         """The server's effective batch limits and where they were read; the defaults (and why) when
@@ -206,9 +212,7 @@ class Runtime:
 
     async def audit_trail(self, since: datetime | None = None) -> Checked:
         """The audit trail's records (from `since`), with every break in its chain."""
-        from console.broker.audit_log import AuditLog
-
-        return await AuditLog(self.nc, self.event_log.key or b"").read(since)
+        return await self._audit_log().read(since)
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         from console.investigate import find_incident

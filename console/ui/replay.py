@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import panel as pn
 import param
 
-from console.actions import Actions, unaudited
+from console.actions import Actions, message_action, unaudited
 from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
@@ -214,7 +214,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
         async def act(kind: Ack, _event=None) -> None:
             try:
-                await self._actions().run(f"message.{kind.name.lower()}",
+                await self._actions().run(message_action(kind),
                                           f"{reader.stream}/{reader.consumer} seq {message.stream_seq}",
                                           lambda: reader.ack(message, kind))
             except ConsoleError as e:
