@@ -94,7 +94,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         firing_rules = {rule for rule, _, _ in firing}
         note = without_targets(rules)
         self._problem.object = (f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem
-                                else f"**Nothing is sent.** {html.escape(note)}" if note else "")
+                                else f"**Nothing is sent.** {html.escape(note, quote=False)}" if note else "")
         put(self._rules, pd.DataFrame([
             {"rule": r.name, "when": r.when, "streams": ", ".join(r.streams) or "all",
              "reasons": ", ".join(r.reasons) or "all", "at least": r.at_least, "within": duration_text(r.within),

@@ -15,7 +15,7 @@ from console.domain.audit import Checked
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import spreadsheet_safe, stream_cell
 
-COLUMNS = ["seq", "time", "user", "address", "action", "stream", "target", "outcome", "detail", "change", "agent"]
+COLUMNS = ["record", "time", "user", "address", "action", "stream", "target", "outcome", "detail", "change", "agent"]
 ANY = "(any)"
 
 
@@ -27,7 +27,7 @@ def audit_frame(checked: Checked, clock, user: str = ANY, action: str = ANY, str
         if (user != ANY and r.actor.user != user) or (action != ANY and r.action != action) or \
                 (stream and r.stream != stream) or (until is not None and r.time >= until):
             continue
-        rows.append({"seq": seq, "time": clock.when(r.time), "user": r.actor.user, "address": r.actor.address,
+        rows.append({"record": seq, "time": clock.when(r.time), "user": r.actor.user, "address": r.actor.address,
                      "action": r.action, "stream": r.stream, "target": r.target, "outcome": r.outcome, "detail": r.detail,
                      "change": "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in r.diff.items()), "agent": r.actor.agent})
     return pd.DataFrame(rows, columns=COLUMNS, dtype=object)
@@ -67,7 +67,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         self._checked = Checked([], [])
         self._shown = pd.DataFrame(columns=COLUMNS)
         w = pn.widgets
-        html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("seq", "time")}
+        html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("record", "time")}
         self._table = tabulator(self._shown, height=420, formatters=html_cells, hidden_columns=["agent"])
         download = w.FileDownload(callback=self._csv, filename="audit.csv", label="Download CSV", button_type="light",
                                   width=160, align="end")
