@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from console.analytics.job import JobSettings, run_once, spark_session  # noqa: E402
 from lag import tree_pids  # noqa: E402
-from console.analytics.source import JetStreamDataSource  # noqa: E402
+from console.analytics.source import JetStreamDataSource, SourceOptions  # noqa: E402
 from console.broker.eventlog import EventLog  # noqa: E402
 from console.broker.server import EmbeddedServer  # noqa: E402
 from console.domain.events import BatchEvent, EventKind  # noqa: E402
@@ -112,8 +112,9 @@ def peaks(url: str, data_dir: Path, master: str | None, executors: int | None) -
     """A run in a process of its own: (events read, seconds, peak resident bytes of the Python driver,
     of the driver's JVM, of the executors: the process tree under `executors`, the worker, but it)."""
     code = ("import sys; from pathlib import Path; from console.analytics.job import JobSettings, run_once, "
-            "spark_session; s = spark_session(sys.argv[3] or None); r = run_once(s, JobSettings(Path(sys.argv[2]), "
-            "source={'servers': sys.argv[1], 'partitions': '2'})); print(r.events_read, r.seconds)")
+            "spark_session; from console.analytics.source import SourceOptions; s = spark_session(sys.argv[3] or None); "
+            "r = run_once(s, JobSettings(Path(sys.argv[2]), SourceOptions.parse({'servers': sys.argv[1], "
+            "'partitions': '2'}))); print(r.events_read, r.seconds)")
     proc = subprocess.Popen([sys.executable, "-c", code, url, str(data_dir), master or ""], stdout=subprocess.PIPE,
                             text=True, cwd=Path(__file__).resolve().parents[1],
                             env={**os.environ, "SPARK_EXECUTOR_MEMORY": "3g"})  # the worker offers 4g
@@ -191,7 +192,7 @@ def speed(args) -> None:
         spark = spark_session()
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(JetStreamDataSource)
-        source = {"servers": server.url, "partitions": "2"}
+        source = SourceOptions.parse({"servers": server.url, "partitions": "2"})
 
         spark.read.format("jetstream").options(**source).option("end_seq", 1000).load().count()  # warm up
         (read_n, read_s) = timed(lambda: spark.read.format("jetstream").options(**source).load().count())

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from console.broker.cluster import EmbeddedCluster
 from console.broker.quarantine import QuarantineSettings
-from console.broker.connection import connect
+from console.broker.connection import close, connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.config import SERVER_READY, KEY_WAIT, Settings, add_flags, load, private_file, spark_options
@@ -261,20 +261,20 @@ def backlog_progress(step: int):
 
 
 async def _reachable(settings: Settings) -> None:
-    nc = await connect(settings.connection, give_up_after=settings.connection.connect_timeout)
-    await nc.close()
+    await close(await connect(settings.connection, give_up_after=settings.connection.connect_timeout))
 
 
 def cmd_analytics(settings: Settings, once: bool) -> int:
     from console.analytics.follow import HEARTBEATS_DEFERRED, follow
     from console.broker.log_watcher import LogWatcher
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
+    from console.analytics.source import SourceOptions
 
     a = settings.analytics
     if a.master and a.remote:
         raise ConfigError("give --spark-master or --remote, not both")
     asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
-    job = JobSettings(settings.data.data_dir, source=spark_options(settings), max_events=a.max_events)
+    job = JobSettings(settings.data.data_dir, SourceOptions.parse(spark_options(settings)), max_events=a.max_events)
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory)
     watcher = None
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from console.broker.admin import StreamAdmin
 from console.broker.atomic import AtomicBatch
-from console.broker.connection import Connection, NatsError
+from console.broker.connection import Connection, NatsError, flush
 from console.broker.fast import FastBatch
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.fast_ingest import GapMode
@@ -42,7 +42,7 @@ async def ensure_demo_streams(nc: Connection) -> int:
     Returns their replicas (3 on a cluster of three servers or more)."""
     replicas = []
     for s in DEMO_STREAMS:
-        ensured = await ensure_stream(nc.jetstream(), StreamSpec(s.name, (s.subject,), allow_atomic=s.atomic,
+        ensured = await ensure_stream(nc, StreamSpec(s.name, (s.subject,), allow_atomic=s.atomic,
                                                                  allow_batched=not s.atomic, max_age=24 * 3600,
                                                                  metadata=dict(MARK)))
         metadata = ensured.config.metadata or {}
@@ -114,7 +114,7 @@ async def across_leader_changes(nc: Connection) -> None:
     admin = StreamAdmin(nc)
     atomic = AtomicBatch(nc)
     await atomic.add(f"{ORDERS}.across", b'{"order": "open across a leader change"}')
-    await nc.flush()
+    await flush(nc)
     await admin.step_down(ATOMIC_STREAM)
     await _expect_refusal(atomic.commit(f"{ORDERS}.across", b'{"total": true}'))
     fast = FastBatch(nc, flow=10, gap_mode=GapMode.FAIL)

@@ -138,7 +138,7 @@ class ProbeReport:
 
 async def ensure_probe_stream(nc: Connection, options: ProbeOptions) -> bool:
     """Create the probe stream, allowing both kinds of batch, when it does not exist; an existing one is left as it is."""
-    ensured = await ensure_stream(nc.jetstream(), StreamSpec(options.stream, (options.subject,), allow_atomic=True,
+    ensured = await ensure_stream(nc, StreamSpec(options.stream, (options.subject,), allow_atomic=True,
                                                              allow_batched=True))
     return ensured.created
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from console.broker.admin import StreamAdmin
-from console.broker.connection import Connection, connect
+from console.broker.connection import Connection, close, connect, is_closed, why_closed
 from console.broker.live_state import LiveState
 from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, load
@@ -65,7 +65,7 @@ class Runtime:
             try:
                 system_nc = await connect(account, give_up_after=give_up_after, **connect_overrides)
             except BaseException:
-                await nc.close()
+                await close(nc)
                 raise
         return cls(settings, nc, system_nc, writes_events, key_wait, follow_without_key)
 
@@ -182,9 +182,9 @@ class Runtime:
             await asyncio.sleep(1.0)
             for system in (False, True):
                 nc = self.system_nc if system else self.nc
-                if nc is None or not nc.is_closed:
+                if nc is None or not is_closed(nc):
                     continue
-                why = repr(nc.last_error) if nc.last_error else "no reason given"
+                why = why_closed(nc)
                 what = "system account connection" if system else "connection"
                 log.warning("NATS %s closed (%s): opening it again", what, why)
                 while True:
@@ -231,8 +231,7 @@ class Runtime:
         if self._live is not None:
             await self._live.stop()
         for nc in (self.nc, self.system_nc):
-            if nc is not None and not nc.is_closed:
-                await nc.close()
+            await close(nc)
         if self._history is not None and self._history[0] is not None:
             self._history[0].engine.dispose()
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
-from console.broker.connection import Connection
+from console.broker.connection import Connection, publish
 from console.domain.alerting import Notice
 from console.domain.notify_targets import NotifyTargets, TargetRefused
 
@@ -85,8 +85,7 @@ class Notifier:
 
 async def _publish(notifier: Notifier, subject: str, body: bytes) -> tuple[bool, str]:
     try:
-        await notifier.nc.publish(subject, body, headers={"Content-Type": "application/json"})
-        await notifier.nc.flush(timeout=TIMEOUT)
+        await publish(notifier.nc, subject, body, {"Content-Type": "application/json"}, TIMEOUT)
         return True, "published"
     except Exception as e:  # reconnecting, timeout: retried
         return False, f"{type(e).__name__}: {e}"[:300]

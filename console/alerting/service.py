@@ -51,7 +51,7 @@ class AlertService:
     def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], store: AlertStore,
                  console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None,
                  targets: NotifyTargets = NotifyTargets()):
-        self.log = EventLog(nc.jetstream(), event_log)
+        self.log = EventLog.over(nc, event_log)
         self.evaluator = Evaluator(rules)
         self.targets = targets
         self.notifier = Notifier(nc, console_url, on_attempt=self._record, targets=targets)

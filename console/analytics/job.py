@@ -45,7 +45,6 @@ from console.analytics.transforms import (
     with_copy_number,
 )
 from console.broker.eventlog import missing_log
-from console.config import SPARK_KEY_SOURCE
 from console.domain.display import as_utc
 from console.domain.events import REPLAYED, key_mismatch
 from console.errors import EventLogMissingError, KeyMismatchError
@@ -73,7 +72,7 @@ AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandon
 @dataclass(frozen=True)
 class JobSettings:
     data_dir: Path
-    source: dict = field(default_factory=dict)  # options of the jetstream data source
+    source: SourceOptions = field(default_factory=SourceOptions)  # where the event log is read
     context_minutes: int = 5
     max_events: int = 100_000  # event-log sequences read per step: an executor's memory bound
 
@@ -150,7 +149,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
     spark.dataSource.register(JetStreamDataSource)
     engine = sqlite.open_db(settings.db_path)
     done = sqlite.offset(engine, EVENTS_SOURCE)
-    options = SourceOptions.parse(settings.source)
+    options = settings.source
     try:
         with stages("bounds"):
             _, last = asyncio.run(_stream_bounds(options))
@@ -173,7 +172,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
 
     seen = NewEvents()
     raw_path = settings.delta("events")
-    reader = spark.read.format("jetstream").options(**settings.source)
+    reader = spark.read.format("jetstream").options(**options.to_options())
     for first in range(done + 1, last + 1, settings.max_events):
         end = min(last, first + settings.max_events - 1)
         with stages("read and write"):  # one Spark job per step: the executors write, the driver gets a summary
@@ -181,7 +180,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
             writer = step_writer(str(raw_path.resolve()), delta.written_up_to(raw_path))  # executors have their own cwd
             files = seen.add(step.mapInArrow(writer, STEP_SUMMARY_DDL).toArrow())
         if seen.key_wrong:  # nothing the collector wrote verified: History would be empty without a word
-            raise KeyMismatchError(key_mismatch(settings.source.get(SPARK_KEY_SOURCE) or "the job's options"))
+            raise KeyMismatchError(key_mismatch(options.key_source or "the job's options"))
         with stages("commit"):
             delta.add_files(raw_path, files, end)
         progress(end - done, last - done)

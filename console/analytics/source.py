@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from console.analytics.schema import EVENT_SCHEMA, skipped_row, to_row
-from console.config import SPARK_EVENT_KEY, ConnectionSettings
+from console.config import SPARK_EVENT_KEY, SPARK_KEY_SOURCE, ConnectionSettings
 from console.errors import ConfigError
 
 
@@ -34,36 +34,56 @@ class SeqRange(InputPartition):
 
 @dataclass(frozen=True)
 class SourceOptions:
-    connection: ConnectionSettings
-    stream: str
-    prefix: str
-    subject: str
-    start_seq: int
-    end_seq: int | None
-    partitions: int
-    idle_timeout: float
+    """The data source's options, typed: what the job is given and what an executor reads back from
+    Spark's text options (to_options and parse are each other's inverse)."""
+
+    connection: ConnectionSettings = field(default_factory=lambda: ConnectionSettings(name="batch-console-spark"))
+    stream: str = "BATCH_CONSOLE_EVENTS"
+    prefix: str = "batch_console.events"
+    subject_filter: str = ">"
+    start_seq: int = 1
+    end_seq: int | None = None
+    partitions: int = 2
+    idle_timeout: float = 5.0
     event_key: bytes | None = field(default=None, repr=False)  # records it does not verify are skipped
+    key_source: str = ""  # where the key came from, for the error a wrong key makes
+
+    @property
+    def subject(self) -> str:
+        return f"{self.prefix}.{self.subject_filter}"
 
     @classmethod
-    def parse(cls, options: dict) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         get = options.get
         try:
             connection = ConnectionSettings.from_options(options, name="batch-console-spark")
+            end = get("end_seq")
+            return cls(
+                connection=connection,
+                stream=get("stream") or cls.stream,
+                prefix=get("subject_prefix") or cls.prefix,
+                subject_filter=get("subject_filter") or cls.subject_filter,
+                start_seq=max(1, int(get("start_seq") or 1)),
+                end_seq=int(end) if end not in (None, "") else None,
+                partitions=max(1, int(get("partitions") or cls.partitions)),
+                idle_timeout=float(get("idle_timeout") or cls.idle_timeout),
+                event_key=get(SPARK_EVENT_KEY).encode() if get(SPARK_EVENT_KEY) else None,
+                key_source=get(SPARK_KEY_SOURCE) or "",
+            )
         except ValueError as e:
             raise ConfigError(f"jetstream source: {e}") from None
-        prefix = get("subject_prefix") or "batch_console.events"
-        end = get("end_seq")
-        return cls(
-            connection=connection,
-            stream=get("stream") or "BATCH_CONSOLE_EVENTS",
-            prefix=prefix,
-            subject=f"{prefix}.{get('subject_filter') or '>'}",
-            start_seq=max(1, int(get("start_seq") or 1)),
-            end_seq=int(end) if end not in (None, "") else None,
-            partitions=max(1, int(get("partitions") or 2)),
-            idle_timeout=float(get("idle_timeout") or 5),
-            event_key=get(SPARK_EVENT_KEY).encode() if get(SPARK_EVENT_KEY) else None,
-        )
+
+    def to_options(self) -> dict[str, str]:
+        """Spark's text options (it redacts the secret ones in its plans)."""
+        options = {**self.connection.options(), "stream": self.stream, "subject_prefix": self.prefix,
+                   "subject_filter": self.subject_filter, "start_seq": str(self.start_seq),
+                   "partitions": str(self.partitions), "idle_timeout": str(self.idle_timeout),
+                   SPARK_KEY_SOURCE: self.key_source}
+        if self.end_seq is not None:
+            options["end_seq"] = str(self.end_seq)
+        if self.event_key:
+            options[SPARK_EVENT_KEY] = self.event_key.decode()
+        return options
 
 
 def split(first: int, last: int, parts: int) -> list[SeqRange]:

@@ -91,6 +91,42 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
         raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None
 
 
+# What the rest of the console may ask of a connection it holds; nats-py's own methods are called
+# here only (tests/unit/test_layers.py keeps it so).
+
+def is_connected(nc: Client) -> bool:
+    return nc.is_connected
+
+
+def is_closed(nc: Client) -> bool:
+    return nc.is_closed
+
+
+def why_closed(nc: Client) -> str:
+    return repr(nc.last_error) if nc.last_error else "no reason given"
+
+
+def reconnects(nc: Client) -> int:
+    """How many times the connection was made again (to the same server or another)."""
+    return nc.stats.get("reconnects", 0)
+
+
+async def flush(nc: Client, timeout: float = 2.0) -> None:
+    """Every subscription and publish so far is in place on the server."""
+    await nc.flush(timeout=timeout)
+
+
+async def publish(nc: Client, subject: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    """Published and flushed: on the server when this returns."""
+    await nc.publish(subject, body, headers=headers)
+    await nc.flush(timeout=timeout)
+
+
+async def close(nc: Client | None) -> None:
+    if nc is not None and not nc.is_closed:
+        await nc.close()
+
+
 T = TypeVar("T")
 REQUEST_TRIES = 4
 

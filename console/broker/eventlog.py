@@ -10,6 +10,7 @@ from typing import AsyncIterator
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
@@ -69,6 +70,11 @@ class EventLog:
         self.settings = settings
         self.skipped = Tally()  # records read and dropped, by reason: never a stall, never a failed run
         self.keys = KeyTally()  # whether the collector's statuses verify with this reader's key
+
+    @classmethod
+    def over(cls, nc: Client, settings: EventLogSettings = EventLogSettings()) -> EventLog:
+        """The event log over a connection: how code outside broker/ opens it."""
+        return cls(nc.jetstream(), settings)
 
     @property
     def key_problem(self) -> str | None:

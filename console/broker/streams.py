@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
@@ -46,8 +47,9 @@ class Ensured:
     config: StreamConfig  # as the server has it: an existing stream is left as the operator set it
 
 
-async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> Ensured:
+async def ensure_stream(where: JetStreamContext | Client, spec: StreamSpec) -> Ensured:
     """The stream as specified when missing; an existing one is left as it is."""
+    js = where.jetstream() if isinstance(where, Client) else where
     try:
         return Ensured(False, (await js.stream_info(spec.name)).config)
     except nats.js.errors.NotFoundError:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from console.broker.capture import stream_leader
-from console.broker.connection import Connection
+from console.broker.connection import Connection, is_connected, reconnects
 from console.domain.events import BatchEvent, capture_interrupted
 
 log = logging.getLogger(__name__)
@@ -48,24 +48,21 @@ class CaptureWatch:
     async def run(self, stopping: Callable[[], bool]) -> None:
         # nats-py can be reconnected to another server between two looks: the reconnect counter tells,
         # and the last look while connected bounds when the connection went down.
-        connected_at, reconnects, down_since = _now(), self._reconnects(), None
+        connected_at, known, down_since = _now(), reconnects(self.nc), None
         while not stopping():
             await asyncio.sleep(EVERY)
             self.beat()
-            connected, count = self.nc.is_connected, self._reconnects()
-            if down_since is None and (not connected or count != reconnects):
+            connected, count = is_connected(self.nc), reconnects(self.nc)
+            if down_since is None and (not connected or count != known):
                 down_since = connected_at
                 log.warning("NATS connection lost since %s: watching for a blind window", down_since.isoformat())
             if connected and down_since is not None:
                 await self._back(down_since)
-                down_since, reconnects = None, self._reconnects()
+                down_since, known = None, reconnects(self.nc)
             if connected and down_since is None:
                 connected_at = _now()
                 if time.monotonic() - self._leader_seen > LEADER_EVERY:
                     await self._note_leader()
-
-    def _reconnects(self) -> int:
-        return self.nc.stats.get("reconnects", 0)
 
     async def _note_leader(self) -> None:
         stream = self.advisory_stream()

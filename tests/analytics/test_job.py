@@ -7,6 +7,7 @@ from deltalake import DeltaTable
 from sqlmodel import Session, select
 
 from console.analytics.job import JobSettings, run_once
+from console.analytics.source import SourceOptions
 from console.broker.server import EmbeddedServer
 from console.storage import delta, sqlite
 from console.storage.tables import EVENTS_SOURCE, AbandonedBatch, AbandonmentHourly, FastBatchSummary, GapHourly
@@ -38,7 +39,7 @@ def delta_totals(settings):
 
 
 async def test_job_keeps_history_exactly_once(spark, server, client, produce, tmp_path, monkeypatch):
-    settings = JobSettings(tmp_path, source={"servers": server.url, "partitions": "2"})
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
     engine = sqlite.open_db(settings.db_path)
 
     await produce(["j1", "j2", "j3"], fast=[("ok", 2), ("fail", 1)])
@@ -78,8 +79,8 @@ async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_
     """Steps of a few sequences each write what one step writes, and a run killed at its third step's
     commit (its files written, not committed), then run again, writes it too."""
     await produce(["b1", "b2"], fast=[("ok", 2), ("fail", 1)])
-    whole = JobSettings(tmp_path / "whole", source={"servers": server.url, "partitions": "2"})
-    small = JobSettings(tmp_path / "small", source={"servers": server.url, "partitions": "2"}, max_events=3)
+    whole = JobSettings(tmp_path / "whole", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
+    small = JobSettings(tmp_path / "small", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}), max_events=3)
     one = await asyncio.to_thread(run_once, spark, whole)
 
     appends = []
@@ -137,7 +138,7 @@ async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, clie
 
 def test_a_run_before_any_collector_says_so(spark, tmp_path):
     with EmbeddedServer(tmp_path / "empty") as empty:
-        report = run_once(spark, JobSettings(tmp_path / "data", source={"servers": empty.url}))
+        report = run_once(spark, JobSettings(tmp_path / "data", source=SourceOptions.parse({"servers": empty.url})))
     assert report.events_read == 0 and report.line().startswith("no event log BATCH_CONSOLE_EVENTS yet")
 
 
@@ -189,7 +190,7 @@ async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark,
         model.apply(event)
     assert model.find_lost(batch.batch_id) is None and batch.batch_id not in model.active
 
-    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source={"servers": server.url}))
+    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url})))
     history = Reader(sqlite.open_db(tmp_path / "console.db"))
     assert history.abandoned_batches(batch_id=batch.batch_id).empty
     with Session(history.engine) as s:
@@ -263,7 +264,7 @@ async def test_a_run_over_the_collectors_heartbeat_alone_recomputes_nothing(spar
     from console.domain.events import BatchEvent, EventKind
 
     await produce(["h1"])
-    settings = JobSettings(tmp_path, source={"servers": server.url, "partitions": "2"})
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
     await asyncio.to_thread(run_once, spark, settings)
     log = EventLog(client.jetstream())
     await log.append([BatchEvent("status-1", EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc), None)])
@@ -291,7 +292,7 @@ async def test_heartbeats_alone_wait_for_the_next_run_with_history_level_with_th
                    .column("event_id").to_pylist())
 
     await produce(["d1"])
-    settings = JobSettings(tmp_path, source={"servers": server.url, "partitions": "2"})
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
     engine = sqlite.open_db(settings.db_path)
     await asyncio.to_thread(run_once, spark, settings)
     atomic = totals(engine)["atomic"]  # the module's log holds other tests' batches too
@@ -329,7 +330,7 @@ async def test_a_recorded_blind_window_reaches_historys_table(spark, server, cli
     log = EventLog(client.jetstream())
     await log.ensure()
     await log.append([capture_interrupted("c1", start, start + timedelta(seconds=4), "node n1 lost")])
-    settings = JobSettings(tmp_path, source={"servers": server.url})
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url}))
     await asyncio.to_thread(run_once, spark, settings)
     windows = Reader(sqlite.open_db(settings.db_path)).capture_interruptions(start - timedelta(hours=1),
                                                                              start + timedelta(hours=1))

@@ -12,6 +12,7 @@ from sqlmodel import Session, select
 from console.alerting.metrics import Metrics
 from console.alerting.service import DEFAULT_RULES
 from console.analytics.job import JobSettings, run_once
+from console.analytics.source import SourceOptions
 from console.broker.eventlog import EventLog
 from console.collector.collector import Collector
 from console.config import CollectorSettings, EventLogSettings
@@ -61,7 +62,7 @@ async def test_a_reason_the_console_does_not_know_is_recorded_shown_kept_and_ale
     ended = BatchEvent("fi.named-1.ended", EventKind.FAST_ENDED_EARLY, datetime.now(timezone.utc), "NEWREASON",
                        "named-1", reason="gap", gap_mode="fail", count=9, publisher=publisher)
     assert (await EventLog(client.jetstream(), EventLogSettings(key=KEY)).append([ended])).stored == 1
-    settings = JobSettings(tmp_path, source={"servers": server.url, "event_secret": KEY.decode()})
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "event_secret": KEY.decode()}))
     await asyncio.to_thread(run_once, spark, settings)
     with Session(sqlite.open_db(settings.db_path)) as s:
         assert sorted((r.batch_id, r.reason, r.publisher) for r in s.exec(select(AbandonedBatch)).all()

@@ -8,6 +8,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from console.analytics.job import JobSettings, run_once
+from console.analytics.source import SourceOptions
 from console.config import event_key
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -45,8 +46,8 @@ async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batche
         await js.publish("joba.x", f"stored {i}".encode())
     key = event_key(data_dir=tmp_path)  # the one the notebooks find in their data directory
     await produce(["nb-1", "nb-2"], key=key)
-    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source={"servers": server.url,
-                                                                           "event_secret": key.decode()}))
+    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url,
+                                                                           "event_secret": key.decode()})))
     env = {"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_ID": "nb-1",
            "REPLAY_STREAM": "JOBA"}
 

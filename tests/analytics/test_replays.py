@@ -11,6 +11,7 @@ from sqlmodel import Session, select
 
 from console.alerting.metrics import Metrics
 from console.analytics.job import JobSettings, run_once
+from console.analytics.source import SourceOptions
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.alert_rules import parse_rules
@@ -64,7 +65,7 @@ async def test_twenty_replays_of_signed_records_count_once_in_every_reader(spark
     await produce(["replayed"], fast=[("ok", 2)], key=KEY)
     js = client.jetstream()
     originals = await _records(js, ("atomic_abandoned", "fast_gap"))
-    settings = JobSettings(tmp_path, source={"servers": server.url, "event_secret": KEY.decode()})
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "event_secret": KEY.decode()}))
     engine = sqlite.open_db(settings.db_path)
     first = await asyncio.to_thread(run_once, spark, settings)
     assert first.events_read > 0

@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.analytics.source import SeqRange, split
+from console.analytics.source import SeqRange, SourceOptions, split
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.events import BatchEvent, EventKind
@@ -95,10 +95,18 @@ async def test_the_job_reads_an_r3_event_log_through_another_node_when_one_is_do
         # consumers are made through the meta leader: the reads wait for one on a live node too
         await eventually(lambda: asyncio.to_thread(cluster.meta_leader), lambda leader: leader not in (None, "n1"),
                          timeout=30, what="a meta leader on n2 or n3")
-        source = {"servers": cluster.url, "event_secret": key.decode()}  # n1 first in the list, and down
+        source = SourceOptions.parse({"servers": cluster.url, "event_secret": key.decode()})  # n1 first in the list, and down
         report = await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=source))
         assert report.events_read == 3 and not report.skipped
     finally:
         cluster.restart(0)
         cluster.wait_for_meta_leader()
         await nc.close()
+
+
+def test_the_job_options_go_to_spark_and_back_unchanged():
+    options = SourceOptions(stream="S", prefix="p.q", subject_filter="atomic_abandoned.>", start_seq=7, end_seq=9,
+                            partitions=3, idle_timeout=1.5, event_key=b"k" * 32, key_source="--event-key-file f")
+    assert SourceOptions.parse(options.to_options()) == options
+    assert all(isinstance(v, str) for v in options.to_options().values())  # Spark's options are text
+    assert "k" * 32 not in repr(options)

@@ -1,5 +1,6 @@
 """The layering in DESIGN.md, enforced: import-linter's contracts in pyproject.toml."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -12,3 +13,30 @@ def test_every_import_linter_contract_is_kept():
     done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
     assert "0 broken" in done.stdout
+
+
+# What a nats-py connection answers to: outside broker/ a connection is held and handed to broker/,
+# never asked anything itself (broker/connection.py has a function for each of these).
+NATS_CLIENT_MEMBERS = {"jetstream", "flush", "publish", "subscribe", "request", "drain", "close", "is_connected",
+                       "is_closed", "is_reconnecting", "stats", "last_error", "connected_url", "new_inbox"}
+
+
+def _connection_uses(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in NATS_CLIENT_MEMBERS:
+            held = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+            if held == "nc" or held.endswith("_nc"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {held}.{node.attr}")
+    return found
+
+
+def test_a_connection_is_asked_things_only_in_broker():
+    outside = [p for p in (ROOT / "console").rglob("*.py") if "broker" not in p.relative_to(ROOT).parts]
+    assert outside, "no module found to look at"
+    assert [use for path in outside for use in _connection_uses(path)] == []
+
+
+def test_the_connection_check_sees_a_use():
+    sample = ROOT / "console" / "broker" / "connection.py"  # where they belong: it must find them
+    assert any(".is_connected" in use for use in _connection_uses(sample))

@@ -1,0 +1,142 @@
+"""The taps into the intake: fast-ingest flow acks on `$FI` reply subjects, the publish side of
+batches (when tapped), the replies to atomic batches' first messages, and leader elections live
+(an election reaches us ahead of the refusals it causes, while the durable capture may lag it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from console.broker.capture import LEADER_ELECTIONS, Inbound, Subscriptions, stream_of_subject
+from console.broker.connection import Connection, flush
+from console.collector.health import Loops
+from console.collector.intake import Intake
+from console.collector.publishers import Publishers
+from console.collector.state import now
+from console.config import CollectorSettings
+from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
+from console.domain.events import FI_TAP, PUBLISH_TAP, elected_leader
+from console.domain.wire import MalformedInput, Tally
+
+log = logging.getLogger(__name__)
+
+
+class TapReader:
+    def __init__(self, nc: Connection, settings: CollectorSettings, intake: Intake, publishers: Publishers,
+                 subs: Subscriptions, loops: Loops, errors: Tally, stopping: Callable[[], bool]):
+        self.nc, self.settings, self.intake, self.publishers, self.subs = nc, settings, intake, publishers, subs
+        self.loops, self.errors, self.stopping = loops, errors, stopping
+        self.state = intake.state
+        self.tapped = 0  # $FI replies received
+        self._last_tap = 0.0
+        self._streams_by_subject: dict[str, str | None] = {}
+
+    async def start(self) -> asyncio.Task | None:
+        """Subscribes; the pacer's task, when pacing is asked for."""
+        await self.subs.follow(self.nc, LEADER_ELECTIONS, self._on_election)
+        for prefix in self.settings.inbox_prefixes:
+            await self.subs.tap_fast_replies(self.nc, prefix, self._on_tap)
+        for subject in self.settings.tap_publish_subjects:
+            await self.subs.follow(self.nc, subject, self._on_publish_side)
+        if self.settings.pace_ms > 0:
+            return self.loops.start("pacer", self._pace_loop, self.stopping)
+        return None
+
+    async def _pace_loop(self) -> None:
+        while not self.stopping():
+            self.loops.beat("pacer")
+            # "Recently", not "since my last pass": after sleep(0) this task resumes before the
+            # reads that arrived during the pause have been handled.
+            # Never while events wait to be written: a loss must reach the log at once.
+            if time.monotonic() - self._last_tap < 0.1 and self.intake.writer.queued == 0:
+                time.sleep(self.settings.pace_ms / 1000)  # deliberate: see CollectorSettings.pace_ms
+                await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(0.05)
+
+    async def _on_election(self, msg: Inbound) -> None:
+        """Only for the tracker; the durable capture stores the advisory (and counts it if it is bad)."""
+        try:
+            event = advisory_to_event(msg.data)
+        except (MalformedInput, IgnoredAdvisory):
+            return
+        if elected_leader(event) is not None:
+            self.state.tracker.leader_elected(event.stream, now())  # the tap's clock: the refusals are timed by it
+
+    async def _on_tap(self, msg: Inbound) -> None:
+        self.tapped += 1
+        self._last_tap = time.monotonic()
+        tracker = self.state.tracker
+        try:
+            if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
+                events = tracker.no_responders(msg.subject, now())
+                if not events:
+                    self.intake.ignored.add("no responders")
+            else:
+                events = tracker.observe(msg.subject, msg.data, now())
+        except MalformedInput as e:
+            await self.intake.reject(FI_TAP, e.reason, msg)
+            return
+        except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
+            log.exception("tapped reply not readable")
+            await self.intake.reject(FI_TAP, f"unreadable ({type(e).__name__})", msg)
+            return
+        if events:
+            self.publishers.saw(msg.subject)
+            self.intake.put(events, FI_TAP)
+
+    async def _on_publish_side(self, msg: Inbound) -> None:
+        if msg.batch_headers:  # an atomic batch's message: open until its commit
+            if (stream := await self._stream_of(msg.subject)) is not None:
+                try:
+                    self.state.atomic.observe(stream, msg.batch_headers, now())
+                except MalformedInput as e:
+                    await self.intake.reject(PUBLISH_TAP, e.reason, msg)
+                    return
+                if msg.reply and msg.batch_headers.get("Nats-Batch-Sequence") == "1":
+                    await self._follow_reply(msg.reply, msg.batch_headers["Nats-Batch-Id"], stream)
+            return
+        if not msg.reply or not msg.reply.endswith(".$FI"):
+            return  # a message that is not part of a batch
+        try:
+            events, batch = self.state.tracker.observe_publish(msg.subject, msg.reply, now())
+        except MalformedInput as e:
+            await self.intake.reject(PUBLISH_TAP, e.reason, msg)
+            return
+        if events:
+            self.intake.put(events, PUBLISH_TAP)
+        if batch is not None and batch.stream is None:
+            if (stream := await self._stream_of(msg.subject)) is not None:
+                self.state.tracker.set_stream(batch.batch_id, stream)
+
+    async def _follow_reply(self, reply: str, batch: str, stream: str) -> None:
+        """A first message's reply tells a 10210 (the batch never opened): its publisher connection's
+        replies are followed from the first batch it is seen with."""
+        atomic = self.state.atomic
+        if (prefix := atomic.new_reply_prefix(reply)) is not None:
+            await self.subs.follow(self.nc, prefix, self._on_atomic_reply)
+            try:
+                await flush(self.nc, timeout=2)  # in place on the server before the next batch's reply
+                atomic.replies_followed += 1
+            except Exception as e:
+                self.errors.add(f"reply follow: {type(e).__name__}")
+        if events := atomic.first_message(reply, batch, stream, now()):
+            self.intake.put(events, PUBLISH_TAP)
+
+    async def _on_atomic_reply(self, msg: Inbound) -> None:
+        if events := self.state.atomic.on_reply(msg.subject, msg.data, now()):
+            self.intake.put(events, PUBLISH_TAP)
+
+    async def _stream_of(self, subject: str) -> str | None:
+        """The stream that binds the subject, as the server says; cached per subject, never guessed."""
+        if subject not in self._streams_by_subject:
+            self._streams_by_subject[subject] = None  # one lookup per subject at a time
+            try:
+                self._streams_by_subject[subject] = await stream_of_subject(self.nc, subject)
+            except Exception as e:
+                del self._streams_by_subject[subject]
+                self.errors.add(f"stream lookup: {type(e).__name__}")
+                return None
+        return self._streams_by_subject[subject]
