@@ -52,9 +52,12 @@ ACTIONS = {a.name: a for a in (
 class Actions:
     """The actions one actor (a browser session's user, a notebook, the CLI) asks for."""
 
-    def __init__(self, audit: AuditLog | None, actor: Actor, read_only: bool = False, why_no_audit: str = ""):
+    def __init__(self, audit: AuditLog | None, actor: Actor, read_only: bool = False, why_no_audit: str = "",
+                 trail_required: bool = True):
         self.audit, self.actor, self.read_only = audit, actor.bounded(), read_only
-        self.why_no_audit = why_no_audit  # without a trail (no event key to sign it) nothing that changes is done
+        self.why_no_audit = why_no_audit  # without a trail (no event key to sign it) nothing that changes is done...
+        # ...unless the actor holds the NATS credentials itself (the CLI): then it is said, not refused
+        self.trail_required = trail_required
         self._pending: set[asyncio.Task] = set()
 
     def allowed(self, name: str) -> str | None:
@@ -62,7 +65,7 @@ class Actions:
         action = ACTIONS[name]
         if action.changes_server and self.read_only:
             return "read-only mode"
-        if self.audit is None and action.changes_server:
+        if self.audit is None and action.changes_server and self.trail_required:
             return f"no audit trail: {self.why_no_audit}"
         return None
 
@@ -74,7 +77,7 @@ class Actions:
         if action.changes_server and self.read_only:
             await self._record(name, target, "refused: read-only", "the console is read-only", diff)
             raise ReadOnlyError(f"read-only mode: {name} is refused")
-        if self.audit is None and action.changes_server:
+        if self.audit is None and action.changes_server and self.trail_required:
             raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
         try:
             result = do()
@@ -94,6 +97,10 @@ class Actions:
             raise
         await self._record(name, target, "accepted", "", diff)
         return result
+
+    def recorder(self, name: str) -> Callable[[str], None]:
+        """For a page's hook told of what it did on its own (a download): each call one record of `name`."""
+        return lambda target: self.record_soon(name, target)
 
     def record_soon(self, name: str, target: str) -> None:
         """Record an action that has happened in a callback that cannot wait (a file download)."""

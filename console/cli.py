@@ -17,6 +17,7 @@ from console.broker.connection import close, connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.config import SERVER_READY, KEY_WAIT, Settings, add_flags, load, private_file, spark_options
+from console.domain.audit import CLI
 from console.domain.fast_ingest import GapMode
 from console.domain.events import EventKind
 from console.errors import ConfigError, ConsoleError
@@ -155,7 +156,7 @@ async def probe_async(settings: Settings, args: argparse.Namespace) -> int:
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                   allow_reconnect=False) as runtime:
         try:
-            report = await runtime.run_probe(options, bar.update)
+            report = await runtime.run_probe(runtime.actions(CLI), options, bar.update)
         finally:
             bar.close()
     print(json.dumps(report.to_json()) if args.json else report.text())

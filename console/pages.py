@@ -104,10 +104,9 @@ def replay(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ReplayPage:
 
 
 def history(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> HistoryPage:
-    actions = runtime.actions(actor)
     return HistoryPage(history=runtime.history, problem=runtime.history_problem,
                        live_seq=lambda: runtime.live.last_seq,
-                       exported=lambda what: actions.record_soon("export.csv", what), **params)
+                       exported=runtime.actions(actor).recorder("export.csv"), **params)
 
 
 def incident(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> IncidentPage:
@@ -118,7 +117,7 @@ def incident(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> IncidentPag
 
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
                            "peek": runtime.live.model.find_lost,
-                           "exported": lambda batch_id: actions.record_soon("export.report", batch_id),
+                           "exported": actions.recorder("export.report"),
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 
@@ -126,8 +125,7 @@ def probe(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ProbePage:
     actions = runtime.actions(actor)
 
     async def run(options: ProbeOptions, progress=None) -> ProbeReport:
-        return await actions.run("probe.run", f"{options.stream} {options.kind} x{options.count}",
-                                 lambda: runtime.run_probe(options, progress))
+        return await runtime.run_probe(actions, options, progress)
 
     return ProbePage(run=run, **params)
 
@@ -137,8 +135,7 @@ def alerts(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AlertsPage:
 
 
 def audit(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AuditPage:
-    actions = runtime.actions(actor)
-    return AuditPage(trail=runtime.audit_trail, exported=lambda what: actions.record_soon("export.csv", what), **params)
+    return AuditPage(trail=runtime.audit_trail, exported=runtime.actions(actor).recorder("export.csv"), **params)
 
 
 def badges(runtime: Runtime) -> list[Badge]:

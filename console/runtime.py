@@ -17,9 +17,10 @@ from console.broker.live_state import LiveState
 from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, load
 from console.domain.batch_limits import BatchLimits
+from console.domain.audit import CLI
 from console.domain.incident import Incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
-from console.errors import MissingKeyError, ReadOnlyError
+from console.errors import MissingKeyError
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
@@ -135,10 +136,11 @@ class Runtime:
         event key: without one, nothing that changes anything is done)."""
         from console.actions import Actions
 
+        trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         try:
-            return Actions(self._audit_log(), actor, self.read_only)
+            return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required)
         except MissingKeyError as e:
-            return Actions(None, actor, self.read_only, str(e))
+            return Actions(None, actor, self.read_only, str(e), trail_required)
 
     def _audit_log(self) -> AuditLog:
         """The audit trail's stream, one per process (its stream ensured once); MissingKeyError
@@ -219,10 +221,10 @@ class Runtime:
 
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
 
-    async def run_probe(self, options: ProbeOptions, progress=None) -> ProbeReport:
-        if self.read_only:
-            raise ReadOnlyError("read-only mode: probes publish to the server and are refused")
-        return await run_probe(self.nc, options, progress)
+    async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
+        """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
+        return await actions.run("probe.run", f"{options.stream} {options.kind} x{options.count}",
+                                 lambda: run_probe(self.nc, options, progress))
 
     async def close(self) -> None:
         if self._keeper is not None:

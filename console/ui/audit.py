@@ -59,16 +59,16 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     stream = param.String(default="", doc="Only records that touched this stream")
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
     exported = param.Callable(default=lambda what: None, doc="Told what each CSV download held (the audit trail)")
+    checked = param.ClassSelector(class_=Checked, default=Checked([], []), doc="The trail as read, with its breaks")
+    records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
 
     def __init__(self, **params):
         today = datetime.now(timezone.utc).date()
         params.setdefault("dates", (today - timedelta(days=6), today))
         super().__init__(**params)
-        self._checked = Checked([], [])
-        self._shown = pd.DataFrame(columns=COLUMNS)
         w = pn.widgets
         html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("record", "time")}
-        self._table = tabulator(self._shown, height=420, formatters=html_cells, hidden_columns=["agent"])
+        self._table = tabulator(self.records, height=420, formatters=html_cells, hidden_columns=["agent"])
         download = w.FileDownload(callback=self._csv, filename="audit.csv", label="Download CSV", button_type="light",
                                   width=160, align="end")
         self._layout = pn.Column(
@@ -82,21 +82,21 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     async def reload(self) -> None:
         first, _ = self.dates
         try:
-            self._checked = await self.trail(datetime.combine(first, time(), timezone.utc))
+            self.checked = await self.trail(datetime.combine(first, time(), timezone.utc))
         except Exception as e:  # no event key yet, the server did not answer: said where the chain's state goes
             self.chain = f"**The audit trail was not read:** {html.escape(str(e) or type(e).__name__)}"
             return
-        self.chain = chain_text(self._checked)
-        self.param.user.objects = [ANY, *sorted({r.actor.user for _, r in self._checked.records})]
-        self.param.action.objects = [ANY, *sorted({r.action for _, r in self._checked.records})]
+        self.chain = chain_text(self.checked)
+        self.param.user.objects = [ANY, *sorted({r.actor.user for _, r in self.checked.records})]
+        self.param.action.objects = [ANY, *sorted({r.action for _, r in self.checked.records})]
         self._filter()
 
     @param.depends("user", "action", "stream", watch=True)
     def _filter(self) -> None:
         _, last = self.dates
         until = datetime.combine(last + timedelta(days=1), time(), timezone.utc)
-        self._shown = audit_frame(self._checked, self.clock, self.user, self.action, self.stream.strip(), until)
-        put(self._table, shown(self._shown))
+        self.records = audit_frame(self.checked, self.clock, self.user, self.action, self.stream.strip(), until)
+        put(self._table, shown(self.records))
 
     @param.depends("dates", watch=True)
     async def _on_dates(self) -> None:
@@ -104,7 +104,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
 
     def frame(self) -> pd.DataFrame:
         """The records as the filters show them."""
-        return self._shown
+        return self.records
 
     def _csv(self) -> io.StringIO:
         first, last = self.dates

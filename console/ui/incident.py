@@ -45,9 +45,10 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
+    incident = param.ClassSelector(class_=Incident, default=None, doc="What was found of the batch, or None")
+
     def __init__(self, **params):
         super().__init__(**params)
-        self._incident: Incident | None = None
         self._search = pn.widgets.TextInput(label="batch id", value=self.batch_id)
         self._go = pn.widgets.Button(label="Investigate", button_type="primary")
         self._summary = pn.pane.HTML(self._first_look())
@@ -82,8 +83,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             self._summary.object = "Give a batch id, or open one from Live or History."
             return
         self._summary.object = self._first_look() or "Reading the event log…"
-        incident = await self.find(self.batch_id)
-        self._incident = incident
+        self.incident = incident = await self.find(self.batch_id)
         if incident is None:
             self._summary.object = (f"No lost batch <b>{html.escape(self.batch_id)}</b> in the live hour or in the "
                                     "history tables.")
@@ -112,13 +112,13 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._download.visible = True
 
     def _report(self) -> io.StringIO:
-        if self._incident is None:
+        if self.incident is None:
             return io.StringIO("")
         self.exported(self.batch_id)
-        link = self.replay_link(self._incident)
+        link = self.replay_link(self.incident)
         if link and link.startswith("/") and self.console_url:
             link = self.console_url.rstrip("/") + link
-        return io.StringIO(incident_report(self._incident, link, self.clock, self.advice(self._incident)))
+        return io.StringIO(incident_report(self.incident, link, self.clock, self.advice(self.incident)))
 
     def __panel__(self):
         return self._layout

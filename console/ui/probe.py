@@ -7,6 +7,7 @@ import html
 from typing import Awaitable, Callable
 
 import panel as pn
+import param
 
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
@@ -40,51 +41,70 @@ ABANDON = "abandon the last atomic batch"
 
 class ProbePage(Clocked, pn.viewable.Viewer):
     run = coroutine("async (ProbeOptions, progress) -> ProbeReport, on the shared connection")
+    kind = param.Selector(default="atomic", objects=["atomic", "fast"], doc="Which kind of batch")
+    stream = param.String(default="BATCH_PROBE", doc="stream (created allowing both kinds when missing)")
+    subject = param.String(default="batch_probe.test", doc="subject")
+    count = param.Integer(default=100, bounds=(1, 1_000_000), doc="messages")
+    batch_size = param.Integer(default=10, bounds=(1, 1000), doc="atomic: messages per batch")
+    flow = param.Integer(default=10, bounds=(1, 500), doc="fast: flow")
+    gap_mode = param.Selector(default="fail", objects=[m.value for m in GapMode], doc="fast: gap mode")
+    skip_seq = param.Integer(default=0, bounds=(0, None), doc="inject a gap at seq (0: none)")
+    abandon = param.Boolean(default=False, doc=ABANDON)
+    status = param.String(default="", doc="What the probe is doing, did, or why it was refused (Markdown)")
+    report = param.ClassSelector(class_=ProbeReport, default=None, doc="The last probe's report")
+    running = param.Boolean(default=False, doc="A probe is publishing")
 
     def __init__(self, **params):
         super().__init__(**params)
-        self._kind = pn.widgets.RadioButtonGroup(options=["atomic", "fast"], value="atomic")
-        self._stream = pn.widgets.TextInput(label="stream (created allowing both kinds when missing)",
-                                            value="BATCH_PROBE")
-        self._subject = pn.widgets.TextInput(label="subject", value="batch_probe.test")
-        self._count = pn.widgets.IntInput(label="messages", value=100, start=1, end=1_000_000)
-        self._batch_size = pn.widgets.IntInput(label="atomic: messages per batch", value=10, start=1, end=1000)
-        self._flow = pn.widgets.IntInput(label="fast: flow", value=10, start=1, end=500)
-        self._gap_mode = pn.widgets.Select(label="fast: gap mode", options=[m.value for m in GapMode], value="fail")
-        self._skip = pn.widgets.IntInput(label="inject a gap at seq (0: none)", value=0, start=0)
-        self._abandon = pn.widgets.CheckBoxGroup(options=[ABANDON])  # a lone Checkbox has no accessible name
-        self._start = pn.widgets.Button(label="Publish probe", button_type="primary")
-        self._status = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._start = pn.widgets.Button(label="Publish probe", button_type="primary", disabled=self.param.running)
         self._start.on_click(self._on_start)
-        form = pn.Column(self._kind, self._stream, self._subject, self._count, self._batch_size, self._flow,
-                         self._gap_mode, self._skip, self._abandon, self._start, width=360)
-        self._layout = pn.Column(pn.pane.Markdown("## Probe"), pn.Row(form, self._status, sizing_mode="stretch_width"),
+        # A lone Checkbox has no accessible name: a group of one names it.
+        abandon = pn.widgets.CheckBoxGroup(options=[ABANDON], value=[ABANDON] if self.abandon else [])
+        abandon.param.watch(lambda e: setattr(self, "abandon", ABANDON in e.new), "value")
+        form = pn.Column(
+            pn.widgets.RadioButtonGroup.from_param(self.param.kind),
+            pn.widgets.TextInput.from_param(self.param.stream, name=self.param.stream.doc),
+            pn.widgets.TextInput.from_param(self.param.subject, name="subject"),
+            *(pn.widgets.IntInput.from_param(p, name=p.doc) for p in (self.param.count, self.param.batch_size,
+                                                                       self.param.flow)),
+            pn.widgets.Select.from_param(self.param.gap_mode, name=self.param.gap_mode.doc),
+            pn.widgets.IntInput.from_param(self.param.skip_seq, name=self.param.skip_seq.doc),
+            abandon, self._start, width=360)
+        self._layout = pn.Column(pn.pane.Markdown("## Probe"),
+                                 pn.Row(form, pn.pane.Markdown(self.param.status, sizing_mode="stretch_width"),
+                                        sizing_mode="stretch_width"),
                                  sizing_mode="stretch_width")
 
-    async def _on_start(self, *_) -> None:
+    def options(self) -> ProbeOptions:
+        """The probe the form describes; ConsoleError or ValueError for one that is not valid."""
+        return ProbeOptions(kind=self.kind, stream=self.stream.strip(), subject=self.subject.strip(), count=self.count,
+                            batch_size=self.batch_size, flow=self.flow, gap_mode=GapMode(self.gap_mode),
+                            skip_seq=self.skip_seq or None, abandon=self.abandon)
+
+    async def start(self) -> ProbeReport | None:
+        """Publishes the probe the params describe (a notebook calls it; the button does)."""
         try:
-            options = ProbeOptions(
-                kind=self._kind.value, stream=self._stream.value.strip(), subject=self._subject.value.strip(),
-                count=self._count.value, batch_size=self._batch_size.value, flow=self._flow.value,
-                gap_mode=GapMode(self._gap_mode.value), skip_seq=self._skip.value or None,
-                abandon=ABANDON in self._abandon.value)
+            options = self.options()
         except (ValueError, ConsoleError) as e:
-            self._status.object = f"**Not a valid probe:** {html.escape(str(e))}"
-            return
-        self._start.disabled = True
-        self._status.object = "Publishing…"
+            self.status = f"**Not a valid probe:** {html.escape(str(e))}"
+            return None
+        self.running, self.status = True, "Publishing…"
 
         def progress(sent: int) -> None:
-            self._status.object = f"Publishing… {sent} of {options.count} sent"
+            self.status = f"Publishing… {sent} of {options.count} sent"
 
         try:
-            report = await self.run(options, progress)
+            self.report = await self.run(options, progress)
         except ConsoleError as e:
-            self._status.object = f"**Refused:** {html.escape(str(e))}"
-            return
+            self.status = f"**Refused:** {html.escape(str(e))}"
+            return None
         finally:
-            self._start.disabled = False
-        self._status.object = report_markdown(report)
+            self.running = False
+        self.status = report_markdown(self.report)
+        return self.report
+
+    async def _on_start(self, *_) -> None:
+        await self.start()
 
     async def reload(self) -> None:
         """A form: nothing to read."""

@@ -64,6 +64,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     expires = param.Number(default=2.0, bounds=(0.1, 60), doc="Seconds the server waits for messages")
     batch_id = param.String(default="", doc="The batch Replay batch looks for")
     status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
+    messages = param.List(default=[], doc="The messages shown (StoredMessage): the last fetch, or the batch replayed")
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
@@ -203,7 +204,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     def _show(self, reader: ConsumerReader | None, messages) -> None:
         consumer = self._consumers.get(reader.durable) if reader is not None else None
         acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
-        self._messages.objects = [self._card(reader if acks else None, m) for m in messages[:MAX_SHOWN]]
+        self.messages = list(messages[:MAX_SHOWN])
+        self._messages.objects = [self._card(reader if acks else None, m) for m in self.messages]
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage):
         body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")

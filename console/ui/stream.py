@@ -60,6 +60,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
     limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
     model = param.ClassSelector(class_=LiveModel, default=None, doc="The live model, shared by sessions", precedence=-1)
     history = param.Parameter(default=None, doc="The history queries, or None", precedence=-1)
+    placement = param.Parameter(default=None, doc="The stream as the server last described it (StreamPlacement)")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -102,6 +103,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             log.info("stream %r not read: %r", self.name, err)
             self._settings.object = f"**Not read from the server:** {e(str(err))}"
             placement = None
+        self.placement = placement
         if placement is not None:
             self._settings.object = placement_markdown(placement)
             self._tap_cost.object = "Publish-side tap: measuring this stream's message rate…"
