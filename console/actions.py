@@ -69,6 +69,13 @@ class Actions:
             return f"no audit trail: {self.why_no_audit}"
         return None
 
+    async def refused(self, name: str, target: str) -> str | None:
+        """Why the action would be refused (the refusal recorded), or None: for a page that refuses
+        before it can build the action (a durable fetch on a read-only console opens no reader)."""
+        if (why := self.allowed(name)) is not None and ACTIONS[name].changes_server and self.read_only:
+            await self._record(name, target, "refused: read-only", "the console is read-only", None)
+        return why
+
     async def run(self, name: str, target: str, do: Callable[[], Awaitable[T] | T],
                   diff: dict[str, list] | None = None) -> T:
         """Take the action (`do`) unless it is refused; one audit record either way. The error that

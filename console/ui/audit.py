@@ -69,7 +69,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         w = pn.widgets
         html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("record", "time")}
         self._table = tabulator(self.records, height=420, formatters=html_cells, hidden_columns=["agent"])
-        download = w.FileDownload(callback=self._csv, filename="audit.csv", label="Download CSV", button_type="light",
+        download = w.FileDownload(callback=self.csv, filename="audit.csv", label="Download CSV", button_type="light",
                                   width=160, align="end")
         self._layout = pn.Column(
             pn.pane.Markdown("## Audit"), pn.pane.Markdown(self.param.chain),
@@ -106,7 +106,8 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         """The records as the filters show them."""
         return self.records
 
-    def _csv(self) -> io.StringIO:
+    def csv(self) -> io.StringIO:
+        """The records shown, as a spreadsheet-safe CSV download (the action export.csv)."""
         first, last = self.dates
         self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}")
         out = io.StringIO()

@@ -177,7 +177,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                           **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
-        self._download = pn.widgets.FileDownload(callback=self._csv, filename="abandoned_batches.csv",
+        self._download = pn.widgets.FileDownload(callback=self.csv, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
         self._layout = pn.Column(
             pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._freshness,
@@ -265,7 +265,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         """One of CSV_TABLES as shown for the chosen dates."""
         return self._shown.get(table, pd.DataFrame())
 
-    def _csv(self) -> io.StringIO:
+    def csv(self) -> io.StringIO:
         """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
         start, end = self._bounds()

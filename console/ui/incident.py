@@ -55,7 +55,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._timeline = tabulator(pd.DataFrame(columns=["time", "stream", "event"]), disabled=True,
                                               show_index=False, sizing_mode="stretch_width", height=360,
                                               formatters={"stream": {"type": "html"}, "event": {"type": "html"}})
-        self._download = pn.widgets.FileDownload(callback=self._report, filename="incident.md",
+        self._download = pn.widgets.FileDownload(callback=self.report, filename="incident.md",
                                                  label="Download report (Markdown)", button_type="light",
                                                  visible=False)
         self._go.on_click(self._on_go)
@@ -111,7 +111,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
 
-    def _report(self) -> io.StringIO:
+    def report(self) -> io.StringIO:
+        """The incident as a Markdown report download (the action export.report)."""
         if self.incident is None:
             return io.StringIO("")
         self.exported(self.batch_id)

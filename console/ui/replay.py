@@ -125,8 +125,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if not self.stream:
             self.status = "Pick a stream first."
             return None
-        if self.consumer and self.admin.read_only:
-            self.status = "read-only mode: only peeks; a fetch from a durable consumer delivers its messages"
+        if self.consumer and (why := await self._actions().refused("consumer.fetch", f"{self.stream}/{self.consumer}")):
+            self.status = f"{html.escape(why)}: only peeks; a fetch from a durable consumer delivers its messages"
             return None
         start = self._start()
         if start is None:
@@ -215,15 +215,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         buttons = {kind: pn.widgets.Button(label=label, button_type="light") for kind, label in ACK_LABELS.items()}
 
         async def act(kind: Ack, _event=None) -> None:
-            try:
-                await self._actions().run(message_action(kind),
-                                          f"{reader.stream}/{reader.consumer} seq {message.stream_seq}",
-                                          lambda: reader.ack(message, kind))
-            except ConsoleError as e:
-                outcome.object = f"**{html.escape(str(e))}**"
-                return
-            outcome.object = f"{ACK_LABELS[kind]} confirmed by the server.{await self._consumer_state()}"
-            if kind is not Ack.IN_PROGRESS:
+            done, outcome.object = await self.act(kind, message, reader)
+            if done and kind is not Ack.IN_PROGRESS:
                 for button in buttons.values():
                     button.disabled = True
 
@@ -231,6 +224,23 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             button.on_click(functools.partial(act, kind))
         return pn.Column(body, pn.Row(*buttons.values(), outcome), styles={"border-bottom": "1px solid #ddd"},
                          sizing_mode="stretch_width")
+
+    async def act(self, kind: Ack, message: StoredMessage, reader: ConsumerReader | None = None) -> tuple[bool, str]:
+        """Ack, nak, term or in-progress one fetched message (the action message.<kind>): whether the
+        server confirmed it, and what to show."""
+        reader = reader or self._reader
+
+        def ack():
+            if reader is None or reader.peek:
+                raise ConsoleError("only a message fetched from a durable consumer is acked")
+            return reader.ack(message, kind)
+
+        target = f"{self.stream}/{reader.consumer if reader else self.consumer} seq {message.stream_seq}"
+        try:
+            await self._actions().run(message_action(kind), target, ack)
+        except ConsoleError as e:
+            return False, f"**{html.escape(str(e))}**"
+        return True, f"{ACK_LABELS[kind]} confirmed by the server.{await self._consumer_state()}"
 
     async def replay_batch(self):
         """The stored messages of batch_id on the stream, in batch order (a BatchReplay), or None."""

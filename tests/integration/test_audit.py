@@ -7,21 +7,27 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from console.actions import ACTIONS
+from console.actions import ACTIONS, message_action
+from console.broker.eventlog import EventLog
 from console.broker.audit_log import STREAM, SUBJECT, AuditLog
 from console.config import DataSettings, EventLogSettings, Settings, WebSettings, event_key
 from console.domain.audit import NOTEBOOK, Actor
+from console.domain.events import BatchEvent, EventKind
+from console.domain.messages import Ack
 from console.domain.signing import SIGNATURE
 from console.errors import ReadOnlyError, Refusal
 from console.runtime import Runtime
 from console.ui.audit import chain_text
 from console.ui.streams import StreamsPage
+from console.widgets import NotebookConsole
 from tests.processes import CLI
+from tests.waits import eventually
 
 RULE = '[[rule]]\nname = "orders"\nwhen = "lost_batches"\nat_least = 1\nwithin = "5m"\n'
 
@@ -145,3 +151,68 @@ def test_audit_since_refuses_what_is_not_a_duration(tmp_path):
     done = subprocess.run([CLI, "audit", "--since", "\x1b[31m5 parsecs", "--server", "nats://127.0.0.1:1",
                            "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "duration" in done.stderr and "\x1b" not in done.stderr
+
+
+async def seeded(console: Runtime, stream: str) -> None:
+    """A stream of 4 messages with a durable `ops`, and a signed abandonment of batch nb-1 in the event log."""
+    js = console.nc.jetstream()
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream.lower()}.>"], allow_atomic=True))
+    for i in range(4):
+        await js.publish(f"{stream.lower()}.x", f'{{"n": {i}}}'.encode())
+    await js.add_consumer(stream, ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT, ack_wait=60))
+    log = EventLog.over(console.nc, console.event_log)
+    await log.ensure()
+    await log.append([BatchEvent("nb-1-abandoned", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc),
+                                 stream=stream, batch_id="nb-1", reason="timeout")])
+
+
+async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str, str]:
+    """Each action of the registry through the notebook's pages; the start of the target each one's record names."""
+    streams = await notebook.streams()
+    streams.stream = stream  # the form is filled from the server: propose the opposite
+    streams.allow_batched = not streams.allow_batched
+    await streams.apply()
+    probe = await notebook.page("/probe", stream=f"{stream}_P", subject=f"{stream.lower()}_p", count=3)
+    await probe.start()
+    replay = await notebook.replay(stream)
+    replay.consumer, replay.max_messages = "ops", 4
+    fetched = await replay.fetch()
+    if fetched is None:  # refused (read-only): a peek's messages, to ask for each answer all the same
+        replay.consumer = ""
+        fetched = await replay.fetch()
+    assert fetched is not None and len(fetched.messages) == 4, replay.status
+    for kind, message in zip(Ack, fetched.messages):
+        await replay.act(kind, message)
+    alerts = await notebook.alerts()
+    alerts.rule_text = RULE
+    await alerts.save()
+    alerts.rule = "orders"
+    await alerts.set_muted(True)
+    await alerts.set_muted(False)
+    notebook.history().csv()
+    await notebook.caught_up()  # the batch is on Live: where Incident finds it first
+    incident = await notebook.incident("nb-1")
+    assert incident.incident is not None
+    incident.report()
+    return {"stream.edit": stream, "probe.run": f"{stream}_P atomic x3", "consumer.fetch": f"{stream}/ops",
+            **{message_action(kind): f"{stream}/" for kind in Ack},
+            "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
+            "export.csv": "abandoned_batches", "export.report": "nb-1"}
+
+
+async def test_every_action_from_a_notebook_leaves_one_record_and_on_a_read_only_one_is_refused_and_recorded(
+        consoles):
+    console, read_only = consoles
+    await seeded(console, "NB_ACT")
+    for runtime in (console, read_only):
+        before = len((await console.audit_trail()).records)
+        targets = await take_every_action(NotebookConsole(runtime), "NB_ACT")
+        assert set(targets) == set(ACTIONS), "an action of the registry this test does not take"
+        checked = await eventually(console.audit_trail, lambda c: len(c.records) >= before + len(ACTIONS),
+                                   what="a record of every action")
+        records = [r for _, r in checked.records[before:]]
+        assert sorted(r.action for r in records) == sorted(ACTIONS)  # one each, no more
+        for r in records:
+            refused = runtime is read_only and ACTIONS[r.action].changes_server
+            assert (r.actor.user, r.outcome) == ("notebook", "refused: read-only" if refused else "accepted"), r
+            assert r.target.startswith(targets[r.action]), (r.action, r.target)
