@@ -95,8 +95,8 @@ def streams(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamsPage:
 
 def stream(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamPage:
     """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
-    return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, model=runtime.live.model,
-                      history=runtime.history, **params)
+    return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, server=runtime.admin.server,
+                      model=runtime.live.model, history=runtime.history, **params)
 
 
 def replay(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ReplayPage:

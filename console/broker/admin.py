@@ -12,16 +12,11 @@ from nats.js.api import AckPolicy, PersistMode
 from console.broker import names
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
+from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.errors import ReadOnlyError, Refusal
 
 EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    version: str | None
-    api_level: int | None
 
 
 @dataclass(frozen=True)
@@ -47,10 +42,12 @@ class StreamAdmin:
         self.js = nc.jetstream()
         self.last_streams: list[StreamBatchSettings] = []  # the last listing: a new page shows it until it asks
 
-    async def server(self) -> ServerInfo:
+    async def server(self) -> ServerRelease:
+        """The release of the server this connection is on, and its JetStream API level."""
         info = await self.js.account_info()
-        v = self.nc.connected_server_version
-        return ServerInfo(f"{v.major}.{v.minor}.{v.patch}" if v else None, info.api.level if info.api else None)
+        level = info.api.level if info.api else None
+        return ServerRelease(str((self.nc._server_info or {}).get("version") or ""),
+                             level if isinstance(level, int) and not isinstance(level, bool) else None)
 
     async def streams(self) -> list[StreamBatchSettings]:
         self.last_streams = sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)

@@ -25,7 +25,7 @@ class EmbeddedCluster:
 
     def __init__(self, store_dir: str | Path, nodes: int = 3, *, host: str = "127.0.0.1",
                  ports: list[int] | None = None, batch_limits: BatchLimits | None = None, name: str = "batch-console",
-                 extra_config: str = ""):
+                 extra_config: str = "", binary: Path | None = None):
         """extra_config: more of every node's configuration (accounts, a system account)."""
         if nodes < 1:
             raise EmbeddedServerError("a cluster needs at least one node")
@@ -38,7 +38,7 @@ class EmbeddedCluster:
             block = (f'server_name: "n{i + 1}"\n'
                      f'cluster {{ name: "{name}", listen: "{host}:{routes[i]}", routes: [{others}] }}\n{extra_config}')
             self.nodes.append(EmbeddedServer(self.store_dir / f"n{i + 1}", host=host, port=(ports or [0] * nodes)[i],
-                                             batch_limits=batch_limits, extra_config=block))
+                                             batch_limits=batch_limits, extra_config=block, binary=binary))
 
     @property
     def urls(self) -> list[str]:

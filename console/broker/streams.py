@@ -36,7 +36,10 @@ class StreamSpec:
             name=self.name, subjects=list(self.subjects), storage=StorageType.FILE, max_age=self.max_age,
             max_msgs=self.max_msgs, max_bytes=self.max_bytes, duplicate_window=self.duplicate_window,
             discard=DiscardPolicy.OLD if self.discard_old else DiscardPolicy.NEW, description=self.description,
-            allow_atomic=self.allow_atomic, allow_batched=self.allow_batched, metadata=dict(self.metadata) or None,
+            # A flag that is off is left out: a release without it (2.12 has no allow_batched) refuses
+            # a stream that names it at all (10025 "unknown field").
+            allow_atomic=self.allow_atomic or None, allow_batched=self.allow_batched or None,
+            metadata=dict(self.metadata) or None,
             num_replicas=replicas,
         )
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.domain.display import count, duration
+from console.domain.server_versions import DEFAULTS_KNOWN_SINCE, ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 
 # /varz jetstream.limits -> the server config's jetstream.limits.batch knob. One knob sets both kinds;
@@ -31,6 +32,9 @@ class Limit:
     atomic: float | int | None
     fast: float | int | None
     configured: bool  # set in the server's config (both kinds then share it), else each kind's default
+    # What a cell says instead of a value the console cannot know for this release (never a wrong default)
+    atomic_unknown: str = ""
+    fast_unknown: str = ""
 
     @property
     def title(self) -> str:
@@ -53,18 +57,25 @@ class BatchLimits:
 
     @classmethod
     def from_varz(cls, varz: Any) -> BatchLimits:
-        """Total: anything odd in the reply (not a dict, a negative or non-numeric value) is the default."""
+        """Total: anything odd in the reply (not a dict, a negative or non-numeric value) is the default.
+        A default the server's release (its /varz version) is not known to have is not assumed."""
         section = varz.get("jetstream") if isinstance(varz, dict) else None
         given = section.get("limits") if isinstance(section, dict) else None
         given = given if isinstance(given, dict) else {}
+        version = varz.get("version") if isinstance(varz, dict) else None
+        server = ServerRelease(version if isinstance(version, str) else "", None)
+        r = server.release
         found = []
         for key, (atomic, fast) in DEFAULTS.items():
             value = given.get(key)
+            no_fast = f"no fast ingest in {version}" if server.has("fast_ingest") is False else ""
             if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 2**63:
                 value = value / 1e9 if key == "max_batch_timeout" else int(value)
-                found.append(Limit(key, value, value, True))
+                found.append(Limit(key, value, None if no_fast else value, True, fast_unknown=no_fast))
             else:
-                found.append(Limit(key, atomic, fast, False))
+                unknown = f"not reported by {version}" if r is not None and r < DEFAULTS_KNOWN_SINCE[key] else ""
+                found.append(Limit(key, None if unknown else atomic, None if no_fast or unknown else fast, False,
+                                   unknown, no_fast or unknown))
         return cls(tuple(found))
 
     def get(self, varz_key: str) -> Limit:
@@ -72,11 +83,11 @@ class BatchLimits:
 
     @property
     def timeout(self) -> float:
-        return float(self.get("max_batch_timeout").atomic or 10.0)
+        return float(self.get("max_batch_timeout").atomic or 10.0)  # not reported: what 2.14 and later default to
 
     def rows(self) -> list[dict[str, str]]:
-        return [{"limit": lim.title, "atomic": lim.text(lim.atomic), "fast": lim.text(lim.fast), "set by": lim.source}
-                for lim in self.limits]
+        return [{"limit": lim.title, "atomic": lim.atomic_unknown or lim.text(lim.atomic),
+                 "fast": lim.fast_unknown or lim.text(lim.fast), "set by": lim.source} for lim in self.limits]
 
 
 def edit_risks(before: StreamBatchSettings, after: StreamBatchSettings, limits: BatchLimits | None = None) -> list[str]:

@@ -37,6 +37,11 @@ FEATURES = {f.name: f for f in (
             "a batch_abandoned advisory for an atomic batch refused for its required API level (10185 goes to "
             "the publisher only)"),
 )}
+# The release from which the console knows a batch limit's default (batch_limits.DEFAULTS) for a server
+# whose /varz leaves it out: the in-flight cap per stream and the batch size were measured on 2.12.8,
+# 2.14.6 and 2.15.1 (50 and 1000); the timeout and the per-server cap are ADR-50's, as of 2.14.
+DEFAULTS_KNOWN_SINCE: dict[str, Release] = {"max_batch_timeout": (2, 14, 0), "max_batch_inflight_total": (2, 14, 0),
+                                            "max_batch_inflight_per_stream": (2, 12, 0), "max_batch_size": (2, 12, 0)}
 # The API level each stream flag requires (the server writes it as _nats.req.level).
 FLAG_LEVELS = {"allow_atomic": 2, "allow_batched": 4}
 
@@ -52,6 +57,11 @@ class Divergence:
     adr_says: str
     server_does: str
     repro: str  # scripts/repro/<file>
+    streams: str = "any"  # the streams it concerns: "any", or those with this flag on ("allow_atomic", ...)
+    replicated: bool = False  # only streams with more than one replica
+
+    def concerns(self, flags: dict[str, bool], replicas: int) -> bool:
+        return (self.streams == "any" or flags.get(self.streams, False)) and (replicas > 1 or not self.replicated)
 
     def affects(self, r: Release) -> bool:
         return self.first <= r and (self.last is None or r[:2] <= self.last[:2])
@@ -65,13 +75,13 @@ DIVERGENCES = (
                (2, 12, 0), (2, 12, 8),
                "a Nats-Batch-Sequence that is missing or not a number is refused with 10175 (sequence is missing)",
                "10199 'atomic publish batch is too large: <max>' (the publisher is told to make smaller batches)",
-               "sequence_not_a_number.py"),
+               "sequence_not_a_number.py", "allow_atomic"),
     Divergence("inflight-limit-called-incomplete", "a batch over the in-flight limit is called incomplete",
                (2, 12, 0), (2, 12, 8),
                "a first message that would open one batch too many on the stream is refused with 10210 (too many "
                "in-flight atomic batches): the publisher should back off and retry",
                "10176 'atomic publish batch is incomplete', which reads as a gap: nothing says to back off",
-               "inflight_limit_called_incomplete.py"),
+               "inflight_limit_called_incomplete.py", "allow_atomic"),
     Divergence("fast-on-old-server", "fast-ingest messages to a server without fast ingest are stored as plain messages",
                (2, 12, 0), (2, 12, 8),
                "a server that cannot take a fast batch refuses it (10205 on a stream without allow_batched)",
@@ -84,7 +94,7 @@ DIVERGENCES = (
                "PubAck for what was stored",
                "the new leader does not know the batch: every later message, ping and commit is refused with 10208 "
                "(unknown batch), and no advisory says so",
-               "fast_fail_mode_across_leader_change.py"),
+               "fast_fail_mode_across_leader_change.py", "allow_batched", replicated=True),
 )
 
 

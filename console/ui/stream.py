@@ -19,6 +19,8 @@ import param
 from console.domain.batch_limits import edit_risks
 from console.domain.display import count, size, yes_no
 from console.domain.live_model import LiveModel
+from console.domain.server_versions import ServerRelease
+from console.domain.stream_settings import StreamBatchSettings
 from console.ui.formatting import Clocked, coroutine, put, shown, tabulator
 from console.ui.history import incident_link
 from console.ui.live import active_frame, recent_frame
@@ -54,10 +56,19 @@ def placement_markdown(p: StreamPlacement) -> str:
     ])
 
 
+def release_risks(server: ServerRelease, s: StreamBatchSettings) -> list[str]:
+    """What this stream's server is known to do with batches that ADR-50 does not say (the version matrix)."""
+    flags = {"allow_atomic": s.allow_atomic, "allow_batched": s.allow_batched}
+    return [f"nats-server {server.version}: {d.title}. ADR-50: {d.adr_says}; this release: {d.server_does} "
+            f"(scripts/repro/{d.repro})" for d in server.divergences() if d.concerns(flags, s.replicas)]
+
+
 class StreamPage(Clocked, pn.viewable.Viewer):
     name = param.String(default="", doc="The stream shown")
     details = coroutine("async name -> StreamPlacement (raises when there is no such stream)", precedence=-1)
     limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
+    server = coroutine("async () -> ServerRelease: the server's release, for what it is known to get wrong",
+                       default=None, precedence=-1)
     model = param.ClassSelector(class_=LiveModel, default=None, doc="The live model, shared by sessions", precedence=-1)
     history = param.Parameter(default=None, doc="The history queries, or None", precedence=-1)
     placement = param.Parameter(default=None, doc="The stream as the server last described it (StreamPlacement)")
@@ -111,6 +122,8 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         if self.limits is not None:
             limits, source = await self.limits()
             risks = edit_risks(placement.settings, placement.settings, limits) if placement else []
+            if placement is not None and self.server is not None:
+                risks += release_risks(await self.server(), placement.settings)
             self._limits.object = limits_markdown(limits, source) + "".join(f"\n\n⚠ {e(r)}" for r in risks)
 
     async def _measure_tap_cost(self, first: StreamPlacement, at: float) -> None:

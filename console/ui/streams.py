@@ -10,6 +10,7 @@ import param
 
 from console.actions import Actions, unaudited
 from console.domain.batch_limits import BatchLimits, edit_risks
+from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
 from console.errors import ReadOnlyError, Refusal
 from console.ui.controls import checkbox, keep_choice
@@ -39,6 +40,16 @@ def review(before: StreamBatchSettings, after: StreamBatchSettings, api_level: i
     return "\n".join(lines)
 
 
+def server_markdown(server: ServerRelease) -> str:
+    """The server's release and level, what it lacks and where it is known not to do what ADR-50 says."""
+    e = html.escape
+    lines = [f"Server {e(server.version or '?')}, JetStream API level {server.api_level or '?'}"]
+    lines += [f"- lacks {e(f.what)}" for f in server.lacks()]
+    lines += [f"- ⚠ known to differ from ADR-50: {e(d.title)} ({e(d.versions())}; see the README)"
+              for d in server.divergences()]
+    return "\n".join(lines)
+
+
 def limits_markdown(limits: BatchLimits, source: str) -> str:
     rows = ["| limit | atomic | fast | set by |", "|---|---|---|---|"]
     rows += [f"| {r['limit']} | {r['atomic']} | {r['fast']} | {html.escape(r['set by'])} |" for r in limits.rows()]
@@ -57,6 +68,8 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     persist_mode = param.Selector(default="default", objects=["default", "async"], doc="Proposed persist_mode")
     review = param.String(default="", doc="What applying would change, and the server's rules it would meet")
     result = param.String(default="", doc="What the last apply did, or the server's refusal")
+    server = param.ClassSelector(class_=ServerRelease, default=None, doc="The server's release and API level")
+    no_batched = param.String(default="", doc="Why allow_batched cannot be switched on here (an older server)")
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
@@ -76,8 +89,10 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
             self.result = "Read-only mode: settings are shown, not changed."
         self._apply.on_click(self._on_apply)
         w = pn.widgets
+        batched = checkbox(self, "allow_batched")
+        self.param.watch(lambda e: setattr(batched, "disabled", bool(e.new)), "no_batched")
         editor = pn.Column(pn.pane.Markdown("### Batch settings"), w.Select.from_param(self.param.stream, name="stream"),
-                           checkbox(self, "allow_atomic"), checkbox(self, "allow_batched"),
+                           checkbox(self, "allow_atomic"), batched, pn.pane.Markdown(self.param.no_batched),
                            w.Select.from_param(self.param.persist_mode, name="persist_mode"),
                            pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.result),
                            width=420)
@@ -86,9 +101,11 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
                                  sizing_mode="stretch_width")
 
     async def reload(self) -> None:
-        server = await self.admin.server()
+        self.server = server = await self.admin.server()
         self._api_level = server.api_level
-        self._server.object = f"Server {server.version or '?'}, JetStream API level {server.api_level or '?'}"
+        self._server.object = server_markdown(server)
+        why = server.missing_for("allow_batched")
+        self.no_batched = f"allow_batched: {html.escape(why)}" if why else ""
         if self.limits is not None:
             self._limits, source = await self.limits()
             self._limits_pane.object = limits_markdown(self._limits, source)
