@@ -16,7 +16,9 @@ from nats.aio.client import Client
 from console.broker.replies import error_of, reply_of
 from console.domain.fast_ingest import check_batch_id, new_batch_id
 from console.domain.replies import ApiError, PubAck, Staged
-from console.errors import BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError
+from console.domain.server_versions import first_message_over_the_limit
+from console.errors import (BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError,
+                            TooManyInflightError)
 
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQUENCE = "Nats-Batch-Sequence"
@@ -131,5 +133,8 @@ class AtomicBatch:
         reply = reply_of(msg)
         if isinstance(reply, ApiError):
             self.closed = True
+            if headers[BATCH_SEQUENCE] == "1" and BATCH_COMMIT not in headers and \
+                    first_message_over_the_limit(reply.err_code):  # 2.12 calls it incomplete: the same refusal
+                raise TooManyInflightError(reply.err_code, reply.description, reply.code, reply.stream)
             raise error_of(reply)
         return reply

@@ -14,11 +14,11 @@ from console.broker.connection import Connection, NatsError
 from console.domain.atomic_tracker import DISABLED, LEADER_CHANGE, STREAM_DELETED, WHAT, AtomicTracker, reply_prefix
 from console.domain.events import BatchEvent, EventKind, elected_leader
 from console.domain.replies import ApiError, MalformedReply, to_reply
+from console.domain.server_versions import first_message_over_the_limit
 from console.domain.wire import Tally
 
 STREAM_ACTION = "stream_action"  # a context event's detail for the stream action advisory
 REMEMBERED = 10_000  # streams whose allow_atomic is known; advisories already handled
-TOO_MANY_INFLIGHT = 10210
 REPLY_WAIT = timedelta(seconds=2)  # a first message's reply and the message itself race to the tap
 MAX_PREFIXES = 1000  # publisher connections whose replies are followed
 NEW_STREAM = timedelta(seconds=5)  # a replicated stream's first election follows its creation: nothing was open
@@ -100,7 +100,7 @@ class AtomicWatch:
             reply = to_reply(data)
         except MalformedReply:
             return []
-        if not (isinstance(reply, ApiError) and reply.err_code == TOO_MANY_INFLIGHT):
+        if not (isinstance(reply, ApiError) and first_message_over_the_limit(reply.err_code)):
             return []
         self.tracker.abandoned(batch)  # it never opened
         return [BatchEvent(f"at.{batch}.rejected", EventKind.ATOMIC_REJECTED, now, stream, batch,

@@ -4,7 +4,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from console.broker.atomic import AtomicBatch
-from console.broker.fast import BatchEndedError, FastBatch
+from console.broker.fast import FastBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS, EventKind
@@ -57,29 +57,6 @@ async def test_each_abandonment_reason_gives_exactly_one_event(client, collector
     ]
     assert all(e.kind is EventKind.ATOMIC_ABANDONED for e in events)
     assert collector.advisories_durable
-
-
-@pytest.mark.parametrize("mode", ["ok", "fail"])
-async def test_fast_gaps_are_events_with_their_lost_count_and_outcome(client, collector, mode):
-    name = f"FASTGAP{mode.upper()}"
-    await client.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], allow_batched=True))
-    batch = FastBatch(client, flow=5, gap_mode=mode)
-    try:
-        for seq in range(1, 30):
-            if seq == 12:
-                batch.skip_seq(3)
-            await batch.add(f"{name.lower()}.x", b"x")
-        await batch.commit_eob()
-    except BatchEndedError:
-        assert mode == "fail"
-    outcome = EventKind.FAST_COMMITTED if mode == "ok" else EventKind.FAST_ENDED_EARLY
-    events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is outcome for e in es))
-    [gap] = [e for e in events if e.kind is EventKind.FAST_GAP]
-    assert (gap.first_lost_seq, gap.lost, gap.gap_mode) == (12, 3, mode)
-    [end] = [e for e in events if e.kind is outcome]
-    assert end.stream == name
-    assert end.count == (32 if mode == "ok" else 11)
-    assert events[0].kind is EventKind.FAST_STARTED and events[0].flow == 5
 
 
 async def test_an_idle_fast_batch_is_inferred_dropped_when_its_rate_said_an_ack_was_due(client, collector):
@@ -155,33 +132,6 @@ async def quarantined(client, count: int, timeout: float = 10.0) -> list:
     await eventually(lambda: js.stream_info("BATCH_CONSOLE_QUARANTINE"), lambda info: info.state.messages >= count,
                      timeout, "quarantined")
     return [await js.get_msg("BATCH_CONSOLE_QUARANTINE", seq) for seq in range(1, count + 1)]
-
-
-async def test_a_tapped_atomic_batch_refused_for_too_many_in_flight_is_atomic_rejected(server, client):
-    """10210 goes to the publisher's inbox: the tap follows that connection's replies from its first batch."""
-    from console.errors import TooManyInflightError
-
-    await client.jetstream().add_stream(StreamConfig(name="CROWD", subjects=["crowd.>"], allow_atomic=True))
-    conn = await nats.connect(server.url)
-    tapping = Collector(conn, CollectorSettings(batch_timeout=TEST_LIMITS.timeout, tick_every=0.1,
-                                                tap_publish_subjects=("crowd.>",)))
-    await tapping.start()
-    try:
-        open_batches = [AtomicBatch(client) for _ in range(TEST_LIMITS.max_inflight_per_stream)]
-        for batch in open_batches:
-            await batch.add("crowd.x", b"1")
-        await wait_until(lambda: tapping.atomic.replies_followed, timeout=15, what="the publisher's replies followed")
-        refused = AtomicBatch(client)
-        with pytest.raises(TooManyInflightError):
-            await refused.add("crowd.x", b"1")
-        events = await events_for(client, {refused.batch_id},
-                                  lambda es: any(e.kind is EventKind.ATOMIC_REJECTED for e in es))
-    finally:
-        await tapping.stop()
-        await conn.close()
-    [rejected] = [e for e in events if e.kind is EventKind.ATOMIC_REJECTED]
-    assert (rejected.stream, rejected.err_code) == ("CROWD", 10210)
-    assert tapping.atomic.tracker.open_on("CROWD") == len(open_batches)  # the refused one never opened
 
 
 async def test_consumers_on_the_consoles_own_streams_are_not_context(client, collector):
