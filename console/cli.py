@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from console.broker.cluster import EmbeddedCluster
 from console.broker.quarantine import QuarantineSettings
+from console.broker import names
 from console.broker.connection import close, connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
@@ -76,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                                        "from the first of them")
     audit.add_argument("--verify", action="store_true", help="exit 1 when the chain is broken: a record removed, "
                                                              "altered or not the console's")
+
+    check = commands.add_parser("check", help="batch health checks: coded findings with severity, evidence and "
+                                              "remedy; exit 0 ok, 1 warning, 2 critical, 3 unknown (Nagios)")
+    add_flags(check, *WITH_EVENT_LOG, "system", "checks",
+              aliases={"--check-window": "--window", "--check-thresholds": "--threshold"})
+    check.add_argument("--format", choices=["text", "json", "nagios", "prometheus"], default="text")
+    check.add_argument("--stream", type=names.stream, help="only this stream's findings")
+    check.add_argument("--code", action="append", help="only this check (BATCH_009; repeatable)")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -349,6 +358,10 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         return asyncio.run(demo_async(settings))
     if command == "audit":
         return asyncio.run(audit_async(settings, args.since, args.verify))
+    if command == "check":
+        from console.checks import run_check
+
+        return asyncio.run(run_check(settings, args.format, args.code, args.stream))
     return asyncio.run(probe_async(settings, args))
 
 

@@ -327,6 +327,14 @@ class AlertingSettings:
 
 
 @dataclass(frozen=True)
+class ChecksSettings:
+    check_window: float = setting(60.0, "minutes of the event log the load checks count over", parse=float)
+    check_thresholds: tuple[str, ...] = setting((), "a check's threshold, CODE.name=value (BATCH_009.warning_at=5); "
+                                                    "a stream's metadata batch_console.check.CODE.name wins for it",
+                                                many=True)
+
+
+@dataclass(frozen=True)
 class LogSettings:
     verbose: bool = setting(False, "debug logging", switch=True)
 
@@ -345,6 +353,7 @@ class Settings:
     embedded: EmbeddedServerSettings = field(default_factory=EmbeddedServerSettings)
     demo: DemoSettings = field(default_factory=DemoSettings)
     alerting: AlertingSettings = field(default_factory=AlertingSettings)
+    checks: ChecksSettings = field(default_factory=ChecksSettings)
     log: LogSettings = field(default_factory=LogSettings)
     given: frozenset[str] = frozenset()
 
@@ -364,7 +373,7 @@ SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else glo
 SECTION_TITLES = {"connection": "connection", "system": "system account (optional: its copies of advisories, /varz)",
                   "data": "data", "event_log": "event log", "collector": "collector", "analytics": "analytics job",
                   "web": "web console", "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
-                  "log": "logging"}
+                  "checks": "health checks", "log": "logging"}
 
 
 def add_flags(parser: argparse.ArgumentParser, *sections: str, aliases: Mapping[str, str] | None = None,

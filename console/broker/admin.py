@@ -12,6 +12,7 @@ from nats.js.api import AckPolicy, PersistMode
 from console.broker import names
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
+from console.domain.checks import StreamFacts
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.errors import ReadOnlyError, Refusal
@@ -52,6 +53,15 @@ class StreamAdmin:
     async def streams(self) -> list[StreamBatchSettings]:
         self.last_streams = sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)
         return self.last_streams
+
+    async def stream_facts(self) -> list[StreamFacts]:
+        """Every stream with what the health checks read of it, from one listing."""
+        found = []
+        for info in await self.js.streams_info():
+            config = info.config.as_dict()
+            found.append(StreamFacts(_settings(info), float(config.get("duplicate_window") or 0) / 1e9,
+                                     {str(k): str(v) for k, v in (info.config.metadata or {}).items()}))
+        return found
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""

@@ -1,0 +1,157 @@
+"""`batch-console check`: the catalogue (console/domain/checks.py) over what the console can read,
+printed for a person (text), a program (json), Nagios (its exit codes and perfdata) or Prometheus.
+
+What is read, whatever the number of streams: one stream listing, the server's /varz (through the
+system account or the monitor URL), `$JS.API.INFO`, and the event log's window (one ordered read).
+What cannot be read leaves the checks that need it unchecked, and says so."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable
+
+from console.config import Settings, open_to_others
+from console.domain.checks import CHECKS, SEVERITIES, Facts, Report, parse_threshold, window_counts
+from console.domain.events import EventKind
+from console.domain.publisher import NO_SYSTEM_ACCOUNT
+from console.domain.status import CollectorStatus
+from console.domain.wire import MalformedInput
+from console.runtime import Runtime
+
+log = logging.getLogger(__name__)
+NAGIOS = {"ok": 0, "info": 0, "warning": 1, "critical": 2}
+UNKNOWN = 3  # Nagios: the check itself could not run
+METRIC_LEVEL = {name: i for i, name in enumerate(SEVERITIES)}  # ok 0, info 1, warning 2, critical 3
+
+
+async def gather(runtime: Runtime, window_minutes: float) -> Facts:
+    facts = Facts(window_minutes=window_minutes)
+    admin = runtime.admin
+    for name, read in (("server", admin.server), ("streams", admin.stream_facts)):
+        try:
+            value = await read()
+            facts = replace(facts, **{name: tuple(value) if name == "streams" else value})
+        except Exception as e:  # that check is left unchecked, and the reason logged
+            log.warning("check: %s not read: %s", name, e)
+    facts = replace(facts, limits=(await runtime.batch_limits())[0], event_key_exposed=_key_exposed(runtime.settings))
+    try:
+        events = await _window(runtime, window_minutes)
+    except Exception as e:  # no event key, no event log: the load and collector checks say they could not run
+        log.warning("check: the event log was not read: %s", e)
+        return facts
+    facts = replace(facts, counts=window_counts(events))
+    statuses = [e for e in events if e.kind is EventKind.COLLECTOR_STATUS]
+    if not statuses:
+        return replace(facts, collector_healthy=False, collector_age_s=None)
+    last = statuses[-1]
+    try:
+        status = CollectorStatus.from_json(last.detail or "")
+    except MalformedInput:
+        return replace(facts, collector_healthy=False)
+    return replace(facts, collector_age_s=(datetime.now(timezone.utc) - last.time).total_seconds(),
+                   collector_healthy=status.healthy, collector_unhealthy=status.unhealthy,
+                   advisories_durable=status.advisories_durable,
+                   system_account=status.publisher_note != NO_SYSTEM_ACCOUNT)
+
+
+async def _window(runtime: Runtime, minutes: float) -> list:
+    from console.broker.eventlog import EventLog
+
+    now = datetime.now(timezone.utc)
+    log_ = EventLog.over(runtime.nc, runtime.event_log)
+    return [e for _, e in await log_.window(now - timedelta(minutes=minutes), now, idle_timeout=0.5)]
+
+
+def _key_exposed(settings: Settings) -> str | None:
+    path = Path(settings.event_log.key_file) if settings.event_log.key_file else settings.data.data_dir / "event.key"
+    if not path.is_file():  # a key from the environment, or none yet: no file for others to read
+        return None if settings.event_log.key_file else ""
+    return open_to_others(path) or ""
+
+
+def thresholds(texts: tuple[str, ...]) -> dict[tuple[str, str], float]:
+    """The settings' CODE.name=value lines; ThresholdError for one that is not of the catalogue."""
+    return {(code, name): value for code, name, value in map(parse_threshold, texts)}
+
+
+# -- formats -----------------------------------------------------------------------------------
+
+def text(report: Report) -> str:
+    lines = [f"{f.severity.upper():8} {f.code} {f.title}" + (f" [{f.stream}]" if f.stream else "")
+             + f"\n         {f.evidence}\n         remedy: {f.remedy}" for f in report.findings]
+    lines += [f"{'UNCHECKED':8} {code} {CHECKS[code].title}: {why}" for code, why in report.unchecked]
+    lines.append(f"{report.worst.upper()}: {_summary(report)}")
+    return "\n".join(lines)
+
+
+def as_json(report: Report) -> str:
+    return json.dumps({"status": report.worst, "findings": [asdict(f) for f in report.findings],
+                       "unchecked": [{"code": c, "why": w} for c, w in report.unchecked],
+                       "checked": list(report.checked)}, indent=2)
+
+
+def nagios(report: Report) -> str:
+    counts = {s: sum(f.severity == s for f in report.findings) for s in ("critical", "warning", "info")}
+    state = {0: "OK", 1: "WARNING", 2: "CRITICAL"}[NAGIOS[report.worst]]
+    perf = " ".join(f"{s}={n}" for s, n in counts.items()) + f" unchecked={len(report.unchecked)}"
+    first = f"BATCH {state} - {_summary(report)} | {perf}"
+    return "\n".join([first, *(f"{f.severity.upper()} {f.code}" + (f" [{f.stream}]" if f.stream else "")
+                                + f": {f.evidence}" for f in report.findings)])
+
+
+def prometheus(report: Report) -> str:
+    lines = ["# HELP batch_console_check_status A batch health check's state: 0 ok, 1 info, 2 warning, 3 critical.",
+             "# TYPE batch_console_check_status gauge"]
+    found = {f.code for f in report.findings}
+    lines += [f'batch_console_check_status{{code="{f.code}",stream="{_label(f.stream or "")}"}} '
+              f"{METRIC_LEVEL[f.severity]}" for f in report.findings]
+    lines += [f'batch_console_check_status{{code="{code}",stream=""}} 0' for code in report.checked if code not in found]
+    lines += ["# HELP batch_console_check_unchecked A check that could not run (what it needs was not read).",
+              "# TYPE batch_console_check_unchecked gauge"]
+    lines += [f'batch_console_check_unchecked{{code="{code}"}} 1' for code, _ in report.unchecked]
+    return "\n".join(lines) + "\n"
+
+
+FORMATS: dict[str, Callable[[Report], str]] = {"text": text, "json": as_json, "nagios": nagios,
+                                               "prometheus": prometheus}
+
+
+def exit_code(report: Report) -> int:
+    return NAGIOS[report.worst] if report.checked else UNKNOWN
+
+
+def _summary(report: Report) -> str:
+    if not report.findings:
+        return f"{len(report.checked)} checks passed" + (f", {len(report.unchecked)} not checked"
+                                                         if report.unchecked else "")
+    parts = [f"{sum(f.severity == s for f in report.findings)} {s}" for s in ("critical", "warning", "info")]
+    return ", ".join(p for p in parts if not p.startswith("0 ")) + f" of {len(report.checked)} checks"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+async def run_check(settings: Settings, output: str, codes: list[str] | None, stream: str | None) -> int:
+    """The command: prints the report in `output`; its Nagios exit code (3 when nothing could be checked)."""
+    from console.domain.checks import ThresholdError, evaluate
+    from console.errors import ConsoleError
+
+    try:
+        given = thresholds(settings.checks.check_thresholds)
+        unknown = [c for c in codes or () if c not in CHECKS]
+        if unknown:
+            raise ThresholdError(f"not a check of the catalogue: {', '.join(c[:20] for c in unknown)}")
+        async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                      system=True, allow_reconnect=False) as runtime:
+            facts = await gather(runtime, settings.checks.check_window)
+    except (ConsoleError, ThresholdError, OSError, TimeoutError) as e:
+        print(f"BATCH UNKNOWN - {str(e)[:300]}" if output == "nagios" else f"batch-console check: {str(e)[:300]}")
+        return UNKNOWN
+    report = evaluate(facts, given, codes or None, stream)
+    print(FORMATS[output](report))
+    return exit_code(report)

@@ -1,0 +1,375 @@
+"""The catalogue of batch health checks: each a code, a title, a severity, thresholds with defaults,
+a remedy written for ADR-50, and a function from what the console read (Facts) to findings. Pure:
+console/checks.py reads the facts (one stream list, /varz, the event log's window) and prints.
+
+A check that needs a fact the console could not read is not run, and says so (Report.unchecked):
+never an "ok" it could not know."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Mapping
+
+from console.domain.batch_limits import BatchLimits, edit_risks
+from console.domain.server_versions import ServerRelease
+from console.domain.stream_settings import StreamBatchSettings
+
+SEVERITIES = ("ok", "info", "warning", "critical")  # in rising order; Nagios: ok 0, warning 1, critical 2
+METADATA_PREFIX = "batch_console.check."  # a stream's own thresholds: batch_console.check.BATCH_012.at_least = 3
+_THRESHOLD = re.compile(r"^(BATCH_\d{3})\.([a-z_]{1,40})$")
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    settings: StreamBatchSettings
+    duplicate_window: float = 0.0  # seconds
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """What the event log holds of one stream in the checks' window."""
+
+    abandoned: int = 0
+    abandoned_timeout: int = 0
+    lost_messages: int = 0  # fast-ingest messages lost in gaps
+    rejected: int = 0  # 10210/10211 (and 2.12's 10176 on a first message): too many open batches
+    leader_change: int = 0  # batches lost because the stream's leader changed
+    open_fast: int = 0  # fast batches started and not ended at the window's end
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the checks look at. None: not read (the checks that need it say they could not run)."""
+
+    window_minutes: float = 60.0
+    server: ServerRelease | None = None
+    limits: BatchLimits | None = None
+    streams: tuple[StreamFacts, ...] | None = None
+    counts: Mapping[str, WindowCounts] | None = None  # stream -> counts
+    collector_age_s: float | None = None  # seconds since the collector's last status (None: no status read)
+    collector_healthy: bool | None = None
+    collector_unhealthy: tuple[str, ...] = ()
+    advisories_durable: bool | None = None
+    system_account: bool | None = None
+    event_key_exposed: str | None = None  # how others can read the key file ("" when they cannot)
+    nonconforming: Mapping[str, str] | None = None  # client -> the statements it fails (the conformance report)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str
+    title: str
+    evidence: str
+    remedy: str
+    stream: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    code: str
+    title: str
+    severity: str  # of a finding, unless the check grades it
+    remedy: str
+    needs: tuple[str, ...]  # the Facts fields it reads
+    run: Callable[[Facts, Callable[[str, str | None], float]], Iterator[tuple[str | None, str, str | None]]]
+    thresholds: Mapping[str, float] = field(default_factory=dict)  # name -> default
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: tuple[Finding, ...]
+    unchecked: tuple[tuple[str, str], ...]  # (code, why it could not run)
+    checked: tuple[str, ...]
+
+    @property
+    def worst(self) -> str:
+        found = [f.severity for f in self.findings]
+        return max(found, key=SEVERITIES.index) if found else "ok"
+
+
+# -- the checks --------------------------------------------------------------------------------
+# Each run yields (stream or None, evidence, severity or None for the check's own).
+Threshold = Callable[[str, "str | None"], float]  # (name, stream) -> the threshold that applies there
+Found = Iterator[tuple["str | None", str, "str | None"]]
+
+def _streams(f: Facts) -> tuple[StreamFacts, ...]:
+    return f.streams or ()
+
+
+def _fast_on_old_server(f: Facts, _t: Threshold) -> Found:
+    assert f.server is not None
+    for s in _streams(f):
+        if s.settings.allow_batched and (why := f.server.missing_for("allow_batched")):
+            yield s.settings.name, f"allow_batched is on; {why}", None
+        elif (level := s.settings.required_api_level) and f.server.api_level is not None and level > f.server.api_level:
+            yield s.settings.name, f"the stream needs API level {level}; the server is at {f.server.api_level}", None
+
+
+def _mirror_with_batches(f: Facts, _t: Threshold) -> Found:
+    for s in _streams(f):
+        if s.settings.is_mirror and (s.settings.allow_atomic or s.settings.allow_batched):
+            yield s.settings.name, "a mirror with a batch kind switched on (the server refuses it on 2.15: 10209)", None
+
+
+def _sourced_with_batches(f: Facts, _t: Threshold) -> Found:
+    for s in _streams(f):
+        if s.settings.sources and (s.settings.allow_atomic or s.settings.allow_batched):
+            kinds = " and ".join(k for k in ("allow_atomic", "allow_batched") if getattr(s.settings, k))
+            yield (s.settings.name, f"{kinds} on a stream fed by {s.settings.sources} source(s): sourced messages "
+                                    "arrive one by one, outside any batch", None)
+
+
+def _r1_recovery(f: Facts, _t: Threshold) -> Found:
+    for s in _streams(f):
+        if s.settings.allow_atomic and s.settings.replicas == 1:
+            for risk in edit_risks(s.settings, s.settings, f.limits):
+                yield s.settings.name, risk, None
+
+
+def _duplicate_window(f: Facts, t: Threshold) -> Found:
+    timeout = f.limits.timeout if f.limits else 10.0
+    for s in _streams(f):
+        if (s.settings.allow_atomic or s.settings.allow_batched) and 0 < s.duplicate_window < timeout:
+            yield (s.settings.name, f"duplicate window {s.duplicate_window:g} s is shorter than the batch timeout "
+                                    f"{timeout:g} s: a batch retried after a timeout with the same Nats-Msg-Id "
+                                    "values is stored twice", None)
+
+
+def _counts(f: Facts) -> Iterable[tuple[str, WindowCounts]]:
+    return (f.counts or {}).items()
+
+
+def _timeouts(f: Facts, t: Threshold) -> Found:
+    for stream, c in _counts(f):
+        if c.abandoned_timeout >= t("at_least", stream):
+            timeout = f"{f.limits.timeout:g} s" if f.limits else "the server's"
+            yield (stream, f"{c.abandoned_timeout} atomic batch(es) abandoned for a timeout in {f.window_minutes:g} "
+                           f"min: its publishers pause longer than the batch timeout ({timeout})", None)
+
+
+def _near_inflight(f: Facts, t: Threshold) -> Found:
+    cap = f.limits.get("max_batch_inflight_per_stream").fast if f.limits else None
+    for stream, c in _counts(f):
+        if cap and c.open_fast >= t("ratio", stream) * cap:
+            yield stream, f"{c.open_fast} fast batches open of the {cap} a stream may have", None
+
+
+def _rejections(f: Facts, t: Threshold) -> Found:
+    for stream, c in _counts(f):
+        if c.rejected >= t("at_least", stream):
+            yield stream, f"{c.rejected} batch(es) refused for too many open batches (429) in {f.window_minutes:g} min", None
+
+
+def _abandonment_rate(f: Facts, t: Threshold) -> Found:
+    for stream, c in _counts(f):
+        if c.abandoned >= t("critical_at", stream):
+            yield stream, f"{c.abandoned} atomic batches abandoned in {f.window_minutes:g} min", "critical"
+        elif c.abandoned >= t("warning_at", stream):
+            yield stream, f"{c.abandoned} atomic batches abandoned in {f.window_minutes:g} min", "warning"
+
+
+def _gap_rate(f: Facts, t: Threshold) -> Found:
+    for stream, c in _counts(f):
+        if c.lost_messages >= t("critical_at", stream):
+            yield stream, f"{c.lost_messages} fast-ingest messages lost in gaps in {f.window_minutes:g} min", "critical"
+        elif c.lost_messages >= t("warning_at", stream):
+            yield stream, f"{c.lost_messages} fast-ingest messages lost in gaps in {f.window_minutes:g} min", "warning"
+
+
+def _leader_change(f: Facts, t: Threshold) -> Found:
+    for stream, c in _counts(f):
+        if c.leader_change >= t("at_least", stream):
+            yield stream, f"{c.leader_change} batch(es) lost to a leader change in {f.window_minutes:g} min", None
+
+
+def _known_defect(f: Facts, _t: Threshold) -> Found:
+    assert f.server is not None
+    for d in f.server.divergences():
+        yield None, f"nats-server {f.server.version}: {d.title} ({d.versions()}; scripts/repro/{d.repro})", None
+
+
+def _capture_not_durable(f: Facts, _t: Threshold) -> Found:
+    if f.advisories_durable is False:
+        yield None, "the collector follows advisories live only: an abandonment while it is down is lost", None
+
+
+def _no_system_account(f: Facts, _t: Threshold) -> Found:
+    if f.system_account is False:
+        yield (None, "no system-account connection: advisories cannot be verified (any client may publish one) and "
+                     "no publisher can be named", None)
+
+
+def _collector(f: Facts, t: Threshold) -> Found:
+    if f.collector_age_s is None:
+        yield None, "no collector status in the event log: nothing is being collected", "critical"
+    elif f.collector_age_s > t("silent_after_s", None):
+        yield None, f"the collector's last status is {f.collector_age_s:.0f} s old", "critical"
+    elif f.collector_healthy is False:
+        yield None, "the collector says it is unhealthy: " + "; ".join(f.collector_unhealthy), "warning"
+
+
+def _key_exposed(f: Facts, _t: Threshold) -> Found:
+    if f.event_key_exposed:
+        yield None, f"the event key file is {f.event_key_exposed}: anyone who reads it can forge events", None
+
+
+def _nonconforming(f: Facts, _t: Threshold) -> Found:
+    for client, statements in (f.nonconforming or {}).items():
+        yield None, f"{client} fails {statements}", None
+
+
+CHECKS: dict[str, Check] = {c.code: c for c in (
+    Check("BATCH_001", "a batch kind the server cannot take", "critical",
+          "Upgrade the server to 2.14 or later for fast ingest (API level 4), or switch allow_batched off: every "
+          "fast batch on the stream is refused.", ("server", "streams"), _fast_on_old_server),
+    Check("BATCH_002", "a batch kind switched on for a mirror", "warning",
+          "Switch allow_atomic and allow_batched off on the mirror: it takes its messages from its origin, never "
+          "from a batch publisher.", ("streams",), _mirror_with_batches),
+    Check("BATCH_003", "a batch kind switched on for a sourced stream", "info",
+          "Publish batches to the origin streams, or keep the flag only if publishers also write here directly.",
+          ("streams",), _sourced_with_batches),
+    Check("BATCH_004", "R1 atomic batches that a restart can leave part-stored", "warning",
+          "Use R3, or give the stream a consumer (interest or work-queue retention), a max_age of minutes rather "
+          "than seconds, and no per-message TTL, so a batch finished after a restart finds its first messages.",
+          ("streams", "limits"), _r1_recovery),
+    Check("BATCH_005", "a duplicate window shorter than the batch timeout", "warning",
+          "Raise duplicate_window above the batch timeout: a publisher that retries a timed-out batch with the "
+          "same message ids must be deduplicated.", ("streams", "limits"), _duplicate_window),
+    Check("BATCH_006", "batches abandoned for a timeout", "warning",
+          "The publishers pause longer than the batch timeout: send the batch's messages without waiting on "
+          "other work, or raise jetstream.limits.batch.timeout.", ("counts",), _timeouts, {"at_least": 1}),
+    Check("BATCH_007", "fast batches open near the per-stream limit", "warning",
+          "Spread publishers over streams or raise jetstream.limits.batch.max_inflight_per_stream; at the limit "
+          "new batches are refused (10211).", ("counts", "limits"), _near_inflight, {"ratio": 0.8}),
+    Check("BATCH_008", "batches refused for too many open batches (429)", "warning",
+          "Publishers must back off and retry on 10210/10211; raise the in-flight limits if the load is expected.",
+          ("counts",), _rejections, {"at_least": 1}),
+    Check("BATCH_009", "atomic abandonment rate", "warning",
+          "Open the stream's Incident view for the reasons: timeouts (slow publishers), gaps (lost messages on the "
+          "way), too large (max_msgs) or an API level the server lacks.", ("counts",), _abandonment_rate,
+          {"warning_at": 1, "critical_at": 10}),
+    Check("BATCH_010", "fast-ingest messages lost in gaps", "warning",
+          "Find the publisher on the stream page: a gap is messages the server never got (a slow consumer of its "
+          "own flow, a reconnect); use gap mode fail where a batch must be whole.", ("counts",), _gap_rate,
+          {"warning_at": 1, "critical_at": 100}),
+    Check("BATCH_011", "batches lost to a leader change", "warning",
+          "Publishers must watch for the gap and the final PubAck (fail mode) or 10176 (atomic) after a leader "
+          "change and publish the batch again.", ("counts",), _leader_change, {"at_least": 1}),
+    Check("BATCH_020", "a server release with a known batch defect", "warning",
+          "Upgrade the server; until then read the README's table of what this release does differently.",
+          ("server",), _known_defect),
+    Check("BATCH_021", "advisory capture not durable", "critical",
+          "Give the collector the right to create BATCH_CONSOLE_ADVISORIES (or create it) so advisories survive "
+          "the collector's restarts.", ("advisories_durable",), _capture_not_durable),
+    Check("BATCH_022", "no system-account access", "warning",
+          "Give the collector a system-account user (--system-creds): its copies of advisories cannot be forged "
+          "and it names each fast batch's publisher.", ("system_account",), _no_system_account),
+    Check("BATCH_023", "the collector unhealthy or silent", "critical",
+          "Look at the collector's log and Live's status; `batch-console up` restarts a collector that dies.",
+          ("collector_healthy",), _collector, {"silent_after_s": 120}),
+    Check("BATCH_024", "the event key readable by others", "critical",
+          "chmod 600 the event key file: whoever reads it can write events the console believes.",
+          ("event_key_exposed",), _key_exposed),
+    Check("BATCH_030", "a publisher that does not conform to ADR-50", "warning",
+          "Attach `batch-console conformance` to a bug against the client library; upgrade it when fixed.",
+          ("nonconforming",), _nonconforming),
+)}
+
+
+# Why a fact was not read, as the report says it
+UNREAD = {"nonconforming": "no conformance report yet", "counts": "the event log was not read (no event key?)",
+          "server": "the server's release was not read", "streams": "the stream list was not read",
+          "collector_healthy": "the event log was not read (no event key?)",
+          "advisories_durable": "no collector status in the event log",
+          "system_account": "no collector status in the event log"}
+
+
+class ThresholdError(ValueError):
+    pass
+
+
+def parse_threshold(text: str) -> tuple[str, str, float]:
+    """`BATCH_009.warning_at=5` -> (code, name, value); ThresholdError for anything else."""
+    key, sep, value = text.partition("=")
+    m = _THRESHOLD.match(key.strip())
+    if not sep or not m or m[1] not in CHECKS or m[2] not in CHECKS[m[1]].thresholds:
+        raise ThresholdError(f"not a threshold of the catalogue: {text[:80]!r} (e.g. BATCH_009.warning_at=5)")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ThresholdError(f"{key.strip()}: not a number: {value[:40]!r}") from None
+    if not 0 <= number < 1e12:
+        raise ThresholdError(f"{key.strip()}: out of range: {value[:40]!r}")
+    return m[1], m[2], number
+
+
+def evaluate(facts: Facts, thresholds: Mapping[tuple[str, str], float] | None = None,
+             codes: Iterable[str] | None = None, stream: str | None = None) -> Report:
+    """Every check of the catalogue (or of `codes`) over the facts; a stream's own thresholds come from
+    its metadata (batch_console.check.<code>.<name>), then `thresholds` (flags, settings), then defaults."""
+    given = dict(thresholds or {})
+    per_stream = {s.settings.name: s.metadata for s in _streams(facts)}
+    findings, unchecked, checked = [], [], []
+    for code in codes or CHECKS:
+        check = CHECKS[code]
+        missing = [need for need in check.needs if getattr(facts, need) is None]
+        if missing:
+            unchecked.append((code, "; ".join(UNREAD.get(need, f"could not read {need}") for need in missing)))
+            continue
+        checked.append(code)
+
+        def threshold(name: str, on: str | None, check: Check = check) -> float:
+            own = per_stream.get(on or "", {}).get(f"{METADATA_PREFIX}{check.code}.{name}")
+            try:
+                if own is not None and 0 <= float(own) < 1e12:
+                    return float(own)
+            except ValueError:
+                pass  # a stream's metadata is anyone's text: a bad value is the default's
+            return given.get((check.code, name), check.thresholds[name])
+
+        for where, evidence, severity in check.run(facts, threshold):
+            if stream is None or where == stream:
+                findings.append(Finding(code, severity or check.severity, check.title, evidence, check.remedy, where))
+    findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), f.code, f.stream or ""))
+    return Report(tuple(findings), tuple(unchecked), tuple(checked))
+
+
+_ENDS = {"fast_committed", "fast_ended_early", "fast_dropped", "fast_slow", "fast_lost"}
+
+
+def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
+    """Per stream, what the events of the window (BatchEvent, in log order) count for the load checks."""
+    found: dict[str, dict[str, int]] = {}
+    open_fast: dict[str, str] = {}  # batch -> stream
+    events = list(events)
+    # A gap reply names no stream: a batch's stream is the one any of its events names (its PubAck, say)
+    stream_of = {b: s for e in events if (b := getattr(e, "batch_id", None)) and (s := getattr(e, "stream", None))}
+    for e in events:
+        kind, batch = str(getattr(e, "kind", "")), getattr(e, "batch_id", None)
+        stream = getattr(e, "stream", None) or stream_of.get(batch or "")
+        if kind == "fast_started" and batch:
+            open_fast[batch] = stream or ""
+        elif kind in _ENDS and batch:
+            open_fast.pop(batch, None)
+        if not stream:
+            continue
+        c = found.setdefault(stream, {})
+        reason = getattr(e, "reason", None)
+        if kind == "atomic_abandoned":
+            c["abandoned"] = c.get("abandoned", 0) + 1
+            if reason == "timeout":
+                c["abandoned_timeout"] = c.get("abandoned_timeout", 0) + 1
+        elif kind == "fast_gap":
+            c["lost_messages"] = c.get("lost_messages", 0) + (getattr(e, "lost", None) or 0)
+        elif kind in ("fast_rejected", "atomic_rejected"):
+            c["rejected"] = c.get("rejected", 0) + 1
+        if kind in ("fast_lost", "atomic_lost") and reason == "leader_change":
+            c["leader_change"] = c.get("leader_change", 0) + 1
+    for stream in open_fast.values():
+        if stream:
+            c = found.setdefault(stream, {})
+            c["open_fast"] = c.get("open_fast", 0) + 1
+    return {stream: WindowCounts(**c) for stream, c in found.items()}

@@ -1,0 +1,121 @@
+"""The catalogue of batch health checks over facts made by hand: each check fires on what it is about
+and stays quiet on the same facts without it; thresholds come from a stream's metadata, then the
+settings, then the defaults; what could not be read is unchecked, never ok."""
+
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pytest
+
+from console.domain.batch_limits import BatchLimits
+from console.domain.checks import (CHECKS, Facts, StreamFacts, ThresholdError, WindowCounts, evaluate,
+                                   parse_threshold, window_counts)
+from console.domain.events import BatchEvent, EventKind
+from console.domain.server_versions import ServerRelease
+from console.domain.stream_settings import StreamBatchSettings
+
+NEW, OLD = ServerRelease("2.15.1", 5), ServerRelease("2.12.8", 3)
+LIMITS = BatchLimits.from_varz({"version": "2.15.1"})
+QUIET = Facts(server=NEW, limits=LIMITS, streams=(StreamFacts(StreamBatchSettings("S", replicas=3)),), counts={},
+              collector_age_s=5, collector_healthy=True, advisories_durable=True, system_account=True,
+              event_key_exposed="", nonconforming={})
+
+
+def stream(duplicate_window: float = 120.0, metadata=None, **settings) -> tuple[StreamFacts, ...]:
+    return (StreamFacts(StreamBatchSettings("S", **{"replicas": 3, **settings}), duplicate_window, metadata or {}),)
+
+
+FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where it is about a stream)
+    "BATCH_001": dict(server=OLD, streams=stream(allow_batched=True)),
+    "BATCH_002": dict(streams=stream(allow_atomic=True, is_mirror=True)),
+    "BATCH_003": dict(streams=stream(allow_batched=True, sources=2)),
+    "BATCH_004": dict(streams=stream(allow_atomic=True, replicas=1, retention="interest", consumers=0)),
+    "BATCH_005": dict(streams=stream(duplicate_window=2.0, allow_atomic=True)),
+    "BATCH_006": dict(counts={"S": WindowCounts(abandoned=1, abandoned_timeout=1)}),
+    "BATCH_007": dict(counts={"S": WindowCounts(open_fast=900)}),
+    "BATCH_008": dict(counts={"S": WindowCounts(rejected=2)}),
+    "BATCH_009": dict(counts={"S": WindowCounts(abandoned=3)}),
+    "BATCH_010": dict(counts={"S": WindowCounts(lost_messages=5)}),
+    "BATCH_011": dict(counts={"S": WindowCounts(leader_change=1)}),
+    "BATCH_020": dict(server=OLD),
+    "BATCH_021": dict(advisories_durable=False),
+    "BATCH_022": dict(system_account=False),
+    "BATCH_023": dict(collector_age_s=600),
+    "BATCH_024": dict(event_key_exposed="readable by others"),
+    "BATCH_030": dict(nonconforming={"orbit.go 0.3": "FAST_007 (pings before the batch timeout)"}),
+}
+# A fact that fires one check may be the premise of another (an old server also has known defects)
+ALSO = {"BATCH_001": {"BATCH_020"}, "BATCH_006": {"BATCH_009"}}
+
+
+def codes(report):
+    return {f.code for f in report.findings}
+
+
+def test_the_catalogue_has_at_least_fifteen_checks_each_with_a_title_a_severity_and_a_remedy():
+    assert len(CHECKS) >= 15 and set(FIRES) == set(CHECKS)
+    for check in CHECKS.values():
+        assert check.title and check.remedy and check.severity in ("info", "warning", "critical")
+
+
+def test_quiet_facts_fire_nothing_and_every_check_ran():
+    report = evaluate(QUIET)
+    assert report.findings == () and report.unchecked == () and report.worst == "ok"
+    assert set(report.checked) == set(CHECKS)
+
+
+@pytest.mark.parametrize("code", sorted(FIRES))
+def test_each_check_fires_on_what_it_is_about_and_only_it(code):
+    report = evaluate(replace(QUIET, **FIRES[code]))
+    assert codes(report) == {code} | ALSO.get(code, set())
+    finding = next(f for f in report.findings if f.code == code)  # a release may have several defects
+    assert finding.evidence and finding.remedy == CHECKS[code].remedy
+
+
+def test_what_was_not_read_is_unchecked_never_ok():
+    report = evaluate(replace(QUIET, counts=None, system_account=None))
+    unchecked = {code for code, _ in report.unchecked}
+    assert unchecked == {"BATCH_006", "BATCH_007", "BATCH_008", "BATCH_009", "BATCH_010", "BATCH_011", "BATCH_022"}
+    assert not unchecked & set(report.checked)
+
+
+def test_a_streams_metadata_wins_over_the_settings_which_win_over_the_default():
+    facts = replace(QUIET, streams=stream(metadata={"batch_console.check.BATCH_009.warning_at": "5"}),
+                    counts={"S": WindowCounts(abandoned=3), "T": WindowCounts(abandoned=3)})
+    assert {f.stream for f in evaluate(facts).findings} == {"T"}  # S's own threshold is 5
+    assert evaluate(facts, {("BATCH_009", "warning_at"): 4}).findings == ()
+    hostile = replace(facts, streams=stream(metadata={"batch_console.check.BATCH_009.warning_at": "lots"}))
+    assert {f.stream for f in evaluate(hostile).findings} == {"S", "T"}  # not a number: the default
+
+
+def test_a_rate_is_graded_by_its_thresholds():
+    facts = replace(QUIET, counts={"S": WindowCounts(abandoned=12)})
+    assert [f.severity for f in evaluate(facts).findings] == ["critical"]
+    assert evaluate(facts).worst == "critical"
+
+
+def test_filters_by_code_and_stream():
+    facts = replace(QUIET, counts={"S": WindowCounts(abandoned=1), "T": WindowCounts(rejected=1)},
+                    system_account=False)
+    assert codes(evaluate(facts, codes=["BATCH_008"])) == {"BATCH_008"}
+    assert {(f.code, f.stream) for f in evaluate(facts, stream="S").findings} == {("BATCH_009", "S")}
+
+
+@pytest.mark.parametrize("text", ["BATCH_009.warning_at", "BATCH_999.x=1", "BATCH_009.nope=1", "BATCH_009.warning_at=x",
+                                  "BATCH_009.warning_at=-1", "BATCH_009.warning_at=1e99", "\x1b[31m=1", "A" * 5000])
+def test_a_threshold_that_is_not_of_the_catalogue_is_refused(text):
+    with pytest.raises(ThresholdError) as refused:
+        parse_threshold(text)
+    assert "\x1b" not in str(refused.value) and len(str(refused.value)) < 200
+
+
+def test_the_window_counts_a_gap_by_the_stream_its_batch_names_later():
+    t = datetime(2026, 11, 25, tzinfo=timezone.utc)
+    events = [BatchEvent("1", EventKind.FAST_STARTED, t, None, "b1"), BatchEvent("2", EventKind.FAST_GAP, t, None, "b1", lost=3),
+              BatchEvent("3", EventKind.FAST_COMMITTED, t, "S", "b1"), BatchEvent("4", EventKind.FAST_STARTED, t, "S", "b2"),
+              BatchEvent("5", EventKind.ATOMIC_ABANDONED, t, "A", "a1", reason="timeout"),
+              BatchEvent("6", EventKind.FAST_LOST, t, "S", "b3", reason="leader_change"),
+              BatchEvent("7", EventKind.ATOMIC_REJECTED, t, "A", "a2")]
+    assert window_counts(events) == {"S": WindowCounts(lost_messages=3, leader_change=1, open_fast=1),
+                                     "A": WindowCounts(abandoned=1, abandoned_timeout=1, rejected=1)}
+
