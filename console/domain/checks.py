@@ -163,20 +163,20 @@ def _rejections(f: Facts, t: Threshold) -> Found:
             yield stream, f"{c.rejected} batch(es) refused for too many open batches (429) in {f.window_minutes:g} min", None
 
 
-def _abandonment_rate(f: Facts, t: Threshold) -> Found:
+def _graded(f: Facts, t: Threshold, count: Callable[[WindowCounts], int], what: str) -> Found:
     for stream, c in _counts(f):
-        if c.abandoned >= t("critical_at", stream):
-            yield stream, f"{c.abandoned} atomic batches abandoned in {f.window_minutes:g} min", "critical"
-        elif c.abandoned >= t("warning_at", stream):
-            yield stream, f"{c.abandoned} atomic batches abandoned in {f.window_minutes:g} min", "warning"
+        n = count(c)
+        grade = "critical" if n >= t("critical_at", stream) else "warning" if n >= t("warning_at", stream) else None
+        if grade:
+            yield stream, f"{n} {what} in {f.window_minutes:g} min", grade
+
+
+def _abandonment_rate(f: Facts, t: Threshold) -> Found:
+    return _graded(f, t, lambda c: c.abandoned, "atomic batches abandoned")
 
 
 def _gap_rate(f: Facts, t: Threshold) -> Found:
-    for stream, c in _counts(f):
-        if c.lost_messages >= t("critical_at", stream):
-            yield stream, f"{c.lost_messages} fast-ingest messages lost in gaps in {f.window_minutes:g} min", "critical"
-        elif c.lost_messages >= t("warning_at", stream):
-            yield stream, f"{c.lost_messages} fast-ingest messages lost in gaps in {f.window_minutes:g} min", "warning"
+    return _graded(f, t, lambda c: c.lost_messages, "fast-ingest messages lost in gaps")
 
 
 def _leader_change(f: Facts, t: Threshold) -> Found:
