@@ -7,6 +7,7 @@ What cannot be read leaves the checks that need it unchecked, and says so."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import asdict, replace
@@ -122,6 +123,45 @@ FORMATS: dict[str, Callable[[Report], str]] = {"text": text, "json": as_json, "n
 
 def exit_code(report: Report) -> int:
     return NAGIOS[report.worst] if report.checked else UNKNOWN
+
+
+def by_code_and_stream(report: Report) -> list[dict]:
+    """One finding per check and stream (the evidence joined, the worst severity): what is stored,
+    what the metric and the Checks page show."""
+    merged: dict[tuple[str, str], dict] = {}
+    for f in report.findings:
+        key = (f.code, f.stream or "")
+        if key in merged:
+            merged[key]["evidence"] += f"; {f.evidence}"
+            continue
+        merged[key] = {"code": f.code, "stream": f.stream or "", "severity": f.severity, "title": f.title,
+                       "evidence": f.evidence, "remedy": f.remedy}
+    return list(merged.values())
+
+
+async def watch(runtime: Runtime, settings: Settings, store, metrics, stop) -> None:
+    """The alerts part's timer: the checks every check_every seconds into SQLite (the Checks page) and
+    /metrics, so both say what `batch-console check` says."""
+    from console.domain.checks import evaluate
+
+    given = thresholds(settings.checks.check_thresholds)
+    while not stop.is_set():
+        try:
+            report = evaluate(await gather(runtime, settings.checks.check_window), given)
+            found = by_code_and_stream(report)
+            await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
+            if metrics is not None:
+                metrics.check_status.clear()
+                for f in found:
+                    metrics.check_status.set(f["code"], f["stream"], value=METRIC_LEVEL[f["severity"]])
+                for code in set(report.checked) - {f["code"] for f in found}:
+                    metrics.check_status.set(code, "", value=0)
+        except Exception:  # the next round tries again; the alerts go on meanwhile
+            log.exception("checks not evaluated")
+        try:
+            await asyncio.wait_for(stop.wait(), settings.checks.check_every)
+        except asyncio.TimeoutError:
+            pass
 
 
 def _summary(report: Report) -> str:

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "--analytics-every seconds until stopped)")
 
     alerts = commands.add_parser("alerts", help="alert rules over the event log: notifications and Prometheus metrics")
-    add_flags(alerts, *WITH_EVENT_LOG, "alerting")
+    add_flags(alerts, *WITH_EVENT_LOG, "alerting", "checks", "system")
 
     serve = commands.add_parser("serve", help="the web console (Panel)")
     add_flags(serve, *WITH_EVENT_LOG, "web")
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
     add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "embedded", "demo", "alerting",
-              defaults={"analytics.follow": True})
+              "checks", defaults={"analytics.follow": True})
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
@@ -230,6 +230,7 @@ async def collect_async(settings: Settings) -> int:
 async def alerts_async(settings: Settings) -> int:
     from console.alerting.metrics import Metrics, serve_metrics
     from console.alerting.service import AlertService, load_rules, rules_path
+    from console.checks import watch
     from console.storage.alert_state import AlertStore
 
     path = rules_path(settings.alerting.rules, settings.data.data_dir)
@@ -239,7 +240,7 @@ async def alerts_async(settings: Settings) -> int:
         raise ConfigError(f"rules file {path}: {e}") from None
     metrics = Metrics() if settings.alerting.metrics_port is not None else None
     stop = stop_on_signals()
-    async with await Runtime.open(settings, key_wait=KEY_WAIT) as runtime:
+    async with await Runtime.open(settings, key_wait=KEY_WAIT, system=True) as runtime:
         if metrics is not None:
             server = serve_metrics(metrics, settings.alerting.metrics_port)
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
@@ -247,7 +248,12 @@ async def alerts_async(settings: Settings) -> int:
         service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,
                                rules_file=path, targets=settings.notify_targets())
         log.info("alerts: %d rules, firing state in %s", len(rules), store.path)
-        await service.run(stop)
+        checks = asyncio.create_task(watch(runtime, settings, store, metrics, stop), name="checks")
+        try:
+            await service.run(stop)
+        finally:
+            stop.set()
+            await checks
     return 0
 
 

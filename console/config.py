@@ -329,6 +329,8 @@ class AlertingSettings:
 @dataclass(frozen=True)
 class ChecksSettings:
     check_window: float = setting(60.0, "minutes of the event log the load checks count over", parse=float)
+    check_every: float = setting(60.0, "seconds between two evaluations of the checks by the alerts part (its "
+                                       "Checks page and /metrics)", parse=float)
     check_thresholds: tuple[str, ...] = setting((), "a check's threshold, CODE.name=value (BATCH_009.warning_at=5); "
                                                     "a stream's metadata batch_console.check.CODE.name wins for it",
                                                 many=True)

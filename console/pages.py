@@ -24,6 +24,7 @@ from console.investigate import advice
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
+from console.ui.checks import ChecksPage
 from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
@@ -70,6 +71,12 @@ def _action(text: str) -> str:
     return text
 
 
+def _severity(text: str) -> str:
+    if text not in ("critical", "warning", "info"):
+        raise ValueError("not a severity")
+    return text
+
+
 def _int(text: str) -> int:
     if len(text) > 20:  # past int64: not a sequence
         raise ValueError("not a sequence")
@@ -80,7 +87,7 @@ def _int(text: str) -> int:
 # that reaches a subject must never cost the process its connection); one that fails is left out.
 URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
              "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
-             "user": _label, "action": _action}
+             "user": _label, "action": _action, "severity": _severity}
 
 
 def live(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> LivePage:
@@ -138,6 +145,10 @@ def audit(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AuditPage:
     return AuditPage(trail=runtime.audit_trail, exported=runtime.actions(actor).recorder("export.csv"), **params)
 
 
+def checks(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ChecksPage:
+    return ChecksPage(findings=runtime.alerts.findings, **params)
+
+
 def badges(runtime: Runtime) -> list[Badge]:
     """The status the frame's header shows on every page."""
     now = datetime.now(timezone.utc)
@@ -163,6 +174,7 @@ TABLE = (
     Page("/history", "History", history, {"csv_table": "table"}),
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
+    Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}),
     Page("/probe", "Probe", probe, changes_the_server=True),
     Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),
     Page("/stream", None, stream, {"name": "name"}),

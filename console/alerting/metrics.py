@@ -75,8 +75,10 @@ class Metrics:
         self.collector_up = Family("batch_console_collector_up", "1 while the collector reports", "gauge")
         self.lag = Family("batch_console_event_log_lag_seconds", "Age of the newest event read", "gauge")
         self.firing = Family("batch_console_alerts_firing", "Alerts firing", "gauge", ("rule", "severity"))
+        self.check_status = Family("batch_console_check_status", "A batch health check's state: 0 ok, 1 info, "
+                                   "2 warning, 3 critical (batch-console check)", "gauge", ("code", "stream"))
         self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
-                         self.collector_up, self.lag, self.firing)
+                         self.collector_up, self.lag, self.firing, self.check_status)
         self._streams: set[str] = set()
         self._new_reasons: set[str] = set()
         # A fast batch's gaps while no reply has named its stream: counted under the stream its PubAck

@@ -68,6 +68,10 @@ class AlertsView:
         """Every delivery attempt, newest first."""
         return self._read(lambda store: store.deliveries(), [])
 
+    def findings(self) -> tuple[list[dict], datetime | None, list[tuple[str, str]]]:
+        """The health checks' findings as the alerts part last stored them, when, and what it could not check."""
+        return self._read(lambda store: store.findings(), ([], None, []))
+
     async def save_rule(self, text: str, actions: Actions | None = None) -> str:
         """Add a rule, or replace the one of the same name; RulesError (with its line) for a bad one."""
         try:

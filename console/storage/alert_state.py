@@ -4,13 +4,14 @@ writes; the Alerts page and Live read."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
 from sqlmodel import Session, delete, select
 
 from console.storage.sqlite import open_db
-from console.storage.tables import AlertDelivery, AlertFiring, AlertNotice, AlertProblem
+from console.storage.tables import AlertDelivery, AlertFiring, AlertNotice, AlertProblem, CheckFinding, CheckRun
 
 KEPT = 200  # notices and delivery attempts kept
 
@@ -43,6 +44,17 @@ class AlertStore:
                 s.add(AlertProblem(text=text))
             s.commit()
 
+    def save_findings(self, found: list[dict], unchecked: list[tuple[str, str]], now: datetime) -> None:
+        """Replace the findings ({code, stream, severity, title, evidence, remedy}, one per code and
+        stream) keeping when each was first seen, and the run's time and what it could not check."""
+        with Session(self.engine) as s:
+            first = {(f.code, f.stream): f.first_seen for f in s.exec(select(CheckFinding))}
+            s.exec(delete(CheckFinding))
+            s.add_all(CheckFinding(**f, first_seen=first.get((f["code"], f["stream"]), now), last_seen=now)
+                      for f in found)
+            s.merge(CheckRun(id=1, time=now, unchecked=json.dumps(unchecked)))
+            s.commit()
+
     def _add_bounded(self, row, table) -> None:
         with Session(self.engine) as s:
             s.add(row)
@@ -66,6 +78,13 @@ class AlertStore:
         with Session(self.engine) as s:
             rows = s.exec(select(AlertDelivery).order_by(AlertDelivery.id.desc()))
             return [row.model_dump(exclude={"id"}) for row in rows]
+
+    def findings(self) -> tuple[list[dict], datetime | None, list[tuple[str, str]]]:
+        """The findings now, the last run's time (None: never run) and what it could not check."""
+        with Session(self.engine) as s:
+            found = [row.model_dump() for row in s.exec(select(CheckFinding))]
+            run = s.get(CheckRun, 1)
+            return found, run.time if run else None, [tuple(u) for u in json.loads(run.unchecked)] if run else []
 
     def problem(self) -> str | None:
         with Session(self.engine) as s:

@@ -133,3 +133,27 @@ class AlertProblem(SQLModel, table=True):
     __tablename__ = "alert_problem"
     id: int = Field(default=1, primary_key=True)
     text: str
+
+
+class CheckFinding(SQLModel, table=True):
+    """A health check's finding now, one per check and stream (the check's evidence joined), with when
+    it was first and last seen; a finding no longer found is removed."""
+
+    __tablename__ = "check_findings"
+    code: str = Field(primary_key=True)
+    stream: str = Field(primary_key=True)  # "" for the deployment
+    severity: str
+    title: str
+    evidence: str
+    remedy: str
+    first_seen: datetime
+    last_seen: datetime
+
+
+class CheckRun(SQLModel, table=True):
+    """The last evaluation of the checks: when, and the checks it could not run (JSON); one row."""
+
+    __tablename__ = "check_run"
+    id: int = Field(default=1, primary_key=True)
+    time: datetime
+    unchecked: str

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import nats
@@ -18,7 +19,7 @@ from console.broker.server import EmbeddedServer
 from console.errors import BatchError
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_collector_sources import ACCOUNTS
-from tests.processes import CLI, probe
+from tests.processes import CLI, free_port, probe
 from tests.waits import poll_until
 
 APP = ["--user", "app", "--password", "app-secret"]
@@ -151,6 +152,42 @@ def test_an_unreachable_server_is_unknown_not_ok(tmp_path):
                            "--format", "nagios"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "BATCH_CONSOLE_CONNECT_TIMEOUT": "2"})
     assert done.returncode == 3 and done.stdout.startswith("BATCH UNKNOWN - ")
+
+
+def test_the_alerts_part_evaluates_the_checks_on_a_timer_for_the_page_and_metrics(deployment):
+    """What `check` prints, the alerts part's /metrics and the Checks page's SQLite say alike; a finding
+    keeps the time it was first seen from one evaluation to the next."""
+    from console.storage.alert_state import AlertStore
+
+    server, data, _ = deployment
+    port = free_port()
+    log = open(data / "alerts.log", "w")
+    alerts = subprocess.Popen([CLI, "alerts", "--server", server.url, *APP, *SYSTEM, "--monitor-url", server.monitor_url,
+                               "--data-dir", str(data), "--metrics-port", str(port), "--check-every", "0.5"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def scraped() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+                    text = reply.read().decode()
+            except OSError:
+                return None
+            return text if 'batch_console_check_status{code="BATCH_004",stream="CK_R1"} 2' in text else None
+
+        metrics = poll_until(scraped, 30, lambda: (data / "alerts.log").read_text()[-2000:])
+        cli = check(server, data, "--format", "prometheus").stdout
+        for line in ('batch_console_check_status{code="BATCH_004",stream="CK_R1"} 2',
+                     'batch_console_check_status{code="BATCH_024",stream=""} 0'):
+            assert line in metrics and line in cli
+        store = AlertStore(data / "console.db")
+        found, first_run, _ = store.findings()
+        r1 = next(f for f in found if (f["code"], f["stream"]) == ("BATCH_004", "CK_R1"))
+        later = poll_until(lambda: (f := store.findings())[1] > first_run and f, 15, "another evaluation")
+        again = next(f for f in later[0] if (f["code"], f["stream"]) == ("BATCH_004", "CK_R1"))
+        assert again["first_seen"] == r1["first_seen"] and again["last_seen"] > r1["last_seen"]
+    finally:
+        alerts.terminate()
+        alerts.wait(timeout=20)
 
 
 def test_a_silent_collector_is_critical(deployment):

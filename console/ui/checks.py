@@ -1,0 +1,85 @@
+"""The Checks page: the batch health checks' findings as the alerts part last evaluated them (every
+check_every seconds; the same as `batch-console check` and /metrics), by severity, each with its
+evidence, its remedy, a link to its stream's page, and when it was first and last seen."""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Callable
+
+import pandas as pd
+import panel as pn
+import param
+
+from console.domain.checks import CHECKS, SEVERITIES
+from console.ui.formatting import Clocked, put, tabulator
+from console.ui.history import stream_cell
+
+COLUMNS = ["severity", "code", "check", "stream", "evidence", "remedy", "first seen", "last seen"]
+ANY = "(any)"
+Stored = tuple[list[dict], "datetime | None", list[tuple[str, str]]]
+
+
+class ChecksPage(Clocked, pn.viewable.Viewer):
+    findings = param.Callable(doc="() -> (findings, when they were evaluated, what could not be checked)")
+    severity = param.Selector(default=ANY, objects=[ANY, *reversed(SEVERITIES[1:])], doc="Only findings this severe")
+    stream = param.String(default="", doc="Only this stream's findings")
+    rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The findings the filters show")
+    state = param.String(default="", doc="When the checks ran, what they found, what they could not check")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        cells = {c: {"type": "html"} for c in ("severity", "stream", "evidence", "remedy", "check")}
+        self._table = tabulator(self.rows, height=480, formatters=cells, widths={"evidence": 360, "remedy": 360})
+        w = pn.widgets
+        self._layout = pn.Column(
+            pn.pane.Markdown("## Checks"), pn.pane.Markdown(self.param.state),
+            pn.Row(w.Select.from_param(self.param.severity, name="severity", width=160),
+                   w.TextInput.from_param(self.param.stream, name="stream", width=200)),
+            self._table, sizing_mode="stretch_width")
+
+    refresh_every_ms = 5000  # the alerts part stores a new evaluation every check_every seconds
+
+    def read(self) -> None:
+        """The alerts part's SQLite: local and quick, so in the web's first answer."""
+        self._show(*self.findings())
+
+    def refresh(self) -> None:
+        self.read()
+
+    async def reload(self) -> None:
+        self.read()
+
+    @param.depends("severity", "stream", watch=True)
+    def _filtered(self) -> None:
+        self.read()
+
+    def _show(self, found: list[dict], when: datetime | None, unchecked: list[tuple[str, str]]) -> None:
+        if when is None:
+            self.state = ("No evaluation stored yet: the checks run in the alerts part (`batch-console alerts`, or "
+                          "`up`), every check_every seconds; `batch-console check` runs them once from a shell.")
+        else:
+            worst = max((f["severity"] for f in found), key=SEVERITIES.index, default="ok")
+            skipped = "; ".join(f"{html.escape(c)}: {html.escape(w)}" for c, w in unchecked)
+            self.state = (f"**{worst.upper()}**: {len(found)} finding(s) of {len(CHECKS)} checks, evaluated "
+                          f"{self.clock.when(when)}" + (f". Not checked: {skipped}" if skipped else ""))
+        wanted = [f for f in found if (self.severity == ANY or f["severity"] == self.severity)
+                  and (not self.stream.strip() or f["stream"] == self.stream.strip())]
+        wanted.sort(key=lambda f: (-SEVERITIES.index(f["severity"]), f["code"], f["stream"]))
+        self.rows = pd.DataFrame([_row(f, self.clock.when) for f in wanted], columns=COLUMNS, dtype=object)
+        put(self._table, self.rows)
+
+    def __panel__(self):
+        return self._layout
+
+
+COLOURS = {"critical": "#c92a2a", "warning": "#e67700", "info": "#1971c2"}
+
+
+def _row(f: dict, when: Callable[[datetime], str]) -> dict:
+    e = html.escape
+    return {"severity": f'<b style="color:{COLOURS.get(f["severity"], "inherit")}">{e(f["severity"])}</b>',
+            "code": f["code"], "check": e(f["title"]), "stream": stream_cell(f["stream"]) if f["stream"] else "",
+            "evidence": e(f["evidence"]), "remedy": e(f["remedy"]),
+            "first seen": when(f["first_seen"]), "last seen": when(f["last_seen"])}
