@@ -190,6 +190,39 @@ def test_the_alerts_part_evaluates_the_checks_on_a_timer_for_the_page_and_metric
         alerts.wait(timeout=20)
 
 
+def test_a_collector_without_the_system_account_nor_the_right_to_capture_is_found(deployment, tmp_path):
+    """A second collector as a user who may not create the advisory stream, without the system account."""
+    server, _, _ = deployment
+    limited = ["--user", "limited", "--password", "limited-secret"]
+    collector = subprocess.Popen([CLI, "collect", "--server", server.url, *limited, "--data-dir", str(tmp_path)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        def found() -> set | None:
+            done = subprocess.run([CLI, "check", "--server", server.url, *limited, "--data-dir", str(tmp_path),
+                                   "--format", "json", "--code", "BATCH_021", "--code", "BATCH_022"],
+                                  capture_output=True, text=True, timeout=60)
+            codes = {f["code"] for f in json.loads(done.stdout)["findings"]} if done.stdout.startswith("{") else set()
+            return codes if codes == {"BATCH_021", "BATCH_022"} else None
+
+        poll_until(found, 30, "the limited collector's status")
+    finally:
+        collector.terminate()
+        collector.wait(timeout=20)
+    quiet = findings(server, deployment[1], "--code", "BATCH_021", "--code", "BATCH_022")  # the module's collector
+    assert quiet["findings"] == [] and quiet["checked"] == ["BATCH_021", "BATCH_022"]
+
+
+def test_a_release_with_known_defects_is_found_and_a_newer_one_is_not(tmp_path):
+    from tests.server_versions import binary
+
+    for version, expected in (("2.12.8", 3), ("2.14.6", 0)):
+        with EmbeddedServer(tmp_path / version, binary=binary(version)) as old:
+            done = subprocess.run([CLI, "check", "--server", old.url, "--data-dir", str(tmp_path), "--format", "json",
+                                   "--code", "BATCH_020"], capture_output=True, text=True, timeout=60)
+        found = json.loads(done.stdout)["findings"]
+        assert len(found) == expected and all(version in f["evidence"] for f in found), found
+
+
 def test_a_silent_collector_is_critical(deployment):
     """Last: stops the module's collector."""
     server, data, collector = deployment
