@@ -139,7 +139,8 @@ def by_code_and_stream(report: Report) -> list[dict]:
     return list(merged.values())
 
 
-async def watch(runtime: Runtime, settings: Settings, store, metrics, stop) -> None:
+async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
+                on_findings: Callable[[list[dict]], None] = lambda found: None) -> None:
     """The alerts part's timer: the checks every check_every seconds into SQLite (the Checks page) and
     /metrics, so both say what `batch-console check` says."""
     from console.domain.checks import evaluate
@@ -149,6 +150,7 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop) -> N
         try:
             report = evaluate(await gather(runtime, settings.checks.check_window), given)
             found = by_code_and_stream(report)
+            on_findings(found)  # the alert rules on findings
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
             if metrics is not None:
                 metrics.check_status.clear()

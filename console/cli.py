@@ -248,7 +248,8 @@ async def alerts_async(settings: Settings) -> int:
         service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,
                                rules_file=path, targets=settings.notify_targets())
         log.info("alerts: %d rules, firing state in %s", len(rules), store.path)
-        checks = asyncio.create_task(watch(runtime, settings, store, metrics, stop), name="checks")
+        checks = asyncio.create_task(watch(runtime, settings, store, metrics, stop, service.set_findings),
+                                     name="checks")
         try:
             await service.run(stop)
         finally:

@@ -108,6 +108,11 @@ class AlertService:
                 self.caught_up = True
                 log.info("following the event log live (caught up at %d)", seq)
 
+    def set_findings(self, found: list[dict[str, str]]) -> None:
+        """The health checks' last evaluation (console.checks.watch): rules on findings fire on it at once."""
+        self.evaluator.set_findings(found)
+        self._poke.set()
+
     def tick(self, now: datetime) -> list[Notice]:
         self._reload_rules()
         firing_before = set(self.evaluator.firing)

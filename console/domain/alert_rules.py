@@ -3,7 +3,8 @@ with the line and the reason, so a typo never silences an alert unnoticed.
 
     [[rule]]
     name = "atomic batches abandoned"
-    when = "lost_batches"        # lost_batches | lost_messages | rejected | collector_silent
+    when = "lost_batches"        # lost_batches | lost_messages | rejected | collector_silent | finding
+                                  # (finding: a health check's finding; its reasons are check codes)
     streams = ["ORDERS*"]         # globs; absent = every stream
     reasons = ["timeout"]         # absent = every reason
     at_least = 1                  # how many within the window fire the rule
@@ -24,10 +25,11 @@ from typing import Any
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from console.domain.checks import CHECKS
 from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
 
-WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent")
+WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding")
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted",
         "for"}
@@ -135,6 +137,10 @@ def _rule(table: dict[str, Any], line: int | None, targets: NotifyTargets) -> Ru
     muted = table.get("muted", False)
     if type(muted) is not bool:
         raise RulesError("muted must be true or false", line)
+    if when == "finding":
+        codes = _strings(table.get("reasons", []), "reasons", line)
+        if unknown := [c for c in codes if c not in CHECKS]:
+            raise RulesError(f"a finding rule's reasons are check codes (BATCH_009, ...), not {unknown[0][:40]!r}", line)
     remedy = table.get("remedy", "")
     if not isinstance(remedy, str) or len(remedy) > 2000:
         raise RulesError("remedy must be text (at most 2000 characters)", line)

@@ -18,6 +18,7 @@ MAX_ENTRIES = 10_000  # observations per window
 MAX_BATCH_IDS = 20
 MAX_PUBLISHERS = 5  # a notification names at most this many publishing connections
 COLLECTOR = "(collector)"  # the stream key of collector_silent
+DEPLOYMENT = "(deployment)"  # the stream key of a health check's finding about no one stream
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ class Evaluator:
     collector_seen: datetime | None = None
     started: datetime | None = None  # the first evaluation: a collector not heard from yet is given `within`
     pending: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (rule, stream) -> condition since
+    findings: dict[tuple[str, str], str] = field(default_factory=dict)  # the checks' (code, stream) -> severity
+
+    def set_findings(self, found: list[dict[str, str]]) -> None:
+        """The health checks' last evaluation: what `finding` rules fire on."""
+        self.findings = {(f["code"], f["stream"] or DEPLOYMENT): f["severity"] for f in found}
 
     def apply(self, event: BatchEvent) -> None:
         if event.kind is EventKind.COLLECTOR_STATUS:
@@ -143,6 +149,9 @@ class Evaluator:
             silent = now - last > rule.within
             yield COLLECTOR, 1 if silent else 0, []
             return
+        if rule.when == "finding":
+            yield from self._found(rule, now)
+            return
         keys = {stream for (measure, stream) in self.windows if measure == rule.when} | \
             {stream for (name, stream) in self.firing if name == rule.name}
         for stream in keys:
@@ -150,6 +159,17 @@ class Evaluator:
                     if o.time >= now - rule.within and rule.covers(stream, o.reason)]
             if rule.covers(stream) or (rule.name, stream) in self.firing:
                 yield stream, sum(o.amount for o in seen), seen
+
+    def _found(self, rule: Rule, now: datetime) -> Iterator[tuple[str, int, list[Observation]]]:
+        """Per stream, the findings of the rule's codes (any code when it names none)."""
+        by_stream: dict[str, list[Observation]] = {}
+        for (code, stream), _ in self.findings.items():
+            if not rule.reasons or code in rule.reasons:
+                by_stream.setdefault(stream, []).append(Observation(now, 1, code, None))
+        for stream in set(by_stream) | {s for (name, s) in self.firing if name == rule.name}:
+            if rule.covers(stream) or (rule.name, stream) in self.firing:
+                seen = by_stream.get(stream, [])
+                yield stream, len(seen), seen
 
     def _transition(self, rule: Rule, stream: str, count: int, seen: list[Observation], now: datetime) -> list[Notice]:
         key = (rule.name, stream)

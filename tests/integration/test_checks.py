@@ -161,6 +161,8 @@ def test_the_alerts_part_evaluates_the_checks_on_a_timer_for_the_page_and_metric
 
     server, data, _ = deployment
     port = free_port()
+    (data / "alert-rules.toml").write_text('[[rule]]\nname = "r1 atomic"\nwhen = "finding"\nreasons = ["BATCH_004"]\n'
+                                           'severity = "warning"\n')
     log = open(data / "alerts.log", "w")
     alerts = subprocess.Popen([CLI, "alerts", "--server", server.url, *APP, *SYSTEM, "--monitor-url", server.monitor_url,
                                "--data-dir", str(data), "--metrics-port", str(port), "--check-every", "0.5"],
@@ -185,6 +187,9 @@ def test_the_alerts_part_evaluates_the_checks_on_a_timer_for_the_page_and_metric
         later = poll_until(lambda: (f := store.findings())[1] > first_run and f, 15, "another evaluation")
         again = next(f for f in later[0] if (f["code"], f["stream"]) == ("BATCH_004", "CK_R1"))
         assert again["first_seen"] == r1["first_seen"] and again["last_seen"] > r1["last_seen"]
+        sent = [json.loads(body) for _, body in store.notices()]  # a rule on the finding fired, once
+        assert [(n["rule"], n["stream"], n["status"]) for n in sent if n["rule"] == "r1 atomic"] == [
+            ("r1 atomic", "CK_R1", "firing")]
     finally:
         alerts.terminate()
         alerts.wait(timeout=20)

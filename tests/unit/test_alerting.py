@@ -205,3 +205,34 @@ def test_a_gap_recorded_under_no_stream_moves_to_the_stream_its_commit_names():
     assert sorted((n.stream, n.status) for n in moved) == [("(unknown)", "resolved"), ("ORDERS", "firing")]
     assert metrics.lost_messages.samples == {("ORDERS",): 1.0}
     assert metrics.gaps.samples == {("ORDERS", "ok"): 1.0}
+
+
+def test_a_finding_rule_fires_on_the_checks_findings_and_resolves_when_they_are_gone():
+    from console.domain.alert_rules import parse_rules
+    from console.domain.alerting import DEPLOYMENT, Evaluator
+
+    [rule] = parse_rules('[[rule]]\nname = "abandonments"\nwhen = "finding"\nreasons = ["BATCH_009"]\n'
+                         'streams = ["ORD*"]\n')
+    evaluator = Evaluator([rule])
+    now = datetime(2026, 11, 25, tzinfo=timezone.utc)
+    evaluator.set_findings([{"code": "BATCH_009", "stream": "ORDERS", "severity": "warning"},
+                            {"code": "BATCH_009", "stream": "OTHER", "severity": "warning"},
+                            {"code": "BATCH_022", "stream": "", "severity": "warning"}])
+    [fired] = evaluator.evaluate(now)
+    assert (fired.rule, fired.stream, fired.status, fired.reasons) == ("abandonments", "ORDERS", "firing", ("BATCH_009",))
+    assert evaluator.evaluate(now) == []  # still firing: said once
+    evaluator.set_findings([{"code": "BATCH_022", "stream": "", "severity": "warning"}])
+    [resolved] = evaluator.evaluate(now)
+    assert (resolved.stream, resolved.status) == ("ORDERS", "resolved")
+    [any_code] = parse_rules('[[rule]]\nname = "deployment"\nwhen = "finding"\n')
+    deployment = Evaluator([any_code])
+    deployment.set_findings([{"code": "BATCH_022", "stream": "", "severity": "warning"}])
+    assert [n.stream for n in deployment.evaluate(now)] == [DEPLOYMENT]
+
+
+def test_a_finding_rule_names_check_codes_only():
+    from console.domain.alert_rules import RulesError, parse_rules
+
+    with pytest.raises(RulesError) as refused:
+        parse_rules('[[rule]]\nname = "x"\nwhen = "finding"\nreasons = ["timeout"]\n')
+    assert "check codes" in str(refused.value) and refused.value.line == 1
