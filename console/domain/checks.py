@@ -111,7 +111,8 @@ def _fast_on_old_server(f: Facts, _t: Threshold) -> Found:
 def _mirror_with_batches(f: Facts, _t: Threshold) -> Found:
     for s in _streams(f):
         if s.settings.is_mirror and (s.settings.allow_atomic or s.settings.allow_batched):
-            yield s.settings.name, "a mirror with a batch kind switched on (the server refuses it on 2.15: 10209)", None
+            yield (s.settings.name, "a mirror with a batch kind switched on (2.12 to 2.15 refuse one at creation, "
+                                    "10198/10209: this one was made elsewhere or restored)", None)
 
 
 def _sourced_with_batches(f: Facts, _t: Threshold) -> Found:
