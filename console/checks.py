@@ -21,6 +21,7 @@ from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
+from console.investigate import remedies
 from console.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
     given = thresholds(settings.checks.check_thresholds)
     while not stop.is_set():
         try:
-            report = evaluate(await gather(runtime, settings.checks.check_window), given)
+            report = evaluate(await gather(runtime, settings.checks.check_window), given, remedies=remedies())
             found = by_code_and_stream(report)
             on_findings(found)  # the alert rules on findings
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
@@ -194,6 +195,6 @@ async def run_check(settings: Settings, output: str, codes: list[str] | None, st
     except (ConsoleError, ThresholdError, OSError, TimeoutError) as e:
         print(f"BATCH UNKNOWN - {str(e)[:300]}" if output == "nagios" else f"batch-console check: {str(e)[:300]}")
         return UNKNOWN
-    report = evaluate(facts, given, codes or None, stream)
+    report = evaluate(facts, given, codes or None, stream, remedies())
     print(FORMATS[output](report))
     return exit_code(report)

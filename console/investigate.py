@@ -33,7 +33,7 @@ def sighting(batch_id: str, model: LiveModel | None, history: Reader | None) -> 
 
 
 @functools.cache
-def _remedies() -> dict[tuple[str, str], str]:
+def remedies() -> dict[tuple[str, str], str]:
     """(measure, reason) -> what to do, from the shipped alert rules: one text for alerts and incidents."""
     from console.alerting.service import load_rules
 
@@ -48,9 +48,9 @@ def advice(incident: Incident) -> str | None:
     """What to do about this loss: the remedy of the shipped rule that covers its reason."""
     loss = incident.loss
     if loss.kind is EventKind.FAST_GAP:
-        return _remedies().get(("lost_messages", "")) or _remedies().get(("lost_messages", "gap"))
+        return remedies().get(("lost_messages", "")) or remedies().get(("lost_messages", "gap"))
     reason = lost_batch(loss).reason
-    return _remedies().get(("lost_batches", reason if is_known(reason) else OTHER))
+    return remedies().get(("lost_batches", reason if is_known(reason) else OTHER))
 
 
 async def find_incident(log: EventLog, batch_id: str, *, model: LiveModel | None = None,

@@ -76,6 +76,9 @@ class Check:
     needs: tuple[str, ...]  # the Facts fields it reads
     run: Callable[[Facts, Callable[[str, str | None], float]], Iterator[tuple[str | None, str, str | None]]]
     thresholds: Mapping[str, float] = field(default_factory=dict)  # name -> default
+    # The shipped alert rule (when, reason) whose remedy is this check's: one text for the alert, the
+    # Incident view and the check, where the check is about the same loss
+    same_as_rule: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -241,13 +244,14 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
           "same message ids must be deduplicated.", ("streams", "limits"), _duplicate_window),
     Check("BATCH_006", "batches abandoned for a timeout", "warning",
           "The publishers pause longer than the batch timeout: send the batch's messages without waiting on "
-          "other work, or raise jetstream.limits.batch.timeout.", ("counts",), _timeouts, {"at_least": 1}),
+          "other work, or raise jetstream.limits.batch.timeout.", ("counts",), _timeouts, {"at_least": 1},
+          ("lost_batches", "timeout")),
     Check("BATCH_007", "fast batches open near the per-stream limit", "warning",
           "Spread publishers over streams or raise jetstream.limits.batch.max_inflight_per_stream; at the limit "
           "new batches are refused (10211).", ("counts", "limits"), _near_inflight, {"ratio": 0.8}),
     Check("BATCH_008", "batches refused for too many open batches (429)", "warning",
           "Publishers must back off and retry on 10210/10211; raise the in-flight limits if the load is expected.",
-          ("counts",), _rejections, {"at_least": 1}),
+          ("counts",), _rejections, {"at_least": 1}, ("rejected", "")),
     Check("BATCH_009", "atomic abandonment rate", "warning",
           "Open the stream's Incident view for the reasons: timeouts (slow publishers), gaps (lost messages on the "
           "way), too large (max_msgs) or an API level the server lacks.", ("counts",), _abandonment_rate,
@@ -255,10 +259,11 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_010", "fast-ingest messages lost in gaps", "warning",
           "Find the publisher on the stream page: a gap is messages the server never got (a slow consumer of its "
           "own flow, a reconnect); use gap mode fail where a batch must be whole.", ("counts",), _gap_rate,
-          {"warning_at": 1, "critical_at": 100}),
+          {"warning_at": 1, "critical_at": 100}, ("lost_messages", "")),
     Check("BATCH_011", "batches lost to a leader change", "warning",
           "Publishers must watch for the gap and the final PubAck (fail mode) or 10176 (atomic) after a leader "
-          "change and publish the batch again.", ("counts",), _leader_change, {"at_least": 1}),
+          "change and publish the batch again.", ("counts",), _leader_change, {"at_least": 1},
+          ("lost_batches", "leader_change")),
     Check("BATCH_020", "a server release with a known batch defect", "warning",
           "Upgrade the server; until then read the README's table of what this release does differently.",
           ("server",), _known_defect),
@@ -308,9 +313,11 @@ def parse_threshold(text: str) -> tuple[str, str, float]:
 
 
 def evaluate(facts: Facts, thresholds: Mapping[tuple[str, str], float] | None = None,
-             codes: Iterable[str] | None = None, stream: str | None = None) -> Report:
+             codes: Iterable[str] | None = None, stream: str | None = None,
+             remedies: Mapping[tuple[str, str], str] | None = None) -> Report:
     """Every check of the catalogue (or of `codes`) over the facts; a stream's own thresholds come from
-    its metadata (batch_console.check.<code>.<name>), then `thresholds` (flags, settings), then defaults."""
+    its metadata (batch_console.check.<code>.<name>), then `thresholds` (flags, settings), then defaults;
+    `remedies`: the shipped alert rules' by (when, reason), for the checks about the same loss."""
     given = dict(thresholds or {})
     per_stream = {s.settings.name: s.metadata for s in _streams(facts)}
     findings, unchecked, checked = [], [], []
@@ -331,9 +338,10 @@ def evaluate(facts: Facts, thresholds: Mapping[tuple[str, str], float] | None = 
                 pass  # a stream's metadata is anyone's text: a bad value is the default's
             return given.get((check.code, name), check.thresholds[name])
 
+        remedy = (remedies or {}).get(check.same_as_rule or ("", "")) or check.remedy
         for where, evidence, severity in check.run(facts, threshold):
             if stream is None or where == stream:
-                findings.append(Finding(code, severity or check.severity, check.title, evidence, check.remedy, where))
+                findings.append(Finding(code, severity or check.severity, check.title, evidence, remedy, where))
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), f.code, f.stream or ""))
     return Report(tuple(findings), tuple(unchecked), tuple(checked))
 

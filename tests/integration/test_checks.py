@@ -17,6 +17,7 @@ from nats.js.api import RetentionPolicy, StreamConfig, StreamSource
 from console.broker.fast import FastBatch
 from console.broker.server import EmbeddedServer
 from console.errors import BatchError
+from console.investigate import remedies
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_collector_sources import ACCOUNTS
 from tests.processes import CLI, free_port, probe
@@ -106,6 +107,9 @@ async def test_each_stream_fires_its_check_and_nagios_reads_the_exit_code(deploy
         "CK_BUSY": {"BATCH_008"},
     }, report["findings"]
     assert report["unchecked"] == [{"code": "BATCH_030", "why": "no conformance report yet"}]
+    # One text for the alert, the Incident view and the check about the same loss: the shipped rule's
+    [timeouts] = [f for f in report["findings"] if f["code"] == "BATCH_006"]
+    assert timeouts["remedy"] == remedies()[("lost_batches", "timeout")]
     assert report["status"] == "warning"
 
     nagios = check(server, data, "--format", "nagios")

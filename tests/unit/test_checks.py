@@ -119,3 +119,10 @@ def test_the_window_counts_a_gap_by_the_stream_its_batch_names_later():
     assert window_counts(events) == {"S": WindowCounts(lost_messages=3, leader_change=1, open_fast=1),
                                      "A": WindowCounts(abandoned=1, abandoned_timeout=1, rejected=1)}
 
+
+
+def test_a_check_about_a_loss_an_alert_rule_covers_says_the_rules_remedy():
+    facts = replace(QUIET, counts={"S": WindowCounts(abandoned=1, abandoned_timeout=1)})
+    shipped = {("lost_batches", "timeout"): "the shipped rule's words"}
+    remedies = {f.code: f.remedy for f in evaluate(facts, remedies=shipped).findings}
+    assert remedies == {"BATCH_006": "the shipped rule's words", "BATCH_009": CHECKS["BATCH_009"].remedy}
