@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's package) scrapes a real `batch-console alerts --metrics-port` process:
-a PromQL query counts real abandonments (timeouts) one by one, every panel of the shipped Grafana dashboard is a query
-Prometheus answers, and Prometheus's own graph draws the first one (the README's picture)."""
+a PromQL query counts real abandonments (timeouts) one by one, the health check on them is scraped as
+a warning, every panel of the shipped Grafana dashboard is a query Prometheus answers, and
+Prometheus's own graph draws the first one (the README's picture)."""
 
 import json
 import re
@@ -51,7 +52,7 @@ def test_prometheus_counts_real_abandonments_answers_every_dashboard_panel_and_d
     alerts_log = tmp_path / "alerts.log"
     alerts = subprocess.Popen(
         [CLI, "alerts", "--server", nats_url, "--data-dir", str(tmp_path), "--rules", str(DEFAULT_RULES),
-         "--event-key-file", str(Path(data_dir) / "event.key"), "--metrics-port", "0"],
+         "--event-key-file", str(Path(data_dir) / "event.key"), "--metrics-port", "0", "--check-every", "1"],
         stdout=open(alerts_log, "w"), stderr=subprocess.STDOUT)
     prometheus = None
     try:
@@ -80,6 +81,12 @@ def test_prometheus_counts_real_abandonments_answers_every_dashboard_panel_and_d
                 return result and result[0]["value"][1] == str(n)
             poll_until(counted, 60, lambda: f"Prometheus did not count {n} ({report['abandoned_batch']}); it has "
                                            f"{query(port, promql)}, the metrics say:\n{scrape(metrics_port)}")
+
+        # The health checks, evaluated by the same process, scraped by the same Prometheus: the three
+        # abandonments are a warning (2) of the abandonment-rate check on PROM
+        finding = 'batch_console_check_status{code="BATCH_009",stream="PROM"}'
+        poll_until(lambda: (r := query(port, finding).get("data", {}).get("result")) and r[0]["value"][1] == "2",
+                   30, lambda: f"Prometheus has {query(port, finding)}; the metrics say:\n{scrape(metrics_port)}")
 
         for title, expr in panel_queries():
             answer = query(port, expr)
