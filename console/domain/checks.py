@@ -159,6 +159,10 @@ def _near_inflight(f: Facts, t: Threshold) -> Found:
     for stream, c in _counts(f):
         if cap and c.open_fast >= t("ratio", stream) * cap:
             yield stream, f"{c.open_fast} fast batches open of the {cap} a stream may have", None
+    total_cap = f.limits.get("max_batch_inflight_total").fast if f.limits else None
+    total = sum(c.open_fast for _, c in _counts(f))
+    if total_cap and total >= t("ratio", None) * total_cap:
+        yield None, f"{total} fast batches open of the {total_cap} the server may have", None
 
 
 def _rejections(f: Facts, t: Threshold) -> Found:
@@ -246,9 +250,9 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
           "The publishers pause longer than the batch timeout: send the batch's messages without waiting on "
           "other work, or raise jetstream.limits.batch.timeout.", ("counts",), _timeouts, {"at_least": 1},
           ("lost_batches", "timeout")),
-    Check("BATCH_007", "fast batches open near the per-stream limit", "warning",
-          "Spread publishers over streams or raise jetstream.limits.batch.max_inflight_per_stream; at the limit "
-          "new batches are refused (10211).", ("counts", "limits"), _near_inflight, {"ratio": 0.8}),
+    Check("BATCH_007", "fast batches open near the per-stream or per-server limit", "warning",
+          "Spread publishers over streams (or servers) or raise jetstream.limits.batch.max_inflight_per_stream / "
+          "max_inflight_total; at the limit new batches are refused (10211).", ("counts", "limits"), _near_inflight, {"ratio": 0.8}),
     Check("BATCH_008", "batches refused for too many open batches (429)", "warning",
           "Publishers must back off and retry on 10210/10211; raise the in-flight limits if the load is expected.",
           ("counts",), _rejections, {"at_least": 1}, ("rejected", "")),

@@ -18,7 +18,9 @@ from console.broker.server import EmbeddedServer
 from console.broker.server_info import varz_from_monitor
 from console.collector.collector import Collector
 from console.config import CollectorSettings
+from console.broker.eventlog import EventLog
 from console.domain.batch_limits import BatchLimits
+from console.domain.checks import Facts, evaluate, window_counts
 from console.domain.events import EventKind
 from console.errors import BatchError, TooManyInflightError
 from console.ui.stream import release_risks
@@ -276,12 +278,16 @@ async def test_a_leader_change_on_three_nodes(release_cluster):
     try:
         seen = [await fast_across(client, mode) for mode in ("fail", "ok")]
         seen.append(await atomic_across(client, collector))
+        # What the health check on leader changes makes of this cluster's event log
+        events = [e for _, e in await EventLog(client.jetstream()).read(1, idle_timeout=0.5)]
+        report = evaluate(Facts(counts=window_counts(events)), codes=["BATCH_011"])
     finally:
         await collector.stop()
         await conn.close()
         await client.close()
     fail, ok, atomic = LEADER_CHANGE[version]
     assert seen[0] in fail and seen[1] in ok and seen[2] == atomic, seen
+    assert "V_LEAD_ATOMIC" in {f.stream for f in report.findings if f.code == "BATCH_011"}
 
 
 async def fast_across(client, mode: str) -> str:

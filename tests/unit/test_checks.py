@@ -126,3 +126,10 @@ def test_a_check_about_a_loss_an_alert_rule_covers_says_the_rules_remedy():
     shipped = {("lost_batches", "timeout"): "the shipped rule's words"}
     remedies = {f.code: f.remedy for f in evaluate(facts, remedies=shipped).findings}
     assert remedies == {"BATCH_006": "the shipped rule's words", "BATCH_009": CHECKS["BATCH_009"].remedy}
+
+
+def test_open_fast_batches_near_the_servers_limit_across_streams():
+    limits = BatchLimits.from_varz({"version": "2.15.1", "jetstream": {"limits": {"max_batch_inflight_total": 100}}})
+    facts = replace(QUIET, limits=limits, counts={f"S{i}": WindowCounts(open_fast=30) for i in range(3)})
+    [found] = evaluate(facts, codes=["BATCH_007"]).findings  # 30 a stream: each far under the stream's limit
+    assert (found.stream, found.evidence) == (None, "90 fast batches open of the 100 the server may have")
