@@ -157,7 +157,7 @@ def _timeouts(f: Facts, t: Threshold) -> Found:
 def _near_inflight(f: Facts, t: Threshold) -> Found:
     cap = f.limits.get("max_batch_inflight_per_stream").fast if f.limits else None
     for stream, c in _counts(f):
-        if cap and c.open_fast >= t("ratio", stream) * cap:
+        if stream and cap and c.open_fast >= t("ratio", stream) * cap:
             yield stream, f"{c.open_fast} fast batches open of the {cap} a stream may have", None
     total_cap = f.limits.get("max_batch_inflight_total").fast if f.limits else None
     total = sum(c.open_fast for _, c in _counts(f))
@@ -381,8 +381,7 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
             c["rejected"] = c.get("rejected", 0) + 1
         if kind in ("fast_lost", "atomic_lost") and reason == "leader_change":
             c["leader_change"] = c.get("leader_change", 0) + 1
-    for stream in open_fast.values():
-        if stream:
-            c = found.setdefault(stream, {})
-            c["open_fast"] = c.get("open_fast", 0) + 1
+    for stream in open_fast.values():  # "": open batches no reply has named a stream for yet
+        c = found.setdefault(stream, {})
+        c["open_fast"] = c.get("open_fast", 0) + 1
     return {stream: WindowCounts(**c) for stream, c in found.items()}

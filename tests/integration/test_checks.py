@@ -4,6 +4,7 @@ quiet; the exit codes are Nagios'; the Prometheus output passes promtool."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from nats.js.api import RetentionPolicy, StreamConfig, StreamSource
 
 from console.broker.fast import FastBatch
-from console.broker.server import EmbeddedServer
+from console.broker.server import BatchLimits, EmbeddedServer
 from console.errors import BatchError
 from console.investigate import remedies
 from tests.conftest import TEST_LIMITS
@@ -230,6 +231,37 @@ def test_a_release_with_known_defects_is_found_and_a_newer_one_is_not(tmp_path):
                                    "--code", "BATCH_020"], capture_output=True, text=True, timeout=60)
         found = json.loads(done.stdout)["findings"]
         assert len(found) == expected and all(version in f["evidence"] for f in found), found
+
+
+def test_fast_batches_open_near_the_servers_limit(tmp_path):
+    """A server of its own: the default batch timeout (open batches stay open), 5 open fast batches at most."""
+    limits = BatchLimits(max_inflight_total=5)
+    with EmbeddedServer(tmp_path / "nats", batch_limits=limits, monitor_port=0) as server:
+        collector = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(tmp_path)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            def near() -> list | None:
+                done = subprocess.run([CLI, "check", "--server", server.url, "--monitor-url", server.monitor_url,
+                                       "--data-dir", str(tmp_path), "--format", "json", "--code", "BATCH_007"],
+                                      capture_output=True, text=True, timeout=60)
+                report = json.loads(done.stdout) if done.stdout.startswith("{") else {}
+                return report.get("findings") or None
+
+            asyncio.run(open_fast_batches(server.url, 4))
+            [found] = poll_until(near, 30, "open fast batches counted")
+            assert found["stream"] is None and found["evidence"] == "4 fast batches open of the 5 the server may have"
+        finally:
+            collector.terminate()
+            collector.wait(timeout=20)
+
+
+async def open_fast_batches(url: str, count: int) -> None:
+    nc = await nats.connect(url)
+    await nc.jetstream().add_stream(StreamConfig(name="CK_OPEN", subjects=["ck_open.>"], allow_batched=True))
+    for _ in range(count):  # each left open: its one message waits for more within the 10 s timeout
+        await FastBatch(nc, flow=10).add("ck_open.x", b"x")
+    await nc.flush()
+    await nc.close()
 
 
 def test_a_silent_collector_is_critical(deployment):

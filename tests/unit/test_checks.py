@@ -116,7 +116,9 @@ def test_the_window_counts_a_gap_by_the_stream_its_batch_names_later():
               BatchEvent("5", EventKind.ATOMIC_ABANDONED, t, "A", "a1", reason="timeout"),
               BatchEvent("6", EventKind.FAST_LOST, t, "S", "b3", reason="leader_change"),
               BatchEvent("7", EventKind.ATOMIC_REJECTED, t, "A", "a2")]
+    events.append(BatchEvent("8", EventKind.FAST_STARTED, t, None, "b4"))  # no reply has named its stream yet
     assert window_counts(events) == {"S": WindowCounts(lost_messages=3, leader_change=1, open_fast=1),
+                                     "": WindowCounts(open_fast=1),
                                      "A": WindowCounts(abandoned=1, abandoned_timeout=1, rejected=1)}
 
 
