@@ -247,6 +247,9 @@ def test_fast_batches_open_near_the_servers_limit(tmp_path):
                 report = json.loads(done.stdout) if done.stdout.startswith("{") else {}
                 return report.get("findings") or None
 
+            poll_until(lambda: subprocess.run([CLI, "check", "--server", server.url, "--data-dir", str(tmp_path),
+                                               "--code", "BATCH_023"], capture_output=True, timeout=60).returncode == 0,
+                       30, "the collector's first status")  # it taps the $FI replies from its start
             asyncio.run(open_fast_batches(server.url, 4))
             [found] = poll_until(near, 30, "open fast batches counted")
             assert found["stream"] is None and found["evidence"] == "4 fast batches open of the 5 the server may have"
