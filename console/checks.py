@@ -33,12 +33,15 @@ METRIC_LEVEL = {name: i for i, name in enumerate(SEVERITIES)}  # ok 0, info 1, w
 async def gather(runtime: Runtime, window_minutes: float) -> Facts:
     facts = Facts(window_minutes=window_minutes)
     admin = runtime.admin
-    for name, read in (("server", admin.server), ("streams", admin.stream_facts)):
-        try:
-            value = await read()
-            facts = replace(facts, **{name: tuple(value) if name == "streams" else value})
-        except Exception as e:  # that check is left unchecked, and the reason logged
-            log.warning("check: %s not read: %s", name, e)
+    try:
+        facts = replace(facts, server=await admin.server())
+    except Exception as e:  # the checks that need it are left unchecked, and the reason logged
+        log.warning("check: the server's release not read: %s", e)
+    try:
+        streams, offline = await admin.stream_facts()
+        facts = replace(facts, streams=tuple(streams), offline=offline)
+    except Exception as e:
+        log.warning("check: the stream list not read: %s", e)
     facts = replace(facts, limits=(await runtime.batch_limits())[0], event_key_exposed=_key_exposed(runtime.settings))
     try:
         events = await _window(runtime, window_minutes)

@@ -12,7 +12,7 @@ from nats.js.api import AckPolicy, PersistMode
 from console.broker import names
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
-from console.domain.checks import StreamFacts
+from console.domain.checks import StreamFacts, StreamPage
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.errors import ReadOnlyError, Refusal
@@ -54,14 +54,19 @@ class StreamAdmin:
         self.last_streams = sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)
         return self.last_streams
 
-    async def stream_facts(self) -> list[StreamFacts]:
-        """Every stream with what the health checks read of it, from one listing."""
-        found = []
-        for info in await self.js.streams_info():
-            config = info.config.as_dict()
-            found.append(StreamFacts(_settings(info), float(config.get("duplicate_window") or 0) / 1e9,
-                                     {str(k): str(v) for k, v in (info.config.metadata or {}).items()}))
-        return found
+    async def stream_facts(self) -> tuple[list[StreamFacts], dict[str, str]]:
+        """Every stream with what the health checks read of it, and those the server holds offline (a
+        config its release cannot load): one listing, a request per page of the server's."""
+        streams: list[StreamFacts] = []
+        offline: dict[str, str] = {}
+        while True:
+            reply = await self.nc.request("$JS.API.STREAM.LIST", json.dumps({"offset": len(streams)}).encode(),
+                                          timeout=5)
+            page = StreamPage.parse(reply.data)
+            streams += page.streams
+            offline.update(page.offline)
+            if not page.streams or len(streams) >= page.total:
+                return streams, offline
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
+from console.domain.wire import MalformedInput, load_object
 
 SEVERITIES = ("ok", "info", "warning", "critical")  # in rising order; Nagios: ok 0, warning 1, critical 2
 METADATA_PREFIX = "batch_console.check."  # a stream's own thresholds: batch_console.check.BATCH_012.at_least = 3
@@ -25,6 +26,45 @@ class StreamFacts:
     settings: StreamBatchSettings
     duplicate_window: float = 0.0  # seconds
     metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamPage:
+    """One page of the server's stream list ($JS.API.STREAM.LIST): the streams it serves, and those it
+    holds offline with why (a release that cannot load a stream's config: a downgrade)."""
+
+    streams: tuple[StreamFacts, ...]
+    offline: Mapping[str, str]
+    total: int
+
+    @classmethod
+    def parse(cls, data: bytes, max_bytes: int = 16 * 1024 * 1024) -> StreamPage:
+        """Total: MalformedListing for a reply that is not a stream list; a stream it cannot read is left out."""
+        obj = load_object(data, MalformedListing, max_bytes)
+        if isinstance(obj.get("error"), dict):
+            raise MalformedListing(f"the server refused the listing: {str(obj['error'].get('description'))[:200]}")
+        total, items, offline = obj.get("total"), obj.get("streams"), obj.get("offline") or {}
+        if type(total) is not int or not isinstance(items, list) or not isinstance(offline, dict):
+            raise MalformedListing("not a stream list")
+        streams = []
+        for item in items:
+            try:
+                config, state = item["config"], item.get("state") or {}
+                settings = StreamBatchSettings.from_config(config)
+                consumers = state.get("consumer_count")
+                window = config.get("duplicate_window")
+                metadata = config.get("metadata") or {}
+                streams.append(StreamFacts(
+                    settings.with_changes(consumers=consumers if type(consumers) is int else None),
+                    window / 1e9 if type(window) is int and window > 0 else 0.0,
+                    {str(k)[:256]: str(v)[:256] for k, v in metadata.items()} if isinstance(metadata, dict) else {}))
+            except (KeyError, TypeError, ValueError, AttributeError):  # one odd stream is left out, not the list
+                continue
+        return cls(tuple(streams), {str(k)[:256]: str(v)[:500] for k, v in offline.items()}, total)
+
+
+class MalformedListing(MalformedInput):
+    what = "stream list"
 
 
 @dataclass(frozen=True)
@@ -47,6 +87,7 @@ class Facts:
     server: ServerRelease | None = None
     limits: BatchLimits | None = None
     streams: tuple[StreamFacts, ...] | None = None
+    offline: Mapping[str, str] = field(default_factory=dict)  # streams the server could not load, and why
     counts: Mapping[str, WindowCounts] | None = None  # stream -> counts
     collector_age_s: float | None = None  # seconds since the collector's last status (None: no status read)
     collector_healthy: bool | None = None
@@ -104,6 +145,9 @@ def _streams(f: Facts) -> tuple[StreamFacts, ...]:
 
 def _fast_on_old_server(f: Facts, _t: Threshold) -> Found:
     assert f.server is not None
+    for name, reason in f.offline.items():
+        if "allow_batched" in reason or "allow_atomic" in reason or "persist_mode" in reason:
+            yield name, f"the server holds the stream offline: {reason} (it was made on a newer release)", None
     for s in _streams(f):
         if s.settings.allow_batched and (why := f.server.missing_for("allow_batched")):
             yield s.settings.name, f"allow_batched is on; {why}", None

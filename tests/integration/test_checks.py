@@ -222,6 +222,26 @@ def test_a_collector_without_the_system_account_nor_the_right_to_capture_is_foun
     assert quiet["findings"] == [] and quiet["checked"] == ["BATCH_021", "BATCH_022"]
 
 
+def test_a_stream_a_downgraded_server_cannot_load_is_critical(tmp_path):
+    """A store made by 2.14.6 with a fast-ingest stream, opened by 2.12.8 (a downgrade): the server holds
+    the stream offline; the same store on 2.14.6 is quiet."""
+    from tests.server_versions import binary
+
+    async def fast_stream(url: str) -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(StreamConfig(name="CK_NEWER", subjects=["ck_newer.>"], allow_batched=True))
+        await nc.close()
+
+    with EmbeddedServer(tmp_path / "store", binary=binary("2.14.6")) as newer:
+        asyncio.run(fast_stream(newer.url))
+    for version, expected in (("2.12.8", 2), ("2.14.6", 0)):
+        with EmbeddedServer(tmp_path / "store", binary=binary(version)) as server:
+            done = subprocess.run([CLI, "check", "--server", server.url, "--data-dir", str(tmp_path), "--format",
+                                   "nagios", "--code", "BATCH_001"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == expected, done.stdout + done.stderr[-1000:]
+        assert ("[CK_NEWER]: the server holds the stream offline" in done.stdout) == bool(expected), done.stdout
+
+
 def test_a_release_with_known_defects_is_found_and_a_newer_one_is_not(tmp_path):
     from tests.server_versions import binary
 

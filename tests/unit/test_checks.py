@@ -2,14 +2,15 @@
 and stays quiet on the same facts without it; thresholds come from a stream's metadata, then the
 settings, then the defaults; what could not be read is unchecked, never ok."""
 
+import json
 from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
 
 from console.domain.batch_limits import BatchLimits
-from console.domain.checks import (CHECKS, Facts, StreamFacts, ThresholdError, WindowCounts, evaluate,
-                                   parse_threshold, window_counts)
+from console.domain.checks import (CHECKS, Facts, MalformedListing, StreamFacts, StreamPage, ThresholdError,
+                                   WindowCounts, evaluate, parse_threshold, window_counts)
 from console.domain.events import BatchEvent, EventKind
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
@@ -135,3 +136,26 @@ def test_open_fast_batches_near_the_servers_limit_across_streams():
     facts = replace(QUIET, limits=limits, counts={f"S{i}": WindowCounts(open_fast=30) for i in range(3)})
     [found] = evaluate(facts, codes=["BATCH_007"]).findings  # 30 a stream: each far under the stream's limit
     assert (found.stream, found.evidence) == (None, "90 fast batches open of the 100 the server may have")
+
+
+def test_a_stream_list_page_is_read_totally():
+    page = StreamPage.parse(json.dumps({"total": 3, "streams": [
+        {"config": {"name": "A", "allow_atomic": True, "duplicate_window": 2_000_000_000,
+                    "metadata": {"batch_console.check.BATCH_009.warning_at": "5"}}, "state": {"consumer_count": 1}},
+        {"config": {"nope": 1}}, "garbage"], "offline": {"F": "unsupported - config error"}}).encode())
+    assert [(s.settings.name, s.settings.consumers, s.duplicate_window) for s in page.streams] == [("A", 1, 2.0)]
+    assert page.offline == {"F": "unsupported - config error"} and page.total == 3
+
+
+@pytest.mark.parametrize("data", [b"[]", b"{", b'{"total": "3", "streams": []}', b'{"total": 1}', b"[" * 100_000,
+                                  b'{"error": {"code": 503, "description": "no leader"}}', b"x" * (17 * 1024 * 1024)])
+def test_a_reply_that_is_not_a_stream_list_is_refused_with_one_error(data):
+    with pytest.raises(MalformedListing):
+        StreamPage.parse(data)
+
+
+def test_a_stream_a_downgraded_server_holds_offline_for_a_batch_flag_is_critical():
+    facts = replace(QUIET, server=OLD, offline={"F": 'unsupported - config error: unknown field "allow_batched"',
+                                                "G": "unsupported - something else"})
+    found = [(f.code, f.stream) for f in evaluate(facts, codes=["BATCH_001"]).findings]
+    assert found == [("BATCH_001", "F")]
