@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from console.config import Settings, open_to_others
-from console.domain.checks import CHECKS, SEVERITIES, Facts, Report, parse_threshold, window_counts
+from console.domain.checks import CHECKS, SEVERITIES, Facts, RecentEvents, Report, parse_threshold, window_counts
 from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
@@ -30,7 +30,9 @@ UNKNOWN = 3  # Nagios: the check itself could not run
 METRIC_LEVEL = {name: i for i, name in enumerate(SEVERITIES)}  # ok 0, info 1, warning 2, critical 3
 
 
-async def gather(runtime: Runtime, window_minutes: float) -> Facts:
+async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents | None = None) -> Facts:
+    """recent: the window's events as a follower of the event log keeps them (the alerts part); without
+    it the window is read from the log."""
     facts = Facts(window_minutes=window_minutes)
     admin = runtime.admin
     try:
@@ -44,7 +46,8 @@ async def gather(runtime: Runtime, window_minutes: float) -> Facts:
         log.warning("check: the stream list not read: %s", e)
     facts = replace(facts, limits=(await runtime.batch_limits())[0], event_key_exposed=_key_exposed(runtime.settings))
     try:
-        events = await _window(runtime, window_minutes)
+        events = recent.window(datetime.now(timezone.utc)) if recent is not None else \
+            await _window(runtime, window_minutes)
     except Exception as e:  # no event key, no event log: the load and collector checks say they could not run
         log.warning("check: the event log was not read: %s", e)
         return facts
@@ -144,15 +147,19 @@ def by_code_and_stream(report: Report) -> list[dict]:
 
 
 async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
-                on_findings: Callable[[list[dict]], None] = lambda found: None) -> None:
+                on_findings: Callable[[list[dict]], None] = lambda found: None,
+                recent: RecentEvents | None = None, caught_up: Callable[[], bool] = lambda: True) -> None:
     """The alerts part's timer: the checks every check_every seconds into SQLite (the Checks page) and
     /metrics, so both say what `batch-console check` says."""
     from console.domain.checks import evaluate
 
     given = thresholds(settings.checks.check_thresholds)
+    while not stop.is_set() and not caught_up():  # a window half read would page at every start
+        await asyncio.sleep(0.2)
     while not stop.is_set():
         try:
-            report = evaluate(await gather(runtime, settings.checks.check_window), given, remedies=remedies())
+            facts = await gather(runtime, settings.checks.check_window, recent)
+            report = evaluate(facts, given, remedies=remedies())
             found = by_code_and_stream(report)
             on_findings(found)  # the alert rules on findings
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))

@@ -20,6 +20,7 @@ from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.alert_rules import Rule, parse_rules
 from console.domain.alerting import Evaluator, Notice, observations
+from console.domain.checks import RecentEvents
 from console.domain.notify_targets import NotifyTargets
 from console.storage.alert_state import AlertStore
 
@@ -50,9 +51,10 @@ def load_rules(path: str | os.PathLike | None, targets: NotifyTargets = NotifyTa
 class AlertService:
     def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], store: AlertStore,
                  console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None,
-                 targets: NotifyTargets = NotifyTargets()):
+                 targets: NotifyTargets = NotifyTargets(), checks_window_s: float = 0.0):
         self.log = EventLog.over(nc, event_log)
         self.evaluator = Evaluator(rules)
+        self.recent = RecentEvents(checks_window_s)  # what the health checks count, kept as it is followed
         self.targets = targets
         self.notifier = Notifier(nc, console_url, on_attempt=self._record, targets=targets)
         self.store = store
@@ -68,7 +70,8 @@ class AlertService:
         self._writes: set[asyncio.Future] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        longest = max((r.within for r in self.evaluator.rules), default=timedelta(minutes=5))
+        longest = max(max((r.within for r in self.evaluator.rules), default=timedelta(minutes=5)),
+                      timedelta(seconds=self.recent.keep_for_s))  # the health checks count their window too
         await self.log.wait_until_there()
         target = await self.log.last_seq()
         follower = asyncio.create_task(self._follow(datetime.now(timezone.utc) - longest - timedelta(seconds=5),
@@ -99,6 +102,7 @@ class AlertService:
             self.applied = seq
             if event is not None:
                 self.evaluator.apply(event)
+                self.recent.add(event)
                 if observations(event):
                     self._poke.set()
                 if self.metrics is not None and seq > target:  # counters start with the process

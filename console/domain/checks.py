@@ -8,8 +8,10 @@ never an "ok" it could not know."""
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.server_versions import ServerRelease
@@ -429,3 +431,27 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
         c = found.setdefault(stream, {})
         c["open_fast"] = c.get("open_fast", 0) + 1
     return {stream: WindowCounts(**c) for stream, c in found.items()}
+
+
+COUNTED = {"atomic_abandoned", "fast_gap", "fast_rejected", "atomic_rejected", "fast_lost", "atomic_lost",
+           "fast_started", "fast_attributed", "collector_status", *_ENDS}
+KEPT_EVENTS = 200_000  # what a long-running evaluator keeps of its window at most
+
+
+class RecentEvents:
+    """The events of the last window that the load checks count, kept as they are followed (the alerts
+    part follows the event log anyway): its timer counts them instead of reading the log again."""
+
+    def __init__(self, keep_for_s: float):
+        self.keep_for_s = keep_for_s
+        self._events: deque[Any] = deque(maxlen=KEPT_EVENTS)
+
+    def add(self, event: Any) -> None:
+        if self.keep_for_s > 0 and str(getattr(event, "kind", "")) in COUNTED:
+            self._events.append(event)
+
+    def window(self, now: datetime) -> list[Any]:
+        start = now - timedelta(seconds=self.keep_for_s)
+        while self._events and self._events[0].time < start:
+            self._events.popleft()
+        return list(self._events)

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 import pytest
 
 from console.domain.batch_limits import BatchLimits
-from console.domain.checks import (CHECKS, Facts, MalformedListing, StreamFacts, StreamPage, ThresholdError,
+from console.domain.checks import (CHECKS, Facts, MalformedListing, RecentEvents, StreamFacts, StreamPage,
+                                   ThresholdError,
                                    WindowCounts, evaluate, parse_threshold, window_counts)
 from console.domain.events import BatchEvent, EventKind
 from console.domain.server_versions import ServerRelease
@@ -159,3 +160,18 @@ def test_a_stream_a_downgraded_server_holds_offline_for_a_batch_flag_is_critical
                                                 "G": "unsupported - something else"})
     found = [(f.code, f.stream) for f in evaluate(facts, codes=["BATCH_001"]).findings]
     assert found == [("BATCH_001", "F")]
+
+
+def test_the_followers_window_keeps_only_what_the_checks_count_and_only_for_the_window():
+    from datetime import timedelta
+
+    recent = RecentEvents(keep_for_s=600)
+    t = datetime(2026, 11, 25, 12, tzinfo=timezone.utc)
+    recent.add(BatchEvent("old", EventKind.ATOMIC_ABANDONED, t - timedelta(minutes=11), "S", "a0"))
+    recent.add(BatchEvent("new", EventKind.ATOMIC_ABANDONED, t - timedelta(minutes=1), "S", "a1"))
+    recent.add(BatchEvent("p", EventKind.FAST_PROGRESS, t, "S", "b1"))  # the most numerous: never kept
+    assert [e.event_id for e in recent.window(t)] == ["new"]
+    assert window_counts(recent.window(t)) == {"S": WindowCounts(abandoned=1)}
+    off = RecentEvents(keep_for_s=0)  # an alerts service without checks keeps nothing
+    off.add(BatchEvent("x", EventKind.ATOMIC_ABANDONED, t, "S", "a2"))
+    assert off.window(t) == []
