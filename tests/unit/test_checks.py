@@ -10,8 +10,7 @@ import pytest
 
 from console.domain.batch_limits import BatchLimits
 from console.domain.checks import (CHECKS, Facts, MalformedListing, RecentEvents, StreamFacts, StreamPage,
-                                   ThresholdError,
-                                   WindowCounts, evaluate, parse_threshold, window_counts)
+                                   ThresholdError, WindowCounts, evaluate, parse_threshold, window_counts)
 from console.domain.events import BatchEvent, EventKind
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
