@@ -15,13 +15,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
+from console.alerting.rules_file import remedies
 from console.config import Settings, open_to_others
 from console.domain.checks import CHECKS, SEVERITIES, Facts, RecentEvents, Report, parse_threshold, window_counts
 from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
-from console.investigate import remedies
 from console.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -229,7 +229,8 @@ async def collect_async(settings: Settings) -> int:
 
 async def alerts_async(settings: Settings) -> int:
     from console.alerting.metrics import Metrics, serve_metrics
-    from console.alerting.service import AlertService, load_rules, rules_path
+    from console.alerting.rules_file import load_rules, rules_path
+    from console.alerting.service import AlertService
     from console.checks import watch
     from console.storage.alert_state import AlertStore
 

@@ -3,10 +3,10 @@ history tables), then the event log's minutes either side of that moment."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from console.alerting.rules_file import remedies
 from console.broker.eventlog import EventLog
 from console.domain.events import EventKind
 from console.domain.incident import AROUND, Incident, build_incident
@@ -30,18 +30,6 @@ def sighting(batch_id: str, model: LiveModel | None, history: Reader | None) -> 
         if len(found):
             return Sighting(found.time.iloc[0].to_pydatetime(), found.stream.iloc[0])
     return None
-
-
-@functools.cache
-def remedies() -> dict[tuple[str, str], str]:
-    """(measure, reason) -> what to do, from the shipped alert rules: one text for alerts and incidents."""
-    from console.alerting.service import load_rules
-
-    found: dict[tuple[str, str], str] = {}
-    for rule in load_rules(None):
-        for reason in rule.reasons or ("",):
-            found.setdefault((rule.when, reason), rule.remedy)
-    return found
 
 
 def advice(incident: Incident) -> str | None:

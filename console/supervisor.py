@@ -109,7 +109,7 @@ class Supervisor:
         self._stopping = False
 
     def _say_where_alerts_go(self) -> None:
-        from console.alerting.service import load_rules, rules_path
+        from console.alerting.rules_file import load_rules, rules_path
         from console.domain.alert_rules import without_targets
 
         try:

@@ -8,17 +8,17 @@ import asyncio
 import functools
 import json
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from console.alerting.metrics import Metrics
 from console.alerting.notify import Attempt, Notifier
+from console.alerting.rules_file import load_rules
 from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
-from console.domain.alert_rules import Rule, parse_rules
+from console.domain.alert_rules import Rule
 from console.domain.alerting import Evaluator, Notice, observations
 from console.domain.checks import RecentEvents
 from console.domain.notify_targets import NotifyTargets
@@ -26,26 +26,8 @@ from console.storage.alert_state import AlertStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RULES = Path(__file__).parent / "default_rules.toml"
 EVERY = 1.0  # seconds between evaluations
 COLLECTOR_UP_WITHIN = timedelta(seconds=15)  # three of its status intervals
-
-
-RULES_FILE = "alert-rules.toml"  # in the data directory: the rules the Alerts page edits
-
-
-def rules_path(given: str | os.PathLike | None, data_dir: Path) -> Path:
-    """The rules file given, else DATA_DIR/alert-rules.toml once the Alerts page has saved one, else the shipped rules."""
-    if given:
-        return Path(given)
-    edited = data_dir / RULES_FILE
-    return edited if edited.exists() else DEFAULT_RULES
-
-
-def load_rules(path: str | os.PathLike | None, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
-    """The rules file given, else the shipped one; RulesError (with its line) for a file with an error,
-    a notify target `targets` does not allow among them."""
-    return parse_rules(Path(path or DEFAULT_RULES).read_text(), targets)
 
 
 class AlertService:

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from console.actions import Actions, unaudited
-from console.alerting.service import RULES_FILE, load_rules, rules_path
+from console.alerting.rules_file import RULES_FILE, load_rules, rules_path
 from console.domain.alert_rules import Rule, RulesError, parse_rules, rules_toml
 from console.domain.notify_targets import NotifyTargets
 from console.errors import ReadOnlyError

@@ -10,7 +10,7 @@ import nats
 from sqlmodel import Session, select
 
 from console.alerting.metrics import Metrics
-from console.alerting.service import DEFAULT_RULES
+from console.alerting.rules_file import DEFAULT_RULES
 from console.analytics.job import JobSettings, run_once
 from console.analytics.source import SourceOptions
 from console.broker.eventlog import EventLog

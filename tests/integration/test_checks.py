@@ -18,7 +18,7 @@ from nats.js.api import RetentionPolicy, StreamConfig, StreamSource
 from console.broker.fast import FastBatch
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.errors import BatchError
-from console.investigate import remedies
+from console.alerting.rules_file import remedies
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_collector_sources import ACCOUNTS
 from tests.processes import CLI, free_port, probe

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from console.alerting.service import DEFAULT_RULES
+from console.alerting.rules_file import DEFAULT_RULES
 from console.domain.alert_rules import parse_rules
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"

@@ -92,7 +92,7 @@ async def test_a_committed_batch_with_an_earlier_gap_ends_up_on_its_stream_every
     from datetime import datetime, timedelta, timezone
 
     from console.alerting.metrics import Metrics
-    from console.alerting.service import DEFAULT_RULES
+    from console.alerting.rules_file import DEFAULT_RULES
     from console.domain.alert_rules import parse_rules
     from console.domain.alerting import Evaluator
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.sync_api import expect
 
-from console.alerting.service import DEFAULT_RULES
+from console.alerting.rules_file import DEFAULT_RULES
 from console.config import event_key
 from tests.processes import CLI, Receiver, free_port, wait_http
 from tests.waits import poll_until

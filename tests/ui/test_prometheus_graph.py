@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from console.alerting.service import DEFAULT_RULES
+from console.alerting.rules_file import DEFAULT_RULES
 from tests.processes import CLI, free_port, probe
 from tests.waits import poll_until
 
