@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
+from console.alerting.metrics import Family, Metrics
 from console.alerting.rules_file import remedies
 from console.config import Settings, open_to_others
 from console.domain.checks import CHECKS, SEVERITIES, Facts, RecentEvents, Report, parse_threshold, window_counts
@@ -22,7 +23,7 @@ from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
-from console.runtime import Runtime
+from console.runtime import ASSUMED, Runtime
 
 log = logging.getLogger(__name__)
 NAGIOS = {"ok": 0, "info": 0, "warning": 1, "critical": 2}
@@ -44,7 +45,9 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
         facts = replace(facts, streams=tuple(streams), offline=offline)
     except Exception as e:
         log.warning("check: the stream list not read: %s", e)
-    facts = replace(facts, limits=(await runtime.batch_limits())[0], event_key_exposed=_key_exposed(runtime.settings))
+    limits, source = await runtime.batch_limits()
+    facts = replace(facts, limits=limits, limits_assumed=source.startswith(ASSUMED),
+                    event_key_exposed=_key_exposed(runtime.settings))
     try:
         events = recent.window(datetime.now(timezone.utc)) if recent is not None else \
             await _window(runtime, window_minutes)
@@ -111,17 +114,23 @@ def nagios(report: Report) -> str:
                                 + f": {f.evidence}" for f in report.findings)])
 
 
+def status_samples(report: Report) -> list[tuple[str, str, int]]:
+    """(code, stream, level) of batch_console_check_status: each finding's, and 0 for a check that ran
+    and found nothing; what `check --format prometheus` prints and the alerts part's /metrics serve."""
+    samples = [(f["code"], f["stream"], METRIC_LEVEL[f["severity"]]) for f in by_code_and_stream(report)]
+    found = {code for code, _, _ in samples}
+    return samples + [(code, "", 0) for code in report.checked if code not in found]
+
+
 def prometheus(report: Report) -> str:
-    lines = ["# HELP batch_console_check_status A batch health check's state: 0 ok, 1 info, 2 warning, 3 critical.",
-             "# TYPE batch_console_check_status gauge"]
-    found = {f.code for f in report.findings}
-    lines += [f'batch_console_check_status{{code="{f.code}",stream="{_label(f.stream or "")}"}} '
-              f"{METRIC_LEVEL[f.severity]}" for f in report.findings]
-    lines += [f'batch_console_check_status{{code="{code}",stream=""}} 0' for code in report.checked if code not in found]
-    lines += ["# HELP batch_console_check_unchecked A check that could not run (what it needs was not read).",
-              "# TYPE batch_console_check_unchecked gauge"]
-    lines += [f'batch_console_check_unchecked{{code="{code}"}} 1' for code, _ in report.unchecked]
-    return "\n".join(lines) + "\n"
+    status = Metrics().check_status
+    for code, stream, level in status_samples(report):
+        status.set(code, stream, value=level)
+    unchecked = Family("batch_console_check_unchecked", "A check that could not run (what it needs was not read)",
+                       "gauge", ("code",))
+    for code, _ in report.unchecked:
+        unchecked.set(code, value=1)
+    return "\n".join(status.render() + unchecked.render()) + "\n"
 
 
 FORMATS: dict[str, Callable[[Report], str]] = {"text": text, "json": as_json, "nagios": nagios,
@@ -165,10 +174,8 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
             if metrics is not None:
                 metrics.check_status.clear()
-                for f in found:
-                    metrics.check_status.set(f["code"], f["stream"], value=METRIC_LEVEL[f["severity"]])
-                for code in set(report.checked) - {f["code"] for f in found}:
-                    metrics.check_status.set(code, "", value=0)
+                for code, where, level in status_samples(report):
+                    metrics.check_status.set(code, where, value=level)
         except Exception:  # the next round tries again; the alerts go on meanwhile
             log.exception("checks not evaluated")
         try:
@@ -183,10 +190,6 @@ def _summary(report: Report) -> str:
                                                          if report.unchecked else "")
     parts = [f"{sum(f.severity == s for f in report.findings)} {s}" for s in ("critical", "warning", "info")]
     return ", ".join(p for p in parts if not p.startswith("0 ")) + f" of {len(report.checked)} checks"
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 async def run_check(settings: Settings, output: str, codes: list[str] | None, stream: str | None) -> int:
