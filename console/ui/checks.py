@@ -30,8 +30,11 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
-        cells = {c: {"type": "html"} for c in ("severity", "stream", "evidence", "remedy", "check")}
-        self._table = tabulator(self.rows, height=480, formatters=cells, widths={"evidence": 360, "remedy": 360})
+        # Evidence and remedy are read whole: wrapped (the textarea formatter escapes what it shows)
+        cells = {"severity": {"type": "html"}, "stream": {"type": "html"},
+                 **{c: {"type": "textarea"} for c in ("check", "evidence", "remedy")}}
+        self._table = tabulator(self.rows, height=480, formatters=cells,
+                                widths={"check": 180, "evidence": 320, "remedy": 380})
         w = pn.widgets
         self._layout = pn.Column(
             pn.pane.Markdown("## Checks"), pn.pane.Markdown(self.param.state),
@@ -62,7 +65,8 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
         else:
             worst = max((f["severity"] for f in found), key=SEVERITIES.index, default="ok")
             skipped = "; ".join(f"{html.escape(c)}: {html.escape(w)}" for c, w in unchecked)
-            self.state = (f"**{worst.upper()}**: {len(found)} finding(s) of {len(CHECKS)} checks, evaluated "
+            self.state = (f"**{worst.upper()}**: {len(found)} finding(s) of {len(CHECKS) - len(unchecked)} checks run, "
+                          "evaluated "
                           f"{self.clock.when(when)}" + (f". Not checked: {skipped}" if skipped else ""))
         wanted = [f for f in found if (self.severity == ANY or f["severity"] == self.severity)
                   and (not self.stream.strip() or f["stream"] == self.stream.strip())]
@@ -80,6 +84,6 @@ COLOURS = {"critical": "#c92a2a", "warning": "#e67700", "info": "#1971c2"}
 def _row(f: dict, when: Callable[[datetime], str]) -> dict:
     e = html.escape
     return {"severity": f'<b style="color:{COLOURS.get(f["severity"], "inherit")}">{e(f["severity"])}</b>',
-            "code": f["code"], "check": e(f["title"]), "stream": stream_cell(f["stream"]) if f["stream"] else "",
-            "evidence": e(f["evidence"]), "remedy": e(f["remedy"]),
+            "code": f["code"], "check": f["title"], "stream": stream_cell(f["stream"]) if f["stream"] else "",
+            "evidence": f["evidence"], "remedy": f["remedy"],
             "first seen": when(f["first_seen"]), "last seen": when(f["last_seen"])}
