@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads histo
     from console.storage.history import Reader
 
 log = logging.getLogger(__name__)
+ASSUMED = "the server's defaults, assumed"  # how batch_limits() says it did not read them
 LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
 REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
 
@@ -164,10 +165,10 @@ class Runtime:
         if (varz := await read_varz(self.system_nc, monitor_url)) is not None:
             found = (BatchLimits.from_varz(varz[0]), f"read from {varz[1]}")
         elif self.system_nc is None and not monitor_url:
-            found = (BatchLimits.from_varz({}), "the server's defaults, assumed: give --monitor-url or a system "
+            found = (BatchLimits.from_varz({}), f"{ASSUMED}: give --monitor-url or a system "
                      "account to read the real ones")
         else:
-            found = (BatchLimits.from_varz({}), "the server's defaults, assumed: /varz did not answer")
+            found = (BatchLimits.from_varz({}), f"{ASSUMED}: /varz did not answer")
         self._limits = (now, found)
         return found
 

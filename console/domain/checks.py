@@ -88,6 +88,7 @@ class Facts:
     window_minutes: float = 60.0
     server: ServerRelease | None = None
     limits: BatchLimits | None = None
+    limits_assumed: bool = False  # the server's defaults, not its /varz: a figure from them says so
     streams: tuple[StreamFacts, ...] | None = None
     offline: Mapping[str, str] = field(default_factory=dict)  # streams the server could not load, and why
     counts: Mapping[str, WindowCounts] | None = None  # stream -> counts
@@ -196,6 +197,8 @@ def _timeouts(f: Facts, t: Threshold) -> Found:
     for stream, c in _counts(f):
         if c.abandoned_timeout >= t("at_least", stream):
             timeout = f"{f.limits.timeout:g} s" if f.limits else "the server's"
+            if f.limits and f.limits_assumed:
+                timeout += ", assumed: /varz was not read"
             yield (stream, f"{c.abandoned_timeout} atomic batch(es) abandoned for a timeout in {f.window_minutes:g} "
                            f"min: its publishers pause longer than the batch timeout ({timeout})", None)
 

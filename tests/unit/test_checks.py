@@ -174,3 +174,10 @@ def test_the_followers_window_keeps_only_what_the_checks_count_and_only_for_the_
     off = RecentEvents(keep_for_s=0)  # an alerts service without checks keeps nothing
     off.add(BatchEvent("x", EventKind.ATOMIC_ABANDONED, t, "S", "a2"))
     assert off.window(t) == []
+
+
+def test_a_figure_from_assumed_limits_says_it_was_assumed():
+    facts = replace(QUIET, counts={"S": WindowCounts(abandoned=1, abandoned_timeout=1)}, limits_assumed=True)
+    [found] = evaluate(facts, codes=["BATCH_006"]).findings
+    assert "batch timeout (10 s, assumed: /varz was not read)" in found.evidence
+    assert "assumed" not in evaluate(replace(facts, limits_assumed=False), codes=["BATCH_006"]).findings[0].evidence
