@@ -26,6 +26,7 @@ from console.errors import BatchError, TooManyInflightError
 from console.ui.stream import release_risks
 from console.ui.streams import StreamsPage
 from tests.conftest import CLUSTER_LIMITS, TEST_LIMITS
+from tests.integration.test_cluster_losses import open_atomic_batch, step_down
 from tests.server_versions import VERSIONS, binary
 from tests.waits import eventually, events_for, wait_until
 
@@ -258,13 +259,6 @@ async def r3(client, name: str, **flags) -> StreamAdmin | None:
     return admin
 
 
-async def step_down(admin: StreamAdmin, name: str) -> None:
-    before = await eventually(lambda: admin.leader(name), lambda _: True, timeout=30, what=f"{name}'s leader")
-    await admin.step_down(name)
-    await eventually(lambda: admin.leader(name), lambda leader: leader not in (None, before),
-                     what=f"{name} elected another leader", timeout=30)
-
-
 @pytest.mark.cluster
 async def test_a_leader_change_on_three_nodes(release_cluster):
     version, cluster = release_cluster
@@ -315,7 +309,6 @@ async def fast_across(client, mode: str) -> str:
 
 
 async def atomic_across(client, collector) -> str:
-    from tests.integration.test_cluster_losses import open_atomic_batch
 
     name = "V_LEAD_ATOMIC"
     admin = await r3(client, name, allow_atomic=True)
