@@ -22,6 +22,7 @@ from console.domain.checks import CHECKS, SEVERITIES, Facts, RecentEvents, Repor
 from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
+from console.domain.conformance import Verdicts
 from console.domain.wire import MalformedInput
 from console.runtime import ASSUMED, Runtime
 
@@ -54,7 +55,7 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
     except Exception as e:  # no event key, no event log: the load and collector checks say they could not run
         log.warning("check: the event log was not read: %s", e)
         return facts
-    facts = replace(facts, counts=window_counts(events))
+    facts = replace(facts, counts=window_counts(events), nonconforming=conformance_of(events))
     statuses = [e for e in events if e.kind is EventKind.COLLECTOR_STATUS]
     if not statuses:
         return replace(facts, collector_healthy=False, collector_age_s=None)
@@ -67,6 +68,16 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
                    collector_healthy=status.healthy, collector_unhealthy=status.unhealthy,
                    advisories_durable=status.advisories_durable,
                    system_account=status.publisher_note != NO_SYSTEM_ACCOUNT)
+
+
+def conformance_of(events: list) -> dict[str, str] | None:
+    """client -> the statements it fails, from the window's conformance events; None when there are none
+    (no collector grading: BATCH_030 says it could not run)."""
+    verdicts = Verdicts()
+    for event in events:
+        if event.kind is EventKind.CONFORMANCE:
+            verdicts.apply(event)
+    return verdicts.nonconforming() if len(verdicts) else None
 
 
 async def _window(runtime: Runtime, minutes: float) -> list:

@@ -33,6 +33,17 @@ CONNECTED = ("connection",)
 WITH_EVENT_LOG = (*CONNECTED, "data", "event_log")
 
 
+def window_minutes(text: str) -> float:
+    """Minutes of the event log: more than 0, at most a year."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of minutes: {text[:40]!r}") from None
+    if not 0 < value <= 365 * 24 * 60:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"minutes must be more than 0 and at most a year: {text[:40]!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The commands and the settings each takes (declared in console.config, each flag with its
     environment twin); a probe's own arguments are the only flags declared here."""
@@ -85,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=["text", "json", "nagios", "prometheus"], default="text")
     check.add_argument("--stream", type=names.stream, help="only this stream's findings")
     check.add_argument("--code", action="append", help="only this check (BATCH_009; repeatable)")
+
+    conformance = commands.add_parser("conformance", help="which batch publishers follow ADR-50, judged on the wire: "
+                                                          "a verdict per client and statement; exit 0 all conform, "
+                                                          "1 one does not, 3 no verdict")
+    add_flags(conformance, *WITH_EVENT_LOG)
+    conformance.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    conformance.add_argument("--window", type=window_minutes, default=24 * 60,
+                             help="minutes of the event log to read the latest verdicts from (default a day)")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
@@ -371,6 +390,10 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         from console.checks import run_check
 
         return asyncio.run(run_check(settings, args.format, args.code, args.stream))
+    if command == "conformance":
+        from console.conformance import run_conformance
+
+        return asyncio.run(run_conformance(settings, args.format, args.window))
     return asyncio.run(probe_async(settings, args))
 
 

@@ -242,6 +242,8 @@ class CollectorSettings:
     # process of its own: the pause blocks the loop, so acks pile up and one read takes dozens of
     # them, instead of one wake-up per ack stealing CPU from the publishers being watched.
     pace_ms: float = setting(0.0, "pause between passes while tap traffic flows (0: off)", parse=float)
+    no_conformance: bool = setting(False, "do not grade batch publishers against ADR-50 (the conformance report)",
+                                   switch=True, flag="--no-conformance")
     quarantine_max_msgs: int = setting(10_000, "malformed inputs the quarantine stream keeps (the oldest go)", parse=int)
     quarantine_per_second: float = setting(50.0, "malformed inputs kept a second at most; the rest are only counted",
                                            parse=float)

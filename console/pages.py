@@ -25,6 +25,7 @@ from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
 from console.ui.checks import ChecksPage
+from console.ui.conformance import ConformancePage
 from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
@@ -123,6 +124,7 @@ def incident(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> IncidentPag
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
+                           "verdicts": runtime.verdicts,
                            "peek": runtime.live.model.find_lost,
                            "exported": actions.recorder("export.report"),
                            "console_url": runtime.settings.alerting.console_url or "", **params})
@@ -147,6 +149,10 @@ def audit(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AuditPage:
 
 def checks(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ChecksPage:
     return ChecksPage(findings=runtime.alerts.findings, **params)
+
+
+def conformance(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ConformancePage:
+    return ConformancePage(verdicts=runtime.verdicts, **params)
 
 
 def badges(runtime: Runtime) -> list[Badge]:
@@ -175,6 +181,7 @@ TABLE = (
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}),
+    Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"}),
     Page("/probe", "Probe", probe, changes_the_server=True),
     Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),
     Page("/stream", None, stream, {"name": "name"}),

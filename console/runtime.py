@@ -17,6 +17,7 @@ from console.broker.live_state import LiveState
 from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, load
 from console.domain.batch_limits import BatchLimits
+from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
 from console.domain.incident import Incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads histo
 log = logging.getLogger(__name__)
 ASSUMED = "the server's defaults, assumed"  # how batch_limits() says it did not read them
 LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
+VERDICTS_WINDOW = 24 * 60.0  # minutes of the event log the conformance verdicts are read from
+VERDICTS_FOR = 5.0  # seconds a read of them is kept
 REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
 
 
@@ -51,6 +54,7 @@ class Runtime:
         self._alerts: AlertsView | None = None
         self._audit: AuditLog | None = None
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
+        self._verdicts: tuple[float, Verdicts] | None = None
         self._keeper: asyncio.Task | None = None
 
     @classmethod
@@ -216,6 +220,19 @@ class Runtime:
     async def audit_trail(self, since: datetime | None = None) -> Checked:
         """The audit trail's records (from `since`), with every break in its chain."""
         return await self._audit_log().read(since)
+
+    async def verdicts(self, window_minutes: float = VERDICTS_WINDOW) -> Verdicts:
+        """The clients' latest conformance verdicts in the event log's last `window_minutes` (kept a few
+        seconds: every page of every session asks)."""
+        from console.conformance import read_verdicts
+
+        now = time.monotonic()
+        if self._verdicts is None or now - self._verdicts[0] > VERDICTS_FOR or window_minutes != VERDICTS_WINDOW:
+            found = await read_verdicts(self, window_minutes)
+            if window_minutes != VERDICTS_WINDOW:
+                return found
+            self._verdicts = (now, found)
+        return self._verdicts[1]
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         from console.investigate import find_incident

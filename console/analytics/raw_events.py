@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 
 from console.analytics.schema import SKIPPED_KIND
 from console.analytics.transforms import LOSS_RETRACTED
-from console.domain.events import STATUS_UNVERIFIED, EventKind
+from console.domain.events import NOT_HISTORY, STATUS_UNVERIFIED
 from console.storage import delta
 
-COLLECTOR_STATUS = EventKind.COLLECTOR_STATUS.value
+NOT_COUNTED = pa.array([kind.value for kind in NOT_HISTORY])
 
 # What a task says of its part of a step: per date, its events (those an aggregate counts: `history`;
 # of fast batches: `fast`; a retraction among them) and the file it wrote; per skip reason, how many.
@@ -45,7 +45,7 @@ def step_writer(raw_path: str, written: int) -> Callable[[Iterator[pa.RecordBatc
             kind = events["kind"]
             facts.append(pa.table({
                 "date": delta.partition_dates(events),
-                "history": pc.cast(pc.not_equal(kind, COLLECTOR_STATUS), pa.int64()),
+                "history": pc.cast(pc.invert(pc.is_in(kind, value_set=NOT_COUNTED)), pa.int64()),
                 "fast": pc.cast(pc.and_(pc.starts_with(kind, "fast_"), pc.is_valid(events["batch_id"])), pa.int64()),
                 "retraction": pc.equal(kind, LOSS_RETRACTED),
             }))

@@ -103,9 +103,9 @@ async def _stream_bounds(options: SourceOptions) -> tuple[int, int]:
 async def _first_history_seq(options: SourceOptions, first: int) -> int | None:
     """The first sequence >= `first` of an event other than the collector's heartbeat, or None."""
     from console.broker.log_reader import first_seq_on
-    from console.domain.events import EventKind
+    from console.domain.events import NOT_HISTORY, EventKind
 
-    subjects = [f"{options.prefix}.{kind.value}.>" for kind in EventKind if kind is not EventKind.COLLECTOR_STATUS]
+    subjects = [f"{options.prefix}.{kind.value}.>" for kind in EventKind if kind not in NOT_HISTORY]
     return await first_seq_on(options.connection, options.stream, subjects, first)
 
 

@@ -14,15 +14,14 @@ import nats.errors
 from nats.aio.client import Client
 
 from console.broker.replies import error_of, reply_of
+from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, REQUIRED_API_LEVEL
 from console.domain.fast_ingest import check_batch_id, new_batch_id
 from console.domain.replies import ApiError, PubAck, Staged
 from console.domain.server_versions import first_message_over_the_limit
 from console.errors import (BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError,
                             TooManyInflightError)
 
-BATCH_ID = "Nats-Batch-Id"
-BATCH_SEQUENCE = "Nats-Batch-Sequence"
-BATCH_COMMIT = "Nats-Batch-Commit"
+EOB_API_LEVEL = "4"  # the API level of 2.14, the first release that takes an eob commit
 UNSUPPORTED_HEADERS = ("Nats-Expected-Last-Msg-Id",)
 SERVER_MAX_MSGS = 1000
 
@@ -99,7 +98,10 @@ class AtomicBatch:
             raise BatchRefusedError("an EOB commit needs at least one staged message (the server answers 10176)")
         # The marker is a message too: it takes the next sequence but is not bound by max_msgs.
         self.seq += 1
-        return await self._finish(self._last_subject, b"", self._headers(self.seq, None, commit="eob"))
+        # ADR-50 (rev. 5) asks an eob commit to require API level 3; 2.12.8 is at 3 and refuses eob (10200),
+        # so the level that has it, 4 (2.14): an older server refuses with 10185, and says why.
+        return await self._finish(self._last_subject, b"", self._headers(self.seq, {REQUIRED_API_LEVEL: EOB_API_LEVEL},
+                                                                          commit="eob"))
 
     def skip_seq(self, count: int = 1) -> None:
         """Fault injection: use up sequences without sending them, so the server sees a gap."""

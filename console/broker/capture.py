@@ -4,6 +4,7 @@ core subscriptions (the `$FI` reply tap, the publish side, the system account's 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from console.broker.connection import Connection, asked_again
 from console.broker.replies import is_no_responders
 from console.broker.streams import StreamSpec, ensure_stream
-from console.domain.atomic_tracker import BATCH_HEADERS, BATCH_ID
+from console.domain.atomic_tracker import BATCH_ID, KEPT_HEADERS
 from console.errors import CaptureRefusedError
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,18 @@ LEADER_ELECTIONS = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"  # followed live
 PROBE_SUBJECT = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.probe"
 
 
+_arrivals = itertools.count(1)
+
+
+@dataclass
+class ArrivalMsg(Msg):
+    """A message stamped, as the connection reads it, with its place in the order the server sent it:
+    each subscription's messages are handled by a task of its own, so across subscriptions the order
+    they are handled in is not the wire's (an ack and the message sent after it can swap)."""
+
+    arrival: int = field(default_factory=lambda: next(_arrivals))
+
+
 @dataclass(frozen=True)
 class Inbound:
     subject: str
@@ -35,6 +48,7 @@ class Inbound:
     reply: str | None = None
     no_responders: bool = False  # a 503 status: no stream listens on the subject
     batch_headers: Mapping[str, str] = field(default_factory=dict)  # an atomic batch's headers, if any
+    arrival: int = 0  # the order the connection read it in (0: not stamped)
 
 
 Handler = Callable[[Inbound], Awaitable[None]]
@@ -43,8 +57,9 @@ Ack = Callable[[], Awaitable[None]]
 
 def inbound(msg: Msg) -> Inbound:
     headers = msg.headers or {}
-    batch = {k: headers[k] for k in BATCH_HEADERS if k in headers} if BATCH_ID in headers else {}
-    return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg), batch)
+    batch = {k: headers[k] for k in KEPT_HEADERS if k in headers} if BATCH_ID in headers else {}
+    return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg), batch,
+                   getattr(msg, "arrival", 0))
 
 
 class DurableAdvisories:
@@ -109,6 +124,7 @@ class Subscriptions:
         async def on_msg(msg: Msg) -> None:
             await handler(inbound(msg))
 
+        nc.msg_class = ArrivalMsg  # what this connection reads from now on carries its arrival
         self._subs.append(await nc.subscribe(subject, cb=on_msg))
 
     async def tap_fast_replies(self, nc: Connection, prefix: str, handler: Handler) -> None:

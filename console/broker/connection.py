@@ -106,6 +106,12 @@ def why_closed(nc: Client) -> str:
     return repr(nc.last_error) if nc.last_error else "no reason given"
 
 
+def identity(nc: Client) -> tuple[str | None, int | None]:
+    """The connection as the server names it: (server name, client id); CONNZ says the same."""
+    name = nc._server_info.get("server_name") if isinstance(nc._server_info, dict) else None
+    return (name if isinstance(name, str) else None), nc.client_id
+
+
 def reconnects(nc: Client) -> int:
     """How many times the connection was made again (to the same server or another)."""
     return nc.stats.get("reconnects", 0)

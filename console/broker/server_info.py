@@ -51,7 +51,7 @@ async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> d
 
 
 async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, within: float,
-                    errors: Tally) -> Publisher | None:
+                    errors: Tally, exclude: tuple[str | None, int | None] | None = None) -> Publisher | None:
     """The connection of `account` that subscribes under `prefix` and hears `subject`: every server is
     asked at once (on a cluster the publisher is on one of them); the first to name it answers."""
     inbox = system_nc.new_inbox()
@@ -70,7 +70,7 @@ async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, 
             except asyncio.TimeoutError:
                 break
             try:
-                found = publishers_from_connz(msg.data, prefix)
+                found = [p for p in publishers_from_connz(msg.data, prefix) if (p.server, p.cid) != exclude]
             except MalformedPublisher as e:
                 errors.add(e.reason[:100])
                 continue

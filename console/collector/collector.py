@@ -17,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import replace
 
 from console.broker.capture import Subscriptions
-from console.broker.connection import Connection, flush
+from console.broker.connection import Connection, flush, identity
 from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, own_account, read_varz
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.capture_watch import CaptureWatch
+from console.collector.grading import Grading
 from console.collector.health import Health, Loops
 from console.collector.intake import Intake
 from console.collector.priority import CpuMode, CpuPriority
@@ -66,7 +68,8 @@ class Collector:
         self.health = Health()
         self.log = EventLog.over(nc, event_log)
         self.quarantine = Quarantine(nc, replace(quarantine, replicas=quarantine.replicas or event_log.replicas))
-        self.publishers = Publishers(system_nc, None, errors=self.errors)
+        self.publishers = Publishers(system_nc, None, errors=self.errors, shared_prefixes=settings.inbox_prefixes,
+                                     own=lambda: identity(nc))
         self.rejected = Tally()
         self.writer = EventWriter(self.log, self.quarantine, self.publishers, self.health, self.rejected, self.errors,
                                   settings.max_queued_events)
@@ -78,11 +81,16 @@ class Collector:
         own_streams = frozenset((event_log.stream, settings.advisory_stream, quarantine.stream))
         self.advisories = AdvisoryReader(nc, system_nc, settings, event_log.replicas, own_streams, self.intake,
                                          self.writer, self.loops, self.errors, stopping)
+        self.report_instance = uuid.uuid4().hex[:12]
+        self.grading = None if settings.no_conformance else \
+            Grading(self.publishers, self.report_instance, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT,
+                    settings.status_every)
         self.taps = TapReader(nc, settings, self.intake, self.publishers, self._subs, self.loops, self.errors,
-                              stopping)
+                              stopping, self.grading)
         self.cpu = CpuPriority(CpuMode(settings.cpu)) if settings.cpu else None
         self.report = StatusReport(nc, self.advisories, self.taps, self.state, self.writer, self.quarantine,
-                                   self.publishers, self.loops, self.health, self.errors, self.cpu)
+                                   self.publishers, self.loops, self.health, self.errors, self.cpu,
+                                   instance=self.report_instance)
         self.capture = CaptureWatch(nc, self.report.instance, lambda: self.advisories.stream,
                                     lambda events: self.intake.put(events, COLLECTOR), lambda: self.loops.beat("capture"))
         self._writer: asyncio.Task | None = None
@@ -161,6 +169,8 @@ class Collector:
             task.cancel()
         await _ended(self._tasks)
         self._tasks.clear()
+        if self.grading is not None:
+            self.grading.tick(self.intake.put, everything=True)
         if self._writer is not None:
             await self.writer.end()  # only now: nothing else can enqueue
             await _ended([self._writer])
@@ -178,7 +188,11 @@ class Collector:
             return
         if (found := await read_varz(self.system_nc, self.monitor_url)) is not None:  # else the default, assumed
             varz, source = found
-            self.state.learn_batch_timeout(BatchLimits.from_varz(varz).timeout, source)
+            limits = BatchLimits.from_varz(varz)
+            self.state.learn_batch_timeout(limits.timeout, source)
+            if self.grading is not None:
+                size = limits.get("max_batch_size").atomic
+                self.grading.grader.learn(limits.timeout, int(size) if size else None)
 
     async def _tick_loop(self) -> None:
         last_status = 0.0
@@ -190,6 +204,8 @@ class Collector:
                 clock = time.monotonic()
                 self.cpu.on_tick(clock - due, clock)
             self.state.tick(self.intake.put)
+            if self.grading is not None:
+                self.grading.tick(self.intake.put)
             if time.monotonic() - last_status >= self.settings.status_every:
                 last_status = time.monotonic()
                 await self.heartbeat()

@@ -1,7 +1,10 @@
 """Which connection publishes each tapped fast batch: one CONNZ request per new reply prefix.
 
 The tap sees replies on `<prefix>.<batch>.<flow>.<gap>.<seq>.<op>.$FI`; the publisher is the one
-connection of the collector's account subscribed to that subject. With the system account, the
+connection of the collector's account subscribed to that subject. A prefix is a connection's own
+(`_INBOX.<nuid>`, nats-py), unless it is one the tap is configured with (`_INBOX`, nats.js, which
+subscribes `_INBOX.<batch>.>` per batch): then each batch is its own question. An atomic batch's
+first message is a request: its reply subject names the connection the same way. With the system account, the
 collector asks every server (`$SYS.REQ.SERVER.PING.CONNZ`, filtered by account and subject) and
 keeps the answer per prefix: a prefix is asked once (an answer of nobody at its next batch), at once for a burst
 of new prefixes and then at most `per_second` a second, and a bounded number of prefixes and batches
@@ -16,12 +19,12 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from typing import Callable
 from dataclasses import replace
 
 from console.broker.connection import Connection
 from console.broker.server_info import ask_connz
 from console.domain.events import BatchEvent
-from console.domain.fast_ingest import FastReplySubject
 from console.domain.publisher import NO_SYSTEM_ACCOUNT, Publisher
 from console.domain.wire import Tally
 
@@ -37,8 +40,13 @@ ASK_NOBODY_AGAIN = 1.0  # seconds an answer of nobody is kept at least (then ask
 
 class Publishers:
     def __init__(self, system_nc: Connection | None, account: str | None, *, per_second: float = 20.0,
-                 answer_within: float = 1.0, errors: Tally | None = None):
+                 answer_within: float = 1.0, errors: Tally | None = None, shared_prefixes: tuple[str, ...] = (),
+                 own: Callable[[], tuple[str | None, int | None]] | None = None):
+        """shared_prefixes: the tap's inbox prefixes (a batch directly under one has an inbox of its own);
+        own: the collector's connection as CONNZ names it (server, cid), never a publisher."""
         self.system_nc = system_nc
+        self.shared_prefixes = frozenset(shared_prefixes)
+        self.own = own
         self.account = account  # the tapped replies' account: the collector's own
         self.per_second = per_second
         self.answer_within = answer_within  # seconds to wait for the servers' answers to one request
@@ -65,23 +73,38 @@ class Publishers:
         """A tapped reply: remember its batch's prefix, and ask who holds a new prefix."""
         if self.system_nc is None or not self.account:
             return
-        try:
-            where = FastReplySubject.parse(subject)
-        except ValueError:
-            return
-        new_batch = where.batch_id not in self._batches
-        self._batches[where.batch_id] = where.prefix
-        self._batches.move_to_end(where.batch_id)
+        tokens = subject.rsplit(".", 6)
+        if len(tokens) == 7 and tokens[0] and tokens[1]:
+            self._saw(tokens[1], self.connection_key("fast", tokens[0], tokens[1]), subject)
+
+    def saw_atomic(self, batch_id: str, reply: str) -> None:
+        """An atomic batch's first message, sent as a request on `reply`."""
+        if self.system_nc is not None and self.account and "." in reply:
+            self._saw(batch_id, self.connection_key("atomic", reply.rsplit(".", 1)[0], batch_id), reply)
+
+    def connection_key(self, kind: str, prefix: str, batch_id: str) -> str:
+        """What a reply prefix says of its connection: the prefix, or prefix.batch under a shared one."""
+        return f"{prefix}.{batch_id}" if kind == "fast" and prefix in self.shared_prefixes else prefix
+
+    def lookup(self, kind: str, prefix: str, batch_id: str) -> Publisher | None:
+        """The publisher of a batch as already answered (never waits): the conformance grader's question."""
+        future = self._known.get(self.connection_key(kind, prefix, batch_id))
+        return future.result() if future is not None and future.done() else None
+
+    def _saw(self, batch_id: str, key: str, subject: str) -> None:
+        new_batch = batch_id not in self._batches
+        self._batches[batch_id] = key
+        self._batches.move_to_end(batch_id)
         while len(self._batches) > MAX_BATCHES:
             self._batches.popitem(last=False)
-        known = self._known.get(where.prefix)
-        if known is None or self._stale(where.prefix, known, new_batch):
+        known = self._known.get(key)
+        if known is None or self._stale(key, known, new_batch):
             future = asyncio.get_running_loop().create_future()
-            self._known[where.prefix] = future
-            self._asked[where.prefix] = time.monotonic()
+            self._known[key] = future
+            self._asked[key] = time.monotonic()
             while len(self._known) > MAX_PREFIXES:
                 self._asked.pop(self._known.popitem(last=False)[0], None)
-            asyncio.create_task(self._ask(where.prefix, subject, future))
+            asyncio.create_task(self._ask(key, subject, future))
 
     def _stale(self, prefix: str, known: asyncio.Future, new_batch: bool) -> bool:
         """A prefix may be a connection's (ours is: one per connection): an answer naming it is asked
@@ -144,7 +167,8 @@ class Publishers:
             while not self._take_token():
                 await asyncio.sleep(1 / self.per_second)
             self.requests += 1
-            found = await ask_connz(self.system_nc, self.account, prefix, subject, self.answer_within, self.errors)
+            found = await ask_connz(self.system_nc, self.account, prefix, subject, self.answer_within, self.errors,
+                                    exclude=self.own() if self.own else None)
         except Exception as e:  # an answer we cannot read leaves the publisher unknown, never the tap
             self.errors.add(f"CONNZ: {type(e).__name__}")
             log.debug("CONNZ for %s: %s", prefix, e)

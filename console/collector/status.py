@@ -36,7 +36,7 @@ class StatusReport:
     cpu: CpuPriority | None
     problems: list[str] = field(default_factory=list)  # permission errors and the like, shown by the UI
     notes: list[str] = field(default_factory=list)  # how an existing event log differs from what it would create
-    instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the collector's, shared with its grading
     started: float = field(default_factory=time.monotonic)
     _seq: int = 0
 

@@ -11,6 +11,7 @@ from typing import Callable
 
 from console.broker.capture import LEADER_ELECTIONS, Inbound, Subscriptions, stream_of_subject
 from console.broker.connection import Connection, flush
+from console.collector.grading import Grading
 from console.collector.health import Loops
 from console.collector.intake import Intake
 from console.collector.publishers import Publishers
@@ -25,8 +26,10 @@ log = logging.getLogger(__name__)
 
 class TapReader:
     def __init__(self, nc: Connection, settings: CollectorSettings, intake: Intake, publishers: Publishers,
-                 subs: Subscriptions, loops: Loops, errors: Tally, stopping: Callable[[], bool]):
+                 subs: Subscriptions, loops: Loops, errors: Tally, stopping: Callable[[], bool],
+                 grading: Grading | None = None):
         self.nc, self.settings, self.intake, self.publishers, self.subs = nc, settings, intake, publishers, subs
+        self.grading = grading
         self.loops, self.errors, self.stopping = loops, errors, stopping
         self.state = intake.state
         self.tapped = 0  # $FI replies received
@@ -68,6 +71,8 @@ class TapReader:
     async def _on_tap(self, msg: Inbound) -> None:
         self.tapped += 1
         self._last_tap = time.monotonic()
+        if self.grading is not None:  # before the tracker: a subject the server refused is evidence here
+            self.grading.reply(msg)
         tracker = self.state.tracker
         try:
             if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
@@ -77,6 +82,8 @@ class TapReader:
             else:
                 events = tracker.observe(msg.subject, msg.data, now())
         except MalformedInput as e:
+            if self.grading is not None:
+                self.publishers.saw(msg.subject)  # a subject the server refused: graded, so named
             await self.intake.reject(FI_TAP, e.reason, msg)
             return
         except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
@@ -89,29 +96,39 @@ class TapReader:
 
     async def _on_publish_side(self, msg: Inbound) -> None:
         if msg.batch_headers:  # an atomic batch's message: open until its commit
-            if (stream := await self._stream_of(msg.subject)) is not None:
+            stream = await self._stream_of(msg.subject)
+            if self.grading is not None:
+                self.grading.atomic_message(msg, stream)
+            if stream is not None:
                 try:
                     self.state.atomic.observe(stream, msg.batch_headers, now())
                 except MalformedInput as e:
                     await self.intake.reject(PUBLISH_TAP, e.reason, msg)
                     return
                 if msg.reply and msg.batch_headers.get("Nats-Batch-Sequence") == "1":
-                    await self._follow_reply(msg.reply, msg.batch_headers["Nats-Batch-Id"], stream)
+                    await self._follow_reply(msg.reply, msg.batch_headers["Nats-Batch-Id"], stream, msg.arrival)
             return
         if not msg.reply or not msg.reply.endswith(".$FI"):
             return  # a message that is not part of a batch
+        if self.grading is not None:
+            self.grading.fast_message(msg)
         try:
             events, batch = self.state.tracker.observe_publish(msg.subject, msg.reply, now())
         except MalformedInput as e:
+            if self.grading is not None:
+                self.publishers.saw(msg.reply)
             await self.intake.reject(PUBLISH_TAP, e.reason, msg)
             return
         if events:
+            self.publishers.saw(msg.reply)  # a start seen: who publishes it, asked while its inbox is there
             self.intake.put(events, PUBLISH_TAP)
         if batch is not None and batch.stream is None:
             if (stream := await self._stream_of(msg.subject)) is not None:
                 self.state.tracker.set_stream(batch.batch_id, stream)
+                if self.grading is not None:
+                    self.grading.grader.set_stream(batch.batch_id, stream)
 
-    async def _follow_reply(self, reply: str, batch: str, stream: str) -> None:
+    async def _follow_reply(self, reply: str, batch: str, stream: str, arrival: int) -> None:
         """A first message's reply tells a 10210 (the batch never opened): its publisher connection's
         replies are followed from the first batch it is seen with."""
         atomic = self.state.atomic
@@ -124,10 +141,14 @@ class TapReader:
                 self.errors.add(f"reply follow: {type(e).__name__}")
         if events := atomic.first_message(reply, batch, stream, now()):
             self.intake.put(events, PUBLISH_TAP)
+            if self.grading is not None:
+                self.grading.refused(events, arrival)
 
     async def _on_atomic_reply(self, msg: Inbound) -> None:
         if events := self.state.atomic.on_reply(msg.subject, msg.data, now()):
             self.intake.put(events, PUBLISH_TAP)
+            if self.grading is not None:
+                self.grading.refused(events, msg.arrival)
 
     async def _stream_of(self, subject: str) -> str | None:
         """The stream that binds the subject, as the server says; cached per subject, never guessed."""

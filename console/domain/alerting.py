@@ -99,6 +99,8 @@ class Evaluator:
         if event.kind is EventKind.COLLECTOR_STATUS:
             self.collector_seen = max(self.collector_seen or event.time, event.time)
             return
+        if event.kind is EventKind.CONFORMANCE:
+            return
         if event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
             self._attribute(event.batch_id, event.stream)
             return

@@ -18,6 +18,8 @@ from console.domain.wire import INT64_MAX, MalformedInput, Tally, batch_id
 
 BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
 BATCH_HEADERS = (BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT)
+REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
+KEPT_HEADERS = (*BATCH_HEADERS, REQUIRED_API_LEVEL)  # what the publish-side tap keeps of a batch message
 # Why open atomic batches were dropped, as ATOMIC_LOST's reason.
 LEADER_CHANGE, DISABLED, STREAM_DELETED = "leader_change", "disabled", "stream_deleted"
 WHAT = {LEADER_CHANGE: "the stream elected a new leader", DISABLED: "an update switched allow_atomic off",

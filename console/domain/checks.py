@@ -437,7 +437,7 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
 
 
 COUNTED = {"atomic_abandoned", "fast_gap", "fast_rejected", "atomic_rejected", "fast_lost", "atomic_lost",
-           "fast_started", "fast_attributed", "collector_status", *_ENDS}
+           "fast_started", "fast_attributed", "collector_status", "conformance", *_ENDS}
 KEPT_EVENTS = 200_000  # what a long-running evaluator keeps of its window at most
 
 

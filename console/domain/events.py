@@ -67,6 +67,7 @@ class EventKind(str, Enum):
     CONTEXT = "context"  # stream created/updated/deleted, leader elected, consumer actions
     CAPTURE_INTERRUPTED = "capture_interrupted"  # a window in which the server may have dropped advisories
     COLLECTOR_STATUS = "collector_status"
+    CONFORMANCE = "conformance"  # a client's verdict against ADR-50 (detail: its JSON; publisher: who)
 
     def __str__(self) -> str:
         return self.value
@@ -77,6 +78,8 @@ class EventKind(str, Enum):
 LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED,
               EventKind.FAST_LOST)
 ATOMIC_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST)
+# What the collector says of itself and of clients, not of batches: never in History's tables.
+NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE)
 
 
 @dataclass(frozen=True, slots=True)

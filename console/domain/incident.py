@@ -19,7 +19,7 @@ from console.domain.events import (
 )
 
 LOSS_KINDS = (*LOST_KINDS, EventKind.FAST_GAP)  # a gap in ok mode loses messages, not the batch
-NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.FAST_PROGRESS)
+NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.FAST_PROGRESS)
 AROUND = timedelta(minutes=5)
 
 

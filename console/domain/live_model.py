@@ -13,6 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
+from console.domain.conformance import Verdicts
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
@@ -77,6 +78,7 @@ class LiveModel:
         self.max_active = max_active
         self.active: dict[str, ActiveBatch] = {}
         self.collector: CollectorStatus | None = None
+        self.conformance = Verdicts()  # the clients' latest verdicts, as the collector wrote them
         self.collector_seen: datetime | None = None
         self.last_event: datetime | None = None
         self.events_applied = 0
@@ -96,6 +98,9 @@ class LiveModel:
         self.events_applied += 1
         self.version += 1
         self.last_event = max(self.last_event, event.time) if self.last_event else event.time
+        if event.kind is EventKind.CONFORMANCE:
+            self.conformance.apply(event)
+            return
         if event.kind is EventKind.COLLECTOR_STATUS:
             if self.collector_seen is not None and event.time < self.collector_seen:
                 return  # an older status stored late (a copy, a backlog) never overrides a newer one

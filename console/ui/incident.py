@@ -11,8 +11,10 @@ import pandas as pd
 import panel as pn
 import param
 
+from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
+from console.ui.conformance import conformance_line
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -45,6 +47,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
+    verdicts = coroutine("async () -> Verdicts: the publishers' conformance verdicts", default=None)
+    verdict = param.ClassSelector(class_=ClientVerdict, default=None, doc="The publisher's conformance verdict")
     incident = param.ClassSelector(class_=Incident, default=None, doc="What was found of the batch, or None")
 
     def __init__(self, **params):
@@ -84,6 +88,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             return
         self._summary.object = self._first_look() or "Reading the event log…"
         self.incident = incident = await self.find(self.batch_id)
+        self.verdict = await self._verdict(incident)
         if incident is None:
             self._summary.object = (f"No lost batch <b>{html.escape(self.batch_id)}</b> in the live hour or in the "
                                     "history tables.")
@@ -101,6 +106,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             f"{self.clock.when(loss.time, fraction=True)} · event {e(loss.event_id)}"
             + (f" · account {e(loss.account)}" if loss.account else "")
             + (f"<br>published by <b>{e(incident.publisher.line())}</b>" if incident.publisher else "")
+            + (f"<br>{conformance_line(self.verdict)}" if self.verdict else "")
             + f"<br>{replay}</p>"
             + (f"<p><b>What to do</b><br>{e(todo)}</p>" if (todo := self.advice(incident)) else "")
             + f"<p><b>What the tap saw</b><br>{tap}</p>"
@@ -110,6 +116,14 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._timeline.value = timeline_frame(incident, self.clock)
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
+
+    async def _verdict(self, incident: Incident | None) -> ClientVerdict | None:
+        if incident is None or incident.publisher is None or self.verdicts is None:
+            return None
+        try:
+            return (await self.verdicts()).of(incident.publisher)
+        except Exception:  # the incident stands without it
+            return None
 
     def report(self) -> io.StringIO:
         """The incident as a Markdown report download (the action export.report)."""

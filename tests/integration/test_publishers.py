@@ -4,9 +4,7 @@ gaps and a dropped batch."""
 
 import asyncio
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import nats
 import nats.aio.client
@@ -19,20 +17,8 @@ from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS, EventKind
 from tests.integration.test_collector_sources import ACCOUNTS, _lose_a_fast_batch, connect_as
 from tests.conftest import TEST_LIMITS
+from tests.integration.conftest import PEER
 from tests.waits import events_for
-
-PEER = Path(__file__).resolve().parents[1] / "peers" / "natsjs"
-
-
-@pytest.fixture(scope="module")
-def natsjs():
-    """The nats.js peer, its packages installed from npm (package-lock.json) once."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are needed (scripts/test.sh installs Debian's nodejs and npm)")
-    if not (PEER / "node_modules" / "@nats-io" / "transport-node").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PEER, check=True, capture_output=True, timeout=300)
-    return json.loads((PEER / "node_modules" / "@nats-io" / "nats-core" / "package.json").read_text())["version"]
-
 
 @pytest.fixture(scope="module")
 def accounts_server(tmp_path_factory):

@@ -1,0 +1,105 @@
+"""The collector's conformance grading: the taps hand it what they see, the ticker folds what ended and
+writes each client whose verdict changed to the event log (a CONFORMANCE event: the client as the
+publisher, its verdict as the detail), where the page, the CLI, the checks and Incident read it.
+
+Off (`--no-grade-publishers`), nothing is graded. Which client a batch is comes from the collector's
+CONNZ answers (Publishers); without the system account every client is "(publisher unknown)".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from bisect import bisect_left
+from typing import Callable
+
+from console.broker.capture import Inbound
+from console.collector.publishers import Publishers
+from console.collector.state import now
+from console.domain.atomic_tracker import BATCH_ID
+from console.domain.events import COLLECTOR, BatchEvent, EventKind
+from console.domain.grader import Grader
+
+Put = Callable[[list[BatchEvent], str], None]
+REPLY, FAST, ATOMIC, REFUSED = "reply", "fast", "atomic", "refused"
+MAX_PENDING = 500_000  # inputs held for ordering at most; past it they are graded as handled
+
+
+class Grading:
+    def __init__(self, publishers: Publishers, instance: str, batch_timeout: float, every: float):
+        self.publishers = publishers
+        self.grader = Grader(batch_timeout, max_batch_size=None, resolve=publishers.lookup)
+        self.instance = instance
+        self.every = every
+        self.written = 0
+        self.behind = 0  # inputs graded out of the wire's order: the collector fell far behind
+        self._last = time.monotonic()
+        self._pending: list[tuple] = []  # (arrival, what, ...) in the order handled, graded in the wire's
+        self._fresh = 0  # where the inputs handled since the last pass start in _pending
+
+    # What the taps hand over, as they handle it; graded in the order the server sent it (see ArrivalMsg).
+
+    def reply(self, msg: Inbound) -> None:
+        self._pending.append((msg.arrival, REPLY, msg))
+
+    def fast_message(self, msg: Inbound) -> None:
+        self._pending.append((msg.arrival, FAST, msg))
+
+    def atomic_message(self, msg: Inbound, stream: str | None) -> None:
+        self._pending.append((msg.arrival, ATOMIC, msg, stream))
+        batch_id = msg.batch_headers.get(BATCH_ID, "")
+        if msg.reply and batch_id:  # who it is, asked now: the inbox may be gone by its end
+            self.publishers.saw_atomic(batch_id, msg.reply)
+
+    def refused(self, events: list[BatchEvent], arrival: int) -> None:
+        """The atomic watch's 10210s: a first message refused for too many batches in flight."""
+        for event in events:
+            if event.kind is EventKind.ATOMIC_REJECTED and event.batch_id:
+                self._pending.append((arrival, REFUSED, event))
+
+    def grade(self, everything: bool = False) -> None:
+        """Grade what every tap has handled by now that arrived before the first input handled since the
+        last pass (a tap's task may still hold inputs that arrived before that one)."""
+        pending, fresh = self._pending, self._pending[self._fresh:]
+        cut = None if everything or len(pending) > MAX_PENDING else min((i[0] for i in fresh), default=None)
+        if len(pending) > MAX_PENDING:
+            self.behind += len(pending)
+        pending.sort(key=_arrival)
+        split = len(pending) if cut is None else bisect_left(pending, cut, key=_arrival)
+        ready, self._pending = pending[:split], pending[split:]
+        self._fresh = len(self._pending)
+        g, at = self.grader, now()
+        for item in ready:
+            what = item[1]
+            if what is REPLY:
+                g.reply(item[2].subject, item[2].data, at, item[2].no_responders)
+            elif what is FAST:
+                g.fast_message(item[2].reply, at)
+            elif what is ATOMIC:
+                g.atomic_message(item[2].batch_headers, item[2].reply, item[3], at)
+            else:
+                g.atomic_refused(item[2].batch_id, at)
+
+    def tick(self, put: Put, everything: bool = False) -> None:
+        """Grade; every `every` seconds (or now, everything folded: a stop), the verdicts that changed."""
+        self.grade(everything)
+        if not everything and time.monotonic() - self._last < self.every:
+            return
+        self._last = time.monotonic()
+        if everything:
+            self.grader.fold_all()
+        else:
+            self.grader.tick(now())
+        events = []
+        for verdict in self.grader.verdicts():
+            self.written += 1
+            client = hashlib.sha256(verdict.key.encode()).hexdigest()[:16]
+            events.append(BatchEvent(f"conformance.{self.instance}.{client}.{self.written}", EventKind.CONFORMANCE,
+                                     now(), publisher=verdict.publisher, detail=verdict.to_json(),
+                                     reason=f"{len(verdict.failing)} failing"))
+        if events:
+            put(events, COLLECTOR)
+
+
+def _arrival(item: tuple) -> int:
+    return item[0]

@@ -1,0 +1,125 @@
+"""The conformance report: the clients' latest verdicts from the event log (the collector grades, see
+console/collector/grading.py), as text, JSON or Markdown (a report a team attaches to a bug against a
+client library). `batch-console conformance`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta, timezone
+
+from console.config import Settings
+from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, ClientVerdict, Verdicts
+from console.domain.events import EventKind
+
+log = logging.getLogger(__name__)
+NOT_GRADED = ("no conformance verdicts in the event log: is a collector running (without --no-conformance), "
+              "and have batches been published?")
+MARK = {PASS: "pass", FAIL: "FAIL", NOT_OBSERVED: "-", CANNOT_TELL: "?"}
+
+
+async def read_verdicts(runtime, window_minutes: float) -> Verdicts:
+    from console.broker.eventlog import EventLog
+
+    now = datetime.now(timezone.utc)
+    log_ = EventLog.over(runtime.nc, runtime.event_log)
+    verdicts = Verdicts()
+    for _, event in await log_.window(now - timedelta(minutes=window_minutes), now,
+                                      kind_filter=f"{EventKind.CONFORMANCE.value}.>", idle_timeout=0.5):
+        verdicts.apply(event)
+    return verdicts
+
+
+def _verdict_line(v: ClientVerdict) -> str:
+    failing = v.failing
+    state = f"does not conform: fails {', '.join(failing)}" if failing else "conforms (no statement failed)"
+    return f"{v.name}: {state}; {v.batches} batch(es) graded, {v.since} .. {v.until}" + \
+        ("" if v.publish_side else "; replies only (tap the publish side for every statement)")
+
+
+def text(verdicts: list[ClientVerdict]) -> str:
+    if not verdicts:
+        return NOT_GRADED
+    lines = []
+    for v in verdicts:
+        lines.append(_verdict_line(v))
+        for sid, s in STATEMENTS.items():
+            status = v.status(sid)
+            tallies = v.results.get(sid)
+            counts = f" ({tallies.passed} passed, {tallies.failed} failed)" if tallies else ""
+            lines.append(f"  {MARK[status]:<5} {sid} {s.title}{counts}")
+            if status == FAIL and tallies:
+                lines.append(f"        ADR-50, {s.section}: \"{s.adr}\"")
+                lines += [f"        batch {e.batch_id}" + (f" on {e.stream}" if e.stream else "") + f" at {e.time}: "
+                          f"{e.detail}" for e in tallies.examples]
+    lines.append(f"\n{MARK[PASS]} / {MARK[FAIL]} / {MARK[NOT_OBSERVED]} not observed / {MARK[CANNOT_TELL]} "
+                 "cannot tell without the publish side (--tap-publish-side)")
+    return "\n".join(lines)
+
+
+def as_json(verdicts: list[ClientVerdict]) -> str:
+    return json.dumps({
+        "statements": [{"id": s.id, "kind": s.kind, "title": s.title, "section": s.section, "adr": s.adr,
+                        "passes": s.passes, "fails": s.fails, "evidence": list(s.evidence)}
+                       for s in STATEMENTS.values()],
+        "clients": [{"client": v.key, "publisher": v.publisher.to_dict() if v.publisher else None,
+                     "conforms": not v.failing, "batches": v.batches, "publish_side": v.publish_side,
+                     "since": v.since, "until": v.until,
+                     "results": {sid: {"status": v.status(sid),
+                                       "passed": v.results[sid].passed if sid in v.results else 0,
+                                       "failed": v.results[sid].failed if sid in v.results else 0,
+                                       "examples": [e.to_dict() for e in v.results[sid].examples]
+                                       if sid in v.results else []} for sid in STATEMENTS}}
+                    for v in verdicts],
+    }, indent=2)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(verdicts: list[ClientVerdict]) -> str:
+    if not verdicts:
+        return f"_{NOT_GRADED}_"
+    out = ["# ADR-50 conformance of batch publishers", "",
+           "Graded on the wire by the JetStream Batch Console from the server's replies"
+           + (" and the publish side." if any(v.publish_side for v in verdicts) else "."), ""]
+    for v in verdicts:
+        p = v.publisher
+        out += [f"## {_cell(v.name)}", "",
+                f"- client library: {_cell(' '.join(x for x in (p.lang, p.version) if x) or 'unknown') if p else 'unknown'}",
+                f"- verdict: **{'does not conform' if v.failing else 'conforms'}** ({v.batches} batches, "
+                f"{v.since} .. {v.until})", "",
+                "| statement | result | passed | failed | what was seen |", "|---|---|---|---|---|"]
+        for sid, s in STATEMENTS.items():
+            tallies = v.results.get(sid)
+            seen = "; ".join(f"`{_cell(e.batch_id)}`: {_cell(e.detail)}" for e in tallies.examples) if tallies else ""
+            out.append(f"| {sid} {_cell(s.title)} | {v.status(sid)} | {tallies.passed if tallies else 0} | "
+                       f"{tallies.failed if tallies else 0} | {seen} |")
+        for sid in v.failing:
+            s = STATEMENTS[sid]
+            out += ["", f"**{sid}** (ADR-50, {s.section}): > {_cell(s.adr)}", "",
+                    f"A pass: {s.passes}. A failure: {s.fails}."]
+        out.append("")
+    return "\n".join(out)
+
+
+FORMATS = {"text": text, "json": as_json, "markdown": markdown}
+
+
+async def run_conformance(settings: Settings, output: str, window_minutes: float) -> int:
+    """The command: 0 every client conforms, 1 one does not, 3 no verdict could be read."""
+    from console.errors import ConsoleError
+    from console.runtime import Runtime
+
+    try:
+        async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                      allow_reconnect=False) as runtime:
+            verdicts = (await read_verdicts(runtime, window_minutes)).report()
+    except (ConsoleError, OSError, TimeoutError) as e:
+        print(f"batch-console conformance: {str(e)[:300]}")
+        return 3
+    print(FORMATS[output](verdicts))
+    if not verdicts:
+        return 3
+    return 1 if any(v.failing for v in verdicts) else 0

@@ -1,0 +1,177 @@
+"""The conformance report against a real server, a real collector and real clients: nats.js 3.4 (its
+own fast-ingest and atomic API, from npm) and the console's own publisher conform; a deliberately
+wrong raw nats-py publisher per statement is caught by its statement and only by it; on a three-node
+cluster a client is named through a node that is neither the collector's nor the stream leader's."""
+
+import asyncio
+import json
+import subprocess
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.atomic import AtomicBatch
+from console.broker.eventlog import EventLog
+from console.broker.fast import FastBatch
+from console.collector.collector import Collector
+from console.config import CollectorSettings
+from console.domain.conformance import FAIL, PASS, Verdicts
+from tests.conftest import TEST_LIMITS
+from tests.integration.faulty_publishers import FAULTY, b01_retries_without_backing_off, f07_pings_ahead
+from tests.integration.test_collector_sources import ACCOUNTS, connect_as
+from tests.integration.conftest import PEER
+from tests.waits import eventually
+
+GRADING = dict(tick_every=0.1, status_every=0.3, tap_publish_subjects=("conf.>", "conform_fast.>", "conform_atomic.>"))
+
+
+@pytest.fixture(scope="module")
+def accounts_server(tmp_path_factory):
+    from console.broker.server import EmbeddedServer
+
+    with EmbeddedServer(tmp_path_factory.mktemp("conformance"), batch_limits=TEST_LIMITS, extra_config=ACCOUNTS) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def grading(accounts_server):
+    app = await connect_as(accounts_server, "app", "app-secret")
+    sys_nc = await connect_as(accounts_server, "sys", "sys-secret")
+    collector = Collector(app, CollectorSettings(**GRADING), system_nc=sys_nc)
+    await collector.start()
+    yield app, collector
+    await collector.stop()
+    await app.close()
+    await sys_nc.close()
+
+
+async def verdicts_when(nc, until, timeout: float = 40.0) -> Verdicts:
+    log = EventLog(nc.jetstream())
+
+    async def read() -> Verdicts:
+        found = Verdicts()
+        for _, event in await log.read(1, kind_filter="conformance.>", idle_timeout=0.2):
+            found.apply(event)
+        return found
+
+    return await eventually(read, until, timeout, "the verdicts", every=0.3)
+
+
+def of(verdicts: Verdicts, name: str):
+    return next((v for v in verdicts.report() if v.publisher and v.publisher.name == name), None)
+
+
+@pytest.fixture(scope="module")
+async def faulty_verdicts(accounts_server, grading):
+    """Every faulty publisher at once, each on its own connection and stream; the verdicts once every
+    batch of each has been graded."""
+    app, _ = grading
+    clients = {sid: await connect_as(accounts_server, "app", "app-secret", name=f"faulty-{sid}") for sid in FAULTY}
+    helper = await connect_as(accounts_server, "app", "app-secret", name="b01-helper")
+    clients["B01"] = await connect_as(accounts_server, "app", "app-secret", name="faulty-B01")
+    try:
+        runs = [FAULTY[sid](clients[sid]) for sid in FAULTY] + [b01_retries_without_backing_off(clients["B01"], helper)]
+        batches = dict(zip([*FAULTY, "B01"], await asyncio.gather(*runs)))
+
+        def graded(found: Verdicts) -> bool:
+            return all((v := of(found, f"faulty-{sid}")) is not None and v.batches >= n for sid, n in batches.items())
+
+        yield await verdicts_when(app, graded, timeout=60)
+    finally:
+        for nc in (*clients.values(), helper):
+            await nc.close()
+
+
+@pytest.mark.parametrize("statement", [*FAULTY, "B01"])
+async def test_a_faulty_publisher_is_caught_by_its_statement_and_only_by_it(faulty_verdicts, statement):
+    verdict = of(faulty_verdicts, f"faulty-{statement}")
+    assert verdict.failing == [statement], {s: verdict.results[s].examples for s in verdict.failing}
+    assert verdict.publish_side
+    [example, *_] = verdict.results[statement].examples
+    assert example.batch_id and example.detail
+
+
+async def test_the_report_names_each_failure_with_the_adrs_words_and_its_batch(faulty_verdicts):
+    from console.conformance import as_json, markdown, text
+
+    report = faulty_verdicts.report()
+    written = text(report)
+    assert "FAIL  F05 keeps within its outstanding-ack window" in written
+    assert "maintain a count of maximum outstanding acknowledgements" in written
+    parsed = json.loads(as_json(report))
+    f05 = next(c for c in parsed["clients"] if c["publisher"] and c["publisher"]["name"] == "faulty-F05")
+    assert f05["conforms"] is False and f05["results"]["F05"]["status"] == FAIL
+    assert f05["results"]["F05"]["examples"][0]["batch"]
+    assert "| F05 keeps within its outstanding-ack window | fail |" in markdown(report)
+
+
+async def test_nats_js_and_the_consoles_own_publisher_conform(accounts_server, grading, natsjs):
+    app, _ = grading
+    for name, flag in (("CONFORM_FAST", "allow_batched"), ("CONFORM_ATOMIC", "allow_atomic")):
+        await app.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], **{flag: True}))
+    done = await asyncio.to_thread(
+        subprocess.run, ["node", str(PEER / "conformant.mjs"), accounts_server.url, "app", "app-secret",
+                         "conform_fast.js", "conform_atomic.js", "natsjs-conformant"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    js = json.loads(done.stdout.splitlines()[-1])
+    assert (js["fast"], js["eob"], js["atomic"]) == (200, 40, 11)
+    own = await connect_as(accounts_server, "app", "app-secret", name="own-publisher")
+    try:
+        for mode in ("fail", "ok"):
+            fast = FastBatch(own, flow=10, gap_mode=mode)
+            for _ in range(150):
+                await fast.add("conform_fast.py", b"x")
+            await fast.ping()
+            await (fast.commit("conform_fast.py", b"x") if mode == "fail" else fast.commit_eob())
+        for eob in (False, True):
+            atomic = AtomicBatch(own)
+            for _ in range(10):
+                await atomic.add("conform_atomic.py", b"x")
+            await (atomic.commit_eob() if eob else atomic.commit("conform_atomic.py", b"x"))
+
+        def both(found: Verdicts) -> bool:
+            js_v, own_v = of(found, "natsjs-conformant"), of(found, "own-publisher")
+            return js_v is not None and own_v is not None and js_v.batches >= 3 and own_v.batches >= 4
+
+        found = await verdicts_when(app, both)
+    finally:
+        await own.close()
+    for name, passing in (("natsjs-conformant", {"F01", "F02", "F03", "F04", "F05", "F06", "F07", "F11", "F12",
+                                                  "A01", "A02", "A03", "A05", "A06", "A08"}),
+                          ("own-publisher", {"F01", "F02", "F03", "F04", "F05", "F06", "F07", "F11", "F12",
+                                             "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08"})):
+        verdict = of(found, name)
+        assert verdict.failing == [], (name, {s: verdict.results[s].examples for s in verdict.failing})
+        assert {s for s in verdict.results if verdict.status(s) == PASS} >= passing, (name, verdict.results)
+    assert of(found, "natsjs-conformant").publisher.lang == "nats.js"
+
+
+async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(tmp_path_factory):
+    from console.broker.cluster import EmbeddedCluster
+    from tests.conftest import CLUSTER_LIMITS
+
+    with EmbeddedCluster(tmp_path_factory.mktemp("conformance-cluster"), 3, batch_limits=CLUSTER_LIMITS,
+                         extra_config=ACCOUNTS) as cluster:
+        urls = cluster.urls
+        app = await nats.connect(urls[0], user="app", password="app-secret")
+        await app.jetstream().add_stream(StreamConfig(name="F_F07", subjects=["conf.f_f07.>"], allow_batched=True,
+                                                      num_replicas=3))
+        leader = (await app.jetstream().stream_info("F_F07")).cluster.leader
+        others = [(node, url) for node, url in zip(("n1", "n2", "n3"), urls) if node != leader]
+        collector_nc = await nats.connect(others[0][1], user="app", password="app-secret")
+        sys_nc = await nats.connect(others[0][1], user="sys", password="sys-secret")
+        client = await nats.connect(others[1][1], user="app", password="app-secret", name="faulty-F07")
+        collector = Collector(collector_nc, CollectorSettings(**GRADING), system_nc=sys_nc)
+        await collector.start()
+        try:
+            await f07_pings_ahead(client)
+            found = await verdicts_when(collector_nc, lambda f: of(f, "faulty-F07") is not None)
+            verdict = of(found, "faulty-F07")
+            assert verdict.failing == ["F07"]
+            assert (verdict.publisher.server, verdict.publisher.cid) == (others[1][0], client.client_id)
+        finally:
+            await collector.stop()
+            for nc in (app, collector_nc, sys_nc, client):
+                await nc.close()
