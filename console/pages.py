@@ -78,6 +78,12 @@ def _severity(text: str) -> str:
     return text
 
 
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError("not a yes or no")
+    return text.lower() in ("true", "1")
+
+
 def _int(text: str) -> int:
     if len(text) > 20:  # past int64: not a sequence
         raise ValueError("not a sequence")
@@ -88,7 +94,7 @@ def _int(text: str) -> int:
 # that reaches a subject must never cost the process its connection); one that fails is left out.
 URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
              "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
-             "user": _label, "action": _action, "severity": _severity}
+             "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag}
 
 
 def live(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> LivePage:

@@ -339,7 +339,8 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
 
 
 # Why a fact was not read, as the report says it
-UNREAD = {"nonconforming": "no conformance report yet", "counts": "the event log was not read (no event key?)",
+UNREAD = {"nonconforming": "no conformance verdict in the window (the collector grades publishers unless "
+                            "--no-conformance)", "counts": "the event log was not read (no event key?)",
           "server": "the server's release was not read", "streams": "the stream list was not read",
           "collector_healthy": "the event log was not read (no event key?)",
           "advisories_durable": "no collector status in the event log",

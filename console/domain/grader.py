@@ -23,6 +23,7 @@ from console.domain.conformance import (
 )
 from console.domain.publisher import Publisher
 from console.domain.replies import ApiError, FlowAck, FlowError, MalformedReply, PubAck, to_reply
+from console.domain.wire import has_control
 
 MAX_BATCHES = 10_000
 MAX_CLIENTS = 10_000
@@ -102,6 +103,8 @@ class Grader:
         if len(tokens) != 7 or tokens[6] != "$FI" or not tokens[0]:
             return False
         prefix, bid, flow, gap, seq_s, op = tokens[:6]
+        if not bid:
+            return False
         plain = _PLAIN_ACK.fullmatch(data) if not no_responders else None
         if plain is not None and op == "1" and (known := self.batches.get(("fast", bid))) is not None:
             known.last = known.last_reply = now  # the hot path: one plain ack of a batch already graded
@@ -224,7 +227,7 @@ class Grader:
         if len(tokens) != 7 or tokens[6] != "$FI" or not tokens[0]:
             return False
         prefix, bid, flow, gap, seq_s, op = tokens[:6]
-        if not (seq_s.isascii() and seq_s.isdigit()) or len(seq_s) > 18:
+        if not bid or not (seq_s.isascii() and seq_s.isdigit()) or len(seq_s) > 18:
             return False
         seq = int(seq_s)
         new = ("fast", bid[:MAX_ID]) not in self.batches
@@ -414,8 +417,9 @@ class Grader:
                 tallies.passed += 1
                 continue
             tallies.failed += 1
-            tallies.examples = (tallies.examples + [Example(batch.batch_id, batch.stream, _iso(batch.last), why)]
-                                )[-MAX_EXAMPLES:]
+            example = Example(_printable(batch.batch_id), batch.stream and _printable(batch.stream), _iso(batch.last),
+                              _printable(why))
+            tallies.examples = (tallies.examples + [example])[-MAX_EXAMPLES:]
         self.changed.add(name)
 
     def verdicts(self, changed_only: bool = True) -> list[ClientVerdict]:
@@ -432,6 +436,11 @@ class Grader:
 
 def _nobody(_kind: str, _prefix: str, _batch: str) -> Publisher | None:
     return None
+
+
+def _printable(text: str) -> str:
+    """What came from the wire, fit for a verdict its readers take (control characters shown as '?')."""
+    return "".join("?" if has_control(c) else c for c in text) or "?"
 
 
 def _iso(t: datetime) -> str:

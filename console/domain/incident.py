@@ -130,7 +130,7 @@ def folded_lines(incident: Incident) -> list[str]:
 
 
 def incident_report(incident: Incident, replay_link: str | None = None, clock: Clock = Clock(),
-                    advice: str | None = None) -> str:
+                    advice: str | None = None, conformance: str | None = None) -> str:
     """The incident as a Markdown file: times in the clock's zone, the batch's own rows marked, the rest
     of the window counted rather than listed; `replay_link` should be absolute (the console's URL)."""
     loss = incident.loss
@@ -145,6 +145,8 @@ def incident_report(incident: Incident, replay_link: str | None = None, clock: C
         lines.append(f"- **Account**: {md(loss.account)}")
     if incident.publisher:
         lines.append(f"- **Publisher**: {md(incident.publisher.line())}")
+    if conformance:
+        lines.append(f"- **Its client and ADR-50**: {md(conformance)}")
     lines.append(f"- **Event id**: {md(loss.event_id)}")
     if replay_link:
         lines.append(f"- **Stream messages in the window**: <{replay_link}>")

@@ -34,9 +34,9 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         marks = {sid: {"type": "html"} for sid in STATEMENTS}
-        self._matrix = tabulator(self.matrix, height=320, formatters={"client": {"type": "textarea"}, **marks},
-                                 widths={"client": 320, **{sid: 48 for sid in STATEMENTS}},
-                                 titles={sid: f"{sid}" for sid in STATEMENTS})
+        self._matrix = tabulator(self.matrix, height=120, formatters={"client": {"type": "textarea"}, **marks},
+                                 widths={"client": 280, "verdict": 130, "batches": 80, **{sid: 60 for sid in STATEMENTS}},
+                                 frozen_columns=["client"], header_align="center")
         self._failures = tabulator(self.failures, height=360, formatters={
             **{c: {"type": "textarea"} for c in ("client", "statement", "ADR-50", "seen")},
             "batch": {"type": "html"}, "stream": {"type": "html"}},
@@ -77,6 +77,7 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
         self.matrix = pd.DataFrame([_matrix_row(v) for v in wanted], columns=MATRIX, dtype=object)
         rows = [row for v in wanted for row in _failure_rows(v, self.clock.when)]
         self.failures = pd.DataFrame(rows, columns=FAILURES, dtype=object)
+        self._matrix.height = min(480, 60 + 56 * len(self.matrix))  # no blank screen under a few clients
         put(self._matrix, self.matrix)
         put(self._failures, self.failures)
 

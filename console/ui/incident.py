@@ -133,7 +133,10 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         link = self.replay_link(self.incident)
         if link and link.startswith("/") and self.console_url:
             link = self.console_url.rstrip("/") + link
-        return io.StringIO(incident_report(self.incident, link, self.clock, self.advice(self.incident)))
+        verdict = self.verdict
+        conformance = None if verdict is None else "conforms" if not verdict.failing else \
+            "does not conform: fails " + ", ".join(verdict.failing) + " (`batch-console conformance`)"
+        return io.StringIO(incident_report(self.incident, link, self.clock, self.advice(self.incident), conformance))
 
     def __panel__(self):
         return self._layout

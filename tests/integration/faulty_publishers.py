@@ -305,3 +305,26 @@ FAULTY = {"F01": f01_start_not_at_one, "F02": f02_does_not_wait, "F03": f03_skip
           "F10": f10_goes_on_after_a_fail_mode_end, "F11": f11_long_id, "F12": f12_reuses_an_open_id, "A01": a01_first_message_not_a_request, "A02": a02_skips_a_sequence,
           "A03": a03_bad_commit_value, "A04": a04_eob_first, "A05": a05_long_id, "A06": a06_too_large,
           "A07": a07_eob_without_api_level, "A08": a08_reuses_an_open_id}
+
+
+async def _main(url: str, statements: list[str]) -> None:
+    """Each statement's faulty publisher on a connection of its own, named faulty-<statement>; the
+    connections stay open (a closed one cannot be named) until stdin closes."""
+    import sys
+
+    import nats
+
+    clients = [await nats.connect(url, user="app", password="app-secret", name=f"faulty-{sid}") for sid in statements]
+    try:
+        await asyncio.gather(*(FAULTY[sid](nc) for sid, nc in zip(statements, clients)))
+        print("published", flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+    finally:
+        for nc in clients:
+            await nc.close()
+
+
+if __name__ == "__main__":  # for the browser tests, which cannot run an event loop of their own
+    import sys
+
+    asyncio.run(_main(sys.argv[1], sys.argv[2:]))

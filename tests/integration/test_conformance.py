@@ -175,3 +175,17 @@ async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(tmp
             await collector.stop()
             for nc in (app, collector_nc, sys_nc, client):
                 await nc.close()
+
+
+async def test_the_check_batch_030_names_each_client_that_does_not_conform(faulty_verdicts, grading):
+    from console.checks import conformance_of
+    from console.domain.checks import Facts, evaluate
+
+    app, _ = grading
+    events = [e for _, e in await EventLog(app.jetstream()).read(1, kind_filter="conformance.>", idle_timeout=0.2)]
+    report = evaluate(Facts(nonconforming=conformance_of(events)), codes=["BATCH_030"])
+    named = {f.evidence.split(" (")[0] for f in report.findings}
+    assert {f"faulty-{sid}" for sid in [*FAULTY, "B01"]} <= named
+    assert all(f.code == "BATCH_030" and f.severity == "warning" for f in report.findings)
+    assert "natsjs-conformant" not in " ".join(f.evidence for f in report.findings)
+    assert evaluate(Facts(nonconforming=conformance_of([])), codes=["BATCH_030"]).unchecked  # no verdicts: unchecked

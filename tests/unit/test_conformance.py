@@ -1,0 +1,185 @@
+"""The conformance catalogue, the grader and the verdicts read back: pure, and hostile input throughout
+(a verdict comes from the event log, which any client of the account can write to; the grader reads
+every subject and body the tap hears)."""
+
+import json
+import tracemalloc
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from console.domain.conformance import (
+    CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, ClientVerdict, Example, MalformedVerdict, Tallies, Verdicts,
+    client_key,
+)
+from console.domain.events import BatchEvent, EventKind, event_from_json
+from console.domain.grader import Grader
+from console.domain.publisher import Publisher
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+APP = Publisher(name="orders", lang="python3", version="2.16.0", account="APP")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def fast(batch: str, seq: int, op: int, flow: int = 10, gap: str = "ok", prefix: str = "_INBOX.p") -> str:
+    return f"{prefix}.{batch}.{flow}.{gap}.{seq}.{op}.$FI"
+
+
+def ack(seq: int, msgs: int = 10) -> bytes:
+    return b'{"type":"ack","seq":%d,"msgs":%d}' % (seq, msgs)
+
+
+def test_the_catalogue_quotes_the_adr_and_says_what_shows_each_statement():
+    assert 20 <= len(STATEMENTS) <= 25
+    for s in STATEMENTS.values():
+        assert s.adr and s.section and s.passes and s.fails and s.evidence
+        assert set(s.evidence) <= {"replies", "publish side"}
+
+
+def verdict(**results) -> ClientVerdict:
+    return ClientVerdict(client_key(APP), APP, 3, False, {k: Tallies(*v) for k, v in results.items()},
+                         "2026-11-25T12:00:00Z", "2026-11-25T12:01:00Z")
+
+
+def test_a_statement_is_pass_fail_not_observed_or_cannot_tell():
+    v = verdict(F05=(2, 0), F09=(1, 1, [Example("b1", "S", "2026-11-25T12:00:00Z", "message 99 after the end")]))
+    assert (v.status("F05"), v.status("F09")) == (PASS, FAIL)
+    assert v.status("F12") == NOT_OBSERVED  # the replies show it: there was simply none
+    assert v.status("F03") == CANNOT_TELL  # only the publish side shows it, and it was not tapped
+    assert v.failing == ["F09"]
+
+
+def test_a_verdict_reads_back_as_written():
+    v = verdict(F09=(1, 1, [Example("b1", "S", "2026-11-25T12:00:00Z", "message 99 after the end")]))
+    back = ClientVerdict.from_json(v.to_json())
+    assert (back.key, back.publisher, back.failing, back.results["F09"].examples) == \
+        (v.key, v.publisher, ["F09"], v.results["F09"].examples)
+
+
+GOOD = json.loads(verdict(F05=(2, 0)).to_json())
+
+
+@pytest.mark.parametrize("change", [
+    {"results": {"F99": {"passed": 1, "failed": 0}}},  # not a statement
+    {"results": {"F05": {"passed": 10**30, "failed": 0}}},  # a huge number
+    {"results": {"F05": {"passed": "1", "failed": 0}}},  # a wrong type
+    {"results": {"F05": {"passed": 1, "failed": 1, "examples": [{"batch": "b", "time": "x", "detail": "d"}] * 4}}},
+    {"results": {"F05": {"passed": 1, "failed": 1, "examples": [{"batch": "b\x1b[2J", "time": "2026-11-25T12:00:00Z",
+                                                                  "detail": "d"}]}}},  # a control character
+    {"key": "k" * 5000}, {"key": 7}, {"publish_side": "yes"}, {"since": "yesterday"}, {"publisher": [1]},
+    {"results": [1, 2]},
+])
+def test_a_malformed_verdict_is_one_typed_error(change):
+    with pytest.raises(MalformedVerdict):
+        ClientVerdict.from_json(json.dumps({**GOOD, **change}))
+
+
+@pytest.mark.parametrize("raw", [b"", b"[]", b"{" * 100_000, b'{"results":' * 5000, b"\xff\xfe", b"1e999999"])
+def test_garbage_is_one_typed_error(raw):
+    with pytest.raises(MalformedVerdict):
+        ClientVerdict.from_json(raw)
+
+
+def conformance_event(v: ClientVerdict, when: datetime, n: int = 1) -> BatchEvent:
+    return BatchEvent(f"conformance.test.{n}", EventKind.CONFORMANCE, when, publisher=v.publisher,
+                      detail=v.to_json())
+
+
+def test_the_latest_verdict_of_each_client_wins_and_a_forged_one_is_counted_not_kept():
+    verdicts = Verdicts()
+    newer, older = verdict(F05=(5, 0)), verdict(F05=(1, 1))
+    verdicts.apply(conformance_event(newer, at(10)))
+    verdicts.apply(conformance_event(older, at(5), 2))  # stored late: never overrides the newer
+    verdicts.apply(BatchEvent("conformance.forged", EventKind.CONFORMANCE, at(11), detail='{"key": 1}'))
+    assert [v.failing for v in verdicts.report()] == [[]]
+    assert verdicts.malformed == 1
+    assert verdicts.of(APP).results["F05"].passed == 5
+    # and through the event log's own reader, as every page reads it
+    assert event_from_json(conformance_event(newer, at(10)).to_json()).detail == newer.to_json()
+
+
+def test_verdicts_are_bounded():
+    verdicts = Verdicts(max_clients=100)
+    for i in range(1000):
+        p = Publisher(name=f"client-{i}", lang="go", version="1", account="A")
+        v = ClientVerdict(client_key(p), p, 1, False, {}, "2026-11-25T12:00:00Z", "2026-11-25T12:00:00Z")
+        verdicts.apply(conformance_event(v, at(i), i))
+    assert len(verdicts) == 100
+
+
+def graded(grader: Grader) -> ClientVerdict:
+    grader.fold_all()
+    [v] = grader.verdicts()
+    return v
+
+
+def test_a_conformant_fast_batch_passes_what_it_shows_from_both_sides():
+    g = Grader(batch_timeout=1.0, resolve=lambda *_: APP)
+    g.fast_message(fast("b", 1, 0), at(0))
+    g.reply(fast("b", 1, 0), ack(0), at(0.01))
+    for seq in range(2, 31):
+        g.fast_message(fast("b", seq, 1), at(0.02))
+        if seq % 10 == 0:
+            g.reply(fast("b", seq, 1), ack(seq), at(0.03))
+    g.fast_message(fast("b", 30, 4), at(0.04))  # a ping at the highest sent
+    g.reply(fast("b", 30, 4), ack(30), at(0.05))
+    g.fast_message(fast("b", 31, 2), at(0.06))
+    g.reply(fast("b", 31, 2), b'{"stream":"S","seq":31,"batch":"b","count":31}', at(0.07))
+    v = graded(g)
+    assert v.failing == []
+    assert {"F01", "F02", "F03", "F04", "F05", "F06", "F07", "F11", "F12"} <= {s for s in v.results
+                                                                              if v.status(s) == PASS}
+
+
+def test_replies_alone_catch_what_they_can_and_leave_the_rest_unknown():
+    g = Grader(batch_timeout=1.0, resolve=lambda *_: APP)
+    g.reply(fast("b", 1, 0), ack(0), at(0))
+    unknown = b'{"error":{"code":400,"err_code":10208,"description":"batch publish ID unknown"}}'
+    g.reply(fast("b", 11, 1), unknown, at(0.5))
+    g.reply(fast("b", 200, 1), unknown, at(0.6))  # far past what was in flight at the first refusal
+    v = graded(g)
+    assert v.failing == ["F09"] and not v.publish_side
+    assert v.status("F05") == CANNOT_TELL
+
+
+@given(st.lists(st.tuples(st.text(max_size=120), st.binary(max_size=200), st.booleans()), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_the_grader_never_raises_on_what_the_tap_hears(inputs):
+    g = Grader(batch_timeout=1.0)
+    for i, (subject, body, publish_side) in enumerate(inputs):
+        subject = subject if "$FI" in subject or i % 2 else f"_INBOX.x.{subject}.10.ok.{i}.{i % 5}.$FI"
+        if publish_side:
+            g.fast_message(subject, at(i))
+            g.atomic_message({"Nats-Batch-Id": subject[:80], "Nats-Batch-Sequence": body.decode("latin-1")[:20],
+                              "Nats-Batch-Commit": "eob"}, subject, None, at(i))
+        else:
+            g.reply(subject, body, at(i), no_responders=bool(i % 3 == 0))
+    g.tick(at(1000))
+    g.fold_all()
+    for v in g.verdicts(changed_only=False):
+        ClientVerdict.from_json(v.to_json())  # whatever was graded is a verdict its readers take
+
+
+def test_memory_stays_bounded_with_ten_thousand_publishers_and_more():
+    def run(clients: int) -> tuple[int, int]:
+        g = Grader(batch_timeout=1.0, max_batches=2000, max_clients=10_000,
+                   resolve=lambda kind, prefix, batch: Publisher(name=prefix, lang="go", version="1"))
+        tracemalloc.start()
+        for i in range(clients):
+            prefix = f"_INBOX.c{i}"
+            g.fast_message(fast(f"b{i}", 1, 0, prefix=prefix), at(0))
+            g.reply(fast(f"b{i}", 1, 0, prefix=prefix), ack(0), at(0))
+        g.fold_all()
+        size = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return size, len(g.clients)
+
+    ten, kept_ten = run(10_000)
+    forty, kept_forty = run(40_000)
+    assert kept_ten == kept_forty == 10_000
+    assert forty < ten * 1.3  # four times the publishers, the same memory: the oldest clients go
