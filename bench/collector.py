@@ -11,7 +11,9 @@
    all alike, and the next segment starts only once the collector has stored the last one's acks.
    The median of the rounds' own ratios is printed with its 95% interval (a segment's speed
    varies by 10-15% on a shared machine: a handful of rounds cannot tell 0.93 from 0.97), and the
-   cores each process used.
+   cores each process used. A collector with `--no-conformance` taps an inbox of its own too: the
+   CPU each collector spent per 1,000 tapped acks, grading publishers (the default) and not, is
+   compared round by round; and the grader's memory after 10,000 and 100,000 publishers.
 2. A burst of abandoned atomic batches: time until a bare nats-py subscriber has received every
    advisory, and until every event is in the event log.
 3. A flood of malformed `$FI` replies, the same number to the collector's inbox and to the bare
@@ -32,8 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nats
@@ -56,6 +60,7 @@ CLI = str(Path(sys.executable).parent / "batch-console")
 UNTAPPED_PREFIX = "_ALONE"  # an inbox no tap subscribes to: the publisher alone
 BARE_PREFIX = "_BARE"
 LOW_PREFIX = "_LOW"
+UNGRADED_PREFIX = "_UNGRADED"
 
 
 async def publish_fast(nc, n: int, inbox_prefix: str = "_INBOX") -> tuple[float, FastBatch]:
@@ -180,7 +185,10 @@ async def abandonment_burst(nc, watch: EventWatch, count: int, limit: float = 12
 
 
 # Who taps the publisher in a segment -> the inbox prefix its replies use there.
-INBOXES = {"alone": UNTAPPED_PREFIX, "bare tap": BARE_PREFIX, "collector": "_INBOX", "collector --cpu low": LOW_PREFIX}
+INBOXES = {"alone": UNTAPPED_PREFIX, "bare tap": BARE_PREFIX, "collector": "_INBOX", "collector --cpu low": LOW_PREFIX,
+           "collector --no-conformance": UNGRADED_PREFIX}
+COLLECTORS = [("collector", []), ("collector --cpu low", ["--cpu", "low", "--inbox-prefix", LOW_PREFIX]),
+              ("collector --no-conformance", ["--no-conformance", "--inbox-prefix", UNGRADED_PREFIX])]
 
 
 async def malformed_flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int) -> dict[str, tuple[float, float]]:
@@ -217,7 +225,7 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
 
     procs = {"bare tap": subprocess.Popen([sys.executable, __file__, "--bare-tap", server.url], stdout=subprocess.PIPE, text=True)}
     procs["bare tap"].stdout.readline()
-    for who, extra in [("collector", []), ("collector --cpu low", ["--cpu", "low", "--inbox-prefix", LOW_PREFIX])]:
+    for who, extra in COLLECTORS:
         with open(tmp / f"{who.replace(' ', '_')}.log", "w") as err:
             procs[who] = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(tmp), *extra],
                                           stderr=err)
@@ -225,8 +233,11 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     rates: dict[str, list[float]] = {who: [] for who in INBOXES}
     cpu = {who: Counter() for who in INBOXES}  # seconds of CPU per process, and "wall"
     equal = []  # (collector's acks, publisher's acks)
+    # the CPU each of the two spent, and the acks it tapped: summed over the rounds (a process's CPU
+    # time is counted in 10 ms ticks, a segment's is a few of them)
+    spent = {"collector": Counter(), "collector --no-conformance": Counter()}
     try:
-        for who in ("collector", "collector --cpu low"):
+        for who, _ in COLLECTORS:
             await wait_collector_ready(js, procs[who])
         watch = EventWatch(nc, EventLogSettings().subject_prefix)
         await watch.start()
@@ -240,6 +251,8 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
                 rates[who].append(rate)
                 cpu[who].update({name: cpu_seconds(pid) - before[name] for name, pid in pids.items()})
                 cpu[who]["wall"] += messages / rate
+                if who in spent:
+                    spent[who].update(cpu=cpu_seconds(pids[who]) - before[who], acks=batch.acks)
                 if who.startswith("collector"):  # and its work is done before the next segment
                     equal.append((await watch.acks_of(batch.batch_id), batch.acks))
             print(f"  round {r + 1}: " + ", ".join(f"{who} {rates[who][-1]:,.0f}" for who in order) + " msgs/s",
@@ -265,6 +278,13 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
         print(f"{'  ' + label:<52}{statistics.median(rates[who]):>12,.0f}{statistics.median(ratios(who)):>10.3f}"
               f"{f'{low:.3f}-{high:.3f}':>16}")
     print(f"{'  collector acks == publisher acks, every segment':<52}{str(all(s == p for s, p in equal)):>12}")
+    per_kilo = {who: 1e6 * s["cpu"] / s["acks"] for who, s in spent.items()}
+    print(f"\n{'collector CPU per 1,000 tapped acks (the same rounds)':<52}{'CPU-ms':>12}")
+    print(f"{'  grading publishers (default)':<52}{per_kilo['collector']:>12.1f}")
+    print(f"{'  --no-conformance':<52}{per_kilo['collector --no-conformance']:>12.1f}")
+    print(f"{'  on / off (target <= 1.15)':<52}{per_kilo['collector'] / per_kilo['collector --no-conformance']:>12.3f}")
+    for clients, size, kept in grader_memory():
+        print(f"{f'  grader memory, {clients:,} publishers seen':<52}{size / 2**20:>9.1f} MiB, {kept:,} clients kept")
     print(f"{'  times the collector left the idle class, starved':<52}{starved:>12}")
     print(f"\n{'cores used while publishing':<24}" + "".join(f"{name:>21}" for name in pids))
     for who in INBOXES:
@@ -279,6 +299,27 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
         seconds, per_cpu = flood[who]
         print(f"{'  ' + who:<52}{seconds:>12.2f}{per_cpu:>14,.0f}")
     print(f"{'  collector / bare tap, msgs per CPU-second':<52}{flood['collector'][1] / flood['bare tap'][1]:>26.3f}")
+
+
+def grader_memory() -> list[tuple[int, int, int]]:
+    """The grader's memory after 10,000 and 100,000 publishers (one batch each, its start and ack):
+    bounded, the clients heard from longest ago go first."""
+    from console.domain.grader import Grader
+    from console.domain.publisher import Publisher
+
+    out = []
+    for clients in (10_000, 100_000):
+        grader = Grader(resolve=lambda kind, prefix, batch: Publisher(name=prefix, lang="go", version="1.0"))
+        now = datetime.now(timezone.utc)
+        tracemalloc.start()
+        for i in range(clients):
+            reply = f"_INBOX.c{i}.b{i}.10.ok.1.0.$FI"
+            grader.fast_message(reply, now)
+            grader.reply(reply, b'{"type":"ack","seq":0,"msgs":10}', now)
+        grader.fold_all()
+        out.append((clients, tracemalloc.get_traced_memory()[0], len(grader.clients)))
+        tracemalloc.stop()
+    return out
 
 
 def main() -> None:

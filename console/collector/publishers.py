@@ -36,6 +36,9 @@ MAX_BATCHES = 10_000
 BURST = 20
 ASK_NAMED_AGAIN = 600.0  # seconds an answer naming a connection is kept
 ASK_NOBODY_AGAIN = 1.0  # seconds an answer of nobody is kept at least (then asked at the next batch)
+# Questions waiting for their turn at most: past them a new prefix stays unknown (a flood of forged
+# replies under ever new prefixes would otherwise be a task each, waiting).
+MAX_WAITING = 200
 
 
 class Publishers:
@@ -57,6 +60,8 @@ class Publishers:
         self._batches: OrderedDict[str, str] = OrderedDict()  # batch id -> its reply prefix
         self._streams: OrderedDict[tuple, str] = OrderedDict()  # (server, cid) -> the stream it last published to
         self._tokens, self._filled = BURST, time.monotonic()  # a bucket: a burst at once, then per_second
+        self.waiting = 0  # questions waiting for a token
+        self.not_asked = 0  # new prefixes left unknown: too many questions were waiting
 
     @property
     def note(self) -> str:
@@ -99,11 +104,16 @@ class Publishers:
             self._batches.popitem(last=False)
         known = self._known.get(key)
         if known is None or self._stale(key, known, new_batch):
+            if self.waiting >= MAX_WAITING:
+                self.not_asked += 1
+                self.errors.add("CONNZ: too many questions waiting, a publisher left unknown")
+                return
             future = asyncio.get_running_loop().create_future()
             self._known[key] = future
             self._asked[key] = time.monotonic()
             while len(self._known) > MAX_PREFIXES:
                 self._asked.pop(self._known.popitem(last=False)[0], None)
+            self.waiting += 1  # counted from now: a task made is not yet running
             asyncio.create_task(self._ask(key, subject, future))
 
     def _stale(self, prefix: str, known: asyncio.Future, new_batch: bool) -> bool:
@@ -163,9 +173,11 @@ class Publishers:
 
     async def _ask(self, prefix: str, subject: str, future: asyncio.Future) -> None:
         found: Publisher | None = None
+        waited = False
         try:
             while not self._take_token():
                 await asyncio.sleep(1 / self.per_second)
+            self.waiting, waited = self.waiting - 1, True
             self.requests += 1
             found = await ask_connz(self.system_nc, self.account, prefix, subject, self.answer_within, self.errors,
                                     exclude=self.own() if self.own else None)
@@ -173,5 +185,7 @@ class Publishers:
             self.errors.add(f"CONNZ: {type(e).__name__}")
             log.debug("CONNZ for %s: %s", prefix, e)
         finally:
+            if not waited:
+                self.waiting -= 1
             if not future.done():
                 future.set_result(found)

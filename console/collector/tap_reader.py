@@ -82,8 +82,6 @@ class TapReader:
             else:
                 events = tracker.observe(msg.subject, msg.data, now())
         except MalformedInput as e:
-            if self.grading is not None:
-                self.publishers.saw(msg.subject)  # a subject the server refused: graded, so named
             await self.intake.reject(FI_TAP, e.reason, msg)
             return
         except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
@@ -115,8 +113,8 @@ class TapReader:
         try:
             events, batch = self.state.tracker.observe_publish(msg.subject, msg.reply, now())
         except MalformedInput as e:
-            if self.grading is not None:
-                self.publishers.saw(msg.reply)
+            if self.grading is not None:  # a subject the server refuses is graded, so named (only from the
+                self.publishers.saw(msg.reply)  # publish side: a forged reply would make a question each)
             await self.intake.reject(PUBLISH_TAP, e.reason, msg)
             return
         if events:

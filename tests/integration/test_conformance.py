@@ -18,7 +18,9 @@ from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.conformance import FAIL, PASS, Verdicts
 from tests.conftest import TEST_LIMITS
-from tests.integration.faulty_publishers import FAULTY, b01_retries_without_backing_off, f07_pings_ahead
+from tests.integration.faulty_publishers import (
+    FAULTY, RawFast, b01_retries_without_backing_off, f07_pings_ahead, fast_stream,
+)
 from tests.integration.test_collector_sources import ACCOUNTS, connect_as
 from tests.integration.conftest import PEER
 from tests.waits import eventually
@@ -189,3 +191,35 @@ async def test_the_check_batch_030_names_each_client_that_does_not_conform(fault
     assert all(f.code == "BATCH_030" and f.severity == "warning" for f in report.findings)
     assert "natsjs-conformant" not in " ".join(f.evidence for f in report.findings)
     assert evaluate(Facts(nonconforming=conformance_of([])), codes=["BATCH_030"]).unchecked  # no verdicts: unchecked
+
+
+async def test_a_flood_of_forged_replies_under_new_prefixes_is_bounded_and_grading_goes_on(accounts_server, grading):
+    """Anyone on the account can publish on `$FI` reply subjects: ten thousand forged refusals, each
+    under a prefix of its own, leave a bounded number of questions waiting and the grading alive."""
+    from console.collector.publishers import MAX_WAITING
+
+    app, collector = grading
+    forger = await connect_as(accounts_server, "app", "app-secret", name="forger")
+    refusal = b'{"error":{"code":400,"err_code":10206,"description":"batch publish pattern is invalid"}}'
+    try:
+        for i in range(10_000):
+            await forger.publish(f"_INBOX.forged{i}.b{i}.10.ok.3.0.$FI", refusal)  # a start at 3: refused by our parser
+        await forger.flush()
+        await eventually(lambda: asyncio.sleep(0, collector.tapped), lambda n: n >= 10_000, 30, "the flood tapped")
+        assert collector.publishers.waiting <= MAX_WAITING
+        assert len(asyncio.all_tasks()) < 2 * MAX_WAITING + 100
+        honest = await connect_as(accounts_server, "app", "app-secret", name="faulty-F05-after-flood")
+        try:
+            batch = await RawFast(honest, await fast_stream(honest, "F_FLOOD")).open()
+            await batch.start()
+            for seq in range(2, 120):
+                await batch.send(seq)
+            await batch.send(120, 2)
+            await batch.until('"batch"')
+            found = await verdicts_when(app, lambda f: (v := of(f, "faulty-F05-after-flood")) is not None
+                                        and v.failing == ["F05"], timeout=60)
+            assert of(found, "faulty-F05-after-flood").failing == ["F05"]
+        finally:
+            await honest.close()
+    finally:
+        await forger.close()
