@@ -6,28 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
 
 from console.config import Settings
-from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, ClientVerdict, Verdicts
-from console.domain.events import EventKind
+from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, ClientVerdict
 
 log = logging.getLogger(__name__)
 NOT_GRADED = ("no conformance verdicts in the event log: is a collector running (without --no-conformance), "
               "and have batches been published?")
 MARK = {PASS: "pass", FAIL: "FAIL", NOT_OBSERVED: "-", CANNOT_TELL: "?"}
-
-
-async def read_verdicts(runtime, window_minutes: float) -> Verdicts:
-    from console.broker.eventlog import EventLog
-
-    now = datetime.now(timezone.utc)
-    log_ = EventLog.over(runtime.nc, runtime.event_log)
-    verdicts = Verdicts()
-    for _, event in await log_.window(now - timedelta(minutes=window_minutes), now,
-                                      kind_filter=f"{EventKind.CONFORMANCE.value}.>", idle_timeout=0.5):
-        verdicts.apply(event)
-    return verdicts
 
 
 def _verdict_line(v: ClientVerdict) -> str:
@@ -115,7 +101,7 @@ async def run_conformance(settings: Settings, output: str, window_minutes: float
     try:
         async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                       allow_reconnect=False) as runtime:
-            verdicts = (await read_verdicts(runtime, window_minutes)).report()
+            verdicts = (await runtime.verdicts(window_minutes)).report()
     except (ConsoleError, OSError, TimeoutError) as e:
         print(f"batch-console conformance: {str(e)[:300]}")
         return 3

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from console.broker.admin import StreamAdmin
@@ -224,15 +224,25 @@ class Runtime:
     async def verdicts(self, window_minutes: float = VERDICTS_WINDOW) -> Verdicts:
         """The clients' latest conformance verdicts in the event log's last `window_minutes` (kept a few
         seconds: every page of every session asks)."""
-        from console.conformance import read_verdicts
-
         now = time.monotonic()
         if self._verdicts is None or now - self._verdicts[0] > VERDICTS_FOR or window_minutes != VERDICTS_WINDOW:
-            found = await read_verdicts(self, window_minutes)
+            found = await self._read_verdicts(window_minutes)
             if window_minutes != VERDICTS_WINDOW:
                 return found
             self._verdicts = (now, found)
         return self._verdicts[1]
+
+    async def _read_verdicts(self, window_minutes: float) -> Verdicts:
+        from console.broker.eventlog import EventLog
+        from console.domain.events import EventKind
+
+        end = datetime.now(timezone.utc)
+        found = Verdicts()
+        for _, event in await EventLog.over(self.nc, self.event_log).window(
+                end - timedelta(minutes=window_minutes), end, kind_filter=f"{EventKind.CONFORMANCE.value}.>",
+                idle_timeout=0.5):
+            found.apply(event)
+        return found
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         from console.investigate import find_incident

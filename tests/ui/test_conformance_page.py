@@ -3,6 +3,7 @@ account (publishers named) and the publish side tapped: a faulty publisher is a 
 conform, each failure with the ADR's words and its batch linked to its Incident; the `client` filter
 in the URL is hostile input like any other."""
 
+import json
 import re
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def graded_console(tmp_path_factory):
         url = f"http://127.0.0.1:{port}/"
         wait_http(url, web, web_log)
         try:
-            yield server.url, url
+            yield server.url, url, tmp
         finally:
             for proc in procs:
                 proc.terminate()
@@ -45,7 +46,7 @@ def graded_console(tmp_path_factory):
 
 
 def test_a_faulty_publisher_is_a_row_that_does_not_conform_with_its_batches_linked(graded_console, page, screenshots):
-    nats_url, web_url = graded_console
+    nats_url, web_url, _ = graded_console
     faulty = subprocess.Popen([sys.executable, "-m", "tests.integration.faulty_publishers", nats_url, "F05", "F09"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -79,7 +80,7 @@ def shown(page, web_url, screenshots):
 
 @pytest.mark.parametrize("client", ["<script>alert(1)</script>", "x" * 20_000, "%00%1b[2J", "faulty-F05%0d%0aX: y"])
 def test_a_hostile_client_filter_is_text_and_the_page_stands(graded_console, page, client):
-    _, web_url = graded_console
+    _, web_url, _ = graded_console
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     response = page.goto(web_url + "conformance?client=" + client)
@@ -87,3 +88,21 @@ def test_a_hostile_client_filter_is_text_and_the_page_stands(graded_console, pag
     if response.status == 200:
         expect(page.get_by_text("Conformance of batch publishers to ADR-50")).to_be_visible()
     assert dialogs == []
+
+
+def test_the_cli_report_is_one_a_team_can_attach_to_a_bug(graded_console):
+    """After the faulty publishers above: Markdown with the ADR's words, exit 1 (a client does not conform)."""
+    nats_url, _, data_dir = graded_console
+    done = subprocess.run([CLI, "conformance", "--server", nats_url, *APP, "--data-dir", str(data_dir),
+                           "--format", "markdown"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "## faulty-F05 (python3" in done.stdout
+    assert "| F05 keeps within its outstanding-ack window | fail |" in done.stdout
+    assert "**F05** (ADR-50, Fast-ingest Batch Publishing / Flow Control)" in done.stdout
+    as_json = subprocess.run([CLI, "conformance", "--server", nats_url, *APP, "--data-dir", str(data_dir),
+                              "--format", "json", "--window", "60"], capture_output=True, text=True, timeout=60)
+    clients = {c["publisher"]["name"]: c for c in json.loads(as_json.stdout)["clients"] if c["publisher"]}
+    assert clients["faulty-F09"]["results"]["F09"]["status"] == "fail"
+    refused = subprocess.run([CLI, "conformance", "--server", nats_url, "--window", "1e400"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "at most a year" in refused.stderr
