@@ -11,6 +11,7 @@
     await replay.fetch()                          # ... driven by its params: replay.stream = "OTHER"
     console.history()                             # what the analytics job wrote to SQLite (.dates = ...)
     await console.audit()                         # who changed what (every action is audited, notebook's too)
+    await console.conformance()                   # which batch publishers follow ADR-50 (.report(): the verdicts)
     delta_frame("data", "abandonment_hourly")     # the same history from the Delta tables
 """
 
@@ -33,6 +34,7 @@ from console.runtime import Runtime
 from console.storage import delta
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
+from console.ui.conformance import ConformancePage
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage
@@ -134,6 +136,10 @@ class NotebookConsole:
     async def audit(self, **params) -> AuditPage:
         """Who asked the console to change what: the audit trail, its chain checked."""
         return await self.page("/audit", **params)
+
+    async def conformance(self, **params) -> ConformancePage:
+        """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""
+        return await self.page("/conformance", **params)
 
     async def page(self, path: str, **params):
         """Any page of the table (console.pages.TABLE) by its path, read once: `await console.page("/streams")`."""

@@ -19,6 +19,7 @@ from console.collector.state import now
 from console.config import CollectorSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import FI_TAP, PUBLISH_TAP, elected_leader
+from console.domain.replies import MalformedReply
 from console.domain.wire import MalformedInput, Tally
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,6 @@ class TapReader:
     async def _on_tap(self, msg: Inbound) -> None:
         self.tapped += 1
         self._last_tap = time.monotonic()
-        if self.grading is not None:  # before the tracker: a subject the server refused is evidence here
-            self.grading.reply(msg)
         tracker = self.state.tracker
         try:
             if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
@@ -82,12 +81,16 @@ class TapReader:
             else:
                 events = tracker.observe(msg.subject, msg.data, now())
         except MalformedInput as e:
+            if self.grading is not None and not isinstance(e, MalformedReply):  # a subject the server refused
+                self.grading.reply(msg)  # is evidence; a body that is no reply is not
             await self.intake.reject(FI_TAP, e.reason, msg)
             return
         except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
             log.exception("tapped reply not readable")
             await self.intake.reject(FI_TAP, f"unreadable ({type(e).__name__})", msg)
             return
+        if self.grading is not None:
+            self.grading.reply(msg)
         if events:
             self.publishers.saw(msg.subject)
             self.intake.put(events, FI_TAP)

@@ -22,7 +22,7 @@ from console.domain.conformance import (
     BACKOFF_RATE, BACKOFF_SECONDS, MAX_EXAMPLES, SLACK_WINDOWS, WINDOWS, ClientVerdict, Example, Tallies, client_key,
 )
 from console.domain.publisher import Publisher
-from console.domain.replies import ApiError, FlowAck, FlowError, MalformedReply, PubAck, to_reply
+from console.domain.replies import ApiError, FlowAck, FlowError, MalformedReply, PubAck, Reply, to_reply
 from console.domain.wire import has_control
 
 MAX_BATCHES = 10_000
@@ -115,21 +115,20 @@ class Grader:
         if not (seq_s.isascii() and seq_s.isdigit()) or len(seq_s) > 18:
             return False
         seq = int(seq_s)
+        if no_responders:
+            return False  # the server's 503 goes to the publisher alone: one here is not the server's
+        try:
+            reply = to_reply(data) if plain is None else FlowAck(int(plain[1]), int(plain[2]))
+        except MalformedReply:
+            return False  # not a reply: evidence of nothing (and no batch made for it)
         new = ("fast", bid[:MAX_ID]) not in self.batches
         batch = self._fast(bid, prefix, now)
         batch.last_reply = now
         self._subject(batch, prefix, flow, gap)
-        self._reply(batch, bid, op, seq, data, plain, now, no_responders)
+        self._reply(batch, bid, op, seq, reply, now)
         return new
 
-    def _reply(self, batch: Graded, bid: str, op: str, seq: int, data: bytes, plain: re.Match[bytes] | None,
-               now: datetime, no_responders: bool) -> None:
-        if no_responders:
-            return
-        try:
-            reply = to_reply(data) if plain is None else FlowAck(int(plain[1]), int(plain[2]))
-        except MalformedReply:
-            return
+    def _reply(self, batch: Graded, bid: str, op: str, seq: int, reply: Reply, now: datetime) -> None:
         if op == "0" and not (isinstance(reply, FlowAck) and reply.seq):  # a start's own answer (at a flow of
             self._start(batch, seq, "reply")  # 1 the start's message is acknowledged on its subject again)
         code = reply.err_code if isinstance(reply, ApiError) else \

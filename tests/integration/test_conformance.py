@@ -6,6 +6,7 @@ cluster a client is named through a node that is neither the collector's nor the
 import asyncio
 import json
 import subprocess
+from dataclasses import replace
 
 import nats
 import pytest
@@ -15,7 +16,7 @@ from console.broker.atomic import AtomicBatch
 from console.broker.eventlog import EventLog
 from console.broker.fast import FastBatch
 from console.collector.collector import Collector
-from console.config import CollectorSettings
+from console.config import CollectorSettings, DataSettings, Settings
 from console.domain.conformance import FAIL, PASS, Verdicts
 from tests.conftest import TEST_LIMITS
 from tests.integration.faulty_publishers import (
@@ -37,10 +38,17 @@ def accounts_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-async def grading(accounts_server):
+def settings(tmp_path_factory) -> Settings:
+    """A data directory with its event key: the collector signs, a notebook's runtime reads."""
+    base = Settings()
+    return replace(base, data=DataSettings(data_dir=tmp_path_factory.mktemp("conformance-data")))
+
+
+@pytest.fixture(scope="module")
+async def grading(accounts_server, settings):
     app = await connect_as(accounts_server, "app", "app-secret")
     sys_nc = await connect_as(accounts_server, "sys", "sys-secret")
-    collector = Collector(app, CollectorSettings(**GRADING), system_nc=sys_nc)
+    collector = Collector(app, CollectorSettings(**GRADING), settings.keyed_event_log(make=True), system_nc=sys_nc)
     await collector.start()
     yield app, collector
     await collector.stop()
@@ -48,8 +56,7 @@ async def grading(accounts_server):
     await sys_nc.close()
 
 
-async def verdicts_when(nc, until, timeout: float = 40.0) -> Verdicts:
-    log = EventLog(nc.jetstream())
+async def verdicts_when(log: EventLog, until, timeout: float = 40.0) -> Verdicts:
 
     async def read() -> Verdicts:
         found = Verdicts()
@@ -64,8 +71,12 @@ def of(verdicts: Verdicts, name: str):
     return next((v for v in verdicts.report() if v.publisher and v.publisher.name == name), None)
 
 
+def log_of(app, settings) -> EventLog:
+    return EventLog(app.jetstream(), settings.keyed_event_log())
+
+
 @pytest.fixture(scope="module")
-async def faulty_verdicts(accounts_server, grading):
+async def faulty_verdicts(accounts_server, grading, settings):
     """Every faulty publisher at once, each on its own connection and stream; the verdicts once every
     batch of each has been graded."""
     app, _ = grading
@@ -79,7 +90,7 @@ async def faulty_verdicts(accounts_server, grading):
         def graded(found: Verdicts) -> bool:
             return all((v := of(found, f"faulty-{sid}")) is not None and v.batches >= n for sid, n in batches.items())
 
-        yield await verdicts_when(app, graded, timeout=60)
+        yield await verdicts_when(log_of(app, settings), graded, timeout=60)
     finally:
         for nc in (*clients.values(), helper):
             await nc.close()
@@ -108,7 +119,7 @@ async def test_the_report_names_each_failure_with_the_adrs_words_and_its_batch(f
     assert "| F05 keeps within its outstanding-ack window | fail |" in markdown(report)
 
 
-async def test_nats_js_and_the_consoles_own_publisher_conform(accounts_server, grading, natsjs):
+async def test_nats_js_and_the_consoles_own_publisher_conform(accounts_server, grading, settings, natsjs):
     app, _ = grading
     for name, flag in (("CONFORM_FAST", "allow_batched"), ("CONFORM_ATOMIC", "allow_atomic")):
         await app.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], **{flag: True}))
@@ -137,7 +148,7 @@ async def test_nats_js_and_the_consoles_own_publisher_conform(accounts_server, g
             js_v, own_v = of(found, "natsjs-conformant"), of(found, "own-publisher")
             return js_v is not None and own_v is not None and js_v.batches >= 3 and own_v.batches >= 4
 
-        found = await verdicts_when(app, both)
+        found = await verdicts_when(log_of(app, settings), both)
     finally:
         await own.close()
     for name, passing in (("natsjs-conformant", {"F01", "F02", "F03", "F04", "F05", "F06", "F07", "F11", "F12",
@@ -169,7 +180,7 @@ async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(tmp
         await collector.start()
         try:
             await f07_pings_ahead(client)
-            found = await verdicts_when(collector_nc, lambda f: of(f, "faulty-F07") is not None)
+            found = await verdicts_when(EventLog(collector_nc.jetstream()), lambda f: of(f, "faulty-F07") is not None)
             verdict = of(found, "faulty-F07")
             assert verdict.failing == ["F07"]
             assert (verdict.publisher.server, verdict.publisher.cid) == (others[1][0], client.client_id)
@@ -179,12 +190,12 @@ async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(tmp
                 await nc.close()
 
 
-async def test_the_check_batch_030_names_each_client_that_does_not_conform(faulty_verdicts, grading):
+async def test_the_check_batch_030_names_each_client_that_does_not_conform(faulty_verdicts, grading, settings):
     from console.checks import conformance_of
     from console.domain.checks import Facts, evaluate
 
     app, _ = grading
-    events = [e for _, e in await EventLog(app.jetstream()).read(1, kind_filter="conformance.>", idle_timeout=0.2)]
+    events = [e for _, e in await log_of(app, settings).read(1, kind_filter="conformance.>", idle_timeout=0.2)]
     report = evaluate(Facts(nonconforming=conformance_of(events)), codes=["BATCH_030"])
     named = {f.evidence.split(" (")[0] for f in report.findings}
     assert {f"faulty-{sid}" for sid in [*FAULTY, "B01"]} <= named
@@ -193,7 +204,8 @@ async def test_the_check_batch_030_names_each_client_that_does_not_conform(fault
     assert evaluate(Facts(nonconforming=conformance_of([])), codes=["BATCH_030"]).unchecked  # no verdicts: unchecked
 
 
-async def test_a_flood_of_forged_replies_under_new_prefixes_is_bounded_and_grading_goes_on(accounts_server, grading):
+async def test_a_flood_of_forged_replies_under_new_prefixes_is_bounded_and_grading_goes_on(accounts_server, grading,
+                                                                                          settings):
     """Anyone on the account can publish on `$FI` reply subjects: ten thousand forged refusals, each
     under a prefix of its own, leave a bounded number of questions waiting and the grading alive."""
     from console.collector.publishers import MAX_WAITING
@@ -216,10 +228,22 @@ async def test_a_flood_of_forged_replies_under_new_prefixes_is_bounded_and_gradi
                 await batch.send(seq)
             await batch.send(120, 2)
             await batch.until('"batch"')
-            found = await verdicts_when(app, lambda f: (v := of(f, "faulty-F05-after-flood")) is not None
+            found = await verdicts_when(log_of(app, settings), lambda f: (v := of(f, "faulty-F05-after-flood")) is not None
                                         and v.failing == ["F05"], timeout=60)
             assert of(found, "faulty-F05-after-flood").failing == ["F05"]
         finally:
             await honest.close()
     finally:
         await forger.close()
+
+
+async def test_a_notebook_has_the_conformance_page_with_the_same_verdicts(faulty_verdicts, grading, settings):
+    from console.runtime import Runtime
+    from console.widgets import NotebookConsole
+
+    app, _ = grading
+    notebook = NotebookConsole(Runtime(settings, app))
+    page = await notebook.conformance(failing_only=True)
+    shown = set(page.matrix["client"])
+    assert {v.name for v in faulty_verdicts.report() if v.failing} <= shown
+    assert "F05 keeps within its outstanding-ack window" in set(page.failures["statement"])

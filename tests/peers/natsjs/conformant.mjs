@@ -8,11 +8,17 @@ import { jetstream, startFastIngest } from "@nats-io/jetstream/internal";
 const [url, user, pass, fastSubject, atomicSubject, name] = process.argv.slice(2);
 const nc = await connect({ servers: url, user, pass, name });
 
+// A batch's inbox goes with it, and a connection is named by its subscriptions: each batch lasts a
+// moment, as a real one would, so that the collector's question about it comes while it is open.
+const moment = () => new Promise((resolve) => setTimeout(resolve, 500));
+
 const strict = await startFastIngest(nc, fastSubject, "m1", { ackInterval: 10, allowGaps: false });
+await moment();
 for (let i = 2; i < 200; i++) await strict.add(fastSubject, `m${i}`);
 const committed = await strict.last(fastSubject, "m200");
 
 const lenient = await startFastIngest(nc, fastSubject, "p1", { ackInterval: 5, allowGaps: true });
+await moment();
 for (let i = 2; i <= 40; i++) await lenient.add(fastSubject, `p${i}`);
 await lenient.ping();
 const ended = await lenient.end();
