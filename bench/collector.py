@@ -286,9 +286,9 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     for clients, size, kept in grader_memory():
         print(f"{f'  grader memory, {clients:,} publishers seen':<52}{size / 2**20:>9.1f} MiB, {kept:,} clients kept")
     print(f"{'  times the collector left the idle class, starved':<52}{starved:>12}")
-    print(f"\n{'cores used while publishing':<24}" + "".join(f"{name:>21}" for name in pids))
+    print(f"\n{'cores used while publishing':<24}" + "".join(f"{name:>28}" for name in pids))
     for who in INBOXES:
-        print(f"{'  ' + who:<24}" + "".join(f"{cpu[who][name] / cpu[who]['wall']:>21.2f}" for name in pids))
+        print(f"{'  ' + who:<24}" + "".join(f"{cpu[who][name] / cpu[who]['wall']:>28.2f}" for name in pids))
     print(f"\n{f'burst of {abandonments} abandonments':<52}{'seconds':>12}")
     print(f"{'  bare nats-py subscriber has all advisories':<52}{bare:>12.3f}")
     print(f"{'  all events in the event log':<52}{logged:>12.3f}")

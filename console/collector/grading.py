@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from datetime import timedelta
 from bisect import bisect_left
 from typing import Callable
 
@@ -23,6 +24,8 @@ from console.domain.grader import Grader
 Put = Callable[[list[BatchEvent], str], None]
 REPLY, FAST, ATOMIC, REFUSED = "reply", "fast", "atomic", "refused"
 MAX_PENDING = 500_000  # inputs held for ordering at most; past it they are graded as handled
+MAX_TOLD = 200  # verdicts written a pass at most (a new failure first, each client's counts now and then)
+AGAIN_AFTER_PASSES = 12  # a client's counts are written again this many passes later (a minute by default)
 
 
 class Grading:
@@ -64,6 +67,7 @@ class Grading:
         cut = None if everything or len(pending) > MAX_PENDING else min((i[0] for i in fresh), default=None)
         if len(pending) > MAX_PENDING:
             self.behind += len(pending)
+            self.publishers.errors.add("conformance: fell behind, inputs graded out of the wire's order")
         pending.sort(key=_arrival)
         split = len(pending) if cut is None else bisect_left(pending, cut, key=_arrival)
         ready, self._pending = pending[:split], pending[split:]
@@ -91,7 +95,9 @@ class Grading:
         else:
             self.grader.tick(now())
         events = []
-        for verdict in self.grader.verdicts():
+        told = self.grader.verdicts(now=None if everything else now(), limit=None if everything else MAX_TOLD,
+                                    again_after=timedelta(seconds=AGAIN_AFTER_PASSES * self.every))
+        for verdict in told:
             self.written += 1
             client = hashlib.sha256(verdict.key.encode()).hexdigest()[:16]
             events.append(BatchEvent(f"conformance.{self.instance}.{client}.{self.written}", EventKind.CONFORMANCE,

@@ -80,6 +80,10 @@ class _Client:
     batches: int = 0
     publish_side: bool = False
     results: dict[str, Tallies] = field(default_factory=dict)
+    told: tuple[datetime, tuple[str, ...]] | None = None  # when its verdict was last given out, failing what
+
+    def failing(self) -> tuple[str, ...]:
+        return tuple(s for s, t in self.results.items() if t.failed)
 
 
 class Grader:
@@ -421,10 +425,30 @@ class Grader:
             tallies.examples = (tallies.examples + [example])[-MAX_EXAMPLES:]
         self.changed.add(name)
 
-    def verdicts(self, changed_only: bool = True) -> list[ClientVerdict]:
-        names = [n for n in self.clients if n in self.changed] if changed_only else list(self.clients)
-        self.changed.clear()
-        return [self.verdict(n) for n in names]
+    def verdicts(self, changed_only: bool = True, now: datetime | None = None, limit: int | None = None,
+                 again_after: timedelta = timedelta(0)) -> list[ClientVerdict]:
+        """The verdicts to give out: of clients that changed (every client, without changed_only). With
+        `now`: a client's new failure at once, its counts only `again_after` its last verdict, at most
+        `limit` (the rest wait their turn): ten thousand busy clients are not ten thousand events a pass."""
+        if not changed_only:
+            return [self.verdict(n) for n in self.clients]
+        out: list[str] = []
+
+        def urgency(name: str) -> int:  # a failure not told yet, then a client never told, then counts
+            c = self.clients[name]
+            failing = c.failing()
+            return 0 if failing and (c.told is None or c.told[1] != failing) else 1 if c.told is None else 2
+
+        for name in sorted((n for n in self.clients if n in self.changed), key=urgency):
+            c = self.clients[name]
+            failing = c.failing()
+            due = now is None or c.told is None or c.told[1] != failing or now - c.told[0] >= again_after
+            if due and (limit is None or len(out) < limit):
+                out.append(name)
+                c.told = (now or c.until, failing)
+                self.changed.discard(name)
+        self.changed &= set(self.clients)
+        return [self.verdict(n) for n in out]
 
     def verdict(self, name: str) -> ClientVerdict:
         c = self.clients[name]

@@ -183,3 +183,26 @@ def test_memory_stays_bounded_with_ten_thousand_publishers_and_more():
     forty, kept_forty = run(40_000)
     assert kept_ten == kept_forty == 10_000
     assert forty < ten * 1.3  # four times the publishers, the same memory: the oldest clients go
+
+
+def test_busy_clients_are_told_a_few_at_a_time_a_new_failure_first():
+    g = Grader(batch_timeout=1.0, resolve=lambda kind, prefix, batch: Publisher(name=prefix, lang="go", version="1"))
+    for i in range(500):
+        g.reply(fast(f"b{i}", 1, 0, prefix=f"_INBOX.c{i}"), ack(0), at(0))
+    g.fold_all()
+    first = g.verdicts(now=at(1), limit=100, again_after=timedelta(seconds=60))
+    assert len(first) == 100 and len(g.changed) == 400
+    g.reply(fast("x", 1, 2, prefix="_INBOX.c499"), b'{"stream":"S","seq":1,"batch":"x","count":1}', at(2))
+    g.reply(fast("x", 1, 0, prefix="_INBOX.c499"), ack(0), at(2))  # a start after its commit: c499 only
+    g.reply(fast("y", 2, 0, prefix="_INBOX.c499"), b'{"error":{"code":400,"err_code":10206,"description":"x"}}', at(2))
+    g.fold_all()
+    second = g.verdicts(now=at(3), limit=100, again_after=timedelta(seconds=60))
+    assert second[0].failing == ["F01"] and second[0].publisher.name == "_INBOX.c499"  # its new failure: first
+    for _ in range(3):
+        g.verdicts(now=at(4), limit=100, again_after=timedelta(seconds=60))
+    assert not g.changed  # every client told once
+    g.reply(fast("b0", 5, 1, prefix="_INBOX.c0"), ack(5), at(5))
+    g.fold_all()
+    assert g.verdicts(now=at(6), limit=100, again_after=timedelta(seconds=60)) == []  # counts only: later
+    assert [v.publisher.name for v in g.verdicts(now=at(70), limit=100, again_after=timedelta(seconds=60))] == \
+        ["_INBOX.c0"]
