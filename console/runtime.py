@@ -240,7 +240,7 @@ class Runtime:
         found = Verdicts()
         for _, event in await EventLog.over(self.nc, self.event_log).window(
                 end - timedelta(minutes=window_minutes), end, kind_filter=f"{EventKind.CONFORMANCE.value}.>",
-                idle_timeout=0.5):
+                idle_timeout=2.0):  # the read ends at the last one; this long is waited only when there is none
             found.apply(event)
         return found
 

@@ -61,8 +61,6 @@ class Graded:
     sent: int = 0  # highest sequence seen on the publish side
     last_sent: datetime | None = None
     last_reply: datetime | None = None
-    # atomic
-    commit_seen: bool = False
 
     def passes(self, statement: str) -> None:
         self.results.setdefault(statement, None)

@@ -19,6 +19,7 @@ from console.broker.fast import FastBatch
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.errors import BatchError
 from console.alerting.rules_file import remedies
+from console.domain.checks import UNREAD
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_collector_sources import ACCOUNTS
 from tests.processes import CLI, free_port, probe
@@ -107,7 +108,9 @@ async def test_each_stream_fires_its_check_and_nagios_reads_the_exit_code(deploy
         # check runs, so "open near the limit" (BATCH_007) is for the unit tests
         "CK_BUSY": {"BATCH_008"},
     }, report["findings"]
-    assert report["unchecked"] == [{"code": "BATCH_030", "why": "no conformance report yet"}]
+    # The collector's first verdicts may or may not be in the window yet: unchecked, or checked and quiet
+    # (every publisher here is the console's own, and conforms: no BATCH_030 finding above)
+    assert report["unchecked"] in ([], [{"code": "BATCH_030", "why": UNREAD["nonconforming"]}])
     # One text for the alert, the Incident view and the check about the same loss: the shipped rule's
     [timeouts] = [f for f in report["findings"] if f["code"] == "BATCH_006"]
     assert timeouts["remedy"] == remedies()[("lost_batches", "timeout")]

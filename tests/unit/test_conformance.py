@@ -206,3 +206,18 @@ def test_busy_clients_are_told_a_few_at_a_time_a_new_failure_first():
     assert g.verdicts(now=at(6), limit=100, again_after=timedelta(seconds=60)) == []  # counts only: later
     assert [v.publisher.name for v in g.verdicts(now=at(70), limit=100, again_after=timedelta(seconds=60))] == \
         ["_INBOX.c0"]
+
+
+def test_a_burst_of_429s_is_backing_off_seconds_of_them_are_not():
+    refused = b'{"error":{"code":429,"err_code":10211,"description":"batch publish too many inflight"}}'
+
+    def client(times: list[float]) -> ClientVerdict:
+        g = Grader(batch_timeout=1.0, resolve=lambda *_: APP)
+        for i, t in enumerate(times):
+            g.reply(fast(f"b{i}", 1, 0), refused, at(t))
+        return graded(g)
+
+    burst = client([0.01 * i for i in range(50)])  # 50 starts refused at once: concurrent, not a retry loop
+    assert burst.status("B01") == PASS
+    storm = client([0.05 * i for i in range(60)])  # 20 a second for 3 seconds
+    assert storm.failing == ["B01"]
