@@ -105,6 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--window", type=window_minutes, default=24 * 60,
                              help="minutes of the event log to read the latest verdicts from (default a day)")
 
+    search = commands.add_parser("search", help="search any stream, bounded: a subject filter and a window the server "
+                                                "applies, a CEL predicate over headers and payload; matches as JSON "
+                                                "lines, progress on stderr")
+    add_flags(search, *WITH_EVENT_LOG)
+    search.add_argument("stream", help="the stream to search")
+    search.add_argument("--subject", help="a subject filter (wildcards), applied by the server")
+    search.add_argument("--from-seq", type=int, help="the first stream sequence")
+    search.add_argument("--to-seq", type=int, help="the last stream sequence")
+    search.add_argument("--since", help="from this time (ISO 8601 with a zone)")
+    search.add_argument("--until", help="to this time (ISO 8601 with a zone)")
+    search.add_argument("--where", help='a CEL expression over subject, seq, time, headers, size, text, payload '
+                                        '(e.g. \'payload.amount > 100 && headers["kind"] == "refund"\')')
+    search.add_argument("--newest-first", action="store_true", help="read from the end backwards")
+    search.add_argument("--max-scanned", type=int, default=1_000_000, help="messages read at most")
+    search.add_argument("--max-bytes", type=int, default=1 << 30, help="payload bytes read at most")
+    search.add_argument("--max-matches", type=int, default=1000, help="matches at most")
+    search.add_argument("--max-seconds", type=float, default=60.0, help="seconds at most")
+
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
     add_flags(probe, *CONNECTED)
@@ -390,6 +408,10 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         from console.checks import run_check
 
         return asyncio.run(run_check(settings, args.format, args.code, args.stream))
+    if command == "search":
+        from console.search import run_search
+
+        return asyncio.run(run_search(settings, args))
     if command == "conformance":
         from console.conformance import run_conformance
 

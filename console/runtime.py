@@ -6,6 +6,7 @@ console a runtime plus page factories (console.pages), and each CLI command open
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from datetime import datetime, timedelta, timezone
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads histo
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.broker.audit_log import AuditLog
+    from console.domain.search import SearchQuery
     from console.domain.audit import Actor, Checked
     from console.storage.history import Reader
 
@@ -248,6 +250,15 @@ class Runtime:
         from console.investigate import find_incident
 
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
+
+    async def search(self, actions: Actions, query: SearchQuery, progress=None, cancelled=lambda: False):
+        """A search of any stream, as the action search.run of whoever `actions` acts for: audited with its
+        query; it reads, so read-only allows it. Returns (matches, how it ended)."""
+        from console.broker.search import search
+
+        target = f"{query.stream} {json.dumps(query.describe(), default=str)}"
+        return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…",
+                                 lambda: search(self.nc, query, progress, cancelled))
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""

@@ -1,0 +1,134 @@
+"""Reading a stream for a search: an ordered consumer (ephemeral, no acks) per range, the subject
+filtered and the start placed by the server; the predicate, the limits and the progress are the
+domain's (console/domain/search.py). Newest first reads the range backwards in chunks of sequences,
+each chunk oldest first. Nothing stays on the server: each consumer is deleted when its range is read,
+or the search stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from console.domain.search import (
+    NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, message_context,
+)
+
+CHUNK = 20_000  # sequences a newest-first pass reads at a time
+PROGRESS_EVERY = 1.0  # seconds
+IDLE = 2.0  # seconds without a message: the range holds no more for the filter
+
+Progress = Callable[[SearchProgress], Awaitable[None] | None]
+
+
+async def search(nc: Client, query: SearchQuery, progress: Progress | None = None,
+                 cancelled: Callable[[], bool] = lambda: False) -> tuple[list[Found], SearchProgress]:
+    """The matches (in the query's direction) and how the search ended."""
+    js = nc.jetstream()
+    info = await js.stream_info(query.stream)
+    first, last = max(info.state.first_seq, query.start_seq or 1), min(info.state.last_seq,
+                                                                          query.end_seq or info.state.last_seq)
+    predicate = Predicate(query.where)
+    state = SearchProgress()
+    found: list[Found] = []
+    started = time.monotonic()
+    told = [started]
+
+    async def tell() -> None:
+        state.elapsed = time.monotonic() - started
+        if progress is not None:
+            done = progress(state)
+            if done is not None:
+                await done
+
+    if last >= first and query.direction != NEWEST:
+        await _read(js, query, first, last, predicate, state, found, started, told, tell, cancelled)
+    high = last
+    while query.direction == NEWEST and high >= first:
+        # A chunk of the newest sequences not read yet, never more than the scan limit leaves: the
+        # messages scanned are the newest ones; its matches are kept newest first, up to the limit.
+        low = max(first, high - min(CHUNK, query.max_scanned - state.scanned) + 1)
+        chunk: list[Found] = []
+        stop = await _read(js, query, low, high, predicate, state, chunk, started, told, tell, cancelled,
+                           all_matches=True)
+        found += reversed(chunk)
+        if len(found) >= query.max_matches:
+            state.stopped_by, state.matched = "max_matches", query.max_matches
+            break
+        if stop or state.scanned >= query.max_scanned:
+            state.stopped_by = state.stopped_by or "max_scanned"
+            break
+        high = low - 1
+    state.elapsed = time.monotonic() - started
+    state.stopped_by = state.stopped_by or "end"
+    await tell()
+    return found[:query.max_matches], state
+
+
+async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicate, state: SearchProgress,
+                out: list[Found], started: float, told: list[float], tell, cancelled, all_matches: bool = False) -> bool:
+    """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
+    match limit is the caller's (newest first keeps the newest of a chunk)."""
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=query.since.isoformat()) \
+        if query.since and query.direction != NEWEST and low == (query.start_seq or low) and not query.start_seq \
+        else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
+    sub = await js.subscribe(query.subject or ">", stream=query.stream, ordered_consumer=True, config=config)
+    try:
+        while True:
+            if cancelled():
+                state.stopped_by = "cancelled"
+                return True
+            try:
+                msg = await sub.next_msg(timeout=IDLE)
+            except nats.errors.TimeoutError:
+                return False  # nothing more in the range for the filter
+            meta = msg.metadata
+            seq = meta.sequence.stream
+            if seq > high:
+                return False
+            if query.until is not None and meta.timestamp > query.until:
+                return query.direction != NEWEST  # oldest first: past the window, done; newest: the next chunk
+            state.scanned += 1
+            state.bytes += len(msg.data)
+            state.reached = seq
+            if query.since is None or meta.timestamp >= query.since:
+                try:
+                    if predicate.matches(message_context(msg.subject, seq, meta.timestamp, msg.headers, msg.data)):
+                        state.matched += 1
+                        out.append(Found(seq, msg.subject, meta.timestamp, tuple((msg.headers or {}).items()),
+                                         msg.data))
+                except PredicateError as e:
+                    state.errors += 1
+                    if len(state.error_sample) < 5:
+                        state.error_sample.append(f"seq {seq}: {e}")
+            now = time.monotonic()
+            state.elapsed = now - started
+            if (hit := state.limit_hit(query)) is not None and not (all_matches and hit == "max_matches"):
+                state.stopped_by = hit
+                return True
+            if now - told[0] >= PROGRESS_EVERY:
+                told[0] = now
+                await tell()
+            if seq >= high or meta.num_pending == 0:  # the range read, or nothing more for the filter
+                return False
+    finally:
+        await _gone(js, sub, query.stream)
+
+
+async def _gone(js, sub, stream: str) -> None:
+    """The ordered consumer deleted now, not after its inactivity threshold."""
+    name = getattr(sub, "_consumer", None)  # nats-py's, renewed when the ordered consumer is reset
+    try:
+        await sub.unsubscribe()
+    except nats.errors.Error:
+        pass
+    if name:
+        try:
+            await js.delete_consumer(stream, name)
+        except (nats.js.errors.Error, nats.errors.Error, asyncio.TimeoutError):
+            pass

@@ -1,0 +1,217 @@
+"""Searching a stream: the query (hostile input from a URL, a form, a command line), the predicate in
+the Common Expression Language, and the limits that stop a search and say which one did.
+
+CEL, not Python: an expression reaches only what it is given (the message's subject, sequence, time,
+headers, text and JSON payload), has no loops but comprehensions over what it is given, and no I/O.
+The implementation is `common-expression-language` (Rust, through PyO3; ~6 us an evaluation here)
+rather than `cel-python` (pure Python, 10-50x slower): the search is read-bound and must keep up with
+an ordered consumer. Its parser refuses deep nesting, its regular expressions run in linear time,
+and nested comprehensions (the one way to make one evaluation take quadratic time and more over a
+payload's lists) are refused here before it sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import cel  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+from console.domain.wire import INT64_MAX, MalformedInput, has_control, stream_name_problem
+
+MAX_EXPRESSION = 1000  # characters
+VARIABLES = ("subject", "seq", "time", "headers", "size", "text", "payload")  # see message_context
+FUNCTIONS = frozenset({"contains", "startsWith", "endsWith", "matches", "size", "has", "int", "uint", "double",
+                       "string", "bool", "bytes", "type", "timestamp", "duration", "dyn", *("all", "exists",
+                       "exists_one", "map", "filter"), "lowerAscii", "upperAscii", "trim", "split", "join",
+                       "indexOf", "lastIndexOf", "substring", "replace", "getFullYear", "getMonth",
+                       "getDayOfMonth", "getHours", "getMinutes", "getSeconds", "max", "min"})
+MAX_SUBJECT = 256
+MACROS = ("all", "exists", "exists_one", "map", "filter")
+_MACRO = re.compile(r"\.(" + "|".join(MACROS) + r")\s*\(")
+NEWEST, OLDEST = "newest", "oldest"
+LIMITS = {"max_scanned": (1, 10**9, 1_000_000), "max_bytes": (1, 2**40, 1 << 30), "max_matches": (1, 100_000, 1000),
+          "max_seconds": (0.1, 3600.0, 60.0)}
+
+
+class SearchRefused(MalformedInput):
+    what = "search"
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    stream: str
+    subject: str = ""  # a filter subject (wildcards allowed): the server filters
+    start_seq: int | None = None
+    end_seq: int | None = None
+    since: datetime | None = None  # the server starts there (its deliver policy by start time)
+    until: datetime | None = None
+    where: str = ""  # a CEL expression; empty: every message
+    direction: str = OLDEST
+    max_scanned: int = 1_000_000
+    max_bytes: int = 1 << 30
+    max_matches: int = 1000
+    max_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        """Total: SearchRefused names what is wrong (a name, a filter, a window, a limit, the expression)."""
+        if (problem := stream_name_problem(self.stream)) is not None:
+            raise SearchRefused(f"stream: {problem}")
+        if len(self.subject) > MAX_SUBJECT or has_control(self.subject) or " " in self.subject or \
+                (self.subject and ("" in self.subject.split(".") or ">" in self.subject.split(".")[:-1])):
+            raise SearchRefused("subject: not a subject filter (tokens split by '.', '*' and a last '>')")
+        for name in ("start_seq", "end_seq"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or not 1 <= value <= INT64_MAX):
+                raise SearchRefused(f"{name}: not a sequence from 1")
+        if self.start_seq and self.end_seq and self.start_seq > self.end_seq:
+            raise SearchRefused("start_seq is after end_seq")
+        if self.since and self.until and self.since > self.until:
+            raise SearchRefused("since is after until")
+        for t in (self.since, self.until):
+            if t is not None and t.tzinfo is None:
+                raise SearchRefused("a time without a time zone")
+        if self.direction not in (NEWEST, OLDEST):
+            raise SearchRefused(f"direction: {NEWEST} or {OLDEST}")
+        for name, (low, high, _) in LIMITS.items():
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not low <= value <= high:
+                raise SearchRefused(f"{name}: from {low} to {high}")
+        Predicate(self.where)  # compiles, or says why not
+
+    def describe(self) -> dict[str, Any]:
+        """The query as the audit trail and an export's header keep it."""
+        out: dict[str, Any] = {"stream": self.stream}
+        for name in ("subject", "start_seq", "end_seq", "since", "until", "where", "direction", *LIMITS):
+            value = getattr(self, name)
+            if value not in (None, ""):
+                out[name] = value.isoformat() if isinstance(value, datetime) else value
+        return out
+
+
+class Predicate:
+    """A compiled CEL expression over one message; an empty one matches every message."""
+
+    def __init__(self, text: str):
+        if len(text) > MAX_EXPRESSION or has_control(text.replace("\n", " ").replace("\t", " ")):
+            raise SearchRefused(f"where: at most {MAX_EXPRESSION} printable characters")
+        _no_nested_comprehension(text)
+        self.text = text.strip()
+        try:
+            self._program = cel.compile(self.text) if self.text else None
+        except Exception as e:  # the parser's own words, cut
+            raise SearchRefused(f"where: {str(e).splitlines()[0][:300]}") from None
+        if self._program is not None:
+            unknown = sorted({f for f in self._program.functions() if not f[:1] in "_@!" and f not in FUNCTIONS}
+                             | {v for v in self._program.variables() if v not in VARIABLES})
+            if unknown:
+                raise SearchRefused(f"where: {', '.join(unknown)[:200]} not known (a message has "
+                                    f"{', '.join(VARIABLES)}; CEL's own functions only)")
+
+    def matches(self, message: Mapping[str, Any]) -> bool:
+        """True or False; an evaluation error (a missing field, a wrong type) raises PredicateError."""
+        if self._program is None:
+            return True
+        try:
+            result = self._program.execute(message)
+        except Exception as e:
+            raise PredicateError(f"{type(e).__name__}: {str(e)[:200]}") from None
+        return result is True
+
+
+class PredicateError(Exception):
+    """The expression could not be evaluated on one message: counted, and the message does not match."""
+
+
+def _no_nested_comprehension(text: str) -> None:
+    """Refuse a comprehension macro inside another's arguments (outside string literals)."""
+    open_macros: list[int] = []  # paren depth at which each open macro's arguments started
+    depth, i, quote = 0, 0, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if open_macros and depth < open_macros[-1]:
+                open_macros.pop()
+        elif c == "." and (m := _MACRO.match(text, i)):
+            if open_macros:
+                raise SearchRefused("where: a comprehension inside another (all, exists, exists_one, map, filter) "
+                                    "can take as long as a payload's lists multiplied; write one at a time")
+            open_macros.append(depth + 1)
+            i = m.end() - 1
+            continue
+        i += 1
+
+
+def message_context(subject: str, seq: int, time: datetime, headers: Mapping[str, str] | None,
+                    data: bytes) -> dict[str, Any]:
+    """What an expression sees of a message: `subject`, `seq`, `time` (ISO text), `headers` (a map of
+    strings), `size`, `text` (the payload as UTF-8, invalid bytes replaced) and `payload` (the JSON
+    document when the payload is one, else null)."""
+    text = data.decode("utf-8", "replace")
+    payload: Any = None
+    if data[:1] in (b"{", b"[") or data.strip()[:1] in (b"{", b"["):
+        try:
+            payload = json.loads(text)
+        except (ValueError, RecursionError):
+            payload = None
+    return {"subject": subject, "seq": seq, "time": time.astimezone(timezone.utc).isoformat(),
+            "headers": dict(headers or {}), "size": len(data), "text": text, "payload": payload}
+
+
+@dataclass(frozen=True)
+class Found:
+    """A message that matched: where it is, and what it holds (the headers in their order)."""
+
+    seq: int
+    subject: str
+    time: datetime
+    headers: tuple[tuple[str, str], ...]
+    data: bytes
+
+    @property
+    def batch_id(self) -> str | None:
+        """The atomic batch it belongs to (its Nats-Batch-Id header), when it is one's."""
+        return next((v for k, v in self.headers if k == "Nats-Batch-Id"), None)
+
+
+@dataclass
+class SearchProgress:
+    scanned: int = 0
+    matched: int = 0
+    bytes: int = 0
+    errors: int = 0  # messages the expression could not be evaluated on
+    elapsed: float = 0.0
+    reached: int | None = None  # the last stream sequence read
+    stopped_by: str | None = None  # "max_scanned", "max_bytes", "max_matches", "max_seconds", "cancelled", "end"
+    error_sample: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        state = {None: "searching", "end": "done: the whole range read", "cancelled": "cancelled"}.get(
+            self.stopped_by, f"stopped at the limit {self.stopped_by}")
+        return (f"{state}: {self.scanned:,} scanned, {self.matched:,} matched, {self.bytes:,} bytes, "
+                f"{self.elapsed:.1f}s" + (f", at seq {self.reached}" if self.reached is not None else "")
+                + (f", {self.errors:,} not evaluable" if self.errors else ""))
+
+    def limit_hit(self, query: SearchQuery) -> str | None:
+        if self.matched >= query.max_matches:
+            return "max_matches"
+        if self.scanned >= query.max_scanned:
+            return "max_scanned"
+        if self.bytes >= query.max_bytes:
+            return "max_bytes"
+        if self.elapsed >= query.max_seconds:
+            return "max_seconds"
+        return None

@@ -1,0 +1,69 @@
+"""`batch-console search STREAM`: a bounded search of any stream (console/domain/search.py says what
+a query may hold), its matches as JSON lines on stdout, its progress every second on stderr (a bar on
+a terminal's width of the scan limit, else a line), and how it ended."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from datetime import datetime
+
+from console.config import Settings
+from console.domain.audit import CLI
+from console.domain.search import Found, SearchProgress, SearchQuery, SearchRefused
+
+
+def found_json(f: Found) -> str:
+    """One match: the payload as text when it is UTF-8, else base64 (never raw bytes on a terminal)."""
+    try:
+        text, encoding = f.data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(f.data).decode(), "base64"
+    return json.dumps({"seq": f.seq, "subject": f.subject, "time": f.time.isoformat(), "headers": dict(f.headers),
+                       "batch": f.batch_id, "payload": text, "encoding": encoding}, ensure_ascii=True)
+
+
+def query_from(args) -> SearchQuery:
+    """The command's arguments as a query; SearchRefused says which one is wrong."""
+    def when(text: str | None) -> datetime | None:
+        if not text:
+            return None
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise SearchRefused(f"not a time (ISO 8601 with a zone): {text[:40]!r}") from None
+
+    return SearchQuery(args.stream, subject=args.subject or "", start_seq=args.from_seq, end_seq=args.to_seq,
+                       since=when(args.since), until=when(args.until), where=args.where or "",
+                       direction="newest" if args.newest_first else "oldest", max_scanned=args.max_scanned,
+                       max_bytes=args.max_bytes, max_matches=args.max_matches, max_seconds=args.max_seconds)
+
+
+async def run_search(settings: Settings, args) -> int:
+    """0: the search ran (its end on stderr); 2: the query refused; 3: the server not reachable."""
+    from console.errors import ConsoleError
+    from console.runtime import Runtime
+
+    try:
+        query = query_from(args)
+    except SearchRefused as e:
+        print(f"batch-console search: {e.reason}", file=sys.stderr)
+        return 2
+
+    def progress(state: SearchProgress) -> None:
+        print(f"\r{state.line()}" if sys.stderr.isatty() else state.line(), end="" if sys.stderr.isatty() else "\n",
+              file=sys.stderr, flush=True)
+
+    try:
+        async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                      allow_reconnect=False) as runtime:
+            found, state = await runtime.search(runtime.actions(CLI), query, progress)
+    except (ConsoleError, OSError, TimeoutError) as e:
+        print(f"batch-console search: {str(e)[:300]}", file=sys.stderr)
+        return 3
+    for f in found:
+        print(found_json(f))
+    if sys.stderr.isatty():  # the last progress line, how it ended, stays
+        print(file=sys.stderr)
+    return 0
