@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-import cel  # type: ignore[import-not-found,import-untyped,unused-ignore]
+import cel
 
 from console.domain.wire import INT64_MAX, MalformedInput, has_control, stream_name_problem
 
@@ -116,7 +116,7 @@ class Predicate:
         if self._program is None:
             return True
         try:
-            result = self._program.execute(message)
+            result = self._program.execute(dict(message) if not isinstance(message, dict) else message)
         except Exception as e:
             raise PredicateError(f"{type(e).__name__}: {str(e)[:200]}") from None
         return result is True
