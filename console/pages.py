@@ -26,6 +26,7 @@ from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
 from console.ui.checks import ChecksPage
 from console.ui.conformance import ConformancePage
+from console.ui.search import SearchPage
 from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
@@ -84,6 +85,19 @@ def _flag(text: str) -> bool:
     return text.lower() in ("true", "1")
 
 
+def _expression(text: str) -> str:
+    if len(text) > 1000:
+        raise ValueError("not an expression a search takes")
+    return text
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1e12:  # also refuses nan and inf
+        raise ValueError("not a limit")
+    return value
+
+
 def _int(text: str) -> int:
     if len(text) > 20:  # past int64: not a sequence
         raise ValueError("not a sequence")
@@ -94,7 +108,11 @@ def _int(text: str) -> int:
 # that reaches a subject must never cost the process its connection); one that fails is left out.
 URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
              "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
-             "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag}
+             "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag,
+             "subject": _label, "end_seq": _int, "since": _start_time, "until": _start_time, "where": _expression,
+             "newest_first": _flag, "max_scanned": _int, "max_matches": _int, "max_seconds": _number}
+SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", "where", "newest_first",
+                 "max_scanned", "max_matches", "max_seconds")
 
 
 def live(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> LivePage:
@@ -157,6 +175,12 @@ def checks(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ChecksPage:
     return ChecksPage(findings=runtime.alerts.findings, **params)
 
 
+def search(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> SearchPage:
+    actions = runtime.actions(actor)
+    return SearchPage(run=lambda query, progress, cancelled: runtime.search(actions, query, progress, cancelled),
+                      **params)
+
+
 def conformance(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ConformancePage:
     return ConformancePage(verdicts=runtime.verdicts, **params)
 
@@ -187,6 +211,7 @@ TABLE = (
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}),
+    Page("/search", "Search", search, {name: name for name in SEARCH_PARAMS}),
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"}),
     Page("/probe", "Probe", probe, changes_the_server=True),
     Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),

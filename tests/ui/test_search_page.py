@@ -1,0 +1,38 @@
+"""The Search page in Chromium against the real console: the query in the URL runs at once, the
+matches link to Replay at their sequence and to their batch's Incident, the progress line says how it
+ended; a hostile query is refused beside the form and the page stands."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.processes import probe
+
+
+def test_a_query_in_the_url_runs_and_each_match_links_to_replay_and_its_batch(console, page, screenshots):
+    nats_url, web_url = console
+    probe(nats_url, "atomic", "--count", "6", "--batch-size", "3", "--stream", "UI_SEARCH", "--subject", "ui.search")
+    page.goto(web_url + 'search?stream=UI_SEARCH&where="Nats-Batch-Id" in headers&newest_first=true'
+                        "&max_matches=4")
+    expect(page.get_by_text("stopped at the limit max_matches")).to_be_visible(timeout=30_000)
+    rows = page.get_by_role("row").filter(has_text="ui.search")
+    expect(rows).to_have_count(4)
+    first = rows.first
+    expect(first.get_by_role("link", name="6")).to_have_attribute("href", "/replay?stream=UI_SEARCH&start_seq=6")
+    expect(first.get_by_role("link").nth(1)).to_have_attribute("href", re.compile(r"^/incident\?batch=\w+$"))
+    page.screenshot(path=screenshots / "search.png", full_page=True)
+
+
+@pytest.mark.parametrize("query", ['stream=UI_SEARCH&where=open("/etc/passwd")', "stream=UI_SEARCH&where=" + "x" * 5000,
+                                   "stream=UI_SEARCH&max_seconds=nan", "stream=../etc&subject=a..b",
+                                   "stream=UI_SEARCH&start_seq=-5", "stream=UI_SEARCH&since=%00%1b"])
+def test_a_hostile_query_is_refused_beside_the_form(console, page, query):
+    _, web_url = console
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    response = page.goto(web_url + "search?" + query)
+    assert response.status in (200, 414)
+    if response.status == 200:
+        expect(page.get_by_role("button", name="Search")).to_be_visible()
+    assert dialogs == []
