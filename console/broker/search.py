@@ -1,5 +1,6 @@
-"""Reading a stream for a search: an ordered consumer (ephemeral, no acks) per range, the subject
-filtered and the start placed by the server; the predicate, the limits and the progress are the
+"""Reading a stream for a search: an ephemeral pull consumer (no acks, in memory) per range, fetched
+500 messages at a time (a push consumer outruns the search and its buffer grows with the stream), the
+subject filtered and the start placed by the server; the predicate, the limits and the progress are the
 domain's (console/domain/search.py). Newest first reads the range backwards in chunks of sequences,
 each chunk oldest first. Nothing stays on the server: each consumer is deleted when its range is read,
 or the search stopped."""
@@ -8,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.domain.search import (
     NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, message_context,
@@ -22,6 +24,10 @@ from console.domain.search import (
 CHUNK = 20_000  # sequences a newest-first pass reads at a time
 PROGRESS_EVERY = 1.0  # seconds
 IDLE = 2.0  # seconds without a message: the range holds no more for the filter
+CLOCK_EVERY = 64  # messages between looks at the clock (the time limit, the progress)
+FETCH = 500  # messages a pull asks for: what the search holds at once (its memory stays flat)
+INACTIVE = 30.0  # seconds: the server removes a consumer the search lost (a crash) by itself
+EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Progress = Callable[[SearchProgress], Awaitable[None] | None]
 
@@ -74,55 +80,68 @@ async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicat
                 out: list[Found], started: float, told: list[float], tell, cancelled, all_matches: bool = False) -> bool:
     """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
     match limit is the caller's (newest first keeps the newest of a chunk)."""
+    needs = predicate.needs
     config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=query.since.isoformat()) \
         if query.since and query.direction != NEWEST and low == (query.start_seq or low) and not query.start_seq \
         else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
-    sub = await js.subscribe(query.subject or ">", stream=query.stream, ordered_consumer=True, config=config)
+    config.ack_policy, config.inactive_threshold, config.mem_storage = AckPolicy.NONE, INACTIVE, True
+    sub = await js.pull_subscribe(query.subject or ">", stream=query.stream, config=config)
+    batch: list = []
     try:
+        timed = query.since is not None or query.until is not None or "time" in needs
         while True:
             if cancelled():
                 state.stopped_by = "cancelled"
                 return True
-            try:
-                msg = await sub.next_msg(timeout=IDLE)
-            except nats.errors.TimeoutError:
-                return False  # nothing more in the range for the filter
-            meta = msg.metadata
-            seq = meta.sequence.stream
+            if not batch:
+                try:
+                    batch = await sub.fetch(FETCH, timeout=IDLE)
+                except nats.errors.TimeoutError:
+                    return False  # nothing more in the range for the filter
+                batch.reverse()
+            msg = batch.pop()
+            # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>: read here,
+            # not through nats-py's metadata (a third of the time per message went there)
+            tokens = msg.reply.rsplit(".", 4)
+            seq, pending = int(tokens[1]), int(tokens[4])
+            stored = datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc) if timed else EPOCH
             if seq > high:
                 return False
-            if query.until is not None and meta.timestamp > query.until:
+            if query.until is not None and stored > query.until:
                 return query.direction != NEWEST  # oldest first: past the window, done; newest: the next chunk
             state.scanned += 1
             state.bytes += len(msg.data)
             state.reached = seq
-            if query.since is None or meta.timestamp >= query.since:
+            if query.since is None or stored >= query.since:
                 try:
-                    if predicate.matches(message_context(msg.subject, seq, meta.timestamp, msg.headers, msg.data)):
+                    if predicate.matches(message_context(msg.subject, seq, stored, msg.headers, msg.data, needs)):
                         state.matched += 1
-                        out.append(Found(seq, msg.subject, meta.timestamp, tuple((msg.headers or {}).items()),
-                                         msg.data))
+                        out.append(Found(seq, msg.subject, stored if timed else
+                                         datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc),
+                                         tuple((msg.headers or {}).items()), msg.data))
                 except PredicateError as e:
                     state.errors += 1
                     if len(state.error_sample) < 5:
                         state.error_sample.append(f"seq {seq}: {e}")
-            now = time.monotonic()
-            state.elapsed = now - started
-            if (hit := state.limit_hit(query)) is not None and not (all_matches and hit == "max_matches"):
-                state.stopped_by = hit
-                return True
-            if now - told[0] >= PROGRESS_EVERY:
-                told[0] = now
-                await tell()
-            if seq >= high or meta.num_pending == 0:  # the range read, or nothing more for the filter
+            if state.matched >= query.max_matches and not all_matches or state.scanned >= query.max_scanned \
+                    or state.bytes >= query.max_bytes or state.scanned % CLOCK_EVERY == 0:
+                now = time.monotonic()
+                state.elapsed = now - started
+                if (hit := state.limit_hit(query)) is not None and not (all_matches and hit == "max_matches"):
+                    state.stopped_by = hit
+                    return True
+                if now - told[0] >= PROGRESS_EVERY:
+                    told[0] = now
+                    await tell()
+            if seq >= high or pending == 0:  # the range read, or nothing more for the filter
                 return False
     finally:
         await _gone(js, sub, query.stream)
 
 
 async def _gone(js, sub, stream: str) -> None:
-    """The ordered consumer deleted now, not after its inactivity threshold."""
-    name = getattr(sub, "_consumer", None)  # nats-py's, renewed when the ordered consumer is reset
+    """The consumer deleted now, not after its inactivity threshold."""
+    name = getattr(sub, "_consumer", None)
     try:
         await sub.unsubscribe()
     except nats.errors.Error:

@@ -111,6 +111,11 @@ class Predicate:
                 raise SearchRefused(f"where: {', '.join(unknown)[:200]} not known (a message has "
                                     f"{', '.join(VARIABLES)}; CEL's own functions only)")
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """The message's parts the expression reads: only those are made for each message."""
+        return frozenset(self._program.variables()) if self._program is not None else frozenset()
+
     def matches(self, message: Mapping[str, Any]) -> bool:
         """True or False; an evaluation error (a missing field, a wrong type) raises PredicateError."""
         if self._program is None:
@@ -156,19 +161,29 @@ def _no_nested_comprehension(text: str) -> None:
 
 
 def message_context(subject: str, seq: int, time: datetime, headers: Mapping[str, str] | None,
-                    data: bytes) -> dict[str, Any]:
+                    data: bytes, needs: frozenset[str] | None = None) -> dict[str, Any]:
     """What an expression sees of a message: `subject`, `seq`, `time` (ISO text), `headers` (a map of
     strings), `size`, `text` (the payload as UTF-8, invalid bytes replaced) and `payload` (the JSON
-    document when the payload is one, else null)."""
-    text = data.decode("utf-8", "replace")
-    payload: Any = None
-    if data[:1] in (b"{", b"[") or data.strip()[:1] in (b"{", b"["):
-        try:
-            payload = json.loads(text)
-        except (ValueError, RecursionError):
-            payload = None
-    return {"subject": subject, "seq": seq, "time": time.astimezone(timezone.utc).isoformat(),
-            "headers": dict(headers or {}), "size": len(data), "text": text, "payload": payload}
+    document when the payload is one, else null); only the parts in `needs`, when given."""
+    out: dict[str, Any] = {}
+    if needs is None or "payload" in needs:
+        payload: Any = None
+        if data.lstrip()[:1] in (b"{", b"["):
+            try:
+                payload = json.loads(data)
+            except (ValueError, RecursionError):
+                payload = None
+        out["payload"] = payload
+    if needs is None or "text" in needs:
+        out["text"] = data.decode("utf-8", "replace")
+    if needs is None or "headers" in needs:
+        out["headers"] = dict(headers or {})
+    if needs is None or "time" in needs:
+        out["time"] = time.astimezone(timezone.utc).isoformat()
+    for name, value in (("subject", subject), ("seq", seq), ("size", len(data))):
+        if needs is None or name in needs:
+            out[name] = value
+    return out
 
 
 @dataclass(frozen=True)

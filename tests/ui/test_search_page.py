@@ -19,7 +19,7 @@ def test_a_query_in_the_url_runs_and_each_match_links_to_replay_and_its_batch(co
     rows = page.get_by_role("row").filter(has_text="ui.search")
     expect(rows).to_have_count(4)
     first = rows.first
-    expect(first.get_by_role("link", name="6")).to_have_attribute("href", "/replay?stream=UI_SEARCH&start_seq=6")
+    expect(first.get_by_role("link", name="6", exact=True)).to_have_attribute("href", "/replay?stream=UI_SEARCH&start_seq=6")
     expect(first.get_by_role("link").nth(1)).to_have_attribute("href", re.compile(r"^/incident\?batch=\w+$"))
     page.screenshot(path=screenshots / "search.png", full_page=True)
 

@@ -1,0 +1,111 @@
+"""Search speed and memory, side by side in one run against one embedded nats-server.
+
+    .venv/bin/python bench/search.py [--messages 1000000]
+
+1. A stream of JSON messages with headers; the same range read by a bare nats-py ordered consumer
+   (next_msg, counting) and searched with a payload predicate that matches nothing, so every message
+   is evaluated: messages a second each, and the ratio (target >= 0.7).
+2. Time to the first match when it lies in the first 1% of the stream (target < 1 s).
+3. The search's RSS growth over the whole range (target < 50 MiB).
+A benchmark, not a test: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+from nats.js.api import StreamConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from console.broker.search import search  # noqa: E402
+from console.broker.server import EmbeddedServer  # noqa: E402
+from console.domain.search import SearchQuery  # noqa: E402
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def fill(nc, n: int) -> None:
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name="BENCH_SEARCH", subjects=["bench.search.>"]))
+    for i in range(1, n + 1):
+        body = json.dumps({"amount": i % 1000, "customer": f"c{i % 5000}", "note": "x" * 40}).encode()
+        await nc.publish(f"bench.search.{i % 3}", body, headers={"kind": "order", "n": str(i)})
+        if i % 10_000 == 0:
+            await nc.flush()
+    await nc.flush()
+    while (await js.stream_info("BENCH_SEARCH")).state.messages < n:
+        await asyncio.sleep(0.2)
+
+
+async def bare(nc, n: int) -> float:
+    sub = await nc.jetstream().subscribe("bench.search.>", stream="BENCH_SEARCH", ordered_consumer=True)
+    start, seen = time.perf_counter(), 0
+    while seen < n:
+        await sub.next_msg(timeout=5)
+        seen += 1
+    rate = n / (time.perf_counter() - start)
+    await sub.unsubscribe()
+    return rate
+
+
+async def run(url: str, n: int) -> None:
+    nc = await nats.connect(url)
+    await fill(nc, n)
+    query = SearchQuery("BENCH_SEARCH", where="payload.amount > 5000", max_scanned=n, max_bytes=1 << 40,
+                        max_seconds=3600)
+    rss_before = rss_mib()  # the first search, before anything else has grown the process
+    peak = rss_before
+
+    def sample(_state) -> None:
+        nonlocal peak
+        peak = max(peak, rss_mib())
+
+    await search(nc, query, sample)
+    peak = max(peak, rss_mib())
+    rates = {"bare": [], "search": []}
+    for _ in range(3):  # alternated: the machine's drift falls on both
+        rates["bare"].append(await bare(nc, n))
+        start = time.perf_counter()
+        _, state = await search(nc, query)
+        assert state.scanned == n, state
+        rates["search"].append(n / (time.perf_counter() - start))
+    first = n // 100
+    start = time.perf_counter()
+    found, _ = await search(nc, SearchQuery("BENCH_SEARCH", where=f'headers["n"] == "{first}"', max_matches=1))
+    to_first = time.perf_counter() - start
+    assert found and found[0].seq == first
+    await nc.close()
+    best = {k: max(v) for k, v in rates.items()}
+    print(f"\n{f'search of {n:,} messages (best of 3 each)':<58}{'msgs/s':>12}")
+    print(f"{'  bare nats-py ordered consumer, next_msg':<58}{best['bare']:>12,.0f}")
+    print(f"{'  search, payload predicate (payload.amount > 5000)':<58}{best['search']:>12,.0f}")
+    print(f"{'  search / bare (target >= 0.7)':<58}{best['search'] / best['bare']:>12.3f}")
+    print(f"{f'  time to the first match at seq {first:,} (target < 1 s)':<58}{to_first:>11.3f}s")
+    print(f"{'  search RSS growth over the range (target < 50 MiB)':<58}{peak - rss_before:>8.1f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
+        asyncio.run(run(server.url, args.messages))
+
+
+if __name__ == "__main__":
+    main()
