@@ -12,6 +12,7 @@
     console.history()                             # what the analytics job wrote to SQLite (.dates = ...)
     await console.audit()                         # who changed what (every action is audited, notebook's too)
     await console.conformance()                   # which batch publishers follow ADR-50 (.report(): the verdicts)
+    await console.search("ORDERS", where='payload.amount > 100')  # matches and how the search ended
     delta_frame("data", "abandonment_hourly")     # the same history from the Delta tables
 """
 
@@ -136,6 +137,14 @@ class NotebookConsole:
     async def audit(self, **params) -> AuditPage:
         """Who asked the console to change what: the audit trail, its chain checked."""
         return await self.page("/audit", **params)
+
+    async def search(self, stream: str, **query):
+        """A bounded search of a stream (the action search.run, audited): `await console.search("ORDERS",
+        where='payload.amount > 100', max_matches=50)` -> (matches, how it ended)."""
+        from console.domain.audit import NOTEBOOK as actor
+        from console.domain.search import SearchQuery
+
+        return await self.runtime.search(self.runtime.actions(actor), SearchQuery(stream, **query))
 
     async def conformance(self, **params) -> ConformancePage:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""
