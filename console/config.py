@@ -170,6 +170,11 @@ class SystemAccountSettings:
 class DataSettings:
     data_dir: Path = setting(Path("data"), "the event key, console.db, delta/, logs/ and the embedded server's "
                                            "store go here", parse=Path)
+    mask_rules: Path | None = setting(None, "payload masking rules: a TOML file of [[mask]] streams, fields (JSON "
+                                            "paths), headers; applied wherever a payload is shown or given out",
+                                      parse=Path)
+    no_payloads: bool = setting(False, "show and give out no payload at all (Search, Replay, the CLI, notebooks)",
+                                switch=True)
 
     @property
     def db_path(self) -> Path:

@@ -19,6 +19,10 @@ class MissingKeyError(ConfigError):
     """No event key where a reading part looks for it: no collector has run on that data directory."""
 
 
+class MaskingError(ConfigError):
+    """The payload masking rules could not be read: the console does not start without them."""
+
+
 class InvalidNameError(ConsoleError, ValueError):
     """A name given by a person (a URL, a form, a notebook) that the server would refuse: refused before
     anything is sent, since a request whose subject breaks the protocol costs the whole connection."""

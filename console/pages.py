@@ -132,7 +132,7 @@ def stream(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamPage:
 
 
 def replay(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ReplayPage:
-    return ReplayPage(admin=runtime.admin, actions=runtime.actions(actor), **params)
+    return ReplayPage(admin=runtime.admin, actions=runtime.actions(actor), mask=runtime.masking.apply, **params)
 
 
 def history(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> HistoryPage:

@@ -22,12 +22,13 @@ from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
 from console.domain.incident import Incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
-from console.errors import MissingKeyError
+from console.errors import MaskingError, MissingKeyError
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.broker.audit_log import AuditLog
+    from console.domain.masking import Masking
     from console.domain.search import SearchQuery
     from console.domain.audit import Actor, Checked
     from console.storage.history import Reader
@@ -57,6 +58,7 @@ class Runtime:
         self._audit: AuditLog | None = None
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
         self._verdicts: tuple[float, Verdicts] | None = None
+        self._masking: Masking | None = None
         self._keeper: asyncio.Task | None = None
 
     @classmethod
@@ -257,8 +259,26 @@ class Runtime:
         from console.broker.search import search
 
         target = f"{query.stream} {json.dumps(query.describe(), default=str)}"
+        masking = self.masking
+        shown = (lambda headers, data: masking.apply(query.stream, headers, data)) \
+            if not masking.payloads or any(r.applies(query.stream) for r in masking.rules) else None
         return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…",
-                                 lambda: search(self.nc, query, progress, cancelled))
+                                 lambda: search(self.nc, query, progress, cancelled, shown))
+
+    @property
+    def masking(self) -> Masking:
+        """The payload masking rules and switch (read once; a file with an error stops the process
+        at its start, with its line)."""
+        if self._masking is None:
+            from console.domain.masking import load_masking
+
+            data = self.settings.data
+            try:
+                text = data.mask_rules.read_text() if data.mask_rules else ""
+                self._masking = load_masking(text, payloads=not data.no_payloads)
+            except (OSError, ValueError) as e:
+                raise MaskingError(f"masking rules {data.mask_rules}: {e}") from None
+        return self._masking
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""

@@ -146,6 +146,7 @@ def serve(settings: Settings) -> None:
     async def open_runtime() -> Runtime:
         # Under `up`, a failed start is retried; without an event key the pages say so and follow once it is made.
         runtime = await Runtime.open(settings, follow_without_key=True)
+        runtime.masking  # a masking rules file with an error stops the start, with its line: never shown unmasked
         runtime.live  # following the event log before the first session arrives
         runtime.keep_open()
         return runtime

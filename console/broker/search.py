@@ -30,11 +30,14 @@ INACTIVE = 30.0  # seconds: the server removes a consumer the search lost (a cra
 EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Progress = Callable[[SearchProgress], Awaitable[None] | None]
+Shown = Callable[[tuple[tuple[str, str], ...], bytes], tuple[tuple[tuple[str, str], ...], bytes]]
 
 
 async def search(nc: Client, query: SearchQuery, progress: Progress | None = None,
-                 cancelled: Callable[[], bool] = lambda: False) -> tuple[list[Found], SearchProgress]:
-    """The matches (in the query's direction) and how the search ended."""
+                 cancelled: Callable[[], bool] = lambda: False, shown: Shown | None = None
+                 ) -> tuple[list[Found], SearchProgress]:
+    """The matches (in the query's direction) and how the search ended. `shown`: what may be shown of a
+    message (masking): the predicate sees only that too, so it cannot find out what is hidden."""
     js = nc.jetstream()
     info = await js.stream_info(query.stream)
     first, last = max(info.state.first_seq, query.start_seq or 1), min(info.state.last_seq,
@@ -53,7 +56,7 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
                 await done
 
     if last >= first and query.direction != NEWEST:
-        await _read(js, query, first, last, predicate, state, found, started, told, tell, cancelled)
+        await _read(js, query, first, last, predicate, state, found, started, told, tell, cancelled, shown=shown)
     high = last
     while query.direction == NEWEST and high >= first:
         # A chunk of the newest sequences not read yet, never more than the scan limit leaves: the
@@ -61,7 +64,7 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
         low = max(first, high - min(CHUNK, query.max_scanned - state.scanned) + 1)
         chunk: list[Found] = []
         stop = await _read(js, query, low, high, predicate, state, chunk, started, told, tell, cancelled,
-                           all_matches=True)
+                           all_matches=True, shown=shown)
         found += reversed(chunk)
         if len(found) >= query.max_matches:
             state.stopped_by, state.matched = "max_matches", query.max_matches
@@ -77,7 +80,8 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
 
 
 async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicate, state: SearchProgress,
-                out: list[Found], started: float, told: list[float], tell, cancelled, all_matches: bool = False) -> bool:
+                out: list[Found], started: float, told: list[float], tell, cancelled, all_matches: bool = False,
+                shown: Shown | None = None) -> bool:
     """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
     match limit is the caller's (newest first keeps the newest of a chunk)."""
     needs = predicate.needs
@@ -113,12 +117,16 @@ async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicat
             state.bytes += len(msg.data)
             state.reached = seq
             if query.since is None or stored >= query.since:
+                headers, data = msg.headers, msg.data
+                if shown is not None:
+                    masked, data = shown(tuple((headers or {}).items()), data)
+                    headers = dict(masked)
                 try:
-                    if predicate.matches(message_context(msg.subject, seq, stored, msg.headers, msg.data, needs)):
+                    if predicate.matches(message_context(msg.subject, seq, stored, headers, data, needs)):
                         state.matched += 1
                         out.append(Found(seq, msg.subject, stored if timed else
                                          datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc),
-                                         tuple((msg.headers or {}).items()), msg.data))
+                                         tuple((headers or {}).items()), data))
                 except PredicateError as e:
                     state.errors += 1
                     if len(state.error_sample) < 5:

@@ -3,6 +3,7 @@ ordered peek from a sequence or a time, and "replay a batch" in batch sequence o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import html
 from datetime import datetime
@@ -65,6 +66,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     batch_id = param.String(default="", doc="The batch Replay batch looks for")
     status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
     messages = param.List(default=[], doc="The messages shown (StoredMessage): the last fetch, or the batch replayed")
+    mask = param.Callable(default=None, allow_refs=False,
+                          doc="(stream, headers, payload) -> what may be shown of them (the masking rules)")
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
@@ -204,8 +207,15 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     def _show(self, reader: ConsumerReader | None, messages) -> None:
         consumer = self._consumers.get(reader.durable) if reader is not None else None
         acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
-        self.messages = list(messages[:MAX_SHOWN])
+        self.messages = [self._masked(m) for m in messages[:MAX_SHOWN]]
         self._messages.objects = [self._card(reader if acks else None, m) for m in self.messages]
+
+    def _masked(self, m: StoredMessage) -> StoredMessage:
+        """Masked before it is kept: nothing hidden ever reaches the browser or a notebook's params."""
+        if self.mask is None:
+            return m
+        headers, payload = self.mask(self.stream, m.headers, m.payload)
+        return dataclasses.replace(m, headers=headers, payload=payload)
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage):
         body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")

@@ -1,0 +1,132 @@
+"""Payload masking: rules per stream that hide JSON fields and header values wherever a payload is
+shown or given out (Search, Replay, the CLI, notebooks), read strictly from a TOML file like the alert
+rules (a file with an error is refused whole, with its line), and the switch that turns payloads off.
+
+    [[mask]]
+    streams = ["ORDERS*"]                  # globs
+    fields = ["customer.email", "card.*", "items[*].price"]   # JSON paths: . between keys, * any key,
+                                                              # [*] every item of a list
+    headers = ["Authorization", "X-Customer-Id"]              # names, case-insensitive
+
+A field rule on a payload that is not JSON masks the whole payload: what cannot be read for a field
+cannot be shown safely.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+MASK = "***"
+KEYS = {"streams", "fields", "headers"}
+MAX_RULES, MAX_PATHS, MAX_PATH = 200, 100, 200
+_PATH = re.compile(r"^(\*|[A-Za-z0-9_\-]{1,64})(\[\*\])?(\.(\*|[A-Za-z0-9_\-]{1,64})(\[\*\])?){0,15}$")
+
+
+class MaskRulesError(ValueError):
+    def __init__(self, reason: str, line: int | None = None):
+        super().__init__(f"line {line}: {reason}" if line else reason)
+        self.reason, self.line = reason, line
+
+
+@dataclass(frozen=True)
+class MaskRule:
+    streams: tuple[str, ...]
+    fields: tuple[tuple[str, ...], ...]  # each path as its steps: "a", "*", "a[*]"
+    headers: frozenset[str]  # lowercased
+
+    def applies(self, stream: str) -> bool:
+        return any(fnmatch.fnmatchcase(stream, glob) for glob in self.streams)
+
+
+@dataclass(frozen=True)
+class Masking:
+    rules: tuple[MaskRule, ...] = ()
+    payloads: bool = True  # False: no payload is shown or given out at all
+
+    def for_stream(self, stream: str) -> tuple[frozenset[str], tuple[tuple[str, ...], ...]]:
+        headers: set[str] = set()
+        fields: list[tuple[str, ...]] = []
+        for rule in self.rules:
+            if rule.applies(stream):
+                headers |= rule.headers
+                fields += rule.fields
+        return frozenset(headers), tuple(fields)
+
+    def apply(self, stream: str, headers: tuple[tuple[str, str], ...], data: bytes
+              ) -> tuple[tuple[tuple[str, str], ...], bytes]:
+        """The message as it may be shown: masked header values, masked JSON fields (or the whole
+        payload), or no payload at all when payloads are off."""
+        masked_headers, fields = self.for_stream(stream)
+        out_headers = tuple((k, MASK if k.lower() in masked_headers else v) for k, v in headers)
+        if not self.payloads:
+            return out_headers, f"(payloads are off: {len(data)} bytes)".encode()
+        if not fields or not data:
+            return out_headers, data
+        try:
+            document = json.loads(data)
+        except (ValueError, RecursionError):
+            return out_headers, MASK.encode()  # a field cannot be found in what is not JSON: all of it
+        for path in fields:
+            document = _mask(document, path)
+        return out_headers, json.dumps(document, ensure_ascii=False).encode()
+
+
+def _mask(node: Any, path: tuple[str, ...]) -> Any:
+    if not path:
+        return MASK
+    step, rest = path[0], path[1:]
+    every = step.endswith("[*]")
+    key = step[:-3] if every else step
+
+    def inner(value: Any) -> Any:
+        if every:
+            return [_mask(item, rest) for item in value] if isinstance(value, list) else value
+        return _mask(value, rest)
+
+    if isinstance(node, dict):
+        return {k: (inner(v) if key == "*" or k == key else v) for k, v in node.items()}
+    return node
+
+
+def load_masking(text: str, payloads: bool = True) -> Masking:
+    """The rules of a file, or MaskRulesError with its line."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        found = re.search(r"line (\d+)", str(e))
+        raise MaskRulesError(f"not TOML: {str(e)[:200]}", int(found[1]) if found else None) from None
+    lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*mask\s*\]\]", line)]
+    unknown = set(data) - {"mask"}
+    if unknown:
+        raise MaskRulesError(f"unknown table or key: {', '.join(sorted(unknown))[:100]} (only [[mask]])")
+    tables = data.get("mask", [])
+    if not isinstance(tables, list) or len(tables) > MAX_RULES:
+        raise MaskRulesError(f"[[mask]] tables, at most {MAX_RULES}")
+    rules = []
+    for i, table in enumerate(tables):
+        line = lines[i] if i < len(lines) else None
+        if extra := set(table) - KEYS:
+            raise MaskRulesError(f"unknown key {sorted(extra)[0]!r} (streams, fields, headers)", line)
+        streams, fields, headers = (_strings(table.get(k, []), k, line) for k in ("streams", "fields", "headers"))
+        if not streams:
+            raise MaskRulesError("streams: at least one stream or glob", line)
+        if not fields and not headers:
+            raise MaskRulesError("a rule masks fields, headers or both", line)
+        for path in fields:
+            if len(path) > MAX_PATH or not _PATH.match(path):
+                raise MaskRulesError(f"not a JSON path: {path[:60]!r} (a.b, a.*, items[*].price)", line)
+        rules.append(MaskRule(streams, tuple(tuple(p.split(".")) for p in fields),
+                              frozenset(h.lower() for h in headers)))
+    return Masking(tuple(rules), payloads)
+
+
+def _strings(value: object, key: str, line: int | None) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > MAX_PATHS or not all(
+            isinstance(v, str) and 0 < len(v) <= MAX_PATH and v.isprintable() for v in value):
+        raise MaskRulesError(f"{key} must be a list of at most {MAX_PATHS} printable strings", line)
+    return tuple(value)
