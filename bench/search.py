@@ -6,7 +6,8 @@
    (next_msg, counting) and searched with a payload predicate that matches nothing, so every message
    is evaluated: messages a second each, and the ratio (target >= 0.7).
 2. Time to the first match when it lies in the first 1% of the stream (target < 1 s).
-3. The search's RSS growth over the whole range (target < 50 MiB).
+3. The search's RSS growth over the whole range (target < 50 MiB), in a process of its own.
+4. An export of every message of the range to CSV and to Parquet: its RSS growth (target < 50 MiB).
 A benchmark, not a test: read the ratios.
 """
 
@@ -71,6 +72,9 @@ async def run(url: str, n: int) -> None:
                         max_seconds=3600)
     growth = float(subprocess.run([sys.executable, __file__, "--rss-of-a-search", url, str(n)], check=True,
                                   capture_output=True, text=True).stdout)
+    exports = {fmt: json.loads(subprocess.run([sys.executable, __file__, "--rss-of-an-export", url, str(n), fmt],
+                                              check=True, capture_output=True, text=True).stdout)
+               for fmt in ("csv", "parquet")}
     rates = {"bare": [], "search": []}
     for _ in range(3):  # alternated: the machine's drift falls on both
         rates["bare"].append(await bare(nc, n))
@@ -91,6 +95,9 @@ async def run(url: str, n: int) -> None:
     print(f"{'  search / bare (target >= 0.7)':<58}{best['search'] / best['bare']:>12.3f}")
     print(f"{f'  time to the first match at seq {first:,} (target < 1 s)':<58}{to_first:>11.3f}s")
     print(f"{'  search RSS growth over the range, its own process (target < 50 MiB)':<58}{growth:>8.1f} MiB")
+    for fmt, (rows, grew, seconds) in exports.items():
+        print(f"{f'  export of {rows:,} rows to {fmt}: RSS growth (target < 50 MiB), seconds':<58}{grew:>8.1f} MiB"
+              f"{seconds:>8.1f}s")
 
 
 async def rss_of_a_search(url: str, n: int) -> float:
@@ -111,11 +118,39 @@ async def rss_of_a_search(url: str, n: int) -> float:
     return max(peak, rss_mib()) - before
 
 
+async def rss_of_an_export(url: str, n: int, fmt: str) -> list[float]:
+    """In a process of its own: every message of the range exported (all match), the RSS it grew."""
+    from console.export import Exporter, found_row
+
+    nc = await nats.connect(url)
+    await search(nc, SearchQuery("BENCH_SEARCH", end_seq=1000))
+    before = peak = rss_mib()
+    with tempfile.TemporaryDirectory() as tmp:
+        query = SearchQuery("BENCH_SEARCH", max_scanned=n, max_matches=n, max_bytes=1 << 40, max_seconds=3600)
+        exporter = Exporter(Path(tmp) / f"export.{fmt}", fmt, query.describe())
+
+        def sample(_state) -> None:
+            nonlocal peak
+            peak = max(peak, rss_mib())
+
+        start = time.perf_counter()
+        await search(nc, query, sample, on_match=lambda f: exporter.write(found_row(f)))
+        exporter.close()
+        seconds = time.perf_counter() - start
+    await nc.close()
+    return [exporter.rows, max(peak, rss_mib()) - before, seconds]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--rss-of-a-search", nargs=2, metavar=("URL", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--rss-of-an-export", nargs=3, metavar=("URL", "N", "FORMAT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_of_an_export:
+        url, n, fmt = args.rss_of_an_export
+        print(json.dumps(asyncio.run(rss_of_an_export(url, int(n), fmt))))
+        return
     if args.rss_of_a_search:
         print(asyncio.run(rss_of_a_search(args.rss_of_a_search[0], int(args.rss_of_a_search[1]))))
         return

@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--max-bytes", type=int, default=1 << 30, help="payload bytes read at most")
     search.add_argument("--max-matches", type=int, default=1000, help="matches at most")
     search.add_argument("--max-seconds", type=float, default=60.0, help="seconds at most")
+    search.add_argument("--output", help="export the matches to this file, streamed (memory flat whatever the size)")
+    search.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="jsonl",
+                        help="the export's format (with --output)")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])

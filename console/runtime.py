@@ -253,7 +253,8 @@ class Runtime:
 
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
 
-    async def search(self, actions: Actions, query: SearchQuery, progress=None, cancelled=lambda: False):
+    async def search(self, actions: Actions, query: SearchQuery, progress=None, cancelled=lambda: False,
+                     on_match=None):
         """A search of any stream, as the action search.run of whoever `actions` acts for: audited with its
         query; it reads, so read-only allows it. Returns (matches, how it ended)."""
         from console.broker.search import search
@@ -263,7 +264,7 @@ class Runtime:
         shown = (lambda headers, data: masking.apply(query.stream, headers, data)) \
             if not masking.payloads or any(r.applies(query.stream) for r in masking.rules) else None
         return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…",
-                                 lambda: search(self.nc, query, progress, cancelled, shown))
+                                 lambda: search(self.nc, query, progress, cancelled, shown, on_match))
 
     @property
     def masking(self) -> Masking:

@@ -4,24 +4,20 @@ a terminal's width of the scan limit, else a line), and how it ended."""
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from datetime import datetime
 
 from console.config import Settings
 from console.domain.audit import CLI
-from console.domain.search import Found, SearchProgress, SearchQuery, SearchRefused
+from console.domain.search import NEWEST, Found, SearchProgress, SearchQuery, SearchRefused
+from console.export import Exporter, found_row
 
 
 def found_json(f: Found) -> str:
     """One match: the payload as text when it is UTF-8, else base64 (never raw bytes on a terminal)."""
-    try:
-        text, encoding = f.data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        text, encoding = base64.b64encode(f.data).decode(), "base64"
-    return json.dumps({"seq": f.seq, "subject": f.subject, "time": f.time.isoformat(), "headers": dict(f.headers),
-                       "batch": f.batch_id, "payload": text, "encoding": encoding}, ensure_ascii=True)
+    row = found_row(f)
+    return json.dumps({**row, "headers": dict(f.headers)}, ensure_ascii=True)
 
 
 def query_from(args) -> SearchQuery:
@@ -55,15 +51,23 @@ async def run_search(settings: Settings, args) -> int:
         print(f"\r{state.line()}" if sys.stderr.isatty() else state.line(), end="" if sys.stderr.isatty() else "\n",
               file=sys.stderr, flush=True)
 
+    exporter = None
     try:
+        if args.output:
+            exporter = Exporter(args.output, args.format, query.describe())
+        on_match = (lambda f: exporter.write(found_row(f))) if exporter else (lambda f: print(found_json(f)))
         async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                       allow_reconnect=False) as runtime:
-            found, state = await runtime.search(runtime.actions(CLI), query, progress)
+            found, state = await runtime.search(runtime.actions(CLI), query, progress,
+                                                on_match=None if query.direction == NEWEST else on_match)
     except (ConsoleError, OSError, TimeoutError) as e:
         print(f"batch-console search: {str(e)[:300]}", file=sys.stderr)
         return 3
-    for f in found:
-        print(found_json(f))
+    finally:
+        if exporter is not None:
+            exporter.close()
+    for f in found:  # newest first: kept to be ordered, written now
+        exporter.write(found_row(f)) if exporter else print(found_json(f))
     if sys.stderr.isatty():  # the last progress line, how it ended, stays
         print(file=sys.stderr)
     return 0

@@ -18,7 +18,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.domain.search import (
-    NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, message_context,
+    NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, SearchRefused, message_context,
 )
 
 CHUNK = 20_000  # sequences a newest-first pass reads at a time
@@ -34,10 +34,14 @@ Shown = Callable[[tuple[tuple[str, str], ...], bytes], tuple[tuple[tuple[str, st
 
 
 async def search(nc: Client, query: SearchQuery, progress: Progress | None = None,
-                 cancelled: Callable[[], bool] = lambda: False, shown: Shown | None = None
-                 ) -> tuple[list[Found], SearchProgress]:
+                 cancelled: Callable[[], bool] = lambda: False, shown: Shown | None = None,
+                 on_match: Callable[[Found], None] | None = None) -> tuple[list[Found], SearchProgress]:
     """The matches (in the query's direction) and how the search ended. `shown`: what may be shown of a
-    message (masking): the predicate sees only that too, so it cannot find out what is hidden."""
+    message (masking): the predicate sees only that too, so it cannot find out what is hidden.
+    `on_match`: each match handed on as it is found (oldest first only) and none kept: an export's
+    memory stays flat whatever it writes."""
+    if on_match is not None and query.direction == NEWEST:
+        raise SearchRefused("an export reads oldest first")
     js = nc.jetstream()
     info = await js.stream_info(query.stream)
     first, last = max(info.state.first_seq, query.start_seq or 1), min(info.state.last_seq,
@@ -56,7 +60,8 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
                 await done
 
     if last >= first and query.direction != NEWEST:
-        await _read(js, query, first, last, predicate, state, found, started, told, tell, cancelled, shown=shown)
+        await _read(js, query, first, last, predicate, state, found, started, told, tell, cancelled, shown=shown,
+                    on_match=on_match)
     high = last
     while query.direction == NEWEST and high >= first:
         # A chunk of the newest sequences not read yet, never more than the scan limit leaves: the
@@ -81,7 +86,7 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
 
 async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicate, state: SearchProgress,
                 out: list[Found], started: float, told: list[float], tell, cancelled, all_matches: bool = False,
-                shown: Shown | None = None) -> bool:
+                shown: Shown | None = None, on_match: Callable[[Found], None] | None = None) -> bool:
     """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
     match limit is the caller's (newest first keeps the newest of a chunk)."""
     needs = predicate.needs
@@ -124,9 +129,13 @@ async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicat
                 try:
                     if predicate.matches(message_context(msg.subject, seq, stored, headers, data, needs)):
                         state.matched += 1
-                        out.append(Found(seq, msg.subject, stored if timed else
-                                         datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc),
-                                         tuple((headers or {}).items()), data))
+                        match = Found(seq, msg.subject, stored if timed else
+                                      datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc),
+                                      tuple((headers or {}).items()), data)
+                        if on_match is None:
+                            out.append(match)
+                        else:
+                            on_match(match)
                 except PredicateError as e:
                     state.errors += 1
                     if len(state.error_sample) < 5:

@@ -115,3 +115,12 @@ def md(text: object) -> str:
     links or table breaks; ">" stays, so an arrow reads as one in the file."""
     text = str(text).replace("&", "&amp;").replace("<", "&lt;")
     return _MARKDOWN.sub(r"\\\1", text).replace("\n", " ").replace("\r", " ")
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula gets a leading apostrophe (what is exported
+    comes from the wire); anything else is left as it is."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_START) else value

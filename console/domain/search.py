@@ -30,10 +30,11 @@ FUNCTIONS = frozenset({"contains", "startsWith", "endsWith", "matches", "size", 
                        "indexOf", "lastIndexOf", "substring", "replace", "getFullYear", "getMonth",
                        "getDayOfMonth", "getHours", "getMinutes", "getSeconds", "max", "min"})
 MAX_SUBJECT = 256
+MAX_KEPT = 100_000  # matches a search keeps in memory (newest first, a page); an export hands them on instead
 MACROS = ("all", "exists", "exists_one", "map", "filter")
 _MACRO = re.compile(r"\.(" + "|".join(MACROS) + r")\s*\(")
 NEWEST, OLDEST = "newest", "oldest"
-LIMITS = {"max_scanned": (1, 10**9, 1_000_000), "max_bytes": (1, 2**40, 1 << 30), "max_matches": (1, 100_000, 1000),
+LIMITS = {"max_scanned": (1, 10**9, 1_000_000), "max_bytes": (1, 2**40, 1 << 30), "max_matches": (1, 10**9, 1000),
           "max_seconds": (0.1, 3600.0, 60.0)}
 
 
@@ -80,6 +81,8 @@ class SearchQuery:
             value = getattr(self, name)
             if type(value) not in (int, float) or not low <= value <= high:
                 raise SearchRefused(f"{name}: from {low} to {high}")
+        if self.direction == NEWEST and self.max_matches > MAX_KEPT:
+            raise SearchRefused(f"max_matches: newest first keeps its matches to order them, at most {MAX_KEPT:,}")
         Predicate(self.where)  # compiles, or says why not
 
     def describe(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
-from console.domain.display import Clock, count
+from console.domain.display import Clock, count, spreadsheet_cell
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
 from console.ui.formatting import (
@@ -79,16 +79,13 @@ def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, 
     return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
 
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
 def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """Text cells a spreadsheet would run as a formula (batch ids and streams come from the wire)
     get a leading apostrophe; numbers and times are left as they are."""
     safe = frame.copy()
     for column in safe.columns:
         if safe[column].dtype == object:
-            safe[column] = [f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_START) else v for v in safe[column]]
+            safe[column] = [spreadsheet_cell(v) for v in safe[column]]
     return safe
 
 

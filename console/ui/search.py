@@ -20,6 +20,7 @@ from console.domain.search import LIMITS, NEWEST, OLDEST, Found, SearchProgress,
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 
 COLUMNS = ["sequence", "subject", "time", "batch", "headers", "payload"]
+SHOWN = 10_000  # matches a page holds at most (an export from the command line takes any number)
 
 
 def _time(text: str) -> datetime | None:
@@ -82,7 +83,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         return SearchQuery(self.stream.strip(), subject=self.subject.strip(), start_seq=self.start_seq or None,
                            end_seq=self.end_seq or None, since=_time(self.since), until=_time(self.until),
                            where=self.where, direction=NEWEST if self.newest_first else OLDEST,
-                           max_scanned=self.max_scanned, max_matches=self.max_matches,
+                           max_scanned=self.max_scanned, max_matches=min(self.max_matches, SHOWN),
                            max_seconds=float(self.max_seconds))
 
     async def reload(self) -> None:

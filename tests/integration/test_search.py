@@ -162,3 +162,37 @@ def test_the_command_prints_matches_as_json_lines_and_refuses_a_bad_query(stream
                 ["--since", "yesterday"], ["--max-seconds", "1e9"]):
         refused = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2, (bad, refused.stderr)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_an_export_is_streamed_in_each_format_with_its_filters(stream, nats_server, tmp_path, fmt):
+    import csv
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    from tests.processes import CLI
+
+    out = tmp_path / f"refunds.{fmt}"
+    where = 'headers["kind"] == "refund" && payload != null && payload.amount < 100'
+    done = subprocess.run([CLI, "search", "SEARCH", "--server", nats_server.url, "--data-dir", str(tmp_path),
+                           "--where", where, "--max-matches", "1000000", "--output", str(out), "--format", fmt],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    expected = scanned_by_python(lambda i, s, h, d: h["kind"] == "refund" and (p := payload(d)) is not None
+                                 and p["amount"] < 100)
+    if fmt == "parquet":
+        table = pq.read_table(out)
+        rows, filters = table.num_rows, json.loads(table.schema.metadata[b"batch-console.filters"])
+        assert table.column("seq").to_pylist()[:2] == [10, 20]
+    elif fmt == "csv":
+        lines = out.read_text().splitlines()
+        filters = json.loads(lines[0].removeprefix("# filters: "))
+        records = list(csv.DictReader(lines[1:]))
+        rows = len(records)
+        assert records[0]["seq"] == "10" and json.loads(records[0]["headers"])["kind"] == "refund"
+    else:
+        lines = out.read_text().splitlines()
+        filters, rows = json.loads(lines[0])["filters"], len(lines) - 1
+    assert rows == expected
+    assert filters["where"] == where and filters["stream"] == "SEARCH"
