@@ -36,3 +36,33 @@ def test_a_hostile_query_is_refused_beside_the_form(console, page, query):
     if response.status == 200:
         expect(page.get_by_role("button", name="Search")).to_be_visible()
     assert dialogs == []
+
+
+SEED_BIG = """
+import asyncio, nats
+from nats.js.api import StreamConfig
+async def main():
+    nc = await nats.connect("{url}")
+    await nc.jetstream().add_stream(StreamConfig(name="UI_SEARCH_BIG", subjects=["ui.big.>"]))
+    for i in range(200_000):
+        await nc.publish("ui.big.x", b'{"n": %d}' % i)
+        if i % 5000 == 0:
+            await nc.flush()
+    await nc.flush()
+    while (await nc.jetstream().stream_info("UI_SEARCH_BIG")).state.messages < 200_000:
+        await asyncio.sleep(0.1)
+    await nc.close()
+asyncio.run(main())
+"""
+
+
+def test_progress_shows_while_it_runs_and_cancel_stops_it(console, page):
+    import subprocess
+    import sys
+
+    nats_url, web_url = console
+    subprocess.run([sys.executable, "-c", SEED_BIG.replace("{url}", nats_url)], check=True, timeout=120)
+    page.goto(web_url + 'search?stream=UI_SEARCH_BIG&where=text.matches("never")')
+    expect(page.get_by_text(re.compile(r"searching: [\d,]+ scanned"))).to_be_visible(timeout=30_000)
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_text(re.compile(r"cancelled: [\d,]+ scanned"))).to_be_visible(timeout=5_000)
