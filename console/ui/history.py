@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import io
 from datetime import date, datetime, time, timedelta, timezone
 from urllib.parse import quote
@@ -89,6 +90,7 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return safe
 
 
+EXPORT_LABELS = {"csv": "CSV", "jsonl": "JSON lines", "parquet": "Parquet"}
 PLOT_TITLES = ("Abandoned batches per hour, by reason", "Fast-ingest gaps and lost messages per hour")
 
 
@@ -134,7 +136,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     live_seq = param.Callable(default=None, doc="Returns the last event-log sequence Live has (0: none yet)")
     freshness = param.String(default="", doc="How far History reaches, and how far it trails Live")
     csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
-    exported = param.Callable(default=lambda what: None, doc="Told what each CSV download held (the audit trail)")
+    export_format = param.Selector(default="csv", objects=["csv", "jsonl", "parquet"],
+                                   doc="The download's format (JSON lines and Parquet carry the filters that made it)")
+    exported = param.Callable(default=lambda what: None, doc="Told what each download held (the audit trail)")
 
     def __init__(self, **params):
         params.setdefault("dates", last_week())
@@ -174,10 +178,12 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                           **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
-        self._download = pn.widgets.FileDownload(callback=self.csv, filename="abandoned_batches.csv",
+        self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
+        self._download = pn.widgets.FileDownload(callback=self.download, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
         self._layout = pn.Column(
-            pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._download), self._freshness,
+            pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._format, self._download),
+            self._freshness,
             self._summary, self._blind,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
@@ -253,10 +259,12 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self.read()
         self._on_csv_table()
 
-    @param.depends("csv_table", watch=True)
+    @param.depends("csv_table", "export_format", watch=True)
     def _on_csv_table(self) -> None:
         start, end = self._bounds()
-        self._download.filename = f"{self.csv_table}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}.csv"
+        self._download.filename = (f"{self.csv_table}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}."
+                                   f"{self.export_format}")
+        self._download.label = f"Download {EXPORT_LABELS[self.export_format]}"
 
     def frame(self, table: str) -> pd.DataFrame:
         """One of CSV_TABLES as shown for the chosen dates."""
@@ -268,6 +276,30 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         start, end = self._bounds()
         self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}")
         spreadsheet_safe(self.frame(self.csv_table)).to_csv(out, index=False)
+        out.seek(0)
+        return out
+
+    def download(self) -> io.IOBase:
+        """The chosen table in the chosen format: CSV as before; JSON lines and Parquet with the filters
+        that made it (the table and the dates: a first line, the Parquet metadata)."""
+        if self.export_format == "csv":
+            return self.csv()
+        start, end = self._bounds()
+        filters = {"table": self.csv_table, "from": f"{start:%Y-%m-%d}", "to": f"{end - timedelta(days=1):%Y-%m-%d}"}
+        self.exported(f"{self.csv_table} {filters['from']}..{filters['to']} {self.export_format}")
+        frame = self.frame(self.csv_table)
+        if self.export_format == "jsonl":
+            text = json.dumps({"filters": filters}) + "\n" + frame.to_json(orient="records", lines=True,
+                                                                        date_format="iso")
+            return io.BytesIO(text.encode())
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               b"batch-console.filters": json.dumps(filters).encode()})
+        out = io.BytesIO()
+        pq.write_table(table, out)
         out.seek(0)
         return out
 

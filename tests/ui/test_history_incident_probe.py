@@ -1,3 +1,4 @@
+import json
 import re
 import subprocess
 import time
@@ -36,6 +37,21 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
     assert download.value.suggested_filename.startswith("abandoned_batches-")
     csv = open(download.value.path()).read()
     assert all(batch_id in csv for batch_id in abandoned) and "UI_HIST" in csv
+    # the loss ledger in JSON lines and Parquet, each with the filters that made it
+    page.get_by_label("format").select_option("jsonl")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download JSON lines").click()
+    lines = open(download.value.path()).read().splitlines()
+    assert json.loads(lines[0])["filters"]["table"] == "abandoned_batches"
+    assert {json.loads(line)["batch_id"] for line in lines[1:]} >= set(abandoned)
+    page.get_by_label("format").select_option("parquet")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download Parquet").click()
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(download.value.path())
+    assert set(table.column("batch_id").to_pylist()) >= set(abandoned)
+    assert json.loads(table.schema.metadata[b"batch-console.filters"])["table"] == "abandoned_batches"
     expect(page.get_by_text(re.compile(r"^History up to .* UTC \(event-log sequence [\d,]+\)"))).to_be_visible()
     probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_HIST",
                   "--subject", "ui.hist")["abandoned_batch"]
