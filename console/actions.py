@@ -46,6 +46,7 @@ ACTIONS = {a.name: a for a in (
     Action("alert_rule.unmute", "operator", True, "the rule's name"),
     Action("export.csv", "viewer", False, "the table and the dates"),
     Action("search.run", "viewer", False, "the stream and the whole query (filter, window, expression, limits)"),
+    Action("export.search", "viewer", False, "the stream, the format, how many matches and the query"),
     Action("export.report", "viewer", False, "the incident's batch"),
 )}
 

@@ -178,7 +178,7 @@ def checks(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ChecksPage:
 def search(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> SearchPage:
     actions = runtime.actions(actor)
     return SearchPage(run=lambda query, progress, cancelled: runtime.search(actions, query, progress, cancelled),
-                      **params)
+                      exported=actions.recorder("export.search"), **params)
 
 
 def conformance(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ConformancePage:

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import html
+import io
+import json
+import tempfile
 from datetime import datetime
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pandas as pd
@@ -17,6 +21,7 @@ import param
 from console.domain.display import as_utc
 from console.domain.messages import preview
 from console.domain.search import LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused
+from console.export import FORMATS, Exporter, found_row
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 
 COLUMNS = ["sequence", "subject", "time", "batch", "headers", "payload"]
@@ -49,6 +54,9 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     state = param.String(default="", doc="Where the search stands, or why it was refused")
     running = param.Boolean(default=False, doc="A search is under way")
     results = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The matches shown")
+    export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The matches' download format")
+    exported = param.Callable(default=lambda what: None, allow_refs=False,
+                              doc="Told what each download held (the audit trail: export.search)")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -59,6 +67,10 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         self._stop = w.Button(name="Cancel", width=90, disabled=True)
         self._go.on_click(lambda *_: self.start())
         self._stop.on_click(lambda *_: self.cancel())
+        self._found: list[Found] = []
+        self._query: SearchQuery | None = None
+        self._download = w.FileDownload(callback=self.download, filename="matches.csv", label="Download matches",
+                                        button_type="light", disabled=True)
         self._table = tabulator(self.results, height=520, formatters={
             "sequence": {"type": "html"}, "batch": {"type": "html"}, "headers": {"type": "textarea"},
             "payload": {"type": "html"}}, widths={"subject": 160, "time": 200, "headers": 220, "payload": 420})
@@ -76,7 +88,8 @@ class SearchPage(Clocked, pn.viewable.Viewer):
                    w.IntInput.from_param(self.param.max_scanned, name="max scanned", width=130),
                    w.IntInput.from_param(self.param.max_matches, name="max matches", width=120),
                    w.FloatInput.from_param(self.param.max_seconds, name="max seconds", width=110),
-                   self._go, self._stop),
+                   self._go, self._stop, w.Select.from_param(self.param.export_format, name="format", width=90),
+                   self._download),
             pn.pane.Markdown(self.param.state), self._table, sizing_mode="stretch_width")
 
     def query(self) -> SearchQuery:
@@ -116,10 +129,31 @@ class SearchPage(Clocked, pn.viewable.Viewer):
             self.running = False
             self._go.disabled, self._stop.disabled = False, True
         self._progress(state)
+        self._found, self._query = found, query
+        self._download.disabled = not found
+        self._on_format()
         self.results = pd.DataFrame([_row(query.stream, f, self.clock.when) for f in found], columns=COLUMNS,
                                     dtype=object)
         put(self._table, self.results)
         return found
+
+    @param.depends("export_format", watch=True)
+    def _on_format(self) -> None:
+        self._download.filename = f"{self.stream.strip() or 'matches'}-matches.{self.export_format}"
+
+    def download(self) -> io.BytesIO:
+        """The matches the page holds (masked as shown), with the query that found them."""
+        if self._query is None:
+            return io.BytesIO()
+        self.exported(f"{self._query.stream} {self.export_format} {len(self._found)} matches "
+                      f"{json.dumps(self._query.describe(), default=str)}"[:1000])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"matches.{self.export_format}"
+            exporter = Exporter(path, self.export_format, self._query.describe())
+            for f in self._found:
+                exporter.write(found_row(f))
+            exporter.close()
+            return io.BytesIO(path.read_bytes())
 
     def _progress(self, state: SearchProgress) -> None:
         self.state = html.escape(state.line())

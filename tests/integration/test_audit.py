@@ -194,10 +194,15 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     incident = await notebook.incident("nb-1")
     assert incident.incident is not None
     incident.report()
+    search = await notebook.page("/search", stream=stream, max_matches=2)
+    assert len(search.results) == 2, search.state
+    search.export_format = "jsonl"
+    search.download()
     return {"stream.edit": stream, "probe.run": f"{stream}_P atomic x3", "consumer.fetch": f"{stream}/ops",
             **{message_action(kind): f"{stream}/" for kind in Ack},
             "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
-            "export.csv": "abandoned_batches", "export.report": "nb-1"}
+            "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,
+            "export.search": f"{stream} jsonl 2 matches"}
 
 
 async def test_every_action_from_a_notebook_leaves_one_record_and_on_a_read_only_one_is_refused_and_recorded(

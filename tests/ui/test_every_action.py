@@ -124,12 +124,26 @@ def export_report(page: Page, nats_url: str, web_url: str) -> str:
     return batch
 
 
+def search_and_export(page: Page, nats_url: str, web_url: str) -> str:
+    page.goto(web_url + "search?stream=XA_REPLAY&max_matches=2")
+    expect(page.get_by_text("stopped at the limit max_matches")).to_be_visible(timeout=30_000)
+    return "XA_REPLAY"
+
+
+def export_search(page: Page, nats_url: str, web_url: str) -> str:
+    page.get_by_label("format").select_option("parquet")
+    with page.expect_download():
+        page.get_by_role("button", name="Download matches").click()
+    return "XA_REPLAY parquet 2 matches"
+
+
 # In the order they run: the answers need the fetch before them, mute and unmute the saved rule.
 IN_THE_BROWSER: dict[str, Callable[[Page, str, str], str]] = {
     "stream.edit": edit_stream, "probe.run": run_probe, "consumer.fetch": fetch,
     **{message_action(kind): answer(kind) for kind in Ack},
     "alert_rule.save": save_rule, "alert_rule.mute": mute(True), "alert_rule.unmute": mute(False),
     "export.csv": export_csv, "export.report": export_report,
+    "search.run": search_and_export, "export.search": export_search,
 }
 
 
