@@ -83,6 +83,19 @@ def test_the_command_line_masks_the_same_and_a_broken_rules_file_stops_the_web(m
                            "--mask-rules", str(rules)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.count("***") == 6, done.stdout + done.stderr
     assert SECRET_FIELD not in done.stdout and SECRET_HEADER not in done.stdout
+    for fmt in ("csv", "jsonl", "parquet"):  # and the exports, whatever the format
+        out = tmp_path / f"masked.{fmt}"
+        exported = subprocess.run([CLI, "search", "UI_MASK", "--server", nats_url, "--data-dir", data_dir,
+                                   "--mask-rules", str(rules), "--output", str(out), "--format", fmt],
+                                  capture_output=True, text=True, timeout=60)
+        assert exported.returncode == 0, exported.stderr
+        if fmt == "parquet":  # compressed: read back, not searched as bytes
+            import pyarrow.parquet as pq
+
+            written = str(pq.read_table(out).to_pylist()).encode()
+        else:
+            written = out.read_bytes()
+        assert SECRET_FIELD.encode() not in written and SECRET_HEADER.encode() not in written and b"***" in written
     broken = tmp_path / "broken.toml"
     broken.write_text('[[mask]]\nstreams = ["A"]\nfields = ["a..b"]\n')
     refused = subprocess.run([CLI, "serve", "--server", nats_url, "--port", str(free_port()), "--data-dir", data_dir,
