@@ -19,6 +19,10 @@ class MissingKeyError(ConfigError):
     """No event key where a reading part looks for it: no collector has run on that data directory."""
 
 
+class StreamMissingError(ConsoleError):
+    """A stream asked for by name that the server does not have."""
+
+
 class MaskingError(ConfigError):
     """The payload masking rules could not be read: the console does not start without them."""
 

@@ -17,6 +17,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from console.errors import StreamMissingError
 from console.domain.search import (
     NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, SearchRefused, message_context,
 )
@@ -43,7 +44,10 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
     if on_match is not None and query.direction == NEWEST:
         raise SearchRefused("an export reads oldest first")
     js = nc.jetstream()
-    info = await js.stream_info(query.stream)
+    try:
+        info = await js.stream_info(query.stream)
+    except nats.js.errors.NotFoundError:
+        raise StreamMissingError(f"no stream {query.stream} on this server (or this account)") from None
     first, last = max(info.state.first_seq, query.start_seq or 1), min(info.state.last_seq,
                                                                           query.end_seq or info.state.last_seq)
     predicate = Predicate(query.where)

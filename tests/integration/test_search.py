@@ -196,3 +196,13 @@ def test_an_export_is_streamed_in_each_format_with_its_filters(stream, nats_serv
         filters, rows = json.loads(lines[0])["filters"], len(lines) - 1
     assert rows == expected
     assert filters["where"] == where and filters["stream"] == "SEARCH"
+
+
+def test_a_stream_that_is_not_there_is_said_not_a_traceback(nats_server, tmp_path):
+    import subprocess
+
+    from tests.processes import CLI
+
+    done = subprocess.run([CLI, "search", "NO_SUCH_STREAM", "--server", nats_server.url, "--data-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "no stream NO_SUCH_STREAM" in done.stderr and "Traceback" not in done.stderr
