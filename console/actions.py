@@ -1,7 +1,8 @@
 """Every change the console can make to the world is an action from one registry. Pages, notebooks
-and the CLI ask for actions here, never the broker or storage directly: read-only (and roles, when
-they come) is checked here once, for every caller, and every attempt, accepted or refused, leaves
-one record in the audit trail (console.broker.audit_log)."""
+and the CLI ask for actions here, never the broker or storage directly: read-only mode, the user's
+roles (console.domain.roles) and the end of a signed-in session are checked here once, for every
+caller, and every attempt, accepted or refused, leaves one record in the audit trail
+(console.broker.audit_log)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ from typing import Awaitable, Callable, TypeVar
 from console.broker.audit_log import AuditLog, AuditUnavailable
 from console.domain.audit import Actor, AuditRecord
 from console.domain.messages import Ack
-from console.errors import ConsoleError, ReadOnlyError, Refusal
+from console.domain.roles import BUILT_IN, Grants, built_in_roles
+from console.errors import ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
 
 
 @dataclass(frozen=True)
 class Action:
     name: str
-    role: str  # the least role that may ask for it
+    role: str  # the least built-in role that may ask for it (console.domain.roles.BUILT_IN)
     changes_server: bool  # refused in read-only mode
     records: str  # what its audit record holds beside who, when and the outcome
 
@@ -49,45 +50,68 @@ ACTIONS = {a.name: a for a in (
     Action("export.search", "viewer", False, "the stream, the format, how many matches and the query"),
     Action("export.report", "viewer", False, "the incident's batch"),
 )}
+LEAST_ROLE = {a.name: a.role for a in ACTIONS.values()}
+assert set(LEAST_ROLE.values()) <= set(BUILT_IN)
+ADMIN = Grants((built_in_roles(LEAST_ROLE)["admin"],))  # a console without roles: today's one user
 
 
 class Actions:
-    """The actions one actor (a browser session's user, a notebook, the CLI) asks for."""
+    """The actions one actor (a browser session's user, a notebook, the CLI) asks for, with what its
+    roles grant it and, for a signed-in session, when that session ends."""
 
     def __init__(self, audit: AuditLog | None, actor: Actor, read_only: bool = False, why_no_audit: str = "",
-                 trail_required: bool = True):
+                 trail_required: bool = True, grants: Grants = ADMIN, expires: datetime | None = None):
         self.audit, self.actor, self.read_only = audit, actor.bounded(), read_only
         self.why_no_audit = why_no_audit  # without a trail (no event key to sign it) nothing that changes is done...
         # ...unless the actor holds the NATS credentials itself (the CLI): then it is said, not refused
         self.trail_required = trail_required
+        self.grants, self.expires = grants, expires
         self._pending: set[asyncio.Task] = set()
 
-    def allowed(self, name: str) -> str | None:
-        """Why this action would be refused now, or None: what a page says beside a control it turns off."""
+    def allowed(self, name: str, stream: str | None = None) -> str | None:
+        """Why this action (on `stream`) would be refused now, or None: what a page says beside a control
+        it turns off. Without a stream: whether the user may take it on some stream."""
+        return None if (why := self._refusal(name, stream)) is None else why[1]
+
+    def payloads(self, stream: str) -> str:
+        """What this user may see of `stream`'s payloads (console.domain.roles: full, masked or none)."""
+        return self.grants.payloads(stream)
+
+    def _refusal(self, name: str, stream: str | None) -> tuple[str, str] | None:
+        """(the audit outcome, why) of a refusal, or None."""
         action = ACTIONS[name]
         if action.changes_server and self.read_only:
-            return "read-only mode"
+            return "refused: read-only", "read-only mode"
+        if self.expires is not None and datetime.now(timezone.utc) >= self.expires:
+            return "refused: session expired", "the session has expired: sign in again"
+        if (why := self.grants.why_not(name, stream)) is not None:
+            return "refused: role", why
         if self.audit is None and action.changes_server and self.trail_required:
-            return f"no audit trail: {self.why_no_audit}"
+            return "refused: no trail", f"no audit trail: {self.why_no_audit}"
         return None
 
-    async def refused(self, name: str, target: str) -> str | None:
+    async def refused(self, name: str, target: str, stream: str | None = None) -> str | None:
         """Why the action would be refused (the refusal recorded), or None: for a page that refuses
         before it can build the action (a durable fetch on a read-only console opens no reader)."""
-        if (why := self.allowed(name)) is not None and ACTIONS[name].changes_server and self.read_only:
-            await self._record(name, target, "refused: read-only", "the console is read-only", None)
-        return why
+        if (why := self._refusal(name, stream)) is None:
+            return None
+        if why[0] != "refused: no trail":
+            await self._record(name, target, why[0], why[1], None)
+        return why[1]
 
     async def run(self, name: str, target: str, do: Callable[[], Awaitable[T] | T],
-                  diff: dict[str, list] | None = None) -> T:
-        """Take the action (`do`) unless it is refused; one audit record either way. The error that
-        refused or failed it is raised again for the caller to show."""
-        action = ACTIONS[name]
-        if action.changes_server and self.read_only:
-            await self._record(name, target, "refused: read-only", "the console is read-only", diff)
-            raise ReadOnlyError(f"read-only mode: {name} is refused")
-        if self.audit is None and action.changes_server and self.trail_required:
-            raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
+                  diff: dict[str, list] | None = None, stream: str | None = None) -> T:
+        """Take the action (`do`) on `stream` (None: it acts on none) unless it is refused; one audit
+        record either way. The error that refused or failed it is raised again for the caller to show."""
+        if (why := self._refusal(name, stream)) is not None:
+            outcome, reason = why
+            if outcome == "refused: read-only":
+                await self._record(name, target, outcome, "the console is read-only", diff)
+                raise ReadOnlyError(f"read-only mode: {name} is refused")
+            if outcome == "refused: no trail":
+                raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
+            await self._record(name, target, outcome, f"{reason} (user {self.actor.user})", diff)
+            raise ForbiddenError(f"{name} is refused: {reason}")
         try:
             result = do()
             if inspect.isawaitable(result):
@@ -107,20 +131,30 @@ class Actions:
         await self._record(name, target, "accepted", "", diff)
         return result
 
-    def recorder(self, name: str) -> Callable[[str], None]:
-        """For a page's hook told of what it did on its own (a download): each call one record of `name`."""
-        return lambda target: self.record_soon(name, target)
+    def recorder(self, name: str) -> Callable[..., str | None]:
+        """For a page's hook asked before it does something on its own (a download): (target, stream=None)
+        -> why it is refused (recorded), or None (recorded as taken)."""
+        return lambda target, stream=None: self.record_soon(name, target, stream)
 
-    def record_soon(self, name: str, target: str) -> None:
-        """Record an action that has happened in a callback that cannot wait (a file download)."""
+    def record_soon(self, name: str, target: str, stream: str | None = None) -> str | None:
+        """For a callback that cannot wait (a file download): why the action is refused, or None; the
+        record is stored soon after."""
+        why = self.allowed(name, stream)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # called outside any event loop (a script): said, never silent
             log.warning("not audited (no event loop to store it): %s %s by %s", name, target, self.actor.user)
-            return
-        task = loop.create_task(self.run(name, target, lambda: None))
+            return why
+        task = loop.create_task(self._record_taken(name, target, stream))
         self._pending.add(task)  # the loop keeps only a weak reference to a task
         task.add_done_callback(self._pending.discard)
+        return why
+
+    async def _record_taken(self, name: str, target: str, stream: str | None) -> None:
+        try:
+            await self.run(name, target, lambda: None, stream=stream)
+        except ConsoleError:
+            pass  # refused and recorded; the caller was told why
 
     async def _record(self, name: str, target: str, outcome: str, detail: str, diff: dict[str, list] | None) -> None:
         if self.audit is None:

@@ -70,12 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(alerts, *WITH_EVENT_LOG, "alerting", "checks", "system")
 
     serve = commands.add_parser("serve", help="the web console (Panel)")
-    add_flags(serve, *WITH_EVENT_LOG, "web")
+    add_flags(serve, *WITH_EVENT_LOG, "web", "access")
 
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
-    add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "embedded", "demo", "alerting",
-              "checks", defaults={"analytics.follow": True})
+    add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "access", "embedded", "demo",
+              "alerting", "checks", defaults={"analytics.follow": True})
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="search any stream, bounded: a subject filter and a window the server "
                                                 "applies, a CEL predicate over headers and payload; matches as JSON "
                                                 "lines, progress on stderr")
-    add_flags(search, *WITH_EVENT_LOG)
+    add_flags(search, *WITH_EVENT_LOG, "access.roles", "access.local_role")
     search.add_argument("stream", help="the stream to search")
     search.add_argument("--subject", help="a subject filter (wildcards), applied by the server")
     search.add_argument("--from-seq", type=int, help="the first stream sequence")
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")
     probe.add_argument("kind", choices=["atomic", "fast"])
-    add_flags(probe, *CONNECTED)
+    add_flags(probe, *CONNECTED, "access.roles", "access.local_role")
     test = probe.add_argument_group("the test (arguments of one run: no environment twins)")
     test.add_argument("--stream", default="BATCH_PROBE", help="created with the needed flag when missing")
     test.add_argument("--subject", default="batch_probe.test")

@@ -300,6 +300,40 @@ class WebSettings:
     read_only: bool = setting(False, "hide and refuse every action that changes the server", switch=True)
 
 
+def _minutes(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 31 * 24 * 60:  # also refuses nan and inf
+        raise ValueError("minutes: more than 0, at most 31 days")
+    return value
+
+
+@dataclass(frozen=True)
+class AccessSettings:
+    """Who may do what: sign-in through an OpenID Connect provider, and roles over actions and streams."""
+
+    oidc_issuer: str | None = setting(None, "sign in through this OpenID Connect provider (its issuer URL; "
+                                            "discovery at /.well-known/openid-configuration), not a password",
+                                      parse=_url)
+    oidc_client_id: str | None = setting(None, "the console's client id at the provider")
+    oidc_client_secret: str | None = setting(None, "the console's client secret at the provider", secret=True)
+    oidc_scopes: tuple[str, ...] = setting(("openid", "profile", "email"), "the scopes asked for (add the one "
+                                           "that brings the groups claim where the provider needs it: groups)",
+                                           many=True)
+    oidc_groups_claim: str = setting("groups", "the claim that lists the user's groups (ID token or userinfo)")
+    oidc_user_claim: str = setting("preferred_username", "the claim shown as the user's name (else email, else sub)")
+    session_minutes: float = setting(480.0, "minutes a signed-in session lasts; then the user signs in again and "
+                                            "an open page may no longer act", parse=_minutes)
+    roles: Path | None = setting(None, "roles and groups (TOML: [[role]] name, actions, streams, payloads, "
+                                       "masked_payloads; [[group]] name, roles); default: viewer, operator, admin",
+                                 parse=Path)
+    local_role: str = setting("admin", "the role of whoever uses the console without the provider's groups: a "
+                                       "password login, a loopback console without one, a notebook, the CLI")
+
+    @property
+    def oidc(self) -> bool:
+        return self.oidc_issuer is not None
+
+
 @dataclass(frozen=True)
 class EmbeddedServerSettings:
     """The nats-server from the wheel, for `server` and for `up` without --server."""
@@ -359,6 +393,7 @@ class Settings:
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     analytics: AnalyticsSettings = field(default_factory=AnalyticsSettings)
     web: WebSettings = field(default_factory=WebSettings)
+    access: AccessSettings = field(default_factory=AccessSettings)
     embedded: EmbeddedServerSettings = field(default_factory=EmbeddedServerSettings)
     demo: DemoSettings = field(default_factory=DemoSettings)
     alerting: AlertingSettings = field(default_factory=AlertingSettings)
@@ -381,7 +416,8 @@ SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else glo
                              for f in fields(Settings) if f.name != "given"}
 SECTION_TITLES = {"connection": "connection", "system": "system account (optional: its copies of advisories, /varz)",
                   "data": "data", "event_log": "event log", "collector": "collector", "analytics": "analytics job",
-                  "web": "web console", "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
+                  "web": "web console",
+                  "access": "access: sign-in (OpenID Connect) and roles", "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
                   "checks": "health checks", "log": "logging"}
 
 

@@ -64,6 +64,10 @@ class ReadOnlyError(ConsoleError):
     """An action that changes the server, asked of a console in read-only mode."""
 
 
+class ForbiddenError(ConsoleError):
+    """An action the user's roles do not allow (on that stream), or asked after their session ended."""
+
+
 class EmbeddedServerError(ConsoleError):
     """The embedded nats-server could not start or stopped unexpectedly."""
 

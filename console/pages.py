@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from console.actions import ACTIONS
+from console.actions import ACTIONS, Actions
 from console.broker import names
-from console.domain.audit import NOTEBOOK, Actor
 from console.domain.display import count
 from console.investigate import advice
 from console.runtime import Runtime
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 class Page:
     path: str
     title: str | None  # in the navigation; None: reached by links only (the stream page needs a stream)
-    make: Callable[..., Any]  # (runtime, actor, **params) -> the view
+    make: Callable[..., Any]  # (runtime, actions: what its user may do, **params) -> the view
     in_the_url: dict[str, str] = field(default_factory=dict)  # the choices kept in its URL: param -> argument
     changes_the_server: bool = False  # left out in read-only mode
 
@@ -115,34 +114,36 @@ SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", 
                  "max_scanned", "max_matches", "max_seconds")
 
 
-def live(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> LivePage:
+def live(runtime: Runtime, actions: Actions, **params) -> LivePage:
     """Follows the runtime's live state; refreshed in the current session every refresh_ms."""
     alerts = runtime.alerts
     return LivePage.following(runtime.live, alerts_firing=lambda: len(alerts.firing()), **params)
 
 
-def streams(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamsPage:
-    return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, actions=runtime.actions(actor), **params)
+def streams(runtime: Runtime, actions: Actions, **params) -> StreamsPage:
+    return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, actions=actions, **params)
 
 
-def stream(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> StreamPage:
+def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
     """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
     return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, server=runtime.admin.server,
                       model=runtime.live.model, history=runtime.history, **params)
 
 
-def replay(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ReplayPage:
-    return ReplayPage(admin=runtime.admin, actions=runtime.actions(actor), mask=runtime.masking.apply, **params)
+def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
+    masking = runtime.masking
+    return ReplayPage(admin=runtime.admin, actions=actions,
+                      mask=lambda stream, headers, data: masking.apply(stream, headers, data, actions.payloads(stream)),
+                      **params)
 
 
-def history(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> HistoryPage:
+def history(runtime: Runtime, actions: Actions, **params) -> HistoryPage:
     return HistoryPage(history=runtime.history, problem=runtime.history_problem,
                        live_seq=lambda: runtime.live.last_seq,
-                       exported=runtime.actions(actor).recorder("export.csv"), **params)
+                       exported=actions.recorder("export.csv"), may=actions.allowed, **params)
 
 
-def incident(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> IncidentPage:
-    actions = runtime.actions(actor)
+def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
 
     def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
@@ -150,38 +151,37 @@ def incident(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> IncidentPag
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
                            "verdicts": runtime.verdicts,
                            "peek": runtime.live.model.find_lost,
-                           "exported": actions.recorder("export.report"),
+                           "exported": actions.recorder("export.report"), "may": actions.allowed,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 
-def probe(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ProbePage:
-    actions = runtime.actions(actor)
+def probe(runtime: Runtime, actions: Actions, **params) -> ProbePage:
 
     async def run(options: ProbeOptions, progress=None) -> ProbeReport:
         return await runtime.run_probe(actions, options, progress)
 
-    return ProbePage(run=run, **params)
+    return ProbePage(run=run, may=actions.allowed, **params)
 
 
-def alerts(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AlertsPage:
-    return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, actions=runtime.actions(actor), **params)
+def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
+    return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, actions=actions, **params)
 
 
-def audit(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> AuditPage:
-    return AuditPage(trail=runtime.audit_trail, exported=runtime.actions(actor).recorder("export.csv"), **params)
+def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
+    return AuditPage(trail=runtime.audit_trail, exported=actions.recorder("export.csv"), may=actions.allowed,
+                     **params)
 
 
-def checks(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ChecksPage:
+def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
     return ChecksPage(findings=runtime.alerts.findings, **params)
 
 
-def search(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> SearchPage:
-    actions = runtime.actions(actor)
+def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
     return SearchPage(run=lambda query, progress, cancelled: runtime.search(actions, query, progress, cancelled),
-                      exported=actions.recorder("export.search"), **params)
+                      exported=actions.recorder("export.search"), may=actions.allowed, **params)
 
 
-def conformance(runtime: Runtime, actor: Actor = NOTEBOOK, **params) -> ConformancePage:
+def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:
     return ConformancePage(verdicts=runtime.verdicts, **params)
 
 

@@ -22,13 +22,14 @@ from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
 from console.domain.incident import Incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
-from console.errors import MaskingError, MissingKeyError
+from console.errors import ConfigError, MaskingError, MissingKeyError
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.broker.audit_log import AuditLog
     from console.domain.masking import Masking
+    from console.domain.roles import Grants, RolesFile
     from console.domain.search import SearchQuery
     from console.domain.audit import Actor, Checked
     from console.storage.history import Reader
@@ -59,6 +60,7 @@ class Runtime:
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
         self._verdicts: tuple[float, Verdicts] | None = None
         self._masking: Masking | None = None
+        self._roles: RolesFile | None = None
         self._keeper: asyncio.Task | None = None
 
     @classmethod
@@ -140,16 +142,38 @@ class Runtime:
                                       actions=self.actions(NOTEBOOK))
         return self._alerts
 
-    def actions(self, actor: Actor) -> Actions:
-        """What `actor` may do through this runtime, each attempt in the audit trail (signed with the
-        event key: without one, nothing that changes anything is done)."""
+    def actions(self, actor: Actor, grants: Grants | None = None, expires: datetime | None = None) -> Actions:
+        """What `actor` may do through this runtime: what `grants` allow (default: the local role's, for a
+        notebook, the CLI or a console without sign-in), until `expires` (a signed-in session's end), each
+        attempt in the audit trail (signed with the event key: without one, nothing that changes is done)."""
         from console.actions import Actions
 
+        grants = grants if grants is not None else self.roles.grants(self.settings.access.local_role)
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         try:
-            return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required)
+            return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required, grants=grants,
+                           expires=expires)
         except MissingKeyError as e:
-            return Actions(None, actor, self.read_only, str(e), trail_required)
+            return Actions(None, actor, self.read_only, str(e), trail_required, grants, expires)
+
+    @property
+    def roles(self) -> RolesFile:
+        """The roles and the groups they are given to (read once: a file with an error, or a local role
+        it does not define, stops the process at its start, with its line)."""
+        if self._roles is None:
+            from console.actions import LEAST_ROLE
+            from console.domain.roles import load_roles
+
+            access = self.settings.access
+            try:
+                roles = load_roles(access.roles.read_text() if access.roles else "", LEAST_ROLE)
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"roles {access.roles}: {e}") from None
+            if access.local_role not in roles.roles:
+                raise ConfigError(f"the local role {access.local_role[:64]!r} is not a role "
+                                  f"({', '.join(sorted(roles.roles))[:200]})")
+            self._roles = roles
+        return self._roles
 
     def _audit_log(self) -> AuditLog:
         """The audit trail's stream, one per process (its stream ensured once); MissingKeyError
@@ -260,11 +284,10 @@ class Runtime:
         from console.broker.search import search
 
         target = f"{query.stream} {json.dumps(query.describe(), default=str)}"
-        masking = self.masking
-        shown = (lambda headers, data: masking.apply(query.stream, headers, data)) \
-            if not masking.payloads or any(r.applies(query.stream) for r in masking.rules) else None
+        shown = self.masking.shown(query.stream, actions.payloads(query.stream))
         return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…",
-                                 lambda: search(self.nc, query, progress, cancelled, shown, on_match))
+                                 lambda: search(self.nc, query, progress, cancelled, shown, on_match),
+                                 stream=query.stream)
 
     @property
     def masking(self) -> Masking:
@@ -284,7 +307,7 @@ class Runtime:
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
         return await actions.run("probe.run", f"{options.stream} {options.kind} x{options.count}",
-                                 lambda: run_probe(self.nc, options, progress))
+                                 lambda: run_probe(self.nc, options, progress), stream=options.stream)
 
     async def close(self) -> None:
         if self._keeper is not None:

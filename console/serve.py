@@ -7,17 +7,22 @@ import asyncio
 import inspect
 import ipaddress
 import secrets
+from datetime import datetime, timezone
 
 import panel as pn
 from tornado.ioloop import IOLoop
+from tornado.web import decode_signed_value
 
 from console import pages
 from console.config import Settings, host_in_url
+from console.actions import Actions
 from console.domain.audit import Actor
+from console.domain.roles import Grants
 from console.errors import ConfigError
 from console.login import GuardedBasicAuth
+from console.oidc import SESSION_COOKIE, OidcAuth, Provider, Session
 from console.runtime import Runtime
-from console.ui.frame import Frame, Prefs
+from console.ui.frame import Frame, Prefs, Who
 from console.ui.preview import attach, static_html
 
 REDRAW_EVERY_MS = 2000  # the header's badges, and the pages that follow a state of their own
@@ -31,10 +36,11 @@ def is_loopback(address: str) -> bool:
         return address == "localhost"
 
 
-def check_exposure(address: str, basic_auth: str | None, insecure: bool) -> None:
+def check_exposure(address: str, basic_auth: str | None, insecure: bool, oidc: bool = False) -> None:
     """Anywhere but loopback wants authentication, unless the operator says --insecure."""
-    if not is_loopback(address) and not basic_auth and not insecure:
-        raise ConfigError(f"refusing to serve on {address} without --basic-auth (or --insecure to accept the risk)")
+    if not is_loopback(address) and not basic_auth and not oidc and not insecure:
+        raise ConfigError(f"refusing to serve on {address} without --basic-auth or --oidc-issuer (or --insecure to "
+                          "accept the risk)")
 
 
 def websocket_origins(address: str, port: int) -> list[str]:
@@ -54,10 +60,11 @@ class App:
     """The web app: routes over the process's runtime (one connection, one live state, the SQLite
     history), shared by every browser session."""
 
-    def __init__(self, runtime: Runtime, url_state: bool = True):
+    def __init__(self, runtime: Runtime, url_state: bool = True, oidc: OidcAuth | None = None):
         self.runtime = runtime
         self.read_only = runtime.read_only
         self.url_state = url_state  # off on an IPv6 address: Panel's Location cannot parse its Host header
+        self.oidc = oidc
 
     def routes(self) -> dict:
         """A route for each page of the table; read-only mode leaves out those that change the server."""
@@ -71,7 +78,8 @@ class App:
     def _session(self, spec: pages.Page) -> Frame:
         """One browser session's page, kept to the page protocol (console.pages)."""
         prefs = _prefs()
-        page = spec.make(self.runtime, _actor(), clock=prefs.clock, **_from_url(spec))
+        actions = self._actions()
+        page = spec.make(self.runtime, actions, clock=prefs.clock, **_from_url(spec))
         if hasattr(page, "read"):
             page.read()  # local and quick: in the first answer, whose preview then holds it
         else:
@@ -80,13 +88,30 @@ class App:
             _every(page.refresh, every)
         if hasattr(page, "close"):
             pn.state.on_session_destroyed(lambda _: _close(page))
-        return self._frame(page, spec, prefs)
+        return self._frame(page, spec, prefs, actions)
 
-    def _frame(self, page, spec: pages.Page, prefs: Prefs) -> Frame:
+    def _actions(self) -> Actions:
+        """What this session's user may do: a signed-in user's groups' roles until their session ends, or
+        the local role (a password login, a loopback console without one)."""
+        actor = _actor()
+        if self.oidc is None:
+            return self.runtime.actions(actor)
+        value = (pn.state.cookies or {}).get(SESSION_COOKIE)
+        session = Session.from_cookie(decode_signed_value(pn.config.cookie_secret, SESSION_COOKIE, value,
+                                                          max_age_days=31) if value else None)
+        if session is None or session.issuer != self.oidc.provider.issuer or session.sid in self.oidc.revoked:
+            return self.runtime.actions(actor, Grants(()), datetime.now(timezone.utc))  # Bokeh let no such one in
+        return self.runtime.actions(Actor(session.user, actor.address, actor.agent),
+                                    self.oidc.roles.for_groups(session.groups),
+                                    datetime.fromtimestamp(session.expires, timezone.utc))
+
+    def _frame(self, page, spec: pages.Page, prefs: Prefs, actions: Actions) -> Frame:
         if spec.in_the_url and self.url_state:  # even asking for pn.state.location makes one
             pn.state.location.sync(page, spec.in_the_url)  # the page was made with the URL's choices; now kept in step
         nav = {p.path: p.title for p in pages.TABLE if p.title and not (self.read_only and p.changes_the_server)}
-        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.runtime), prefs)
+        signed_in = self.oidc is not None or bool(pn.state.user)
+        who = Who(actions.actor.user, actions.grants.names, "/logout" if signed_in else None)
+        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.runtime), prefs, who)
         attach(pn.state.curdoc, static_html(frame))  # what the page holds, painted before the scripts run
         _every(frame.refresh)
         return frame
@@ -138,8 +163,8 @@ def _arg(name: str) -> str:
 
 
 def serve(settings: Settings) -> None:
-    web = settings.web
-    check_exposure(web.address, web.basic_auth, web.insecure)
+    web, access = settings.web, settings.access
+    check_exposure(web.address, web.basic_auth, web.insecure, access.oidc)
     pn.extension("tabulator", inline=True, notifications=False)
     loop = IOLoop.current()
 
@@ -147,20 +172,27 @@ def serve(settings: Settings) -> None:
         # Under `up`, a failed start is retried; without an event key the pages say so and follow once it is made.
         runtime = await Runtime.open(settings, follow_without_key=True)
         runtime.masking  # a masking rules file with an error stops the start, with its line: never shown unmasked
+        runtime.roles  # so does a roles file with an error
         runtime.live  # following the event log before the first session arrives
         runtime.keep_open()
         return runtime
 
     url_state = ":" not in web.address
-    app = App(loop.run_sync(open_runtime), url_state)
+    runtime = loop.run_sync(open_runtime)
+    oidc = None
+    if access.oidc:
+        provider = loop.run_sync(lambda: Provider.discover(access))
+        oidc = OidcAuth(provider, runtime.roles, settings.alerting.console_url)
+    app = App(runtime, url_state, oidc)
+    auth = ({"auth_provider": oidc} if oidc else
+            {"auth_provider": GuardedBasicAuth(web.basic_auth)} if web.basic_auth else {})
     server = pn.io.server.get_server(
         # Choices live in the URL (a link reproduces what the sender saw), except on an IPv6 address:
         # Panel's Location cannot parse its Host header ("[::1]:8050"); the pages still read their arguments.
         app.routes(), address=web.address, port=web.port, loop=loop, show=False, start=False,
         location=url_state,
         websocket_origin=websocket_origins(web.address, web.port),
-        **({"auth_provider": GuardedBasicAuth(web.basic_auth), "cookie_secret": secrets.token_hex(32)}
-           if web.basic_auth else {}),
+        **({**auth, "cookie_secret": secrets.token_hex(32)} if auth else {}),
         title="JetStream Batch Console",
     )
     allow_ipv6_origin(server, web.address)

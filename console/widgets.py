@@ -27,6 +27,7 @@ import pandas as pd
 
 from console import pages
 from console.config import ConnectionSettings, Settings, found_data_dir, load
+from console.actions import Actions
 from console.domain.audit import NOTEBOOK
 from console.errors import KeyMismatchError
 from console.domain.incident import Incident
@@ -111,7 +112,7 @@ class NotebookConsole:
         return self.runtime.live.model.newest_first(limit)
 
     def live(self, refresh_ms: int = 500) -> LivePage:
-        return pages.live(self.runtime, refresh_ms=refresh_ms)
+        return pages.live(self.runtime, self.actions, refresh_ms=refresh_ms)
 
     async def streams(self) -> StreamsPage:
         return await self.page("/streams")
@@ -126,7 +127,7 @@ class NotebookConsole:
         return await self.page("/replay", stream=stream, start_time=start_time.isoformat() if start_time else "")
 
     def history(self, **params) -> HistoryPage:
-        page = pages.history(self.runtime, **params)
+        page = pages.history(self.runtime, self.actions, **params)
         page.read()
         return page
 
@@ -141,10 +142,9 @@ class NotebookConsole:
     async def search(self, stream: str, **query):
         """A bounded search of a stream (the action search.run, audited): `await console.search("ORDERS",
         where='payload.amount > 100', max_matches=50)` -> (matches, how it ended)."""
-        from console.domain.audit import NOTEBOOK as actor
         from console.domain.search import SearchQuery
 
-        return await self.runtime.search(self.runtime.actions(actor), SearchQuery(stream, **query))
+        return await self.runtime.search(self.actions, SearchQuery(stream, **query))
 
     async def conformance(self, **params) -> ConformancePage:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""
@@ -152,9 +152,15 @@ class NotebookConsole:
 
     async def page(self, path: str, **params):
         """Any page of the table (console.pages.TABLE) by its path, read once: `await console.page("/streams")`."""
-        page = pages.BY_PATH[path].make(self.runtime, NOTEBOOK, **params)
+        page = pages.BY_PATH[path].make(self.runtime, self.actions, **params)
         await page.reload()
         return page
+
+    @property
+    def actions(self) -> Actions:
+        """What this notebook may do: the local role's actions (--local-role, in the roles file), audited
+        as the user "notebook"."""
+        return self.runtime.actions(NOTEBOOK)
 
     async def close(self) -> None:
         await self.runtime.close()

@@ -17,7 +17,8 @@ from console.domain.signing import forgery
 from console.domain.wire import MAX_LABEL, MAX_TEXT, MalformedInput, bounded_text, bounded_time, load_object
 
 GENESIS = "0" * 64  # the `previous` of the first record ever written
-OUTCOMES = ("accepted", "refused: read-only", "refused: role", "refused: server", "refused: invalid", "failed")
+OUTCOMES = ("accepted", "refused: read-only", "refused: role", "refused: session expired", "refused: server",
+            "refused: invalid", "failed")
 MAX_DIFF = 32  # settings a record's diff may name
 MAX_RECORD = 16 * 1024
 

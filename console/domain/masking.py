@@ -19,7 +19,9 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from console.domain.roles import FULL, MASKED, NONE
 
 MASK = "***"
 KEYS = {"streams", "fields", "headers"}
@@ -43,6 +45,10 @@ class MaskRule:
         return any(fnmatch.fnmatchcase(stream, glob) for glob in self.streams)
 
 
+Headers = tuple[tuple[str, str], ...]
+Shown = Callable[[Headers, bytes], tuple[Headers, bytes]]
+
+
 @dataclass(frozen=True)
 class Masking:
     rules: tuple[MaskRule, ...] = ()
@@ -57,23 +63,39 @@ class Masking:
                 fields += rule.fields
         return frozenset(headers), tuple(fields)
 
-    def apply(self, stream: str, headers: tuple[tuple[str, str], ...], data: bytes
-              ) -> tuple[tuple[tuple[str, str], ...], bytes]:
-        """The message as it may be shown: masked header values, masked JSON fields (or the whole
-        payload), or no payload at all when payloads are off."""
-        masked_headers, fields = self.for_stream(stream)
-        out_headers = tuple((k, MASK if k.lower() in masked_headers else v) for k, v in headers)
-        if not self.payloads:
-            return out_headers, f"(payloads are off: {len(data)} bytes)".encode()
-        if not fields or not data:
-            return out_headers, data
-        try:
-            document = json.loads(data)
-        except (ValueError, RecursionError):
-            return out_headers, MASK.encode()  # a field cannot be found in what is not JSON: all of it
-        for path in fields:
-            document = _mask(document, path)
-        return out_headers, json.dumps(document, ensure_ascii=False).encode()
+    def shown(self, stream: str, level: str = MASKED) -> Shown | None:
+        """What may be shown of one stream's messages, bound once for the stream (a search applies it
+        to every message): None when it is the message itself. `level` is what the user's roles let
+        them see of this stream's payloads (console.domain.roles): full as stored, masked by the rules,
+        or none; `--no-payloads` turns payloads off for everyone."""
+        masked_headers, fields = self.for_stream(stream) if level != FULL else (frozenset(), ())
+        if level == NONE or not self.payloads:
+            why = "payloads are off" if not self.payloads else "not shown to your role"
+            return lambda headers, data: (_headers(headers, masked_headers), f"({why}: {len(data)} bytes)".encode())
+        if not fields and not masked_headers:
+            return None
+
+        def apply(headers: Headers, data: bytes) -> tuple[Headers, bytes]:
+            if not fields or not data:
+                return _headers(headers, masked_headers), data
+            try:
+                document = json.loads(data)
+            except (ValueError, RecursionError):
+                return _headers(headers, masked_headers), MASK.encode()  # no field can be found in what is not JSON
+            for path in fields:
+                document = _mask(document, path)
+            return _headers(headers, masked_headers), json.dumps(document, ensure_ascii=False).encode()
+
+        return apply
+
+    def apply(self, stream: str, headers: Headers, data: bytes, level: str = MASKED) -> tuple[Headers, bytes]:
+        """One message as it may be shown (see shown)."""
+        shown = self.shown(stream, level)
+        return (headers, data) if shown is None else shown(headers, data)
+
+
+def _headers(headers: Headers, masked: frozenset[str]) -> Headers:
+    return tuple((k, MASK if k.lower() in masked else v) for k, v in headers) if masked else headers
 
 
 def _mask(node: Any, path: tuple[str, ...]) -> Any:

@@ -13,7 +13,7 @@ import param
 from console.domain.alert_rules import RulesError, duration_text, rule_toml, without_targets
 from console.domain.display import Clock
 from console.errors import ConsoleError
-from console.ui.controls import keep_choice
+from console.ui.controls import keep_choice, permitted
 from console.ui.formatting import Clocked, put, tabulator
 from console.ui.history import stream_cell
 
@@ -65,13 +65,17 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         if not self.read_only:
             mute, unmute, save = (w.Button(label="Mute"), w.Button(label="Unmute"),
                                   w.Button(label="Save rule", button_type="primary"))
+            whys = [self.actions.allowed(name) for name in ("alert_rule.mute", "alert_rule.unmute", "alert_rule.save")] \
+                if self.actions is not None else [None] * 3
+            cannot = [permitted([button], why) for button, why in zip((mute, unmute, save), whys)]
             mute.on_click(self._on_mute)
             unmute.on_click(self._on_unmute)
             save.on_click(self._on_save)
             controls = [pn.pane.Markdown("### Change a rule"), w.Select.from_param(self.param.rule, name="rule"),
                         pn.Row(mute, unmute), w.TextAreaInput.from_param(self.param.rule_text, name="rule (TOML)",
                                                                           height=220),
-                        save, pn.pane.Markdown(self.param.result)]
+                        save, pn.pane.Markdown("\n\n".join(dict.fromkeys(c for c in cannot if c))),
+                        pn.pane.Markdown(self.param.result)]
         self._layout = pn.Column(
             pn.pane.Markdown("## Alerts"), self._problem, pn.pane.Markdown("### Firing now"), self._firing,
             pn.Row(pn.Column(pn.pane.Markdown("### Rules"), self._rules, sizing_mode="stretch_width"),

@@ -12,6 +12,7 @@ import panel as pn
 import param
 
 from console.domain.audit import Checked
+from console.ui.controls import permitted
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import spreadsheet_safe, stream_cell
 
@@ -58,7 +59,10 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
     stream = param.String(default="", doc="Only records that touched this stream")
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
-    exported = param.Callable(default=lambda what: None, doc="Told what each CSV download held (the audit trail)")
+    exported = param.Callable(default=lambda what, stream=None: None,
+                              doc="Asked before each CSV download (the audit trail): why it is refused, or None")
+    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
+                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
     checked = param.ClassSelector(class_=Checked, default=Checked([], []), doc="The trail as read, with its breaks")
     records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
 
@@ -71,8 +75,10 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         self._table = tabulator(self.records, height=420, formatters=html_cells, hidden_columns=["agent"])
         download = w.FileDownload(callback=self.csv, filename="audit.csv", label="Download CSV", button_type="light",
                                   width=160, align="end")
+        cannot = permitted([download], self.may("export.csv"))
         self._layout = pn.Column(
             pn.pane.Markdown("## Audit"), pn.pane.Markdown(self.param.chain),
+            pn.pane.Markdown(cannot, visible=bool(cannot)),
             pn.Row(w.DateRangePicker.from_param(self.param.dates, name="dates (UTC)", width=250),
                    w.Select.from_param(self.param.user, name="user", width=180),
                    w.Select.from_param(self.param.action, name="action", width=200),
@@ -109,7 +115,8 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     def csv(self) -> io.StringIO:
         """The records shown, as a spreadsheet-safe CSV download (the action export.csv)."""
         first, last = self.dates
-        self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}")
+        if why := self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}"):
+            return io.StringIO(f"refused: {why}\n")
         out = io.StringIO()
         spreadsheet_safe(self.frame()).to_csv(out, index=False)
         out.seek(0)

@@ -3,6 +3,8 @@ label on its input; a one-option CheckBoxGroup wraps the input in its label."""
 
 from __future__ import annotations
 
+import html
+
 import panel as pn
 import param
 
@@ -22,3 +24,11 @@ def keep_choice(owner: param.Parameterized, name: str) -> None:
     value, objects = getattr(owner, name), owner.param[name].objects
     if value not in (objects.values() if isinstance(objects, dict) else objects):
         owner.param[name].objects = [*objects, value] if isinstance(objects, list) else {**objects, value: value}
+
+
+def permitted(controls: list, why: str | None) -> str:
+    """Turns `controls` off when the user may not use them, and says why (Markdown, escaped): a page shows
+    it beside them. The action layer refuses a click that a crafted client sends all the same."""
+    for control in controls:
+        control.disabled = why is not None
+    return f"🔒 Not for you: {html.escape(why)}" if why else ""

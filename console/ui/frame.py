@@ -27,6 +27,20 @@ class Badge:
 
 
 @dataclass(frozen=True)
+class Who:
+    """Who the page is for: the user, their roles, and where they sign out (None: no sign-in)."""
+
+    user: str
+    roles: str
+    sign_out: str | None = None
+
+    def html(self) -> str:
+        out = f' <a href="{html.escape(self.sign_out)}">Sign out</a>' if self.sign_out else ""
+        return (f'<span class="who" aria-label="signed in as">{html.escape(self.user)} '
+                f'<span class="roles">({html.escape(self.roles)})</span>{out}</span>')
+
+
+@dataclass(frozen=True)
 class Prefs:
     """What the reader chose, read from cookies (hostile: anything odd is the default)."""
 
@@ -62,6 +76,8 @@ header.bc .badge.ok { background: var(--bc-ok); } header.bc .badge.warn { backgr
 header.bc .badge.bad { background: var(--bc-bad); } header.bc .badge.info { background: var(--bc-info); }
 div.bc-banner { margin-top: .4rem; padding: .5rem 1rem; border-radius: 6px; background: var(--bc-bad); color: #fff;
                 font-weight: 600; }
+header.bc .who { font-size: .9em; } header.bc .who a { color: var(--bc-link); margin-left: .4rem; }
+header.bc .who .roles { opacity: .8; }
 header.bc button { font: inherit; font-size: .85em; background: transparent; color: var(--bc-head-fg);
                    border: 1px solid var(--bc-link); border-radius: 4px; padding: .1rem .5rem; cursor: pointer; }
 """
@@ -79,7 +95,7 @@ def badges_html(badges: list[Badge]) -> str:
     return "".join(f'<span class="badge {b.level}" role="status">{html.escape(b.label)}</span>' for b in badges)
 
 
-def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: Prefs) -> str:
+def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: Prefs, who: Who | None = None) -> str:
     here = ' aria-current="page"'
     links = "".join(f'<a href="{html.escape(path)}"{here if path == current else ""}>{html.escape(name)}</a>'
                     for path, name in nav.items())
@@ -89,6 +105,7 @@ def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: P
     return (
         f'<header class="bc" role="banner"><span class="name">JetStream Batch Console</span>'
         f'<nav aria-label="pages">{links}</nav><span class="badges">{badges_html(badges)}</span>'
+        f'{who.html() if who else ""}'
         f'<button type="button" aria-label="switch to {theme_to} theme" '
         f'onclick="{html.escape(_switch_script(THEME_COOKIE, repr(theme_to)))}">{"Light" if prefs.dark else "Dark"}</button>'
         f'<button type="button" aria-label="switch times to {"local time" if prefs.clock.is_utc else "UTC"}" '
@@ -100,9 +117,10 @@ def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: P
 class Frame(pn.viewable.Viewer):
     """A page in the frame; `refresh()` redraws the badges (the web app calls it every few seconds)."""
 
-    def __init__(self, page, nav: dict[str, str], current: str, badges: Callable[[], list[Badge]], prefs: Prefs):
+    def __init__(self, page, nav: dict[str, str], current: str, badges: Callable[[], list[Badge]], prefs: Prefs,
+                 who: Who | None = None):
         super().__init__()
-        self.badges, self.nav, self.current, self.prefs = badges, nav, current, prefs
+        self.badges, self.nav, self.current, self.prefs, self.who = badges, nav, current, prefs, who
         self._header = pn.pane.HTML(self._html(), sizing_mode="stretch_width", stylesheets=[CSS],
                                     css_classes=["dark"] if prefs.dark else [])
         if prefs.dark:
@@ -112,7 +130,7 @@ class Frame(pn.viewable.Viewer):
         self._layout = pn.Column(self._header, page, sizing_mode="stretch_width")
 
     def _html(self) -> str:
-        return header_html(self.nav, self.current, self.badges(), self.prefs)
+        return header_html(self.nav, self.current, self.badges(), self.prefs, self.who)
 
     def refresh(self) -> None:
         self._header.object = self._html()

@@ -18,6 +18,7 @@ from bokeh.transform import dodge
 from console.domain.display import Clock, count, spreadsheet_cell
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
+from console.ui.controls import permitted
 from console.ui.formatting import (
     Clocked,
     clock_axis,
@@ -138,7 +139,10 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
     export_format = param.Selector(default="csv", objects=["csv", "jsonl", "parquet"],
                                    doc="The download's format (JSON lines and Parquet carry the filters that made it)")
-    exported = param.Callable(default=lambda what: None, doc="Told what each download held (the audit trail)")
+    exported = param.Callable(default=lambda what, stream=None: None,
+                              doc="Asked before each download (the audit trail): why it is refused, or None")
+    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
+                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
 
     def __init__(self, **params):
         params.setdefault("dates", last_week())
@@ -181,8 +185,10 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
         self._download = pn.widgets.FileDownload(callback=self.download, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
+        cannot = permitted([self._download], self.may("export.csv"))
         self._layout = pn.Column(
             pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._format, self._download),
+            pn.pane.Markdown(cannot, visible=bool(cannot)),
             self._freshness,
             self._summary, self._blind,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
@@ -274,7 +280,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
         start, end = self._bounds()
-        self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}")
+        if why := self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}"):
+            return io.StringIO(f"refused: {why}\n")
         spreadsheet_safe(self.frame(self.csv_table)).to_csv(out, index=False)
         out.seek(0)
         return out
@@ -286,7 +293,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             return self.csv()
         start, end = self._bounds()
         filters = {"table": self.csv_table, "from": f"{start:%Y-%m-%d}", "to": f"{end - timedelta(days=1):%Y-%m-%d}"}
-        self.exported(f"{self.csv_table} {filters['from']}..{filters['to']} {self.export_format}")
+        if why := self.exported(f"{self.csv_table} {filters['from']}..{filters['to']} {self.export_format}"):
+            return io.BytesIO(f"refused: {why}\n".encode())
         frame = self.frame(self.csv_table)
         if self.export_format == "jsonl":
             text = json.dumps({"filters": filters}) + "\n" + frame.to_json(orient="records", lines=True,

@@ -15,6 +15,7 @@ from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
 from console.ui.conformance import conformance_line
+from console.ui.controls import permitted
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -43,7 +44,10 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     advice = param.Callable(default=lambda incident: None, doc="Incident -> what to do about it, or None")
     console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
-    exported = param.Callable(default=lambda batch_id: None, doc="Told of each report download (the audit trail)")
+    exported = param.Callable(default=lambda batch_id, stream=None: None,
+                              doc="Asked before each report download (the audit trail): why it is refused, or None")
+    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
+                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
@@ -63,8 +67,9 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
                                                  label="Download report (Markdown)", button_type="light",
                                                  visible=False)
         self._go.on_click(self._on_go)
+        self._cannot = pn.pane.Markdown("")
         self._layout = pn.Column(pn.pane.Markdown("## Incident"), pn.Row(self._search, self._go), self._summary,
-                                 self._download, pn.pane.Markdown("### Timeline"), self._timeline,
+                                 self._download, self._cannot, pn.pane.Markdown("### Timeline"), self._timeline,
                                  sizing_mode="stretch_width")
 
     def _first_look(self) -> str:
@@ -116,6 +121,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._timeline.value = timeline_frame(incident, self.clock)
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
+        self._cannot.object = permitted([self._download], self.may("export.report", loss.stream or None))
 
     async def _verdict(self, incident: Incident | None) -> ClientVerdict | None:
         if incident is None or incident.publisher is None or self.verdicts is None:
@@ -129,7 +135,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         """The incident as a Markdown report download (the action export.report)."""
         if self.incident is None:
             return io.StringIO("")
-        self.exported(self.batch_id)
+        if why := self.exported(self.batch_id, self.incident.loss.stream or None):
+            return io.StringIO(f"refused: {why}\n")
         link = self.replay_link(self.incident)
         if link and link.startswith("/") and self.console_url:
             link = self.console_url.rstrip("/") + link

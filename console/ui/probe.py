@@ -12,6 +12,7 @@ import param
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
 from console.probe import ProbeOptions, ProbeReport
+from console.ui.controls import permitted
 from console.ui.formatting import Clocked, coroutine
 
 Runner = Callable[[ProbeOptions, Callable[[int], None]], Awaitable[ProbeReport]]
@@ -53,10 +54,16 @@ class ProbePage(Clocked, pn.viewable.Viewer):
     status = param.String(default="", doc="What the probe is doing, did, or why it was refused (Markdown)")
     report = param.ClassSelector(class_=ProbeReport, default=None, doc="The last probe's report")
     running = param.Boolean(default=False, doc="A probe is publishing")
+    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
+                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
 
     def __init__(self, **params):
         super().__init__(**params)
-        self._start = pn.widgets.Button(label="Publish probe", button_type="primary", disabled=self.param.running)
+        cannot = self.may("probe.run")
+        self._start = pn.widgets.Button(label="Publish probe", button_type="primary",
+                                        disabled=True if cannot else self.param.running)
+        if cannot:
+            self.status = permitted([], cannot)
         self._start.on_click(self._on_start)
         # A lone Checkbox has no accessible name: a group of one names it.
         abandon = pn.widgets.CheckBoxGroup(options=[ABANDON], value=[ABANDON] if self.abandon else [])

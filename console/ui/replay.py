@@ -16,7 +16,7 @@ from console.actions import Actions, message_action, unaudited
 from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
-from console.ui.controls import keep_choice
+from console.ui.controls import keep_choice, permitted
 from console.ui.formatting import Clocked
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if not self.stream:
             self.status = "Pick a stream first."
             return None
-        if self.consumer and (why := await self._actions().refused("consumer.fetch", f"{self.stream}/{self.consumer}")):
+        if self.consumer and (why := await self._actions().refused("consumer.fetch", f"{self.stream}/{self.consumer}",
+                                                                   self.stream)):
             self.status = f"{html.escape(why)}: only peeks; a fetch from a durable consumer delivers its messages"
             return None
         start = self._start()
@@ -164,7 +165,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
         try:  # a peek changes nothing; a fetch from a durable consumer delivers its messages: an action
             result = await (fetch() if reader.peek else
-                            self._actions().run("consumer.fetch", f"{reader.stream}/{reader.consumer} {n}", fetch))
+                            self._actions().run("consumer.fetch", f"{reader.stream}/{reader.consumer} {n}", fetch,
+                                                stream=reader.stream))
         except ConsoleError as e:
             self.status = f"**Error:** {html.escape(str(e))}"
             return None
@@ -221,8 +223,11 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")
         if reader is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
-        outcome = pn.pane.Markdown("")
         buttons = {kind: pn.widgets.Button(label=label, button_type="light") for kind, label in ACK_LABELS.items()}
+        refused = [why for kind in ACK_LABELS if (why := self._actions().allowed(message_action(kind), self.stream))]
+        outcome = pn.pane.Markdown(permitted([b for k, b in buttons.items()
+                                              if self._actions().allowed(message_action(k), self.stream)],
+                                             "; ".join(refused) or None))
 
         async def act(kind: Ack, _event=None) -> None:
             done, outcome.object = await self.act(kind, message, reader)
@@ -247,7 +252,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
         target = f"{self.stream}/{reader.consumer if reader else self.consumer} seq {message.stream_seq}"
         try:
-            await self._actions().run(message_action(kind), target, ack)
+            await self._actions().run(message_action(kind), target, ack, stream=self.stream)
         except ConsoleError as e:
             return False, f"**{html.escape(str(e))}**"
         return True, f"{ACK_LABELS[kind]} confirmed by the server.{await self._consumer_state()}"

@@ -22,6 +22,7 @@ from console.domain.display import as_utc
 from console.domain.messages import preview
 from console.domain.search import LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused
 from console.export import FORMATS, Exporter, found_row
+from console.ui.controls import permitted
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 
 COLUMNS = ["sequence", "subject", "time", "batch", "headers", "payload"]
@@ -55,8 +56,10 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     running = param.Boolean(default=False, doc="A search is under way")
     results = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The matches shown")
     export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The matches' download format")
-    exported = param.Callable(default=lambda what: None, allow_refs=False,
-                              doc="Told what each download held (the audit trail: export.search)")
+    exported = param.Callable(default=lambda what, stream=None: None, allow_refs=False,
+                              doc="Asked before each download (the audit trail: export.search): why it is refused")
+    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
+                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -71,6 +74,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         self._query: SearchQuery | None = None
         self._download = w.FileDownload(callback=self.download, filename="matches.csv", label="Download matches",
                                         button_type="light", disabled=True)
+        self._cannot = pn.pane.Markdown(permitted([self._go], self.may("search.run")))
         self._table = tabulator(self.results, height=520, formatters={
             "sequence": {"type": "html"}, "batch": {"type": "html"}, "headers": {"type": "textarea"},
             "payload": {"type": "html"}}, widths={"subject": 160, "time": 200, "headers": 220, "payload": 420})
@@ -90,7 +94,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
                    w.FloatInput.from_param(self.param.max_seconds, name="max seconds", width=110),
                    self._go, self._stop, w.Select.from_param(self.param.export_format, name="format", width=90),
                    self._download),
-            pn.pane.Markdown(self.param.state), self._table, sizing_mode="stretch_width")
+            pn.pane.Markdown(self.param.state), self._cannot, self._table, sizing_mode="stretch_width")
 
     def query(self) -> SearchQuery:
         return SearchQuery(self.stream.strip(), subject=self.subject.strip(), start_seq=self.start_seq or None,
@@ -131,6 +135,8 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         self._progress(state)
         self._found, self._query = found, query
         self._download.disabled = not found
+        if found:
+            self._cannot.object = permitted([self._download], self.may("export.search", query.stream))
         self._on_format()
         self.results = pd.DataFrame([_row(query.stream, f, self.clock.when) for f in found], columns=COLUMNS,
                                     dtype=object)
@@ -145,8 +151,9 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         """The matches the page holds (masked as shown), with the query that found them."""
         if self._query is None:
             return io.BytesIO()
-        self.exported(f"{self._query.stream} {self.export_format} {len(self._found)} matches "
-                      f"{json.dumps(self._query.describe(), default=str)}"[:1000])
+        if why := self.exported(f"{self._query.stream} {self.export_format} {len(self._found)} matches "
+                                f"{json.dumps(self._query.describe(), default=str)}"[:1000], self._query.stream):
+            return io.BytesIO(f"refused: {why}\n".encode())
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"matches.{self.export_format}"
             exporter = Exporter(path, self.export_format, self._query.describe())

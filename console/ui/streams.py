@@ -12,8 +12,8 @@ from console.actions import Actions, unaudited
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
-from console.errors import ReadOnlyError, Refusal
-from console.ui.controls import checkbox, keep_choice
+from console.errors import ForbiddenError, ReadOnlyError, Refusal
+from console.ui.controls import checkbox, keep_choice, permitted
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -68,6 +68,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     persist_mode = param.Selector(default="default", objects=["default", "async"], doc="Proposed persist_mode")
     review = param.String(default="", doc="What applying would change, and the server's rules it would meet")
     result = param.String(default="", doc="What the last apply did, or the server's refusal")
+    cannot = param.String(default="", doc="Why this user may not edit the chosen stream ('' when they may)")
     server = param.ClassSelector(class_=ServerRelease, default=None, doc="The server's release and API level")
     no_batched = param.String(default="", doc="Why allow_batched cannot be switched on here (an older server)")
     actions = param.Parameter(default=None, precedence=-1,
@@ -94,7 +95,8 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         editor = pn.Column(pn.pane.Markdown("### Batch settings"), w.Select.from_param(self.param.stream, name="stream"),
                            checkbox(self, "allow_atomic"), batched, pn.pane.Markdown(self.param.no_batched),
                            w.Select.from_param(self.param.persist_mode, name="persist_mode"),
-                           pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.result),
+                           pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.cannot),
+                           pn.pane.Markdown(self.param.result),
                            width=420)
         self._layout = pn.Column(pn.pane.Markdown("## Streams"), self._server,
                                  pn.Row(self._table, editor, sizing_mode="stretch_width"), self._limits_pane,
@@ -133,6 +135,8 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("stream", watch=True)
     def _on_stream(self) -> None:
+        self.cannot = permitted([self._apply], self._actions().allowed("stream.edit", self.stream or None)
+                                if not self.admin.read_only else None)
         current = self._streams.get(self.stream)
         if current is not None:
             self.param.update(allow_atomic=current.allow_atomic, allow_batched=current.allow_batched,
@@ -158,11 +162,11 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         try:
             updated = await self._actions().run("stream.edit", proposed.name,
                                                 lambda: self.admin.apply(proposed.name, **changes),
-                                                diff={k: [a, b] for k, (a, b) in diff.items()})
+                                                diff={k: [a, b] for k, (a, b) in diff.items()}, stream=proposed.name)
         except Refusal as refused:
             self.result = f"**The server refused:** {html.escape(str(refused))}"
             return None
-        except ReadOnlyError as refused:
+        except (ReadOnlyError, ForbiddenError) as refused:
             self.result = html.escape(str(refused))
             return None
         self.result = f"Applied to {html.escape(updated.name)}."

@@ -1,0 +1,39 @@
+// A real OpenID Connect provider (panva's oidc-provider) for the console's sign-in tests, on loopback.
+//   node provider.mjs CONFIG_JSON
+// CONFIG_JSON: {"port": P, "issuer": "http://localhost:P", "clients": [{client_id, client_secret, redirect_uris}],
+//               "users": {"login": {"name": ..., "groups": [...]}}, "id_token_ttl": seconds}
+// Sign-in is the library's own development form (any password): the login names the account, and only the
+// accounts of "users" exist. Consent is granted to the configured clients without a second page.
+import Provider from 'oidc-provider';
+
+const config = JSON.parse(process.argv[2]);
+const users = config.users;
+
+const provider = new Provider(config.issuer, {
+  clients: config.clients.map((c) => ({ ...c, grant_types: ['authorization_code'], response_types: ['code'] })),
+  pkce: { required: () => true },
+  scopes: ['openid', 'profile', 'email', 'groups'],
+  claims: { openid: ['sub'], profile: ['name', 'preferred_username'], email: ['email'], groups: ['groups'] },
+  findAccount: (ctx, id) => {
+    const user = users[id];
+    if (!user) return undefined;
+    return {
+      accountId: id,
+      claims: () => ({ sub: id, name: user.name || id, preferred_username: id, email: `${id}@example.test`,
+                       groups: user.groups || [] }),
+    };
+  },
+  loadExistingGrant: async (ctx) => {
+    const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+    grant.addOIDCScope('openid profile email groups');
+    await grant.save();
+    return grant;
+  },
+  ttl: { IdToken: config.id_token_ttl || 3600, AccessToken: 3600, Session: 3600, Interaction: 600, Grant: 3600 },
+  cookies: { keys: ['the test provider signs its cookies with this'] },
+});
+provider.proxy = false;
+
+provider.listen(config.port, '127.0.0.1', () => {
+  console.log(`ready ${config.issuer}`);
+});
