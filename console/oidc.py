@@ -100,7 +100,7 @@ def user_name(claims: dict[str, Any], name: str) -> str:
 class Provider:
     """One OpenID Connect provider, as its discovery document describes it, with its signing keys."""
 
-    def __init__(self, access: AccessSettings, discovery: dict[str, Any], keys: jwt.PyJWKSet):
+    def __init__(self, access: AccessSettings, discovery: dict[str, Any], keys: jwt.PyJWKSet | None = None):
         self.access, self.discovery, self._keys = access, discovery, keys
         self._keys_read = time.monotonic()
         self.issuer = access.oidc_issuer or ""
@@ -126,8 +126,11 @@ class Provider:
         methods = discovery.get("code_challenge_methods_supported")
         if isinstance(methods, list) and "S256" not in methods:
             raise ConfigError("the provider does not take PKCE with S256")
-        provider = cls(access, discovery, jwt.PyJWKSet([]))
-        await provider._read_keys()
+        provider = cls(access, discovery)
+        try:
+            await provider._read_keys()
+        except (OSError, HTTPClientError, ValueError) as e:
+            raise ConfigError(f"the OpenID provider's keys ({discovery['jwks_uri']}) cannot be read: {e}") from None
         return provider
 
     async def _read_keys(self) -> None:
@@ -139,7 +142,7 @@ class Provider:
 
     async def _key(self, kid: str | None) -> jwt.PyJWK:
         for again in (False, True):
-            found = [k for k in self._keys.keys if kid is None or k.key_id == kid]
+            found = [k for k in (self._keys.keys if self._keys else []) if kid is None or k.key_id == kid]
             if len(found) == 1:
                 return found[0]
             if again or time.monotonic() - self._keys_read < KEYS_AGAIN_AFTER:
