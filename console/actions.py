@@ -96,8 +96,11 @@ class Actions:
         if (why := self._refusal(name, stream)) is None:
             return None
         if why[0] != "refused: no trail":
-            await self._record(name, target, why[0], why[1], None)
+            await self._record(name, target, why[0], self._detail(*why), None)
         return why[1]
+
+    def _detail(self, outcome: str, reason: str) -> str:
+        return reason if outcome == "refused: read-only" else f"{reason} (user {self.actor.user})"
 
     async def run(self, name: str, target: str, do: Callable[[], Awaitable[T] | T],
                   diff: dict[str, list] | None = None, stream: str | None = None) -> T:
@@ -110,7 +113,7 @@ class Actions:
                 raise ReadOnlyError(f"read-only mode: {name} is refused")
             if outcome == "refused: no trail":
                 raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
-            await self._record(name, target, outcome, f"{reason} (user {self.actor.user})", diff)
+            await self._record(name, target, outcome, self._detail(outcome, reason), diff)
             raise ForbiddenError(f"{name} is refused: {reason}")
         try:
             result = do()
