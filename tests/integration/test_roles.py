@@ -1,0 +1,85 @@
+"""Roles for the callers that do not sign in: a notebook and the CLI act as the local role, and the
+action layer refuses them what it does not allow; each role sees a stream's payloads as the roles file
+says (a real server, a real search)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+
+import pytest
+from nats.js.api import StreamConfig
+
+from console.config import load
+from console.probe import ProbeOptions
+from console.errors import ConfigError, ForbiddenError
+from console.runtime import Runtime
+from console.domain.audit import NOTEBOOK
+from console.domain.search import SearchQuery
+from tests.processes import CLI
+
+ROLES = """
+[[role]]
+name = "support"
+actions = ["search.run"]
+payloads = ["PAY_FULL"]
+masked_payloads = ["PAY_MASKED"]
+"""
+MASK = '[[mask]]\nstreams = ["PAY_*"]\nfields = ["card"]\n'
+
+
+@pytest.fixture(scope="module")
+def nats_url(server):
+    return server.url
+
+
+@pytest.fixture
+async def runtime(nats_url, tmp_path):
+    (tmp_path / "roles.toml").write_text(ROLES)
+    (tmp_path / "mask.toml").write_text(MASK)
+    settings = load(environ={"BATCH_CONSOLE_SERVER": nats_url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path),
+                             "BATCH_CONSOLE_ROLES": str(tmp_path / "roles.toml"),
+                             "BATCH_CONSOLE_MASK_RULES": str(tmp_path / "mask.toml"),
+                             "BATCH_CONSOLE_LOCAL_ROLE": "support"})
+    settings.keyed_event_log(make=True)
+    async with await Runtime.open(settings) as opened:
+        yield opened
+
+
+async def test_a_notebook_acts_as_the_local_role_and_is_refused_what_it_does_not_allow(runtime):
+    actions = runtime.actions(NOTEBOOK)
+    with pytest.raises(ForbiddenError, match="the role support may not probe.run"):
+        await runtime.run_probe(actions, ProbeOptions(kind="atomic", stream="NB_PROBE", subject="nb.probe", count=2))
+    assert "NB_PROBE" not in [s.name for s in await runtime.admin.streams()]  # nothing was done
+
+
+async def test_each_stream_s_payloads_are_shown_as_stored_masked_or_not_at_all(runtime):
+    js = runtime.nc.jetstream()
+    for name in ("PAY_FULL", "PAY_MASKED", "PAY_NONE"):
+        await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
+        await js.publish(f"{name.lower()}.x", b'{"card": "4111", "n": 1}')
+    seen = {}
+    for name in ("PAY_FULL", "PAY_MASKED", "PAY_NONE"):
+        found, _ = await runtime.search(runtime.actions(NOTEBOOK), SearchQuery(name, max_seconds=10))
+        seen[name] = found[0].data
+    assert seen == {"PAY_FULL": b'{"card": "4111", "n": 1}', "PAY_MASKED": b'{"card": "***", "n": 1}',
+                    "PAY_NONE": b"(not shown to your role: 24 bytes)"}
+    found, _ = await runtime.search(runtime.actions(NOTEBOOK), SearchQuery("PAY_NONE", where='text.contains("4111")',
+                                                                           max_seconds=10))
+    assert found == []  # what may not be shown cannot be searched for
+
+
+async def test_a_local_role_the_roles_file_does_not_define_stops_the_start(runtime):
+    broken = Runtime(replace(runtime.settings, access=replace(runtime.settings.access, local_role="root")),
+                     runtime.nc)
+    with pytest.raises(ConfigError, match="the local role 'root' is not a role"):
+        broken.roles
+
+
+def test_the_cli_acts_as_the_local_role(nats_url, tmp_path):
+    (tmp_path / "roles.toml").write_text(ROLES)
+    done = subprocess.run([CLI, "probe", "atomic", "--server", nats_url, "--count", "2", "--stream", "CLI_ROLE",
+                           "--roles", str(tmp_path / "roles.toml"), "--local-role", "support", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "the role support may not probe.run" in done.stdout + done.stderr
