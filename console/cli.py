@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(alerts, *WITH_EVENT_LOG, "alerting", "checks", "system")
 
     serve = commands.add_parser("serve", help="the web console (Panel)")
-    add_flags(serve, *WITH_EVENT_LOG, "web", "access")
+    add_flags(serve, *WITH_EVENT_LOG, "web", "access", "alerting.console_url")
 
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
