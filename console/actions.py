@@ -95,12 +95,15 @@ class Actions:
         before it can build the action (a durable fetch on a read-only console opens no reader)."""
         if (why := self._refusal(name, stream)) is None:
             return None
-        if why[0] != "refused: no trail":
-            await self._record(name, target, why[0], self._detail(*why), None)
+        await self._record_refusal(name, target, *why, None)
         return why[1]
 
-    def _detail(self, outcome: str, reason: str) -> str:
-        return reason if outcome == "refused: read-only" else f"{reason} (user {self.actor.user})"
+    async def _record_refusal(self, name: str, target: str, outcome: str, reason: str,
+                              diff: dict[str, list] | None) -> None:
+        if outcome == "refused: no trail":
+            return  # nothing to record it in
+        detail = "the console is read-only" if outcome == "refused: read-only" else f"{reason} (user {self.actor.user})"
+        await self._record(name, target, outcome, detail, diff)
 
     async def run(self, name: str, target: str, do: Callable[[], Awaitable[T] | T],
                   diff: dict[str, list] | None = None, stream: str | None = None) -> T:
@@ -108,12 +111,11 @@ class Actions:
         record either way. The error that refused or failed it is raised again for the caller to show."""
         if (why := self._refusal(name, stream)) is not None:
             outcome, reason = why
+            await self._record_refusal(name, target, outcome, reason, diff)
             if outcome == "refused: read-only":
-                await self._record(name, target, outcome, "the console is read-only", diff)
                 raise ReadOnlyError(f"read-only mode: {name} is refused")
             if outcome == "refused: no trail":
                 raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
-            await self._record(name, target, outcome, self._detail(outcome, reason), diff)
             raise ForbiddenError(f"{name} is refused: {reason}")
         try:
             result = do()

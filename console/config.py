@@ -416,8 +416,8 @@ SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else glo
                              for f in fields(Settings) if f.name != "given"}
 SECTION_TITLES = {"connection": "connection", "system": "system account (optional: its copies of advisories, /varz)",
                   "data": "data", "event_log": "event log", "collector": "collector", "analytics": "analytics job",
-                  "web": "web console",
-                  "access": "access: sign-in (OpenID Connect) and roles", "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
+                  "web": "web console", "access": "access: sign-in (OpenID Connect) and roles",
+                  "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
                   "checks": "health checks", "log": "logging"}
 
 

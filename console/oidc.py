@@ -22,12 +22,12 @@ import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import jwt
 from panel.auth import BasicAuthProvider
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from tornado.web import RequestHandler
+from tornado.web import RequestHandler, decode_signed_value
 
 from console.config import AccessSettings
 from console.domain.roles import RolesFile
@@ -209,7 +209,6 @@ class Provider:
 
 
 def _form(text: str | None) -> str:
-    from urllib.parse import quote
     return quote(text or "", safe="")  # RFC 6749 2.3.1: form-encoded before the basic scheme
 
 
@@ -251,13 +250,20 @@ class Revoked:
 class OidcAuth(BasicAuthProvider):
     """Panel's provider hooks, served by this module's sign-in: `get_user` reads the session cookie."""
 
-    def __init__(self, provider: Provider, roles: RolesFile, console_url: str | None = None, **params):
-        self.provider, self.roles, self.revoked = provider, roles, Revoked()
+    def __init__(self, provider: Provider, roles: RolesFile, cookie_secret: str, console_url: str | None = None,
+                 **params):
+        self.provider, self.roles, self.revoked, self.cookie_secret = provider, roles, Revoked(), cookie_secret
         self.console_url = console_url.rstrip("/") if console_url else None  # behind a proxy: the URL users see
         super().__init__(**params)
 
     def session(self, handler: RequestHandler) -> Session | None:
-        session = Session.from_cookie(handler.get_signed_cookie(SESSION_COOKIE, max_age_days=31))
+        return self.session_of(handler.get_cookie(SESSION_COOKIE))
+
+    def session_of(self, signed: str | None) -> Session | None:
+        """The live session a session cookie's signed value holds: signed by this process, of this
+        provider, not ended, not signed out; else None."""
+        value = decode_signed_value(self.cookie_secret, SESSION_COOKIE, signed, max_age_days=31) if signed else None
+        session = Session.from_cookie(value)
         if session is None or session.issuer != self.provider.issuer or session.expires <= time.time() \
                 or session.sid in self.revoked:
             return None

@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 
 import panel as pn
 from tornado.ioloop import IOLoop
-from tornado.web import decode_signed_value
 
 from console import pages
 from console.config import Settings, host_in_url
@@ -20,7 +19,7 @@ from console.domain.audit import Actor
 from console.domain.roles import Grants
 from console.errors import ConfigError
 from console.login import GuardedBasicAuth
-from console.oidc import SESSION_COOKIE, OidcAuth, Provider, Session
+from console.oidc import SESSION_COOKIE, OidcAuth, Provider
 from console.runtime import Runtime
 from console.ui.frame import Frame, Prefs, Who
 from console.ui.preview import attach, static_html
@@ -96,11 +95,9 @@ class App:
         actor = _actor()
         if self.oidc is None:
             return self.runtime.actions(actor)
-        value = (pn.state.cookies or {}).get(SESSION_COOKIE)
-        session = Session.from_cookie(decode_signed_value(pn.config.cookie_secret, SESSION_COOKIE, value,
-                                                          max_age_days=31) if value else None)
-        if session is None or session.issuer != self.oidc.provider.issuer or session.sid in self.oidc.revoked:
-            return self.runtime.actions(actor, Grants(()), datetime.now(timezone.utc))  # Bokeh let no such one in
+        session = self.oidc.session_of((pn.state.cookies or {}).get(SESSION_COOKIE))
+        if session is None:  # ended since Bokeh let its request in: nothing may be done
+            return self.runtime.actions(actor, Grants(()), datetime.now(timezone.utc))
         return self.runtime.actions(Actor(session.user, actor.address, actor.agent),
                                     self.oidc.roles.for_groups(session.groups),
                                     datetime.fromtimestamp(session.expires, timezone.utc))
@@ -179,10 +176,10 @@ def serve(settings: Settings) -> None:
 
     url_state = ":" not in web.address
     runtime = loop.run_sync(open_runtime)
-    oidc = None
+    oidc, cookie_secret = None, secrets.token_hex(32)
     if access.oidc:
         provider = loop.run_sync(lambda: Provider.discover(access))
-        oidc = OidcAuth(provider, runtime.roles, settings.alerting.console_url)
+        oidc = OidcAuth(provider, runtime.roles, cookie_secret, settings.alerting.console_url)
     app = App(runtime, url_state, oidc)
     auth = ({"auth_provider": oidc} if oidc else
             {"auth_provider": GuardedBasicAuth(web.basic_auth)} if web.basic_auth else {})
@@ -192,7 +189,7 @@ def serve(settings: Settings) -> None:
         app.routes(), address=web.address, port=web.port, loop=loop, show=False, start=False,
         location=url_state,
         websocket_origin=websocket_origins(web.address, web.port),
-        **({**auth, "cookie_secret": secrets.token_hex(32)} if auth else {}),
+        **({**auth, "cookie_secret": cookie_secret} if auth else {}),
         title="JetStream Batch Console",
     )
     allow_ipv6_origin(server, web.address)

@@ -17,6 +17,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from console.domain.masking import Shown
 from console.errors import StreamMissingError
 from console.domain.search import (
     NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, SearchRefused, message_context,
@@ -31,7 +32,6 @@ INACTIVE = 30.0  # seconds: the server removes a consumer the search lost (a cra
 EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Progress = Callable[[SearchProgress], Awaitable[None] | None]
-Shown = Callable[[tuple[tuple[str, str], ...], bytes], tuple[tuple[tuple[str, str], ...], bytes]]
 
 
 async def search(nc: Client, query: SearchQuery, progress: Progress | None = None,

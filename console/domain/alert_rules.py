@@ -27,7 +27,7 @@ from datetime import timedelta
 from console.domain.checks import CHECKS
 from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
-from console.domain.toml_text import read_toml
+from console.domain.toml_text import FileRefused, read_toml, table_lines
 
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding")
 SEVERITIES = ("info", "warning", "critical")
@@ -37,12 +37,8 @@ _DURATION = re.compile(r"(\d{1,6})(s|m|h|d)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class RulesError(ValueError):
-    """A rules file the console refuses: `line` is where the problem is (None when unknown)."""
-
-    def __init__(self, reason: str, line: int | None = None):
-        super().__init__(f"line {line}: {reason}" if line else reason)
-        self.reason, self.line = reason, line
+class RulesError(FileRefused):
+    """An alert rules file the console refuses."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +84,6 @@ def _target(target: str, line: int | None, targets: NotifyTargets) -> str:
         raise RulesError(str(e), line) from None
 
 
-def _rule_lines(text: str) -> list[int]:
-    """The line of each [[rule]] header, in order (tomllib keeps no positions)."""
-    return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*rule\s*\]\]", line)]
-
-
 def parse_rules(text: str, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
     """The rules of a file, or RulesError with its line; notify targets the settings (`targets`) do not
     allow are refused like any other error (by default none is allowed)."""
@@ -103,7 +94,7 @@ def parse_rules(text: str, targets: NotifyTargets = NotifyTargets()) -> list[Rul
     tables = data.get("rule", [])
     if not isinstance(tables, list):
         raise RulesError("rule must be an array of tables: [[rule]]")
-    lines = _rule_lines(text) + [None] * len(tables)
+    lines = table_lines(text, "rule") + [None] * len(tables)
     rules, names = [], set()
     for table, line in zip(tables, lines):
         rule = _rule(table, line, targets)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from console.domain.roles import FULL, MASKED, NONE
-from console.domain.toml_text import read_toml, table_lines
+from console.domain.toml_text import FileRefused, read_toml, table_lines
 
 MASK = "***"
 KEYS = {"streams", "fields", "headers"}
@@ -29,10 +29,8 @@ MAX_RULES, MAX_PATHS, MAX_PATH = 200, 100, 200
 _PATH = re.compile(r"^(\*|[A-Za-z0-9_\-]{1,64})(\[\*\])?(\.(\*|[A-Za-z0-9_\-]{1,64})(\[\*\])?){0,15}$")
 
 
-class MaskRulesError(ValueError):
-    def __init__(self, reason: str, line: int | None = None):
-        super().__init__(f"line {line}: {reason}" if line else reason)
-        self.reason, self.line = reason, line
+class MaskRulesError(FileRefused):
+    """A masking rules file the console refuses."""
 
 
 @dataclass(frozen=True)

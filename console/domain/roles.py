@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from console.domain.toml_text import read_toml, table_lines
+from console.domain.toml_text import FileRefused, read_toml, table_lines
 
 BUILT_IN = ("viewer", "operator", "admin")  # each may do what the ones before it may
 EVERYONE = "*"  # a [[group]] of this name maps every signed-in user
@@ -36,10 +36,8 @@ MAX_ROLES, MAX_GROUPS, MAX_LIST, MAX_NAME = 200, 1000, 200, 256
 _ROLE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
-class RolesError(ValueError):
-    def __init__(self, reason: str, line: int | None = None):
-        super().__init__(f"line {line}: {reason}" if line else reason)
-        self.reason, self.line = reason, line
+class RolesError(FileRefused):
+    """A roles file the console refuses."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +91,6 @@ class Grants:
         if any(_matches(stream, r.masked_payloads) for r in self.roles):
             return MASKED
         return NONE
-
-    def allows_anything(self) -> bool:
-        return any(r.actions for r in self.roles)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,14 @@ import tomllib
 from typing import Any, Callable
 
 
+class FileRefused(ValueError):
+    """An operator's file the console refuses: `line` is where the problem is (None when unknown)."""
+
+    def __init__(self, reason: str, line: int | None = None):
+        super().__init__(f"line {line}: {reason}" if line else reason)
+        self.reason, self.line = reason, line
+
+
 def read_toml(text: str, refused: Callable[[str, int | None], Exception]) -> dict[str, Any]:
     """The document, or `refused(reason, line)` raised: "not TOML: ..." and its line when known."""
     try:

@@ -12,7 +12,7 @@ import panel as pn
 import param
 
 from console.domain.audit import Checked
-from console.ui.controls import permitted
+from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import spreadsheet_safe, stream_cell
 
@@ -61,8 +61,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
     exported = param.Callable(default=lambda what, stream=None: None,
                               doc="Asked before each CSV download (the audit trail): why it is refused, or None")
-    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
-                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+    may = refusals()
     checked = param.ClassSelector(class_=Checked, default=Checked([], []), doc="The trail as read, with its breaks")
     records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
 

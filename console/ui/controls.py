@@ -26,6 +26,12 @@ def keep_choice(owner: param.Parameterized, name: str) -> None:
         owner.param[name].objects = [*objects, value] if isinstance(objects, list) else {**objects, value: value}
 
 
+def refusals() -> param.Callable:
+    """A page's `may`: (action, stream=None) -> why its user may not take it, or None (their roles)."""
+    return param.Callable(default=lambda action, stream=None: None, allow_refs=False,
+                          doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+
+
 def permitted(controls: list, why: str | None) -> str:
     """Turns `controls` off when the user may not use them, and says why (Markdown, escaped): a page shows
     it beside them. The action layer refuses a click that a crafted client sends all the same."""

@@ -18,7 +18,7 @@ from bokeh.transform import dodge
 from console.domain.display import Clock, count, spreadsheet_cell
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
-from console.ui.controls import permitted
+from console.ui.controls import permitted, refusals
 from console.ui.formatting import (
     Clocked,
     clock_axis,
@@ -141,8 +141,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                    doc="The download's format (JSON lines and Parquet carry the filters that made it)")
     exported = param.Callable(default=lambda what, stream=None: None,
                               doc="Asked before each download (the audit trail): why it is refused, or None")
-    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
-                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+    may = refusals()
 
     def __init__(self, **params):
         params.setdefault("dates", last_week())

@@ -15,7 +15,7 @@ from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
 from console.ui.conformance import conformance_line
-from console.ui.controls import permitted
+from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -46,8 +46,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     batch_id = param.String(default="", doc="The batch shown")
     exported = param.Callable(default=lambda batch_id, stream=None: None,
                               doc="Asked before each report download (the audit trail): why it is refused, or None")
-    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
-                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+    may = refusals()
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 

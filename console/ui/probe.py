@@ -12,7 +12,7 @@ import param
 from console.domain.fast_ingest import GapMode
 from console.errors import ConsoleError
 from console.probe import ProbeOptions, ProbeReport
-from console.ui.controls import permitted
+from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine
 
 Runner = Callable[[ProbeOptions, Callable[[int], None]], Awaitable[ProbeReport]]
@@ -54,8 +54,7 @@ class ProbePage(Clocked, pn.viewable.Viewer):
     status = param.String(default="", doc="What the probe is doing, did, or why it was refused (Markdown)")
     report = param.ClassSelector(class_=ProbeReport, default=None, doc="The last probe's report")
     running = param.Boolean(default=False, doc="A probe is publishing")
-    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
-                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+    may = refusals()
 
     def __init__(self, **params):
         super().__init__(**params)

@@ -224,10 +224,9 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if reader is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
         buttons = {kind: pn.widgets.Button(label=label, button_type="light") for kind, label in ACK_LABELS.items()}
-        refused = [why for kind in ACK_LABELS if (why := self._actions().allowed(message_action(kind), self.stream))]
-        outcome = pn.pane.Markdown(permitted([b for k, b in buttons.items()
-                                              if self._actions().allowed(message_action(k), self.stream)],
-                                             "; ".join(refused) or None))
+        whys = {kind: self._actions().allowed(message_action(kind), self.stream) for kind in ACK_LABELS}
+        outcome = pn.pane.Markdown(permitted([buttons[kind] for kind, why in whys.items() if why],
+                                             "; ".join(why for why in whys.values() if why) or None))
 
         async def act(kind: Ack, _event=None) -> None:
             done, outcome.object = await self.act(kind, message, reader)

@@ -22,7 +22,7 @@ from console.domain.display import as_utc
 from console.domain.messages import preview
 from console.domain.search import LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused
 from console.export import FORMATS, Exporter, found_row
-from console.ui.controls import permitted
+from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 
 COLUMNS = ["sequence", "subject", "time", "batch", "headers", "payload"]
@@ -58,8 +58,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The matches' download format")
     exported = param.Callable(default=lambda what, stream=None: None, allow_refs=False,
                               doc="Asked before each download (the audit trail: export.search): why it is refused")
-    may = param.Callable(default=lambda action, stream=None: None, allow_refs=False,
-                         doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+    may = refusals()
 
     def __init__(self, **params):
         super().__init__(**params)
