@@ -37,4 +37,4 @@ def permitted(controls: list, why: str | None) -> str:
     it beside them. The action layer refuses a click that a crafted client sends all the same."""
     for control in controls:
         control.disabled = why is not None
-    return f"🔒 Not for you: {html.escape(why)}" if why else ""
+    return f"**Not for you:** {html.escape(why)}" if why else ""

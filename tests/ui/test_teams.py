@@ -259,13 +259,15 @@ NOT_OFFERED = {message_action(kind) for kind in Ack}  # without a fetch there is
 
 @pytest.mark.parametrize("user", ["ada", "otto", "vera"])
 def test_each_role_takes_or_is_refused_every_action_as_its_groups_say_and_each_attempt_is_audited(team, browser,
-                                                                                                  user):
+                                                                                                  user, screenshots):
     assert set(FLOWS) == set(ACTIONS), "an action of the registry this test does not take"
     team.user = user
     page = sign_in(browser, team.web_url, user)
     before = len(trail(team.nats_url, team.data_dir))
     for action, flow in FLOWS.items():
         flow(page, team, action in MAY[user])
+        if action in ("stream.edit", "alert_rule.save"):  # what each role is shown of its own rights
+            page.screenshot(path=screenshots / f"teams-{user}-{action.split('.')[0]}.png", full_page=True)
     if user == "otto":  # the same operator, on a stream outside TEAM_*
         fetch(page, team, False, stream="OTHER_R")
 
