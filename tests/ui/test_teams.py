@@ -64,7 +64,7 @@ ENABLE = """label => {
 }"""
 
 
-def start_provider(tmp: Path, name: str, redirect_uris: list[str]) -> tuple[subprocess.Popen, str]:
+def start_provider(tmp: Path, name: str, redirect_uris: list[str], procs: list[subprocess.Popen]) -> str:
     if not (PEER / "node_modules" / "oidc-provider").exists():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PEER, check=True, capture_output=True, timeout=300)
     port = free_port()
@@ -74,10 +74,11 @@ def start_provider(tmp: Path, name: str, redirect_uris: list[str]) -> tuple[subp
     log = tmp / f"{name}.log"
     proc = subprocess.Popen(["node", str(PEER / "provider.mjs"), json.dumps(config)], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT)
+    procs.append(proc)  # stopped by the fixture however far its setup got
     poll_until(lambda: proc.poll() is None and "ready" in log.read_text() or (proc.poll() is not None and
                                                                               pytest.fail(log.read_text())),
                60, "the OpenID provider did not start")
-    return proc, issuer
+    return issuer
 
 
 @dataclass
@@ -92,7 +93,8 @@ class Team:
     user: str = ""  # who the test at hand signs in as
 
 
-def serve(tmp: Path, name: str, nats_url: str, data_dir: str, issuer: str, port: int, **env: str):
+def serve(tmp: Path, name: str, nats_url: str, data_dir: str, issuer: str, port: int, procs: list[subprocess.Popen],
+          **env: str) -> None:
     rules = tmp / "roles.toml"
     environ = {**os.environ, "BATCH_CONSOLE_OIDC_ISSUER": issuer, "BATCH_CONSOLE_OIDC_CLIENT_ID": CLIENT,
                "BATCH_CONSOLE_OIDC_CLIENT_SECRET": SECRET, "BATCH_CONSOLE_OIDC_SCOPES": "openid,profile,groups",
@@ -100,8 +102,8 @@ def serve(tmp: Path, name: str, nats_url: str, data_dir: str, issuer: str, port:
     log = tmp / f"{name}.log"
     proc = subprocess.Popen([CLI, "serve", "--server", nats_url, "--port", str(port), "--data-dir", data_dir],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=environ)
+    procs.append(proc)
     wait_http(f"http://127.0.0.1:{port}/logout", proc, log)
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -112,21 +114,25 @@ def team(console, data_dir, tmp_path_factory):
     (tmp / "rules.toml").write_text(RULE)
     port, short_port = free_port(), free_port()
     uris = [f"http://127.0.0.1:{p}/login" for p in (port, short_port)]
-    provider, issuer = start_provider(tmp, "provider", uris)
-    other, other_issuer = start_provider(tmp, "other-provider", uris)
-    web = serve(tmp, "web", nats_url, data_dir, issuer, port)
-    short = serve(tmp, "web-short", nats_url, data_dir, issuer, short_port, BATCH_CONSOLE_SESSION_MINUTES="0.25")
-    for stream in ("TEAM_EDIT_ada", "TEAM_EDIT_otto", "TEAM_EDIT_vera", "TEAM_EDIT_short"):
-        probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", stream, "--subject", stream.lower())
-    for stream in ("TEAM_R_otto", "TEAM_R_ada", "TEAM_R_vera", "OTHER_R"):
-        nats_tool("seed-replay", nats_url, stream)
-    batch = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "TEAM_INC",
-                  "--subject", "team.inc")["abandoned_batch"]
-    yield Team(nats_url, f"http://127.0.0.1:{port}/", issuer, other_issuer, data_dir, batch,
-               f"http://127.0.0.1:{short_port}/")
-    for proc in (web, short, provider, other):
-        proc.terminate()
-        proc.wait(timeout=20)
+    procs: list[subprocess.Popen] = []
+    try:
+        issuer = start_provider(tmp, "provider", uris, procs)
+        other_issuer = start_provider(tmp, "other-provider", uris, procs)
+        serve(tmp, "web", nats_url, data_dir, issuer, port, procs)
+        serve(tmp, "web-short", nats_url, data_dir, issuer, short_port, procs, BATCH_CONSOLE_SESSION_MINUTES="0.25")
+        for stream in ("TEAM_EDIT_ada", "TEAM_EDIT_otto", "TEAM_EDIT_vera", "TEAM_EDIT_short"):
+            probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", stream,
+                  "--subject", stream.lower())
+        for stream in ("TEAM_R_otto", "TEAM_R_ada", "TEAM_R_vera", "OTHER_R"):
+            nats_tool("seed-replay", nats_url, stream)
+        batch = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "TEAM_INC",
+                      "--subject", "team.inc")["abandoned_batch"]
+        yield Team(nats_url, f"http://127.0.0.1:{port}/", issuer, other_issuer, data_dir, batch,
+                   f"http://127.0.0.1:{short_port}/")
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
 
 
 def sign_in(browser, url: str, user: str) -> Page:
