@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from console.broker.cluster import EmbeddedCluster
 from console.broker.quarantine import QuarantineSettings
 from console.broker import names
-from console.broker.connection import close, connect
+from console.broker.connection import cancelled, close, connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.config import SERVER_READY, KEY_WAIT, Settings, add_flags, load, private_file, spark_options
@@ -188,8 +188,7 @@ async def demo_async(settings: Settings) -> int:
     async with await Runtime.open(settings) as runtime:
         demo = asyncio.create_task(run_demo(runtime.nc, every=settings.demo.demo_every, rounds=settings.demo.demo_rounds))
         await asyncio.wait([demo, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        demo.cancel()
-        await asyncio.wait([demo])
+        await cancelled(demo)
     if not demo.cancelled() and demo.exception():
         raise demo.exception()
     return 0

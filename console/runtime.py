@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from console.broker.admin import StreamAdmin
-from console.broker.connection import Connection, close, connect, is_closed, why_closed
+from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
 from console.broker.live_state import LiveState
 from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, load
@@ -311,8 +311,7 @@ class Runtime:
 
     async def close(self) -> None:
         if self._keeper is not None:
-            self._keeper.cancel()
-            await asyncio.wait([self._keeper])
+            await cancelled(self._keeper)
         if self._live is not None:
             await self._live.stop()
         for nc in (self.nc, self.system_nc):

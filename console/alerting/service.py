@@ -15,7 +15,7 @@ from pathlib import Path
 from console.alerting.metrics import Metrics
 from console.alerting.notify import Attempt, Notifier
 from console.alerting.rules_file import load_rules
-from console.broker.connection import Connection
+from console.broker.connection import Connection, cancelled
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.alert_rules import Rule
@@ -70,9 +70,10 @@ class AlertService:
                 if self.caught_up:
                     self.tick(datetime.now(timezone.utc))
         finally:
-            follower.cancel()
+            await cancelled(follower)
             self._poke.set()
-            await asyncio.wait([follower, *self._sending], timeout=10)
+            if self._sending:
+                await asyncio.wait(list(self._sending), timeout=10)
             if self._writes:
                 await asyncio.wait(list(self._writes), timeout=10)
 

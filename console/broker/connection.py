@@ -133,6 +133,22 @@ async def close(nc: Client | None) -> None:
         await nc.close()
 
 
+async def cancelled(task: asyncio.Task, every: float = 0.2) -> None:
+    """Cancel the task and wait until it has ended. A task awaiting nats-py can miss one cancel:
+    Python 3.11's asyncio.wait_for (in every nats-py request) returns the answer when it lands in
+    the same pass as the cancel, and the task goes on (a follower then reads for ever). So the
+    cancel is sent again until the task ends; a cancel of the caller meanwhile is raised after it."""
+    interrupted: asyncio.CancelledError | None = None
+    while not task.done():
+        task.cancel()
+        try:
+            await asyncio.wait([task], timeout=every)
+        except asyncio.CancelledError as caller_cancelled:
+            interrupted = caller_cancelled
+    if interrupted is not None:
+        raise interrupted
+
+
 T = TypeVar("T")
 REQUEST_TRIES = 4
 

@@ -16,6 +16,7 @@ from typing import Callable
 import nats.js.errors
 from nats.aio.client import Client
 
+from console.broker.connection import cancelled
 from console.broker.eventlog import EventLog, missing_log
 from console.config import EventLogSettings
 from console.domain.live_model import LiveModel
@@ -71,8 +72,7 @@ class LiveState:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait([self._task])
+            await cancelled(self._task)
             self._task = None
 
     async def _follow(self) -> None:
@@ -92,8 +92,7 @@ class LiveState:
                 while not follower.done() and self.nc.stats.get("reconnects", 0) == reconnects:
                     await asyncio.wait([follower], timeout=1.0)
             finally:
-                follower.cancel()
-                await asyncio.wait([follower])
+                await cancelled(follower)
             if not follower.cancelled() and (error := follower.exception()) is not None:
                 problem = (missing_log(self.log.settings.stream)
                            if isinstance(error, nats.js.errors.NotFoundError) else f"event log not readable: {error}")

@@ -62,3 +62,22 @@ async def test_forged_and_garbage_records_in_the_log_are_counted_and_never_stop_
         assert state.skipped == 4 and state.problem is None
     finally:
         await state.stop()
+
+
+async def test_a_live_state_stopped_as_it_starts_following_always_stops(nc):
+    """Stopped while its subscribe request is answered, nats-py's wait_for (Python 3.11) kept the
+    cancel and the follower read on: stop() waited for ever (a notebook's close hung in CI)."""
+    import asyncio
+    import random
+
+    settings = EventLogSettings(stream="LIVE_STOPS", subject_prefix="live_stops", key=b"k" * 32)
+    await EventLog(nc.jetstream(), settings).ensure()
+    delays = random.Random(7)
+    hung = 0
+    for _ in range(150):  # stops landing before, during and after the subscribe (9 in 200 hung before)
+        state = LiveState(nc, settings)
+        state.start()
+        await asyncio.sleep(delays.uniform(0, 0.02))
+        done, _ = await asyncio.wait([asyncio.create_task(state.stop())], timeout=5)
+        hung += not done
+    assert hung == 0
