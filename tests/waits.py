@@ -44,7 +44,7 @@ async def eventually(probe, until=bool, timeout: float = 15.0, what: str = "cond
                 return value
         except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
             value = e
-        assert asyncio.get_running_loop().time() < deadline, f"{what} not met in time; last: {value!r}"[:3000]
+        assert asyncio.get_running_loop().time() < deadline, f"{what} not met in time; last: {value!r} {value}"[:3000]
         await asyncio.sleep(every)
 
 

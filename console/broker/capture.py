@@ -68,7 +68,7 @@ class DurableAdvisories:
 
     def __init__(self, nc: Connection, stream: str, durable: str, max_age: float, ack_wait: float,
                  replicas: int | None = None):
-        self.js = nc.jetstream()
+        self.nc, self.js = nc, nc.jetstream()
         self.stream, self.durable, self.max_age, self.ack_wait = stream, durable, max_age, ack_wait
         self.replicas = replicas
         self._psub = None
@@ -76,9 +76,9 @@ class DurableAdvisories:
     async def open(self) -> str:
         """The stream's name; CaptureRefusedError when the account may not capture them. A request
         that times out is asked again first: given up at once, the collector would stay live-only for
-        its whole life."""
+        its whole life; one the account may not send is refused at once."""
         try:
-            return await asked_again(self._open)
+            return await asked_again(self._open, nc=self.nc)
         except (nats.js.errors.APIError, nats.errors.Error) as e:
             raise CaptureRefusedError(str(e)) from None
 

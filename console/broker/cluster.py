@@ -59,25 +59,41 @@ class EmbeddedCluster:
         self.wait_for_meta_leader(timeout)
         return self
 
-    def meta_leader(self) -> str | None:
-        """The meta leader's server name as a running node's /jsz says it, or None while there is none."""
-        for node in self.nodes:
+    def _meta(self) -> dict[str, dict]:
+        """Each running node's view of the meta group (its /jsz meta_cluster), by server name."""
+        views = {}
+        for i, node in enumerate(self.nodes):
             if not node.running() or not node.monitor_url:
                 continue
             try:
                 with urllib.request.urlopen(f"{node.monitor_url}/jsz", timeout=2) as reply:
-                    leader = (json.load(reply).get("meta_cluster") or {}).get("leader")
+                    views[f"n{i + 1}"] = json.load(reply).get("meta_cluster") or {}
             except (OSError, ValueError):
                 continue
-            if leader:
-                return leader
-        return None
+        return views
+
+    def meta_leader(self) -> str | None:
+        """The meta leader's server name as a running node's /jsz says it, or None while there is none."""
+        return next((view["leader"] for view in self._meta().values() if view.get("leader")), None)
+
+    def settled_leader(self) -> str | None:
+        """The meta leader once every running node follows it and it sees each of them current; a
+        leader just elected can time out or refuse a replicated stream's placement until then."""
+        views = self._meta()
+        leaders = {view.get("leader") for view in views.values()}
+        if len(views) < sum(n.running() for n in self.nodes) or len(leaders) != 1 or None in leaders:
+            return None
+        leader = leaders.pop()
+        seen = {r.get("name"): r.get("current") for r in views.get(leader, {}).get("replicas") or []}
+        return leader if all(seen.get(name) for name in views if name != leader) else None
 
     def wait_for_meta_leader(self, timeout: float = 30.0) -> str:
+        """The settled meta leader, waited for."""
         deadline = time.monotonic() + timeout
-        while (leader := self.meta_leader()) is None:
+        while (leader := self.settled_leader()) is None:
             if time.monotonic() > deadline:
-                raise EmbeddedServerError(f"no JetStream meta leader after {timeout:g}s; see {self.store_dir}/n*/")
+                raise EmbeddedServerError(f"no settled JetStream meta leader after {timeout:g}s; "
+                                          f"see {self.store_dir}/n*/")
             time.sleep(0.1)
         return leader
 

@@ -153,12 +153,27 @@ T = TypeVar("T")
 REQUEST_TRIES = 4
 
 
-async def asked_again(request: Callable[[], Awaitable[T]], tries: int = REQUEST_TRIES) -> T:
+async def asked_again(request: Callable[[], Awaitable[T]], tries: int = REQUEST_TRIES, nc: Client | None = None) -> T:
     """`request()`, asked again with backoff (1, 2, 4 s) while it times out: a cluster electing
-    leaders or a busy server answers late, not never. The last timeout is raised."""
-    for attempt in range(tries - 1):
+    leaders or a busy server answers late, not never. The last timeout is raised. With `nc`, a
+    request the server refused to take (a permissions violation on the JetStream API, which nats-py
+    reports only to the error callback while the request waits out its timeout) is not asked again:
+    its violation is raised."""
+    for attempt in range(tries):
+        before = nc.last_error if nc is not None else None
         try:
             return await request()
         except nats.errors.TimeoutError:
-            await asyncio.sleep(2 ** attempt)
-    return await request()
+            if (denied := _api_denied(nc, before)) is not None:
+                raise denied from None
+            if attempt + 1 == tries:
+                raise
+        await asyncio.sleep(2 ** attempt)
+    raise nats.errors.TimeoutError  # tries < 1
+
+
+def _api_denied(nc: Client | None, before: Exception | None) -> nats.errors.Error | None:
+    error = nc.last_error if nc is not None else None
+    if error is None or error is before or 'permissions violation for publish to "$js.api.' not in str(error).lower():
+        return None
+    return nats.errors.Error(str(error))

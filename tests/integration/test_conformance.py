@@ -169,8 +169,8 @@ async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(tmp
                          extra_config=ACCOUNTS) as cluster:
         urls = cluster.urls
         app = await nats.connect(urls[0], user="app", password="app-secret")
-        await app.jetstream().add_stream(StreamConfig(name="F_F07", subjects=["conf.f_f07.>"], allow_batched=True,
-                                                      num_replicas=3))
+        await eventually(lambda: app.jetstream().add_stream(StreamConfig(
+            name="F_F07", subjects=["conf.f_f07.>"], allow_batched=True, num_replicas=3)), what="F_F07 placed")
         leader = (await app.jetstream().stream_info("F_F07")).cluster.leader
         others = [(node, url) for node, url in zip(("n1", "n2", "n3"), urls) if node != leader]
         collector_nc = await nats.connect(others[0][1], user="app", password="app-secret")

@@ -37,7 +37,7 @@ def up(tmp_path):
     port, nats_port = free_port(), free_port()
     log = tmp_path / "up.out"
     proc = subprocess.Popen([CLI, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--nats-port",
-                             str(nats_port), "--demo", "--analytics-every", "10"],
+                             str(nats_port), "--demo", "--demo-every", "5", "--analytics-every", "10"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/", proc, log, timeout=90)
