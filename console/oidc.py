@@ -156,6 +156,15 @@ class Provider:
                  "code_challenge": challenge, "code_challenge_method": "S256"}
         return f"{self.discovery['authorization_endpoint']}?{urlencode(query)}"
 
+    def end_session_url(self, post_logout_redirect_uri: str) -> str | None:
+        """Where the browser ends its session at the provider too (OpenID Connect RP-Initiated Logout),
+        coming back to `post_logout_redirect_uri`; None when the provider offers no such endpoint."""
+        end = self.discovery.get("end_session_endpoint")
+        if not isinstance(end, str) or not end.startswith(("https://", "http://")):
+            return None
+        query = {"client_id": self.access.oidc_client_id, "post_logout_redirect_uri": post_logout_redirect_uri}
+        return f"{end}{'&' if '?' in end else '?'}{urlencode(query)}"
+
     async def redeem(self, code: str, verifier: str, redirect_uri: str, nonce: str) -> tuple[str, tuple[str, ...]]:
         """The code exchanged at the token endpoint, its ID token checked: (the user, their groups)."""
         body = urlencode({"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
@@ -302,6 +311,11 @@ def _page(handler: RequestHandler, status: int, title: str, text: str, link: str
                    f"<p>{html.escape(text)}</p>{more}")
 
 
+def _base(handler: RequestHandler, oidc: OidcAuth) -> str:
+    # The provider sends the browser back only to a URI registered with it, whatever Host a request names
+    return oidc.console_url or f"{handler.request.protocol}://{handler.request.host}"
+
+
 def _challenge(verifier: str) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
 
@@ -312,9 +326,7 @@ class SignInHandler(RequestHandler):
     oidc: OidcAuth
 
     def _redirect_uri(self) -> str:
-        # The provider sends the code only to a redirect URI registered with it, whatever Host a request names
-        base = self.oidc.console_url or f"{self.request.protocol}://{self.request.host}"
-        return f"{base}/login"
+        return f"{_base(self, self.oidc)}/login"
 
     async def get(self) -> None:
         if self.get_argument("code", None) is None and self.get_argument("error", None) is None:
@@ -367,6 +379,10 @@ class SignInHandler(RequestHandler):
 
 
 class SignOutHandler(RequestHandler):
+    """GET /logout ends the console's session, then the provider's where it offers an end_session_endpoint
+    (register {console}/logout as a post-logout redirect URI with it): else the next sign-in would pass
+    straight through the provider's own session."""
+
     oidc: OidcAuth
 
     def get(self) -> None:
@@ -375,5 +391,9 @@ class SignOutHandler(RequestHandler):
             log.info("%s signed out", session.user)
         for name in (SESSION_COOKIE, "user", "id_token"):
             self.clear_cookie(name, path="/")
-        _page(self, 200, "Signed out", "You are signed out of the console (your session at the identity provider "
-                                       "stays: sign out there too on a shared machine).", "/login")
+        end = self.oidc.provider.end_session_url(f"{_base(self, self.oidc)}/logout")
+        if session is not None and end is not None:
+            return self.redirect(end)
+        there = ("and of the identity provider" if end is not None else
+                 "(your session at the identity provider stays: sign out there too on a shared machine)")
+        _page(self, 200, "Signed out", f"You are signed out of the console {there}.", "/login")

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
 
 from console.config import Settings
 from console.domain.audit import CLI
-from console.domain.search import NEWEST, Found, SearchProgress, SearchQuery, SearchRefused
+from console.domain.search import NEWEST, Found, SearchProgress, SearchQuery, SearchRefused, search_time
 from console.export import Exporter, found_row
 
 
@@ -22,16 +21,8 @@ def found_json(f: Found) -> str:
 
 def query_from(args) -> SearchQuery:
     """The command's arguments as a query; SearchRefused says which one is wrong."""
-    def when(text: str | None) -> datetime | None:
-        if not text:
-            return None
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise SearchRefused(f"not a time (ISO 8601 with a zone): {text[:40]!r}") from None
-
     return SearchQuery(args.stream, subject=args.subject or "", start_seq=args.from_seq, end_seq=args.to_seq,
-                       since=when(args.since), until=when(args.until), where=args.where or "",
+                       since=search_time(args.since), until=search_time(args.until), where=args.where or "",
                        direction="newest" if args.newest_first else "oldest", max_scanned=args.max_scanned,
                        max_bytes=args.max_bytes, max_matches=args.max_matches, max_seconds=args.max_seconds)
 

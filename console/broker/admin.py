@@ -95,11 +95,13 @@ class StreamAdmin:
         cluster = (await self.js.stream_info(names.stream(name))).cluster
         return cluster.leader if cluster else None
 
-    async def step_down(self, name: str) -> None:
-        """Ask the stream's leader to step down: the replicas elect another (what a rolling restart does)."""
+    async def step_down(self, name: str, preferred: str | None = None) -> None:
+        """Ask the stream's leader to step down: the replicas elect another (what a rolling restart does),
+        or hand it to the `preferred` server (by name; nats-server 2.11 and later)."""
         if self.read_only:
             raise ReadOnlyError("read-only mode: stream leaders are not stepped down")
-        reply = await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(name)}", b"", timeout=5)
+        request = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
+        reply = await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(name)}", request, timeout=5)
         answer = json.loads(reply.data or b"{}")
         if "error" in answer:
             e = answer["error"]

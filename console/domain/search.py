@@ -42,6 +42,16 @@ class SearchRefused(MalformedInput):
     what = "search"
 
 
+def search_time(text: str | None) -> datetime | None:
+    """A time as a form or a command line gives it (ISO 8601, 'Z' for UTC), None for none; SearchRefused else."""
+    if not text or not text.strip():
+        return None
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise SearchRefused(f"not a time (ISO 8601): {text.strip()[:40]!r}") from None
+
+
 @dataclass(frozen=True)
 class SearchQuery:
     stream: str

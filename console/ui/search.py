@@ -20,7 +20,8 @@ import param
 
 from console.domain.display import as_utc
 from console.domain.messages import preview
-from console.domain.search import LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused
+from console.domain.search import (LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused,
+                                   search_time)
 from console.export import FORMATS, Exporter, found_row
 from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
@@ -30,12 +31,8 @@ SHOWN = 10_000  # matches a page holds at most (an export from the command line 
 
 
 def _time(text: str) -> datetime | None:
-    if not text.strip():
-        return None
-    try:
-        return as_utc(datetime.fromisoformat(text.strip().replace("Z", "+00:00")))
-    except ValueError:
-        raise SearchRefused(f"not a time (ISO 8601): {text.strip()[:40]!r}") from None
+    moment = search_time(text)
+    return as_utc(moment) if moment is not None else None  # the page's times are UTC
 
 
 class SearchPage(Clocked, pn.viewable.Viewer):

@@ -18,3 +18,15 @@ def natsjs():
     if not all((PEER / "node_modules" / "@nats-io" / package).exists() for package in ("transport-node", "jetstream")):
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PEER, check=True, capture_output=True, timeout=300)
     return json.loads((PEER / "node_modules" / "@nats-io" / "nats-core" / "package.json").read_text())["version"]
+
+
+@pytest.fixture(scope="module")
+def accounts_cluster(tmp_path_factory):
+    """Three nodes with the accounts of test_collector_sources (app, a limited user, the system account)."""
+    from console.broker.cluster import EmbeddedCluster
+    from tests.conftest import CLUSTER_LIMITS
+    from tests.integration.test_collector_sources import ACCOUNTS
+
+    with EmbeddedCluster(tmp_path_factory.mktemp("cluster-accounts"), 3, batch_limits=CLUSTER_LIMITS,
+                         extra_config=ACCOUNTS) as cluster:
+        yield cluster

@@ -27,7 +27,7 @@ CASES = [(3.0, 10), (0.0, 3)]
 
 async def _lead_on(admin, stream: str, node: str) -> None:
     while await eventually(lambda: admin.leader(stream), lambda _: True, timeout=30, what=f"{stream}'s leader") != node:
-        await step_down(admin, stream)
+        await step_down(admin, stream, preferred=node)
 
 
 async def _abandon(publisher, subject: str, batch_id: str) -> datetime:
@@ -70,7 +70,7 @@ async def test_an_abandonment_after_the_collectors_node_dies_is_logged_or_inside
                 await collector.start()
                 await _lead_on(admin, "BATCH_CONSOLE_ADVISORIES", name)  # the worst case: both on the victim
                 while await admin.leader("CL_BLIND") == name:  # the publisher's stream lives on
-                    await step_down(admin, "CL_BLIND")
+                    await step_down(admin, "CL_BLIND", preferred=f"n{(victim + 1) % 3 + 1}")
                 await wait_until(lambda: collector.capture.leader == name, timeout=30,
                                  what="the collector knows the advisory stream's leader")
                 publisher = await nats.connect(others)

@@ -44,9 +44,9 @@ async def r3_stream(client, name: str, **flags) -> StreamAdmin:
     return admin
 
 
-async def step_down(admin: StreamAdmin, name: str) -> str:
+async def step_down(admin: StreamAdmin, name: str, preferred: str | None = None) -> str:
     before = await eventually(lambda: admin.leader(name), lambda _: True, timeout=30, what=f"{name}'s leader")
-    await admin.step_down(name)
+    await admin.step_down(name, preferred)
     return await eventually(lambda: admin.leader(name), lambda leader: leader not in (None, before),
                             what=f"{name} elected another leader", timeout=30)
 
@@ -128,7 +128,9 @@ async def test_a_fast_batch_whose_stream_leader_dies_is_logged_as_the_publisher_
     else:
         assert getattr(refused, "err_code", None) == 10208, repr(refused)
         assert lost.kind is EventKind.FAST_LOST and lost.reason in ("leader_change", "unknown_batch")
-    assert lost.seq == batch.ack_seq  # the tap and the publisher agree on the last message acknowledged
+    # The tap and the publisher agree on the last message acknowledged, but for the flow ack the dying
+    # leader sent last: its node may be killed before routing it to the tap's node (seen once: 20 and 30)
+    assert batch.ack_seq - batch.flow <= lost.seq <= batch.ack_seq, (lost.seq, batch.ack_seq)
 
 
 async def test_the_collectors_node_killed_under_load_loses_and_duplicates_no_advisory(cluster, client):

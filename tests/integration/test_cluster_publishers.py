@@ -2,23 +2,13 @@
 server, and the node that holds the connection answers."""
 
 import nats
-import pytest
 from nats.js.api import StreamConfig
 
-from console.broker.cluster import EmbeddedCluster
 from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS
-from tests.conftest import CLUSTER_LIMITS
-from tests.integration.test_collector_sources import ACCOUNTS, _lose_a_fast_batch
+from tests.integration.test_collector_sources import _lose_a_fast_batch
 from tests.waits import events_for
-
-
-@pytest.fixture(scope="module")
-def accounts_cluster(tmp_path_factory):
-    with EmbeddedCluster(tmp_path_factory.mktemp("cluster-accounts"), 3, batch_limits=CLUSTER_LIMITS,
-                         extra_config=ACCOUNTS) as c:
-        yield c
 
 
 async def test_a_publisher_on_another_node_than_the_collector_and_the_stream_leader_is_named(accounts_cluster):

@@ -12,6 +12,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from console.broker.admin import StreamAdmin
 from console.broker.atomic import AtomicBatch
 from console.broker.eventlog import EventLog
 from console.broker.fast import FastBatch
@@ -161,33 +162,28 @@ async def test_nats_js_and_the_consoles_own_publisher_conform(accounts_server, g
     assert of(found, "natsjs-conformant").publisher.lang == "nats.js"
 
 
-async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(tmp_path_factory):
-    from console.broker.cluster import EmbeddedCluster
-    from tests.conftest import CLUSTER_LIMITS
-
-    with EmbeddedCluster(tmp_path_factory.mktemp("conformance-cluster"), 3, batch_limits=CLUSTER_LIMITS,
-                         extra_config=ACCOUNTS) as cluster:
-        urls = cluster.urls
-        app = await nats.connect(urls[0], user="app", password="app-secret")
-        await eventually(lambda: app.jetstream().add_stream(StreamConfig(
-            name="F_F07", subjects=["conf.f_f07.>"], allow_batched=True, num_replicas=3)), what="F_F07 placed")
-        leader = (await app.jetstream().stream_info("F_F07")).cluster.leader
-        others = [(node, url) for node, url in zip(("n1", "n2", "n3"), urls) if node != leader]
-        collector_nc = await nats.connect(others[0][1], user="app", password="app-secret")
-        sys_nc = await nats.connect(others[0][1], user="sys", password="sys-secret")
-        client = await nats.connect(others[1][1], user="app", password="app-secret", name="faulty-F07")
-        collector = Collector(collector_nc, CollectorSettings(**GRADING), system_nc=sys_nc)
-        await collector.start()
-        try:
-            await f07_pings_ahead(client)
-            found = await verdicts_when(EventLog(collector_nc.jetstream()), lambda f: of(f, "faulty-F07") is not None)
-            verdict = of(found, "faulty-F07")
-            assert verdict.failing == ["F07"]
-            assert (verdict.publisher.server, verdict.publisher.cid) == (others[1][0], client.client_id)
-        finally:
-            await collector.stop()
-            for nc in (app, collector_nc, sys_nc, client):
-                await nc.close()
+async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(accounts_cluster):
+    urls = accounts_cluster.urls
+    app = await nats.connect(urls[0], user="app", password="app-secret")
+    await eventually(lambda: app.jetstream().add_stream(StreamConfig(
+        name="F_F07", subjects=["conf.f_f07.>"], allow_batched=True, num_replicas=3)), what="F_F07 placed")
+    leader = await eventually(lambda: StreamAdmin(app).leader("F_F07"), what="F_F07's leader")
+    others = [(node, url) for node, url in zip(("n1", "n2", "n3"), urls) if node != leader]
+    collector_nc = await nats.connect(others[0][1], user="app", password="app-secret")
+    sys_nc = await nats.connect(others[0][1], user="sys", password="sys-secret")
+    client = await nats.connect(others[1][1], user="app", password="app-secret", name="faulty-F07")
+    collector = Collector(collector_nc, CollectorSettings(**GRADING), system_nc=sys_nc)
+    await collector.start()
+    try:
+        await f07_pings_ahead(client)
+        found = await verdicts_when(EventLog(collector_nc.jetstream()), lambda f: of(f, "faulty-F07") is not None)
+        verdict = of(found, "faulty-F07")
+        assert verdict.failing == ["F07"]
+        assert (verdict.publisher.server, verdict.publisher.cid) == (others[1][0], client.client_id)
+    finally:
+        await collector.stop()
+        for nc in (app, collector_nc, sys_nc, client):
+            await nc.close()
 
 
 async def test_the_check_batch_030_names_each_client_that_does_not_conform(faulty_verdicts, grading, settings):

@@ -164,6 +164,9 @@ def test_the_command_prints_matches_as_json_lines_and_refuses_a_bad_query(stream
         assert refused.returncode == 2, (bad, refused.stderr)
 
 
+EXPORTED = 50_000  # the export's range (--to-seq): the whole stream is the matches' test above
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_an_export_is_streamed_in_each_format_with_its_filters(stream, nats_server, tmp_path, fmt):
     import csv
@@ -176,11 +179,11 @@ def test_an_export_is_streamed_in_each_format_with_its_filters(stream, nats_serv
     out = tmp_path / f"refunds.{fmt}"
     where = 'headers["kind"] == "refund" && payload != null && payload.amount < 100'
     done = subprocess.run([CLI, "search", "SEARCH", "--server", nats_server.url, "--data-dir", str(tmp_path),
-                           "--where", where, "--max-matches", "1000000", "--output", str(out), "--format", fmt],
-                          capture_output=True, text=True, timeout=300)
+                           "--where", where, "--max-matches", "1000000", "--output", str(out), "--format", fmt,
+                           "--to-seq", str(EXPORTED)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    expected = scanned_by_python(lambda i, s, h, d: h["kind"] == "refund" and (p := payload(d)) is not None
-                                 and p["amount"] < 100)
+    expected = scanned_by_python(lambda i, s, h, d: i <= EXPORTED and h["kind"] == "refund"
+                                 and (p := payload(d)) is not None and p["amount"] < 100)
     if fmt == "parquet":
         table = pq.read_table(out)
         rows, filters = table.num_rows, json.loads(table.schema.metadata[b"batch-console.filters"])
@@ -195,7 +198,7 @@ def test_an_export_is_streamed_in_each_format_with_its_filters(stream, nats_serv
         lines = out.read_text().splitlines()
         filters, rows = json.loads(lines[0])["filters"], len(lines) - 1
     assert rows == expected
-    assert filters["where"] == where and filters["stream"] == "SEARCH"
+    assert filters["where"] == where and filters["stream"] == "SEARCH" and filters["end_seq"] == EXPORTED
 
 
 def test_a_stream_that_is_not_there_is_said_not_a_traceback(nats_server, tmp_path):

@@ -70,7 +70,8 @@ def start_provider(tmp: Path, name: str, redirect_uris: list[str], procs: list[s
     port = free_port()
     issuer = f"http://localhost:{port}"  # not 127.0.0.1: the console's cookies and the provider's stay apart
     config = {"port": port, "issuer": issuer, "users": {u: {"groups": g} for u, g in USERS.items()},
-              "clients": [{"client_id": CLIENT, "client_secret": SECRET, "redirect_uris": redirect_uris}]}
+              "clients": [{"client_id": CLIENT, "client_secret": SECRET, "redirect_uris": redirect_uris,
+                           "post_logout_redirect_uris": [uri.replace("/login", "/logout") for uri in redirect_uris]}]}
     log = tmp / f"{name}.log"
     proc = subprocess.Popen(["node", str(PEER / "provider.mjs"), json.dumps(config)], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT)
@@ -401,9 +402,13 @@ def test_a_replayed_answer_of_the_provider_is_refused(team, browser):
         expect(page.get_by_text("Sign-in refused")).to_be_visible(timeout=15_000)
 
 
-def test_signing_out_ends_the_session_even_for_a_copy_of_its_cookie(team, browser):
+def test_signing_out_ends_the_session_at_the_console_and_the_provider_even_for_a_copy_of_its_cookie(team, browser):
     page = sign_in(browser, team.web_url, "vera")
     cookie = "; ".join(f"{c['name']}={c['value']}" for c in page.context.cookies() if c["name"] == "bc_session")
     page.get_by_role("link", name="Sign out").click()
-    expect(page.get_by_text("You are signed out")).to_be_visible(timeout=15_000)
+    page.get_by_role("button", name="Yes, sign me out").click()  # the provider's own question
+    expect(page.get_by_text("You are signed out of the console and of the identity provider")).to_be_visible(
+        timeout=15_000)
     assert _status(team.web_url, cookie) == 302
+    page.goto(team.web_url + "login")  # no session at the provider either: it asks who this is again
+    expect(page.locator("input[name=login]")).to_be_visible(timeout=15_000)

@@ -187,3 +187,22 @@ def test_connz_answers_read_or_refuse_and_a_publisher_reads_back_from_its_event(
         event = BatchEvent("e", EventKind.FAST_GAP, NOW, publisher=publisher)
         assert event_from_json(event.to_json()) == event
         assert "\n" not in publisher.line()
+
+
+@SETTINGS
+@given(st.text(max_size=200))
+@example("2026-11-26T10:00:00Z")
+@example("9" * 5000)
+@example("2026-11-26T10:00:00\x00")
+def test_a_search_time_is_a_time_none_or_refused(text):
+    """The search's since/until, as the CLI and the Search page's form (or its URL) give them."""
+    from console.domain.search import SearchRefused, search_time
+
+    try:
+        moment = search_time(text)
+    except SearchRefused as e:
+        assert len(str(e)) < 500 and text.strip()  # the text cut to 40 characters, escaped
+        return
+    assert moment is None if not text.strip() else isinstance(moment, datetime)
+    if text == "2026-11-26T10:00:00Z":
+        assert moment == datetime(2026, 11, 26, 10, tzinfo=timezone.utc)

@@ -152,3 +152,19 @@ def test_every_toml_file_the_console_reads_refuses_deep_nesting_as_one_error():
                         (parse_rules, RulesError)):
         with pytest.raises(error, match="nested too deeply"):
             read(deep)
+
+
+@pytest.mark.parametrize("endpoint, expected", [
+    ("https://idp.example/logout", "https://idp.example/logout?client_id=console&post_logout_redirect_uri="
+                                   "https%3A%2F%2Fconsole.example%2Flogout"),
+    ("https://idp.example/end?tenant=a", "https://idp.example/end?tenant=a&client_id=console&post_logout_redirect_uri="
+                                         "https%3A%2F%2Fconsole.example%2Flogout"),
+    (None, None), (["https://idp.example/logout"], None), ("javascript:alert(1)", None), ("//evil.example/x", None),
+])
+def test_sign_out_at_the_provider_goes_only_to_the_endpoint_its_discovery_names(endpoint, expected):
+    from console.config import AccessSettings
+    from console.oidc import Provider
+
+    discovery = {} if endpoint is None else {"end_session_endpoint": endpoint}
+    provider = Provider(AccessSettings(oidc_issuer="https://idp.example", oidc_client_id="console"), discovery)
+    assert provider.end_session_url("https://console.example/logout") == expected
