@@ -8,7 +8,8 @@ come from the ID token or, when it does not carry them, from the userinfo endpoi
 
 A signed-in session is a cookie signed with the process's secret: the user, their groups, the issuer
 and when it ends. It is checked on every request and websocket (Bokeh asks `get_user`), and its end
-also reaches the action layer, so a page left open cannot act after it. Signing out revokes it here.
+also reaches the action layer, so a page left open cannot act after it. Signing out revokes it here,
+then ends the provider's session where it offers an end_session_endpoint.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from datetime import timedelta
 from console.domain.checks import CHECKS
 from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
-from console.domain.toml_text import FileRefused, read_toml, table_lines
+from console.domain.toml_text import FileRefused, read_toml, with_lines
 
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding")
 SEVERITIES = ("info", "warning", "critical")
@@ -94,9 +94,8 @@ def parse_rules(text: str, targets: NotifyTargets = NotifyTargets()) -> list[Rul
     tables = data.get("rule", [])
     if not isinstance(tables, list):
         raise RulesError("rule must be an array of tables: [[rule]]")
-    lines = table_lines(text, "rule") + [None] * len(tables)
     rules, names = [], set()
-    for table, line in zip(tables, lines):
+    for table, line in with_lines(text, "rule", tables):
         rule = _rule(table, line, targets)
         if rule.name in names:
             raise RulesError(f"two rules are named {rule.name!r}", line)

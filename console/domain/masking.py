@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from console.domain.roles import FULL, MASKED, NONE
-from console.domain.toml_text import FileRefused, read_toml, table_lines
+from console.domain.toml_text import FileRefused, read_toml, with_lines
 
 MASK = "***"
 KEYS = {"streams", "fields", "headers"}
@@ -116,7 +116,6 @@ def _mask(node: Any, path: tuple[str, ...]) -> Any:
 def load_masking(text: str, payloads: bool = True) -> Masking:
     """The rules of a file, or MaskRulesError with its line."""
     data = read_toml(text, MaskRulesError)
-    lines = table_lines(text, "mask")
     unknown = set(data) - {"mask"}
     if unknown:
         raise MaskRulesError(f"unknown table or key: {', '.join(sorted(unknown))[:100]} (only [[mask]])")
@@ -124,8 +123,7 @@ def load_masking(text: str, payloads: bool = True) -> Masking:
     if not isinstance(tables, list) or len(tables) > MAX_RULES:
         raise MaskRulesError(f"[[mask]] tables, at most {MAX_RULES}")
     rules = []
-    for i, table in enumerate(tables):
-        line = lines[i] if i < len(lines) else None
+    for table, line in with_lines(text, "mask", tables):
         if extra := set(table) - KEYS:
             raise MaskRulesError(f"unknown key {sorted(extra)[0]!r} (streams, fields, headers)", line)
         streams, fields, headers = (_strings(table.get(k, []), k, line) for k in ("streams", "fields", "headers"))

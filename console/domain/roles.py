@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from console.domain.toml_text import FileRefused, read_toml, table_lines
+from console.domain.toml_text import FileRefused, read_toml, with_lines
 
 BUILT_IN = ("viewer", "operator", "admin")  # each may do what the ones before it may
 EVERYONE = "*"  # a [[group]] of this name maps every signed-in user
@@ -115,19 +115,16 @@ def load_roles(text: str, least_role: Mapping[str, str]) -> RolesFile:
     data = read_toml(text, RolesError)
     if unknown := set(data) - {"role", "group"}:
         raise RolesError(f"unknown table or key: {', '.join(sorted(unknown))[:100]} (only [[role]] and [[group]])")
-    role_lines, group_lines = (table_lines(text, table) for table in ("role", "group"))
     roles = built_in_roles(least_role)
     defined: set[str] = set()
-    for i, table in enumerate(_tables(data, "role", MAX_ROLES)):
-        line = role_lines[i] if i < len(role_lines) else None
+    for table, line in with_lines(text, "role", _tables(data, "role", MAX_ROLES)):
         role = _role(table, least_role, line)
         if role.name in defined:
             raise RolesError(f"role {role.name!r} is defined twice", line)
         defined.add(role.name)
         roles[role.name] = role
     groups: dict[str, tuple[str, ...]] = {}
-    for i, table in enumerate(_tables(data, "group", MAX_GROUPS)):
-        line = group_lines[i] if i < len(group_lines) else None
+    for table, line in with_lines(text, "group", _tables(data, "group", MAX_GROUPS)):
         if extra := set(table) - GROUP_KEYS:
             raise RolesError(f"unknown key {sorted(extra)[0]!r} (name, roles)", line)
         name = table.get("name")

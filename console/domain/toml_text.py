@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 class FileRefused(ValueError):
@@ -27,6 +27,9 @@ def read_toml(text: str, refused: Callable[[str, int | None], Exception]) -> dic
         raise refused("not TOML: nested too deeply", None) from None
 
 
-def table_lines(text: str, table: str) -> list[int]:
-    """The line of each [[table]] header, in order: where an error in the n-th table is said to be."""
-    return [n for n, line in enumerate(text.splitlines(), 1) if re.match(rf"\s*\[\[\s*{table}\s*\]\]", line)]
+def with_lines(text: str, name: str, tables: list[Any]) -> Iterator[tuple[Any, int | None]]:
+    """Each of the document's [[name]] tables with the line of its header (tomllib keeps no positions),
+    where an error in it is said to be; None when the text has fewer such headers than tables."""
+    lines: list[int | None] = [n for n, line in enumerate(text.splitlines(), 1)
+                               if re.match(rf"\s*\[\[\s*{name}\s*\]\]", line)]
+    return zip(tables, lines + [None] * (len(tables) - len(lines)))

@@ -210,7 +210,9 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         consumer = self._consumers.get(reader.durable) if reader is not None else None
         acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
         self.messages = [self._masked(m) for m in messages[:MAX_SHOWN]]
-        self._messages.objects = [self._card(reader if acks else None, m) for m in self.messages]
+        actions = self._actions()  # what this user may answer on this stream: the same for every card
+        whys = {kind: actions.allowed(message_action(kind), self.stream) for kind in ACK_LABELS} if acks else {}
+        self._messages.objects = [self._card(reader if acks else None, m, whys) for m in self.messages]
 
     def _masked(self, m: StoredMessage) -> StoredMessage:
         """Masked before it is kept: nothing hidden ever reaches the browser or a notebook's params."""
@@ -219,12 +221,11 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         headers, payload = self.mask(self.stream, m.headers, m.payload)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
-    def _card(self, reader: ConsumerReader | None, message: StoredMessage):
+    def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None]):
         body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")
         if reader is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
         buttons = {kind: pn.widgets.Button(label=label, button_type="light") for kind, label in ACK_LABELS.items()}
-        whys = {kind: self._actions().allowed(message_action(kind), self.stream) for kind in ACK_LABELS}
         outcome = pn.pane.Markdown(permitted([buttons[kind] for kind, why in whys.items() if why],
                                              "; ".join(why for why in whys.values() if why) or None))
 
