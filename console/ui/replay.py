@@ -174,9 +174,17 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             self.status = f"**Error:** {html.escape(type(e).__name__)} {html.escape(str(e))}"
             await self.close()
             return None
-        self._show(reader, result.messages)
+        if self.stream != reader.stream:  # the user picked another stream while this answer was on its way
+            self.status = self._left(reader.stream, len(result.messages))
+            return None
+        self._show(reader.stream, reader, result.messages)
         self.status = await self._describe(result)
         return result
+
+    @staticmethod
+    def _left(stream: str, count: int) -> str:
+        return (f"The answer from {html.escape(stream)} ({count} message(s)) came after another stream was picked: "
+                "dropped, not shown (a durable consumer delivers them again after its ack wait).")
 
     def _actions(self) -> Actions:
         return self.actions or unaudited(self.admin.read_only)
@@ -206,19 +214,21 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         c = self._consumers.get(self.consumer)
         return f" · consumer {html.escape(c.name)}: {c.pending} pending, {c.ack_pending} awaiting ack" if c else ""
 
-    def _show(self, reader: ConsumerReader | None, messages) -> None:
+    def _show(self, stream: str, reader: ConsumerReader | None, messages) -> None:
+        """The messages read from `stream`, masked by its rules and this user's payload level for it (never
+        by the page's current choice, which may have changed while they were read)."""
         consumer = self._consumers.get(reader.durable) if reader is not None else None
         acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
-        self.messages = [self._masked(m) for m in messages[:MAX_SHOWN]]
+        self.messages = [self._masked(stream, m) for m in messages[:MAX_SHOWN]]
         actions = self._actions()  # what this user may answer on this stream: the same for every card
-        whys = {kind: actions.allowed(message_action(kind), self.stream) for kind in ACK_LABELS} if acks else {}
+        whys = {kind: actions.allowed(message_action(kind), stream) for kind in ACK_LABELS} if acks else {}
         self._messages.objects = [self._card(reader if acks else None, m, whys) for m in self.messages]
 
-    def _masked(self, m: StoredMessage) -> StoredMessage:
+    def _masked(self, stream: str, m: StoredMessage) -> StoredMessage:
         """Masked before it is kept: nothing hidden ever reaches the browser or a notebook's params."""
         if self.mask is None:
             return m
-        headers, payload = self.mask(self.stream, m.headers, m.payload)
+        headers, payload = self.mask(stream, m.headers, m.payload)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None]):
@@ -250,17 +260,18 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
                 raise ConsoleError("only a message fetched from a durable consumer is acked")
             return reader.ack(message, kind)
 
-        target = f"{self.stream}/{reader.consumer if reader else self.consumer} seq {message.stream_seq}"
+        stream = reader.stream if reader else self.stream  # the message's stream, whatever the page shows now
+        target = f"{stream}/{reader.consumer if reader else self.consumer} seq {message.stream_seq}"
         try:
-            await self._actions().run(message_action(kind), target, ack, stream=self.stream)
+            await self._actions().run(message_action(kind), target, ack, stream=stream)
         except ConsoleError as e:
             return False, f"**{html.escape(str(e))}**"
         return True, f"{ACK_LABELS[kind]} confirmed by the server.{await self._consumer_state()}"
 
     async def replay_batch(self):
         """The stored messages of batch_id on the stream, in batch order (a BatchReplay), or None."""
-        batch_id = self.batch_id.strip()
-        if not (self.stream and batch_id):
+        batch_id, stream = self.batch_id.strip(), self.stream
+        if not (stream and batch_id):
             self.status = "Pick a stream and give a batch id."
             return None
         start = self._start()
@@ -268,10 +279,14 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             return None
 
         def progress(scanned: int) -> None:
-            self.status = f"Scanning {html.escape(self.stream)}… {scanned} messages read"
+            if self.stream == stream:
+                self.status = f"Scanning {html.escape(stream)}… {scanned} messages read"
 
-        replay = await self.admin.replay_batch(self.stream, batch_id, on_progress=progress, **start)
-        self._show(None, replay.messages)
+        replay = await self.admin.replay_batch(stream, batch_id, on_progress=progress, **start)
+        if self.stream != stream:
+            self.status = self._left(stream, len(replay.messages))
+            return None
+        self._show(stream, None, replay.messages)
         if replay.messages:
             state = "complete" if replay.complete else "no commit found: incomplete"
             self.status = (f"Batch {html.escape(batch_id)}: {len(replay.messages)} stored message(s) in batch "

@@ -19,6 +19,7 @@ from nats.js.api import StreamConfig
 async def main():
     nc = await nats.connect("{{url}}")
     await nc.jetstream().add_stream(StreamConfig(name="UI_MASK", subjects=["ui.mask.>"]))
+    await nc.jetstream().add_stream(StreamConfig(name="UI_PLAIN", subjects=["ui.plain.>"]))  # no rules apply
     for i in range(3):
         await nc.jetstream().publish("ui.mask.x", json.dumps({{"card": {{"number": "{SECRET_FIELD}"}}, "amount": i}}).encode(),
                                      headers={{"Authorization": "Bearer {SECRET_HEADER}", "kind": "order"}})
@@ -75,6 +76,23 @@ def test_masked_fields_and_headers_never_reach_the_browser_in_replay(masked_web,
     expect(page.get_by_text("3 message(s)", exact=False)).to_be_visible(timeout=15_000)
     seen = page.content() + "".join(frames)
     assert SECRET_FIELD not in seen and SECRET_HEADER not in seen and "***" in seen
+
+
+def test_an_answer_that_lands_after_the_stream_was_switched_is_dropped_not_unmasked(masked_web, page):
+    """The fetch waits its expiry for messages UI_MASK does not have; the user picks UI_PLAIN meanwhile:
+    UI_MASK's messages were masked by UI_PLAIN's rules (none) before, and reached the page in full."""
+    _, url, _ = masked_web
+    frames = watch(page)
+    page.goto(url + "replay?stream=UI_MASK")
+    expect(page.get_by_label("stream", exact=True)).to_have_value("UI_MASK", timeout=30_000)
+    page.get_by_label("expires (s)").fill("4")
+    page.get_by_label("expires (s)").press("Enter")
+    page.get_by_role("button", name="Fetch").click()
+    expect(page.get_by_text("Fetching")).to_be_visible(timeout=10_000)
+    page.get_by_label("stream", exact=True).select_option("UI_PLAIN")
+    expect(page.get_by_text("came after another stream was picked")).to_be_visible(timeout=15_000)
+    seen = page.content() + "".join(frames)
+    assert SECRET_FIELD not in seen and SECRET_HEADER not in seen
 
 
 def test_the_command_line_masks_the_same_and_a_broken_rules_file_stops_the_web(masked_web, data_dir, tmp_path):
