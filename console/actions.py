@@ -73,6 +73,11 @@ class Actions:
         it turns off. Without a stream: whether the user may take it on some stream."""
         return None if (why := self._refusal(name, stream)) is None else why[1]
 
+    @property
+    def ended(self) -> bool:
+        """The signed-in session this actor acts for has ended: what it started stops."""
+        return self.expires is not None and datetime.now(timezone.utc) >= self.expires
+
     def payloads(self, stream: str) -> str:
         """What this user may see of `stream`'s payloads (console.domain.roles: full, masked or none)."""
         return self.grants.payloads(stream)
@@ -82,7 +87,7 @@ class Actions:
         action = ACTIONS[name]
         if action.changes_server and self.read_only:
             return "refused: read-only", "read-only mode"
-        if self.expires is not None and datetime.now(timezone.utc) >= self.expires:
+        if self.ended:
             return "refused: session expired", "the session has expired: sign in again"
         if (why := self.grants.why_not(name, stream)) is not None:
             return "refused: role", why

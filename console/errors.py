@@ -56,6 +56,10 @@ class Refusal(ConsoleError):
         self.code, self.err_code, self.description = code, err_code, description
 
 
+class BusyError(ConsoleError):
+    """Refused for now: the console already does as much of this as it allows at once (searches)."""
+
+
 class ReplayError(ConsoleError):
     """A replay (fetch, next, peek, ack) could not be done as asked."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
 from console.domain.incident import Incident
 from console.probe import ProbeOptions, ProbeReport, run_probe
-from console.errors import ConfigError, MaskingError, MissingKeyError
+from console.errors import BusyError, ConfigError, MaskingError, MissingKeyError
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
@@ -40,6 +41,9 @@ LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked 
 VERDICTS_WINDOW = 24 * 60.0  # minutes of the event log the conformance verdicts are read from
 VERDICTS_FOR = 5.0  # seconds a read of them is kept
 REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
+# Searches at once in one process, one per actor: each has a worker process of its own, and more than one
+# a core starved the server itself on a 2-core machine (its requests timed out)
+MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
 class Runtime:
@@ -62,6 +66,7 @@ class Runtime:
         self._masking: Masking | None = None
         self._roles: RolesFile | None = None
         self._keeper: asyncio.Task | None = None
+        self._searching: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
@@ -280,13 +285,26 @@ class Runtime:
     async def search(self, actions: Actions, query: SearchQuery, progress=None, cancelled=lambda: False,
                      on_match=None):
         """A search of any stream, as the action search.run of whoever `actions` acts for: audited with its
-        query; it reads, so read-only allows it. Returns (matches, how it ended)."""
+        query; it reads, so read-only allows it. One at a time per actor (a browser session), MAX_SEARCHES
+        in the process; it stops when `cancelled` says so or the actor's session ends. Returns (matches,
+        how it ended)."""
         from console.broker.search import search
 
         target = f"{query.stream} {json.dumps(query.describe(), default=str)}"
         shown = self.masking.shown(query.stream, actions.payloads(query.stream))
-        return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…",
-                                 lambda: search(self.nc, query, progress, cancelled, shown, on_match),
+
+        async def run():
+            if id(actions) in self._searching:
+                raise BusyError("a search of this session is running: cancel it or wait for it first")
+            if len(self._searching) >= MAX_SEARCHES:
+                raise BusyError(f"the console runs {MAX_SEARCHES} searches already: try again when one ends")
+            self._searching.add(id(actions))
+            try:
+                return await search(self.nc, query, progress, lambda: cancelled() or actions.ended, shown, on_match)
+            finally:
+                self._searching.discard(id(actions))
+
+        return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…", run,
                                  stream=query.stream)
 
     @property

@@ -25,6 +25,7 @@ from console.ui.frame import Frame, Prefs, Who
 from console.ui.preview import attach, static_html
 
 REDRAW_EVERY_MS = 2000  # the header's badges, and the pages that follow a state of their own
+TAB_CHECK_MS = 500  # how often a page that holds something on the server looks whether its tab is still there
 
 
 
@@ -87,6 +88,7 @@ class App:
             _every(page.refresh, every)
         if hasattr(page, "close"):
             pn.state.on_session_destroyed(lambda _: _close(page))
+            _close_with_its_tab(page)
         return self._frame(page, spec, prefs, actions)
 
     def _actions(self) -> Actions:
@@ -118,6 +120,25 @@ def _every(redraw, period: int = REDRAW_EVERY_MS) -> None:
     """Call `redraw` every `period` ms in this session, until the session ends."""
     timer = pn.state.add_periodic_callback(redraw, period=period)
     pn.state.on_session_destroyed(lambda _: timer.stop())
+
+
+def _close_with_its_tab(page) -> None:
+    """Bokeh ends a session only a while after its browser left (15 s and more): what the page runs (a
+    search, a reader) stops as soon as the browser's connection it had is gone."""
+    context = pn.state.curdoc.session_context if pn.state.curdoc else None
+    seen = [False]
+
+    def check() -> None:
+        session = getattr(context, "_session", None)
+        if session is None or seen[0] is None:
+            return
+        if session.connection_count:
+            seen[0] = True
+        elif seen[0]:
+            seen[0] = None  # closed once
+            _close(page)
+
+    _every(check, TAB_CHECK_MS)
 
 
 def _close(page) -> None:

@@ -78,3 +78,24 @@ class Receiver:
 
     def close(self):
         self.server.shutdown()
+
+
+def children_of_serve(port: int, marker: bytes) -> list[int]:
+    """The processes whose command line holds `marker` and whose parent is the web app serving on `port`."""
+    def cmdline(pid: str) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    pids = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()]
+    webs = {pid for pid in pids if b"serve" in cmdline(pid) and f"--port\0{port}\0".encode() in cmdline(pid)}
+    found = []
+    for pid in pids:
+        try:
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        if parent in webs and marker in cmdline(pid):
+            found.append(int(pid))
+    return found

@@ -18,18 +18,18 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.domain.masking import Shown
+from console.domain.search import NEWEST, Found, Predicate, SearchProgress, SearchQuery, SearchRefused
 from console.errors import StreamMissingError
-from console.domain.search import (
-    NEWEST, Found, PredicateError, Predicate, SearchProgress, SearchQuery, SearchRefused, message_context,
-)
+from console.predicate_worker import Evaluated, Message, PredicateWorker
 
 CHUNK = 20_000  # sequences a newest-first pass reads at a time
 PROGRESS_EVERY = 1.0  # seconds
 IDLE = 2.0  # seconds without a message: the range holds no more for the filter
-CLOCK_EVERY = 64  # messages between looks at the clock (the time limit, the progress)
-FETCH = 500  # messages a pull asks for: what the search holds at once (its memory stays flat)
+FETCH = 500  # messages a pull asks for at most: what the search holds at once (its memory stays flat)...
+FIRST_FETCH = 100  # before the messages' size is known
+FETCH_BYTES = 4 << 20  # ...and about this many bytes: large messages are asked for fewer at a time (50 MB of
+# 100 KiB messages a pull held the shared connection's other requests behind it for seconds)
 INACTIVE = 30.0  # seconds: the server removes a consumer the search lost (a crash) by itself
-EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 Progress = Callable[[SearchProgress], Awaitable[None] | None]
 
@@ -40,7 +40,8 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
     """The matches (in the query's direction) and how the search ended. `shown`: what may be shown of a
     message (masking): the predicate sees only that too, so it cannot find out what is hidden.
     `on_match`: each match handed on as it is found (oldest first only) and none kept: an export's
-    memory stays flat whatever it writes."""
+    memory stays flat whatever it writes. The predicate runs in a worker process of its own
+    (console/predicate_worker.py), killed when the search ends however it ends."""
     if on_match is not None and query.direction == NEWEST:
         raise SearchRefused("an export reads oldest first")
     js = nc.jetstream()
@@ -51,113 +52,176 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
     first, last = max(info.state.first_seq, query.start_seq or 1), min(info.state.last_seq,
                                                                           query.end_seq or info.state.last_seq)
     predicate = Predicate(query.where)
-    state = SearchProgress()
-    found: list[Found] = []
-    started = time.monotonic()
-    told = [started]
+    worker = await PredicateWorker.start(predicate.text) if predicate.text else None
+    try:
+        search = _Search(js, query, worker, progress, cancelled, shown)
+        if last >= first and query.direction != NEWEST:
+            await search.read(first, last, search.found, on_match=on_match)
+        high = last
+        while query.direction == NEWEST and high >= first:
+            # A chunk of the newest sequences not read yet, never more than the scan limit leaves: the
+            # messages scanned are the newest ones; its matches are kept newest first, up to the limit.
+            state = search.state
+            low = max(first, high - min(CHUNK, query.max_scanned - state.scanned) + 1)
+            chunk: list[Found] = []
+            stop = await search.read(low, high, chunk, all_matches=True)
+            search.found += reversed(chunk)
+            if len(search.found) >= query.max_matches:
+                state.stopped_by, state.matched = "max_matches", query.max_matches
+                break
+            if stop or state.scanned >= query.max_scanned:
+                state.stopped_by = state.stopped_by or "max_scanned"
+                break
+            high = low - 1
+    finally:
+        if worker is not None:
+            await worker.close()
+    state = search.state
+    state.elapsed = time.monotonic() - search.started
+    state.stopped_by = state.stopped_by or "end"
+    await search.tell()
+    return search.found[:query.max_matches], state
 
-    async def tell() -> None:
-        state.elapsed = time.monotonic() - started
-        if progress is not None:
-            done = progress(state)
+
+class _Search:
+    """One search's reading: its ranges, its progress, its clock."""
+
+    def __init__(self, js, query: SearchQuery, worker: PredicateWorker | None, progress: Progress | None,
+                 cancelled: Callable[[], bool], shown: Shown | None):
+        self.js, self.query, self.worker, self.progress, self.cancelled, self.shown = \
+            js, query, worker, progress, cancelled, shown
+        self.since = _ns(query.since) if query.since is not None else None
+        self.until = _ns(query.until) if query.until is not None else None
+        self.state = SearchProgress()
+        self.found: list[Found] = []
+        self.started = time.monotonic()
+        self.told = self.started
+        self.fetch = FIRST_FETCH
+
+    async def tell(self) -> None:
+        self.state.elapsed = time.monotonic() - self.started
+        if self.progress is not None:
+            done = self.progress(self.state)
             if done is not None:
                 await done
 
-    if last >= first and query.direction != NEWEST:
-        await _read(js, query, first, last, predicate, state, found, started, told, tell, cancelled, shown=shown,
-                    on_match=on_match)
-    high = last
-    while query.direction == NEWEST and high >= first:
-        # A chunk of the newest sequences not read yet, never more than the scan limit leaves: the
-        # messages scanned are the newest ones; its matches are kept newest first, up to the limit.
-        low = max(first, high - min(CHUNK, query.max_scanned - state.scanned) + 1)
-        chunk: list[Found] = []
-        stop = await _read(js, query, low, high, predicate, state, chunk, started, told, tell, cancelled,
-                           all_matches=True, shown=shown)
-        found += reversed(chunk)
-        if len(found) >= query.max_matches:
-            state.stopped_by, state.matched = "max_matches", query.max_matches
-            break
-        if stop or state.scanned >= query.max_scanned:
-            state.stopped_by = state.stopped_by or "max_scanned"
-            break
-        high = low - 1
-    state.elapsed = time.monotonic() - started
-    state.stopped_by = state.stopped_by or "end"
-    await tell()
-    return found[:query.max_matches], state
+    def _time_up(self) -> bool:
+        self.state.elapsed = time.monotonic() - self.started
+        return self.state.elapsed >= self.query.max_seconds
 
-
-async def _read(js, query: SearchQuery, low: int, high: int, predicate: Predicate, state: SearchProgress,
-                out: list[Found], started: float, told: list[float], tell, cancelled, all_matches: bool = False,
-                shown: Shown | None = None, on_match: Callable[[Found], None] | None = None) -> bool:
-    """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
-    match limit is the caller's (newest first keeps the newest of a chunk)."""
-    needs = predicate.needs
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=query.since.isoformat()) \
-        if query.since and query.direction != NEWEST and low == (query.start_seq or low) and not query.start_seq \
-        else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
-    config.ack_policy, config.inactive_threshold, config.mem_storage = AckPolicy.NONE, INACTIVE, True
-    sub = await js.pull_subscribe(query.subject or ">", stream=query.stream, config=config)
-    batch: list = []
-    try:
-        timed = query.since is not None or query.until is not None or "time" in needs
-        while True:
-            if cancelled():
-                state.stopped_by = "cancelled"
-                return True
-            if not batch:
+    async def read(self, low: int, high: int, out: list[Found], all_matches: bool = False,
+                   on_match: Callable[[Found], None] | None = None) -> bool:
+        """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
+        match limit is the caller's (newest first keeps the newest of a chunk)."""
+        query, state = self.query, self.state
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=query.since.isoformat()) \
+            if query.since and query.direction != NEWEST and low == (query.start_seq or low) and not query.start_seq \
+            else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
+        config.ack_policy, config.inactive_threshold, config.mem_storage = AckPolicy.NONE, INACTIVE, True
+        sub = await self.js.pull_subscribe(query.subject or ">", stream=query.stream, config=config)
+        try:
+            while True:
+                if self.cancelled():
+                    state.stopped_by = "cancelled"
+                    return True
+                if self._time_up():
+                    state.stopped_by = "max_seconds"
+                    return True
                 try:
-                    batch = await sub.fetch(FETCH, timeout=IDLE)
+                    batch = await sub.fetch(self.fetch, timeout=min(IDLE, max(0.05, query.max_seconds - state.elapsed)))
                 except nats.errors.TimeoutError:
+                    if self._time_up() or (await sub.consumer_info()).num_pending:
+                        continue  # slow, not done: a loaded machine took longer than IDLE to deliver a pull
                     return False  # nothing more in the range for the filter
-                batch.reverse()
-            msg = batch.pop()
+                size = sum(len(m.data) for m in batch) // max(1, len(batch))
+                self.fetch = max(1, min(FETCH, FETCH_BYTES // max(1, size)))
+                stop, ended = await self._batch(batch, high, out, all_matches, on_match)
+                if time.monotonic() - self.told >= PROGRESS_EVERY:
+                    self.told = time.monotonic()
+                    await self.tell()
+                if stop:
+                    return True
+                if ended:
+                    return False
+        finally:
+            await _gone(self.js, sub, query.stream)
+
+    async def _batch(self, batch, high: int, out: list[Found], all_matches: bool,
+                     on_match: Callable[[Found], None] | None) -> tuple[bool, bool]:
+        """One fetch's messages: (stop the search, the range is read)."""
+        query, state = self.query, self.state
+        candidates: list[tuple[Message, int, int]] = []  # (message, scanned then, bytes then)
+        before = (state.scanned, state.bytes)
+        stop = ended = False
+        for msg in batch:
             # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>: read here,
             # not through nats-py's metadata (a third of the time per message went there)
             tokens = msg.reply.rsplit(".", 4)
-            seq, pending = int(tokens[1]), int(tokens[4])
-            stored = datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc) if timed else EPOCH
+            seq, ns, pending = int(tokens[1]), int(tokens[3]), int(tokens[4])
             if seq > high:
-                return False
-            if query.until is not None and stored > query.until:
-                return query.direction != NEWEST  # oldest first: past the window, done; newest: the next chunk
+                ended = True
+                break
+            if self.until is not None and ns > self.until:
+                ended, stop = True, query.direction != NEWEST  # oldest first: past the window, done
+                break
+            if self._time_up():
+                state.stopped_by, stop = "max_seconds", True
+                break
             state.scanned += 1
             state.bytes += len(msg.data)
             state.reached = seq
-            if query.since is None or stored >= query.since:
+            if self.since is None or ns >= self.since:
                 headers, data = msg.headers, msg.data
-                if shown is not None:
-                    masked, data = shown(tuple((headers or {}).items()), data)
+                if self.shown is not None:
+                    masked, data = self.shown(tuple((headers or {}).items()), data)
                     headers = dict(masked)
-                try:
-                    if predicate.matches(message_context(msg.subject, seq, stored, headers, data, needs)):
-                        state.matched += 1
-                        match = Found(seq, msg.subject, stored if timed else
-                                      datetime.fromtimestamp(int(tokens[3]) / 1e9, timezone.utc),
-                                      tuple((headers or {}).items()), data)
-                        if on_match is None:
-                            out.append(match)
-                        else:
-                            on_match(match)
-                except PredicateError as e:
-                    state.errors += 1
-                    if len(state.error_sample) < 5:
-                        state.error_sample.append(f"seq {seq}: {e}")
-            if state.matched >= query.max_matches and not all_matches or state.scanned >= query.max_scanned \
-                    or state.bytes >= query.max_bytes or state.scanned % CLOCK_EVERY == 0:
-                now = time.monotonic()
-                state.elapsed = now - started
-                if (hit := state.limit_hit(query)) is not None and not (all_matches and hit == "max_matches"):
-                    state.stopped_by = hit
-                    return True
-                if now - told[0] >= PROGRESS_EVERY:
-                    told[0] = now
-                    await tell()
+                candidates.append(((msg.subject, seq, ns, headers, data), state.scanned, state.bytes))
+            if state.scanned >= query.max_scanned or state.bytes >= query.max_bytes:
+                state.stopped_by, stop = state.limit_hit(query), True
+                break
             if seq >= high or pending == 0:  # the range read, or nothing more for the filter
-                return False
-    finally:
-        await _gone(js, sub, query.stream)
+                ended = True
+                break
+        if self.worker is None:
+            evaluated = Evaluated(len(candidates), frozenset(range(len(candidates))), ())
+        elif candidates:
+            left = query.max_seconds - (time.monotonic() - self.started)
+            found = await self.worker.evaluate([c[0] for c in candidates], left, self.cancelled)
+            if found is None:  # killed: past the limit, or cancelled; what it got through is not known
+                state.scanned, state.bytes = before
+                state.stopped_by = "cancelled" if self.cancelled() else "max_seconds"
+                return True, ended
+            evaluated = found
+        else:
+            return stop, ended
+        for index, why in evaluated.errors:
+            state.errors += 1
+            if len(state.error_sample) < 5:
+                state.error_sample.append(f"seq {candidates[index][0][1]}: {why}")
+        for index in range(evaluated.evaluated):
+            if index not in evaluated.matched:
+                continue
+            (subject, seq, ns, headers, data), scanned, read = candidates[index]
+            state.matched += 1
+            match = Found(seq, subject, datetime.fromtimestamp(ns / 1e9, timezone.utc),
+                          tuple((headers or {}).items()), data)
+            if on_match is None:
+                out.append(match)
+            else:
+                on_match(match)
+            if state.matched >= query.max_matches and not all_matches:
+                state.scanned, state.bytes, state.reached = scanned, read, seq  # what was read to find it
+                state.stopped_by = "max_matches"
+                return True, ended
+        if evaluated.evaluated < len(candidates):  # the worker's clock ran out first
+            state.scanned, state.bytes = candidates[evaluated.evaluated - 1][1:] if evaluated.evaluated else before
+            state.stopped_by = "max_seconds"
+            return True, ended
+        return stop, ended
+
+
+def _ns(moment: datetime) -> int:
+    return int(moment.timestamp() * 1e9)
 
 
 async def _gone(js, sub, stream: str) -> None:

@@ -5,20 +5,30 @@ CEL, not Python: an expression reaches only what it is given (the message's subj
 headers, text and JSON payload), has no loops but comprehensions over what it is given, and no I/O.
 The implementation is `common-expression-language` (Rust, through PyO3; ~6 us an evaluation here)
 rather than `cel-python` (pure Python, 10-50x slower): the search is read-bound and must keep up with
-an ordered consumer. Its parser refuses deep nesting, its regular expressions run in linear time,
-and nested comprehensions (the one way to make one evaluation take quadratic time and more over a
-payload's lists) are refused here before it sees them.
+an ordered consumer. Its parser refuses deep nesting, and nested comprehensions (the one way to make
+one evaluation take quadratic time and more over a payload's lists) are refused here before it sees them.
+
+`matches` is the console's own, on RE2 (google-re2, the engine CEL's specification names): the library's
+compiles its pattern again on every call (45 ms for `\\w{200}`, per message and per call), so a few
+calls over large payloads stalled a search for seconds a message. Here each pattern is compiled once a
+search, and a literal one that does not compile refuses the search. What one message may cost is
+bounded before the search starts (pattern calls, multiplied by the literal or computed list a
+comprehension runs them over); the time limit itself is kept by the process that evaluates
+(console/predicate_worker.py), which is stopped hard when an evaluation outlasts it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
 import cel
+import re2  # type: ignore[import-untyped]
 
 from console.domain.wire import INT64_MAX, MalformedInput, has_control, stream_name_problem
 
@@ -33,6 +43,15 @@ MAX_SUBJECT = 256
 MAX_KEPT = 100_000  # matches a search keeps in memory (newest first, a page); an export hands them on instead
 MACROS = ("all", "exists", "exists_one", "map", "filter")
 _MACRO = re.compile(r"\.(" + "|".join(MACROS) + r")\s*\(")
+_MATCHES = re.compile(r"(?<![\w.])matches\s*\(|\.matches\s*\(")
+_LITERAL = re.compile(r"""\s*((?:r|R)?"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')""")
+_BOUND = re.compile(r"\s*([A-Za-z_]\w*)\s*,")
+OWN_MATCHES = "re2_matches"  # `x.matches(p)` is evaluated as `x.re2_matches(p)`: the console's, compiled once
+MAX_LITERAL = 64  # elements of a list or map literal
+MAX_PATTERN_CALLS = 32  # pattern evaluations one message may cost: calls, each times the list it runs over
+MAX_PATTERNS = 64  # patterns one search compiles (a pattern made from the message makes one per value)
+MAX_PATTERN = 1000  # characters of a pattern
+PATTERN_MEMORY = 8 << 20  # bytes RE2 may use for one compiled pattern
 NEWEST, OLDEST = "newest", "oldest"
 LIMITS = {"max_scanned": (1, 10**9, 1_000_000), "max_bytes": (1, 2**40, 1 << 30), "max_matches": (1, 10**9, 1000),
           "max_seconds": (0.1, 3600.0, 60.0)}
@@ -111,15 +130,29 @@ class Predicate:
     def __init__(self, text: str):
         if len(text) > MAX_EXPRESSION or has_control(text.replace("\n", " ").replace("\t", " ")):
             raise SearchRefused(f"where: at most {MAX_EXPRESSION} printable characters")
-        _no_nested_comprehension(text)
+        shape = _shape(text)
+        if shape.cost > MAX_PATTERN_CALLS:
+            raise SearchRefused(f"where: up to {shape.cost} pattern evaluations a message (each matches() call, times "
+                                f"the list a comprehension runs it over; a computed list counts as {MAX_LITERAL}); "
+                                f"at most {MAX_PATTERN_CALLS}")
         self.text = text.strip()
+        self.patterns = Patterns()
+        for pattern in shape.patterns:
+            try:
+                self.patterns.compiled(pattern)
+            except PredicateError as e:
+                raise SearchRefused(f"where: {e}") from None
         try:
-            self._program = cel.compile(self.text) if self.text else None
+            self._program = cel.compile(shape.rewritten.strip()) if self.text else None
         except Exception as e:  # the parser's own words, cut
             raise SearchRefused(f"where: {str(e).splitlines()[0][:300]}") from None
+        self._context = cel.Context()
+        self._context.add_function(OWN_MATCHES, self.patterns.search)
+        self._context.add_function("matches", self.patterns.search)  # the global form, matches(text, p)
         if self._program is not None:
-            unknown = sorted({f for f in self._program.functions() if not f[:1] in "_@!" and f not in FUNCTIONS}
-                             | {v for v in self._program.variables() if v not in VARIABLES})
+            unknown = sorted({f for f in self._program.functions()
+                              if not f[:1] in "_@!" and f not in FUNCTIONS and f != OWN_MATCHES}
+                             | {v for v in self._program.variables() if v not in VARIABLES and v not in shape.bound})
             if unknown:
                 raise SearchRefused(f"where: {', '.join(unknown)[:200]} not known (a message has "
                                     f"{', '.join(VARIABLES)}; CEL's own functions only)")
@@ -134,7 +167,8 @@ class Predicate:
         if self._program is None:
             return True
         try:
-            result = self._program.execute(dict(message) if not isinstance(message, dict) else message)
+            self._context.update(dict(message))
+            result = self._program.execute(self._context)
         except Exception as e:
             raise PredicateError(f"{type(e).__name__}: {str(e)[:200]}") from None
         return result is True
@@ -144,16 +178,61 @@ class PredicateError(Exception):
     """The expression could not be evaluated on one message: counted, and the message does not match."""
 
 
-def _no_nested_comprehension(text: str) -> None:
-    """Refuse a comprehension macro inside another's arguments (outside string literals)."""
-    open_macros: list[int] = []  # paren depth at which each open macro's arguments started
+class Patterns:
+    """The patterns one search uses, each compiled once (RE2: linear time, its memory bounded)."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+        self._options = re2.Options()
+        self._options.max_mem = PATTERN_MEMORY
+        self._options.log_errors = False
+
+    def compiled(self, pattern: str) -> Any:
+        found = self._compiled.get(pattern)
+        if found is None:
+            if len(pattern) > MAX_PATTERN:
+                raise PredicateError(f"a pattern of over {MAX_PATTERN} characters")
+            if len(self._compiled) >= MAX_PATTERNS:
+                raise PredicateError(f"over {MAX_PATTERNS} different patterns in one search")
+            try:
+                found = self._compiled[pattern] = re2.compile(pattern, self._options)
+            except re2.error as e:
+                why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+                raise PredicateError(f"not a pattern (RE2): {pattern[:60]!r}: {why[:120]}") from None
+        return found
+
+    def search(self, text: object, pattern: object) -> bool:
+        if not isinstance(text, str) or not isinstance(pattern, str):
+            raise PredicateError("matches() takes a string and a pattern string")
+        return self.compiled(pattern).search(text) is not None
+
+
+@dataclass(frozen=True)
+class Shape:
+    rewritten: str  # the expression with `.matches(` as the console's own
+    cost: int  # pattern evaluations one message may cost at most
+    patterns: tuple[str, ...]  # the literal patterns, compiled before the search
+    bound: frozenset[str] = frozenset()  # the comprehensions' own variables
+
+
+def _shape(text: str) -> Shape:
+    """Read outside string literals: refuses a comprehension inside another and a literal of over
+    MAX_LITERAL elements; weighs each matches() call by the list the comprehension around it runs over
+    (a literal's size, MAX_LITERAL for a computed one, 1 for a part of the message, bounded by its size)."""
+    out: list[str] = []
+    open_macros: list[tuple[int, int]] = []  # (paren depth its arguments start at, its list's size)
+    literals: list[list[int]] = []  # open [ or {: [position, elements so far]
+    closed: dict[int, int] = {}  # position of a literal's closing ] or } -> its elements
+    cost, patterns, bound = 0, [], set()
     depth, i, quote = 0, 0, ""
     while i < len(text):
         c = text[i]
         if quote:
             if c == "\\":
-                i += 1
-            elif c == quote:
+                out.append(text[i:i + 2])
+                i += 2
+                continue
+            if c == quote:
                 quote = ""
         elif c in "\"'":
             quote = c
@@ -161,16 +240,51 @@ def _no_nested_comprehension(text: str) -> None:
             depth += 1
         elif c == ")":
             depth -= 1
-            if open_macros and depth < open_macros[-1]:
+            if open_macros and depth < open_macros[-1][0]:
                 open_macros.pop()
+        elif c in "[{":
+            literals.append([i, 0 if text[i + 1:].lstrip()[:1] in "]}" else 1])
+        elif c == "," and literals:
+            literals[-1][1] += 1
+        elif c in "]}" and literals:
+            _, size = literals.pop()
+            if size > MAX_LITERAL:
+                raise SearchRefused(f"where: a list or map of over {MAX_LITERAL} elements")
+            closed[i] = size
         elif c == "." and (m := _MACRO.match(text, i)):
             if open_macros:
                 raise SearchRefused("where: a comprehension inside another (all, exists, exists_one, map, filter) "
                                     "can take as long as a payload's lists multiplied; write one at a time")
-            open_macros.append(depth + 1)
+            before = text[:i].rstrip()
+            size = closed.get(len(before) - 1, MAX_LITERAL) if before[-1:] in "]})" else 1
+            open_macros.append((depth + 1, size))
+            if name := _BOUND.match(text, m.end()):
+                bound.add(name.group(1))
+            out.append(text[i:m.end() - 1])
             i = m.end() - 1
             continue
+        elif (m := _MATCHES.match(text, i)) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")
+                                                 or c == "."):
+            cost += open_macros[-1][1] if open_macros else 1
+            if (literal := _LITERAL.match(text, m.end())) and (c == "." or text[literal.end():].lstrip()[:1] != ","):
+                patterns.append(_unquote(literal.group(1)))
+            out.append(f".{OWN_MATCHES}(" if c == "." else "matches(")
+            i = m.end()
+            continue
+        out.append(c)
         i += 1
+    return Shape("".join(out), cost, tuple(p for p in patterns if p is not None), frozenset(bound))
+
+
+def _unquote(literal: str) -> str | None:
+    """A CEL string literal's value, where Python reads it the same (else None: compiled when first used)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an escape Python does not know (CEL then refuses it itself)
+            value = ast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def message_context(subject: str, seq: int, time: datetime, headers: Mapping[str, str] | None,

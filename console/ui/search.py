@@ -111,7 +111,14 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     def cancel(self) -> None:
         self._cancel = True
 
+    def close(self) -> None:
+        """The page is gone (its tab closed, its session ended): its search stops, its consumer goes."""
+        self._cancel = True
+
     async def search(self) -> list[Found]:
+        if self.running:
+            self.state = "**Refused**: a search of this page is running: Cancel it first"
+            return []
         try:
             query = self.query()
         except SearchRefused as e:

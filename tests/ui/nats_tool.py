@@ -1,5 +1,6 @@
 """Sets up and inspects server state for the browser tests, in a process of its own (the browser
-tests are synchronous): `python -m tests.ui.nats_tool seed-replay URL STREAM`, `ack-pending URL STREAM` or `abandonments URL`."""
+tests are synchronous): `python -m tests.ui.nats_tool seed-replay URL STREAM`, `seed-large URL STREAM`,
+`ack-pending URL STREAM`, `consumers URL STREAM` or `abandonments URL`."""
 
 import asyncio
 import sys
@@ -27,6 +28,13 @@ async def seed_replay(nc, stream: str) -> None:
     await js.add_consumer(stream, ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT, ack_wait=60))
 
 
+async def seed_large(nc, stream: str, count: int = 60, size: int = 100 * 1024) -> None:
+    """`count` messages of `size` bytes of word characters (what the costliest predicates chew on)."""
+    await nc.jetstream().add_stream(StreamConfig(name=stream, subjects=[f"{stream.lower()}.>"]))
+    for _ in range(count):
+        await nc.jetstream().publish(f"{stream.lower()}.x", b"ab" * (size // 2))
+
+
 async def abandonments(nc) -> str:
     """`advisories events distinct`: batch_abandoned advisories captured, and the event log's copies."""
     js = nc.jetstream()
@@ -50,8 +58,12 @@ async def main(command: str, url: str, stream: str = "") -> None:
     try:
         if command == "seed-replay":
             await seed_replay(nc, stream)
+        elif command == "seed-large":
+            await seed_large(nc, stream)
         elif command == "abandonments":
             print(await abandonments(nc))
+        elif command == "consumers":
+            print((await nc.jetstream().stream_info(stream)).state.consumer_count)
         else:
             print((await nc.jetstream().consumer_info(stream, "ops")).num_ack_pending)
     finally:

@@ -7,7 +7,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.processes import probe
+from tests.processes import children_of_serve, nats_tool, probe
+from tests.waits import poll_until
 
 
 def test_a_query_in_the_url_runs_and_each_match_links_to_replay_and_its_batch(console, page, screenshots):
@@ -66,3 +67,28 @@ def test_progress_shows_while_it_runs_and_cancel_stops_it(console, page):
     expect(page.get_by_text(re.compile(r"searching: [\d,]+ scanned"))).to_be_visible(timeout=30_000)
     page.get_by_role("button", name="Cancel").click()
     expect(page.get_by_text(re.compile(r"cancelled: [\d,]+ scanned"))).to_be_visible(timeout=5_000)
+
+
+HEAVY = ("[" + ",".join(["0"] * 64) + "].exists(x, (" + "+".join(["text"] * 32) + ').contains("z"))')  # ~1 s a message
+
+
+def test_a_costly_search_stalls_no_one_and_closing_its_tab_stops_it_and_removes_its_consumer(console, browser):
+    """Before, the predicate ran on the web's event loop: another user's page waited a minute, and a closed
+    tab's search ran on (its consumer kept) until its limit."""
+    nats_url, web_url = console
+    port = int(web_url.rstrip("/").rsplit(":", 1)[1])
+    nats_tool("seed-large", nats_url, "UI_SEARCH_LARGE")
+    searcher = browser.new_context().new_page()
+    searcher.goto(web_url + "search?stream=UI_SEARCH_LARGE&max_seconds=120&where=" + HEAVY.replace("+", "%2B"))
+    expect(searcher.get_by_text(re.compile(r"^searching"))).to_be_visible(timeout=30_000)
+    assert nats_tool("consumers", nats_url, "UI_SEARCH_LARGE") == "1"
+    assert len(children_of_serve(port, b"console.predicate_worker")) == 1
+    other = browser.new_context().new_page()  # another user, while the search runs
+    other.goto(web_url + "streams")
+    expect(other.get_by_role("link", name="UI_SEARCH_LARGE").first).to_be_visible(timeout=10_000)
+    expect(searcher.get_by_text(re.compile(r"^searching"))).to_be_visible()  # still running: it was not waited for
+    searcher.context.close()
+    poll_until(lambda: nats_tool("consumers", nats_url, "UI_SEARCH_LARGE") == "0", 3.0,
+               "the closed tab's search kept its consumer")
+    assert children_of_serve(port, b"console.predicate_worker") == []
+    other.context.close()
