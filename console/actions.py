@@ -1,8 +1,9 @@
 """Every change the console can make to the world is an action from one registry. Pages, notebooks
 and the CLI ask for actions here, never the broker or storage directly: read-only mode, the user's
 roles (console.domain.roles) and the end of a signed-in session are checked here once, for every
-caller, and every attempt, accepted or refused, leaves one record in the audit trail
-(console.broker.audit_log)."""
+caller, and every attempt, accepted or refused, is recorded in the audit trail
+(console.broker.audit_log). The record is written ahead: an action's attempt is stored before it is
+taken and its outcome after, and an action whose attempt cannot be stored is refused, nothing done."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from console.broker.audit_log import AuditLog, AuditUnavailable
 from console.domain.audit import Actor, AuditRecord
 from console.domain.messages import Ack
 from console.domain.roles import BUILT_IN, Grants, built_in_roles
-from console.errors import ConsoleError, ForbiddenError, ReadOnlyError, Refusal
+from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -122,6 +123,7 @@ class Actions:
             if outcome == "refused: no trail":
                 raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
             raise ForbiddenError(f"{name} is refused: {reason}")
+        await self._write_ahead(name, target, diff)
         try:
             result = do()
             if inspect.isawaitable(result):
@@ -141,30 +143,36 @@ class Actions:
         await self._record(name, target, "accepted", "", diff)
         return result
 
-    def recorder(self, name: str) -> Callable[..., str | None]:
-        """For a page's hook asked before it does something on its own (a download): (target, stream=None)
-        -> why it is refused (recorded), or None (recorded as taken)."""
-        return lambda target, stream=None: self.record_soon(name, target, stream)
+    def recorder(self, name: str) -> Callable[..., Awaitable[str | None]]:
+        """For a page's hook asked before it does something on its own (a download): async (target,
+        stream=None) -> why it is refused (recorded when it can be), or None: the attempt is stored, the
+        page goes on, and the outcome is stored soon after."""
+        return lambda target, stream=None: self.attempt(name, target, stream)
 
-    def record_soon(self, name: str, target: str, stream: str | None = None) -> str | None:
-        """For a callback that cannot wait (a file download): why the action is refused, or None; the
-        record is stored soon after."""
-        why = self.allowed(name, stream)
+    async def attempt(self, name: str, target: str, stream: str | None = None) -> str | None:
+        if (why := self._refusal(name, stream)) is not None:
+            await self._record_refusal(name, target, *why, None)
+            return why[1]
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # called outside any event loop (a script): said, never silent
-            log.warning("not audited (no event loop to store it): %s %s by %s", name, target, self.actor.user)
-            return why
-        task = loop.create_task(self._record_taken(name, target, stream))
+            await self._write_ahead(name, target, None)
+        except AuditRefused as e:
+            return str(e)
+        task = asyncio.get_running_loop().create_task(self._record(name, target, "accepted", "", None))
         self._pending.add(task)  # the loop keeps only a weak reference to a task
         task.add_done_callback(self._pending.discard)
-        return why
+        return None
 
-    async def _record_taken(self, name: str, target: str, stream: str | None) -> None:
+    async def _write_ahead(self, name: str, target: str, diff: dict[str, list] | None) -> None:
+        """The attempt stored before the action is taken; AuditRefused (nothing done) when it cannot be."""
+        if self.audit is None:
+            log.warning("not audited (%s): %s %s by %s", self.why_no_audit, name, target, self.actor.user)
+            return
+        record = AuditRecord(datetime.now(timezone.utc), self.actor, name, target, "attempted", "", diff or {})
         try:
-            await self.run(name, target, lambda: None, stream=stream)
-        except ConsoleError:
-            pass  # refused and recorded; the caller was told why
+            await self.audit.append(record)
+        except AuditUnavailable as e:
+            log.error("%s %s by %s refused: its attempt could not be recorded: %s", name, target, self.actor.user, e)
+            raise AuditRefused(f"{name} is refused: the audit trail cannot record it ({e})") from None
 
     async def _record(self, name: str, target: str, outcome: str, detail: str, diff: dict[str, list] | None) -> None:
         if self.audit is None:
@@ -173,8 +181,8 @@ class Actions:
         record = AuditRecord(datetime.now(timezone.utc), self.actor, name, target, outcome, detail, diff or {})
         try:
             await self.audit.append(record)
-        except AuditUnavailable as e:  # the action's own outcome still reaches the caller
-            log.error("audit record of %s %s by %s not stored: %s", name, target, self.actor.user, e)
+        except AuditUnavailable as e:  # the outcome still reaches the caller; the trail holds its attempt
+            log.error("audit record of %s %s by %s (%s) not stored: %s", name, target, self.actor.user, outcome, e)
 
 
 

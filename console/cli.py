@@ -226,8 +226,12 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
         print(f"{seq:>7} {r.time:%Y-%m-%d %H:%M:%S} {r.actor.user} {r.actor.address or '-'} {r.action} {r.target} "
               f"{r.outcome}{(': ' + r.detail) if r.detail else ''}{diff}")
     for seq, why in checked.breaks:
-        print(f"BROKEN at record {seq}: {why}", file=sys.stderr)
-    print(f"{len(checked.records)} record(s); chain {'intact' if checked.intact else 'BROKEN'}", file=sys.stderr)
+        print(f"BROKEN at record {seq}: {why}" if seq else f"BROKEN: {why}", file=sys.stderr)
+    if checked.unsafe:
+        print(f"UNSAFE: {checked.unsafe}", file=sys.stderr)
+    written = f" ({checked.written:,} written through this data directory's console)" if checked.written else ""
+    print(f"{len(checked.records)} record(s){written}; chain {'intact' if checked.intact else 'BROKEN'}",
+          file=sys.stderr)
     return 1 if verify and not checked.intact else 0
 
 

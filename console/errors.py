@@ -56,6 +56,10 @@ class Refusal(ConsoleError):
         self.code, self.err_code, self.description = code, err_code, description
 
 
+class AuditRefused(ConsoleError):
+    """An action refused because the audit trail could not store its attempt: nothing was done."""
+
+
 class BusyError(ConsoleError):
     """Refused for now: the console already does as much of this as it allows at once (searches)."""
 

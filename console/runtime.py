@@ -181,15 +181,21 @@ class Runtime:
         return self._roles
 
     def _audit_log(self) -> AuditLog:
-        """The audit trail's stream, one per process (its stream ensured once); MissingKeyError
-        without an event key, which signs and checks every record."""
-        from console.broker.audit_log import AuditLog
+        """The audit trail's stream, one per process (its stream ensured once), its head checkpointed in
+        the data directory's SQLite; MissingKeyError without an event key, which signs and checks every record."""
+        from console.broker.audit_log import STREAM, AuditLog
+        from console.storage.audit_checkpoint import AuditCheckpoint
 
         if self._audit is None:
             key = self.event_log.key
             if key is None:
                 raise MissingKeyError("no event key: the audit trail is neither signed nor checked")
-            self._audit = AuditLog(self.nc, key, self.settings.event_log.replicas)
+            try:
+                checkpoint = AuditCheckpoint(self.settings.data.db_path, STREAM)
+            except Exception as e:  # an unreadable database: the trail is still signed and chained
+                log.error("the audit trail's checkpoint cannot be kept in %s: %s", self.settings.data.db_path, e)
+                checkpoint = None
+            self._audit = AuditLog(self.nc, key, self.settings.event_log.replicas, checkpoint)
         return self._audit
 
     async def batch_limits(self) -> tuple[BatchLimits, str]:

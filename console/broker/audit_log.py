@@ -1,6 +1,6 @@
 """The audit trail's stream: records appended in a chain (each names the hash of the one before it,
 and two writers never both follow the same record: the append says which record it expects last),
-read back and checked (console.domain.audit)."""
+read back and checked (console.domain.audit), against the head kept outside the stream."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import random
 from dataclasses import replace
 from datetime import datetime
+from typing import Protocol
 
 import nats.errors
 import nats.js.errors
@@ -16,39 +17,75 @@ from nats.aio.client import Client
 
 from console.broker.pull import ConsumerReader
 from console.broker.streams import StreamSpec, ensure_stream
-from console.domain.audit import GENESIS, AuditRecord, Checked, Stored, chain_hash, check
+from console.domain.audit import (
+    GENESIS, KEPT, AuditRecord, Checked, Head, Stored, chain_hash, check, erased_against,
+)
 from console.domain.signing import SIGNATURE, signature
+
+STREAM_NOT_FOUND = 10059
 
 log = logging.getLogger(__name__)
 STREAM = "BATCH_CONSOLE_AUDIT"
 SUBJECT = "batch_console.audit"
-MAX_RECORDS = 100_000  # bounded: the oldest go first
-MAX_AGE = 365 * 24 * 3600.0
 WRONG_LAST = 10071  # another writer appended first: follow its record instead
 TRIES = 20
+SAFE = {"deny_delete": True, "deny_purge": True, "max_msgs": KEPT, "max_age": 0.0}  # what an existing trail is set to
 
 
 class AuditUnavailable(RuntimeError):
     """The record could not be stored: the action that wanted it is not taken."""
 
 
+class Checkpoint(Protocol):
+    """Where the head of the chain is kept outside the stream (console.storage.audit_checkpoint)."""
+
+    def head(self) -> Head | None: ...
+    def advance(self, seq: int, hash: str, restart: bool = False) -> None: ...
+    def erased(self, what: str) -> None: ...
+    def erasures(self) -> list[tuple[datetime, str]]: ...
+
+
 class AuditLog:
-    def __init__(self, nc: Client, key: bytes, replicas: int | None = None):
-        self.nc, self.key, self.replicas = nc, key, replicas
+    def __init__(self, nc: Client, key: bytes, replicas: int | None = None, checkpoint: Checkpoint | None = None):
+        self.nc, self.key, self.replicas, self.checkpoint = nc, key, replicas, checkpoint
         self._ensured = False
+        self.unsafe: str | None = None  # why the trail's stream can still be erased quietly, when it can
         self._one_at_a_time = asyncio.Lock()  # a process's own writers queue; other processes' are retried
 
     async def ensure(self) -> None:
-        if not self._ensured:
-            await ensure_stream(self.nc.jetstream(), StreamSpec(STREAM, (SUBJECT,), max_msgs=MAX_RECORDS,
-                                                                max_age=MAX_AGE, replicas=self.replicas,
-                                                                description="who asked the console to change what"))
-            self._ensured = True
+        """The trail's stream, made when missing (again, when it was deleted) with deletes and purges
+        denied and no age limit; an existing one is set so, or said to be unsafe."""
+        if self._ensured:
+            return
+        js = self.nc.jetstream()
+        ensured = await ensure_stream(js, StreamSpec(STREAM, (SUBJECT,), max_msgs=KEPT, replicas=self.replicas,
+                                                     deny_delete=True, deny_purge=True,
+                                                     description="who asked the console to change what"))
+        config = ensured.config
+        wrong = {k: getattr(config, k) for k, v in SAFE.items() if (getattr(config, k) or 0) != v}
+        if wrong:
+            for k, v in SAFE.items():
+                setattr(config, k, v)
+            try:
+                config = await js.update_stream(config)
+                wrong = {}
+            except nats.js.errors.APIError as e:
+                log.error("the audit trail's stream %s could not be made safe (%s): %s", STREAM, wrong, e)
+        self.unsafe = (f"the trail's stream has {', '.join(f'{k}={v}' for k, v in wrong.items())}: any client of "
+                       "the account can erase records (the console could not change it)") if wrong else None
+        self._ensured = True
 
     async def append(self, record: AuditRecord) -> int:
-        """Store the record after the last one; its stream sequence."""
+        """Store the record after the last one; its stream sequence. AuditUnavailable for any failure."""
         async with self._one_at_a_time:
-            return await self._append(record)
+            try:
+                return await self._append(record)
+            except AuditUnavailable:
+                self._ensured = False  # a deleted stream is made again at the next record
+                raise
+            except (nats.errors.Error, asyncio.TimeoutError, OSError) as e:
+                self._ensured = False
+                raise AuditUnavailable(f"the audit stream did not take the record: {e!r}"[:300]) from None
 
     async def _append(self, record: AuditRecord) -> int:
         await self.ensure()
@@ -59,23 +96,54 @@ class AuditLog:
             try:
                 last = await js.get_last_msg(STREAM, SUBJECT)
                 after, previous = last.seq, chain_hash(last.data or b"")
-            except nats.js.errors.NotFoundError:
+            except nats.js.errors.NotFoundError as e:
+                if e.err_code == STREAM_NOT_FOUND:
+                    raise AuditUnavailable("the audit stream is gone") from None
                 after, previous = 0, GENESIS
+            restart = await self._erased_before(js, after, previous)
             body = replace(record, previous=previous).body()
             headers = {SIGNATURE: signature(self.key, body), "Nats-Expected-Last-Subject-Sequence": str(after)}
             try:
-                return (await js.publish(SUBJECT, body, headers=headers, stream=STREAM)).seq
+                seq = (await js.publish(SUBJECT, body, headers=headers, stream=STREAM)).seq
             except nats.js.errors.APIError as e:
                 if e.err_code != WRONG_LAST:
                     raise AuditUnavailable(f"the audit stream refused the record: {e}") from None
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
+                continue
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError) as e:
                 raise AuditUnavailable(f"the audit stream did not answer: {e!r}") from None
+            if self.checkpoint is not None:
+                self.checkpoint.advance(seq, chain_hash(body), restart)
+            return seq
         raise AuditUnavailable(f"{TRIES} other records were appended meanwhile")
 
+    async def _erased_before(self, js, last_seq: int, last_hash: str) -> bool:
+        """Whether the trail lost records the checkpoint says were written (kept as an erasure): the next
+        record then starts the head again."""
+        head = self.checkpoint.head() if self.checkpoint is not None else None
+        if head is None or self.checkpoint is None:
+            return False
+        at_head: str | None = last_hash if head.seq == last_seq else None
+        if head.seq < last_seq:
+            try:
+                at_head = chain_hash((await js.get_msg(STREAM, head.seq)).data or b"")
+            except nats.js.errors.NotFoundError:
+                at_head = None
+        why = erased_against(head, last_seq, at_head, max(1, last_seq - KEPT + 1))
+        if why is not None:
+            log.error("the audit trail was erased: %s", why)
+            self.checkpoint.erased(why)
+        return why is not None
+
     async def read(self, since: datetime | None = None) -> Checked:
-        """Every record kept (from `since`), checked: signatures, the chain, holes in the sequences."""
+        """Every record kept (from `since`), checked: signatures, the chain, holes in the sequences, and
+        against the checkpoint what was erased (each erasure kept: new records never hide it)."""
         await self.ensure()
-        info = await self.nc.jetstream().stream_info(STREAM)
+        try:
+            info = await self.nc.jetstream().stream_info(STREAM)
+        except nats.js.errors.NotFoundError:  # deleted since this process made it: made again, found erased
+            self._ensured = False
+            await self.ensure()
+            info = await self.nc.jetstream().stream_info(STREAM)
         first, last = info.state.first_seq, info.state.last_seq
         stored: list[Stored] = []
         if info.state.messages:
@@ -88,6 +156,17 @@ class AuditLog:
                     stored += [Stored(m.stream_seq, m.payload, dict(m.headers)) for m in result.messages]
             finally:
                 await reader.close()
-        if since is not None and stored:
-            first = stored[0].seq  # what came before `since` is not checked
-        return check(stored, self.key, first, last)
+        read_from = stored[0].seq if since is not None and stored else None  # before `since`: not checked
+        if since is not None and not stored:
+            read_from = last + 1
+        head = self.checkpoint.head() if self.checkpoint is not None else None
+        checked = check(stored, self.key, first, last, head, read_from)
+        if self.checkpoint is None:
+            return checked
+        for _, why in checked.breaks:
+            if "erased" in why:
+                self.checkpoint.erased(why)
+        known = {why for _, why in checked.breaks}
+        kept = [(0, f"{why} (found {found:%Y-%m-%d %H:%M} UTC)") for found, why in self.checkpoint.erasures()
+                if why not in known]
+        return Checked(checked.records, kept + checked.breaks, head.written if head else 0, self.unsafe)

@@ -168,13 +168,13 @@ class _Search:
                 state.stopped_by, stop = "max_seconds", True
                 break
             state.scanned += 1
-            state.bytes += len(msg.data)
             state.reached = seq
+            headers, data = msg.headers, msg.data
+            if self.shown is not None:  # before anything counts it: the progress line never tells a hidden size
+                masked, data = self.shown(tuple((headers or {}).items()), data)
+                headers = dict(masked)
+            state.bytes += len(data)
             if self.since is None or ns >= self.since:
-                headers, data = msg.headers, msg.data
-                if self.shown is not None:
-                    masked, data = self.shown(tuple((headers or {}).items()), data)
-                    headers = dict(masked)
                 candidates.append(((msg.subject, seq, ns, headers, data), state.scanned, state.bytes))
             if state.scanned >= query.max_scanned or state.bytes >= query.max_bytes:
                 state.stopped_by, stop = state.limit_hit(query), True

@@ -27,6 +27,8 @@ class StreamSpec:
     discard_old: bool = True
     duplicate_window: float | None = None  # seconds
     description: str | None = None
+    deny_delete: bool = False
+    deny_purge: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
     # None: 3 where the cluster has three servers or more, else 1 (the server says which).
     replicas: int | None = None
@@ -39,7 +41,8 @@ class StreamSpec:
             # A flag that is off is left out: a release without it (2.12 has no allow_batched) refuses
             # a stream that names it at all (10025 "unknown field").
             allow_atomic=self.allow_atomic or None, allow_batched=self.allow_batched or None,
-            metadata=dict(self.metadata) or None,
+            metadata=dict(self.metadata) or None, deny_delete=self.deny_delete or None,
+            deny_purge=self.deny_purge or None,
             num_replicas=replicas,
         )
 

@@ -3,7 +3,12 @@
 Records form a chain: each carries the hash of the record before it, and the console signs each
 with its key (signing.py). A record removed from the stream breaks the chain at the next one (and
 leaves a hole in the stream's sequences); an altered or forged one fails its signature. The trail
-is bounded: the oldest record kept starts the chain that can be checked."""
+is bounded by count only (its newest KEPT records), so records missing before that are erased, not
+aged out; and the newest record the console wrote (its Head) is kept outside the stream, where the
+account's clients cannot reach it: a purge, a deleted stream or a truncation is found against it.
+
+An action's attempt is recorded before it is taken ("attempted") and its outcome after: an action
+whose attempt cannot be stored is not taken."""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from console.domain.signing import forgery
 from console.domain.wire import MAX_LABEL, MAX_TEXT, MalformedInput, bounded_text, bounded_time, load_object
 
 GENESIS = "0" * 64  # the `previous` of the first record ever written
-OUTCOMES = ("accepted", "refused: read-only", "refused: role", "refused: session expired", "refused: server",
+KEPT = 100_000  # records the trail keeps: the oldest go first, and only by count
+OUTCOMES = ("attempted", "accepted", "refused: read-only", "refused: role", "refused: session expired", "refused: server",
             "refused: invalid", "failed")
 MAX_DIFF = 32  # settings a record's diff may name
 MAX_RECORD = 16 * 1024
@@ -122,18 +128,61 @@ class Checked:
 
     records: list[tuple[int, AuditRecord]]
     breaks: list[tuple[int, str]]
+    written: int = 0  # records the console wrote to this trail (its checkpoint's count; 0: not known)
+    unsafe: str | None = None  # why the trail's stream can be erased quietly, when it can
 
     @property
     def intact(self) -> bool:
         return not self.breaks
 
 
-def check(stored: list[Stored], key: bytes, first_seq: int, last_seq: int) -> Checked:
+@dataclass(frozen=True)
+class Head:
+    """The newest record the console wrote (its stream sequence and chain hash), and how many records
+    it has written: kept outside the stream (console.storage.audit_checkpoint)."""
+
+    seq: int
+    hash: str
+    written: int = 0
+
+
+def erased_against(head: Head | None, last_seq: int, hash_at_head: str | None, kept_from: int) -> str | None:
+    """What the trail lost that the head says was written, or None: records after the stream's last
+    (a purge, a deleted stream), or another record where the head was (erased and written again).
+    `hash_at_head`: the chain hash of the record now at head.seq (None: there is none)."""
+    if head is None or head.seq == 0:
+        return None
+    if head.seq > last_seq:
+        return (f"{head.seq - last_seq:,} record(s) erased after record {last_seq} (the console wrote up to "
+                f"record {head.seq}: the trail was purged, deleted or truncated)")
+    if head.seq >= kept_from and hash_at_head is None:
+        return f"record {head.seq}, the newest the console wrote, was erased"
+    if head.seq >= kept_from and hash_at_head != head.hash:
+        return (f"record {head.seq} is not the one the console wrote there: the trail was erased and written "
+                "again")
+    return None
+
+
+def check(stored: list[Stored], key: bytes, first_seq: int, last_seq: int, head: Head | None = None,
+          read_from: int | None = None) -> Checked:
     """Signatures, the chain and the stream's sequences (first_seq..last_seq as the stream reports
-    them): a hole is a removed record, a bad signature an altered or forged one."""
+    them; 0 and 0 for a stream that never held a record): a hole is a removed record, a bad signature
+    an altered or forged one; against the console's head, what was erased. `whole`: the trail was read
+    from its first record (not from a time), so records missing before it are erased ones too."""
     records: list[tuple[int, AuditRecord]] = []
     breaks: list[tuple[int, str]] = []
-    expected_seq, previous = first_seq, None
+    if first_seq == 0:  # never held a record: nothing is missing from it
+        first_seq = last_seq + 1
+    kept_from = max(1, last_seq - KEPT + 1)
+    if first_seq > kept_from:
+        breaks.append((kept_from, f"records {kept_from}..{first_seq - 1} were erased (the trail keeps its newest "
+                                  f"{KEPT:,})"))
+    at_head = next((chain_hash(item.body) for item in stored if head is not None and item.seq == head.seq), None)
+    # a head in a part not read (a read from a time), or in the erased part already said, is not looked at
+    unread = head is not None and head.seq <= last_seq and head.seq < max(first_seq, read_from or 0)
+    if not unread and (why := erased_against(head, last_seq, at_head, kept_from)) is not None:
+        breaks.append((min(head.seq, last_seq + 1) if head else 0, why))
+    expected_seq, previous = max(first_seq, read_from or 0), None
     for item in stored:
         if item.seq > expected_seq:
             breaks.append((expected_seq, f"records {expected_seq}..{item.seq - 1} were removed"))

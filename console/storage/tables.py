@@ -157,3 +157,22 @@ class CheckRun(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     time: datetime
     unchecked: str
+
+
+class AuditHead(SQLModel, table=True):
+    """The newest audit record the console wrote to a trail stream, and how many it wrote: outside the
+    stream, where the account's clients cannot reach it."""
+    __tablename__ = "audit_head"
+    stream: str = Field(primary_key=True)
+    seq: int
+    hash: str
+    written: int = 0
+
+
+class AuditErasure(SQLModel, table=True):
+    """An erasure of the trail found against the head: kept, so new records never make it read clean."""
+    __tablename__ = "audit_erasure"
+    id: int | None = Field(default=None, primary_key=True)
+    stream: str
+    found: datetime
+    what: str

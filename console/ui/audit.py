@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import html
 import io
+from dataclasses import replace
 from datetime import datetime, time, timedelta, timezone
 
 import pandas as pd
 import panel as pn
 import param
 
-from console.domain.audit import Checked
-from console.ui.controls import permitted, refusals
+from console.domain.audit import AuditRecord, Checked
+from console.ui.controls import downloads, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import spreadsheet_safe, stream_cell
 
@@ -22,9 +23,10 @@ ANY = "(any)"
 
 def audit_frame(checked: Checked, clock, user: str = ANY, action: str = ANY, stream: str = "",
                 until: datetime | None = None) -> pd.DataFrame:
-    """Newest first, as the filters leave them (the records as they were written: a download's rows)."""
+    """Newest first, as the filters leave them (the records as they were written: a download's rows). An
+    action's attempt (written ahead) is folded into its outcome; one with no outcome says so."""
     rows = []
-    for seq, r in reversed(checked.records):
+    for seq, r in reversed(_folded(checked.records)):
         if (user != ANY and r.actor.user != user) or (action != ANY and r.action != action) or \
                 (stream and r.stream != stream) or (until is not None and r.time >= until):
             continue
@@ -32,6 +34,21 @@ def audit_frame(checked: Checked, clock, user: str = ANY, action: str = ANY, str
                      "action": r.action, "stream": r.stream, "target": r.target, "outcome": r.outcome, "detail": r.detail,
                      "change": "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in r.diff.items()), "agent": r.actor.agent})
     return pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+
+
+def _folded(records: list[tuple[int, AuditRecord]]) -> list[tuple[int, AuditRecord]]:
+    out: list[tuple[int, AuditRecord] | None] = []
+    waiting: dict[tuple[str, str, str], list[int]] = {}  # (user, action, target) -> its attempts' places in out
+    for seq, r in records:
+        key = (r.actor.user, r.action, r.target)
+        if r.outcome == "attempted":
+            waiting.setdefault(key, []).append(len(out))
+            out.append((seq, replace(r, outcome="attempted: no outcome recorded")))
+            continue
+        if waiting.get(key):
+            out[waiting[key].pop(0)] = None
+        out.append((seq, r))
+    return [item for item in out if item is not None]
 
 
 def shown(frame: pd.DataFrame) -> pd.DataFrame:
@@ -45,11 +62,15 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def chain_text(checked: Checked) -> str:
+    unsafe = f"<br>**UNSAFE:** {html.escape(checked.unsafe)}" if checked.unsafe else ""
     if checked.intact:
-        return f"Chain intact: {len(checked.records):,} record(s), each signed and following the one before."
-    shown = "; ".join(f"record {seq}: {html.escape(why)}" for seq, why in checked.breaks[:10])
+        written = f" ({checked.written:,} written by this console)" if checked.written else ""
+        return (f"Chain intact: {len(checked.records):,} record(s){written}, each signed and following the one "
+                f"before, none erased.{unsafe}")
+    shown = "; ".join(f"record {seq}: {html.escape(why)}" if seq else html.escape(why)
+                      for seq, why in checked.breaks[:10])
     more = f" and {len(checked.breaks) - 10} more" if len(checked.breaks) > 10 else ""
-    return f"**CHAIN BROKEN** ({len(checked.breaks)} break(s)): {shown}{more}"
+    return f"**CHAIN BROKEN** ({len(checked.breaks)} break(s)): {shown}{more}{unsafe}"
 
 
 class AuditPage(Clocked, pn.viewable.Viewer):
@@ -59,8 +80,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
     stream = param.String(default="", doc="Only records that touched this stream")
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
-    exported = param.Callable(default=lambda what, stream=None: None,
-                              doc="Asked before each CSV download (the audit trail): why it is refused, or None")
+    exported = downloads("the audit trail")
     may = refusals()
     checked = param.ClassSelector(class_=Checked, default=Checked([], []), doc="The trail as read, with its breaks")
     records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
@@ -111,10 +131,10 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         """The records as the filters show them."""
         return self.records
 
-    def csv(self) -> io.StringIO:
+    async def csv(self) -> io.StringIO:
         """The records shown, as a spreadsheet-safe CSV download (the action export.csv)."""
         first, last = self.dates
-        if why := self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}"):
+        if why := await self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}"):
             return io.StringIO(f"refused: {why}\n")
         out = io.StringIO()
         spreadsheet_safe(self.frame()).to_csv(out, index=False)

@@ -32,6 +32,17 @@ def refusals() -> param.Callable:
                           doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
 
 
+async def _taken(what: str, stream: str | None = None) -> str | None:
+    return None
+
+
+def downloads(what: str) -> param.Callable:
+    """A page's `exported`: async (what, stream=None) -> why a download of `what` is refused, or None once
+    its attempt is in the audit trail (console.actions: written ahead)."""
+    return param.Callable(default=_taken, allow_refs=False,
+                          doc=f"async (what, stream) -> why a download of {what} is refused, or None (recorded first)")
+
+
 def permitted(controls: list, why: str | None) -> str:
     """Turns `controls` off when the user may not use them, and says why (Markdown, escaped): a page shows
     it beside them. The action layer refuses a click that a crafted client sends all the same."""

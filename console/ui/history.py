@@ -18,7 +18,7 @@ from bokeh.transform import dodge
 from console.domain.display import Clock, count, spreadsheet_cell
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
-from console.ui.controls import permitted, refusals
+from console.ui.controls import downloads, permitted, refusals
 from console.ui.formatting import (
     Clocked,
     clock_axis,
@@ -139,8 +139,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
     export_format = param.Selector(default="csv", objects=["csv", "jsonl", "parquet"],
                                    doc="The download's format (JSON lines and Parquet carry the filters that made it)")
-    exported = param.Callable(default=lambda what, stream=None: None,
-                              doc="Asked before each download (the audit trail): why it is refused, or None")
+    exported = downloads("a table")
     may = refusals()
 
     def __init__(self, **params):
@@ -275,24 +274,24 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         """One of CSV_TABLES as shown for the chosen dates."""
         return self._shown.get(table, pd.DataFrame())
 
-    def csv(self) -> io.StringIO:
+    async def csv(self) -> io.StringIO:
         """The chosen table, as shown for the chosen dates."""
         out = io.StringIO()
         start, end = self._bounds()
-        if why := self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}"):
+        if why := await self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}"):
             return io.StringIO(f"refused: {why}\n")
         spreadsheet_safe(self.frame(self.csv_table)).to_csv(out, index=False)
         out.seek(0)
         return out
 
-    def download(self) -> io.IOBase:
+    async def download(self) -> io.IOBase:
         """The chosen table in the chosen format: CSV as before; JSON lines and Parquet with the filters
         that made it (the table and the dates: a first line, the Parquet metadata)."""
         if self.export_format == "csv":
-            return self.csv()
+            return await self.csv()
         start, end = self._bounds()
         filters = {"table": self.csv_table, "from": f"{start:%Y-%m-%d}", "to": f"{end - timedelta(days=1):%Y-%m-%d}"}
-        if why := self.exported(f"{self.csv_table} {filters['from']}..{filters['to']} {self.export_format}"):
+        if why := await self.exported(f"{self.csv_table} {filters['from']}..{filters['to']} {self.export_format}"):
             return io.BytesIO(f"refused: {why}\n".encode())
         frame = self.frame(self.csv_table)
         if self.export_format == "jsonl":

@@ -15,7 +15,7 @@ from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
 from console.ui.conformance import conformance_line
-from console.ui.controls import permitted, refusals
+from console.ui.controls import downloads, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -44,8 +44,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     advice = param.Callable(default=lambda incident: None, doc="Incident -> what to do about it, or None")
     console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
-    exported = param.Callable(default=lambda batch_id, stream=None: None,
-                              doc="Asked before each report download (the audit trail): why it is refused, or None")
+    exported = downloads("the incident's report")
     may = refusals()
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
@@ -130,11 +129,11 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         except Exception:  # the incident stands without it
             return None
 
-    def report(self) -> io.StringIO:
+    async def report(self) -> io.StringIO:
         """The incident as a Markdown report download (the action export.report)."""
         if self.incident is None:
             return io.StringIO("")
-        if why := self.exported(self.batch_id, self.incident.loss.stream or None):
+        if why := await self.exported(self.batch_id, self.incident.loss.stream or None):
             return io.StringIO(f"refused: {why}\n")
         link = self.replay_link(self.incident)
         if link and link.startswith("/") and self.console_url:

@@ -23,7 +23,7 @@ from console.domain.messages import preview
 from console.domain.search import (LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused,
                                    search_time)
 from console.export import FORMATS, Exporter, found_row
-from console.ui.controls import permitted, refusals
+from console.ui.controls import downloads, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 
 COLUMNS = ["sequence", "subject", "time", "batch", "headers", "payload"]
@@ -53,8 +53,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     running = param.Boolean(default=False, doc="A search is under way")
     results = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The matches shown")
     export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The matches' download format")
-    exported = param.Callable(default=lambda what, stream=None: None, allow_refs=False,
-                              doc="Asked before each download (the audit trail: export.search): why it is refused")
+    exported = downloads("the matches (export.search)")
     may = refusals()
 
     def __init__(self, **params):
@@ -150,11 +149,11 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     def _on_format(self) -> None:
         self._download.filename = f"{self.stream.strip() or 'matches'}-matches.{self.export_format}"
 
-    def download(self) -> io.BytesIO:
+    async def download(self) -> io.BytesIO:
         """The matches the page holds (masked as shown), with the query that found them."""
         if self._query is None:
             return io.BytesIO()
-        if why := self.exported(f"{self._query.stream} {self.export_format} {len(self._found)} matches "
+        if why := await self.exported(f"{self._query.stream} {self.export_format} {len(self._found)} matches "
                                 f"{json.dumps(self._query.describe(), default=str)}"[:1000], self._query.stream):
             return io.BytesIO(f"refused: {why}\n".encode())
         with tempfile.TemporaryDirectory() as tmp:

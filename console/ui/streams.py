@@ -12,7 +12,7 @@ from console.actions import Actions, unaudited
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
-from console.errors import ForbiddenError, ReadOnlyError, Refusal
+from console.errors import AuditRefused, ForbiddenError, ReadOnlyError, Refusal
 from console.ui.controls import checkbox, keep_choice, permitted
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
@@ -166,7 +166,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         except Refusal as refused:
             self.result = f"**The server refused:** {html.escape(str(refused))}"
             return None
-        except (ReadOnlyError, ForbiddenError) as refused:
+        except (ReadOnlyError, ForbiddenError, AuditRefused) as refused:
             self.result = html.escape(str(refused))
             return None
         self.result = f"Applied to {html.escape(updated.name)}."

@@ -21,11 +21,13 @@ RECORD = re.compile(r"^\s*(\d+) \S+ \S+ (\S+) (\S+) (\S+) (.*)$")
 
 
 def trail(nats_url: str, data_dir: str) -> list[tuple[str, str, str]]:
-    """(user, action, the rest of the line: target, outcome, detail) of every audit record, from the CLI."""
+    """(user, action, the rest of the line: target, outcome, detail) of every audit record that says how an
+    attempt ended, from the CLI (each taken action's attempt, written ahead of it, left out)."""
     done = subprocess.run([CLI, "audit", "--server", nats_url, "--data-dir", data_dir], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return [(m[2], m[4], m[5]) for line in done.stdout.splitlines() if (m := RECORD.match(line))]
+    return [(m[2], m[4], m[5]) for line in done.stdout.splitlines()
+            if (m := RECORD.match(line)) and not re.search(r" attempted( |$)", m[5])]
 
 
 def new_records(nats_url: str, data_dir: str, before: int, action: str) -> list[tuple[str, str, str]]:
