@@ -61,18 +61,24 @@ class Actions:
     roles grant it and, for a signed-in session, when that session ends."""
 
     def __init__(self, audit: AuditLog | None, actor: Actor, read_only: bool = False, why_no_audit: str = "",
-                 trail_required: bool = True, grants: Grants = ADMIN, expires: datetime | None = None):
+                 trail_required: bool = True, grants: Grants | Callable[[], Grants] = ADMIN,
+                 expires: datetime | None = None):
         self.audit, self.actor, self.read_only = audit, actor.bounded(), read_only
         self.why_no_audit = why_no_audit  # without a trail (no event key to sign it) nothing that changes is done...
         # ...unless the actor holds the NATS credentials itself (the CLI): then it is said, not refused
         self.trail_required = trail_required
-        self.grants, self.expires = grants, expires
+        self._grants, self.expires = grants, expires
         self._pending: set[asyncio.Task] = set()
 
     def allowed(self, name: str, stream: str | None = None) -> str | None:
         """Why this action (on `stream`) would be refused now, or None: what a page says beside a control
         it turns off. Without a stream: whether the user may take it on some stream."""
         return None if (why := self._refusal(name, stream)) is None else why[1]
+
+    @property
+    def grants(self) -> Grants:
+        """What the actor's roles allow now (a callable given: the roles file as it is now)."""
+        return self._grants() if callable(self._grants) else self._grants
 
     @property
     def ended(self) -> bool:

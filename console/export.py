@@ -1,6 +1,6 @@
 """Exports, streamed: rows are written as they come, a few thousand held at most, so memory stays flat
 whatever the size. CSV (its cells safe against spreadsheet formulas, its first line the filters that
-made it, after a '#'), JSON lines (its first line the filters), Parquet (the filters in its metadata).
+made it: a cell '# filters' and the filters' JSON in one cell), JSON lines (its first line the filters), Parquet (the filters in its metadata).
 What is exported has been masked as it would be shown."""
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ class Exporter:
             self._parquet = pq.ParquetWriter(str(path), self._schema)
             return
         self._file: IO[str] = open(path, "w", newline="", encoding="utf-8")
-        if fmt == "csv":
-            self._file.write(f"# filters: {filters_text}\n")
+        if fmt == "csv":  # the filters line through the CSV writer too: a query's commas never split it into cells
             self._csv = csv.writer(self._file)
+            self._csv.writerow(["# filters", spreadsheet_cell(filters_text)])
             self._csv.writerow(COLUMNS)
         else:
             self._file.write(json.dumps({"filters": filters}, default=str, ensure_ascii=False) + "\n")

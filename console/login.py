@@ -1,4 +1,6 @@
-"""The web app's password check: constant-time, with failed logins slowed per client address.
+"""The web app's password sign-in: constant-time, with failed logins slowed per client address (a
+throttled one is told so, and for how long); sessions the server ends at sign-out; a `next` that stays
+on this console; cookies Secure over https.
 
 Panel's basic-auth login compares passwords with `==` and lets a client try for ever; this one
 keeps its own handler on Panel's provider. An address that fails must wait longer after each failure
@@ -10,11 +12,17 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from panel.auth import BasicAuthProvider, BasicLoginHandler
+from panel.io.resources import CDN_DIST
+from tornado.escape import url_escape
+from tornado.web import RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +32,10 @@ MAX_WAIT = 900.0  # seconds: the longest an address is made to wait
 FORGET_AFTER = 3600.0  # seconds without a failure: the address starts afresh
 FAILURES_IN_ALL = 50  # in a window, all addresses together: past it, any address that has failed waits it out
 MAX_CLIENTS = 10_000
+MAX_NEXT = 2000  # characters of a path to go to after signing in
+SESSION_DAYS = 1
+SESSION_COOKIE = "batch_console_password_session"
+NEXT_COOKIE = "next_url"
 
 
 @dataclass
@@ -73,31 +85,92 @@ def password_matches(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-def guarded_login(password: str) -> type[BasicLoginHandler]:
+def safe_next(text: str | None) -> str:
+    """Where a sign-in goes once done: a path on this console only (one leading slash, no scheme, no
+    host, no backslash, no control character, which browsers drop and then read `/\t/host` as a host),
+    else "/". Panel's own check let `///host` through, which a browser reads as another host."""
+    if not isinstance(text, str) or not 0 < len(text) <= MAX_NEXT or not text.startswith("/") \
+            or text[1:2] in ("/", "\\") or "\\" in text or any(ord(c) < 33 or ord(c) == 127 for c in text):
+        return "/"
+    parts = urlsplit(text)
+    return "/" if parts.scheme or parts.netloc else text
+
+
+def cookie_flags(handler: RequestHandler, console_url: str | None) -> dict:
+    """A session cookie's flags: Secure whenever the console is reached over https (or its public URL,
+    behind a proxy, is one)."""
+    https = handler.request.protocol == "https" or (console_url or "").lower().startswith("https://")
+    return {"httponly": True, "samesite": "Lax", "path": "/", "secure": https}
+
+
+class Sessions:
+    """Password sign-ins as the server knows them: a copied cookie stops working at sign-out."""
+
+    def __init__(self, most: int = 10_000):
+        self.until: dict[str, float] = {}
+        self.most = most
+
+    def start(self, now: float) -> str:
+        if len(self.until) >= self.most:
+            self.until = {sid: t for sid, t in self.until.items() if t > now}
+            while len(self.until) >= self.most:  # all live: the oldest go
+                self.until.pop(next(iter(self.until)))
+        sid = secrets.token_urlsafe(24)
+        self.until[sid] = now + SESSION_DAYS * 86400
+        return sid
+
+    def live(self, sid: str | None, now: float) -> bool:
+        return sid is not None and self.until.get(sid, 0.0) > now
+
+    def end(self, sid: str | None) -> None:
+        self.until.pop(sid or "", None)
+
+
+def guarded_login(password: str, sessions: Sessions, console_url: str | None) -> type[BasicLoginHandler]:
     failures = Failures()
 
     class GuardedLoginHandler(BasicLoginHandler):
-        def _validate(self, username: str, given: str) -> bool:
+        def get(self) -> None:
+            self.set_cookie(NEXT_COOKIE, safe_next(self.get_argument("next", "/")),
+                            **cookie_flags(self, console_url))
+            self.write(self._login_template.render(login_endpoint=self._login_endpoint,
+                                                   errormessage=self.get_argument("error", "")[:200],
+                                                   PANEL_CDN=CDN_DIST))
+
+        def post(self) -> None:
             now, client = time.monotonic(), self.request.remote_ip or "?"
             if (wait := failures.wait(client, now)) > 0:
                 log.warning("login refused for %s: %d failed logins, next try in %.0fs", client,
                             failures.by_client[client].failures, wait)
                 failures.add(client, now)  # a guesser that does not wait makes its own wait longer
-                return False
-            if password_matches(given, password):
-                failures.succeeded(client)
-                return True
-            failures.add(client, now)
-            return False
+                wait = failures.wait(client, now)
+                return self._again(f"Too many failed sign-ins from your address: try again in {math.ceil(wait)} s "
+                                   "(each failed try makes the wait longer)")
+            if not password_matches(self.get_argument("password", ""), password):
+                failures.add(client, now)
+                return self._again("Invalid username or password")
+            failures.succeeded(client)
+            user = self.get_argument("username", "")[:256] or "?"
+            flags = cookie_flags(self, console_url)
+            self.set_signed_cookie(SESSION_COOKIE, sessions.start(time.time()), expires_days=SESSION_DAYS, **flags)
+            self.set_signed_cookie("user", user, expires_days=SESSION_DAYS, **flags)
+            self.clear_cookie("is_guest")
+            self.redirect(safe_next(self.get_cookie(NEXT_COOKIE, "/")))
+
+        def _again(self, why: str) -> None:
+            self.redirect(f"{self._login_endpoint}?error={url_escape(why)}")
 
     return GuardedLoginHandler
 
 
 class GuardedBasicAuth(BasicAuthProvider):
-    """Panel's basic-auth provider with the guarded login handler."""
+    """Panel's basic-auth provider with the guarded login handler, sessions the server can end, and a
+    `next` that stays on this console."""
 
-    def __init__(self, password: str, **params):
-        self._handler = guarded_login(password)  # before the base class, which asks for it
+    def __init__(self, password: str, console_url: str | None = None, **params):
+        self.sessions = Sessions()
+        self._handler = guarded_login(password, self.sessions, console_url)  # before the base class asks for it
+        self._console_url = console_url
         super().__init__(**params)
 
     @property
@@ -105,3 +178,30 @@ class GuardedBasicAuth(BasicAuthProvider):
         self._handler._login_endpoint = self._login_endpoint
         self._handler._login_template = self._login_template
         return self._handler
+
+    @property
+    def get_user(self):
+        sessions = self.sessions
+
+        def get_user(handler: RequestHandler) -> str | None:
+            sid = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=SESSION_DAYS)
+            if not sessions.live(sid.decode() if sid else None, time.time()):
+                return None
+            user = handler.get_signed_cookie("user", max_age_days=SESSION_DAYS)
+            return user.decode() if user else None
+        return get_user
+
+    @property
+    def logout_handler(self):
+        sessions, console_url = self.sessions, self._console_url
+
+        class SignOut(RequestHandler):
+            def get(self) -> None:
+                sid = self.get_signed_cookie(SESSION_COOKIE, max_age_days=SESSION_DAYS)
+                sessions.end(sid.decode() if sid else None)
+                for name in (SESSION_COOKIE, "user", "id_token", NEXT_COOKIE):
+                    self.clear_cookie(name, path="/")
+                self.set_header("Cache-Control", "no-store")
+                self.finish('<!doctype html><title>Signed out</title><h1>Signed out</h1>'
+                            '<p>You are signed out of the console.</p><p><a href="/login">Sign in again</a></p>')
+        return SignOut

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 import jwt
@@ -31,6 +31,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.web import RequestHandler, decode_signed_value
 
 from console.config import AccessSettings
+from console.login import cookie_flags, safe_next
 from console.domain.roles import RolesFile
 from console.errors import ConfigError
 
@@ -260,7 +261,8 @@ class Revoked:
 class OidcAuth(BasicAuthProvider):
     """Panel's provider hooks, served by this module's sign-in: `get_user` reads the session cookie."""
 
-    def __init__(self, provider: Provider, roles: RolesFile, cookie_secret: str, console_url: str | None = None,
+    def __init__(self, provider: Provider, roles: Callable[[], RolesFile], cookie_secret: str,
+                 console_url: str | None = None,
                  **params):
         self.provider, self.roles, self.revoked, self.cookie_secret = provider, roles, Revoked(), cookie_secret
         self.console_url = console_url.rstrip("/") if console_url else None  # behind a proxy: the URL users see
@@ -325,6 +327,7 @@ class SignInHandler(RequestHandler):
     """GET /login starts a sign-in at the provider; the provider sends the browser back here with a code."""
 
     oidc: OidcAuth
+    _next = "/"  # where the browser goes once signed in: a path on this console only
 
     def _redirect_uri(self) -> str:
         return f"{_base(self, self.oidc)}/login"
@@ -339,21 +342,22 @@ class SignInHandler(RequestHandler):
             return _page(self, 403, "Sign-in refused", str(e), "/login")
         finally:
             self.clear_cookie(FLOW_COOKIE, path="/")
-        grants = self.oidc.roles.for_groups(session.groups)
+        grants = self.oidc.roles().for_groups(session.groups)
         if not grants.roles:
             log.warning("sign-in of %s refused: groups %s map to no role", session.user, list(session.groups)[:20])
             return _page(self, 403, "No role for you here", f"Signed in as {session.user}, but none of your groups "
                          f"({', '.join(session.groups) or 'none'}) is given a role of this console.")
-        cookie = {"httponly": True, "samesite": "Lax", "path": "/", "expires": session.expires}
+        cookie = {**cookie_flags(self, self.oidc.console_url), "expires": session.expires}
         self.set_signed_cookie(SESSION_COOKIE, session.to_cookie(), **cookie)
         self.set_signed_cookie("user", session.user, **cookie)  # what Panel's pn.state.user reads
         log.info("%s signed in (%s) from %s", session.user, grants.names, self.request.remote_ip)
-        self.redirect("/")
+        self.redirect(self._next)
 
     def _start(self) -> None:
         state, nonce, verifier = (secrets.token_urlsafe(32) for _ in range(3))
-        flow = json.dumps({"state": state, "nonce": nonce, "verifier": verifier, "at": time.time()})
-        self.set_signed_cookie(FLOW_COOKIE, flow, httponly=True, samesite="Lax", path="/",
+        flow = json.dumps({"state": state, "nonce": nonce, "verifier": verifier, "at": time.time(),
+                           "next": safe_next(self.get_argument("next", "/"))})
+        self.set_signed_cookie(FLOW_COOKIE, flow, **cookie_flags(self, self.oidc.console_url),
                                expires=time.time() + FLOW_SECONDS)
         self.redirect(self.oidc.provider.authorize_url(self._redirect_uri(), state, nonce, _challenge(verifier)))
 
@@ -366,6 +370,7 @@ class SignInHandler(RequestHandler):
         if not isinstance(flow, dict) or not all(isinstance(flow.get(k), str) for k in ("state", "nonce", "verifier")) \
                 or not isinstance(flow.get("at"), (int, float)) or time.time() - flow["at"] > FLOW_SECONDS:
             raise SignInError("no sign-in of this browser is under way (or it took over 10 minutes)")
+        self._next = safe_next(flow.get("next"))
         if not secrets.compare_digest(self.get_argument("state", "")[:200], flow["state"]):
             raise SignInError("the provider's answer is not for this sign-in (state)")
         iss = self.get_argument("iss", None)

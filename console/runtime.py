@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
@@ -46,6 +46,15 @@ REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again
 MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
+def _stamp(path) -> tuple[float, int] | None:
+    """When a file last changed, and its size (None: no file, or none to be read)."""
+    try:
+        info = path.stat() if path else None
+    except OSError:
+        return None
+    return (info.st_mtime, info.st_size) if info else None
+
+
 class Runtime:
     def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None,
                  writes_events: bool = False, key_wait: float = 0.0, follow_without_key: bool = False):
@@ -65,6 +74,7 @@ class Runtime:
         self._verdicts: tuple[float, Verdicts] | None = None
         self._masking: Masking | None = None
         self._roles: RolesFile | None = None
+        self._roles_stamp: tuple[float, int] | None = None
         self._keeper: asyncio.Task | None = None
         self._searching: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
@@ -147,13 +157,15 @@ class Runtime:
                                       actions=self.actions(NOTEBOOK))
         return self._alerts
 
-    def actions(self, actor: Actor, grants: Grants | None = None, expires: datetime | None = None) -> Actions:
+    def actions(self, actor: Actor, grants: Grants | Callable[[], Grants] | None = None,
+                expires: datetime | None = None) -> Actions:
         """What `actor` may do through this runtime: what `grants` allow (default: the local role's, for a
         notebook, the CLI or a console without sign-in), until `expires` (a signed-in session's end), each
         attempt in the audit trail (signed with the event key: without one, nothing that changes is done)."""
         from console.actions import Actions
 
-        grants = grants if grants is not None else self.roles.grants(self.settings.access.local_role)
+        local = self.settings.access.local_role
+        grants = grants if grants is not None else lambda: self.roles.grants(local)
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         try:
             return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required, grants=grants,
@@ -163,22 +175,38 @@ class Runtime:
 
     @property
     def roles(self) -> RolesFile:
-        """The roles and the groups they are given to (read once: a file with an error, or a local role
-        it does not define, stops the process at its start, with its line)."""
-        if self._roles is None:
-            from console.actions import LEAST_ROLE
-            from console.domain.roles import load_roles
-
-            access = self.settings.access
+        """The roles and the groups they are given to. A file with an error, or a local role it does not
+        define, stops the process at its start, with its line; the file is read again whenever it
+        changes (a group removed loses its roles at once), and a change with an error gives no one any
+        role until it is mended (said in the log): a typo never leaves a removed user their access."""
+        access = self.settings.access
+        stamp = _stamp(access.roles)
+        if self._roles is None or stamp != self._roles_stamp:
             try:
-                roles = load_roles(access.roles.read_text() if access.roles else "", LEAST_ROLE)
-            except (OSError, ValueError) as e:
-                raise ConfigError(f"roles {access.roles}: {e}") from None
-            if access.local_role not in roles.roles:
-                raise ConfigError(f"the local role {access.local_role[:64]!r} is not a role "
-                                  f"({', '.join(sorted(roles.roles))[:200]})")
-            self._roles = roles
+                self._roles = self._read_roles()
+            except ConfigError as e:
+                if self._roles is None:
+                    raise
+                from console.domain.roles import RolesFile
+
+                log.error("%s: no one has a role until it is mended", e)
+                self._roles = RolesFile({}, {})
+            self._roles_stamp = stamp
         return self._roles
+
+    def _read_roles(self) -> RolesFile:
+        from console.actions import LEAST_ROLE
+        from console.domain.roles import load_roles
+
+        access = self.settings.access
+        try:
+            roles = load_roles(access.roles.read_text() if access.roles else "", LEAST_ROLE)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"roles {access.roles}: {e}") from None
+        if access.local_role not in roles.roles:
+            raise ConfigError(f"the local role {access.local_role[:64]!r} is not a role "
+                              f"({', '.join(sorted(roles.roles))[:200]})")
+        return roles
 
     def _audit_log(self) -> AuditLog:
         """The audit trail's stream, one per process (its stream ensured once), its head checkpointed in

@@ -100,8 +100,9 @@ class App:
         session = self.oidc.session_of((pn.state.cookies or {}).get(SESSION_COOKIE))
         if session is None:  # ended since Bokeh let its request in: nothing may be done
             return self.runtime.actions(actor, Grants(()), datetime.now(timezone.utc))
+        groups = session.groups  # their roles as the roles file says now, at every action: a change holds at once
         return self.runtime.actions(Actor(session.user, actor.address, actor.agent),
-                                    self.oidc.roles.for_groups(session.groups),
+                                    lambda: self.runtime.roles.for_groups(groups),
                                     datetime.fromtimestamp(session.expires, timezone.utc))
 
     def _frame(self, page, spec: pages.Page, prefs: Prefs, actions: Actions) -> Frame:
@@ -200,10 +201,11 @@ def serve(settings: Settings) -> None:
     oidc, cookie_secret = None, secrets.token_hex(32)
     if access.oidc:
         provider = loop.run_sync(lambda: Provider.discover(access))
-        oidc = OidcAuth(provider, runtime.roles, cookie_secret, settings.alerting.console_url)
+        oidc = OidcAuth(provider, lambda: runtime.roles, cookie_secret, settings.alerting.console_url)
     app = App(runtime, url_state, oidc)
     auth = ({"auth_provider": oidc} if oidc else
-            {"auth_provider": GuardedBasicAuth(web.basic_auth)} if web.basic_auth else {})
+            {"auth_provider": GuardedBasicAuth(web.basic_auth, settings.alerting.console_url)} if web.basic_auth
+            else {})
     server = pn.io.server.get_server(
         # Choices live in the URL (a link reproduces what the sender saw), except on an IPv6 address:
         # Panel's Location cannot parse its Host header ("[::1]:8050"); the pages still read their arguments.

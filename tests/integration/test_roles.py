@@ -83,3 +83,19 @@ def test_the_cli_acts_as_the_local_role(nats_url, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "the role support may not probe.run" in done.stdout + done.stderr
+
+
+async def test_the_roles_file_is_read_again_when_it_changes_and_a_broken_change_gives_no_one_a_role(runtime, tmp_path):
+    """Before, the roles were read once: a group removed from the file kept its roles until a restart."""
+    import os
+
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(ROLES + '\n[[group]]\nname = "ops"\nroles = ["operator"]\n')
+    signed_in = runtime.actions(NOTEBOOK, lambda: runtime.roles.for_groups(("ops",)))  # as the web gives a session
+    assert signed_in.allowed("consumer.fetch", "ORDERS") is None
+    roles_file.write_text(ROLES)  # the group removed
+    os.utime(roles_file, (1, 1))  # a change within the same second, the same size or not
+    assert signed_in.allowed("consumer.fetch", "ORDERS") is not None  # at once, the same session
+    roles_file.write_text(ROLES + '\n[[group]]\nname = "ops"\nroles = ["operator"]\n' + "[[role]\n")  # broken
+    assert signed_in.allowed("consumer.fetch", "ORDERS") is not None
+    assert runtime.actions(NOTEBOOK).allowed("search.run", "PAY_FULL") is not None  # no one, the local role too
