@@ -105,7 +105,7 @@ def _int(text: str) -> int:
 
 # Every value from the URL is checked by the wire's own rules before a page is made with it (a name
 # that reaches a subject must never cost the process its connection); one that fails is left out.
-URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream, "name": names.stream,
+URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream,
              "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
              "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag,
              "subject": _label, "end_seq": _int, "since": _start_time, "until": _start_time, "where": _expression,
@@ -215,7 +215,7 @@ TABLE = (
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"}),
     Page("/probe", "Probe", probe, changes_the_server=True),
     Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),
-    Page("/stream", None, stream, {"name": "name"}),
+    Page("/stream", None, stream, {"stream": "name"}),
 )
 BY_PATH = {page.path: page for page in TABLE}
 PAGES = {page.path: page.title for page in TABLE if page.title}  # the navigation: path -> title

@@ -64,7 +64,9 @@ def release_risks(server: ServerRelease, s: StreamBatchSettings) -> list[str]:
 
 
 class StreamPage(Clocked, pn.viewable.Viewer):
-    name = param.String(default="", doc="The stream shown")
+    # Not `name`: every Parameterized has one, made up ("StreamPage00123") when none is given, so a refused
+    # name in the URL had the page look up a stream of that made-up name
+    stream = param.String(default="", doc="The stream shown")
     details = coroutine("async name -> StreamPlacement (raises when there is no such stream)", precedence=-1)
     limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
     server = coroutine("async () -> ServerRelease: the server's release, for what it is known to get wrong",
@@ -94,24 +96,24 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         self.refresh()  # what the live model and History hold shows before the server answers
 
     def _show_head(self) -> None:
-        if not self.name:
+        if not self.stream:
             self._head.object = "## Stream\nOpen a stream from its name on any page, or give `?name=`."
         else:
-            self._head.object = (f"## Stream {html.escape(self.name)}\n[its messages in Replay]"
-                                 f"({replay_link(self.name)}) · each lost batch below opens its Incident")
+            self._head.object = (f"## Stream {html.escape(self.stream)}\n[its messages in Replay]"
+                                 f"({replay_link(self.stream)}) · each lost batch below opens its Incident")
 
     refresh_every_ms = 2000  # Live's and History's rows of this stream
 
     async def reload(self) -> None:
         e = html.escape
         self._show_head()
-        if not self.name:
+        if not self.stream:
             return
         self.refresh()
         try:
-            placement = await self.details(self.name)
+            placement = await self.details(self.stream)
         except Exception as err:  # no such stream, or the server did not answer: the rest still shows
-            log.info("stream %r not read: %r", self.name, err)
+            log.info("stream %r not read: %r", self.stream, err)
             self._settings.object = f"**Not read from the server:** {e(str(err))}"
             placement = None
         self.placement = placement
@@ -130,7 +132,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         """What tapping this stream's publish side would cost the collector: every message it stores."""
         await asyncio.sleep(RATE_OVER)
         try:
-            second = await self.details(self.name)
+            second = await self.details(self.stream)
         except Exception as err:  # the figure is left out, never the page
             self._tap_cost.object = f"Publish-side tap: the rate was not read ({html.escape(str(err))})"
             return
@@ -142,15 +144,15 @@ class StreamPage(Clocked, pn.viewable.Viewer):
 
     def refresh(self) -> None:
         """Live's tables of this stream; its week in History when the job has run since the last read."""
-        if not self.name:
+        if not self.stream:
             return
         with pn.io.hold():
             if self.model is not None:  # Live's tables, of this stream (so without its column)
-                put(self._live, recent_frame(self.model, clock=self.clock, stream=self.name).drop(columns=["stream"]))
-                put(self._active, active_frame(self.model, stream=self.name).drop(columns=["stream"]))
+                put(self._live, recent_frame(self.model, clock=self.clock, stream=self.stream).drop(columns=["stream"]))
+                put(self._active, active_frame(self.model, stream=self.stream).drop(columns=["stream"]))
             if self.history is not None and (position := self.history.job_position()) != self._week_of:
                 now = datetime.now(timezone.utc)
-                week = self.history.abandoned_batches(now - WEEK, now, stream=self.name)
+                week = self.history.abandoned_batches(now - WEEK, now, stream=self.stream)
                 week = shown(week.drop(columns=["stream"]), self.clock)
                 week["investigate"] = [incident_link(b) for b in week["batch_id"]]
                 put(self._week, week)
