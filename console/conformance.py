@@ -8,17 +8,20 @@ import json
 import logging
 
 from console.config import Settings
-from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, ClientVerdict
+from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, UNCONFIRMED, ClientVerdict
 
 log = logging.getLogger(__name__)
 NOT_GRADED = ("no conformance verdicts in the event log: is a collector running (without --no-conformance), "
               "and have batches been published?")
-MARK = {PASS: "pass", FAIL: "FAIL", NOT_OBSERVED: "-", CANNOT_TELL: "?"}
+MARK = {PASS: "pass", FAIL: "FAIL", UNCONFIRMED: "fail?", NOT_OBSERVED: "-", CANNOT_TELL: "?"}
 
 
 def _verdict_line(v: ClientVerdict) -> str:
-    failing = v.failing
+    failing, unconfirmed = v.failing, v.unconfirmed
     state = f"does not conform: fails {', '.join(failing)}" if failing else "conforms (no statement failed)"
+    if unconfirmed:
+        state += (f"; unconfirmed: {', '.join(unconfirmed)} (only replies on its inbox say so, which any client of "
+                  "the account can publish: tap the publish side to confirm)")
     return f"{v.name}: {state}; {v.batches} batch(es) graded, {v.since} .. {v.until}" + \
         ("" if v.publish_side else "; replies only (tap the publish side for every statement)")
 
@@ -32,14 +35,16 @@ def text(verdicts: list[ClientVerdict]) -> str:
         for sid, s in STATEMENTS.items():
             status = v.status(sid)
             tallies = v.results.get(sid)
-            counts = f" ({tallies.passed} passed, {tallies.failed} failed)" if tallies else ""
+            counts = f" ({tallies.passed} passed, {tallies.failed} failed" + \
+                (f", {tallies.unconfirmed} unconfirmed)" if tallies.unconfirmed else ")") if tallies else ""
             lines.append(f"  {MARK[status]:<5} {sid} {s.title}{counts}")
-            if status == FAIL and tallies:
+            if status in (FAIL, UNCONFIRMED) and tallies:
                 lines.append(f"        ADR-50, {s.section}: \"{s.adr}\"")
                 lines += [f"        batch {e.batch_id}" + (f" on {e.stream}" if e.stream else "") + f" at {e.time}: "
-                          f"{e.detail}" for e in tallies.examples]
-    lines.append(f"\n{MARK[PASS]} / {MARK[FAIL]} / {MARK[NOT_OBSERVED]} not observed / {MARK[CANNOT_TELL]} "
-                 "cannot tell without the publish side (--tap-publish-side)")
+                          f"{e.detail}" + (f" (rests on {e.rests_on})" if e.rests_on else "") for e in tallies.examples]
+    lines.append(f"\n{MARK[PASS]} / {MARK[FAIL]} / {MARK[UNCONFIRMED]} unconfirmed (replies alone) / "
+                 f"{MARK[NOT_OBSERVED]} not observed / {MARK[CANNOT_TELL]} cannot tell without the publish side "
+                 "(--tap-publish-side)")
     return "\n".join(lines)
 
 
@@ -49,11 +54,13 @@ def as_json(verdicts: list[ClientVerdict]) -> str:
                         "passes": s.passes, "fails": s.fails, "evidence": list(s.evidence)}
                        for s in STATEMENTS.values()],
         "clients": [{"client": v.key, "publisher": v.publisher.to_dict() if v.publisher else None,
-                     "conforms": not v.failing, "batches": v.batches, "publish_side": v.publish_side,
+                     "conforms": not v.failing, "unconfirmed": v.unconfirmed, "batches": v.batches,
+                     "publish_side": v.publish_side,
                      "since": v.since, "until": v.until,
                      "results": {sid: {"status": v.status(sid),
                                        "passed": v.results[sid].passed if sid in v.results else 0,
                                        "failed": v.results[sid].failed if sid in v.results else 0,
+                                       "unconfirmed": v.results[sid].unconfirmed if sid in v.results else 0,
                                        "examples": [e.to_dict() for e in v.results[sid].examples]
                                        if sid in v.results else []} for sid in STATEMENTS}}
                     for v in verdicts],

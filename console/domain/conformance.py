@@ -138,6 +138,8 @@ STATEMENTS: dict[str, Statement] = {s.id: s for s in (
 )}
 
 PASS, FAIL, NOT_OBSERVED, CANNOT_TELL = "pass", "fail", "not observed", "cannot tell without the publish side"
+UNCONFIRMED = "unconfirmed: rests on replies alone"  # any client of the account may publish on an inbox
+ON_PUBLISH_SIDE, ON_REPLIES = "the publish side", "the server's replies on its inbox (any client of the account can forge them)"
 MAX_EXAMPLES = 3  # failing batches kept per statement per client (a verdict stays within one event)
 MAX_DETAIL = 300
 MAX_COUNT = 2**53
@@ -155,17 +157,19 @@ class Example:
     stream: str | None
     time: str
     detail: str
+    rests_on: str | None = None  # what shows it: ON_PUBLISH_SIDE, or ON_REPLIES (then it is unconfirmed)
 
     def to_dict(self) -> dict[str, str]:
         return {k: v for k, v in (("batch", self.batch_id), ("stream", self.stream), ("time", self.time),
-                                  ("detail", self.detail)) if v is not None}
+                                  ("detail", self.detail), ("rests_on", self.rests_on)) if v is not None}
 
 
 @dataclass
 class Tallies:
     passed: int = 0
-    failed: int = 0
+    failed: int = 0  # failures the publish side shows
     examples: list[Example] = field(default_factory=list)
+    unconfirmed: int = 0  # failures only the server's replies show: a client of the account may have forged them
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,8 @@ class ClientVerdict:
         tallies = self.results.get(statement_id)
         if tallies is not None and tallies.failed:
             return FAIL
+        if tallies is not None and tallies.unconfirmed:
+            return UNCONFIRMED
         if tallies is not None and tallies.passed:
             return PASS
         if STATEMENTS[statement_id].needs_publish_side and not self.publish_side:
@@ -196,6 +202,11 @@ class ClientVerdict:
         return [s for s in STATEMENTS if self.status(s) == FAIL]
 
     @property
+    def unconfirmed(self) -> list[str]:
+        """Statements only replies on its inbox say it fails: not a verdict against it, said as such."""
+        return [s for s in STATEMENTS if self.status(s) == UNCONFIRMED]
+
+    @property
     def name(self) -> str:
         return self.publisher.line() if self.publisher else "(publisher unknown)"
 
@@ -203,8 +214,9 @@ class ClientVerdict:
         return json.dumps({
             "key": self.key, "publisher": self.publisher.to_dict() if self.publisher else None,
             "batches": self.batches, "publish_side": self.publish_side, "since": self.since, "until": self.until,
-            "results": {sid: {"passed": t.passed, "failed": t.failed, "examples": [e.to_dict() for e in t.examples]}
-                        for sid, t in self.results.items() if t.passed or t.failed},
+            "results": {sid: {"passed": t.passed, "failed": t.failed, "examples": [e.to_dict() for e in t.examples],
+                              **({"unconfirmed": t.unconfirmed} if t.unconfirmed else {})}
+                        for sid, t in self.results.items() if t.passed or t.failed or t.unconfirmed},
         }, separators=(",", ":"))
 
     @classmethod
@@ -223,7 +235,8 @@ class ClientVerdict:
                 raise MalformedVerdict("'examples' is not a short list")
             results[sid] = Tallies(bounded_int(raw.get("passed"), "passed", 0, MAX_COUNT, MalformedVerdict),
                                    bounded_int(raw.get("failed"), "failed", 0, MAX_COUNT, MalformedVerdict),
-                                   [_example(e) for e in examples])
+                                   [_example(e) for e in examples],
+                                   bounded_int(raw.get("unconfirmed", 0), "unconfirmed", 0, MAX_COUNT, MalformedVerdict))
         publisher = obj.get("publisher")
         if type(obj.get("publish_side")) is not bool:
             raise MalformedVerdict("'publish_side' is not a boolean")
@@ -245,10 +258,13 @@ def _time(value: object) -> str:
 def _example(raw: object) -> Example:
     if not isinstance(raw, dict):
         raise MalformedVerdict("an example is not an object")
-    stream = raw.get("stream")
+    stream, rests_on = raw.get("stream"), raw.get("rests_on")
+    if rests_on not in (None, ON_PUBLISH_SIDE, ON_REPLIES):
+        raise MalformedVerdict("'rests_on' is not what a verdict rests on")
     return Example(bounded_text(raw.get("batch"), "batch", 128, MalformedVerdict),
                    None if stream is None else bounded_text(stream, "stream", MAX_LABEL, MalformedVerdict),
-                   _time(raw.get("time")), bounded_text(raw.get("detail"), "detail", MAX_DETAIL, MalformedVerdict))
+                   _time(raw.get("time")), bounded_text(raw.get("detail"), "detail", MAX_DETAIL, MalformedVerdict),
+                   rests_on)
 
 
 def client_key(publisher: Publisher | None) -> str:

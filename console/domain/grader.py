@@ -19,7 +19,8 @@ from typing import Callable, Mapping
 
 from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, REQUIRED_API_LEVEL
 from console.domain.conformance import (
-    BACKOFF_RATE, BACKOFF_SECONDS, MAX_EXAMPLES, SLACK_WINDOWS, WINDOWS, ClientVerdict, Example, Tallies, client_key,
+    BACKOFF_RATE, BACKOFF_SECONDS, MAX_EXAMPLES, ON_PUBLISH_SIDE, ON_REPLIES, SLACK_WINDOWS, WINDOWS, ClientVerdict,
+    Example, Tallies, client_key,
 )
 from console.domain.publisher import Publisher
 from console.domain.replies import ApiError, FlowAck, FlowError, MalformedReply, PubAck, Reply, to_reply
@@ -61,13 +62,26 @@ class Graded:
     sent: int = 0  # highest sequence seen on the publish side
     last_sent: datetime | None = None
     last_reply: datetime | None = None
+    # What the statements' results rest on: replies on the publisher's inbox, which any client of the
+    # account may publish, or the publish side; a failure only replies show is unconfirmed
+    source: str = ON_REPLIES  # what is being read now
+    rests_on: dict[str, str] = field(default_factory=dict)  # a failing statement -> what shows it
+    passed_on_publish_side: set[str] = field(default_factory=set)
 
     def passes(self, statement: str) -> None:
         self.results.setdefault(statement, None)
+        if self.source == ON_PUBLISH_SIDE:
+            self.passed_on_publish_side.add(statement)
 
     def fails(self, statement: str, why: str) -> None:
-        if self.results.get(statement) is None:
+        if self.results.get(statement) is None or \
+                (self.source == ON_PUBLISH_SIDE and self.rests_on.get(statement) == ON_REPLIES):
             self.results[statement] = why[:300]
+            self.rests_on[statement] = self.source
+
+    def contradicted(self, statement: str) -> bool:
+        """Failing on replies alone while the publish side saw it pass."""
+        return self.rests_on.get(statement) == ON_REPLIES and statement in self.passed_on_publish_side
 
 
 @dataclass
@@ -81,7 +95,8 @@ class _Client:
     told: tuple[datetime, tuple[str, ...]] | None = None  # when its verdict was last given out, failing what
 
     def failing(self) -> tuple[str, ...]:
-        return tuple(s for s, t in self.results.items() if t.failed)
+        """Statements it fails, confirmed or not: a new one is told first."""
+        return tuple(s for s, t in self.results.items() if t.failed or t.unconfirmed)
 
 
 class Grader:
@@ -124,7 +139,7 @@ class Grader:
         except MalformedReply:
             return False  # not a reply: evidence of nothing (and no batch made for it)
         new = ("fast", bid[:MAX_ID]) not in self.batches
-        batch = self._fast(bid, prefix, now)
+        batch = self._fast(bid, prefix, now, ON_REPLIES)
         batch.last_reply = now
         self._subject(batch, prefix, flow, gap)
         self._reply(batch, bid, op, seq, reply, now)
@@ -161,15 +176,16 @@ class Grader:
             batch.stream = batch.stream or reply.stream
             batch.answered = True
 
-    def _fast(self, bid: str, prefix: str, now: datetime) -> Graded:
+    def _fast(self, bid: str, prefix: str, now: datetime, source: str) -> Graded:
         key = ("fast", bid[:MAX_ID])
         batch = self.batches.get(key)
         if batch is None:
             batch = self._admit(key, Graded("fast", bid[:MAX_ID], prefix, now, now))
-            if len(bid) > 64:
-                batch.fails("F11", f"an id of {len(bid)} characters")
-            else:
-                batch.passes("F11")
+        batch.source = source
+        if len(bid) > 64:  # on each side that sees it: the publish side confirms what a reply says
+            batch.fails("F11", f"an id of {len(bid)} characters")
+        else:
+            batch.passes("F11")
         batch.last = now
         return batch
 
@@ -232,9 +248,13 @@ class Grader:
             return False
         seq = int(seq_s)
         new = ("fast", bid[:MAX_ID]) not in self.batches
-        batch = self._fast(bid, prefix, now)
+        batch = self._fast(bid, prefix, now, ON_PUBLISH_SIDE)
         batch.publish_side = True
         self._subject(batch, prefix, flow, gap)
+        window = (WINDOWS + SLACK_WINDOWS) * max(batch.requested, 1)
+        if batch.ended in ("fail_end", "refused") and op != "4" and seq > batch.end_seq + window:
+            batch.fails("F10" if batch.ended == "fail_end" else "F09",  # what the refusals said, seen sent
+                        f"message {seq} sent after the batch ended at {batch.end_seq} (in flight: {window})")
         if batch.last_sent is not None and now - batch.last_sent > self.batch_timeout and batch.ended is None:
             batch.fails("F08", f"silent {(now - batch.last_sent).total_seconds():.1f}s (batch timeout "
                                f"{self.batch_timeout.total_seconds():g}s) without a ping, then went on")
@@ -291,14 +311,15 @@ class Grader:
         if batch is None or (seq == 1 and batch.ended is not None):
             if batch is not None:
                 self._fold(key, batch)
-            batch = self._admit(key, Graded("atomic", raw_id[:MAX_ID], prefix, now, now, stream=stream))
+            batch = self._admit(key, Graded("atomic", raw_id[:MAX_ID], prefix, now, now, stream=stream,
+                                            source=ON_PUBLISH_SIDE))
             if seq == 1:
                 batch.passes("A08")
             if len(raw_id) > 64:
                 batch.fails("A05", f"an id of {len(raw_id)} characters")
             else:
                 batch.passes("A05")
-        batch.last, batch.publish_side = now, True
+        batch.last, batch.publish_side, batch.source = now, True, ON_PUBLISH_SIDE
         batch.stream = batch.stream or stream
         if prefix and not batch.prefix:
             batch.prefix = prefix
@@ -361,6 +382,8 @@ class Grader:
             state[2] = state[2] + 1 if state[1] > BACKOFF_RATE and second == state[0] + 1 else 0
             state[0], state[1] = second, 0
         state[1] += 1
+        # the 429 is a reply (forgeable); the retry it answers, when seen sent, is the client's own doing
+        batch.source = ON_PUBLISH_SIDE if batch.starts.get("publish") else ON_REPLIES
         if state[1] > BACKOFF_RATE and state[2] + 1 >= BACKOFF_SECONDS:
             batch.fails("B01", f"refused 429 more than {BACKOFF_RATE} times a second for {state[2] + 1} seconds")
         else:
@@ -417,9 +440,15 @@ class Grader:
             if why is None:
                 tallies.passed += 1
                 continue
-            tallies.failed += 1
+            rests_on = batch.rests_on.get(statement, ON_REPLIES)
+            if rests_on == ON_REPLIES:
+                tallies.unconfirmed += 1
+                if batch.contradicted(statement):
+                    why += "; the publish side saw otherwise: the replies were likely forged"
+            else:
+                tallies.failed += 1
             example = Example(_printable(batch.batch_id), batch.stream and _printable(batch.stream), _iso(batch.last),
-                              _printable(why))
+                              _printable(why), rests_on)
             tallies.examples = (tallies.examples + [example])[-MAX_EXAMPLES:]
         self.changed.add(name)
 
@@ -451,7 +480,8 @@ class Grader:
     def verdict(self, name: str) -> ClientVerdict:
         c = self.clients[name]
         return ClientVerdict(name, c.publisher, c.batches, c.publish_side,
-                             {s: Tallies(t.passed, t.failed, list(t.examples)) for s, t in c.results.items()},
+                             {s: Tallies(t.passed, t.failed, list(t.examples), t.unconfirmed)
+                              for s, t in c.results.items()},
                              _iso(c.since), _iso(c.until))
 
 

@@ -13,7 +13,7 @@ import panel as pn
 import param
 
 from console.conformance import MARK
-from console.domain.conformance import FAIL, STATEMENTS, ClientVerdict, Verdicts
+from console.domain.conformance import FAIL, STATEMENTS, UNCONFIRMED, ClientVerdict, Verdicts
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import incident_link, stream_cell
 
@@ -48,8 +48,9 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
             pn.Row(w.TextInput.from_param(self.param.client, name="client", width=260),
                    w.Checkbox.from_param(self.param.failing_only, name="only clients that fail")),
             self._matrix, pn.pane.Markdown("### Failures"), self._failures,
-            pn.pane.Markdown(f"<small>{legend}. pass / FAIL / - not observed / ? cannot tell without the publish side "
-                             "(`--tap-publish-side`).</small>"),
+            pn.pane.Markdown(f"<small>{legend}. pass / FAIL / fail? unconfirmed: only replies on the client's inbox "
+                             "say so, and any client of the account can publish there / - not observed / ? cannot "
+                             "tell without the publish side (`--tap-publish-side`).</small>"),
             sizing_mode="stretch_width")
         self._known: list[ClientVerdict] = []
 
@@ -94,7 +95,7 @@ def conformance_line(v: ClientVerdict) -> str:
     return f'its client <b style="color:#c92a2a">does not conform to ADR-50</b>: {failing} ({link})'
 
 
-COLOURS = {"pass": "#2b8a3e", "FAIL": "#c92a2a"}
+COLOURS = {"pass": "#2b8a3e", "FAIL": "#c92a2a", "fail?": "#e67700"}
 
 
 def _mark(status: str) -> str:
@@ -105,7 +106,8 @@ def _mark(status: str) -> str:
 
 
 def _matrix_row(v: ClientVerdict) -> dict:
-    return {"client": v.name, "verdict": "does not conform" if v.failing else "conforms", "batches": v.batches,
+    verdict = "does not conform" if v.failing else "unconfirmed failures" if v.unconfirmed else "conforms"
+    return {"client": v.name, "verdict": verdict, "batches": v.batches,
             **{sid: _mark(v.status(sid)) for sid in STATEMENTS}}
 
 
@@ -114,12 +116,13 @@ def _failure_rows(v: ClientVerdict, when) -> list[dict]:
 
     rows = []
     for sid in STATEMENTS:
-        if v.status(sid) != FAIL:
+        if v.status(sid) not in (FAIL, UNCONFIRMED):
             continue
         s = STATEMENTS[sid]
         for e in v.results[sid].examples:
             rows.append({"client": v.name, "statement": f"{sid} {s.title}", "ADR-50": f"{s.section}: {s.adr}",
-                         "seen": e.detail, "batch": incident_link(e.batch_id) and
+                         "seen": e.detail + (" (unconfirmed: rests on replies alone)"
+                                             if v.status(sid) == UNCONFIRMED else ""), "batch": incident_link(e.batch_id) and
                          f'{incident_link(e.batch_id)} <code>{html.escape(e.batch_id[:24])}</code>',
                          "stream": stream_cell(e.stream) if e.stream else "",
                          "when": when(datetime.fromisoformat(e.time.replace("Z", "+00:00")))})

@@ -21,7 +21,7 @@ from console.config import CollectorSettings, DataSettings, Settings
 from console.domain.conformance import FAIL, PASS, Verdicts
 from tests.conftest import TEST_LIMITS
 from tests.integration.faulty_publishers import (
-    FAULTY, RawFast, b01_retries_without_backing_off, f07_pings_ahead, fast_stream,
+    FAULTY, RawFast, b01_retries_without_backing_off, committed, f07_pings_ahead, fast_stream, within_windows,
 )
 from tests.integration.test_collector_sources import ACCOUNTS, connect_as
 from tests.integration.conftest import PEER
@@ -243,3 +243,35 @@ async def test_a_notebook_has_the_conformance_page_with_the_same_verdicts(faulty
     shown = set(page.matrix["client"])
     assert {v.name for v in faulty_verdicts.report() if v.failing} <= shown
     assert "F05 keeps within its outstanding-ack window" in set(page.failures["statement"])
+
+
+async def test_forged_replies_on_an_innocent_clients_inbox_do_not_fail_it(accounts_server, grading, settings):
+    """Any client of the account may publish on another's inbox: before, forged replies alone marked a
+    conformant client as failing F01, F04 and F12. Now they are unconfirmed, named as what they rest on,
+    and the publish side it was tapped on says the replies were likely forged."""
+    app, _ = grading
+    innocent = await connect_as(accounts_server, "app", "app-secret", name="innocent")
+    forger = await connect_as(accounts_server, "app", "app-secret", name="forger")
+    try:
+        batch = await RawFast(innocent, await fast_stream(innocent, "F_FORGED")).open()
+        await batch.start()
+        ack = b'{"type":"ack","seq":0,"msgs":10}'
+        await forger.publish(batch.reply_to(7, 0), ack)  # "a start at sequence 7" (F01)
+        await forger.publish(batch.reply_to(1, 0), ack)  # "a second start of an open id" (F12)
+        await forger.publish(batch.reply_to(3, 1, flow=20), ack)  # "another flow" (F04)
+        await forger.flush()
+        await within_windows(batch, 2, 5)
+        await committed(batch, 6)
+
+        def graded(found: Verdicts) -> bool:
+            return (v := of(found, "innocent")) is not None and v.batches >= 1 and bool(v.unconfirmed)
+
+        verdict = of(await verdicts_when(log_of(app, settings), graded, timeout=60), "innocent")
+        assert verdict.failing == [] and verdict.publish_side, verdict.results
+        assert set(verdict.unconfirmed) <= {"F01", "F04", "F12"} and verdict.unconfirmed, verdict.unconfirmed
+        for sid in verdict.unconfirmed:
+            example = verdict.results[sid].examples[0]
+            assert "forge" in example.rests_on and "the publish side saw otherwise" in example.detail, example
+    finally:
+        await innocent.close()
+        await forger.close()

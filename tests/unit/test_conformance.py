@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.domain.conformance import (
-    CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, ClientVerdict, Example, MalformedVerdict, Tallies, Verdicts,
+    CANNOT_TELL, FAIL, NOT_OBSERVED, ON_PUBLISH_SIDE, ON_REPLIES, PASS, STATEMENTS, ClientVerdict, Example, MalformedVerdict, Tallies, Verdicts,
     client_key,
 )
 from console.domain.events import BatchEvent, EventKind, event_from_json
@@ -136,15 +136,36 @@ def test_a_conformant_fast_batch_passes_what_it_shows_from_both_sides():
                                                                               if v.status(s) == PASS}
 
 
-def test_replies_alone_catch_what_they_can_and_leave_the_rest_unknown():
+def test_replies_alone_fail_no_one_they_leave_a_failure_unconfirmed_and_the_rest_unknown():
+    """Any client of the account can publish on a publisher's inbox: before, forged replies alone failed an
+    innocent client."""
     g = Grader(batch_timeout=1.0, resolve=lambda *_: APP)
     g.reply(fast("b", 1, 0), ack(0), at(0))
     unknown = b'{"error":{"code":400,"err_code":10208,"description":"batch publish ID unknown"}}'
     g.reply(fast("b", 11, 1), unknown, at(0.5))
     g.reply(fast("b", 200, 1), unknown, at(0.6))  # far past what was in flight at the first refusal
     v = graded(g)
-    assert v.failing == ["F09"] and not v.publish_side
+    assert v.failing == [] and v.unconfirmed == ["F09"] and not v.publish_side
+    assert v.results["F09"].examples[0].rests_on == ON_REPLIES
     assert v.status("F05") == CANNOT_TELL
+
+
+def test_the_publish_side_confirms_a_failure_or_shows_the_replies_forged():
+    g = Grader(batch_timeout=1.0, resolve=lambda *_: APP)
+    g.fast_message(fast("b", 1, 0), at(0))  # the client's real start, at 1
+    g.reply(fast("b", 7, 0), ack(0), at(0.01))  # a forged answer to a start at 7 (F01) ...
+    g.reply(fast("b", 1, 0, prefix="_INBOX.other"), ack(0), at(0.02))  # ... and to another prefix (F04)
+    g.fast_message(fast("b", 2, 1), at(0.03))
+    v = graded(g)
+    assert v.failing == [] and set(v.unconfirmed) == {"F01", "F04", "F12"}  # the report's three
+    assert "the publish side saw otherwise" in v.results["F01"].examples[0].detail
+    g = Grader(batch_timeout=1.0, resolve=lambda *_: APP)
+    g.reply(fast("c", 1, 0), ack(0), at(0))
+    unknown = b'{"error":{"code":400,"err_code":10208,"description":"batch publish ID unknown"}}'
+    g.reply(fast("c", 2, 1), unknown, at(0.1))
+    g.fast_message(fast("c", 200, 1), at(0.2))  # seen sent far past the refusal: confirmed
+    v = graded(g)
+    assert v.failing == ["F09"] and v.results["F09"].examples[0].rests_on == ON_PUBLISH_SIDE
 
 
 @given(st.lists(st.tuples(st.text(max_size=120), st.binary(max_size=200), st.booleans()), max_size=40))
@@ -197,7 +218,7 @@ def test_busy_clients_are_told_a_few_at_a_time_a_new_failure_first():
     g.reply(fast("y", 2, 0, prefix="_INBOX.c499"), b'{"error":{"code":400,"err_code":10206,"description":"x"}}', at(2))
     g.fold_all()
     second = g.verdicts(now=at(3), limit=100, again_after=timedelta(seconds=60))
-    assert second[0].failing == ["F01"] and second[0].publisher.name == "_INBOX.c499"  # its new failure: first
+    assert second[0].unconfirmed == ["F01"] and second[0].publisher.name == "_INBOX.c499"  # a new failure: first
     for _ in range(3):
         g.verdicts(now=at(4), limit=100, again_after=timedelta(seconds=60))
     assert not g.changed  # every client told once
@@ -220,4 +241,4 @@ def test_a_burst_of_429s_is_backing_off_seconds_of_them_are_not():
     burst = client([0.01 * i for i in range(50)])  # 50 starts refused at once: concurrent, not a retry loop
     assert burst.status("B01") == PASS
     storm = client([0.05 * i for i in range(60)])  # 20 a second for 3 seconds
-    assert storm.failing == ["B01"]
+    assert storm.unconfirmed == ["B01"] and storm.failing == []  # 429s on its inbox: forgeable
