@@ -176,6 +176,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             return None
         if self.stream != reader.stream:  # the user picked another stream while this answer was on its way
             self.status = self._left(reader.stream, len(result.messages))
+            if self._reader is reader:
+                await self.close()  # its cursor passed what was dropped: a next fetch starts afresh
             return None
         self._show(reader.stream, reader, result.messages)
         self.status = await self._describe(result)

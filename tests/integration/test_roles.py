@@ -99,3 +99,31 @@ async def test_the_roles_file_is_read_again_when_it_changes_and_a_broken_change_
     roles_file.write_text(ROLES + '\n[[group]]\nname = "ops"\nroles = ["operator"]\n' + "[[role]\n")  # broken
     assert signed_in.allowed("consumer.fetch", "ORDERS") is not None
     assert runtime.actions(NOTEBOOK).allowed("search.run", "PAY_FULL") is not None  # no one, the local role too
+
+
+async def test_a_replay_answer_for_a_stream_the_page_has_left_is_dropped_not_shown_at_the_new_streams_level(runtime):
+    """The role sees PAY_FULL's payloads in full and none of PAY_RACE's: before, PAY_RACE's messages that
+    arrived after the user picked PAY_FULL were shown at PAY_FULL's level, in full."""
+    import asyncio
+
+    from console.pages import replay
+
+    js = runtime.nc.jetstream()
+    for name in ("PAY_FULL", "PAY_RACE"):
+        try:
+            await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
+        except Exception:
+            pass  # made by an earlier test of this module's server
+    await js.publish("pay_race.x", b'{"card": "4111-RACE"}')
+    page = replay(runtime, runtime.actions(NOTEBOOK), stream="PAY_RACE", expires=2.0, max_messages=50)
+    fetching = asyncio.ensure_future(page.fetch())  # waits its expiry for messages PAY_RACE does not have
+    while page.status != "Fetching…":
+        await asyncio.sleep(0.01)
+    page.stream = "PAY_FULL"
+    assert await fetching is None
+    assert "after another stream was picked" in page.status
+    assert not any(b"4111-RACE" in m.payload for m in page.messages)
+    page.stream = "PAY_RACE"
+    await page.fetch()
+    assert page.messages and all(b"4111-RACE" not in m.payload for m in page.messages)  # its own level: none
+    await page.close()
