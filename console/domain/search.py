@@ -151,7 +151,7 @@ class Predicate:
         self._context.add_function("matches", self.patterns.search)  # the global form, matches(text, p)
         if self._program is not None:
             unknown = sorted({f for f in self._program.functions()
-                              if not f[:1] in "_@!" and f not in FUNCTIONS and f != OWN_MATCHES}
+                              if f.isidentifier() and f not in FUNCTIONS and f != OWN_MATCHES}  # not operators
                              | {v for v in self._program.variables() if v not in VARIABLES and v not in shape.bound})
             if unknown:
                 raise SearchRefused(f"where: {', '.join(unknown)[:200]} not known (a message has "

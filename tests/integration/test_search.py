@@ -113,7 +113,7 @@ async def test_a_window_of_sequences(stream):
     assert (state.scanned, found[0].seq, found[-1].seq) == (1000, 1001, 2000)
 
 
-@pytest.mark.parametrize("where", ['__import__("os").system("id")', 'open("/etc/passwd")', "os.environ",
+@pytest.mark.parametrize("where", ['__import__("os").system("id")', '__import__("os")', '_x(text)', 'open("/etc/passwd")', "os.environ",
                                    "payload.items.all(x, payload.items.exists(y, x == y))", "(" * 300 + "1" + ")" * 300,
                                    "x" * 1001, "payload.a\x1b[2J"])
 def test_a_predicate_that_reaches_further_than_the_message_is_refused(where):
