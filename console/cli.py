@@ -290,7 +290,8 @@ async def alerts_async(settings: Settings) -> int:
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
         store = AlertStore(settings.data.db_path)
         service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,
-                               rules_file=path, targets=settings.notify_targets(),
+                               rules_file=lambda: rules_path(settings.alerting.rules, settings.data.data_dir),
+                               targets=settings.notify_targets(),
                                checks_window_s=settings.checks.check_window * 60)
         log.info("alerts: %d rules, firing state in %s", len(rules), store.path)
         checks = asyncio.create_task(watch(runtime, settings, store, metrics, stop, service.set_findings,

@@ -11,6 +11,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 from console.alerting.metrics import Metrics
 from console.alerting.notify import Attempt, Notifier
@@ -30,9 +31,18 @@ EVERY = 1.0  # seconds between evaluations
 COLLECTOR_UP_WITHIN = timedelta(seconds=15)  # three of its status intervals
 
 
+def _stamp(path: Path | None) -> tuple[str, int] | None:
+    """Which file, and when it last changed (None: none to read)."""
+    try:
+        return (str(path), path.stat().st_mtime_ns) if path is not None else None
+    except OSError:
+        return None
+
+
 class AlertService:
     def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], store: AlertStore,
-                 console_url: str | None = None, metrics: Metrics | None = None, rules_file: Path | None = None,
+                 console_url: str | None = None, metrics: Metrics | None = None,
+                 rules_file: Path | Callable[[], Path] | None = None,
                  targets: NotifyTargets = NotifyTargets(), checks_window_s: float = 0.0):
         self.log = EventLog.over(nc, event_log)
         self.evaluator = Evaluator(rules)
@@ -45,8 +55,10 @@ class AlertService:
         self.caught_up = False
         self._sending: set[asyncio.Task] = set()
         self._poke = asyncio.Event()  # set when an event may fire a rule: evaluated at once, not on the clock
-        self.rules_file = rules_file  # read again when it changes (the Alerts page edits it)
-        self._rules_stamp = rules_file.stat().st_mtime_ns if rules_file and rules_file.exists() else None
+        # Read again when it changes, and looked for again each time: the Alerts page's first save makes
+        # DATA_DIR/alert-rules.toml, which from then on is the file (a mute did nothing until a restart)
+        self._rules_file = rules_file
+        self._rules_stamp = _stamp(self.rules_file)
         self.evaluator.restore(store.firing())
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="alert-state")
         self._writes: set[asyncio.Future] = set()
@@ -141,11 +153,13 @@ class AlertService:
         if not future.cancelled() and (error := future.exception()) is not None:
             log.error("alert state not kept in %s: %r", self.store.path, error)
 
+    @property
+    def rules_file(self) -> Path | None:
+        return self._rules_file() if callable(self._rules_file) else self._rules_file
+
     def _reload_rules(self) -> None:
-        if self.rules_file is None or not self.rules_file.exists():
-            return
-        stamp = self.rules_file.stat().st_mtime_ns
-        if stamp == self._rules_stamp:
+        stamp = _stamp(self.rules_file)
+        if stamp is None or stamp == self._rules_stamp:
             return
         self._rules_stamp = stamp
         try:

@@ -116,6 +116,8 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
             self.param.rule.objects = names
         if self.rule not in names and names:
             self.rule = names[0]
+        elif self.rule in names and self.rule_text == EXAMPLE:  # a rule from the URL: its text, not the example
+            self._on_rule()
 
     @param.depends("rule", watch=True)
     def _on_rule(self) -> None:
@@ -139,8 +141,10 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         except ConsoleError as e:  # read-only: refused (and audited) by the action, whoever sent the click
             self.result = f"**Refused:** {html.escape(str(e))}"
             return
-        self.result = f"{html.escape(self.rule)} {'muted' if muted else 'unmuted'}."
+        self.result = (f"{html.escape(self.rule)} {'muted' if muted else 'unmuted'}. The alerts process takes it "
+                       "within seconds.")
         self.read()
+        self._on_rule()  # the editor shows the rule as it now is
 
     async def save(self) -> None:
         try:

@@ -165,3 +165,26 @@ async def test_a_redirect_is_not_followed_and_a_target_the_settings_refuse_gets_
         await sub.unsubscribe()
         redirecting.close()
         target.close()
+
+
+async def test_a_mute_from_the_alerts_page_holds_at_once_on_a_console_without_a_rules_file(stack, tmp_path):
+    """Before, the alerts part watched the shipped rules file it started with; the page's first mute wrote
+    DATA_DIR/alert-rules.toml, which it never read until a restart."""
+    from console.actions import Actions
+    from console.alerting.rules_file import load_rules, rules_path
+    from console.alerting.view import AlertsView
+    from console.domain.audit import Actor
+
+    store = AlertStore(tmp_path / "console.db")
+    service = AlertService(stack, EventLogSettings(), load_rules(None), store,
+                           rules_file=lambda: rules_path(None, tmp_path))
+    view = AlertsView(tmp_path, None, tmp_path / "console.db",
+                      actions=Actions(None, Actor("t"), trail_required=False))
+    name = service.evaluator.rules[0].name
+    await view.set_muted(name, True)
+    assert (tmp_path / "alert-rules.toml").exists()
+    service.tick(datetime.now(timezone.utc))
+    assert [r.muted for r in service.evaluator.rules if r.name == name] == [True]
+    await view.set_muted(name, False)
+    service.tick(datetime.now(timezone.utc))
+    assert [r.muted for r in service.evaluator.rules if r.name == name] == [False]
