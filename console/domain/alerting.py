@@ -19,6 +19,10 @@ MAX_BATCH_IDS = 20
 MAX_PUBLISHERS = 5  # a notification names at most this many publishing connections
 COLLECTOR = "(collector)"  # the stream key of collector_silent
 DEPLOYMENT = "(deployment)"  # the stream key of a health check's finding about no one stream
+# A fast batch's loss is often seen before its stream (the commit or the collector's lookup names it a
+# moment later): one under no stream counts only once it has gone this long unattributed, so it pages on
+# its stream, not on "(unknown)" first and then again (a fire and a resolve a second apart, every demo round)
+ATTRIBUTION_GRACE = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,9 @@ class Evaluator:
         keys = {stream for (measure, stream) in self.windows if measure == rule.when} | \
             {stream for (name, stream) in self.firing if name == rule.name}
         for stream in keys:
+            settled = now - ATTRIBUTION_GRACE if stream == UNKNOWN_STREAM else now
             seen = [o for o in self.windows.get((rule.when, stream), ())
-                    if o.time >= now - rule.within and rule.covers(stream, o.reason)]
+                    if now - rule.within <= o.time <= settled and rule.covers(stream, o.reason)]
             if rule.covers(stream) or (rule.name, stream) in self.firing:
                 yield stream, sum(o.amount for o in seen), seen
 
