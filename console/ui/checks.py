@@ -16,7 +16,8 @@ from console.domain.checks import CHECKS, SEVERITIES
 from console.ui.formatting import Clocked, put, tabulator
 from console.ui.history import stream_cell
 
-COLUMNS = ["severity", "code", "check", "stream", "evidence", "remedy", "first seen", "last seen"]
+# What an operator decides on first, then the long texts: at 1280 px the times stay in view
+COLUMNS = ["severity", "code", "stream", "check", "first seen", "last seen", "evidence", "remedy"]
 ANY = "(any)"
 Stored = tuple[list[dict], "datetime | None", list[tuple[str, str]]]
 
@@ -25,7 +26,8 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
     findings = param.Callable(doc="() -> (findings, when they were evaluated, what could not be checked)")
     severity = param.Selector(default=ANY, objects=[ANY, *reversed(SEVERITIES[1:])], doc="Only findings this severe")
     stream = param.String(default="", doc="Only this stream's findings")
-    rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The findings the filters show")
+    rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS),
+                           doc="The findings the filters show, as plain values (the table shows them marked up)")
     state = param.String(default="", doc="When the checks ran, what they found, what they could not check")
 
     def __init__(self, **params):
@@ -72,7 +74,7 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
                   and (not self.stream.strip() or f["stream"] == self.stream.strip())]
         wanted.sort(key=lambda f: (-SEVERITIES.index(f["severity"]), f["code"], f["stream"]))
         self.rows = pd.DataFrame([_row(f, self.clock.when) for f in wanted], columns=COLUMNS, dtype=object)
-        put(self._table, self.rows)
+        put(self._table, _marked_up(self.rows))
 
     def __panel__(self):
         return self._layout
@@ -82,8 +84,15 @@ COLOURS = {"critical": "#c92a2a", "warning": "#e67700", "info": "#1971c2"}
 
 
 def _row(f: dict, when: Callable[[datetime], str]) -> dict:
-    e = html.escape
-    return {"severity": f'<b style="color:{COLOURS.get(f["severity"], "inherit")}">{e(f["severity"])}</b>',
-            "code": f["code"], "check": f["title"], "stream": stream_cell(f["stream"]) if f["stream"] else "",
+    return {"severity": f["severity"], "code": f["code"], "check": f["title"], "stream": f["stream"] or "",
             "evidence": f["evidence"], "remedy": f["remedy"],
             "first seen": when(f["first_seen"]), "last seen": when(f["last_seen"])}
+
+
+def _marked_up(rows: pd.DataFrame) -> pd.DataFrame:
+    """For the table: the severity coloured, the stream a link to its page (a notebook's `rows` stay plain:
+    `rows[rows.severity == "critical"]` finds them)."""
+    out = rows.copy()
+    out["severity"] = [f'<b style="color:{COLOURS.get(s, "inherit")}">{html.escape(s)}</b>' for s in out["severity"]]
+    out["stream"] = [stream_cell(s) if s else "" for s in out["stream"]]
+    return out

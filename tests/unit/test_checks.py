@@ -181,3 +181,18 @@ def test_a_figure_from_assumed_limits_says_it_was_assumed():
     [found] = evaluate(facts, codes=["BATCH_006"]).findings
     assert "batch timeout (10 s, assumed: /varz was not read)" in found.evidence
     assert "assumed" not in evaluate(replace(facts, limits_assumed=False), codes=["BATCH_006"]).findings[0].evidence
+
+
+def test_a_notebooks_checks_rows_are_plain_values_and_the_table_marks_them_up():
+    """Before, `rows` held the table's HTML: rows[rows.severity == "critical"] found nothing."""
+    from datetime import datetime, timezone
+
+    from console.ui.checks import ChecksPage
+
+    now = datetime(2026, 11, 26, 12, tzinfo=timezone.utc)
+    found = [{"code": "BATCH_001", "title": "t", "stream": "ORDERS", "severity": "critical", "evidence": "e",
+              "remedy": "r", "first_seen": now, "last_seen": now}]
+    page = ChecksPage(findings=lambda: (found, now, []))
+    page.read()
+    assert list(page.rows[page.rows.severity == "critical"].stream) == ["ORDERS"]
+    assert "<a " in page._table.value.stream[0] and "<b " in page._table.value.severity[0]
