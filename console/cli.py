@@ -6,9 +6,12 @@ import argparse
 import asyncio
 import json
 import logging
+import secrets
 import signal
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 from datetime import datetime, timezone
 
 from console.broker.cluster import EmbeddedCluster
@@ -17,7 +20,10 @@ from console.broker import names
 from console.broker.connection import cancelled, close, connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
-from console.config import SERVER_READY, KEY_WAIT, Settings, add_flags, load, private_file, spark_options
+from console.config import (
+    EMBEDDED_SYSTEM_USER, KEY_WAIT, SERVER_READY, SYSTEM_PASSWORD_FILE, Settings, add_flags, beside_up, load,
+    private_dir, private_file, spark_options,
+)
 from console.domain.audit import CLI
 from console.domain.fast_ingest import GapMode
 from console.domain.events import EventKind
@@ -154,7 +160,8 @@ def cmd_server(settings: Settings) -> int:
         ports = [e.nats_port + i if e.nats_port else 0 for i in range(e.nats_nodes)]
         server = EmbeddedCluster(store, e.nats_nodes, host=e.nats_host, ports=ports, batch_limits=limits)
     else:
-        server = EmbeddedServer(store, host=e.nats_host, port=e.nats_port, batch_limits=limits)
+        server = EmbeddedServer(store, host=e.nats_host, port=e.nats_port, batch_limits=limits,
+                                extra_config=system_account(store))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
     monitor_url = getattr(server, "monitor_url", None)  # a single server's is known once it runs
@@ -174,6 +181,23 @@ def cmd_server(settings: Settings) -> int:
         server.stop()
 
 
+def system_account(store: Path) -> str:
+    """The embedded server's accounts: every client without credentials in the global account as before
+    (its streams where they were), and a system account whose user (its password made once, 0600, in the
+    store) `up` gives the collector: identity, the advisories no client can forge, the server's limits."""
+    private_dir(store)
+    path = store / SYSTEM_PASSWORD_FILE
+    if not path.exists():
+        private_file(path).write_text(secrets.token_urlsafe(24))
+    password = path.read_text().strip()
+    return "\n".join([
+        # what a client without credentials is; its password unused (a new one each start)
+        f'authorization {{ users: [ {{user: "batch-console", password: {json.dumps(secrets.token_urlsafe(24))}}} ] }}',
+        "no_auth_user: batch-console",
+        f"accounts {{ SYS {{ users: [ {{user: {json.dumps(EMBEDDED_SYSTEM_USER)}, password: {json.dumps(password)}}} ] }} }}",
+        "system_account: SYS"])
+
+
 def stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -182,10 +206,11 @@ def stop_on_signals() -> asyncio.Event:
 
 
 async def demo_async(settings: Settings) -> int:
-    from console.demo import run_demo
+    from console.demo import DEMO_CLIENT, run_demo
 
-    stop = stop_on_signals()
-    async with await Runtime.open(settings) as runtime:
+    stop = stop_on_signals()  # its connection says what it is wherever a publisher is named: its faults are meant
+    named = replace(settings, connection=replace(settings.connection, name=DEMO_CLIENT))
+    async with await Runtime.open(named) as runtime:
         demo = asyncio.create_task(run_demo(runtime.nc, every=settings.demo.demo_every, rounds=settings.demo.demo_rounds))
         await asyncio.wait([demo, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         await cancelled(demo)
@@ -376,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     settings: Settings | None = None
     try:
         settings = load(args)
+        if args.command not in ("up", "server"):  # a command beside a running `up` uses the URLs it chose
+            settings = beside_up(settings)
         logging.basicConfig(level=logging.DEBUG if settings.log.verbose else logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         redact_logs(settings)

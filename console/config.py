@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import secrets
 import tempfile
@@ -484,6 +485,39 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     return Settings(**sections, given=frozenset(given))
 
 
+def beside_up(settings: Settings) -> Settings:
+    """The settings of a command run with the data directory of a running `up`: the NATS URL, the
+    monitoring URL and the embedded server's system user that `up` chose, each unless given."""
+    up = running_up(settings.data.data_dir)
+    if up is None:
+        return settings
+    connection, system = settings.connection, settings.system
+    if "connection.servers" not in settings.given and isinstance(up.get("nats"), str):
+        connection = replace(connection, servers=(up["nats"],))
+        if "connection.monitor_url" not in settings.given and isinstance(up.get("monitor"), str):
+            connection = replace(connection, monitor_url=up["monitor"])
+        if not (system.system_user or system.system_creds) and up.get("system_user") == EMBEDDED_SYSTEM_USER:
+            try:
+                password = (settings.data.data_dir / "nats" / SYSTEM_PASSWORD_FILE).read_text().strip()
+                system = replace(system, system_user=EMBEDDED_SYSTEM_USER, system_password=password)
+            except OSError:
+                pass
+    return replace(settings, connection=connection, system=system)
+
+
+def running_up(data_dir: Path) -> dict[str, Any] | None:
+    """What a running `up` on this data directory wrote of itself, or None (none, or it is gone)."""
+    try:
+        found = json.loads((data_dir / UP_FILE).read_text())
+        pid = found["pid"]
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):  # none, half written, not ours, or its up is gone
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def child_env(settings: Settings) -> dict[str, str]:
     """Every setting given or not at its default (a password lifted from a URL), as the environment
     of a child process: what `up` hands its parts, so no secret is on a command line, where `ps`
@@ -590,6 +624,9 @@ def private_dir(path: Path) -> Path:
 
 
 SERVER_READY = "ready.json"  # in the embedded server's store: its URLs, written once it runs
+UP_FILE = "up.json"  # in the data directory: every URL a running `up` chose, for the commands run beside it
+SYSTEM_PASSWORD_FILE = "system.password"  # in the embedded server's store: its system account user's (0600)
+EMBEDDED_SYSTEM_USER = "system"
 
 
 def private_file(path: Path) -> Path:

@@ -35,6 +35,7 @@ class DemoStream:
 
 DEMO_STREAMS = (DemoStream(ATOMIC_STREAM, f"{ORDERS}.>", True), DemoStream(FAST_STREAM, f"{INGEST}.>", False))
 DEMO_SUBJECTS = (f"{ORDERS}.>",)  # what `up --demo` taps on the publish side: its atomic batches
+DEMO_CLIENT = "batch-console demo (deliberate faults)"  # its connection name: where a publisher is shown
 
 
 async def ensure_demo_streams(nc: Connection) -> int:

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import (SERVER_READY, AlertingSettings, ConnectionSettings, Settings, child_env, env_name, host_in_url,
+from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, SYSTEM_PASSWORD_FILE, UP_FILE, AlertingSettings,
+                            ConnectionSettings, Settings, SystemAccountSettings, child_env, env_name, host_in_url,
                             private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
@@ -139,6 +140,11 @@ class Supervisor:
             self._env[env_name(ConnectionSettings, "servers")] = url
             if monitor and "connection.monitor_url" not in self.settings.given:  # the server's limits, for every part
                 self._env[env_name(ConnectionSettings, "monitor_url")] = monitor
+            system = self.settings.system
+            if not (system.system_user or system.system_creds):  # the embedded server's system account user
+                password = (self.settings.data.data_dir / "nats" / SYSTEM_PASSWORD_FILE).read_text().strip()
+                self._env[env_name(SystemAccountSettings, "system_user")] = EMBEDDED_SYSTEM_USER
+                self._env[env_name(SystemAccountSettings, "system_password")] = password
         url = self._env[env_name(ConnectionSettings, "servers")]
         self.settings.keyed_event_log(make=True)  # before the parts: the readers never make one
         web = self.settings.web
@@ -156,7 +162,18 @@ class Supervisor:
             self._part("demo", ["demo"])
         self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
         self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
+        self._write_urls(url, console_url, metrics_port)
         self._say_where_alerts_go()
+
+    def _write_urls(self, nats_url: str, console_url: str, metrics_port: int) -> None:
+        """DATA_DIR/up.json: every URL this `up` chose, for the commands run beside it (config.beside_up)."""
+        env, path = self._env, self.settings.data.data_dir / UP_FILE
+        found = {"pid": os.getpid(), "nats": nats_url, "monitor": env.get(env_name(ConnectionSettings, "monitor_url")),
+                 "console": console_url, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+                 "system_user": env.get(env_name(SystemAccountSettings, "system_user")) if self.embedded else None}
+        temp = private_file(path.with_suffix(".tmp"))
+        temp.write_text(json.dumps(found))
+        temp.replace(path)
 
     def _wait_for_server(self, part: Part, ready: Path, timeout: float = 30.0) -> tuple[str, str | None]:
         """The embedded server's URL and monitor URL, as the `server` part writes them once it runs."""
@@ -223,3 +240,4 @@ class Supervisor:
             part.stop()
             self.say(f"{part.name}: stopped")
         self._write_states()  # up.json says each part's state after the stop, not the last one seen running
+        (self.settings.data.data_dir / UP_FILE).unlink(missing_ok=True)

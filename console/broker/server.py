@@ -120,6 +120,9 @@ class EmbeddedServer:
         if self.running():
             return self
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        # Owner-only: the configuration can hold the system account user's password
+        os.close(os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.chmod(self.config_path, 0o600)
         self.config_path.write_text(self._config())
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._proc = subprocess.Popen(

@@ -131,3 +131,21 @@ def test_a_supervisor_killed_outright_takes_its_parts_with_it(up):
     proc.wait()
     poll_until(lambda: not any(alive(p) for p in parts), 60,
                lambda: f"parts still running: {[p for p in parts if alive(p)]}")
+
+
+def test_up_gives_its_collector_the_system_account_and_the_commands_beside_it_its_urls(up):
+    """Before, the embedded server had no system account (every demo loss 'publisher unknown', BATCH_022
+    on every demo) and `check` beside `up` could not find the monitoring port it chose ('assumed')."""
+    _, log, web_url, nats_url = up
+    data = data_dir(log)
+    found = json.loads((data / "up.json").read_text())
+    assert found["nats"] == nats_url and found["console"] + "/" == web_url and found["monitor"].startswith("http://")
+    assert found["metrics"].endswith("/metrics") and found["system_user"] == "system"
+    for private in (data / "nats" / "nats-server.conf", data / "nats" / "system.password", data / "up.json"):
+        assert oct(private.stat().st_mode & 0o777) == "0o600", private
+    poll_until(lambda: "the system account's /varz" in (data / "logs" / "collector.log").read_text(), 30,
+               "the collector did not read the limits through the system account")
+    done = subprocess.run([CLI, "check", "--data-dir", str(data)], capture_output=True, text=True, timeout=120)
+    assert "assumed" not in done.stdout + done.stderr and "BATCH_022" not in done.stdout, done.stdout
+    assert "(user/password)" in done.stderr  # as the system account's user, from the file `up` keeps
+    assert (data / "nats" / "system.password").read_text().strip() not in done.stdout + done.stderr
