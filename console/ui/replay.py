@@ -79,9 +79,12 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         self._reader: ConsumerReader | None = None
         self._reader_key: tuple | None = None
         self._messages = pn.Column(sizing_mode="stretch_width")
+        self._cards: dict[int, pn.Column] = {}  # stream seq -> its card, while it awaits an answer
         w = pn.widgets
         fetch = pn.widgets.Button(label="Fetch", button_type="primary")
         next_ = pn.widgets.Button(label="Next")
+        self._fetching = (fetch, next_)
+        self._not_for_you = pn.pane.Markdown("")
         replay = pn.widgets.Button(label="Replay batch")
         fetch.on_click(self._on_fetch)
         next_.on_click(self._on_next)
@@ -93,7 +96,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
                                    placeholder="2026-11-21T09:30:00"),
             w.IntInput.from_param(self.param.max_messages, name="max messages"),
             w.IntInput.from_param(self.param.max_bytes, name="max bytes (0: no limit)"),
-            w.FloatInput.from_param(self.param.expires, name="expires (s)"), pn.Row(fetch, next_),
+            w.FloatInput.from_param(self.param.expires, name="expires (s)"), pn.Row(fetch, next_), self._not_for_you,
             pn.pane.Markdown("### Replay a batch"), w.TextInput.from_param(self.param.batch_id, name="batch id"),
             replay, width=320)
         self._layout = pn.Column(pn.pane.Markdown("## Replay"), pn.pane.Markdown(self.param.status),
@@ -110,6 +113,17 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("stream", watch=True)
     async def _load_consumers(self) -> None:
+        await self._refresh_consumers()
+        self._on_choice()
+
+    @param.depends("consumer", watch=True)
+    def _on_choice(self) -> None:
+        """Fetch and Next turned off, and why said, up front when this user may not fetch from the durable
+        consumer chosen (a peek is anyone's)."""
+        why = self._actions().allowed("consumer.fetch", self.stream) if self.consumer else None
+        self._not_for_you.object = permitted(list(self._fetching), why)
+
+    async def _refresh_consumers(self) -> None:
         options = {PEEK_LABEL: PEEK}
         self._consumers = {}
         if self.stream and not self.admin.read_only:  # a fetch from a durable consumer would deliver its messages
@@ -179,7 +193,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             if self._reader is reader:
                 await self.close()  # its cursor passed what was dropped: a next fetch starts afresh
             return None
-        self._show(reader.stream, reader, result.messages)
+        self._show(reader.stream, reader, result.messages, keep_unanswered=count == 1)
         self.status = await self._describe(result)
         return result
 
@@ -216,15 +230,24 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         c = self._consumers.get(self.consumer)
         return f" · consumer {html.escape(c.name)}: {c.pending} pending, {c.ack_pending} awaiting ack" if c else ""
 
-    def _show(self, stream: str, reader: ConsumerReader | None, messages) -> None:
+    def _show(self, stream: str, reader: ConsumerReader | None, messages, keep_unanswered: bool = False) -> None:
         """The messages read from `stream`, masked by its rules and this user's payload level for it (never
-        by the page's current choice, which may have changed while they were read)."""
+        by the page's current choice, which may have changed while they were read). keep_unanswered (Next on
+        a durable consumer): the cards still awaiting an answer stay, the new one after them."""
         consumer = self._consumers.get(reader.durable) if reader is not None else None
         acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
-        self.messages = [self._masked(stream, m) for m in messages[:MAX_SHOWN]]
+        shown = [self._masked(stream, m) for m in messages[:MAX_SHOWN]]
         actions = self._actions()  # what this user may answer on this stream: the same for every card
         whys = {kind: actions.allowed(message_action(kind), stream) for kind in ACK_LABELS} if acks else {}
-        self._messages.objects = [self._card(reader if acks else None, m, whys) for m in self.messages]
+        cards = {m.stream_seq: self._card(reader if acks else None, m, whys) for m in shown}
+        if keep_unanswered and acks:
+            kept = [m for m in self.messages if m.stream_seq in self._cards and m.stream_seq not in cards]
+            kept = kept[-(MAX_SHOWN - len(shown)):] if len(shown) < MAX_SHOWN else []
+            cards = {**{m.stream_seq: self._cards[m.stream_seq] for m in kept}, **cards}
+            shown = kept + shown
+        self.messages = shown
+        self._cards = cards if acks else {}
+        self._messages.objects = list(cards.values())
 
     def _masked(self, stream: str, m: StoredMessage) -> StoredMessage:
         """Masked before it is kept: nothing hidden ever reaches the browser or a notebook's params."""
@@ -268,7 +291,11 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             await self._actions().run(message_action(kind), target, ack, stream=stream)
         except ConsoleError as e:
             return False, f"**{html.escape(str(e))}**"
-        return True, f"{ACK_LABELS[kind]} confirmed by the server.{await self._consumer_state()}"
+        if kind is not Ack.IN_PROGRESS:
+            self._cards.pop(message.stream_seq, None)  # answered: Next need not keep its card
+        state = await self._consumer_state()
+        self.status = f"{ACK_LABELS[kind]} of stream seq {message.stream_seq} confirmed by the server{state}"
+        return True, f"{ACK_LABELS[kind]} confirmed by the server.{state}"
 
     async def replay_batch(self):
         """The stored messages of batch_id on the stream, in batch order (a BatchReplay), or None."""

@@ -1,7 +1,7 @@
 """The Search page: any stream, a subject filter and a window the server applies, a CEL predicate over
 headers and payload, hard limits; progress every second (scanned, matched, bytes, elapsed, the
-sequence reached), Cancel, and each match linked to Replay (its sequence) and, in a batch, to its
-Incident. The whole query is in the URL. A search is the action search.run, audited with its query."""
+sequence reached), Cancel, and each match linked to Replay (its sequence) and, in a batch, to the batch
+replayed. The whole query is in the URL. A search is the action search.run, audited with its query."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import pandas as pd
 import panel as pn
@@ -174,7 +174,10 @@ class SearchPage(Clocked, pn.viewable.Viewer):
 def _row(stream: str, f: Found, when) -> dict:
     e = html.escape
     replay = "/replay?" + urlencode({"stream": stream, "start_seq": f.seq})
-    batch = f'<a href="/incident?batch={quote(f.batch_id, safe="")}">{e(f.batch_id[:24])}</a>' if f.batch_id else ""
+    # A stored message of an atomic batch is a committed batch's (an abandoned one stores nothing): its link
+    # is the batch replayed, not an Incident, which has nothing for it
+    batch = (f'<a href="{e("/replay?" + urlencode({"stream": stream, "batch_id": f.batch_id}))}">'
+             f'{e(f.batch_id[:24])}</a>') if f.batch_id else ""
     shown = preview(f.data)
     return {"sequence": f'<a href="{e(replay)}">{f.seq}</a>', "subject": f.subject, "time": when(f.time, fraction=True),
             "batch": batch, "headers": "\n".join(f"{k}: {v}" for k, v in f.headers),

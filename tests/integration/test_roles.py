@@ -127,3 +127,37 @@ async def test_a_replay_answer_for_a_stream_the_page_has_left_is_dropped_not_sho
     await page.fetch()
     assert page.messages and all(b"4111-RACE" not in m.payload for m in page.messages)  # its own level: none
     await page.close()
+
+
+async def test_replay_says_up_front_who_may_not_fetch_keeps_unanswered_cards_on_next_and_counts_after_an_ack(runtime):
+    """Before: Fetch stayed on for a role that may not fetch (refused after the click), Next replaced the
+    cards still awaiting an answer, and after an Ack the top line still counted the acked message."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from console.domain.messages import Ack
+    from console.pages import replay
+
+    js = runtime.nc.jetstream()
+    await js.add_stream(StreamConfig(name="NB_NEXT", subjects=["nb_next.>"]))
+    for i in range(4):
+        await js.publish("nb_next.x", b"%d" % i)
+    await js.add_consumer("NB_NEXT", ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT, ack_wait=60))
+
+    viewer = replay(runtime, runtime.actions(NOTEBOOK, runtime.roles.grants("viewer")), stream="NB_NEXT")
+    await viewer.reload()
+    viewer.consumer = "ops"
+    assert "Not for you" in viewer._not_for_you.object and all(b.disabled for b in viewer._fetching)
+    viewer.consumer = ""  # a peek is anyone's
+    assert viewer._not_for_you.object == "" and not any(b.disabled for b in viewer._fetching)
+
+    page = replay(runtime, runtime.actions(NOTEBOOK, runtime.roles.grants("operator")), stream="NB_NEXT")
+    await page.reload()
+    page.consumer = "ops"
+    await page.next()
+    await page.next()
+    assert [m.payload for m in page.messages] == [b"0", b"1"]  # the first card stays: it awaits its answer
+    done, _ = await page.act(Ack.ACK, page.messages[0])
+    assert done and "1 awaiting ack" in page.status, page.status
+    await page.next()
+    assert [m.payload for m in page.messages] == [b"1", b"2"]
+    await page.close()

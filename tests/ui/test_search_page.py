@@ -1,5 +1,5 @@
 """The Search page in Chromium against the real console: the query in the URL runs at once, the
-matches link to Replay at their sequence and to their batch's Incident, the progress line says how it
+matches link to Replay at their sequence and to their batch replayed, the progress line says how it
 ended; a hostile query is refused beside the form and the page stands."""
 
 import re
@@ -21,7 +21,9 @@ def test_a_query_in_the_url_runs_and_each_match_links_to_replay_and_its_batch(co
     expect(rows).to_have_count(4)
     first = rows.first
     expect(first.get_by_role("link", name="6", exact=True)).to_have_attribute("href", "/replay?stream=UI_SEARCH&start_seq=6")
-    expect(first.get_by_role("link").nth(1)).to_have_attribute("href", re.compile(r"^/incident\?batch=\w+$"))
+    # a stored batch is a committed one: its link replays it (an Incident had nothing for it)
+    expect(first.get_by_role("link").nth(1)).to_have_attribute("href",
+                                                                re.compile(r"^/replay\?stream=UI_SEARCH&batch_id=\w+$"))
     page.screenshot(path=screenshots / "search.png", full_page=True)
 
 
