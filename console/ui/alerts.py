@@ -99,11 +99,11 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         note = without_targets(rules)
         self._problem.object = (f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem
                                 else f"**Nothing is sent.** {html.escape(note, quote=False)}" if note else "")
-        put(self._rules, pd.DataFrame([
-            {"rule": r.name, "when": r.when, "streams": ", ".join(r.streams) or "all",
-             "reasons": ", ".join(r.reasons) or "all", "at least": r.at_least, "within": duration_text(r.within),
-             "severity": r.severity, "notify": ", ".join(r.notify) or "(none)",
-             "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok"} for r in rules]))
+        put(self._rules, pd.DataFrame([  # what an operator decides on first: in view at 1280 px beside the editor
+            {"rule": r.name, "state": "muted" if r.muted else "FIRING" if r.name in firing_rules else "ok",
+             "severity": r.severity, "within": duration_text(r.within), "at least": r.at_least, "when": r.when,
+             "streams": ", ".join(r.streams) or "all", "reasons": ", ".join(r.reasons) or "all",
+             "notify": ", ".join(r.notify) or "(none)"} for r in rules]))
         put(self._firing, pd.DataFrame([(r, stream_cell(s), self.clock.when(t)) for r, s, t in firing],
                                        columns=["rule", "stream", "since"]))
         self._firing.height = min(400, 44 + 31 * max(1, len(firing)))  # every row in sight, up to a dozen

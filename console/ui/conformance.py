@@ -17,8 +17,10 @@ from console.domain.conformance import FAIL, STATEMENTS, UNCONFIRMED, ClientVerd
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import incident_link, stream_cell
 
-MATRIX = ["client", "verdict", "batches", *STATEMENTS]
-FAILURES = ["client", "statement", "ADR-50", "seen", "batch", "stream", "when"]
+# "failing" names what fails beside the verdict: at 1280 px most statement columns are out of view, and a
+# row of visible "pass" cells beside "does not conform" read as a contradiction
+MATRIX = ["client", "verdict", "failing", "batches", *STATEMENTS]
+FAILURES = ["client", "statement", "seen", "stream", "batch", "when", "ADR-50"]  # the ADR's words last: the longest
 
 
 class ConformancePage(Clocked, pn.viewable.Viewer):
@@ -35,8 +37,9 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         marks = {sid: {"type": "html"} for sid in STATEMENTS}
         self._matrix = tabulator(self.matrix, height=120, formatters={"client": {"type": "textarea"}, **marks},
-                                 widths={"client": 280, "verdict": 130, "batches": 80, **{sid: 60 for sid in STATEMENTS}},
-                                 frozen_columns=["client"], header_align="center")
+                                 widths={"client": 240, "verdict": 130, "failing": 150, "batches": 70,
+                                         **{sid: 60 for sid in STATEMENTS}},
+                                 frozen_columns=["client", "verdict", "failing"], header_align="center")
         self._failures = tabulator(self.failures, height=360, formatters={
             **{c: {"type": "textarea"} for c in ("client", "statement", "ADR-50", "seen")},
             "batch": {"type": "html"}, "stream": {"type": "html"}},
@@ -107,7 +110,8 @@ def _mark(status: str) -> str:
 
 def _matrix_row(v: ClientVerdict) -> dict:
     verdict = "does not conform" if v.failing else "unconfirmed failures" if v.unconfirmed else "conforms"
-    return {"client": v.name, "verdict": verdict, "batches": v.batches,
+    failing = ", ".join([*v.failing, *(f"{sid}?" for sid in v.unconfirmed)])
+    return {"client": v.name, "verdict": verdict, "failing": failing, "batches": v.batches,
             **{sid: _mark(v.status(sid)) for sid in STATEMENTS}}
 
 
