@@ -34,7 +34,10 @@ class DemoStream:
 
 
 DEMO_STREAMS = (DemoStream(ATOMIC_STREAM, f"{ORDERS}.>", True), DemoStream(FAST_STREAM, f"{INGEST}.>", False))
-DEMO_SUBJECTS = (f"{ORDERS}.>",)  # what `up --demo` taps on the publish side: its atomic batches
+# What `up --demo` taps on the publish side: its atomic batches get names, and its fast batches their
+# stream from their subject (a batch the server drops, idle, is never named by a reply: it showed as an
+# "(unknown) dropped" batch and fired an alert on "(unknown)" every round)
+DEMO_SUBJECTS = (f"{ORDERS}.>", f"{INGEST}.>")
 DEMO_CLIENT = "batch-console demo (deliberate faults)"  # its connection name: where a publisher is shown
 
 

@@ -2,7 +2,8 @@
 pages in Chromium at 1280x800 and the CLI beside them. The audit trail verifies before anyone acts; a
 mute and an unmute from the Alerts page hold within 10 s without a restart (the page, the badge and
 /metrics agree); `check` beside `up` reads the server's limits through the system account `up` made;
-the demo's publisher is named as the demo's deliberate faults; each page's key columns are in view.
+the demo's publisher is named as the demo's deliberate faults and none of its losses is "(unknown)";
+each page's key columns are in view.
 Screenshots of every page are kept in the screenshots folder."""
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     failing = page.get_by_role("columnheader", name="failing")
     box = failing.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 1280, box  # the failing statements are in view
+
+    page.goto(web_url)  # every one of the demo's losses has its stream and its publisher, the dropped one too
+    expect(page.get_by_role("row").filter(has_text="dropped").first).to_contain_text("DEMO_INGEST", timeout=90_000)
+    shown = page.inner_text("body")
+    assert "(unknown)" not in shown and "publisher unknown" not in shown
 
     for path, title in PAGES.items():
         page.goto(web_url + path.lstrip("/"))
