@@ -75,11 +75,18 @@ def flow_window(model: LiveModel, now: datetime) -> tuple[datetime, datetime]:
     return min([now - FLOW_SPAN, *points]), now
 
 
-def flow_data(model: LiveModel) -> tuple[dict[str, list], dict[str, list]]:
-    """(lines, gap markers) for the most recently active batches."""
+def flow_data(model: LiveModel, now: datetime | None = None) -> tuple[dict[str, list], dict[str, list]]:
+    """(lines, gap markers) for the most recently active batches, each line held at its flow until `now`:
+    a batch with one flow so far was a line of one point, which draws nothing (the title counted two
+    batches over an empty chart)."""
     recent = model.active_newest_first()[:FLOW_LINES]
-    lines = {"xs": [[t for t, _ in b.flow_points] for b in recent],
-             "ys": [[f for _, f in b.flow_points] for b in recent],
+
+    def held(points: list[tuple[datetime, int]]) -> list[tuple[datetime, int]]:
+        return points + [(now, points[-1][1])] if points and now is not None and now > points[-1][0] else points
+
+    shown = [held(list(b.flow_points)) for b in recent]
+    lines = {"xs": [[t for t, _ in points] for points in shown],
+             "ys": [[f for _, f in points] for points in shown],
              "batch": [b.batch_id for b in recent],
              "color": [Category10[10][i % 10] for i in range(len(recent))]}
     marks: dict[str, list] = {"t": [], "flow": [], "lost": []}
@@ -165,7 +172,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
         stacked_bars(bars, self._bars, INTERVAL, "%H:%M")
         clock_axis(bars)
         self._bars_range = bars.x_range
-        lines, marks = flow_data(self.model)
+        lines, marks = flow_data(self.model, now)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
         flows = figure(title=flow_title(self.model), x_axis_type="datetime", height=260,
                        sizing_mode="stretch_width", toolbar_location=None, x_range=flow_window(self.model, now))
@@ -224,7 +231,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
             self._active.value = active_frame(self.model)
             self._bars.data = interval_data(self.model, now)
             self._bars_range.start, self._bars_range.end = self._window(now)
-            self._lines.data, self._marks.data = flow_data(self.model)
+            self._lines.data, self._marks.data = flow_data(self.model, now)
             self._flows.title.text = flow_title(self.model)
             self._flows.x_range.start, self._flows.x_range.end = flow_window(self.model, now)
 

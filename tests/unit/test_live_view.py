@@ -35,6 +35,8 @@ def test_flow_lines_and_gap_marks_for_active_batches():
     lines, marks = flow_data(model_with_traffic())
     assert lines["batch"] == ["f1"] and lines["ys"] == [[100]]
     assert (marks["flow"], marks["lost"]) == ([100], [2])
+    held, _ = flow_data(model_with_traffic(), NOW)  # one flow so far: held until now, a line that draws
+    assert held["ys"] == [[100, 100]] and held["xs"][0][-1] == NOW and len(held["xs"][0]) == 2
 
 
 def test_the_page_builds_without_a_server_and_keeps_payload_text_as_data():
