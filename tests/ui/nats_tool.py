@@ -1,6 +1,6 @@
 """Sets up and inspects server state for the browser tests, in a process of its own (the browser
 tests are synchronous): `python -m tests.ui.nats_tool seed-replay URL STREAM`, `seed-large URL STREAM`,
-`ack-pending URL STREAM`, `consumers URL STREAM` or `abandonments URL`."""
+`ack-pending URL STREAM`, `consumers URL STREAM`, `delete-stream URL STREAM` or `abandonments URL`."""
 
 import asyncio
 import sys
@@ -62,6 +62,8 @@ async def main(command: str, url: str, stream: str = "") -> None:
             await seed_large(nc, stream)
         elif command == "abandonments":
             print(await abandonments(nc))
+        elif command == "delete-stream":  # a test's own stream gone: the shared console's pages stay short
+            await nc.jetstream().delete_stream(stream)
         elif command == "consumers":
             print((await nc.jetstream().stream_info(stream)).state.consumer_count)
         else:

@@ -9,7 +9,7 @@ import sys
 import pytest
 from playwright.sync_api import expect
 
-from tests.processes import CLI, free_port, wait_http
+from tests.processes import CLI, free_port, nats_tool, wait_http
 
 SECRET_FIELD, SECRET_HEADER = "4111-SECRET-1111", "TOKEN-SECRET"
 RULES = '[[mask]]\nstreams = ["UI_MASK*"]\nfields = ["card.number"]\nheaders = ["Authorization"]\n'
@@ -43,6 +43,7 @@ def masked_web(console, data_dir, tmp_path_factory):
     yield nats_url, url, rules
     web.terminate()
     web.wait(timeout=20)
+    nats_tool("delete-stream", nats_url, "UI_PLAIN")  # the shared console's Streams page stays as it was
 
 
 def watch(page) -> list[str]:

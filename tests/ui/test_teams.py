@@ -189,12 +189,15 @@ def fetch(page: Page, team: Team, may: bool, stream: str = "") -> None:
     expect(consumer).to_contain_text("ops (4 pending", timeout=30_000)
     consumer.select_option(index=1)
     page.get_by_label("max messages").fill("4")
-    page.get_by_role("button", name="Fetch").click()
+    why = "may not consumer.fetch" if team.user == "vera" else "may consumer.fetch only on streams TEAM_*"
     if may:
+        page.get_by_role("button", name="Fetch").click()
         expect(page.get_by_text("4 message(s)")).to_be_visible(timeout=15_000)
-    else:
-        expect(page.get_by_text("may not consumer.fetch" if team.user == "vera" else
-                                "may consumer.fetch only on streams TEAM_*")).to_be_visible(timeout=15_000)
+    else:  # said up front, Fetch turned off; a crafted client's click is refused (and audited) all the same
+        expect(page.locator("p").filter(has_text="Not for you")).to_contain_text(why, timeout=15_000)
+        expect(page.get_by_role("button", name="Fetch")).to_be_disabled()
+        crafted_click(page, "Fetch")
+        expect(page.get_by_text(why)).to_have_count(2, timeout=15_000)  # beside the controls, and in the status
         for label in ACK_LABELS.values():  # nothing fetched: nothing to answer
             expect(page.get_by_role("button", name=label, exact=True)).to_have_count(0)
 
