@@ -170,7 +170,6 @@ class GuardedBasicAuth(BasicAuthProvider):
     def __init__(self, password: str, console_url: str | None = None, **params):
         self.sessions = Sessions()
         self._handler = guarded_login(password, self.sessions, console_url)  # before the base class asks for it
-        self._console_url = console_url
         super().__init__(**params)
 
     @property
@@ -193,7 +192,7 @@ class GuardedBasicAuth(BasicAuthProvider):
 
     @property
     def logout_handler(self):
-        sessions, console_url = self.sessions, self._console_url
+        sessions = self.sessions
 
         class SignOut(RequestHandler):
             def get(self) -> None:
