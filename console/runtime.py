@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads histo
     from console.domain.masking import Masking
     from console.domain.roles import Grants, RolesFile
     from console.domain.search import SearchQuery
-    from console.domain.audit import Actor, Checked
+    from console.domain.audit import Actor, Checked, Head
     from console.storage.history import Reader
 
 log = logging.getLogger(__name__)
@@ -285,8 +286,34 @@ class Runtime:
                 log.info("NATS connection open again")
 
     async def audit_trail(self, since: datetime | None = None) -> Checked:
-        """The audit trail's records (from `since`), with every break in its chain."""
-        return await self._audit_log().read(since)
+        """The audit trail's records (from `since`), with every break in its chain: held against this data
+        directory's checkpoint and the collector's latest signed status, a witness wherever it runs."""
+        return await self._audit_log().read(since, await self._witnessed())
+
+    async def _witnessed(self) -> Head | None:
+        """The trail's head as the collector's latest status saw it (the live state's, else the last minute
+        of the event log's), or None."""
+        from console.broker.eventlog import EventLog
+        from console.domain.audit import Head
+        from console.domain.events import EventKind
+        from console.domain.status import CollectorStatus, MalformedStatus
+
+        status = self._live.model.collector if self._live is not None else None
+        if status is None:
+            end = datetime.now(timezone.utc)
+            try:
+                found = await EventLog.over(self.nc, self.event_log).window(
+                    end - timedelta(minutes=1), end, kind_filter=f"{EventKind.COLLECTOR_STATUS.value}.>",
+                    idle_timeout=1.0)
+                status = CollectorStatus.from_json(found[-1][1].detail or "") if found else None
+            except (MalformedStatus, MissingKeyError):
+                return None
+            except Exception as e:  # no event log yet, the server slow: the checkpoint still holds the trail
+                log.info("no collector status read for the audit trail's witness: %s", e)
+                return None
+        if status is None or not status.audit_seq or not re.fullmatch(r"[0-9a-f]{64}", status.audit_hash):
+            return None
+        return Head(status.audit_seq, status.audit_hash)
 
     async def verdicts(self, window_minutes: float = VERDICTS_WINDOW) -> Verdicts:
         """The clients' latest conformance verdicts in the event log's last `window_minutes` (kept a few

@@ -45,6 +45,28 @@ class Checkpoint(Protocol):
     def erasures(self) -> list[tuple[datetime, str]]: ...
 
 
+class Witness:
+    """The trail's head as the collector follows it, for its signed status: it moves only to a record
+    that follows the one it held (that one still there, the same); after a purge, a deletion or a
+    rewrite it keeps the head it saw, which the readers then hold the trail against."""
+
+    def __init__(self) -> None:
+        self.seq, self.hash = 0, ""
+
+    async def observe(self, nc: Client) -> tuple[int, str]:
+        js = nc.jetstream(timeout=2.0)
+        try:
+            last = await js.get_last_msg(STREAM, SUBJECT)
+            seq, hash_ = last.seq, chain_hash(last.data or b"")
+            follows = self.seq == 0 or (seq == self.seq and hash_ == self.hash) or (
+                seq > self.seq and chain_hash((await js.get_msg(STREAM, self.seq)).data or b"") == self.hash)
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+            return self.seq, self.hash  # none yet, gone, or not answering: what was seen stays
+        if follows:
+            self.seq, self.hash = seq, hash_
+        return self.seq, self.hash
+
+
 class AuditLog:
     def __init__(self, nc: Client, key: bytes, replicas: int | None = None, checkpoint: Checkpoint | None = None):
         self.nc, self.key, self.replicas, self.checkpoint = nc, key, replicas, checkpoint
@@ -97,8 +119,10 @@ class AuditLog:
                 last = await js.get_last_msg(STREAM, SUBJECT)
                 after, previous = last.seq, chain_hash(last.data or b"")
             except nats.js.errors.NotFoundError as e:
-                if e.err_code == STREAM_NOT_FOUND:
-                    raise AuditUnavailable("the audit stream is gone") from None
+                if e.err_code == STREAM_NOT_FOUND:  # deleted: made again, the record goes in (the erasure is
+                    self._ensured = False  # found against the checkpoint and the collector's witness)
+                    await self.ensure()
+                    continue
                 after, previous = 0, GENESIS
             restart = await self._erased_before(js, after, previous)
             body = replace(record, previous=previous).body()
@@ -115,6 +139,16 @@ class AuditLog:
                 self.checkpoint.advance(seq, chain_hash(body), restart)
             return seq
         raise AuditUnavailable(f"{TRIES} other records were appended meanwhile")
+
+    async def _against(self, witnessed: Head, stored: list[Stored], last_seq: int) -> str | None:
+        """What the trail lost that the witness saw written, or None."""
+        at = next((chain_hash(item.body) for item in stored if item.seq == witnessed.seq), None)
+        if at is None and witnessed.seq <= last_seq:
+            try:
+                at = chain_hash((await self.nc.jetstream().get_msg(STREAM, witnessed.seq)).data or b"")
+            except nats.js.errors.NotFoundError:
+                at = None
+        return erased_against(witnessed, last_seq, at, max(1, last_seq - KEPT + 1))
 
     async def _erased_before(self, js, last_seq: int, last_hash: str) -> bool:
         """Whether the trail lost records the checkpoint says were written (kept as an erasure): the next
@@ -134,9 +168,10 @@ class AuditLog:
             self.checkpoint.erased(why)
         return why is not None
 
-    async def read(self, since: datetime | None = None) -> Checked:
+    async def read(self, since: datetime | None = None, witnessed: Head | None = None) -> Checked:
         """Every record kept (from `since`), checked: signatures, the chain, holes in the sequences, and
-        against the checkpoint what was erased (each erasure kept: new records never hide it)."""
+        against the checkpoint and the collector's `witnessed` head what was erased (each erasure kept:
+        new records never hide it)."""
         await self.ensure()
         try:
             info = await self.nc.jetstream().stream_info(STREAM)
@@ -161,6 +196,10 @@ class AuditLog:
             read_from = last + 1
         head = self.checkpoint.head() if self.checkpoint is not None else None
         checked = check(stored, self.key, first, last, head, read_from)
+        if witnessed is not None and witnessed.seq and (why := await self._against(witnessed, stored, last)) \
+                and not any(why in said for _, said in checked.breaks):
+            checked = Checked(checked.records, [*checked.breaks, (0, f"{why} (the collector's signed status saw "
+                                                                   f"record {witnessed.seq})")])
         if self.checkpoint is None:
             return checked
         for _, why in checked.breaks:

@@ -7,6 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from console.broker.audit_log import Witness
 from console.broker.connection import Connection, is_connected
 from console.broker.quarantine import Quarantine
 from console.collector.advisory_reader import AdvisoryReader
@@ -39,6 +40,7 @@ class StatusReport:
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the collector's, shared with its grading
     started: float = field(default_factory=time.monotonic)
     _seq: int = 0
+    audit: Witness = field(default_factory=Witness)  # the audit trail's head, a witness outside it
 
     async def event(self) -> BatchEvent:
         self._seq += 1
@@ -47,6 +49,7 @@ class StatusReport:
 
     async def status(self) -> CollectorStatus:
         lag = await self.advisories.lag()
+        audit_seq, audit_hash = await self.audit.observe(self.nc)
         clock = time.monotonic()
         unhealthy = self.health.verdict(clock, lag, self.loops.stale(clock), self.writer.queued)
         intake, tracker = self.taps.intake, self.state.tracker
@@ -62,4 +65,5 @@ class StatusReport:
             problems=tuple(self.problems), notes=tuple(self.notes), loops=self.loops.status(),
             cpu=self.cpu.status() if self.cpu else None, publishers_known=self.publishers.known,
             connz_requests=self.publishers.requests, publisher_note=self.publishers.note,
+            audit_seq=audit_seq, audit_hash=audit_hash,
         )

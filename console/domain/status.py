@@ -47,6 +47,10 @@ class CollectorStatus:
     publishers_known: int = 0  # reply prefixes whose connection CONNZ named
     connz_requests: int = 0
     publisher_note: str = ""  # why no publisher can be known ("publisher unknown: no system account"), or ""
+    # The audit trail's head as the collector saw it grow (its sequence and chain hash; kept when the trail
+    # lost it): a witness outside the trail, signed like every status, that --verify holds it against
+    audit_seq: int = 0
+    audit_hash: str = ""
 
     @property
     def rejected_total(self) -> int:

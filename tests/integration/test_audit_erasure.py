@@ -154,3 +154,31 @@ async def test_a_sealed_trail_refuses_every_action_and_nothing_changes(console):
                            console.settings.event_log.stream], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "audit trail cannot record it" in done.stderr, done.stderr
     assert done.stdout == ""
+
+
+async def test_the_collectors_signed_status_witnesses_an_erasure_another_data_directory_cannot_see(console, tmp_path):
+    """A console on another machine has no checkpoint of this one's head: the collector's signed status
+    carries the head it saw the trail grow to, and keeps it when the trail loses it."""
+    import shutil
+    from dataclasses import replace
+
+    from console.collector.collector import Collector
+    from console.config import CollectorSettings, DataSettings
+    from tests.waits import eventually
+
+    collector = Collector(console.nc, CollectorSettings(status_every=0.3, tick_every=0.1), console.event_log)
+    await collector.start()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(console.settings.keyed_event_log().key_file or tmp_path / "event.key", elsewhere / "event.key")
+    other = Runtime(replace(console.settings, data=DataSettings(data_dir=elsewhere)), console.nc)
+    try:
+        await write(console, 2)  # 4 records: two attempts, two outcomes
+        await eventually(other._witnessed, lambda head: head is not None and head.seq == 4, 15, "a witnessed head")
+        assert (await other.audit_trail()).intact
+        await console.nc.jetstream().delete_stream(STREAM)
+        await write(console, 3)  # the trail made again: 6 new records, past the head the collector saw
+        checked = await eventually(other.audit_trail, lambda c: not c.intact, 15, "the erasure found")
+        assert any("the collector's signed status saw record 4" in why for _, why in checked.breaks), checked.breaks
+    finally:
+        await collector.stop()
