@@ -3,7 +3,7 @@ pages in Chromium at 1280x800 and the CLI beside them. The audit trail verifies 
 mute and an unmute from the Alerts page hold within 10 s without a restart (the page, the badge and
 /metrics agree); `check` beside `up` reads the server's limits through the system account `up` made;
 the demo's publisher is named as the demo's deliberate faults and none of its losses is "(unknown)";
-each page's key columns are in view.
+a stream's name and a failure's batch link where they say; each page's key columns are in view.
 Screenshots of every page are kept in the screenshots folder."""
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     expect(page.get_by_role("row").filter(has_text="dropped").first).to_contain_text("DEMO_INGEST", timeout=90_000)
     shown = page.inner_text("body")
     assert "(unknown)" not in shown and "publisher unknown" not in shown
+
+    page.get_by_role("link", name="DEMO_ORDERS").first.click()  # a stream's name goes to its page
+    expect(page.get_by_text("Stream DEMO_ORDERS")).to_be_visible(timeout=30_000)
+    page.goto(web_url + "conformance")  # a failure's batch goes to its Incident, which shows that batch
+    page.get_by_role("link", name="investigate").first.click()
+    page.wait_for_url(re.compile(r"/incident\?batch="), timeout=30_000)
+    batch = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["batch"][0]
+    expect(page.get_by_text(batch).first).to_be_visible(timeout=30_000)
 
     for path, title in PAGES.items():
         page.goto(web_url + path.lstrip("/"))
