@@ -149,6 +149,7 @@ async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark,
 
     from console.broker.fast import FastBatch
     from console.collector.collector import Collector
+    from console.errors import BatchError
     from console.config import CollectorSettings
     from console.domain.events import LOST_KINDS, EventKind
     from console.domain.live_model import LiveModel
@@ -169,7 +170,10 @@ async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark,
                 await wait_until(lambda: collector.tapped > tapped, timeout=1.0, what="the tap saw the first ack")
                 break
             except AssertionError:
-                await batch.commit("joba.slow", b"unseen")
+                try:
+                    await batch.commit("joba.slow", b"unseen")
+                except BatchError:  # waited past the 1 s batch timeout on a loaded machine: the server dropped it
+                    pass
         for _ in range(7):
             await asyncio.sleep(0.4)  # the producer's own pace, not a wait for anything
             await batch.add("joba.slow", b"x")
