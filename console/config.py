@@ -485,6 +485,16 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     return Settings(**sections, given=frozenset(given))
 
 
+def file_stamp(path: Path | None) -> tuple[str, int, int] | None:
+    """Which file, when it last changed and its size: what a process compares to read an operator's file
+    again when it changes (None: no file, or none to be read)."""
+    try:
+        info = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (str(path), info.st_mtime_ns, info.st_size) if info is not None else None
+
+
 def beside_up(settings: Settings) -> Settings:
     """The settings of a command run with the data directory of a running `up`: the NATS URL, the
     monitoring URL and the embedded server's system user that `up` chose, each unless given."""

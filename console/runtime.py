@@ -18,7 +18,7 @@ from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
 from console.broker.live_state import LiveState
 from console.broker.server_info import read_varz
-from console.config import EventLogSettings, Settings, load
+from console.config import EventLogSettings, Settings, file_stamp, load
 from console.domain.batch_limits import BatchLimits
 from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
@@ -47,15 +47,6 @@ REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again
 MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
-def _stamp(path) -> tuple[float, int] | None:
-    """When a file last changed, and its size (None: no file, or none to be read)."""
-    try:
-        info = path.stat() if path else None
-    except OSError:
-        return None
-    return (info.st_mtime, info.st_size) if info else None
-
-
 class Runtime:
     def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None,
                  writes_events: bool = False, key_wait: float = 0.0, follow_without_key: bool = False):
@@ -75,7 +66,7 @@ class Runtime:
         self._verdicts: tuple[float, Verdicts] | None = None
         self._masking: Masking | None = None
         self._roles: RolesFile | None = None
-        self._roles_stamp: tuple[float, int] | None = None
+        self._roles_stamp: tuple[str, int, int] | None = None
         self._keeper: asyncio.Task | None = None
         self._searching: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
@@ -181,7 +172,7 @@ class Runtime:
         changes (a group removed loses its roles at once), and a change with an error gives no one any
         role until it is mended (said in the log): a typo never leaves a removed user their access."""
         access = self.settings.access
-        stamp = _stamp(access.roles)
+        stamp = file_stamp(access.roles)
         if self._roles is None or stamp != self._roles_stamp:
             try:
                 self._roles = self._read_roles()

@@ -18,7 +18,7 @@ from console.alerting.notify import Attempt, Notifier
 from console.alerting.rules_file import load_rules
 from console.broker.connection import Connection, cancelled
 from console.broker.eventlog import EventLog
-from console.config import EventLogSettings
+from console.config import EventLogSettings, file_stamp
 from console.domain.alert_rules import Rule
 from console.domain.alerting import Evaluator, Notice, observations
 from console.domain.checks import RecentEvents
@@ -29,14 +29,6 @@ log = logging.getLogger(__name__)
 
 EVERY = 1.0  # seconds between evaluations
 COLLECTOR_UP_WITHIN = timedelta(seconds=15)  # three of its status intervals
-
-
-def _stamp(path: Path | None) -> tuple[str, int] | None:
-    """Which file, and when it last changed (None: none to read)."""
-    try:
-        return (str(path), path.stat().st_mtime_ns) if path is not None else None
-    except OSError:
-        return None
 
 
 class AlertService:
@@ -58,7 +50,7 @@ class AlertService:
         # Read again when it changes, and looked for again each time: the Alerts page's first save makes
         # DATA_DIR/alert-rules.toml, which from then on is the file (a mute did nothing until a restart)
         self._rules_file = rules_file
-        self._rules_stamp = _stamp(self.rules_file)
+        self._rules_stamp = file_stamp(self.rules_file)
         self.evaluator.restore(store.firing())
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="alert-state")
         self._writes: set[asyncio.Future] = set()
@@ -158,7 +150,7 @@ class AlertService:
         return self._rules_file() if callable(self._rules_file) else self._rules_file
 
     def _reload_rules(self) -> None:
-        stamp = _stamp(self.rules_file)
+        stamp = file_stamp(self.rules_file)
         if stamp is None or stamp == self._rules_stamp:
             return
         self._rules_stamp = stamp

@@ -17,23 +17,28 @@ from nats.aio.client import Client
 
 from console.broker.pull import ConsumerReader
 from console.broker.streams import StreamSpec, ensure_stream
-from console.domain.audit import (
-    GENESIS, KEPT, AuditRecord, Checked, Head, Stored, chain_hash, check, erased_against,
-)
+from console.domain.audit import GENESIS, KEPT, AuditRecord, Checked, Head, Stored, chain_hash, check, erased_against
 from console.domain.signing import SIGNATURE, signature
-
-STREAM_NOT_FOUND = 10059
 
 log = logging.getLogger(__name__)
 STREAM = "BATCH_CONSOLE_AUDIT"
 SUBJECT = "batch_console.audit"
 WRONG_LAST = 10071  # another writer appended first: follow its record instead
+STREAM_NOT_FOUND = 10059
 TRIES = 20
 SAFE = {"deny_delete": True, "deny_purge": True, "max_msgs": KEPT, "max_age": 0.0}  # what an existing trail is set to
 
 
 class AuditUnavailable(RuntimeError):
     """The record could not be stored: the action that wanted it is not taken."""
+
+
+async def _hash_at(js, seq: int) -> str | None:
+    """The chain hash of the trail's record at `seq`, or None when there is none."""
+    try:
+        return chain_hash((await js.get_msg(STREAM, seq)).data or b"")
+    except nats.js.errors.NotFoundError:
+        return None
 
 
 class Checkpoint(Protocol):
@@ -59,7 +64,7 @@ class Witness:
             last = await js.get_last_msg(STREAM, SUBJECT)
             seq, hash_ = last.seq, chain_hash(last.data or b"")
             follows = self.seq == 0 or (seq == self.seq and hash_ == self.hash) or (
-                seq > self.seq and chain_hash((await js.get_msg(STREAM, self.seq)).data or b"") == self.hash)
+                seq > self.seq and await _hash_at(js, self.seq) == self.hash)
         except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
             return self.seq, self.hash  # none yet, gone, or not answering: what was seen stays
         if follows:
@@ -124,7 +129,7 @@ class AuditLog:
                     await self.ensure()
                     continue
                 after, previous = 0, GENESIS
-            restart = await self._erased_before(js, after, previous)
+            restart = await self._erased_before(after, previous)
             body = replace(record, previous=previous).body()
             headers = {SIGNATURE: signature(self.key, body), "Nats-Expected-Last-Subject-Sequence": str(after)}
             try:
@@ -140,29 +145,20 @@ class AuditLog:
             return seq
         raise AuditUnavailable(f"{TRIES} other records were appended meanwhile")
 
-    async def _against(self, witnessed: Head, stored: list[Stored], last_seq: int) -> str | None:
-        """What the trail lost that the witness saw written, or None."""
-        at = next((chain_hash(item.body) for item in stored if item.seq == witnessed.seq), None)
-        if at is None and witnessed.seq <= last_seq:
-            try:
-                at = chain_hash((await self.nc.jetstream().get_msg(STREAM, witnessed.seq)).data or b"")
-            except nats.js.errors.NotFoundError:
-                at = None
-        return erased_against(witnessed, last_seq, at, max(1, last_seq - KEPT + 1))
+    async def _against(self, head: Head, last_seq: int, known: str | None = None) -> str | None:
+        """What the trail lost that `head` says was written, or None; `known`: the hash at head.seq, when
+        it was read already."""
+        if known is None and head.seq <= last_seq:
+            known = await _hash_at(self.nc.jetstream(), head.seq)
+        return erased_against(head, last_seq, known)
 
-    async def _erased_before(self, js, last_seq: int, last_hash: str) -> bool:
+    async def _erased_before(self, last_seq: int, last_hash: str) -> bool:
         """Whether the trail lost records the checkpoint says were written (kept as an erasure): the next
         record then starts the head again."""
         head = self.checkpoint.head() if self.checkpoint is not None else None
         if head is None or self.checkpoint is None:
             return False
-        at_head: str | None = last_hash if head.seq == last_seq else None
-        if head.seq < last_seq:
-            try:
-                at_head = chain_hash((await js.get_msg(STREAM, head.seq)).data or b"")
-            except nats.js.errors.NotFoundError:
-                at_head = None
-        why = erased_against(head, last_seq, at_head, max(1, last_seq - KEPT + 1))
+        why = await self._against(head, last_seq, last_hash if head.seq == last_seq else None)
         if why is not None:
             log.error("the audit trail was erased: %s", why)
             self.checkpoint.erased(why)
@@ -196,7 +192,8 @@ class AuditLog:
             read_from = last + 1
         head = self.checkpoint.head() if self.checkpoint is not None else None
         checked = check(stored, self.key, first, last, head, read_from)
-        if witnessed is not None and witnessed.seq and (why := await self._against(witnessed, stored, last)) \
+        seen = next((chain_hash(item.body) for item in stored if witnessed and item.seq == witnessed.seq), None)
+        if witnessed is not None and witnessed.seq and (why := await self._against(witnessed, last, seen)) \
                 and not any(why in said for _, said in checked.breaks):
             checked = Checked(checked.records, [*checked.breaks, (0, f"{why} (the collector's signed status saw "
                                                                    f"record {witnessed.seq})")])

@@ -146,7 +146,12 @@ class Head:
     written: int = 0
 
 
-def erased_against(head: Head | None, last_seq: int, hash_at_head: str | None, kept_from: int) -> str | None:
+def kept_from(last_seq: int) -> int:
+    """The oldest sequence a trail ending at `last_seq` still keeps (it keeps its newest KEPT)."""
+    return max(1, last_seq - KEPT + 1)
+
+
+def erased_against(head: Head | None, last_seq: int, hash_at_head: str | None) -> str | None:
     """What the trail lost that the head says was written, or None: records after the stream's last
     (a purge, a deleted stream), or another record where the head was (erased and written again).
     `hash_at_head`: the chain hash of the record now at head.seq (None: there is none)."""
@@ -155,9 +160,9 @@ def erased_against(head: Head | None, last_seq: int, hash_at_head: str | None, k
     if head.seq > last_seq:
         return (f"{head.seq - last_seq:,} record(s) erased after record {last_seq} (the console wrote up to "
                 f"record {head.seq}: the trail was purged, deleted or truncated)")
-    if head.seq >= kept_from and hash_at_head is None:
+    if head.seq >= kept_from(last_seq) and hash_at_head is None:
         return f"record {head.seq}, the newest the console wrote, was erased"
-    if head.seq >= kept_from and hash_at_head != head.hash:
+    if head.seq >= kept_from(last_seq) and hash_at_head != head.hash:
         return (f"record {head.seq} is not the one the console wrote there: the trail was erased and written "
                 "again")
     return None
@@ -167,20 +172,20 @@ def check(stored: list[Stored], key: bytes, first_seq: int, last_seq: int, head:
           read_from: int | None = None) -> Checked:
     """Signatures, the chain and the stream's sequences (first_seq..last_seq as the stream reports
     them; 0 and 0 for a stream that never held a record): a hole is a removed record, a bad signature
-    an altered or forged one; against the console's head, what was erased. `whole`: the trail was read
-    from its first record (not from a time), so records missing before it are erased ones too."""
+    an altered or forged one; against the console's head, what was erased. `read_from`: where the
+    reading began, when not at the stream's first record (a read from a time): holes are looked for
+    from there, and a head before it is not looked at."""
     records: list[tuple[int, AuditRecord]] = []
     breaks: list[tuple[int, str]] = []
     if first_seq == 0:  # never held a record: nothing is missing from it
         first_seq = last_seq + 1
-    kept_from = max(1, last_seq - KEPT + 1)
-    if first_seq > kept_from:
-        breaks.append((kept_from, f"records {kept_from}..{first_seq - 1} were erased (the trail keeps its newest "
-                                  f"{KEPT:,})"))
+    oldest = kept_from(last_seq)
+    if first_seq > oldest:
+        breaks.append((oldest, f"records {oldest}..{first_seq - 1} were erased (the trail keeps its newest {KEPT:,})"))
     at_head = next((chain_hash(item.body) for item in stored if head is not None and item.seq == head.seq), None)
     # a head in a part not read (a read from a time), or in the erased part already said, is not looked at
     unread = head is not None and head.seq <= last_seq and head.seq < max(first_seq, read_from or 0)
-    if not unread and (why := erased_against(head, last_seq, at_head, kept_from)) is not None:
+    if not unread and (why := erased_against(head, last_seq, at_head)) is not None:
         breaks.append((min(head.seq, last_seq + 1) if head else 0, why))
     expected_seq, previous = max(first_seq, read_from or 0), None
     for item in stored:
