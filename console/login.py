@@ -11,6 +11,7 @@ an attacker can slow only itself, never lock the operator out.
 from __future__ import annotations
 
 import hmac
+import html
 import logging
 import math
 import secrets
@@ -101,6 +102,16 @@ def cookie_flags(handler: RequestHandler, console_url: str | None) -> dict:
     behind a proxy, is one)."""
     https = handler.request.protocol == "https" or (console_url or "").lower().startswith("https://")
     return {"httponly": True, "samesite": "Lax", "path": "/", "secure": https}
+
+
+def page(handler: RequestHandler, status: int, title: str, text: str, link: str = "") -> None:
+    """A small page of the sign-in's own (refused, signed out), escaped, never cached."""
+    handler.set_status(status)
+    handler.set_header("Content-Type", "text/html; charset=utf-8")
+    handler.set_header("Cache-Control", "no-store")
+    more = f'<p><a href="{html.escape(link)}">Sign in again</a></p>' if link else ""
+    handler.finish(f"<!doctype html><title>{html.escape(title)}</title><h1>{html.escape(title)}</h1>"
+                   f"<p>{html.escape(text)}</p>{more}")
 
 
 class Sessions:
@@ -200,7 +211,5 @@ class GuardedBasicAuth(BasicAuthProvider):
                 sessions.end(sid.decode() if sid else None)
                 for name in (SESSION_COOKIE, "user", "id_token", NEXT_COOKIE):
                     self.clear_cookie(name, path="/")
-                self.set_header("Cache-Control", "no-store")
-                self.finish('<!doctype html><title>Signed out</title><h1>Signed out</h1>'
-                            '<p>You are signed out of the console.</p><p><a href="/login">Sign in again</a></p>')
+                page(self, 200, "Signed out", "You are signed out of the console.", "/login")
         return SignOut

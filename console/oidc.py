@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import json
 import logging
 import secrets
@@ -31,7 +30,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.web import RequestHandler, decode_signed_value
 
 from console.config import AccessSettings
-from console.login import cookie_flags, safe_next
+from console.login import cookie_flags, page, safe_next
 from console.domain.roles import RolesFile
 from console.errors import ConfigError
 
@@ -305,15 +304,6 @@ class OidcAuth(BasicAuthProvider):
         return Logout
 
 
-def _page(handler: RequestHandler, status: int, title: str, text: str, link: str = "") -> None:
-    handler.set_status(status)
-    handler.set_header("Content-Type", "text/html; charset=utf-8")
-    handler.set_header("Cache-Control", "no-store")
-    more = f'<p><a href="{html.escape(link)}">Sign in again</a></p>' if link else ""
-    handler.finish(f"<!doctype html><title>{html.escape(title)}</title><h1>{html.escape(title)}</h1>"
-                   f"<p>{html.escape(text)}</p>{more}")
-
-
 def _base(handler: RequestHandler, oidc: OidcAuth) -> str:
     # The provider sends the browser back only to a URI registered with it, whatever Host a request names
     return oidc.console_url or f"{handler.request.protocol}://{handler.request.host}"
@@ -339,13 +329,13 @@ class SignInHandler(RequestHandler):
             session = await self._finish()
         except SignInError as e:
             log.warning("sign-in refused from %s: %s", self.request.remote_ip, e)
-            return _page(self, 403, "Sign-in refused", str(e), "/login")
+            return page(self, 403, "Sign-in refused", str(e), "/login")
         finally:
             self.clear_cookie(FLOW_COOKIE, path="/")
         grants = self.oidc.roles().for_groups(session.groups)
         if not grants.roles:
             log.warning("sign-in of %s refused: groups %s map to no role", session.user, list(session.groups)[:20])
-            return _page(self, 403, "No role for you here", f"Signed in as {session.user}, but none of your groups "
+            return page(self, 403, "No role for you here", f"Signed in as {session.user}, but none of your groups "
                          f"({', '.join(session.groups) or 'none'}) is given a role of this console.")
         cookie = {**cookie_flags(self, self.oidc.console_url), "expires": session.expires}
         self.set_signed_cookie(SESSION_COOKIE, session.to_cookie(), **cookie)
@@ -402,4 +392,4 @@ class SignOutHandler(RequestHandler):
             return self.redirect(end)
         there = ("and of the identity provider" if end is not None else
                  "(your session at the identity provider stays: sign out there too on a shared machine)")
-        _page(self, 200, "Signed out", f"You are signed out of the console {there}.", "/login")
+        page(self, 200, "Signed out", f"You are signed out of the console {there}.", "/login")
