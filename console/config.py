@@ -506,13 +506,18 @@ def beside_up(settings: Settings) -> Settings:
         connection = replace(connection, servers=(up["nats"],))
         if "connection.monitor_url" not in settings.given and isinstance(up.get("monitor"), str):
             connection = replace(connection, monitor_url=up["monitor"])
-        if not (system.system_user or system.system_creds) and up.get("system_user") == EMBEDDED_SYSTEM_USER:
-            try:
-                password = (settings.data.data_dir / "nats" / SYSTEM_PASSWORD_FILE).read_text().strip()
-                system = replace(system, system_user=EMBEDDED_SYSTEM_USER, system_password=password)
-            except OSError:
-                pass
+        if not (system.system_user or system.system_creds) and up.get("system_user") == EMBEDDED_SYSTEM_USER \
+                and (password := embedded_system_password(settings.data.data_dir)) is not None:
+            system = replace(system, system_user=EMBEDDED_SYSTEM_USER, system_password=password)
     return replace(settings, connection=connection, system=system)
+
+
+def embedded_system_password(data_dir: Path) -> str | None:
+    """The embedded server's system account user's password (`server` makes it once), or None."""
+    try:
+        return (data_dir / "nats" / SYSTEM_PASSWORD_FILE).read_text().strip()
+    except OSError:
+        return None
 
 
 def running_up(data_dir: Path) -> dict[str, Any] | None:

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, SYSTEM_PASSWORD_FILE, UP_FILE, AlertingSettings,
-                            ConnectionSettings, Settings, SystemAccountSettings, child_env, env_name, host_in_url,
+from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, UP_FILE, AlertingSettings, ConnectionSettings,
+                            Settings, SystemAccountSettings, child_env, embedded_system_password, env_name, host_in_url,
                             private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
@@ -141,8 +141,10 @@ class Supervisor:
             if monitor and "connection.monitor_url" not in self.settings.given:  # the server's limits, for every part
                 self._env[env_name(ConnectionSettings, "monitor_url")] = monitor
             system = self.settings.system
-            if not (system.system_user or system.system_creds):  # the embedded server's system account user
-                password = (self.settings.data.data_dir / "nats" / SYSTEM_PASSWORD_FILE).read_text().strip()
+            # the single server's own system user (an embedded cluster has none: `server` gives it no accounts)
+            password = embedded_system_password(self.settings.data.data_dir) if self.settings.embedded.nats_nodes == 1 \
+                else None
+            if not (system.system_user or system.system_creds) and password is not None:
                 self._env[env_name(SystemAccountSettings, "system_user")] = EMBEDDED_SYSTEM_USER
                 self._env[env_name(SystemAccountSettings, "system_password")] = password
         url = self._env[env_name(ConnectionSettings, "servers")]
