@@ -181,3 +181,24 @@ def test_up_hands_its_parts_every_setting_in_their_environment_and_nothing_on_th
                    "BATCH_CONSOLE_PORT": "9000", "BATCH_CONSOLE_CREDS": "/c.creds",
                    "BATCH_CONSOLE_FOLLOW": "1"}  # up's own default: analytics follows the log
 
+
+
+def test_a_commands_settings_take_a_running_ups_urls_and_nothing_from_a_file_that_is_not_one(tmp_path):
+    """DATA_DIR/up.json is a file any process of the user can write: read strictly, and only while its `up` runs."""
+    import json
+    import os
+
+    from console.config import UP_FILE, beside_up, load, running_up
+
+    settings = load(environ={"BATCH_CONSOLE_DATA_DIR": str(tmp_path)})
+    up = tmp_path / UP_FILE
+    for hostile in ("not json", "[1, 2]", '{"pid": "1"}', '{"pid": -1}', '{"pid": 999999999}', "{" * 5000,
+                    json.dumps({"pid": os.getpid(), "nats": ["nats://evil"], "monitor": 5})):
+        up.write_text(hostile)
+        assert beside_up(settings).connection.servers == settings.connection.servers, hostile
+    assert running_up(tmp_path) is not None  # the last one: a live pid, with values of the wrong types
+    up.write_text(json.dumps({"pid": os.getpid(), "nats": "nats://127.0.0.1:4333", "monitor": "http://127.0.0.1:8333"}))
+    chosen = beside_up(settings).connection
+    assert (chosen.servers, chosen.monitor_url) == (("nats://127.0.0.1:4333",), "http://127.0.0.1:8333")
+    given = load(environ={"BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_CONSOLE_SERVER": "nats://127.0.0.2:4222"})
+    assert beside_up(given).connection.servers == ("nats://127.0.0.2:4222",)  # what is given wins
