@@ -311,7 +311,10 @@ async def alerts_async(settings: Settings) -> int:
     stop = stop_on_signals()
     async with await Runtime.open(settings, key_wait=KEY_WAIT, system=True) as runtime:
         if metrics is not None:
-            server = serve_metrics(metrics, settings.alerting.metrics_port)
+            try:
+                server = serve_metrics(metrics, settings.alerting.metrics_port)
+            except OSError as e:  # not NATS: the port is taken
+                raise ConfigError(f"cannot serve /metrics on 127.0.0.1:{settings.alerting.metrics_port}: {e}") from None
             print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
         store = AlertStore(settings.data.db_path)
         service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,

@@ -9,6 +9,7 @@ import json
 import os
 import ctypes
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -156,8 +157,8 @@ class Supervisor:
         self._part("web", ["serve"])
         self._part("analytics", ["analytics"])
         metrics_port = self.settings.alerting.metrics_port
-        if metrics_port is None:  # up gives the alerts part one, beside the web console's
-            metrics_port = web.port + 1 if web.port else 0
+        if metrics_port is None:  # up gives the alerts part one: beside the web console's, or any free one
+            metrics_port = _metrics_port(web.port + 1 if web.port else 0)
         self._env[env_name(AlertingSettings, "metrics_port")] = str(metrics_port)  # like every setting: not on argv
         self._part("alerts", ["alerts"])
         if self.settings.demo.demo:
@@ -243,3 +244,16 @@ class Supervisor:
             self.say(f"{part.name}: stopped")
         self._write_states()  # up.json says each part's state after the stop, not the last one seen running
         (self.settings.data.data_dir / UP_FILE).unlink(missing_ok=True)
+
+
+def _metrics_port(preferred: int) -> int:
+    """`preferred` if it is free on the loopback, else one that is: a taken port would have the alerts
+    part fail at every restart, and the URL up prints must be the one it serves."""
+    for port in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise ConsoleError("no free port on 127.0.0.1 for the alerts part's /metrics")

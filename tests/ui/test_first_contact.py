@@ -11,18 +11,26 @@ from pathlib import Path
 from playwright.sync_api import expect
 
 from console.alerting.rules_file import DEFAULT_RULES
-from console.config import event_key
+from console.config import event_key, running_up
 from tests.processes import CLI, Receiver, free_port, wait_http
 from tests.waits import poll_until
 
 STARTS = 10
 
 
-def _metric(port: int, name: str) -> float | None:
+def _metrics_url(data: Path, pid: int) -> str | None:
+    """Where this start of up serves /metrics (beside the web's port, or another if that one is taken)."""
+    found = running_up(data)
+    return found["metrics"] if found and found["pid"] == pid else None
+
+
+def _metric(url: str | None, name: str) -> float | None:
     import urllib.request
 
+    if url is None:
+        return None
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+        with urllib.request.urlopen(url, timeout=2) as reply:
             text = reply.read().decode()
     except (OSError, http.client.HTTPException):  # not listening yet, or another process on that port
         return None
@@ -41,13 +49,14 @@ def test_ten_starts_of_up_page_nobody(tmp_path):
     try:
         for start in range(STARTS):
             port, out = free_port(), tmp_path / f"up-{start}.out"
-            nats_port = next(p for p in iter(free_port, None) if p not in (port, port + 1))  # port + 1: metrics
+            nats_port = next(p for p in iter(free_port, None) if p != port)
             up = subprocess.Popen([CLI, "up", "--data-dir", str(data), "--port", str(port), "--nats-port",
                                    str(nats_port)], stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
             try:
                 # The alerts part has heard the collector: from here on a start cannot page anyone.
-                poll_until(lambda: up.poll() is None and _metric(port + 1, "batch_console_collector_up") == 1.0, 90,
+                poll_until(lambda: up.poll() is None and _metric(_metrics_url(data, up.pid),
+                                                                 "batch_console_collector_up") == 1.0, 90,
                            lambda: f"start {start}: the alerts never heard the collector\n{out.read_text()[-2000:]}")
                 assert "nothing is sent" not in out.read_text()  # every rule here has a target
             finally:
