@@ -1,6 +1,6 @@
 """First meaningful paint of every page, this checkout beside an older one, in one run.
 
-    .venv/bin/python bench/paint.py [--before b405aef] [--runs 5]
+    .venv/bin/python bench/paint.py [--before 8c8b3c1] [--runs 5]
 
 An embedded nats-server holds an event log with a week of history (analytics run once over it, so
 History has its SQLite tables) and 10,000 lost batches in the last hour (200 streams, 50 each). For
@@ -8,7 +8,8 @@ each checkout, `serve` on that data directory; each page is opened once to warm 
 `--runs` times in a fresh browser context (cold: no cache, a new Bokeh session each time), timed from
 the navigation to the page's first meaningful content (Live: a lost batch's row; Incident: the
 batch; History: its summary; Streams and the stream page: the event log stream; Alerts: a rule;
-Probe and Replay: their form), whether it came from the server's first answer (console.ui.preview)
+Probe, Replay and Search: their form; Audit: the chain's state; Conformance: the
+clients graded), whether it came from the server's first answer (console.ui.preview)
 or from the live Panel page; and then to the live page drawn (the preview replaced). p50 and p95 of
 each, side by side. A benchmark, not a test.
 """
@@ -52,6 +53,9 @@ PAGES = {
     "alerts": ("alerts", lambda p: p.get_by_text("atomic batch timed out").first),
     "probe": ("probe", lambda p: p.get_by_role("button").first),
     "replay": ("replay?stream=BATCH_CONSOLE_EVENTS", lambda p: p.get_by_role("button").first),
+    "search": ("search", lambda p: p.get_by_role("button").first),
+    "audit": ("audit", lambda p: p.get_by_text(re.compile(r"Chain intact|CHAIN BROKEN|not read")).first),
+    "conformance": ("conformance", lambda p: p.get_by_text(re.compile(r"graded|No verdicts yet")).first),
 }
 
 
@@ -125,7 +129,7 @@ async def paints(url: str, data_dir: Path, code: Path, runs: int) -> dict[str, l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", default="b405aef", help="the commit set beside this checkout")
+    parser.add_argument("--before", default="8c8b3c1", help="the commit set beside this checkout")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -7,6 +7,8 @@ protocol:
 - `async reload()`: reads what it shows (the web calls it once the page is in the browser);
 - `read()`, when it has one: its reads are local and quick (SQLite, files), so the web makes them
   before its first answer, whose preview then holds them, instead of reload;
+- `recall()`, when it has one (and no read): what the process last read for it (its time said), for
+  the first answer, before reload reads it again;
 - `refresh()` every `refresh_every_ms`, when it has them: a redraw of what a shared state holds;
 - `close()` (sync or async), when it has one: at the session's end."""
 
@@ -168,7 +170,7 @@ def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
 
 
 def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
-    return AuditPage(trail=runtime.audit_trail, exported=actions.recorder("export.csv"), may=actions.allowed,
+    return AuditPage(trail=runtime.audit_trail, recent=runtime.recent_audit_trail, exported=actions.recorder("export.csv"), may=actions.allowed,
                      **params)
 
 
@@ -182,7 +184,7 @@ def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
 
 
 def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:
-    return ConformancePage(verdicts=runtime.verdicts, **params)
+    return ConformancePage(verdicts=runtime.verdicts, recent=runtime.recent_verdicts, **params)
 
 
 def badges(runtime: Runtime) -> list[Badge]:

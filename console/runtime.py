@@ -41,6 +41,7 @@ ASSUMED = "the server's defaults, assumed"  # how batch_limits() says it did not
 LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
 VERDICTS_WINDOW = 24 * 60.0  # minutes of the event log the conformance verdicts are read from
 VERDICTS_FOR = 5.0  # seconds a read of them is kept
+RECENT_TRAILS = 8  # reads of the audit trail kept (one per start day asked) for the pages' first answers
 REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
 # Searches at once in one process, one per actor: each has a worker process of its own, and more than one
 # a core starved the server itself on a 2-core machine (its requests timed out)
@@ -64,10 +65,12 @@ class Runtime:
         self._audit: AuditLog | None = None
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
         self._verdicts: tuple[float, Verdicts] | None = None
+        self._trails: dict[datetime | None, tuple[datetime, Checked]] = {}  # the last read from each start
         self._masking: Masking | None = None
         self._roles: RolesFile | None = None
         self._roles_stamp: tuple[str, int, int] | None = None
         self._keeper: asyncio.Task | None = None
+        self._reading_ahead: asyncio.Task | None = None
         self._searching: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
     @classmethod
@@ -279,7 +282,34 @@ class Runtime:
     async def audit_trail(self, since: datetime | None = None) -> Checked:
         """The audit trail's records (from `since`), with every break in its chain: held against this data
         directory's checkpoint and the collector's latest signed status, a witness wherever it runs."""
-        return await self._audit_log().read(since, await self._witnessed())
+        checked = await self._audit_log().read(since, await self._witnessed())
+        self._trails.pop(since, None)
+        self._trails[since] = (datetime.now(timezone.utc), checked)
+        while len(self._trails) > RECENT_TRAILS:
+            self._trails.pop(next(iter(self._trails)))
+        return checked
+
+    def recent_audit_trail(self, since: datetime | None = None) -> tuple[datetime, Checked] | None:
+        """The last read of the trail from `since` and when it was made, or None: what a page shows in its
+        first answer while it reads the trail again."""
+        return self._trails.get(since)
+
+    def recent_verdicts(self) -> Verdicts | None:
+        """The last read of the verdicts (however old), or None."""
+        return self._verdicts[1] if self._verdicts else None
+
+    def read_ahead(self, audit_since: datetime) -> None:
+        """Read once, in the background, what the pages that read NATS show first (the audit trail, the
+        verdicts), so that even a first visit's first answer has a copy."""
+        if self._reading_ahead is None:
+            self._reading_ahead = asyncio.create_task(self._read_ahead(audit_since), name="read-ahead")
+
+    async def _read_ahead(self, audit_since: datetime) -> None:
+        for read in (lambda: self.audit_trail(audit_since), self.verdicts):
+            try:
+                await read()
+            except Exception as e:  # no event key yet, no trail: the page says so when it reads
+                log.info("not read ahead for the pages: %s", e)
 
     async def _witnessed(self) -> Head | None:
         """The trail's head as the collector's latest status saw it (the live state's, else the last minute
@@ -380,8 +410,9 @@ class Runtime:
                                  lambda: run_probe(self.nc, options, progress), stream=options.stream)
 
     async def close(self) -> None:
-        if self._keeper is not None:
-            await cancelled(self._keeper)
+        for task in (self._keeper, self._reading_ahead):
+            if task is not None:
+                await cancelled(task)
         if self._live is not None:
             await self._live.stop()
         for nc in (self.nc, self.system_nc):

@@ -21,6 +21,7 @@ from console.errors import ConfigError
 from console.login import GuardedBasicAuth
 from console.oidc import SESSION_COOKIE, OidcAuth, Provider
 from console.runtime import Runtime
+from console.ui.audit import default_since
 from console.ui.frame import Frame, Prefs, Who
 from console.ui.preview import attach, static_html
 
@@ -83,6 +84,8 @@ class App:
         if hasattr(page, "read"):
             page.read()  # local and quick: in the first answer, whose preview then holds it
         else:
+            if hasattr(page, "recall"):
+                page.recall()  # the last read's copy, in the first answer
             pn.state.onload(page.reload)
         if every := getattr(page, "refresh_every_ms", None):
             _every(page.refresh, every)
@@ -194,6 +197,7 @@ def serve(settings: Settings) -> None:
         runtime.roles  # so does a roles file with an error
         runtime.live  # following the event log before the first session arrives
         runtime.keep_open()
+        runtime.read_ahead(default_since())  # a first visit's first answer has a copy too
         return runtime
 
     url_state = ":" not in web.address

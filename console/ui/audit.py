@@ -73,8 +73,20 @@ def chain_text(checked: Checked) -> str:
     return f"**CHAIN BROKEN** ({len(checked.breaks)} break(s)): {shown}{more}{unsafe}"
 
 
+def default_dates() -> tuple:
+    """The last seven days (UTC), today included: what the page shows first."""
+    today = datetime.now(timezone.utc).date()
+    return today - timedelta(days=6), today
+
+
+def default_since() -> datetime:
+    return datetime.combine(default_dates()[0], time(), timezone.utc)
+
+
 class AuditPage(Clocked, pn.viewable.Viewer):
     trail = coroutine("async (since: datetime | None) -> Checked: the audit trail, read and checked")
+    recent = param.Callable(default=lambda since: None,
+                            doc="since -> (when, Checked) of the trail's last read in this process, or None")
     dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (UTC)")
     user = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this user's records")
     action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
@@ -86,8 +98,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
 
     def __init__(self, **params):
-        today = datetime.now(timezone.utc).date()
-        params.setdefault("dates", (today - timedelta(days=6), today))
+        params.setdefault("dates", default_dates())
         super().__init__(**params)
         w = pn.widgets
         html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("record", "time")}
@@ -104,14 +115,29 @@ class AuditPage(Clocked, pn.viewable.Viewer):
                    w.TextInput.from_param(self.param.stream, name="stream", width=200), download),
             self._table, sizing_mode="stretch_width")
 
+    def recall(self) -> None:
+        """The trail as this process last read it, its time said, for the first answer; reload reads it again."""
+        found = self.recent(self._since())
+        if found is None:
+            self.chain = "Reading the audit trail…"
+            return
+        at, checked = found
+        self._show(checked, f" <small>(as read at {self.clock.when(at)}; reading it again…)</small>")
+
     async def reload(self) -> None:
-        first, _ = self.dates
         try:
-            self.checked = await self.trail(datetime.combine(first, time(), timezone.utc))
+            checked = await self.trail(self._since())
         except Exception as e:  # no event key yet, the server did not answer: said where the chain's state goes
             self.chain = f"**The audit trail was not read:** {html.escape(str(e) or type(e).__name__)}"
             return
-        self.chain = chain_text(self.checked)
+        self._show(checked)
+
+    def _since(self) -> datetime:
+        return datetime.combine(self.dates[0], time(), timezone.utc)
+
+    def _show(self, checked: Checked, note: str = "") -> None:
+        self.checked = checked
+        self.chain = chain_text(checked) + note
         self.param.user.objects = [ANY, *sorted({r.actor.user for _, r in self.checked.records})]
         self.param.action.objects = [ANY, *sorted({r.action for _, r in self.checked.records})]
         self._filter()

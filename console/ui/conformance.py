@@ -25,6 +25,7 @@ FAILURES = ["client", "statement", "seen", "stream", "batch", "when", "ADR-50"] 
 
 class ConformancePage(Clocked, pn.viewable.Viewer):
     verdicts = coroutine("async () -> Verdicts: the clients' latest verdicts from the event log")
+    recent = param.Callable(default=lambda: None, doc="() -> the verdicts as last read in this process, or None")
     client = param.String(default="", doc="Only clients whose name, library or account contains this")
     failing_only = param.Boolean(default=False, doc="Only clients that fail a statement")
     matrix = param.DataFrame(default=pd.DataFrame(columns=MATRIX), doc="Clients by statement")
@@ -56,6 +57,15 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
                              "tell without the publish side (`--tap-publish-side`).</small>"),
             sizing_mode="stretch_width")
         self._known: list[ClientVerdict] = []
+
+    def recall(self) -> None:
+        """The verdicts as this process last read them, for the first answer; reload reads them again."""
+        found = self.recent()
+        if found is None:
+            self.state = "Reading the verdicts from the event log…"
+            return
+        self._known = found.report()
+        self._show()
 
     async def reload(self) -> None:
         try:

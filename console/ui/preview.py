@@ -3,7 +3,8 @@
 and the first rows of their tables, read-only. The live page replaces it as soon as it is drawn.
 
 The scripts move from the head to after the preview, so the browser paints the preview while it
-still loads them; nothing here is interactive, and a control (a button, a form field) is left out."""
+still loads them; nothing here is interactive: a control (a button, a form field) is drawn disabled,
+with its label and value, so a form reads as itself before it works."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ TEMPLATE = """
 #bc-preview .bc-banner { margin-top: .4rem; padding: .5rem 1rem; border-radius: 6px; background: #c92a2a; color: #fff; }
 #bc-preview table { border-collapse: collapse; width: 100%; font-size: 13px; margin: .4rem 0; }
 #bc-preview th, #bc-preview td { border-bottom: 1px solid #dde1e6; padding: 3px 6px; text-align: left; }
+#bc-preview .bc-controls { display: flex; flex-wrap: wrap; gap: 10px; align-items: end; margin: .3rem 0; }
+#bc-preview label { display: inline-flex; flex-direction: column; font-size: 13px; gap: 2px; }
+#bc-preview input, #bc-preview button { font: inherit; padding: 4px 8px; min-height: 30px; box-sizing: border-box; }
 #bc-preview .bc-plot { border: 1px solid #eef0f3; color: #5c6b80; padding: 6px; box-sizing: border-box; }
 {% if theme_name == "dark" %}#bc-preview { color: #e6e6e6; }{% endif %}
 </style>{% endblock %}
@@ -61,8 +65,10 @@ TEMPLATE = """
 # What the preview may hold. Panel puts a pane's HTML into a shadow root, where a <script> never runs;
 # in the page's own HTML it would: whatever a page builds, the first answer keeps only inert markup.
 INERT_TAGS = {"a", "b", "i", "em", "strong", "code", "pre", "p", "br", "ul", "ol", "li", "h1", "h2", "h3", "h4",
-              "table", "thead", "tbody", "tr", "th", "td", "div", "span", "header", "nav", "hr", "blockquote"}
-INERT_ATTRIBUTES = {"*": {"class", "title", "role", "style", "aria-label", "aria-current"}, "a": {"href"}}
+              "table", "thead", "tbody", "tr", "th", "td", "div", "span", "header", "nav", "hr", "blockquote",
+              "label", "input", "button"}
+INERT_ATTRIBUTES = {"*": {"class", "title", "role", "style", "aria-label", "aria-current"}, "a": {"href"},
+                    "input": {"disabled", "value", "type", "checked", "placeholder"}, "button": {"disabled", "type"}}
 
 
 def attach(document, preview_html: str) -> None:
@@ -92,7 +98,7 @@ def static_html(item) -> str:
         return static_html(item.__panel__())
     if isinstance(item, pn.layout.ListLike):
         inner = "".join(static_html(child) for child in item if child.visible)
-        return f'<div style="display:flex;gap:10px">{inner}</div>' if isinstance(item, pn.Row) else inner
+        return f'<div class="bc-controls">{inner}</div>' if isinstance(item, pn.Row) else inner
     if isinstance(item, pn.widgets.Tabulator):
         if not isinstance(item.value, pd.DataFrame) or not len(item.value.columns):
             return ""
@@ -103,8 +109,28 @@ def static_html(item) -> str:
         return f"<pre>{html.escape(str(item.object or ''))}</pre>"
     if isinstance(item, pn.pane.HTML):
         return str(item.object or "")
+    if isinstance(item, pn.widgets.Widget):
+        return _control_html(item)
     if isinstance(item, pn.pane.Bokeh):
         title = getattr(getattr(item.object, "title", None), "text", "") or ""
         height = getattr(item.object, "height", None) or 200
         return f'<div class="bc-plot" style="height:{int(height)}px;flex:1">{html.escape(title)}</div>'
     return ""
+
+
+def _control_html(widget) -> str:
+    """A control as it will look, disabled: a button its label, a field its name and value."""
+    e = html.escape
+    if isinstance(widget, (pn.widgets.Button, pn.widgets.FileDownload)):
+        return f'<button type="button" disabled>{e(str(widget.label or widget.name or ""))}</button>'
+    name = e(str(widget.name or ""))
+    if isinstance(widget, pn.widgets.Checkbox):
+        checked = " checked" if widget.value else ""
+        return f'<label style="flex-direction:row"><input type="checkbox" disabled{checked}> {name}</label>'
+    value = getattr(widget, "value", None)
+    if isinstance(value, (tuple, list)):
+        value = " – ".join(str(v) for v in value)
+    secret = isinstance(widget, pn.widgets.PasswordInput)  # a password is never in a page's HTML
+    shown = e("" if value is None or secret else str(value))
+    placeholder = e(str(getattr(widget, "placeholder", "") or ""))
+    return f'<label>{name}<input type="text" disabled value="{shown}" placeholder="{placeholder}"></label>'

@@ -5,7 +5,6 @@ import asyncio
 import secrets
 from datetime import datetime, timedelta, timezone
 
-import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from sqlmodel import Session, select
 

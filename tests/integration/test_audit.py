@@ -16,13 +16,13 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from console.actions import ACTIONS, message_action
 from console.broker.eventlog import EventLog
-from console.broker.audit_log import STREAM, SUBJECT, AuditLog
+from console.broker.audit_log import STREAM, SUBJECT
 from console.config import DataSettings, EventLogSettings, Settings, WebSettings, event_key
 from console.domain.audit import NOTEBOOK, Actor
 from console.domain.events import BatchEvent, EventKind
 from console.domain.messages import Ack
 from console.domain.signing import SIGNATURE
-from console.errors import ReadOnlyError, Refusal
+from console.errors import ReadOnlyError
 from console.runtime import Runtime
 from console.ui.audit import chain_text
 from console.ui.streams import StreamsPage

@@ -74,7 +74,7 @@ def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(conso
     timeline = page.get_by_role("row")
     expect(timeline.filter(has_text="stream_action")).not_to_have_count(0)  # the probe created UI_INC
     expect(timeline.filter(has_text=second)).to_be_visible()  # another abandonment on the same stream
-    loss_row = timeline.filter(has_text=f"▶ ").first
+    loss_row = timeline.filter(has_text="▶ ").first
     expect(loss_row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"))
     expect(page.get_by_text(re.compile(r"\b\d{13}(\.\d+)?\b"))).to_have_count(0)  # no epoch milliseconds anywhere
     expect(page.get_by_role("link", name="the stream's messages in this window (Replay)")).to_be_visible()

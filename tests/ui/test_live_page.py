@@ -97,3 +97,35 @@ def test_the_live_page_replaces_the_first_answer_once_drawn(console, page):
     expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
     expect(page.get_by_role("button", name="switch to dark theme")).to_be_visible()  # the frame's live controls
     expect(page.get_by_text("Lost batches, live")).to_have_count(1)  # one page, not the preview beside it
+
+
+# Each page's first answer, and what in it is the page's own content, before any script runs.
+FIRST_ANSWERS = {
+    "streams": "Streams",
+    "replay": '<button type="button" disabled="">Fetch</button>',  # a form: drawn disabled until the page works
+    "history": "abandoned batches",
+    "incident": '<button type="button" disabled="">Investigate</button>',
+    "alerts": "Rules",
+    "checks": "Checks",
+    "search": '<button type="button" disabled="">Search</button>',
+    "conformance": ("graded", "No verdicts yet"),  # the process's last read, from its start on
+    "probe": '<button type="button" disabled="">Publish probe</button>',
+    "audit": ("Chain intact", "CHAIN BROKEN"),
+}
+
+
+def test_every_pages_first_answer_holds_its_content_before_any_script_runs(console):
+    import urllib.request
+
+    _, web_url = console
+
+    def preview(path: str) -> str:
+        body = urllib.request.urlopen(web_url + path, timeout=10).read().decode()
+        start = body.index('id="bc-preview"')
+        return body[start:body.index("<script", start)]
+
+    for path, wanted in FIRST_ANSWERS.items():
+        texts = wanted if isinstance(wanted, tuple) else (wanted,)
+        poll_until(lambda: any(t in preview(path) for t in texts), 30,
+                   lambda: f"/{path}: none of {texts} in its first answer:\n{preview(path)[:3000]}")
+    assert "Reading the audit trail" not in preview("audit")

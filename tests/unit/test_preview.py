@@ -17,7 +17,7 @@ def test_a_table_shows_its_first_rows_with_headers_in_words_and_escapes_what_is_
     assert "5 more" in shown
 
 
-def test_a_layout_keeps_text_tables_and_plot_titles_and_leaves_controls_out():
+def test_a_layout_keeps_text_tables_and_plot_titles_and_draws_controls_disabled():
     from bokeh.plotting import figure
 
     plot = figure(title="Lost batches per minute", height=123)
@@ -26,10 +26,19 @@ def test_a_layout_keeps_text_tables_and_plot_titles_and_leaves_controls_out():
                        pn.widgets.Tabulator(pd.DataFrame({"reason": ["timeout"]})))
     shown = static_html(layout)
     assert "<h2>Lost batches, live</h2>" in shown
-    assert "Apply" not in shown
+    assert '<button type="button" disabled>Apply</button>' in shown
     assert "Lost batches per minute" in shown and "height:123px" in shown
     assert "<pre>a &lt; b</pre>" in shown
     assert "<td>timeout</td>" in shown
+
+
+def test_a_control_shows_its_name_and_value_escaped_and_never_a_password():
+    shown = static_html(pn.Row(pn.widgets.TextInput(name="stream", value='"><script>alert(1)</script>'),
+                               pn.widgets.PasswordInput(name="token", value="hunter2"),
+                               pn.widgets.Checkbox(name="failing only", value=True)))
+    assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in shown and "<script>" not in shown
+    assert "hunter2" not in shown and ">token<" in shown
+    assert 'type="checkbox" disabled checked> failing only' in shown
 
 
 def test_a_hidden_part_is_not_shown():
