@@ -254,8 +254,7 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
         print(f"BROKEN at record {seq}: {why}" if seq else f"BROKEN: {why}", file=sys.stderr)
     if checked.unsafe:
         print(f"UNSAFE: {checked.unsafe}", file=sys.stderr)
-    written = f" ({checked.written:,} written through this data directory's console)" if checked.written else ""
-    print(f"{len(checked.records)} record(s){written}; chain {'intact' if checked.intact else 'BROKEN'}",
+    print(f"{checked.counted()}; chain {'intact' if checked.intact else 'BROKEN'}",
           file=sys.stderr)
     return 1 if verify and not checked.intact else 0
 
@@ -366,7 +365,8 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
         raise ConfigError("give --spark-master or --remote, not both")
     asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
     job = JobSettings(settings.data.data_dir, SourceOptions.parse(spark_options(settings)), max_events=a.max_events)
-    spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory)
+    spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
+                          full_jit=a.full_jit)
     watcher = None
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from console import pages
-from console.config import ConnectionSettings, Settings, found_data_dir, load
+from console.config import ConnectionSettings, Settings, beside_up, found_data_dir, load
 from console.actions import Actions
 from console.domain.audit import NOTEBOOK
 from console.errors import KeyMismatchError
@@ -57,7 +57,8 @@ class NotebookConsole:
         """The settings (default: from the environment, as every command reads them), with any
         section replaced: `open(web=WebSettings(read_only=True))`. Events the console's key does not
         verify are dropped and counted (see skipped)."""
-        settings = found_data_dir(replace(load() if settings is None else settings, **sections))
+        # the URLs a running `up` on that data directory chose, unless given: a notebook beside `up` needs nothing
+        settings = beside_up(found_data_dir(replace(load() if settings is None else settings, **sections)))
         print(f"batch console: data directory {settings.data.data_dir.resolve()}")
         runtime = await Runtime.open(settings)
         try:

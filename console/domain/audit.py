@@ -135,6 +135,11 @@ class Checked:
     def intact(self) -> bool:
         return not self.breaks
 
+    def counted(self) -> str:
+        """"N record(s)" and how many of them this data directory's console wrote: the CLI's and the page's words."""
+        written = f" ({self.written:,} written through this data directory's console)" if self.written else ""
+        return f"{len(self.records):,} record(s){written}"
+
 
 @dataclass(frozen=True)
 class Head:

@@ -64,8 +64,7 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
 def chain_text(checked: Checked) -> str:
     unsafe = f"<br>**UNSAFE:** {html.escape(checked.unsafe)}" if checked.unsafe else ""
     if checked.intact:
-        written = f" ({checked.written:,} written by this console)" if checked.written else ""
-        return (f"Chain intact: {len(checked.records):,} record(s){written}, each signed and following the one "
+        return (f"Chain intact: {checked.counted()}, each signed and following the one "
                 f"before, none erased.{unsafe}")
     shown = "; ".join(f"record {seq}: {html.escape(why)}" if seq else html.escape(why)
                       for seq, why in checked.breaks[:10])

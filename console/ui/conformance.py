@@ -38,13 +38,13 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         marks = {sid: {"type": "html"} for sid in STATEMENTS}
         self._matrix = tabulator(self.matrix, height=120, formatters={"client": {"type": "textarea"}, **marks},
-                                 widths={"client": 240, "verdict": 130, "failing": 150, "batches": 70,
+                                 widths={"client": 240, "verdict": 130, "failing": 150, "batches": 90,
                                          **{sid: 60 for sid in STATEMENTS}},
                                  frozen_columns=["client", "verdict", "failing"], header_align="center")
         self._failures = tabulator(self.failures, height=360, formatters={
             **{c: {"type": "textarea"} for c in ("client", "statement", "ADR-50", "seen")},
             "batch": {"type": "html"}, "stream": {"type": "html"}},
-            widths={"client": 220, "statement": 200, "ADR-50": 320, "seen": 280})
+            widths={"client": 200, "statement": 180, "ADR-50": 320, "seen": 200})  # all but the ADR's words in view
         legend = " · ".join(f"**{sid}** {html.escape(s.title)}" for sid, s in STATEMENTS.items())
         w = pn.widgets
         self._layout = pn.Column(

@@ -127,7 +127,7 @@ def last_week() -> tuple[date, date]:
 class HistoryPage(Clocked, pn.viewable.Viewer):
     """`page.dates = (first, last)` in a notebook redraws it, as picking the dates does."""
 
-    refresh_every_ms = 2000  # the freshness line
+    refresh_every_ms = 2000  # the freshness line; the tables once a run has committed
 
     history = param.Parameter(doc="The history queries (console.storage.history.Reader); None when there are none",
                               precedence=-1)
@@ -196,6 +196,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                              self._stats, sizing_mode="stretch_width"), sizing_mode="stretch_width"),
             "### Abandoned batches", self._lost, sizing_mode="stretch_width")
         self._shown: dict[str, pd.DataFrame] = {}
+        self._read_at: tuple[int, datetime] | None | bool = False  # the job's position the tables were read at
         self._on_csv_table()
 
     def _bounds(self) -> tuple[datetime, datetime]:
@@ -204,17 +205,23 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                 datetime.combine(last + timedelta(days=1), time(), timezone.utc))
 
     def refresh(self) -> None:
-        """The freshness line only (cheap: one row), for a timer."""
-        if self.history is not None:
-            self.freshness = freshness_text(self.history.job_position(), self.live_seq() if self.live_seq else 0,
-                                            self.clock)
+        """For a timer: the freshness line (one row); the tables again only once an analytics run has
+        committed since they were read (a page left open while History fills must not say "0")."""
+        if self.history is None:
+            return
+        position = self.history.job_position()
+        self.freshness = freshness_text(position, self.live_seq() if self.live_seq else 0, self.clock)
+        if position != self._read_at:
+            self.read()
 
     async def reload(self) -> None:
         self.read()
 
     def read(self) -> None:
         """What the chosen dates hold, from SQLite (local and quick: the web reads it for its first answer)."""
-        self.refresh()
+        if self.history is not None:
+            self._read_at = self.history.job_position()
+            self.freshness = freshness_text(self._read_at, self.live_seq() if self.live_seq else 0, self.clock)
         if self.history is None:
             self.summary = f"**History unavailable**: {self.problem or 'no SQLite database'}"
             return

@@ -14,6 +14,7 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from console.domain.display import Clock, count, duration, md
+from console.domain.events import WHY_UNKNOWN
 from console.domain.live_model import LiveModel
 from console.domain.reasons import in_order
 from console.ui.formatting import Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
@@ -43,9 +44,13 @@ INTERVALS = 60
 FLOW_LINES = 10  # the most recently active batches get a line each
 
 
+# A running fast batch's stream is not unknown, only not said yet: the server names it in the batch's last ack
+NOT_YET = f'<span title="{html.escape(WHY_UNKNOWN)}">(named at its end)</span>'
+
+
 def active_frame(model: LiveModel, stream: str | None = None) -> pd.DataFrame:
     """The active fast batches (of one stream, when given), the most recently heard from first."""
-    rows = [{"batch_id": b.batch_id, "stream": stream_cell(b.stream), "seq": b.last_seq, "acked_seq": b.acked_seq,
+    rows = [{"batch_id": b.batch_id, "stream": stream_cell(b.stream) if b.stream else NOT_YET, "seq": b.last_seq, "acked_seq": b.acked_seq,
              "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
             for b in model.active_newest_first() if stream is None or b.stream == stream]
     return pd.DataFrame(rows, columns=list(ACTIVE_COLUMNS)).astype(ACTIVE_COLUMNS)
@@ -159,7 +164,9 @@ class LivePage(Clocked, pn.viewable.Viewer):
         self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
         self._table = tabulator(
             recent_frame(self.model, clock=self.clock), disabled=True, show_index=False, sizing_mode="stretch_width",
-            height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
+            height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"},
+                                    "publisher": {"type": "textarea"}},
+            widths={"publisher": 330},  # wrapped: the link to each batch's Incident stays in view at 1280 px
         )
         self._active = tabulator(
             active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,

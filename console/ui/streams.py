@@ -84,7 +84,10 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         self._limits_pane = pn.pane.Markdown("", sizing_mode="stretch_width")
         # The last listing this process read, until this page's own: its first screen needs no round trip
         self._table = tabulator(streams_frame(getattr(self.admin, "last_streams", [])), disabled=True, show_index=False,
-                                           sizing_mode="stretch_width", height=300)
+                                           sizing_mode="stretch_width", height=300,
+                                           # short titles: every column in view beside the editor at 1280 px
+                                           titles={"allow_atomic": "atomic", "allow_batched": "batched",
+                                                   "persist_mode": "persist", "required_api_level": "API level"})
         self._apply = pn.widgets.Button(label="Apply", color="primary", visible=not self.admin.read_only)
         if self.admin.read_only:
             self.result = "Read-only mode: settings are shown, not changed."
@@ -97,7 +100,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
                            w.Select.from_param(self.param.persist_mode, name="persist_mode"),
                            pn.pane.Markdown(self.param.review), self._apply, pn.pane.Markdown(self.param.cannot),
                            pn.pane.Markdown(self.param.result),
-                           width=420)
+                           width=360)
         self._layout = pn.Column(pn.pane.Markdown("## Streams"), self._server,
                                  pn.Row(self._table, editor, sizing_mode="stretch_width"), self._limits_pane,
                                  sizing_mode="stretch_width")

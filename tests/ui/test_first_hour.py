@@ -13,6 +13,7 @@ import re
 import subprocess
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from playwright.sync_api import expect
 
@@ -80,8 +81,120 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     batch = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["batch"][0]
     expect(page.get_by_text(batch).first).to_be_visible(timeout=30_000)
 
+    follow_every_link(page, web_url)
+    the_cli_and_the_pages_agree(page, web_url, data)
+    kept = ARTIFACTS / "first-hour"
+    kept.mkdir(parents=True, exist_ok=True)
     for path, title in PAGES.items():
         page.goto(web_url + path.lstrip("/"))
         expect(page.get_by_text("NATS connected", exact=True)).to_be_visible(timeout=30_000)
-        page.screenshot(path=screenshots / f"first-hour-{title.lower()}.png")
+        key_columns_in_view_and_no_text_cut(page, path)
+        page.screenshot(path=kept / f"{title.lower()}.png")
+    assert not firing_in_metrics(metrics) & HEALTH_RULES  # no part of a healthy console is said to be sick
+    page.goto(web_url + "alerts")
+    expect(page.get_by_role("row").filter(has_text=RULE).first).to_be_visible(timeout=30_000)
+    assert "(unknown)" not in page.inner_text("body")
+    the_notebooks_run_beside_up(data)
     assert cli(data, "audit", "--verify").returncode == 0  # the mutes are in it, and it still holds
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-results"  # pytest-playwright's output folder, kept by CI
+HEALTH_RULES = {"collector silent"}
+# The columns an operator decides on, wherever a table has them: each must be in view at 1280 px.
+WITHOUT_TABLES = {"/probe"}
+KEY_COLUMNS = ("state", "severity", "verdict", "failing", "stream", "reason", "outcome")
+
+
+def key_columns_in_view_and_no_text_cut(page, path: str) -> None:
+    page.wait_for_load_state("networkidle")
+    out_of_view = page.evaluate("""([keys, withTables]) => {
+        const titles = [];  // Panel draws each table in a shadow root: looked for in every one
+        const walk = (root) => {
+            titles.push(...root.querySelectorAll('.tabulator-col .tabulator-col-title'));
+            for (const el of root.querySelectorAll('*')) if (el.shadowRoot) walk(el.shadowRoot);
+        };
+        walk(document);
+        if (!titles.length && withTables) return ['no table headers found'];
+        const found = [];
+        for (const title of titles) {
+            const box = title.getBoundingClientRect();
+            if (!box.width) continue;  // a hidden table
+            const name = title.textContent.trim();
+            if (keys.includes(name) && box.right > window.innerWidth) found.push(name + ' out of view');
+            if (title.scrollWidth > title.clientWidth + 1) found.push(name + ' cut');
+        }
+        return found;
+    }""", [list(KEY_COLUMNS), path not in WITHOUT_TABLES])
+    assert not out_of_view, f"{path}: {out_of_view}"
+
+
+def follow_every_link(page, web_url: str) -> None:
+    """Every stream name and batch id on Live and History goes where it says: the stream's page, the
+    batch's Incident (a few of each kind, each different)."""
+    for origin in ("", "history"):
+        page.goto(web_url + origin)
+        expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its first copy
+        expect(page.locator("a[href*='/incident?batch=']").first).to_be_attached(timeout=90_000)
+        hrefs = page.eval_on_selector_all("a[href*='/stream?name='], a[href*='/incident?batch=']",
+                                          "links => [...new Set(links.map(a => a.getAttribute('href')))]")
+        streams = [h for h in hrefs if "/stream?" in h][:4]
+        batches = [h for h in hrefs if "/incident?" in h][:4]
+        assert streams and batches, f"/{origin}: no stream or batch links: {hrefs}"
+        for href in streams + batches:
+            query = urllib.parse.parse_qs(urllib.parse.urlparse(href).query)
+            page.goto(urllib.parse.urljoin(web_url, href))
+            if "name" in query:
+                expect(page.get_by_text(f"Stream {query['name'][0]}")).to_be_visible(timeout=30_000)
+            else:
+                summary = page.get_by_text(re.compile(re.escape(query["batch"][0]) + r".*(lost|ended|abandon)"))
+                expect(summary.first).to_be_visible(timeout=30_000)
+                assert "No lost batch" not in page.inner_text("body"), href
+
+
+def the_cli_and_the_pages_agree(page, web_url: str, data) -> None:
+    """`audit --verify`, `conformance` and `check` beside up say what the Audit, Conformance and Checks
+    pages say (the demo runs on meanwhile: each is asked again until both read the same state)."""
+    verified = cli(data, "audit", "--verify")
+    said = re.search(r"^(.* record\(s\).*); chain intact$", verified.stderr, re.M)
+    assert said, verified.stderr
+    page.goto(web_url + "audit")
+    expect(page.get_by_text(f"Chain intact: {said.group(1)},")).to_be_visible(timeout=30_000)
+
+    def conformance_agrees() -> bool:
+        clients = json.loads(cli(data, "conformance", "--format", "json").stdout)["clients"]
+        failing = sum(1 for c in clients if c["conforms"] is False)
+        page.goto(web_url + "conformance")
+        shown = page.get_by_text(re.compile(r"client\(s\) graded"))
+        expect(shown).to_be_visible(timeout=30_000)
+        return f"{len(clients)} client(s) graded, {failing} do not conform" in shown.inner_text()
+    poll_until(conformance_agrees, 90, "the Conformance page and `conformance` never agreed")
+
+    def checks_agree() -> bool:
+        found = json.loads(cli(data, "check", "--format", "json").stdout)
+        page.goto(web_url + "checks")
+        shown = page.get_by_text(re.compile(r"finding\(s\) of \d+ checks run"))
+        expect(shown).to_be_visible(timeout=30_000)
+        return f"{found['status'].upper()}: {len(found['findings'])} finding(s)" in shown.inner_text()
+    poll_until(checks_agree, 120, "the Checks page and `check` never agreed")
+
+
+def the_notebooks_run_beside_up(data) -> None:
+    """Both notebooks, from notebooks/, with nothing set but the data directory: up's URLs from up.json."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.analytics.test_notebooks import NOTEBOOKS, execute
+
+    env = {"BATCH_CONSOLE_DATA_DIR": str(data), "REPLAY_STREAM": "DEMO_ORDERS"}
+
+    def run(name: str) -> str:  # in a thread: Playwright's sync API holds this one's event loop
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, execute(name, env, NOTEBOOKS)).result()[0]
+
+    text = run("quickstart.ipynb")
+    assert re.search(r"[1-9]\d* lost batches in the last hour", text), text[:2000]
+    assert "replay DEMO_ORDERS: 5 messages fetched" in text, text[:2000]
+    assert "(unknown)" not in text
+    text = run("incident_investigation.ipynb")
+    assert "investigating" in text and "no lost batch to investigate" not in text, text[:2000]
+    assert re.search(r"\d+ messages from|the batch's stream is not known", text), text[:2000]

@@ -39,6 +39,11 @@ def test_flow_lines_and_gap_marks_for_active_batches():
     assert held["ys"] == [[100, 100]] and held["xs"][0][-1] == NOW and len(held["xs"][0]) == 2
 
 
+def test_a_running_fast_batch_whose_stream_is_not_said_yet_is_not_shown_as_unknown():
+    [stream] = active_frame(model_with_traffic())["stream"]  # f1: no final ack yet
+    assert "(named at its end)" in stream and "(unknown)" not in stream
+
+
 def test_the_page_builds_without_a_server_and_keeps_payload_text_as_data():
     model = model_with_traffic()
     page = LivePage(model=model, connection=lambda: "connected")
