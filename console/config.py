@@ -287,8 +287,9 @@ class AnalyticsSettings:
                                        "a backlog is read step by step)", parse=int)
     driver_memory: str = setting("4g", "the Spark driver's heap at most (local mode: it runs the tasks too; a backlog "
                                        "of millions of events wants 4g, a cluster's driver far less)")
-    full_jit: bool = setting(False, "the Spark JVM compiles hot code with both JIT tiers: faster over a backlog of "
-                                    "millions of events, ~1.7x the CPU of each small run of a following job", switch=True)
+    full_jit: bool = setting(False, "the Spark JVM compiles hot code with both JIT tiers (for a job that mostly works "
+                                    "through a large backlog; each small run of a following job costs ~1.7x the CPU)",
+                             switch=True)
     keep_workers: bool = setting(False, "a local session keeps every Python worker between runs (each ~120-190 MiB; "
                                         "small runs ~0.5-1 s faster); by default it keeps one", switch=True)
 

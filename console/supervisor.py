@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, UP_FILE, AlertingSettings, ConnectionSettings,
-                            Settings, SystemAccountSettings, child_env, embedded_system_password, env_name, host_in_url,
-                            private_dir, private_file)
+from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, UP_FILE, AlertingSettings, AnalyticsSettings,
+                            ConnectionSettings, Settings, SystemAccountSettings, child_env, embedded_system_password,
+                            env_name, host_in_url, private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConsoleError
 
@@ -33,6 +33,11 @@ def _ended_with_the_supervisor() -> None:
     outright), so no part outlives it (Linux; elsewhere the supervisor's own stop is all there is)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+# The analytics JVM's heap at most under up: the whole console stays under 2.5 GiB resident on one machine
+# (README, "Memory and CPU"); a backlog of millions of events wants BATCH_CONSOLE_DRIVER_MEMORY=4g.
+UP_DRIVER_MEMORY = "1500m"
 
 
 @dataclass
@@ -155,6 +160,8 @@ class Supervisor:
         self._env.setdefault(env_name(AlertingSettings, "console_url"), console_url)  # absolute links in reports
         self._part("collector", ["collect"])
         self._part("web", ["serve"])
+        if "analytics.driver_memory" not in self.settings.given:  # beside every other part, on one machine
+            self._env[env_name(AnalyticsSettings, "driver_memory")] = UP_DRIVER_MEMORY
         self._part("analytics", ["analytics"])
         metrics_port = self.settings.alerting.metrics_port
         if metrics_port is None:  # up gives the alerts part one: beside the web console's, or any free one

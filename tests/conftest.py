@@ -51,8 +51,24 @@ async def nc(nats_server):
 
 
 def pytest_collection_modifyitems(items):
-    """Browser tests last: pytest-playwright's session loop breaks pytest-asyncio tests after it."""
+    """Browser tests last: pytest-playwright's session loop breaks pytest-asyncio tests after it (each
+    parallel worker takes the groups in this order, so the browser tests are its last too).
+
+    Under pytest-xdist (--dist loadgroup), the tests that share something costly run on one worker:
+    every Spark test on one local session, every three-node cluster one at a time (two at once starve
+    their elections on two cores), and each other file's tests together (its module's server)."""
     items.sort(key=lambda item: "/tests/ui/" in str(item.path))
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def _group(item) -> str:
+    if "/tests/analytics/" in str(item.path):
+        return "spark"
+    if item.get_closest_marker("cluster") is not None or any("cluster" in f for f in item.fixturenames):
+        return "cluster"
+    return item.path.name
 
 
 class Vectors:

@@ -18,12 +18,29 @@ from console.broker.log_watcher import LogWatcher
 HEARTBEATS_DEFERRED = 1_000
 
 
+# A burst of events is one run: the run waits until the log has been quiet this long (a demo round, a
+# publisher's batches ending one after another), and at most SETTLE_AT_MOST past the gap (a steady flow).
+SETTLE = 2.0
+SETTLE_AT_MOST = 5.0
+
+
 def follow(run: Callable[[], None], watcher: LogWatcher, every: float, gap: float) -> None:
-    """Run, then again as soon as events arrive but no sooner than `gap` seconds after the last run
-    began (a burst is one run; History trails Live by about `gap` plus a run), and at least every
-    `every` seconds. Until interrupted."""
+    """Run, then again as soon as events arrive and have settled (SETTLE s without another), but no
+    sooner than `gap` seconds after the last run began and no later than SETTLE_AT_MOST past it
+    (History trails Live by about the gap plus a run), and at least every `every` seconds. Until
+    interrupted."""
     while True:
         began = time.monotonic()
         run()
         if watcher.wait(every):
-            time.sleep(max(0.0, gap - (time.monotonic() - began)))
+            settled(watcher, began + gap)
+
+
+def settled(watcher: LogWatcher, earliest: float) -> None:
+    """Returns at `earliest` or later, once nothing has arrived for SETTLE s, or SETTLE_AT_MOST s past `earliest`."""
+    latest = earliest + SETTLE_AT_MOST
+    while True:
+        now = time.monotonic()
+        if now >= latest or (now >= earliest and now - watcher.last_arrival >= SETTLE):
+            return
+        time.sleep(min(latest, max(earliest, watcher.last_arrival + SETTLE)) - now)

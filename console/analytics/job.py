@@ -339,7 +339,7 @@ def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[l
 RETURNS_MEMORY = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=5 -XX:MaxHeapFreeRatio=15"
 # The JIT's first tier only: a following job's runs are small and each plans new code, which the
 # second tier compiled again and again (a small run cost 3.45 s of CPU with it, 2.06 s without:
-# README, "Memory and CPU"); a backlog of millions computes a little slower.
+# README, "Keep the history"); --full-jit gives the second tier back, for a job working through a backlog.
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 from console.broker.connection import connect
 from console.config import ConnectionSettings
@@ -19,6 +20,7 @@ class LogWatcher:
         """Wakes on messages on `subject`, except those whose subject starts with one of `quiet`."""
         self.connection, self.subject, self.quiet = connection, subject, quiet
         self._new = threading.Event()
+        self.last_arrival = 0.0  # time.monotonic() of the last message that wakes it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Event | None = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._watch()), name="event-log-watcher",
@@ -41,6 +43,7 @@ class LogWatcher:
 
     async def _on_message(self, msg) -> None:
         if not msg.subject.startswith(self.quiet):
+            self.last_arrival = time.monotonic()
             self._new.set()
 
     def wait(self, timeout: float) -> bool:
