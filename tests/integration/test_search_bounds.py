@@ -65,6 +65,7 @@ async def consumers(nc, stream: str) -> int:
     return (await nc.jetstream().stream_info(stream)).state.consumer_count
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("what", PREDICATES)
 async def test_the_time_limit_holds_within_half_a_second_whatever_the_predicate(big, what):
     ticks, running = [0], [True]
@@ -91,6 +92,7 @@ async def test_the_time_limit_holds_within_half_a_second_whatever_the_predicate(
     assert await consumers(big, "BOUNDS") == 0
 
 
+@pytest.mark.alone
 async def test_a_cancel_in_the_middle_of_one_evaluation_stops_it(big):
     asked = [0.0]
 

@@ -102,14 +102,14 @@ def test_the_live_page_replaces_the_first_answer_once_drawn(console, page):
 # Each page's first answer, and what in it is the page's own content, before any script runs.
 FIRST_ANSWERS = {
     "streams": "Streams",
-    "replay": '<button type="button" disabled="">Fetch</button>',  # a form: drawn disabled until the page works
+    "replay": '<button type="button" disabled="" aria-hidden="true">Fetch</button>',  # a form: drawn disabled until the page works
     "history": "abandoned batches",
-    "incident": '<button type="button" disabled="">Investigate</button>',
+    "incident": '<button type="button" disabled="" aria-hidden="true">Investigate</button>',
     "alerts": "Rules",
     "checks": "Checks",
-    "search": '<button type="button" disabled="">Search</button>',
+    "search": '<button type="button" disabled="" aria-hidden="true">Search</button>',
     "conformance": ("graded", "No verdicts yet"),  # the process's last read, from its start on
-    "probe": '<button type="button" disabled="">Publish probe</button>',
+    "probe": '<button type="button" disabled="" aria-hidden="true">Publish probe</button>',
     "audit": ("Chain intact", "CHAIN BROKEN"),
 }
 

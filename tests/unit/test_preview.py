@@ -26,7 +26,7 @@ def test_a_layout_keeps_text_tables_and_plot_titles_and_draws_controls_disabled(
                        pn.widgets.Tabulator(pd.DataFrame({"reason": ["timeout"]})))
     shown = static_html(layout)
     assert "<h2>Lost batches, live</h2>" in shown
-    assert '<button type="button" disabled>Apply</button>' in shown
+    assert '<button type="button" disabled aria-hidden="true">Apply</button>' in shown
     assert "Lost batches per minute" in shown and "height:123px" in shown
     assert "<pre>a &lt; b</pre>" in shown
     assert "<td>timeout</td>" in shown
@@ -39,6 +39,7 @@ def test_a_control_shows_its_name_and_value_escaped_and_never_a_password():
     assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in shown and "<script>" not in shown
     assert "hunter2" not in shown and ">token<" in shown
     assert 'type="checkbox" disabled checked> failing only' in shown
+    assert shown.count('aria-hidden="true"') == 3  # a picture of each control: no query by role or label finds it
 
 
 def test_a_hidden_part_is_not_shown():
