@@ -28,8 +28,12 @@ def query(port: int, promql: str) -> dict:
     try:
         with urllib.request.urlopen(url, timeout=5) as reply:
             return json.load(reply)
-    except urllib.error.HTTPError as e:  # a query it refuses: 400 with the reason
-        return json.load(e)
+    except urllib.error.HTTPError as e:  # a query it refuses: 400 with the reason; starting: 503 in plain text
+        body = e.read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            return {"status": "down", "error": f"{e.code}: {body[:200]!r}"}
     except OSError as e:  # not up yet
         return {"status": "down", "error": str(e)}
 

