@@ -79,7 +79,11 @@ def default_dates() -> tuple:
 
 
 def default_since() -> datetime:
-    return datetime.combine(default_dates()[0], time(), timezone.utc)
+    return _midnight(default_dates()[0])
+
+
+def _midnight(day) -> datetime:
+    return datetime.combine(day, time(), timezone.utc)
 
 
 class AuditPage(Clocked, pn.viewable.Viewer):
@@ -132,7 +136,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         self._show(checked)
 
     def _since(self) -> datetime:
-        return datetime.combine(self.dates[0], time(), timezone.utc)
+        return _midnight(self.dates[0])
 
     def _show(self, checked: Checked, note: str = "") -> None:
         self.checked = checked
@@ -144,7 +148,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     @param.depends("user", "action", "stream", watch=True)
     def _filter(self) -> None:
         _, last = self.dates
-        until = datetime.combine(last + timedelta(days=1), time(), timezone.utc)
+        until = _midnight(last + timedelta(days=1))
         self.records = audit_frame(self.checked, self.clock, self.user, self.action, self.stream.strip(), until)
         put(self._table, shown(self.records))
 
