@@ -31,6 +31,16 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) 
         time.sleep(0.1)
 
 
+def wait_collecting(proc: subprocess.Popen, log: Path, starts: int = 1, timeout: float = 120) -> None:
+    """Until the collector's `starts`-th start in its log has its taps in place: a fast batch's flow
+    acks are seen only live, so one sent before then is not the collector's to see."""
+    deadline = time.monotonic() + timeout
+    while log.read_text().count("collecting into") < starts:
+        assert proc.poll() is None, f"collector exited:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"collector not collecting:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+
+
 def probe(nats_url: str, *args: str) -> dict:
     """`batch-console probe ... --json` against a server: its report."""
     done = subprocess.run([CLI, "probe", *args, "--server", nats_url, "--json"], capture_output=True, text=True, timeout=120)

@@ -126,6 +126,7 @@ TITLES = {"batch_id": "batch", "acked_seq": "acked seq", "seq": "last seq", "gap
           "leader_elections": "leader elections", "stream_updates": "stream updates",
           "other_abandonments": "other abandonments", "gaps_nearby": "gaps nearby", "min_flow": "min flow",
           "max_flow": "max flow", "first_lost_seq": "first lost seq", "err_code": "error code", "name": "stream"}
+WRAPPED = "white-space: pre-wrap; overflow-wrap: anywhere;"  # a status line wraps inside the window, whatever it holds
 HTML_COLUMNS = ("stream", "investigate", "name", "event", "result")  # cells the pages build as escaped HTML
 
 

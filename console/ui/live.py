@@ -17,7 +17,7 @@ from console.domain.display import Clock, count, duration, md
 from console.domain.events import WHY_UNKNOWN
 from console.domain.live_model import LiveModel
 from console.domain.reasons import in_order
-from console.ui.formatting import Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
+from console.ui.formatting import WRAPPED, Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
 from console.ui.history import incident_link, stream_cell
 
 if TYPE_CHECKING:
@@ -160,7 +160,8 @@ class LivePage(Clocked, pn.viewable.Viewer):
         self._version = -1
         self.timer = None  # the session's periodic refresh, when made by `following`
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
-        self._status = pn.pane.Str("", sizing_mode="stretch_width")
+        self._status = pn.pane.Str("", sizing_mode="stretch_width",  # a long line (a starved host, firing alerts) wraps
+                                   stylesheets=[f"pre {{ {WRAPPED} }}"])
         self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
         self._table = tabulator(
             recent_frame(self.model, clock=self.clock), disabled=True, show_index=False, sizing_mode="stretch_width",

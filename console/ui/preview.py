@@ -15,7 +15,7 @@ import pandas as pd
 import panel as pn
 from markdown_it import MarkdownIt
 
-from console.ui.formatting import HTML_COLUMNS, TITLES
+from console.ui.formatting import HTML_COLUMNS, TITLES, WRAPPED
 
 ROWS = 25  # a first screen of each table
 _markdown = MarkdownIt("commonmark", {"html": True}).enable("table")
@@ -106,7 +106,7 @@ def static_html(item) -> str:
     if isinstance(item, pn.pane.Markdown):
         return _markdown.render(str(item.object or ""))
     if isinstance(item, pn.pane.Str):
-        return f"<pre>{html.escape(str(item.object or ''))}</pre>"
+        return f"<pre style=\"{WRAPPED}\">{html.escape(str(item.object or ''))}</pre>"
     if isinstance(item, pn.pane.HTML):
         return str(item.object or "")
     if isinstance(item, pn.widgets.Widget):

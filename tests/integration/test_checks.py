@@ -22,7 +22,7 @@ from console.alerting.rules_file import remedies
 from console.domain.checks import UNREAD
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_collector_sources import ACCOUNTS
-from tests.processes import CLI, free_port, probe
+from tests.processes import CLI, free_port, probe, wait_collecting
 from tests.waits import poll_until
 
 APP = ["--user", "app", "--password", "app-secret"]
@@ -37,9 +37,8 @@ def deployment(tmp_path_factory):
         log = open(data / "collector.log", "w")
         collector = subprocess.Popen([CLI, "collect", "--server", server.url, *APP, *SYSTEM, "--data-dir", str(data)],
                                      stdout=log, stderr=subprocess.STDOUT)
-        try:  # the collector makes the event key the tests read: made, or the collector's log says why not
-            poll_until(lambda: (data / "event.key").exists() or collector.poll() is not None, 60, "no event key")
-            assert collector.poll() is None, (data / "collector.log").read_text()[-2000:]
+        try:  # the event key the tests read made, and the taps in place; or the collector's log says why not
+            wait_collecting(collector, data / "collector.log")
             yield server, data, collector
         finally:
             collector.terminate()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import CLI, free_port, wait_http
+from tests.processes import CLI, free_port, wait_collecting, wait_http
 from tests.waits import poll_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -90,7 +90,7 @@ def console(tmp_path_factory):
 
     nats_url = poll_until(started, 30, "the nats-server printed no URL", every=0.05).group(0)
     monitor_url = re.search(r"monitor (http://\S+?),", server_log.read_text()).group(1)  # its limits, for Streams
-    start(["collect", "--server", nats_url, "--data-dir", str(tmp)], "collector")  # the web's event key
+    collector, collector_log = start(["collect", "--server", nats_url, "--data-dir", str(tmp)], "collector")  # the web's event key
     port = free_port()
     web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp),
                           "--monitor-url", monitor_url], "web")
@@ -101,6 +101,7 @@ def console(tmp_path_factory):
                                "--data-dir", str(tmp)], "web-read-only")
     read_only_url = f"http://127.0.0.1:{ro_port}/"
     wait_http(read_only_url, read_only, ro_log)
+    wait_collecting(collector, collector_log)  # its taps in place before a test's fast batch
     console_urls["read_only"] = read_only_url
     console_urls["data_dir"] = str(tmp)
     console_logs.extend([server_log, tmp / "collector.log", web_log, ro_log])

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from console.broker.server import EmbeddedServer
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_collector_sources import ACCOUNTS
-from tests.processes import CLI, free_port, wait_http
+from tests.processes import CLI, free_port, wait_collecting, wait_http
 from tests.waits import poll_until
 
 APP = ["--user", "app", "--password", "app-secret"]
@@ -32,12 +32,13 @@ def graded_console(tmp_path_factory):
                                           stdout=open(log, "w"), stderr=subprocess.STDOUT))
             return procs[-1], log
 
-        start(["collect", "--system-user", "sys", "--system-password", "sys-secret", "--tap-publish-side", "conf.>"],
-              "collector")
+        collector, collector_log = start(["collect", "--system-user", "sys", "--system-password", "sys-secret",
+                                          "--tap-publish-side", "conf.>"], "collector")
         port = free_port()
         web, web_log = start(["serve", "--port", str(port)], "web")
         url = f"http://127.0.0.1:{port}/"
         wait_http(url, web, web_log)
+        wait_collecting(collector, collector_log)  # graded from the taps: in place before a test publishes
         try:
             yield server.url, url, tmp
         finally:

@@ -22,7 +22,7 @@ from console.broker.server import BatchLimits, EmbeddedServer
 from console.config import event_key
 from tests.waits import poll_until
 
-from tests.processes import CLI, free_port, wait_http
+from tests.processes import CLI, free_port, wait_collecting, wait_http
 
 CLIENT = str(Path(__file__).with_name("hostile_client.py"))
 
@@ -56,7 +56,9 @@ class Console:
         return self.procs[-1]
 
     def restart_collector(self) -> None:
+        self.starts = getattr(self, "starts", 0) + 1
         self.collector = self._start(["collect", "--server", self.url, "--data-dir", str(self.tmp)], "collector")
+        wait_collecting(self.collector, self.tmp / "collector.log", self.starts)
 
     def stop_collector(self) -> None:
         self.collector.send_signal(signal.SIGTERM)

@@ -19,6 +19,25 @@ def test_an_abandoned_batch_appears_in_the_live_table(console, page, screenshots
     page.screenshot(path=screenshots / "live.png", full_page=True)
 
 
+def test_a_long_status_line_wraps_inside_1280_pixels(console, browser):
+    """On a loaded host the status line names firing alerts, skipped records and a starved collector at once:
+    it wraps rather than widening the page past the window, in the server's first copy and the live page."""
+    _, web_url = console
+    long_line = "e => { e.textContent = Array(40).fill('collector starved of CPU 12x (host saturated)').join(' · ') }"
+    for copy, scripts in (("the server's first copy", False), ("the live page", True)):
+        context = browser.new_context(java_script_enabled=scripts, viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.goto(web_url)
+        if scripts:
+            expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+        status = page.locator("pre").filter(has_text="collector")
+        expect(status).to_be_visible(timeout=30_000)
+        status.evaluate(long_line)
+        widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        context.close()
+        assert widths[0] <= widths[1], f"{copy} is {widths[0]} px wide in a {widths[1]} px window"
+
+
 def test_a_fast_batch_ended_by_a_gap_appears_with_its_reason(console, page):
     nats_url, web_url = console
     page.goto(web_url)
@@ -68,6 +87,7 @@ def test_the_first_answer_holds_the_page_escaped_and_a_browser_without_scripts_s
     import urllib.request
 
     nats_url, web_url = console
+    probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_XSS", "--subject", "ui.xss")
     evil = "<img src=x onerror=alert(2)>"
     staged = subprocess.run([sys.executable, "-c", HOSTILE_PUBLISHER, nats_url, evil], capture_output=True,
                             text=True, timeout=60)
