@@ -55,7 +55,8 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._problem = pn.pane.Markdown("")
         self._rules = tabulator(pd.DataFrame(), height=260, **table)
-        self._firing = tabulator(pd.DataFrame(), height=160, **table)
+        # as tall as its rows, a page of a dozen at most: a height set with each change could draw no row at all
+        self._firing = tabulator(pd.DataFrame(), pagination="local", page_size=12, **table)
         self._sent = tabulator(pd.DataFrame(), height=200, formatters={"text": {"type": "textarea"}},
                                           widths={"text": 480}, **table)
         self._deliveries = tabulator(pd.DataFrame(), height=240, formatters={"result": {"type": "html"}},
@@ -106,7 +107,6 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
              "notify": ", ".join(r.notify) or "(none)"} for r in rules]))
         put(self._firing, pd.DataFrame([(r, stream_cell(s), self.clock.when(t)) for r, s, t in firing],
                                        columns=["rule", "stream", "since"]))
-        self._firing.height = min(400, 44 + 31 * max(1, len(firing)))  # every row in sight, up to a dozen
         sent = [{**{k: n.get(k) for k in ("rule", "status", "count", "text")}, "stream": stream_cell(n.get("stream")),
                  "time": self.clock.when(n["time"])} for n in self.view.notices()[:200]]
         put(self._sent, pd.DataFrame(sent, columns=["time", "rule", "status", "stream", "count", "text"]))

@@ -37,7 +37,9 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         marks = {sid: {"type": "html"} for sid in STATEMENTS}
-        self._matrix = tabulator(self.matrix, height=120, formatters={"client": {"type": "textarea"}, **marks},
+        # as tall as its rows, ten clients a page: a height set with each change (Tabulator drew its rows into the
+        # old height on a loaded machine, and none of them in view) could show a verdict with no client row
+        self._matrix = tabulator(self.matrix, pagination="local", page_size=10, formatters={"client": {"type": "textarea"}, **marks},
                                  widths={"client": 240, "verdict": 130, "failing": 150, "batches": 90,
                                          **{sid: 60 for sid in STATEMENTS}},
                                  frozen_columns=["client", "verdict", "failing"], header_align="center")
@@ -91,7 +93,6 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
         self.matrix = pd.DataFrame([_matrix_row(v) for v in wanted], columns=MATRIX, dtype=object)
         rows = [row for v in wanted for row in _failure_rows(v, self.clock.when)]
         self.failures = pd.DataFrame(rows, columns=FAILURES, dtype=object)
-        self._matrix.height = min(480, 60 + 56 * len(self.matrix))  # no blank screen under a few clients
         put(self._matrix, self.matrix)
         put(self._failures, self.failures)
 
