@@ -11,14 +11,13 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
+from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 from console.domain.reasons import OTHER, is_known
 
 MAX_STREAMS = 1000
 MAX_NEW_REASONS = 20
 MAX_UNATTRIBUTED = 10_000  # batches whose gaps wait for their stream; past it the oldest count as unknown
-FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

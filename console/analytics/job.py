@@ -29,11 +29,19 @@ from typing import Callable, Iterator
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from sqlmodel import Session, delete, select
 
 from console.analytics.raw_events import STEP_SUMMARY_DDL, NewEvents, step_writer
 from console.analytics.schema import EVENT_SCHEMA
-from console.analytics.source import JetStreamDataSource, SourceOptions, _first_history_seq, _stream_bounds
+from console.analytics.source import (
+    JetStreamDataSource,
+    SeqRange,
+    SourceOptions,
+    _first_history_seq,
+    _read_range,
+    _stream_bounds,
+)
 from console.analytics.transforms import (
     abandoned_batches,
     abandonment_hourly,
@@ -65,6 +73,7 @@ log = logging.getLogger(__name__)
 # The columns the aggregates read: the scope holds these alone (a busy log's acks carry the rest).
 AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "lost",
                       "count", "account", "detail", "unverified", "publisher")
+EVENT_ARROW_SCHEMA = to_arrow_schema(EVENT_SCHEMA, timezone="UTC")
 AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats",
               "capture_interruptions")
 
@@ -75,6 +84,10 @@ class JobSettings:
     source: SourceOptions = field(default_factory=SourceOptions)  # where the event log is read
     context_minutes: int = 5
     max_events: int = 100_000  # event-log sequences read per step: an executor's memory bound
+    # A step of fewer sequences is read and written by the driver itself (0: always the executors): a
+    # following job's runs are a few events each, and the Python workers a Spark read starts (their
+    # imports, their connections to NATS) cost more CPU than the events (0.13 cores under the demo).
+    driver_reads_up_to: int = 5_000
 
     @property
     def db_path(self) -> Path:
@@ -175,10 +188,15 @@ def run_once(spark: SparkSession, settings: JobSettings,
     reader = spark.read.format("jetstream").options(**options.to_options())
     for first in range(done + 1, last + 1, settings.max_events):
         end = min(last, first + settings.max_events - 1)
-        with stages("read and write"):  # one Spark job per step: the executors write, the driver gets a summary
-            step = reader.option("start_seq", first).option("end_seq", end).load()
+        with stages("read and write"):
             writer = step_writer(str(raw_path.resolve()), delta.written_up_to(raw_path))  # executors have their own cwd
-            files = seen.add(step.mapInArrow(writer, STEP_SUMMARY_DDL).toArrow())
+            if end - first < settings.driver_reads_up_to:  # the same reader and writer, in the driver's process
+                rows = asyncio.run(_read_range(options, SeqRange(first, end)))
+                summary = pa.Table.from_batches(writer(iter([_arrow_batch(rows)])))
+            else:  # one Spark job per step: the executors write, the driver gets a summary
+                step = reader.option("start_seq", first).option("end_seq", end).load()
+                summary = step.mapInArrow(writer, STEP_SUMMARY_DDL).toArrow()
+            files = seen.add(summary)
         if seen.key_wrong:  # nothing the collector wrote verified: History would be empty without a word
             raise KeyMismatchError(key_mismatch(options.key_source or "the job's options"))
         with stages("commit"):
@@ -200,6 +218,13 @@ def run_once(spark: SparkSession, settings: JobSettings,
         written = _recompute(settings, engine, scope, days, done, seen, last, stages)
     return RunReport(done + 1, last, seen.count, written, time.perf_counter() - started, skipped=dict(seen.skipped),
                      stages=stages.seconds)
+
+
+def _arrow_batch(rows: list[tuple]) -> pa.RecordBatch:
+    """The source's rows as the record batch Spark would hand the step's writer."""
+    columns = list(zip(*rows)) or [[] for _ in EVENT_ARROW_SCHEMA]
+    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, EVENT_ARROW_SCHEMA)],
+                                      schema=EVENT_ARROW_SCHEMA)
 
 
 def _with_day(hourly: DataFrame) -> DataFrame:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Iterator
 
 from console.domain.alert_rules import Rule
-from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
+from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 
 MAX_KEYS = 10_000  # (rule, stream) windows kept; the quietest go first
@@ -23,6 +23,11 @@ DEPLOYMENT = "(deployment)"  # the stream key of a health check's finding about 
 # moment later): one under no stream counts only once it has gone this long unattributed, so it pages on
 # its stream, not on "(unknown)" first and then again (a fire and a resolve a second apart, every demo round)
 ATTRIBUTION_GRACE = timedelta(seconds=10)
+# A fast batch's gaps seen under no stream wait for the batch to be named or to end (its end names its
+# stream when the server's last reply does), however long that takes on a loaded host: a clock alone paged
+# "(unknown)" when the collector ran late. A batch neither named nor ended this long counts as unknown.
+HELD_AT_MOST = timedelta(minutes=10)
+MAX_HELD = 10_000  # batches whose gaps wait; past it the oldest count as unknown
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class Evaluator:
     started: datetime | None = None  # the first evaluation: a collector not heard from yet is given `within`
     pending: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (rule, stream) -> condition since
     findings: dict[tuple[str, str], str] = field(default_factory=dict)  # the checks' (code, stream) -> severity
+    held: dict[str, list[tuple[str, Observation]]] = field(default_factory=dict)  # batch id -> its unnamed gaps
 
     def set_findings(self, found: list[dict[str, str]]) -> None:
         """The health checks' last evaluation: what `finding` rules fire on."""
@@ -106,6 +112,7 @@ class Evaluator:
         if event.kind is EventKind.CONFORMANCE:
             return
         if event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
+            self._release(event.batch_id, event.stream)
             self._attribute(event.batch_id, event.stream)
             return
         if event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
@@ -114,10 +121,25 @@ class Evaluator:
                     self.windows[key] = deque((o for o in entries if o.batch_id != event.batch_id), maxlen=MAX_ENTRIES)
             return
         for measure, stream, seen in observations(event):
-            key = (measure, stream)
-            if key not in self.windows and len(self.windows) >= MAX_KEYS:
-                del self.windows[min(self.windows, key=lambda k: self.windows[k][-1].time if self.windows[k] else seen.time)]
-            self.windows.setdefault(key, deque(maxlen=MAX_ENTRIES)).append(seen)
+            if stream == UNKNOWN_STREAM and event.kind is EventKind.FAST_GAP and event.batch_id:
+                self.held.setdefault(event.batch_id, []).append((measure, seen))
+                while len(self.held) > MAX_HELD:
+                    self._release(next(iter(self.held)), UNKNOWN_STREAM)
+            else:
+                self._add(measure, stream, seen)
+        if event.kind in FAST_ENDS and event.batch_id:
+            self._release(event.batch_id, event.stream or UNKNOWN_STREAM)
+
+    def _add(self, measure: str, stream: str, seen: Observation) -> None:
+        key = (measure, stream)
+        if key not in self.windows and len(self.windows) >= MAX_KEYS:
+            del self.windows[min(self.windows, key=lambda k: self.windows[k][-1].time if self.windows[k] else seen.time)]
+        self.windows.setdefault(key, deque(maxlen=MAX_ENTRIES)).append(seen)
+
+    def _release(self, batch_id: str, stream: str) -> None:
+        """A held batch's gaps counted under its stream, now it is named (or has ended unnamed)."""
+        for measure, seen in self.held.pop(batch_id, []):
+            self._add(measure, stream, seen)
 
     def _attribute(self, batch_id: str, stream: str) -> None:
         """The batch's observations made under no stream move to its stream: an alert raised on
@@ -134,6 +156,8 @@ class Evaluator:
         notices: list[Notice] = []
         self.started = self.started or now
         longest = max((r.within for r in self.rules), default=timedelta(0))
+        for batch_id in [b for b, held in self.held.items() if held[0][1].time < now - HELD_AT_MOST]:
+            self._release(batch_id, UNKNOWN_STREAM)
         for key, entries in list(self.windows.items()):  # nothing older than the longest window is needed
             while entries and entries[0].time < now - longest:
                 entries.popleft()

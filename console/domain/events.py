@@ -79,6 +79,7 @@ LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST, EventKind.FAST_
               EventKind.FAST_LOST)
 ATOMIC_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST)
 # What the collector says of itself and of clients, not of batches: never in History's tables.
+FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST)
 NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE)
 
 

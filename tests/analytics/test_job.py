@@ -77,9 +77,11 @@ async def test_job_keeps_history_exactly_once(spark, server, client, produce, tm
 async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_midway(spark, server, client, produce,
                                                                                       tmp_path, monkeypatch):
     """Steps of a few sequences each write what one step writes, and a run killed at its third step's
-    commit (its files written, not committed), then run again, writes it too."""
+    commit (its files written, not committed), then run again, writes it too; the driver reads and
+    writes a small step as the executors do a large one."""
     await produce(["b1", "b2"], fast=[("ok", 2), ("fail", 1)])
-    whole = JobSettings(tmp_path / "whole", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
+    whole = JobSettings(tmp_path / "whole", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}),
+                        driver_reads_up_to=0)  # read and written by the executors; the small steps by the driver
     small = JobSettings(tmp_path / "small", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}), max_events=3)
     one = await asyncio.to_thread(run_once, spark, whole)
 
@@ -104,6 +106,8 @@ async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_
     assert steps == [(min(n, one.last_seq), one.last_seq) for n in range(3, one.last_seq + 3, 3)]
     assert totals(sqlite.open_db(small.db_path)) == totals(sqlite.open_db(whole.db_path))
     assert delta_totals(small) == delta_totals(whole)
+    by_executors, by_driver = (DeltaTable(str(s.delta("events"))).to_pyarrow_table().sort_by("seq") for s in (whole, small))
+    assert by_driver.schema == by_executors.schema and by_driver.equals(by_executors)  # the same rows, typed alike
 
 
 async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, client, tmp_path):

@@ -5,7 +5,7 @@ import pytest
 from console.domain.alert_rules import RulesError
 from console.domain.alert_rules import parse_rules as parse_rules_allowing
 from console.domain.notify_targets import NotifyTargets
-from console.domain.alerting import Evaluator
+from console.domain.alerting import HELD_AT_MOST, Evaluator
 from console.domain.events import BatchEvent, EventKind
 
 ALLOWED = NotifyTargets(webhook_hosts=("127.0.0.1",), nats_prefixes=("alerts",))
@@ -207,14 +207,34 @@ def test_a_gap_recorded_under_no_stream_moves_to_the_stream_its_commit_names():
     assert metrics.gaps.samples == {("ORDERS", "ok"): 1.0}
 
 
-def test_a_loss_never_attributed_pages_as_unknown_once_its_grace_is_over():
+def test_a_gap_named_late_on_a_loaded_host_pages_once_on_its_stream_never_on_unknown():
+    """The collector ran late (a saturated host) and named the batch 30 s after its gap: no clock pages
+    "(unknown)" meanwhile."""
     rules = parse_rules('[[rule]]\nname = "lost messages"\nwhen = "lost_messages"\nat_least = 1\nwithin = "5m"\n')
     evaluator = Evaluator(rules)
     now = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
     evaluator.apply(BatchEvent("fi.b2.gap.5", EventKind.FAST_GAP, now, None, "b2", gap_mode="ok", seq=5,
                                first_lost_seq=4, lost=1))
-    assert evaluator.evaluate(now + timedelta(seconds=5)) == []
-    [fired] = evaluator.evaluate(now + timedelta(seconds=11))
+    assert [evaluator.evaluate(now + timedelta(seconds=s)) for s in (5, 11, 29)] == [[], [], []]
+    evaluator.apply(BatchEvent("fi.b2.committed", EventKind.FAST_COMMITTED, now + timedelta(seconds=30), "ORDERS",
+                               "b2", gap_mode="ok", count=12))
+    [fired] = evaluator.evaluate(now + timedelta(seconds=31))
+    assert (fired.stream, fired.status, fired.count) == ("ORDERS", "firing", 1)
+
+
+def test_a_gap_of_a_batch_that_ends_unnamed_or_is_never_heard_of_again_pages_as_unknown():
+    rules = parse_rules('[[rule]]\nname = "lost messages"\nwhen = "lost_messages"\nat_least = 1\nwithin = "30m"\n')
+    now = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+    ended, silent = Evaluator(rules), Evaluator(rules)
+    for evaluator, batch in ((ended, "b3"), (silent, "b4")):
+        evaluator.apply(BatchEvent(f"fi.{batch}.gap.5", EventKind.FAST_GAP, now, None, batch, gap_mode="ok", seq=5,
+                                   first_lost_seq=4, lost=1))
+    ended.apply(BatchEvent("fi.b3.dropped", EventKind.FAST_DROPPED, now + timedelta(seconds=12), None, "b3",
+                           gap_mode="ok", inferred=True))
+    [fired] = ended.evaluate(now + timedelta(seconds=13))
+    assert (fired.stream, fired.status, fired.count) == ("(unknown)", "firing", 1)
+    assert silent.evaluate(now + HELD_AT_MOST - timedelta(seconds=1)) == []
+    [fired] = silent.evaluate(now + HELD_AT_MOST + timedelta(seconds=1))
     assert (fired.stream, fired.status, fired.count) == ("(unknown)", "firing", 1)
 
 
