@@ -15,6 +15,7 @@ from pathlib import Path
 from datetime import datetime, timezone
 
 from console.broker.cluster import EmbeddedCluster
+from console.export import FORMATS
 from console.broker.quarantine import QuarantineSettings
 from console.broker import names
 from console.broker.connection import cancelled, close, connect
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--max-matches", type=int, default=1000, help="matches at most")
     search.add_argument("--max-seconds", type=float, default=60.0, help="seconds at most")
     search.add_argument("--output", help="export the matches to this file, streamed (memory flat whatever the size)")
-    search.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="jsonl",
+    search.add_argument("--format", choices=list(FORMATS), default="jsonl",
                         help="the export's format (with --output)")
 
     probe = commands.add_parser("probe", help="publish test batches and report what happened")

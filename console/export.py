@@ -1,22 +1,28 @@
-"""Exports, streamed: rows are written as they come, a few thousand held at most, so memory stays flat
-whatever the size. CSV (its cells safe against spreadsheet formulas, its first line the filters that
-made it: a cell '# filters' and the filters' JSON in one cell), JSON lines (its first line the filters), Parquet (the filters in its metadata).
-What is exported has been masked as it would be shown."""
+"""Export formats, one class each: a new format is one class here, and History, Audit, Search and the
+CLI offer it. Rows are written as they come, a few thousand held at most, so memory stays flat
+whatever the size, and the filters that made an export travel with it: CSV's first line (a cell
+'# filters' and their JSON in one formula-safe cell, through the CSV writer like every other line),
+JSON lines' first line (`{"filters": ...}`), Parquet's metadata (`batch-console.filters`). CSV cells a
+spreadsheet would run as a formula get a leading apostrophe. What is exported has been masked as it
+would be shown."""
 
 from __future__ import annotations
 
 import base64
 import csv
+import io
 import json
+import math
+from datetime import date, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar, Iterable, Mapping, Sequence
 
 from console.domain.display import spreadsheet_cell
 from console.domain.search import Found
 
-FORMATS = ("csv", "jsonl", "parquet")
-COLUMNS = ("seq", "subject", "time", "batch", "headers", "payload", "encoding")
+SEARCH_COLUMNS = ("seq", "subject", "time", "batch", "headers", "payload", "encoding")
 ROW_GROUP = 10_000
+FILTERS_KEY = "batch-console.filters"
 
 
 def found_row(f: Found) -> dict[str, Any]:
@@ -29,51 +35,157 @@ def found_row(f: Found) -> dict[str, Any]:
             "headers": json.dumps(dict(f.headers), ensure_ascii=False), "payload": payload, "encoding": encoding}
 
 
-class Exporter:
-    def __init__(self, path: Path | str, fmt: str, filters: dict[str, Any]):
-        if fmt not in FORMATS:
-            raise ValueError(f"an export is {', '.join(FORMATS)}")
-        self.fmt, self.rows = fmt, 0
-        self._pending: list[dict[str, Any]] = []
-        filters_text = json.dumps(filters, default=str, ensure_ascii=False)
-        if fmt == "parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+def _plain(value: Any) -> Any:
+    """A cell as text formats write it: times in ISO 8601, a missing value (None, NaN, NaT) as None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or str(value) in ("NaT", "<NA>"):
+        return None
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    return value
 
-            self._schema = pa.schema([("seq", pa.int64()), ("subject", pa.string()), ("time", pa.string()),
-                                      ("batch", pa.string()), ("headers", pa.string()), ("payload", pa.string()),
-                                      ("encoding", pa.string())], metadata={"batch-console.filters": filters_text})
-            self._parquet = pq.ParquetWriter(str(path), self._schema)
-            return
-        self._file: IO[str] = open(path, "w", newline="", encoding="utf-8")
-        if fmt == "csv":  # the filters line through the CSV writer too: a query's commas never split it into cells
-            self._csv = csv.writer(self._file)
-            self._csv.writerow(["# filters", spreadsheet_cell(filters_text)])
-            self._csv.writerow(COLUMNS)
-        else:
-            self._file.write(json.dumps({"filters": filters}, default=str, ensure_ascii=False) + "\n")
 
-    def write(self, row: dict[str, Any]) -> None:
+class ExportFormat:
+    """Writes rows of the given columns to a binary file; close() finishes the file (not `out`)."""
+
+    name: ClassVar[str]  # what --format and the pages' format lists call it
+    label: ClassVar[str]  # what a download button says
+    media_type: ClassVar[str]
+
+    def __init__(self, out: IO[bytes], columns: Sequence[str], filters: Mapping[str, Any]):
+        self.out, self.columns, self.rows = out, tuple(columns), 0
+        self.filters_text = json.dumps(filters, default=str, ensure_ascii=False)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        FORMATS[cls.name] = cls
+
+    def write(self, row: Mapping[str, Any]) -> None:
         self.rows += 1
-        if self.fmt == "csv":
-            self._csv.writerow([spreadsheet_cell(row[c]) for c in COLUMNS])
-        elif self.fmt == "jsonl":
-            self._file.write(json.dumps(row, ensure_ascii=False) + "\n")
-        else:
-            self._pending.append(row)
-            if len(self._pending) >= ROW_GROUP:
-                self._flush()
+        self._write(row)
+
+    def _write(self, row: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+FORMATS: dict[str, type[ExportFormat]] = {}  # name -> class, in the order written here
+
+
+class Csv(ExportFormat):
+    name, label, media_type = "csv", "CSV", "text/csv"
+
+    def __init__(self, out: IO[bytes], columns: Sequence[str], filters: Mapping[str, Any]):
+        super().__init__(out, columns, filters)
+        self._text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
+        self._csv = csv.writer(self._text)
+        self._csv.writerow(["# filters", spreadsheet_cell(self.filters_text)])
+        self._csv.writerow(self.columns)
+
+    def _write(self, row: Mapping[str, Any]) -> None:
+        self._csv.writerow([spreadsheet_cell(_plain(row.get(c))) for c in self.columns])
+
+    def close(self) -> None:
+        self._text.flush()
+        self._text.detach()  # the binary file stays open for its owner
+
+
+class JsonLines(ExportFormat):
+    name, label, media_type = "jsonl", "JSON lines", "application/jsonl"
+
+    def __init__(self, out: IO[bytes], columns: Sequence[str], filters: Mapping[str, Any]):
+        super().__init__(out, columns, filters)
+        out.write(('{"filters": ' + self.filters_text + "}\n").encode())
+
+    def _write(self, row: Mapping[str, Any]) -> None:
+        line = json.dumps({c: _plain(row.get(c)) for c in self.columns}, default=str, ensure_ascii=False)
+        self.out.write((line + "\n").encode())
+
+
+class Parquet(ExportFormat):
+    """Typed columns: the schema given, else the one the first row group shows."""
+
+    name, label, media_type = "parquet", "Parquet", "application/vnd.apache.parquet"
+
+    def __init__(self, out: IO[bytes], columns: Sequence[str], filters: Mapping[str, Any], schema: Any = None):
+        super().__init__(out, columns, filters)
+        self._schema, self._writer = schema, None
+        self._pending: list[dict[str, Any]] = []
+
+    def _write(self, row: Mapping[str, Any]) -> None:
+        self._pending.append({c: row.get(c) for c in self.columns})
+        if len(self._pending) >= ROW_GROUP:
+            self._flush()
 
     def _flush(self) -> None:
         import pyarrow as pa
+        import pyarrow.parquet as pq
 
-        if self._pending:
-            self._parquet.write_table(pa.Table.from_pylist(self._pending, schema=self._schema))
-            self._pending = []
+        if self._writer is None:
+            table = pa.Table.from_pylist(self._pending, schema=self._schema)
+            if not self._pending and self._schema is None:  # no row to type a column by: text
+                table = pa.table({c: pa.array([], pa.string()) for c in self.columns})
+            self._schema = table.schema.with_metadata({FILTERS_KEY: self.filters_text})
+            self._writer = pq.ParquetWriter(self.out, self._schema)
+            self._writer.write_table(table.cast(self._schema))
+        elif self._pending:
+            self._writer.write_table(pa.Table.from_pylist(self._pending, schema=self._schema))
+        self._pending = []
 
     def close(self) -> None:
-        if self.fmt == "parquet":
-            self._flush()
-            self._parquet.close()
-        else:
-            self._file.close()
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+
+
+def format_named(name: str) -> type[ExportFormat]:
+    """The format called `name`; ValueError naming the formats there are."""
+    if name not in FORMATS:
+        raise ValueError(f"an export is {', '.join(FORMATS)}, not {name[:40]!r}")
+    return FORMATS[name]
+
+
+def search_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("seq", pa.int64()), *((c, pa.string()) for c in SEARCH_COLUMNS[1:])])
+
+
+def open_export(out: IO[bytes], fmt: str, columns: Sequence[str], filters: Mapping[str, Any],
+                schema: Any = None) -> ExportFormat:
+    cls = format_named(fmt)
+    return Parquet(out, columns, filters, schema) if cls is Parquet else cls(out, columns, filters)
+
+
+def export_bytes(fmt: str, rows: Iterable[Mapping[str, Any]], columns: Sequence[str], filters: Mapping[str, Any],
+                 schema: Any = None) -> bytes:
+    """A whole export in memory, for a download."""
+    out = io.BytesIO()
+    writer = open_export(out, fmt, columns, filters, schema)
+    for row in rows:
+        writer.write(row)
+    writer.close()
+    return out.getvalue()
+
+
+class Exporter:
+    """Search matches streamed to a file (the CLI's --output)."""
+
+    def __init__(self, path: Path | str, fmt: str, filters: Mapping[str, Any]):
+        format_named(fmt)
+        self._file = open(path, "wb")
+        self._export = open_export(self._file, fmt, SEARCH_COLUMNS, filters, search_schema() if fmt == "parquet" else None)
+
+    @property
+    def rows(self) -> int:
+        return self._export.rows
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._export.write(row)
+
+    def close(self) -> None:
+        self._export.close()
+        self._file.close()

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from console.actions import ACTIONS, Actions
+from console.actions import Actions
+from console.commands import COMMANDS
 from console.broker import names
 from console.domain.display import count
 from console.investigate import advice
@@ -69,7 +70,7 @@ def _label(text: str) -> str:
 
 
 def _action(text: str) -> str:
-    if text not in ACTIONS:
+    if text not in COMMANDS:
         raise ValueError("not an action")
     return text
 
@@ -142,7 +143,7 @@ def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
 def history(runtime: Runtime, actions: Actions, **params) -> HistoryPage:
     return HistoryPage(history=runtime.history, problem=runtime.history_problem,
                        live_seq=lambda: runtime.live.last_seq,
-                       exported=actions.recorder("export.csv"), may=actions.allowed, **params)
+                       export=actions.run, may=actions.allowed, **params)
 
 
 def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
@@ -153,7 +154,7 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
                            "verdicts": runtime.verdicts,
                            "peek": runtime.live.model.find_lost,
-                           "exported": actions.recorder("export.report"), "may": actions.allowed,
+                           "export": actions.run, "may": actions.allowed,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 
@@ -170,7 +171,7 @@ def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
 
 
 def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
-    return AuditPage(trail=runtime.audit_trail, recent=runtime.recent_audit_trail, exported=actions.recorder("export.csv"), may=actions.allowed,
+    return AuditPage(trail=runtime.audit_trail, recent=runtime.recent_audit_trail, export=actions.run, may=actions.allowed,
                      **params)
 
 
@@ -180,7 +181,7 @@ def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
 
 def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
     return SearchPage(run=lambda query, progress, cancelled: runtime.search(actions, query, progress, cancelled),
-                      exported=actions.recorder("export.search"), may=actions.allowed, **params)
+                      export=actions.run, may=actions.allowed, **params)
 
 
 def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:

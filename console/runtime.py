@@ -6,7 +6,6 @@ console a runtime plus page factories (console.pages), and each CLI command open
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -23,7 +22,8 @@ from console.domain.batch_limits import BatchLimits
 from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
 from console.domain.incident import Incident
-from console.probe import ProbeOptions, ProbeReport, run_probe
+from console.commands import RunProbe, RunSearch, Services
+from console.probe import ProbeOptions, ProbeReport
 from console.errors import BusyError, ConfigError, MaskingError, MissingKeyError
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
@@ -162,11 +162,12 @@ class Runtime:
         local = self.settings.access.local_role
         grants = grants if grants is not None else lambda: self.roles.grants(local)
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
+        services = Services(streams=self.admin, connection=self.nc, rules=lambda: self.alerts, search=self._search)
         try:
             return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required, grants=grants,
-                           expires=expires)
+                           expires=expires, services=services)
         except MissingKeyError as e:
-            return Actions(None, actor, self.read_only, str(e), trail_required, grants, expires)
+            return Actions(None, actor, self.read_only, str(e), trail_required, grants, expires, services)
 
     @property
     def roles(self) -> RolesFile:
@@ -190,7 +191,7 @@ class Runtime:
         return self._roles
 
     def _read_roles(self) -> RolesFile:
-        from console.actions import LEAST_ROLE
+        from console.commands import LEAST_ROLE
         from console.domain.roles import load_roles
 
         access = self.settings.access
@@ -366,28 +367,25 @@ class Runtime:
 
     async def search(self, actions: Actions, query: SearchQuery, progress=None, cancelled=lambda: False,
                      on_match=None):
-        """A search of any stream, as the action search.run of whoever `actions` acts for: audited with its
-        query; it reads, so read-only allows it. One at a time per actor (a browser session), MAX_SEARCHES
-        in the process; it stops when `cancelled` says so or the actor's session ends. Returns (matches,
-        how it ended)."""
+        """A search of any stream, as the action search.run of whoever `actions` acts for: (matches, how it
+        ended). The command's work is `_search`."""
+        return await actions.run(RunSearch(query, progress, cancelled, on_match))
+
+    async def _search(self, asker: Actions, query: SearchQuery, progress, cancelled, on_match):
+        """The search service: one at a time per actor (a browser session), MAX_SEARCHES in the process;
+        it stops when `cancelled` says so or the actor's session ends; payloads masked for the asker."""
         from console.broker.search import search
 
-        target = f"{query.stream} {json.dumps(query.describe(), default=str)}"
-        shown = self.masking.shown(query.stream, actions.payloads(query.stream))
-
-        async def run():
-            if id(actions) in self._searching:
-                raise BusyError("a search of this session is running: cancel it or wait for it first")
-            if len(self._searching) >= MAX_SEARCHES:
-                raise BusyError(f"the console runs {MAX_SEARCHES} searches already: try again when one ends")
-            self._searching.add(id(actions))
-            try:
-                return await search(self.nc, query, progress, lambda: cancelled() or actions.ended, shown, on_match)
-            finally:
-                self._searching.discard(id(actions))
-
-        return await actions.run("search.run", target if len(target) <= 1000 else target[:999] + "…", run,
-                                 stream=query.stream)
+        shown = self.masking.shown(query.stream, asker.payloads(query.stream))
+        if id(asker) in self._searching:
+            raise BusyError("a search of this session is running: cancel it or wait for it first")
+        if len(self._searching) >= MAX_SEARCHES:
+            raise BusyError(f"the console runs {MAX_SEARCHES} searches already: try again when one ends")
+        self._searching.add(id(asker))
+        try:
+            return await search(self.nc, query, progress, lambda: cancelled() or asker.ended, shown, on_match)
+        finally:
+            self._searching.discard(id(asker))
 
     @property
     def masking(self) -> Masking:
@@ -406,8 +404,7 @@ class Runtime:
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
-        return await actions.run("probe.run", f"{options.stream} {options.kind} x{options.count}",
-                                 lambda: run_probe(self.nc, options, progress), stream=options.stream)
+        return await actions.run(RunProbe(options, progress))
 
     async def close(self) -> None:
         for task in (self._keeper, self._reading_ahead):

@@ -10,13 +10,18 @@ import sys
 from console.config import Settings
 from console.domain.audit import CLI
 from console.domain.search import NEWEST, Found, SearchProgress, SearchQuery, SearchRefused, search_time
-from console.export import Exporter, found_row
+from console.commands import ExportSearch
+from console.export import found_row
 
 
 def found_json(f: Found) -> str:
     """One match: the payload as text when it is UTF-8, else base64 (never raw bytes on a terminal)."""
     row = found_row(f)
     return json.dumps({**row, "headers": dict(f.headers)}, ensure_ascii=True)
+
+
+def on_match_printed(f: Found) -> None:
+    print(found_json(f))
 
 
 def query_from(args) -> SearchQuery:
@@ -42,23 +47,20 @@ async def run_search(settings: Settings, args) -> int:
         print(f"\r{state.line()}" if sys.stderr.isatty() else state.line(), end="" if sys.stderr.isatty() else "\n",
               file=sys.stderr, flush=True)
 
-    exporter = None
     try:
-        if args.output:
-            exporter = Exporter(args.output, args.format, query.describe())
-        on_match = (lambda f: exporter.write(found_row(f))) if exporter else (lambda f: print(found_json(f)))
         async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                       allow_reconnect=False) as runtime:
-            found, state = await runtime.search(runtime.actions(CLI), query, progress,
-                                                on_match=None if query.direction == NEWEST else on_match)
-    except (ConsoleError, OSError, TimeoutError) as e:
+            actions = runtime.actions(CLI)
+            if args.output:  # the action export.search: the matches streamed into the file as they are found
+                await actions.run(ExportSearch(query, args.format, path=args.output, progress=progress))
+            else:
+                found, _ = await runtime.search(actions, query, progress,
+                                                on_match=None if query.direction == NEWEST else on_match_printed)
+                for f in found if query.direction == NEWEST else ():  # newest first: kept to be ordered
+                    print(found_json(f))
+    except (ConsoleError, OSError, TimeoutError, ValueError) as e:
         print(f"batch-console search: {str(e)[:300]}", file=sys.stderr)
         return 3
-    finally:
-        if exporter is not None:
-            exporter.close()
-    for f in found:  # newest first: kept to be ordered, written now
-        exporter.write(found_row(f)) if exporter else print(found_json(f))
     if sys.stderr.isatty():  # the last progress line, how it ended, stays
         print(file=sys.stderr)
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from console.actions import Actions, unaudited
 from console.alerting.rules_file import RULES_FILE, load_rules, rules_path
+from console.commands import MuteAlertRule, SaveAlertRule, UnmuteAlertRule
 from console.domain.alert_rules import Rule, RulesError, parse_rules, rules_toml
 from console.domain.notify_targets import NotifyTargets
 from console.errors import ReadOnlyError
@@ -73,15 +74,17 @@ class AlertsView:
         return self._read(lambda store: store.findings(), ([], None, []))
 
     async def save_rule(self, text: str, actions: Actions | None = None) -> str:
-        """Add a rule, or replace the one of the same name; RulesError (with its line) for a bad one."""
+        """Add a rule, or replace the one of the same name (the action alert_rule.save); RulesError (with
+        its line) for a bad one."""
         try:
             found = parse_rules(text, self.targets)
         except RulesError:
             found = []
-        target = found[0].name if len(found) == 1 else "(not one rule)"
-        return await (actions or self.actions).run("alert_rule.save", target, lambda: self._save_rule(text))
+        command = SaveAlertRule(text, found[0].name) if len(found) == 1 else SaveAlertRule(text)
+        return await (actions or self.actions).run(command)
 
-    def _save_rule(self, text: str) -> str:
+    def write_rule(self, text: str) -> str:
+        """The rules file with the rule added or replaced: SaveAlertRule's work, never a page's."""
         self._may_change("rules are not saved")
         found = parse_rules(text, self.targets)
         if len(found) != 1:
@@ -93,10 +96,10 @@ class AlertsView:
         return rule.name
 
     async def set_muted(self, name: str, muted: bool, actions: Actions | None = None) -> None:
-        await (actions or self.actions).run("alert_rule.mute" if muted else "alert_rule.unmute", name,
-                                            lambda: self._set_muted(name, muted))
+        await (actions or self.actions).run(MuteAlertRule(name) if muted else UnmuteAlertRule(name))
 
-    def _set_muted(self, name: str, muted: bool) -> None:
+    def write_muted(self, name: str, muted: bool) -> None:
+        """The rules file with the rule muted or unmuted: the mute commands' work, never a page's."""
         self._may_change("rules are not muted or unmuted")
         rules, _ = self.rules()
         self._write([replace(r, muted=muted) if r.name == name else r for r in rules])

@@ -54,7 +54,7 @@ CLI = Actor("cli")
 class AuditRecord:
     time: datetime
     actor: Actor
-    action: str  # a name from console.actions.ACTIONS
+    action: str  # a command's name (console.commands.COMMANDS)
     target: str  # what it acted on: a stream, "stream/consumer seq N", a rule, a table
     outcome: str  # one of OUTCOMES
     detail: str = ""  # the server's code and text, or why it was refused

@@ -10,6 +10,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from console.commands import MuteAlertRule, SaveAlertRule, UnmuteAlertRule
 from console.domain.alert_rules import RulesError, duration_text, rule_toml, without_targets
 from console.domain.display import Clock
 from console.errors import ConsoleError
@@ -66,7 +67,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         if not self.read_only:
             mute, unmute, save = (w.Button(label="Mute"), w.Button(label="Unmute"),
                                   w.Button(label="Save rule", button_type="primary"))
-            whys = [self.actions.allowed(name) for name in ("alert_rule.mute", "alert_rule.unmute", "alert_rule.save")] \
+            whys = [self.actions.allowed(command) for command in (MuteAlertRule, UnmuteAlertRule, SaveAlertRule)] \
                 if self.actions is not None else [None] * 3
             cannot = [permitted([button], why) for button, why in zip((mute, unmute, save), whys)]
             mute.on_click(self._on_mute)

@@ -1,5 +1,5 @@
 """The Audit page: who asked the console to change what, and when (every action, accepted or
-refused), filtered by user, action, stream and days; the chain's state; a CSV download."""
+refused), filtered by user, action, stream and days; the chain's state; a download in any export format."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import panel as pn
 import param
 
 from console.domain.audit import AuditRecord, Checked
-from console.ui.controls import downloads, permitted, refusals
+from console.commands import ExportTable
+from console.export import FORMATS
+from console.ui.controls import download, exports, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
-from console.ui.history import spreadsheet_safe, stream_cell
+from console.ui.history import stream_cell
 
 COLUMNS = ["record", "time", "user", "address", "action", "stream", "target", "outcome", "detail", "change", "agent"]
 ANY = "(any)"
@@ -95,7 +97,8 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
     stream = param.String(default="", doc="Only records that touched this stream")
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
-    exported = downloads("the audit trail")
+    export = exports("the audit trail")
+    export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The download's format")
     may = refusals()
     checked = param.ClassSelector(class_=Checked, default=Checked([], []), doc="The trail as read, with its breaks")
     records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
@@ -106,16 +109,17 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         w = pn.widgets
         html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("record", "time")}
         self._table = tabulator(self.records, height=420, formatters=html_cells, hidden_columns=["agent"])
-        download = w.FileDownload(callback=self.csv, filename="audit.csv", label="Download CSV", button_type="light",
-                                  width=160, align="end")
-        cannot = permitted([download], self.may("export.csv"))
+        self._download = w.FileDownload(callback=self.download, filename="audit.csv", label="Download CSV",
+                                        button_type="light", width=160, align="end")
+        cannot = permitted([self._download], self.may(ExportTable))
         self._layout = pn.Column(
             pn.pane.Markdown("## Audit"), pn.pane.Markdown(self.param.chain),
             pn.pane.Markdown(cannot, visible=bool(cannot)),
             pn.Row(w.DateRangePicker.from_param(self.param.dates, name="dates (UTC)", width=250),
                    w.Select.from_param(self.param.user, name="user", width=180),
                    w.Select.from_param(self.param.action, name="action", width=200),
-                   w.TextInput.from_param(self.param.stream, name="stream", width=200), download),
+                   w.TextInput.from_param(self.param.stream, name="stream", width=200),
+                   w.Select.from_param(self.param.export_format, name="format", width=100), self._download),
             self._table, sizing_mode="stretch_width")
 
     def recall(self) -> None:
@@ -160,15 +164,20 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         """The records as the filters show them."""
         return self.records
 
-    async def csv(self) -> io.StringIO:
-        """The records shown, as a spreadsheet-safe CSV download (the action export.csv)."""
-        first, last = self.dates
-        if why := await self.exported(f"audit {first:%Y-%m-%d}..{last:%Y-%m-%d}"):
-            return io.StringIO(f"refused: {why}\n")
-        out = io.StringIO()
-        spreadsheet_safe(self.frame()).to_csv(out, index=False)
-        out.seek(0)
-        return out
+    def export_command(self) -> ExportTable:
+        """The records shown, in the chosen format (the action export.csv)."""
+        first, last = (f"{d:%Y-%m-%d}" for d in self.dates)
+        frame = self.frame()
+        return ExportTable("audit", f"{first}..{last}", self.export_format, frame.to_dict("records"),
+                           list(frame.columns), {"table": "audit", "from": first, "to": last})
+
+    async def download(self) -> io.BytesIO:
+        return await download(self.export, self.export_command())
+
+    @param.depends("export_format", watch=True)
+    def _on_format(self) -> None:
+        self._download.filename = f"audit.{self.export_format}"
+        self._download.label = f"Download {FORMATS[self.export_format].label}"
 
     def __panel__(self):
         return self._layout

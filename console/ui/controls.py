@@ -4,9 +4,15 @@ label on its input; a one-option CheckBoxGroup wraps the input in its label."""
 from __future__ import annotations
 
 import html
+import io
+from typing import Any, Awaitable, Callable
 
 import panel as pn
 import param
+
+from console.actions import unaudited
+from console.commands import Command, as_file
+from console.errors import ConsoleError
 
 
 def checkbox(owner: param.Parameterized, name: str, label: str | None = None) -> pn.widgets.CheckBoxGroup:
@@ -27,20 +33,28 @@ def keep_choice(owner: param.Parameterized, name: str) -> None:
 
 
 def refusals() -> param.Callable:
-    """A page's `may`: (action, stream=None) -> why its user may not take it, or None (their roles)."""
-    return param.Callable(default=lambda action, stream=None: None, allow_refs=False,
-                          doc="(action, stream) -> why this page's user may not take it, or None (their roles)")
+    """A page's `may`: (command class, stream=None) -> why its user may not take it, or None (their roles)."""
+    return param.Callable(default=lambda command, stream=None: None, allow_refs=False,
+                          doc="(command class, stream) -> why this page's user may not take it, or None (their roles)")
 
 
-async def _taken(what: str, stream: str | None = None) -> str | None:
-    return None
+async def _unaudited_export(command: Command) -> Any:
+    return await unaudited(read_only=False).run(command)  # a view built by hand: exports change nothing
 
 
-def downloads(what: str) -> param.Callable:
-    """A page's `exported`: async (what, stream=None) -> why a download of `what` is refused, or None once
-    its attempt is in the audit trail (console.actions: written ahead)."""
-    return param.Callable(default=_taken, allow_refs=False,
-                          doc=f"async (what, stream) -> why a download of {what} is refused, or None (recorded first)")
+def exports(what: str) -> param.Callable:
+    """A page's `export`: async (an export command of console.commands) -> the file's content, its attempt
+    stored before the file is made and its outcome after (console.actions.Actions.run)."""
+    return param.Callable(default=_unaudited_export, allow_refs=False,
+                          doc=f"async (export command) -> {what} as a file's content, recorded before and after")
+
+
+async def download(export: Callable[[Command], Awaitable[Any]], command: Command) -> io.BytesIO:
+    """What a download button hands the browser: the export's file, or one line saying why it is refused."""
+    try:
+        return as_file(await export(command))
+    except ConsoleError as e:  # read-only, the role, the session's end, no trail: the file says which
+        return as_file(f"refused: {e}\n")
 
 
 def permitted(controls: list, why: str | None) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import json
 import io
 from datetime import date, datetime, time, timedelta, timezone
 from urllib.parse import quote
@@ -15,10 +14,12 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
-from console.domain.display import Clock, count, spreadsheet_cell
+from console.commands import ExportTable
+from console.domain.display import Clock, count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
-from console.ui.controls import downloads, permitted, refusals
+from console.export import FORMATS
+from console.ui.controls import download, exports, permitted, refusals
 from console.ui.formatting import (
     Clocked,
     clock_axis,
@@ -81,17 +82,6 @@ def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, 
     return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
 
 
-def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
-    """Text cells a spreadsheet would run as a formula (batch ids and streams come from the wire)
-    get a leading apostrophe; numbers and times are left as they are."""
-    safe = frame.copy()
-    for column in safe.columns:
-        if safe[column].dtype == object:
-            safe[column] = [spreadsheet_cell(v) for v in safe[column]]
-    return safe
-
-
-EXPORT_LABELS = {"csv": "CSV", "jsonl": "JSON lines", "parquet": "Parquet"}
 PLOT_TITLES = ("Abandoned batches per hour, by reason", "Fast-ingest gaps and lost messages per hour")
 
 
@@ -137,9 +127,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     live_seq = param.Callable(default=None, doc="Returns the last event-log sequence Live has (0: none yet)")
     freshness = param.String(default="", doc="How far History reaches, and how far it trails Live")
     csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
-    export_format = param.Selector(default="csv", objects=["csv", "jsonl", "parquet"],
+    export_format = param.Selector(default="csv", objects=list(FORMATS),
                                    doc="The download's format (JSON lines and Parquet carry the filters that made it)")
-    exported = downloads("a table")
+    export = exports("a table")
     may = refusals()
 
     def __init__(self, **params):
@@ -183,7 +173,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
         self._download = pn.widgets.FileDownload(callback=self.download, filename="abandoned_batches.csv",
                                                  label="Download CSV", button_type="light")
-        cannot = permitted([self._download], self.may("export.csv"))
+        cannot = permitted([self._download], self.may(ExportTable))
         self._layout = pn.Column(
             pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._format, self._download),
             pn.pane.Markdown(cannot, visible=bool(cannot)),
@@ -275,46 +265,22 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         start, end = self._bounds()
         self._download.filename = (f"{self.csv_table}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}."
                                    f"{self.export_format}")
-        self._download.label = f"Download {EXPORT_LABELS[self.export_format]}"
+        self._download.label = f"Download {FORMATS[self.export_format].label}"
 
     def frame(self, table: str) -> pd.DataFrame:
         """One of CSV_TABLES as shown for the chosen dates."""
         return self._shown.get(table, pd.DataFrame())
 
-    async def csv(self) -> io.StringIO:
-        """The chosen table, as shown for the chosen dates."""
-        out = io.StringIO()
+    def export_command(self) -> ExportTable:
+        """The chosen table as shown for the chosen dates, in the chosen format, with the filters that made it."""
         start, end = self._bounds()
-        if why := await self.exported(f"{self.csv_table} {start:%Y-%m-%d}..{end - timedelta(days=1):%Y-%m-%d}"):
-            return io.StringIO(f"refused: {why}\n")
-        spreadsheet_safe(self.frame(self.csv_table)).to_csv(out, index=False)
-        out.seek(0)
-        return out
-
-    async def download(self) -> io.IOBase:
-        """The chosen table in the chosen format: CSV as before; JSON lines and Parquet with the filters
-        that made it (the table and the dates: a first line, the Parquet metadata)."""
-        if self.export_format == "csv":
-            return await self.csv()
-        start, end = self._bounds()
-        filters = {"table": self.csv_table, "from": f"{start:%Y-%m-%d}", "to": f"{end - timedelta(days=1):%Y-%m-%d}"}
-        if why := await self.exported(f"{self.csv_table} {filters['from']}..{filters['to']} {self.export_format}"):
-            return io.BytesIO(f"refused: {why}\n".encode())
+        first, last = f"{start:%Y-%m-%d}", f"{end - timedelta(days=1):%Y-%m-%d}"
         frame = self.frame(self.csv_table)
-        if self.export_format == "jsonl":
-            text = json.dumps({"filters": filters}) + "\n" + frame.to_json(orient="records", lines=True,
-                                                                        date_format="iso")
-            return io.BytesIO(text.encode())
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        return ExportTable(self.csv_table, f"{first}..{last}", self.export_format, frame.to_dict("records"),
+                           list(frame.columns), {"table": self.csv_table, "from": first, "to": last})
 
-        table = pa.Table.from_pandas(frame, preserve_index=False)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               b"batch-console.filters": json.dumps(filters).encode()})
-        out = io.BytesIO()
-        pq.write_table(table, out)
-        out.seek(0)
-        return out
+    async def download(self) -> io.BytesIO:
+        return await download(self.export, self.export_command())
 
     def __panel__(self):
         return self._layout

@@ -15,7 +15,8 @@ from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
 from console.ui.conformance import conformance_line
-from console.ui.controls import downloads, permitted, refusals
+from console.commands import ExportReport
+from console.ui.controls import download, exports, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -44,7 +45,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     advice = param.Callable(default=lambda incident: None, doc="Incident -> what to do about it, or None")
     console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
-    exported = downloads("the incident's report")
+    export = exports("the incident's report")
     may = refusals()
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
@@ -119,7 +120,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._timeline.value = timeline_frame(incident, self.clock)
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
-        self._cannot.object = permitted([self._download], self.may("export.report", loss.stream or None))
+        self._cannot.object = permitted([self._download], self.may(ExportReport, loss.stream or None))
 
     async def _verdict(self, incident: Incident | None) -> ClientVerdict | None:
         if incident is None or incident.publisher is None or self.verdicts is None:
@@ -129,19 +130,22 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         except Exception:  # the incident stands without it
             return None
 
-    async def report(self) -> io.StringIO:
-        """The incident as a Markdown report download (the action export.report)."""
-        if self.incident is None:
-            return io.StringIO("")
-        if why := await self.exported(self.batch_id, self.incident.loss.stream or None):
-            return io.StringIO(f"refused: {why}\n")
+    def markdown(self) -> str:
+        """The incident as a Markdown report."""
+        assert self.incident is not None
         link = self.replay_link(self.incident)
         if link and link.startswith("/") and self.console_url:
             link = self.console_url.rstrip("/") + link
         verdict = self.verdict
         conformance = None if verdict is None else "conforms" if not verdict.failing else \
             "does not conform: fails " + ", ".join(verdict.failing) + " (`batch-console conformance`)"
-        return io.StringIO(incident_report(self.incident, link, self.clock, self.advice(self.incident), conformance))
+        return incident_report(self.incident, link, self.clock, self.advice(self.incident), conformance)
+
+    async def report(self) -> io.BytesIO:
+        """The incident's report download (the action export.report)."""
+        if self.incident is None:
+            return io.BytesIO()
+        return await download(self.export, ExportReport(self.batch_id, self.incident.loss.stream or None, self.markdown))
 
     def __panel__(self):
         return self._layout

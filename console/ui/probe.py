@@ -10,6 +10,7 @@ import panel as pn
 import param
 
 from console.domain.fast_ingest import GapMode
+from console.commands import RunProbe
 from console.errors import ConsoleError
 from console.probe import ProbeOptions, ProbeReport
 from console.ui.controls import permitted, refusals
@@ -58,7 +59,7 @@ class ProbePage(Clocked, pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
-        cannot = self.may("probe.run")
+        cannot = self.may(RunProbe)
         self._start = pn.widgets.Button(label="Publish probe", button_type="primary",
                                         disabled=True if cannot else self.param.running)
         if cannot:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import panel as pn
 import param
 
-from console.actions import Actions, message_action, unaudited
+from console.actions import Actions, unaudited
+from console.commands import ANSWERS, FetchMessages
 from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
@@ -120,7 +121,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     def _on_choice(self) -> None:
         """Fetch and Next turned off, and why said, up front when this user may not fetch from the durable
         consumer chosen (a peek is anyone's)."""
-        why = self._actions().allowed("consumer.fetch", self.stream) if self.consumer else None
+        why = self._actions().allowed(FetchMessages, self.stream) if self.consumer else None
         self._not_for_you.object = permitted(list(self._fetching), why)
 
     async def _refresh_consumers(self) -> None:
@@ -142,7 +143,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if not self.stream:
             self.status = "Pick a stream first."
             return None
-        if self.consumer and (why := await self._actions().refused("consumer.fetch", f"{self.stream}/{self.consumer}",
+        if self.consumer and (why := await self._actions().refused(FetchMessages, f"{self.stream}/{self.consumer}",
                                                                    self.stream)):
             self.status = f"{html.escape(why)}: only peeks; a fetch from a durable consumer delivers its messages"
             return None
@@ -173,14 +174,9 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             return None
         self.status = "Fetching…"
         n = count or self.max_messages
-
-        def fetch():
-            return reader.fetch(n, max_bytes=self.max_bytes or None, expires=self.expires)
-
         try:  # a peek changes nothing; a fetch from a durable consumer delivers its messages: an action
-            result = await (fetch() if reader.peek else
-                            self._actions().run("consumer.fetch", f"{reader.stream}/{reader.consumer} {n}", fetch,
-                                                stream=reader.stream))
+            result = await (reader.fetch(n, max_bytes=self.max_bytes or None, expires=self.expires) if reader.peek else
+                            self._actions().run(FetchMessages(reader, n, self.max_bytes or None, self.expires)))
         except ConsoleError as e:
             self.status = f"**Error:** {html.escape(str(e))}"
             return None
@@ -238,7 +234,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
         shown = [self._masked(stream, m) for m in messages[:MAX_SHOWN]]
         actions = self._actions()  # what this user may answer on this stream: the same for every card
-        whys = {kind: actions.allowed(message_action(kind), stream) for kind in ACK_LABELS} if acks else {}
+        whys = {kind: actions.allowed(ANSWERS[kind], stream) for kind in ACK_LABELS} if acks else {}
         cards = {m.stream_seq: self._card(reader if acks else None, m, whys) for m in shown}
         if keep_unanswered and acks:
             kept = [m for m in self.messages if m.stream_seq in self._cards and m.stream_seq not in cards]
@@ -279,16 +275,10 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         """Ack, nak, term or in-progress one fetched message (the action message.<kind>): whether the
         server confirmed it, and what to show."""
         reader = reader or self._reader
-
-        def ack():
-            if reader is None or reader.peek:
-                raise ConsoleError("only a message fetched from a durable consumer is acked")
-            return reader.ack(message, kind)
-
         stream = reader.stream if reader else self.stream  # the message's stream, whatever the page shows now
-        target = f"{stream}/{reader.consumer if reader else self.consumer} seq {message.stream_seq}"
+        consumer = reader.consumer if reader else self.consumer
         try:
-            await self._actions().run(message_action(kind), target, ack, stream=stream)
+            await self._actions().run(ANSWERS[kind](reader, message, stream, consumer))
         except ConsoleError as e:
             return False, f"**{html.escape(str(e))}**"
         if kind is not Ack.IN_PROGRESS:

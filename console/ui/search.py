@@ -8,10 +8,7 @@ from __future__ import annotations
 import asyncio
 import html
 import io
-import json
-import tempfile
 from datetime import datetime
-from pathlib import Path
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -22,8 +19,9 @@ from console.domain.display import as_utc
 from console.domain.messages import preview
 from console.domain.search import (LIMITS, NEWEST, OLDEST, Found, SearchProgress, SearchQuery, SearchRefused,
                                    search_time)
-from console.export import FORMATS, Exporter, found_row
-from console.ui.controls import downloads, permitted, refusals
+from console.commands import ExportSearch, RunSearch
+from console.export import FORMATS
+from console.ui.controls import download, exports, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 
 COLUMNS = ["sequence", "subject", "time", "batch", "headers", "payload"]
@@ -53,7 +51,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     running = param.Boolean(default=False, doc="A search is under way")
     results = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The matches shown")
     export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The matches' download format")
-    exported = downloads("the matches (export.search)")
+    export = exports("the matches (export.search)")
     may = refusals()
 
     def __init__(self, **params):
@@ -69,7 +67,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         self._query: SearchQuery | None = None
         self._download = w.FileDownload(callback=self.download, filename="matches.csv", label="Download matches",
                                         button_type="light", disabled=True)
-        self._cannot = pn.pane.Markdown(permitted([self._go], self.may("search.run")))
+        self._cannot = pn.pane.Markdown(permitted([self._go], self.may(RunSearch)))
         self._table = tabulator(self.results, height=520, formatters={
             "sequence": {"type": "html"}, "batch": {"type": "html"}, "headers": {"type": "textarea"},
             "payload": {"type": "html"}}, widths={"subject": 160, "time": 200, "headers": 220, "payload": 420})
@@ -138,7 +136,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         self._found, self._query = found, query
         self._download.disabled = not found
         if found:
-            self._cannot.object = permitted([self._download], self.may("export.search", query.stream))
+            self._cannot.object = permitted([self._download], self.may(ExportSearch, query.stream))
         self._on_format()
         self.results = pd.DataFrame([_row(query.stream, f, self.clock.when) for f in found], columns=COLUMNS,
                                     dtype=object)
@@ -153,16 +151,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         """The matches the page holds (masked as shown), with the query that found them."""
         if self._query is None:
             return io.BytesIO()
-        if why := await self.exported(f"{self._query.stream} {self.export_format} {len(self._found)} matches "
-                                f"{json.dumps(self._query.describe(), default=str)}"[:1000], self._query.stream):
-            return io.BytesIO(f"refused: {why}\n".encode())
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"matches.{self.export_format}"
-            exporter = Exporter(path, self.export_format, self._query.describe())
-            for f in self._found:
-                exporter.write(found_row(f))
-            exporter.close()
-            return io.BytesIO(path.read_bytes())
+        return await download(self.export, ExportSearch(self._query, self.export_format, matches=list(self._found)))
 
     def _progress(self, state: SearchProgress) -> None:
         self.state = html.escape(state.line())

@@ -9,6 +9,7 @@ import panel as pn
 import param
 
 from console.actions import Actions, unaudited
+from console.commands import EditStream
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings, check_change, diff_settings
@@ -138,7 +139,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("stream", watch=True)
     def _on_stream(self) -> None:
-        self.cannot = permitted([self._apply], self._actions().allowed("stream.edit", self.stream or None)
+        self.cannot = permitted([self._apply], self._actions().allowed(EditStream, self.stream or None)
                                 if not self.admin.read_only else None)
         current = self._streams.get(self.stream)
         if current is not None:
@@ -158,14 +159,11 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         if proposed is None:
             return None
         diff = diff_settings(self._streams[proposed.name], proposed)
-        changes = {k: b for k, (_, b) in diff.items()}
-        if not changes:
+        if not diff:
             self.result = "Nothing to apply."
             return None
         try:
-            updated = await self._actions().run("stream.edit", proposed.name,
-                                                lambda: self.admin.apply(proposed.name, **changes),
-                                                diff={k: [a, b] for k, (a, b) in diff.items()}, stream=proposed.name)
+            updated = await self._actions().run(EditStream(proposed.name, dict(diff)))
         except Refusal as refused:
             self.result = f"**The server refused:** {html.escape(str(refused))}"
             return None

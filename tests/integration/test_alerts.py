@@ -176,13 +176,14 @@ async def test_a_mute_from_the_alerts_page_holds_at_once_on_a_console_without_a_
     from console.actions import Actions
     from console.alerting.rules_file import load_rules, rules_path
     from console.alerting.view import AlertsView
+    from console.commands import Services
     from console.domain.audit import Actor
 
     store = AlertStore(tmp_path / "console.db")
     service = AlertService(stack, EventLogSettings(), load_rules(None), store,
                            rules_file=lambda: rules_path(None, tmp_path))
-    view = AlertsView(tmp_path, None, tmp_path / "console.db",
-                      actions=Actions(None, Actor("t"), trail_required=False))
+    view = AlertsView(tmp_path, None, tmp_path / "console.db")
+    view.actions = Actions(None, Actor("t"), trail_required=False, services=Services(rules=lambda: view))
     name = service.evaluator.rules[0].name
     await view.set_muted(name, True)
     assert (tmp_path / "alert-rules.toml").exists()

@@ -14,7 +14,8 @@ import nats.js.errors
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from console.actions import ACTIONS, message_action
+from console.commands import ANSWERS, ExportTable, RunProbe
+from console.commands import COMMANDS as ACTIONS
 from console.broker.eventlog import EventLog
 from console.broker.audit_log import STREAM, SUBJECT
 from console.config import DataSettings, EventLogSettings, Settings, WebSettings, event_key
@@ -27,6 +28,7 @@ from console.runtime import Runtime
 from console.ui.audit import chain_text
 from console.ui.streams import StreamsPage
 from console.widgets import NotebookConsole
+from tests.commands import doing
 from tests.processes import CLI
 from tests.waits import eventually
 
@@ -62,12 +64,12 @@ async def consoles(server, tmp_path):
 async def test_every_action_in_the_registry_leaves_one_record_with_its_user_and_outcome(consoles):
     console, read_only = consoles
     for name, action in ACTIONS.items():
-        await console.actions(Actor("ann", "10.1.2.3", "ua")).run(name, "ORDERS", lambda: None)
+        await console.actions(Actor("ann", "10.1.2.3", "ua")).run(doing(name))
         if action.changes_server:
             with pytest.raises(ReadOnlyError):
-                await read_only.actions(NOTEBOOK).run(name, "ORDERS", lambda: None)
+                await read_only.actions(NOTEBOOK).run(doing(name))
         else:
-            await read_only.actions(NOTEBOOK).run(name, "ORDERS", lambda: None)
+            await read_only.actions(NOTEBOOK).run(doing(name))
     checked = await console.audit_trail()
     assert checked.intact
     every = [(r.action, r.actor.user, r.outcome) for _, r in checked.records]
@@ -124,7 +126,7 @@ async def test_two_writers_at_once_keep_one_chain(consoles, tmp_path):
     other = await Runtime.open(settings_for(console.settings.connection.servers[0], tmp_path))
     try:
         writers = [console.actions(Actor("a")), other.actions(Actor("b"))]
-        await asyncio.gather(*(writers[i % 2].run("export.csv", f"t{i}", lambda: None) for i in range(30)))
+        await asyncio.gather(*(writers[i % 2].run(doing(ExportTable, f"t{i}")) for i in range(30)))
     finally:
         await other.close()
     checked = await console.audit_trail()
@@ -140,7 +142,7 @@ def cli_audit(console: Runtime, *args: str) -> subprocess.CompletedProcess:
 async def test_a_removed_or_forged_record_breaks_the_chain_for_verify_and_the_page(consoles):
     console, _ = consoles
     for i in range(5):
-        await console.actions(Actor("ann")).run("probe.run", f"S{i} atomic x1", lambda: None)
+        await console.actions(Actor("ann")).run(doing(RunProbe, f"S{i} atomic x1"))
     intact = cli_audit(console, "--verify")
     assert intact.returncode == 0, intact.stderr
     assert intact.stdout.count("probe.run") == 10 and intact.stdout.count(" accepted") == 5  # each written ahead
@@ -199,7 +201,7 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     alerts.rule = "orders"
     await alerts.set_muted(True)
     await alerts.set_muted(False)
-    await notebook.history().csv()
+    await notebook.history().download()
     await notebook.caught_up()  # the batch is on Live: where Incident finds it first
     incident = await notebook.incident("nb-1")
     assert incident.incident is not None
@@ -209,7 +211,7 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     search.export_format = "jsonl"
     await search.download()
     return {"stream.edit": stream, "probe.run": f"{stream}_P atomic x3", "consumer.fetch": f"{stream}/ops",
-            **{message_action(kind): f"{stream}/" for kind in Ack},
+            **{ANSWERS[kind].name: f"{stream}/" for kind in Ack},
             "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
             "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,
             "export.search": f"{stream} jsonl 2 matches"}

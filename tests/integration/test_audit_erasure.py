@@ -14,6 +14,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from console.broker.audit_log import STREAM, SUBJECT
+from console.commands import ExportTable, RunProbe
 from console.config import event_key
 from console.domain.audit import Actor
 from console.domain.messages import Ack
@@ -24,6 +25,7 @@ from console.ui.audit import chain_text
 from console.ui.replay import ReplayPage
 from console.ui.streams import StreamsPage
 from tests.integration.test_audit import cli_audit, settings_for
+from tests.commands import doing
 from tests.processes import CLI
 
 
@@ -47,7 +49,7 @@ async def console(server, tmp_path):
 
 async def write(console: Runtime, count: int) -> None:
     for i in range(count):
-        await console.actions(Actor("ann")).run("probe.run", f"S{i} atomic x1", lambda: None)
+        await console.actions(Actor("ann")).run(doing(RunProbe, f"S{i} atomic x1"))
 
 
 async def test_a_fresh_consoles_empty_trail_verifies(console):
@@ -148,7 +150,8 @@ async def test_a_sealed_trail_refuses_every_action_and_nothing_changes(console):
     with pytest.raises(AuditRefused):
         await console.search(actions, SearchQuery("SEALED_T"))
     assert (await js.stream_info("SEALED_T")).state.consumer_count == 1  # no search consumer was made
-    assert await actions.attempt("export.csv", "abandoned_batches") is not None  # a download is refused
+    with pytest.raises(AuditRefused):  # a download is refused
+        await actions.run(ExportTable("abandoned_batches", "2026-11-26..2026-11-26", "csv", [], []))
     done = subprocess.run([CLI, "search", "SEALED_T", "--server", console.settings.connection.servers[0],
                            "--data-dir", str(console.settings.data.data_dir), "--events-stream",
                            console.settings.event_log.stream], capture_output=True, text=True, timeout=60)

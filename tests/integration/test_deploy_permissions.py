@@ -19,6 +19,8 @@ from console.broker.server import EmbeddedServer
 from console.config import event_key
 from console.domain.audit import Actor
 from console.runtime import Runtime
+from console.commands import RunProbe
+from tests.commands import doing
 from tests.conftest import TEST_LIMITS
 from tests.integration.test_audit import settings_for
 
@@ -44,7 +46,7 @@ async def test_other_clients_of_the_account_cannot_touch_the_trail_or_forge_inpu
     app = await nats.connect(deployed.url, user="app", password="app-secret", error_cb=on_error)
     try:
         for i in range(3):
-            await console.actions(Actor("ann")).run("probe.run", f"S{i} atomic x1", lambda: None)
+            await console.actions(Actor("ann")).run(doing(RunProbe, f"S{i} atomic x1"))
         js = app.jetstream(timeout=1.0)
         config = StreamConfig(name=STREAM, subjects=[SUBJECT], max_msgs=1)
         attempts = [js.purge_stream(STREAM), js.delete_stream(STREAM), js.update_stream(config),

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from nats.js.api import StreamConfig
 
+from console.commands import FetchMessages, RunSearch
 from console.config import load
 from console.probe import ProbeOptions
 from console.errors import ConfigError, ForbiddenError
@@ -92,13 +93,13 @@ async def test_the_roles_file_is_read_again_when_it_changes_and_a_broken_change_
     roles_file = tmp_path / "roles.toml"
     roles_file.write_text(ROLES + '\n[[group]]\nname = "ops"\nroles = ["operator"]\n')
     signed_in = runtime.actions(NOTEBOOK, lambda: runtime.roles.for_groups(("ops",)))  # as the web gives a session
-    assert signed_in.allowed("consumer.fetch", "ORDERS") is None
+    assert signed_in.allowed(FetchMessages, "ORDERS") is None
     roles_file.write_text(ROLES)  # the group removed
     os.utime(roles_file, (1, 1))  # a change within the same second, the same size or not
-    assert signed_in.allowed("consumer.fetch", "ORDERS") is not None  # at once, the same session
+    assert signed_in.allowed(FetchMessages, "ORDERS") is not None  # at once, the same session
     roles_file.write_text(ROLES + '\n[[group]]\nname = "ops"\nroles = ["operator"]\n' + "[[role]\n")  # broken
-    assert signed_in.allowed("consumer.fetch", "ORDERS") is not None
-    assert runtime.actions(NOTEBOOK).allowed("search.run", "PAY_FULL") is not None  # no one, the local role too
+    assert signed_in.allowed(FetchMessages, "ORDERS") is not None
+    assert runtime.actions(NOTEBOOK).allowed(RunSearch, "PAY_FULL") is not None  # no one, the local role too
 
 
 async def test_a_replay_answer_for_a_stream_the_page_has_left_is_dropped_not_shown_at_the_new_streams_level(runtime):

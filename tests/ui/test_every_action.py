@@ -10,7 +10,8 @@ import subprocess
 
 from playwright.sync_api import expect
 
-from console.actions import ACTIONS, message_action
+from console.commands import ANSWERS
+from console.commands import COMMANDS as ACTIONS
 from console.domain.messages import Ack
 from console.ui.replay import ACK_LABELS
 from tests.processes import CLI, nats_tool
@@ -75,7 +76,7 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
             assert not page.evaluate(SHOW_HIDDEN, label), f"{label} is in the read-only document"
 
     how = {"stream.edit": crafted_apply, "probe.run": no_probe_route, "consumer.fetch": no_durable_consumer,
-           **{message_action(kind): no_durable_consumer for kind in Ack},
+           **{ANSWERS[kind].name: no_durable_consumer for kind in Ack},
            "alert_rule.save": no_rule_controls, "alert_rule.mute": no_rule_controls,
            "alert_rule.unmute": no_rule_controls}
     changing = {name for name, action in ACTIONS.items() if action.changes_server}

@@ -18,7 +18,8 @@ from typing import Callable
 import pytest
 from playwright.sync_api import Page, expect
 
-from console.actions import ACTIONS, message_action
+from console.commands import ANSWERS
+from console.commands import COMMANDS as ACTIONS
 from console.domain.messages import Ack
 from console.ui.replay import ACK_LABELS
 from tests.processes import CLI, free_port, nats_tool, probe, wait_http
@@ -51,7 +52,7 @@ roles = ["admin"]
 RULE = '[[rule]]\nname = "team rule"\nwhen = "lost_batches"\nat_least = 1000000\nwithin = "5m"\n'
 VIEWER = {"search.run", "export.search", "export.csv", "export.report"}  # the mapping above, written out
 OPERATOR = VIEWER | {"consumer.fetch", "probe.run", "alert_rule.mute", "alert_rule.unmute",
-                     *(message_action(kind) for kind in Ack)}
+                     *(ANSWERS[kind].name for kind in Ack)}
 MAY = {"vera": VIEWER, "otto": OPERATOR, "ada": set(ACTIONS)}
 # What a crafted client can do: the document's models are its own, so it turns a control on and clicks it
 ENABLE = """label => {
@@ -258,13 +259,13 @@ def export_search(page: Page, team: Team, may: bool) -> None:
 
 FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "stream.edit": edit_stream, "probe.run": run_probe, "consumer.fetch": fetch,
-    **{message_action(kind): answer(kind) for kind in Ack},
+    **{ANSWERS[kind].name: answer(kind) for kind in Ack},
     "alert_rule.save": rule_action("Save rule", "Saved team rule"),
     "alert_rule.mute": rule_action("Mute", "team rule muted."),
     "alert_rule.unmute": rule_action("Unmute", "team rule unmuted."),
     "export.csv": export_csv, "export.report": export_report, "search.run": search, "export.search": export_search,
 }
-NOT_OFFERED = {message_action(kind) for kind in Ack}  # without a fetch there is no message to answer
+NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer
 
 
 @pytest.mark.parametrize("user", ["ada", "otto", "vera"])

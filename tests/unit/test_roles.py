@@ -8,7 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.actions import ACTIONS, LEAST_ROLE, Actions
+from console.actions import Actions
+from console.commands import COMMANDS as ACTIONS
+from console.commands import LEAST_ROLE, EditStream, RunSearch
+from tests.commands import doing
 from console.domain.audit import Actor
 from console.domain.masking import load_masking
 from console.domain.roles import FULL, MASKED, NONE, RolesError, load_roles
@@ -104,21 +107,21 @@ def test_a_roles_file_with_an_error_is_refused_with_its_line(text, line, reason)
 def test_the_action_layer_refuses_what_the_roles_do_not_allow_for_every_caller():
     viewer = load_roles("", LEAST_ROLE).grants("viewer")
     actions = Actions(None, Actor("vera"), grants=viewer, trail_required=False)
-    assert actions.allowed("stream.edit", "ORDERS") == "the role viewer may not stream.edit"
+    assert actions.allowed(EditStream, "ORDERS") == "the role viewer may not stream.edit"
     changed = []
     with pytest.raises(ForbiddenError, match="stream.edit is refused: the role viewer may not stream.edit"):
-        asyncio.run(actions.run("stream.edit", "ORDERS", lambda: changed.append(1), stream="ORDERS"))
+        asyncio.run(actions.run(doing(EditStream, stream="ORDERS", work=lambda: changed.append(1))))
     assert changed == []
-    assert asyncio.run(actions.run("search.run", "ORDERS", lambda: "found", stream="ORDERS")) == "found"
+    assert asyncio.run(actions.run(doing(RunSearch, stream="ORDERS", work=lambda: "found"))) == "found"
 
 
 def test_an_ended_session_may_no_longer_act_whatever_its_roles():
     admin = load_roles("", LEAST_ROLE).grants("admin")
     ended = Actions(None, Actor("ada"), grants=admin, trail_required=False,
                     expires=datetime.now(timezone.utc) - timedelta(seconds=1))
-    assert ended.allowed("search.run") == "the session has expired: sign in again"
+    assert ended.allowed(RunSearch) == "the session has expired: sign in again"
     with pytest.raises(ForbiddenError, match="session has expired"):
-        asyncio.run(ended.run("search.run", "ORDERS", lambda: None, stream="ORDERS"))
+        asyncio.run(ended.run(doing(RunSearch, stream="ORDERS")))
 
 
 @pytest.mark.parametrize("value", [None, b"", b"not json", b"[" * 10_000, b'{"user": "ada"}', b"x" * 20_000,

@@ -1,0 +1,367 @@
+"""Every change the console can make to the world, and every export, as one command class: its name
+(what roles and the audit trail call it), the least built-in role that may ask for it, whether
+read-only mode refuses it, what its audit record holds, its target, and its work, done through the
+services it is given (console.actions.Actions runs it: read-only, the role and the session checked,
+the attempt stored before the work and the outcome after).
+
+A new action is one class here (and its test): the registry, the roles, the audit trail and the
+pages' refusals follow from it. Pages and notebooks hold commands and read-only services; the
+writers (stream administration, the NATS connection a probe publishes on, the alert rules file, the
+search runner) are the services' alone."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
+
+from console.domain.messages import Ack
+from console.domain.roles import BUILT_IN
+from console.errors import ConsoleError
+from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named, found_row, search_schema
+
+if TYPE_CHECKING:
+    from console.actions import Actions
+    from console.broker.admin import StreamAdmin
+    from console.broker.connection import Connection
+    from console.broker.pull import ConsumerReader
+    from console.domain.messages import FetchResult, StoredMessage
+    from console.domain.search import Found, SearchProgress, SearchQuery
+    from console.domain.streams import StreamBatchSettings
+    from console.probe import ProbeOptions, ProbeReport
+
+T = TypeVar("T")
+MAX_TARGET = 1000  # characters of a target kept in the audit record
+
+
+class RuleWriter(Protocol):
+    def write_rule(self, text: str) -> str: ...
+    def write_muted(self, name: str, muted: bool) -> None: ...
+
+
+class Searcher(Protocol):
+    def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
+                 cancelled: Callable[[], bool], on_match: Callable[[Found], None] | None
+                 ) -> Awaitable[tuple[list[Found], SearchProgress]]: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What commands do their work through; a service a caller was not given is refused by name."""
+
+    streams: StreamAdmin | None = None
+    connection: Connection | None = None  # a probe publishes on it
+    rules: Callable[[], RuleWriter] | None = None
+    search: Searcher | None = None
+
+    def need(self, name: str) -> Any:
+        if (service := getattr(self, name)) is None:
+            raise ConsoleError(f"this console was given no {name} service")
+        return service
+
+
+class Command(Generic[T]):
+    name: ClassVar[str]
+    role: ClassVar[str]  # the least built-in role that may ask for it (console.domain.roles.BUILT_IN)
+    changes_server: ClassVar[bool]  # refused in read-only mode
+    records: ClassVar[str]  # what its audit record holds beside who, when and the outcome
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            assert cls.name not in COMMANDS and cls.role in BUILT_IN, cls.name
+            COMMANDS[cls.name] = cls
+
+    @property
+    def target(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def on_stream(self) -> str | None:
+        """The stream it acts on, for the roles' per-stream grants (None: no one stream)."""
+        return None
+
+    def diff(self) -> dict[str, list] | None:
+        return None
+
+    async def execute(self, services: Services, asker: Actions) -> T:
+        raise NotImplementedError
+
+
+COMMANDS: dict[str, type[Command]] = {}  # name -> class, filled by the classes below
+
+
+def bounded(target: str) -> str:
+    return target if len(target) <= MAX_TARGET else target[:MAX_TARGET - 1] + "…"
+
+
+@dataclass
+class EditStream(Command["StreamBatchSettings"]):
+    name, role, changes_server = "stream.edit", "admin", True
+    records = "the stream; each batch setting changed, before and after"
+    stream: str
+    changes: dict[str, tuple[Any, Any]]  # setting -> (before, after)
+
+    @property
+    def target(self) -> str:
+        return self.stream
+
+    @property
+    def on_stream(self) -> str:
+        return self.stream
+
+    def diff(self) -> dict[str, list]:
+        return {k: [a, b] for k, (a, b) in self.changes.items()}
+
+    async def execute(self, services: Services, asker: Actions) -> StreamBatchSettings:
+        return await services.need("streams").apply(self.stream, **{k: b for k, (_, b) in self.changes.items()})
+
+
+@dataclass
+class FetchMessages(Command["FetchResult"]):
+    """From a durable consumer, which delivers them: an action (a peek changes nothing and is none)."""
+
+    name, role, changes_server = "consumer.fetch", "operator", True
+    records = "stream/consumer and how many messages were asked for"
+    reader: ConsumerReader
+    count: int
+    max_bytes: int | None = None
+    expires: float | None = None
+
+    @property
+    def on_stream(self) -> str:
+        return self.reader.stream
+
+    @property
+    def target(self) -> str:
+        return f"{self.reader.stream}/{self.reader.consumer} {self.count}"
+
+    async def execute(self, services: Services, asker: Actions) -> FetchResult:
+        return await self.reader.fetch(self.count, max_bytes=self.max_bytes, expires=self.expires)
+
+
+@dataclass
+class AnswerMessage(Command[None]):
+    """Ack, nak, term or in-progress on one fetched message, on the consumer that delivered it."""
+
+    kind: ClassVar[Ack]
+    role, changes_server = "operator", True
+    records = "stream/consumer and the message's stream sequence"
+    reader: ConsumerReader | None
+    message: StoredMessage
+    stream: str | None = None  # the message's stream, whatever the page shows now
+    consumer: str | None = None
+
+    @property
+    def on_stream(self) -> str | None:
+        return self.stream
+
+    @property
+    def target(self) -> str:
+        return f"{self.stream}/{self.consumer} seq {self.message.stream_seq}"
+
+    async def execute(self, services: Services, asker: Actions) -> None:
+        if self.reader is None or self.reader.peek:
+            raise ConsoleError("only a message fetched from a durable consumer is acked")
+        await self.reader.ack(self.message, self.kind)
+
+
+class AckMessage(AnswerMessage):
+    name, kind = "message.ack", Ack.ACK
+
+
+class NakMessage(AnswerMessage):
+    name, kind = "message.nak", Ack.NAK
+
+
+class TermMessage(AnswerMessage):
+    name, kind = "message.term", Ack.TERM
+
+
+class InProgressMessage(AnswerMessage):
+    name, kind = "message.in_progress", Ack.IN_PROGRESS
+
+
+ANSWERS: dict[Ack, type[AnswerMessage]] = {c.kind: c for c in (AckMessage, NakMessage, TermMessage, InProgressMessage)}
+
+
+@dataclass
+class RunProbe(Command["ProbeReport"]):
+    name, role, changes_server = "probe.run", "operator", True
+    records = "the probe's kind, stream and size"
+    options: ProbeOptions
+    progress: Callable[[int], None] | None = None
+
+    @property
+    def on_stream(self) -> str:
+        return self.options.stream
+
+    @property
+    def target(self) -> str:
+        return f"{self.options.stream} {self.options.kind} x{self.options.count}"
+
+    async def execute(self, services: Services, asker: Actions) -> ProbeReport:
+        from console.probe import run_probe
+
+        return await run_probe(services.need("connection"), self.options, self.progress)
+
+
+@dataclass
+class SaveAlertRule(Command[str]):
+    """Add a rule, or replace the one of the same name; its name."""
+
+    name, role, changes_server = "alert_rule.save", "admin", True
+    records = "the rule's name"
+    text: str
+    rule: str = "(not one rule)"  # its name when the text reads as one rule
+
+    @property
+    def target(self) -> str:
+        return self.rule
+
+    async def execute(self, services: Services, asker: Actions) -> str:
+        return services.need("rules")().write_rule(self.text)
+
+
+@dataclass
+class MuteAlertRule(Command[None]):
+    name, role, changes_server = "alert_rule.mute", "operator", True
+    records = "the rule's name"
+    rule: str
+    muted: ClassVar[bool] = True
+
+    @property
+    def target(self) -> str:
+        return self.rule
+
+    async def execute(self, services: Services, asker: Actions) -> None:
+        services.need("rules")().write_muted(self.rule, self.muted)
+
+
+class UnmuteAlertRule(MuteAlertRule):
+    name, muted = "alert_rule.unmute", False
+
+
+@dataclass
+class RunSearch(Command[tuple[list["Found"], "SearchProgress"]]):
+    """A bounded search of any stream; it reads, so read-only allows it. (matches, how it ended)."""
+
+    name, role, changes_server = "search.run", "viewer", False
+    records = "the stream and the whole query (filter, window, expression, limits)"
+    query: SearchQuery
+    progress: Callable[[SearchProgress], None] | None = None
+    cancelled: Callable[[], bool] = lambda: False
+    on_match: Callable[[Found], None] | None = None
+
+    @property
+    def on_stream(self) -> str:
+        return self.query.stream
+
+    @property
+    def target(self) -> str:
+        return bounded(f"{self.query.stream} {json.dumps(self.query.describe(), default=str)}")
+
+    async def execute(self, services: Services, asker: Actions) -> tuple[list[Found], SearchProgress]:
+        return await services.need("search")(asker, self.query, self.progress, self.cancelled, self.on_match)
+
+
+@dataclass
+class ExportSearch(Command[Any]):
+    """Matches with the query that found them, masked as shown: those a page holds (the file's bytes),
+    or, given a path, a search's matches streamed into that file as they are found ((matches, how it
+    ended), as RunSearch)."""
+
+    name, role, changes_server = "export.search", "viewer", False
+    records = "the stream, the format, how many matches and the query"
+    query: SearchQuery
+    fmt: str
+    matches: list[Found] | None = None
+    path: Path | None = None
+    progress: Callable[[SearchProgress], None] | None = None
+
+    def __post_init__(self) -> None:
+        format_named(self.fmt)
+        if (self.matches is None) == (self.path is None):
+            raise ValueError("an export of a search is of the matches held or into a file: one of them")
+
+    @property
+    def on_stream(self) -> str:
+        return self.query.stream
+
+    @property
+    def target(self) -> str:
+        held = f" {len(self.matches)} matches" if self.matches is not None else f" to {self.path}"
+        return bounded(f"{self.query.stream} {self.fmt}{held} {json.dumps(self.query.describe(), default=str)}")
+
+    async def execute(self, services: Services, asker: Actions) -> Any:
+        schema = search_schema() if self.fmt == "parquet" else None
+        if self.matches is not None:
+            return export_bytes(self.fmt, (found_row(f) for f in self.matches), SEARCH_COLUMNS, self.query.describe(),
+                                schema)
+        assert self.path is not None
+        exporter = Exporter(self.path, self.fmt, self.query.describe())
+        try:
+            oldest_first = self.query.direction != "newest"
+            found, state = await services.need("search")(asker, self.query, self.progress, lambda: False,
+                                                         (lambda f: exporter.write(found_row(f))) if oldest_first else None)
+            if not oldest_first:  # newest first: kept to be ordered, written now
+                for f in found:
+                    exporter.write(found_row(f))
+            return found, state
+        finally:
+            exporter.close()
+
+
+@dataclass
+class ExportTable(Command[bytes]):
+    """A table as a page shows it (History's, the Audit trail's), in a format of the registry."""
+
+    name, role, changes_server = "export.csv", "viewer", False  # named when CSV was its one format
+    records = "the table and the dates"
+    table: str
+    period: str  # the dates, as the page chose them
+    fmt: str
+    rows: Sequence[Mapping[str, Any]]
+    columns: Sequence[str]
+    filters: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        format_named(self.fmt)
+
+    @property
+    def target(self) -> str:
+        return f"{self.table} {self.period}" + ("" if self.fmt == "csv" else f" {self.fmt}")
+
+    async def execute(self, services: Services, asker: Actions) -> bytes:
+        return export_bytes(self.fmt, self.rows, self.columns, self.filters)
+
+
+@dataclass
+class ExportReport(Command[str]):
+    """One incident as a Markdown report."""
+
+    name, role, changes_server = "export.report", "viewer", False
+    records = "the incident's batch"
+    batch_id: str
+    stream: str | None
+    report: Callable[[], str]
+
+    @property
+    def target(self) -> str:
+        return self.batch_id
+
+    @property
+    def on_stream(self) -> str | None:
+        return self.stream
+
+    async def execute(self, services: Services, asker: Actions) -> str:
+        return self.report()
+
+
+def as_file(content: bytes | str) -> io.BytesIO:
+    return io.BytesIO(content.encode() if isinstance(content, str) else content)
+
+
+LEAST_ROLE = {name: cls.role for name, cls in COMMANDS.items()}
