@@ -112,7 +112,8 @@ class Parquet(ExportFormat):
 
     def __init__(self, out: IO[bytes], columns: Sequence[str], filters: Mapping[str, Any], schema: Any = None):
         super().__init__(out, columns, filters)
-        self._schema, self._writer = schema, None
+        self._schema: Any = schema
+        self._writer: Any = None  # a pyarrow.parquet.ParquetWriter once the first row group is typed
         self._pending: list[dict[str, Any]] = []
 
     def _write(self, row: Mapping[str, Any]) -> None:
@@ -121,8 +122,8 @@ class Parquet(ExportFormat):
             self._flush()
 
     def _flush(self) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]  # (nor does its parquet module)
 
         if self._writer is None:
             table = pa.Table.from_pylist(self._pending, schema=self._schema)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, runtime_checkable
 
 from console.actions import Actions
 from console.commands import COMMANDS
@@ -42,11 +42,47 @@ if TYPE_CHECKING:
     from console.probe import ProbeOptions, ProbeReport
 
 
+class View(Protocol):
+    """Every page: it reads what it shows when asked (the web asks once the page is in the browser)."""
+
+    async def reload(self) -> None: ...
+
+
+@runtime_checkable
+class Reads(Protocol):
+    """A page whose reads are local and quick: made before the first answer, instead of reload."""
+
+    def read(self) -> None: ...
+
+
+@runtime_checkable
+class Recalls(Protocol):
+    """A page that shows what the process last read for it (its time said) in the first answer."""
+
+    def recall(self) -> None: ...
+
+
+@runtime_checkable
+class Refreshes(Protocol):
+    """A page redrawn from a shared state every `refresh_every_ms`."""
+
+    refresh_every_ms: int
+
+    def refresh(self) -> None: ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """A page that lets go of what it holds (a consumer, a search) at its session's end."""
+
+    def close(self) -> None | Awaitable[None]: ...
+
+
 @dataclass(frozen=True)
 class Page:
     path: str
     title: str | None  # in the navigation; None: reached by links only (the stream page needs a stream)
-    make: Callable[..., Any]  # (runtime, actions: what its user may do, **params) -> the view
+    make: Callable[..., View]  # (runtime, actions: what its user may do, **params) -> the view
     in_the_url: dict[str, str] = field(default_factory=dict)  # the choices kept in its URL: param -> argument
     changes_the_server: bool = False  # left out in read-only mode
 

@@ -81,15 +81,15 @@ class App:
         prefs = _prefs()
         actions = self._actions()
         page = spec.make(self.runtime, actions, clock=prefs.clock, **_from_url(spec))
-        if hasattr(page, "read"):
+        if isinstance(page, pages.Reads):
             page.read()  # local and quick: in the first answer, whose preview then holds it
         else:
-            if hasattr(page, "recall"):
+            if isinstance(page, pages.Recalls):
                 page.recall()  # the last read's copy, in the first answer
             pn.state.onload(page.reload)
-        if every := getattr(page, "refresh_every_ms", None):
-            _every(page.refresh, every)
-        if hasattr(page, "close"):
+        if isinstance(page, pages.Refreshes) and page.refresh_every_ms:
+            _every(page.refresh, page.refresh_every_ms)
+        if isinstance(page, pages.Closes):
             pn.state.on_session_destroyed(lambda _: _close(page))
             _close_with_its_tab(page)
         return self._frame(page, spec, prefs, actions)

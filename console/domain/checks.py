@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from console.domain.batch_limits import BatchLimits, edit_risks
+from console.domain.events import FAST_ENDS, EventKind
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import MalformedInput, load_object
@@ -400,7 +401,9 @@ def evaluate(facts: Facts, thresholds: Mapping[tuple[str, str], float] | None = 
     return Report(tuple(findings), tuple(unchecked), tuple(checked))
 
 
-_ENDS = {"fast_committed", "fast_ended_early", "fast_dropped", "fast_slow", "fast_lost"}
+_ENDS = frozenset({*FAST_ENDS, EventKind.FAST_SLOW})
+_REJECTED = frozenset({EventKind.FAST_REJECTED, EventKind.ATOMIC_REJECTED})
+_LOST = frozenset({EventKind.FAST_LOST, EventKind.ATOMIC_LOST})
 
 
 def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
@@ -411,9 +414,9 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
     # A gap reply names no stream: a batch's stream is the one any of its events names (its PubAck, say)
     stream_of = {b: s for e in events if (b := getattr(e, "batch_id", None)) and (s := getattr(e, "stream", None))}
     for e in events:
-        kind, batch = str(getattr(e, "kind", "")), getattr(e, "batch_id", None)
+        kind, batch = getattr(e, "kind", None), getattr(e, "batch_id", None)  # an EventKind equals its value
         stream = getattr(e, "stream", None) or stream_of.get(batch or "")
-        if kind == "fast_started" and batch:
+        if kind == EventKind.FAST_STARTED and batch:
             open_fast[batch] = stream or ""
         elif kind in _ENDS and batch:
             open_fast.pop(batch, None)
@@ -421,15 +424,15 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
             continue
         c = found.setdefault(stream, {})
         reason = getattr(e, "reason", None)
-        if kind == "atomic_abandoned":
+        if kind == EventKind.ATOMIC_ABANDONED:
             c["abandoned"] = c.get("abandoned", 0) + 1
             if reason == "timeout":
                 c["abandoned_timeout"] = c.get("abandoned_timeout", 0) + 1
-        elif kind == "fast_gap":
+        elif kind == EventKind.FAST_GAP:
             c["lost_messages"] = c.get("lost_messages", 0) + (getattr(e, "lost", None) or 0)
-        elif kind in ("fast_rejected", "atomic_rejected"):
+        elif kind in _REJECTED:
             c["rejected"] = c.get("rejected", 0) + 1
-        if kind in ("fast_lost", "atomic_lost") and reason == "leader_change":
+        if kind in _LOST and reason == "leader_change":
             c["leader_change"] = c.get("leader_change", 0) + 1
     for stream in open_fast.values():  # "": open batches no reply has named a stream for yet
         c = found.setdefault(stream, {})
@@ -437,8 +440,8 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
     return {stream: WindowCounts(**c) for stream, c in found.items()}
 
 
-COUNTED = {"atomic_abandoned", "fast_gap", "fast_rejected", "atomic_rejected", "fast_lost", "atomic_lost",
-           "fast_started", "fast_attributed", "collector_status", "conformance", *_ENDS}
+COUNTED = frozenset({EventKind.ATOMIC_ABANDONED, EventKind.FAST_GAP, *_REJECTED, *_LOST, EventKind.FAST_STARTED,
+                     EventKind.FAST_ATTRIBUTED, EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, *_ENDS})
 KEPT_EVENTS = 200_000  # what a long-running evaluator keeps of its window at most
 
 
@@ -451,7 +454,7 @@ class RecentEvents:
         self._events: deque[Any] = deque(maxlen=KEPT_EVENTS)
 
     def add(self, event: Any) -> None:
-        if self.keep_for_s > 0 and str(getattr(event, "kind", "")) in COUNTED:
+        if self.keep_for_s > 0 and getattr(event, "kind", None) in COUNTED:
             self._events.append(event)
 
     def window(self, now: datetime) -> list[Any]:

@@ -13,6 +13,7 @@ import param
 
 from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
+from console.domain.events import EventKind
 from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
 from console.ui.conformance import conformance_line
 from console.commands import ExportReport
@@ -104,7 +105,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         replay = f'<a href="{e(link)}">the stream\'s messages in this window (Replay)</a>' if link else \
             "the stream is not known, so there is no Replay link"
         tap = ("<br>".join(e(describe(t)) for t in incident.seen_by_tap) or
-               ("nothing: atomic batches have no $FI traffic" if loss.kind.value == "atomic_abandoned" else "nothing"))
+               ("nothing: atomic batches have no $FI traffic" if loss.kind is EventKind.ATOMIC_ABANDONED else "nothing"))
         self._summary.object = (
             f"<p><b>{e(describe(loss))}</b><br>stream <b>{stream_cell(loss.stream, loss.probable_stream)}</b> · "
             f"{self.clock.when(loss.time, fraction=True)} · event {e(loss.event_id)}"
