@@ -24,7 +24,8 @@ from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
 from console.domain.conformance import Verdicts
 from console.domain.wire import MalformedInput
-from console.runtime import ASSUMED, Runtime
+from console.runtime import Runtime
+from console.system import ASSUMED
 
 log = logging.getLogger(__name__)
 NAGIOS = {"ok": 0, "info": 0, "warning": 1, "critical": 2}

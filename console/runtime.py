@@ -14,9 +14,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
 from console.broker.admin import StreamAdmin
-from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
+from console.broker.connection import Connection, cancelled
 from console.broker.live_state import LiveState
-from console.broker.server_info import read_varz
 from console.config import EventLogSettings, Settings, file_stamp, load
 from console.domain.batch_limits import BatchLimits
 from console.domain.conformance import Verdicts
@@ -25,6 +24,7 @@ from console.domain.incident import Incident
 from console.commands import RunProbe, RunSearch, Services
 from console.probe import ProbeOptions, ProbeReport
 from console.errors import BusyError, ConfigError, MaskingError, MissingKeyError
+from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
@@ -37,39 +37,35 @@ if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads histo
     from console.storage.history import Reader
 
 log = logging.getLogger(__name__)
-ASSUMED = "the server's defaults, assumed"  # how batch_limits() says it did not read them
-LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
 VERDICTS_WINDOW = 24 * 60.0  # minutes of the event log the conformance verdicts are read from
 VERDICTS_FOR = 5.0  # seconds a read of them is kept
 RECENT_TRAILS = 8  # reads of the audit trail kept (one per start day asked) for the pages' first answers
-REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
 # Searches at once in one process, one per actor: each has a worker process of its own, and more than one
 # a core starved the server itself on a 2-core machine (its requests timed out)
 MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
 class Runtime:
-    def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None,
+    def __init__(self, settings: Settings, nc: Connection | NatsSystem, system_nc: Connection | None = None,
                  writes_events: bool = False, key_wait: float = 0.0, follow_without_key: bool = False):
         self.settings = settings
         self.follow_without_key = follow_without_key
         self.writes_events = writes_events  # the collector makes a missing event key; readers refuse to
         self.key_wait = key_wait  # a reading process waits this long for the collector's key at its start
-        self.nc = nc
-        self.system_nc = system_nc
-        self.admin = StreamAdmin(nc, read_only=settings.web.read_only)
+        # the NATS system the services below are built on: its connections, administration and limits
+        self.system = nc if isinstance(nc, NatsSystem) else NatsSystem(settings, nc, system_nc)
+        self.system.on_reopened(self._rebind)
+        self.system.reopening = self._say_reopening
         self._event_log: EventLogSettings | None = None
         self._live: LiveState | None = None
         self._history: tuple[Reader | None, str | None] | None = None
         self._alerts: AlertsView | None = None
         self._audit: AuditLog | None = None
-        self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
         self._verdicts: tuple[float, Verdicts] | None = None
         self._trails: dict[datetime | None, tuple[datetime, Checked]] = {}  # the last read from each start
         self._masking: Masking | None = None
         self._roles: RolesFile | None = None
         self._roles_stamp: tuple[str, int, int] | None = None
-        self._keeper: asyncio.Task | None = None
         self._reading_ahead: asyncio.Task | None = None
         self._searching: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
@@ -81,15 +77,21 @@ class Runtime:
         system=True also as the system account user, when one is configured. A server that does
         not answer within give_up_after raises NatsUnreachableError naming it."""
         settings = load() if settings is None else settings
-        nc = await connect(settings.connection, give_up_after=give_up_after, **connect_overrides)
-        system_nc = None
-        if system and (account := settings.system.connection(settings.connection)) is not None:
-            try:
-                system_nc = await connect(account, give_up_after=give_up_after, **connect_overrides)
-            except BaseException:
-                await close(nc)
-                raise
-        return cls(settings, nc, system_nc, writes_events, key_wait, follow_without_key)
+        system_ = await NatsSystem.open(settings, give_up_after=give_up_after, system=system, **connect_overrides)
+        return cls(settings, system_, None, writes_events, key_wait, follow_without_key)
+
+    @property
+    def nc(self) -> Connection:
+        """The system's account connection (the one it has now: a closed one is opened again)."""
+        return self.system.nc
+
+    @property
+    def system_nc(self) -> Connection | None:
+        return self.system.system_nc
+
+    @property
+    def admin(self) -> StreamAdmin:
+        return self.system.admin
 
     @property
     def read_only(self) -> bool:
@@ -223,62 +225,23 @@ class Runtime:
         return self._audit
 
     async def batch_limits(self) -> tuple[BatchLimits, str]:
-        """The server's effective batch limits and where they were read; the defaults (and why) when
-        neither the system account nor a monitor URL answers. Read again after a minute."""
-        now = time.monotonic()
-        if self._limits is not None and now - self._limits[0] < LIMITS_FOR:
-            return self._limits[1]
-        monitor_url = self.settings.connection.monitor_url
-        if (varz := await read_varz(self.system_nc, monitor_url)) is not None:
-            found = (BatchLimits.from_varz(varz[0]), f"read from {varz[1]}")
-        elif self.system_nc is None and not monitor_url:
-            found = (BatchLimits.from_varz({}), f"{ASSUMED}: give --monitor-url or a system "
-                     "account to read the real ones")
-        else:
-            found = (BatchLimits.from_varz({}), f"{ASSUMED}: /varz did not answer")
-        self._limits = (now, found)
-        return found
+        """The system's effective batch limits and where they were read (console.system)."""
+        return await self.system.batch_limits()
 
     def keep_open(self) -> None:
-        """A long-lived process's connections stay open whatever closed them: nats-py reconnects after
-        a lost socket by itself, but a connection the server closed (a protocol error, an
-        authorization change) stays closed. Each is opened again with backoff; Live says so meanwhile."""
-        if self._keeper is None:
-            self._keeper = asyncio.create_task(self._keep_open(), name="keep-open")
+        """A long-lived process's connections stay open whatever closed them (console.system); Live
+        says so meanwhile, and the services follow the fresh connection."""
+        self.system.keep_open()
 
-    async def _keep_open(self) -> None:
-        wait = REOPEN_BACKOFF[0]
-        while True:
-            await asyncio.sleep(1.0)
-            for system in (False, True):
-                nc = self.system_nc if system else self.nc
-                if nc is None or not is_closed(nc):
-                    continue
-                why = why_closed(nc)
-                what = "system account connection" if system else "connection"
-                log.warning("NATS %s closed (%s): opening it again", what, why)
-                while True:
-                    if not system and self._live is not None:
-                        self._live.reopening = f"opening again ({why[:80]})"
-                    try:
-                        account = self.settings.system.connection(self.settings.connection) if system else None
-                        fresh = await connect(account or self.settings.connection, give_up_after=10.0)
-                        break
-                    except Exception as e:  # unreachable, refused: later, with backoff
-                        log.warning("NATS %s not opened again: %s; next try in %gs", what, e, wait)
-                        await asyncio.sleep(wait)
-                        wait = min(wait * 2, REOPEN_BACKOFF[1])
-                wait = REOPEN_BACKOFF[0]
-                if system:
-                    self.system_nc = fresh
-                    continue
-                self.nc = fresh
-                self.admin.rebind(fresh)
-                if self._audit is not None:
-                    self._audit.nc = fresh
-                if self._live is not None:
-                    await self._live.rebind(fresh)
-                log.info("NATS connection open again")
+    def _say_reopening(self, why: str) -> None:
+        if self._live is not None:
+            self._live.reopening = why
+
+    async def _rebind(self, fresh: Connection) -> None:
+        if self._audit is not None:
+            self._audit.nc = fresh
+        if self._live is not None:
+            await self._live.rebind(fresh)
 
     async def audit_trail(self, since: datetime | None = None) -> Checked:
         """The audit trail's records (from `since`), with every break in its chain: held against this data
@@ -407,13 +370,11 @@ class Runtime:
         return await actions.run(RunProbe(options, progress))
 
     async def close(self) -> None:
-        for task in (self._keeper, self._reading_ahead):
-            if task is not None:
-                await cancelled(task)
+        if self._reading_ahead is not None:
+            await cancelled(self._reading_ahead)
         if self._live is not None:
             await self._live.stop()
-        for nc in (self.nc, self.system_nc):
-            await close(nc)
+        await self.system.close()
         if self._history is not None and self._history[0] is not None:
             self._history[0].engine.dispose()
 
