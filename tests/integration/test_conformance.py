@@ -18,7 +18,7 @@ from console.broker.eventlog import EventLog
 from console.broker.fast import FastBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings, DataSettings, Settings
-from console.domain.conformance import FAIL, PASS, Verdicts
+from console.domain.conformance import FAIL, PASS, STATEMENTS, Verdicts
 from tests.conftest import TEST_LIMITS
 from tests.integration.faulty_publishers import (
     FAULTY, RawFast, b01_retries_without_backing_off, committed, f07_pings_ahead, fast_stream, within_windows,
@@ -95,6 +95,12 @@ async def faulty_verdicts(accounts_server, grading, settings):
     finally:
         for nc in (*clients.values(), helper):
             await nc.close()
+
+
+def test_every_statement_has_a_faulty_publisher_so_none_goes_ungraded():
+    """A statement added to ADR-50's list without the faulty publisher that breaks it would never be shown
+    to be graded: the test below runs each one and holds that its statement alone fails it."""
+    assert set(FAULTY) | {"B01"} == set(STATEMENTS)
 
 
 @pytest.mark.parametrize("statement", [*FAULTY, "B01"])
