@@ -369,7 +369,7 @@ def test_an_expired_session_and_a_forged_cookie_are_refused(team, browser):
     poll_until(lambda: _status(team.short_url, session) == 302, 30, "the session did not end", every=0.5)
     batched.click()  # the page stayed open: its action is refused in the action layer
     page.get_by_role("button", name="Apply").click()
-    expect(page.get_by_text("the session has expired")).to_be_visible(timeout=15_000)
+    expect(page.get_by_text("the session has expired")).to_be_visible(timeout=30_000)  # its refusal recorded first
 
     signed = cookies["bc_session"]  # tornado's signed value: ...|<base64 value>|<signature>
     forged = [
