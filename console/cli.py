@@ -365,7 +365,8 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     if a.master and a.remote:
         raise ConfigError("give --spark-master or --remote, not both")
     asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
-    job = JobSettings(settings.data.data_dir, SourceOptions.parse(spark_options(settings)), max_events=a.max_events)
+    job = JobSettings(settings.data.data_dir, SourceOptions.parse(spark_options(settings)), max_events=a.max_events,
+                      driver_reads_up_to=a.driver_reads_up_to)
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
                           full_jit=a.full_jit)
     watcher = None

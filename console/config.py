@@ -285,6 +285,8 @@ class AnalyticsSettings:
     partitions: int = setting(2, "parallel reads of the event log", parse=int)
     max_events: int = setting(100_000, "event-log sequences read per step of a run (bounds an executor's memory: "
                                        "a backlog is read step by step)", parse=int)
+    driver_reads_up_to: int = setting(5_000, "a step of fewer event-log sequences is read by the job's own "
+                                             "process, not by Spark's executors (0: always the executors)", parse=int)
     driver_memory: str = setting("4g", "the Spark driver's heap at most (local mode: it runs the tasks too; a backlog "
                                        "of millions of events wants 4g, a cluster's driver far less)")
     full_jit: bool = setting(False, "the Spark JVM compiles hot code with both JIT tiers (for a job that mostly works "
