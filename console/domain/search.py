@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 import cel
-import re2  # type: ignore[import-untyped]
+import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
 from console.domain.wire import INT64_MAX, MalformedInput, has_control, stream_name_problem
 

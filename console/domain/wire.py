@@ -105,7 +105,7 @@ def consumer_name_problem(name: object) -> str | None:
 def stream_name(value: object, key: str = "stream", error: type[MalformedInput] = MalformedInput) -> str:
     if (problem := stream_name_problem(value)) is not None:
         raise error(f"{key!r}: {problem}")
-    return value  # type: ignore[return-value]
+    return value  # type: ignore[return-value]  # a str: the problem check refuses anything else
 
 
 def batch_id(value: object, key: str = "batch", error: type[MalformedInput] = MalformedInput) -> str:

@@ -1,6 +1,7 @@
 """The layering in DESIGN.md, enforced: import-linter's contracts in pyproject.toml."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,11 @@ def test_a_connection_is_asked_things_only_in_broker():
 def test_the_connection_check_sees_a_use():
     sample = ROOT / "console" / "broker" / "connection.py"  # where they belong: it must find them
     assert any(".is_connected" in use for use in _connection_uses(sample))
+
+
+def test_every_type_ignore_in_the_console_says_why():
+    """mypy is told to look away only with a reason beside it: `# type: ignore[code]  # why`."""
+    bare = [f"{path.relative_to(ROOT)}:{n}" for path in (ROOT / "console").rglob("*.py")
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if "type: ignore" in line and not re.search(r"type: ignore\[[\w-]+(, *[\w-]+)*\]  # \S", line)]
+    assert bare == []
