@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from console.broker.replies import error_of, reply_of
 from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, new_batch_id, reply_prefix
@@ -54,7 +55,7 @@ class _Replies:
     def __init__(self, nc: Client, prefix: str):
         self.nc, self.prefix = nc, prefix
         self.batches: dict[str, Callable[[Msg], Awaitable[None]]] = {}
-        self._sub = None
+        self._sub: Subscription | None = None
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -113,7 +114,7 @@ class FastBatch:
         self._nc = nc
         self._inbox = inbox_prefix or connection_inbox(nc)
         self._reply_head = reply_prefix(self._inbox, self.batch_id, flow, self.gap_mode)
-        self._sub = None
+        self._sub: _Replies | None = None
         self._progress = asyncio.Event()
         self._final: asyncio.Future[PubAck] | None = None
         self._failure: BatchError | None = None
@@ -136,7 +137,7 @@ class FastBatch:
 
     # -- sending ---------------------------------------------------------------------------
 
-    async def add(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> tuple[int, int]:
+    async def add(self, subject: str, payload: bytes = b"", headers: dict[str, str] | None = None) -> tuple[int, int]:
         """Send one message; returns (batch_seq, ack_seq): its sequence in the batch and the highest
         sequence the server has acknowledged so far (a plain tuple: this is the hot path).
 
@@ -160,7 +161,7 @@ class FastBatch:
             await asyncio.sleep(0)
         return seq, self.ack_seq
 
-    async def commit(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> PubAck:
+    async def commit(self, subject: str, payload: bytes = b"", headers: dict[str, str] | None = None) -> PubAck:
         """Send the last message, stored, and commit the batch."""
         return await self._finish(subject, payload, headers, FastOp.COMMIT)
 
@@ -201,7 +202,7 @@ class FastBatch:
             self._sub = _Replies.of(self._nc, self._inbox)
             await self._sub.add(self.batch_id, self._on_reply)
 
-    async def _start(self, subject: str, payload: bytes, headers: Mapping[str, str] | None) -> None:
+    async def _start(self, subject: str, payload: bytes, headers: dict[str, str] | None) -> None:
         await self._subscribe()
         self._subject = subject
         self.seq = 1
@@ -214,7 +215,7 @@ class FastBatch:
                 self.closed = True
                 raise BatchTimeoutError(f"no flow ack for the first message of batch {self.batch_id} in {self.ack_timeout}s")
 
-    async def _finish(self, subject: str, payload: bytes, headers: Mapping[str, str] | None, op: FastOp) -> PubAck:
+    async def _finish(self, subject: str, payload: bytes, headers: dict[str, str] | None, op: FastOp) -> PubAck:
         if self._failure is not None:
             raise self._failure
         if self.closed:
@@ -226,7 +227,8 @@ class FastBatch:
         self.seq += 1
         await self._nc.publish(subject, payload, f"{self._reply_head}{self.seq}.{int(op)}.$FI", headers)
         try:
-            return await self._wait_with_pings(lambda: self._final.done(), "the commit")
+            final = self._final
+            return await self._wait_with_pings(final.done, "the commit")
         finally:
             await self.close()
 
@@ -280,25 +282,25 @@ class FastBatch:
         except NoRespondersError as e:
             self._fail(e)
             return
-        kind = type(reply)
-        if kind is FlowAck:
-            self.acks += 1
-            if reply.seq > self.ack_seq:
-                self.ack_seq = reply.seq
-            if reply.msgs != self.flow:
-                self.flow_changes.append((reply.seq, self.flow, reply.msgs))
-                self.flow = reply.msgs
-        elif kind is PubAck:
-            self._on_puback(reply)
-        elif kind is FlowGap:
-            self.gap_count += 1
-            self.lost += reply.lost
-            self._problem(reply, self.gaps)
-        elif kind is FlowError:
-            self.error_count += 1
-            self._problem(reply, self.errors)
-        elif kind is ApiError:
-            self._fail(error_of(reply))
+        match reply:
+            case FlowAck():
+                self.acks += 1
+                if reply.seq > self.ack_seq:
+                    self.ack_seq = reply.seq
+                if reply.msgs != self.flow:
+                    self.flow_changes.append((reply.seq, self.flow, reply.msgs))
+                    self.flow = reply.msgs
+            case PubAck():
+                self._on_puback(reply)
+            case FlowGap():
+                self.gap_count += 1
+                self.lost += reply.lost
+                self._problem(reply, self.gaps)
+            case FlowError():
+                self.error_count += 1
+                self._problem(reply, self.errors)
+            case ApiError():
+                self._fail(error_of(reply))
         self._progress.set()
 
     def _problem(self, problem: FlowGap | FlowError, kept: list) -> None:
