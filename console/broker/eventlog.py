@@ -6,7 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import nats.errors
 import nats.js.errors
@@ -46,7 +46,7 @@ class Appended:
     duplicates: int = 0
     refused: list[tuple[BatchEvent, str]] = field(default_factory=list)
     retry: list[BatchEvent] = field(default_factory=list)
-    error: Exception | None = None  # the last transient failure, for the log
+    error: BaseException | None = None  # the last transient failure, for the log
 
 
 def refusal(body: bytes) -> str | None:
@@ -107,7 +107,8 @@ class EventLog:
         if ensured.created:
             return []
         current = ensured.config
-        notes, changes = [], {}
+        notes: list[str] = []
+        changes: dict[str, Any] = {}
         if subject not in (current.subjects or []):
             changes["subjects"] = [*(current.subjects or []), subject]
             notes.append(f"added subject {subject}")
