@@ -31,6 +31,7 @@ from console.domain.signing import SIGNATURE, signature
 from console.domain.wire import Tally
 
 log = logging.getLogger(__name__)
+STALLED_AT_MOST = 10.0  # seconds a read waits for a message the server says is pending
 
 
 def missing_log(stream: str) -> str:
@@ -198,12 +199,13 @@ class EventLog:
     async def _drain(self, sub, past_end, idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
         out: list[tuple[int, BatchEvent]] = []
         seen = RecentIds()
+        timeout = idle_timeout
         try:
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=idle_timeout)
+                    msg = await sub.next_msg(timeout=timeout)
                 except nats.errors.TimeoutError:
-                    break  # nothing matching the filter remains
+                    break  # nothing matching the filter remains (or the server stalled past STALLED_AT_MOST)
                 seq = msg.metadata.sequence.stream
                 if past_end(seq, msg.metadata.timestamp):
                     break
@@ -211,6 +213,9 @@ class EventLog:
                     out.append((seq, event))
                 if msg.metadata.num_pending == 0 or seq == last_seq:
                     break
+                # More are pending: a pause now is a loaded server's, not the end (a check on a busy host
+                # read half a window and found no collector status)
+                timeout = max(idle_timeout, STALLED_AT_MOST)
         finally:
             await sub.unsubscribe()
         return out
