@@ -38,8 +38,9 @@ async def collector(cluster):
 
 async def r3_stream(client, name: str, **flags) -> StreamAdmin:
     admin = StreamAdmin(client)
+    # a node restarted by the test before can take a while under load to be a placement peer again
     await eventually(lambda: client.jetstream().add_stream(StreamConfig(
-        name=name, subjects=[f"{name.lower()}.>"], num_replicas=3, **flags)), what=f"{name} created", timeout=30)
+        name=name, subjects=[f"{name.lower()}.>"], num_replicas=3, **flags)), what=f"{name} created", timeout=60)
     await eventually(lambda: admin.leader(name), what=f"{name} has a leader", timeout=30)
     return admin
 
