@@ -9,11 +9,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.processes import CLI, free_port, wait_collecting, wait_http
 from tests.waits import poll_until
 
 CHROMIUM = "/usr/bin/chromium"
+# An assertion without its own timeout waits 15 s, not Playwright's 5: three parallel workers on two cores
+# drew a page's own content 5 s and more after its frame (test_reconnect's refused name, once)
+expect.set_options(timeout=15_000)
 
 
 @pytest.fixture(scope="session")

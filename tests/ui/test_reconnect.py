@@ -74,7 +74,7 @@ def test_a_link_with_a_name_past_the_control_line_blinds_nobody(tmp_path, page):
             page.goto(base + link)
             expect(page.get_by_text("NATS connected", exact=True)).to_be_visible(timeout=30_000)
             if link.startswith("/stream?"):  # not a stream named after the page object ("StreamPage00123")
-                expect(page.get_by_text("Open a stream from its name")).to_be_visible()
+                expect(page.get_by_text("Open a stream from its name")).to_be_visible(timeout=30_000)
         page.goto(base + "/")
         report = probe(url, "atomic", "--count", "2", "--batch-size", "2", "--abandon",
                        "--stream", "UI_LONG", "--subject", "ui.long")
