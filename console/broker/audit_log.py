@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -26,6 +27,7 @@ SUBJECT = "batch_console.audit"
 WRONG_LAST = 10071  # another writer appended first: follow its record instead
 STREAM_NOT_FOUND = 10059
 TRIES = 20
+READ_AT_MOST = 30.0  # seconds a read of the trail waits for the records the stream says it holds
 SAFE = {"deny_delete": True, "deny_purge": True, "max_msgs": KEPT, "max_age": 0.0}  # what an existing trail is set to
 
 
@@ -179,11 +181,14 @@ class AuditLog:
         stored: list[Stored] = []
         if info.state.messages:
             reader = ConsumerReader(self.nc, STREAM, start_time=since) if since else ConsumerReader(self.nc, STREAM)
+            deadline = time.monotonic() + READ_AT_MOST
             try:
                 while not stored or stored[-1].seq < last:
                     result = await reader.fetch(500, expires=1.0)
-                    if not result.messages:
-                        break
+                    if not result.messages:  # the server holds up to `last`: an empty answer is a slow one
+                        if time.monotonic() > deadline:  # (a loaded host read a whole trail as truncated)
+                            break
+                        continue
                     stored += [Stored(m.stream_seq, m.payload, dict(m.headers)) for m in result.messages]
             finally:
                 await reader.close()
