@@ -52,7 +52,7 @@ class Services:
     """What commands do their work through; a service a caller was not given is refused by name."""
 
     streams: StreamAdmin | None = None
-    connection: Connection | None = None  # a probe publishes on it
+    connection: Callable[[], Connection] | None = None  # the one a probe publishes on now (reopened ones too)
     rules: Callable[[], RuleWriter] | None = None
     search: Searcher | None = None
 
@@ -205,7 +205,7 @@ class RunProbe(Command["ProbeReport"]):
     async def execute(self, services: Services, asker: Actions) -> ProbeReport:
         from console.probe import run_probe
 
-        return await run_probe(services.need("connection"), self.options, self.progress)
+        return await run_probe(services.need("connection")(), self.options, self.progress)
 
 
 @dataclass

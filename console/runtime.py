@@ -164,7 +164,9 @@ class Runtime:
         local = self.settings.access.local_role
         grants = grants if grants is not None else lambda: self.roles.grants(local)
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
-        services = Services(streams=self.admin, connection=self.nc, rules=lambda: self.alerts, search=self._search)
+        # the connection asked for at each command: a long-lived session's actions follow a reopened one
+        services = Services(streams=self.admin, connection=lambda: self.nc, rules=lambda: self.alerts,
+                            search=self._search)
         try:
             return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required, grants=grants,
                            expires=expires, services=services)
