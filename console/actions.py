@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from console.broker.audit_log import AuditLog, AuditUnavailable
 from console.commands import LEAST_ROLE, Command, Services
@@ -36,7 +36,7 @@ class Actions:
         self.trail_required = trail_required
         self._grants, self.expires = grants, expires
 
-    def allowed(self, command: type[Command], stream: str | None = None) -> str | None:
+    def allowed(self, command: type[Command[Any]], stream: str | None = None) -> str | None:
         """Why this action (on `stream`) would be refused now, or None: what a page says beside a control
         it turns off. Without a stream: whether the user may take it on some stream."""
         return None if (why := self._refusal(command, stream)) is None else why[1]
@@ -55,7 +55,7 @@ class Actions:
         """What this user may see of `stream`'s payloads (console.domain.roles: full, masked or none)."""
         return self.grants.payloads(stream)
 
-    def _refusal(self, command: type[Command] | Command, stream: str | None) -> tuple[str, str] | None:
+    def _refusal(self, command: type[Command[Any]] | Command[Any], stream: str | None) -> tuple[str, str] | None:
         """(the audit outcome, why) of a refusal, or None."""
         if command.changes_server and self.read_only:
             return "refused: read-only", "read-only mode"
@@ -67,7 +67,7 @@ class Actions:
             return "refused: no trail", f"no audit trail: {self.why_no_audit}"
         return None
 
-    async def refused(self, command: type[Command], target: str, stream: str | None = None) -> str | None:
+    async def refused(self, command: type[Command[Any]], target: str, stream: str | None = None) -> str | None:
         """Why the action would be refused (the refusal recorded), or None: for a page that refuses
         before it can build the command (a durable fetch on a read-only console opens no reader)."""
         if (why := self._refusal(command, stream)) is None:
@@ -76,7 +76,7 @@ class Actions:
         return why[1]
 
     async def _record_refusal(self, name: str, target: str, outcome: str, reason: str,
-                              diff: dict[str, list] | None) -> None:
+                              diff: dict[str, list[Any]] | None) -> None:
         if outcome == "refused: no trail":
             return  # nothing to record it in
         detail = "the console is read-only" if outcome == "refused: read-only" else f"{reason} (user {self.actor.user})"
@@ -112,7 +112,7 @@ class Actions:
         await self._record(name, target, "accepted", "", diff)
         return result
 
-    async def _write_ahead(self, name: str, target: str, diff: dict[str, list] | None) -> None:
+    async def _write_ahead(self, name: str, target: str, diff: dict[str, list[Any]] | None) -> None:
         """The attempt stored before the action is taken; AuditRefused (nothing done) when it cannot be."""
         if self.audit is None:
             log.warning("not audited (%s): %s %s by %s", self.why_no_audit, name, target, self.actor.user)
@@ -124,7 +124,7 @@ class Actions:
             log.error("%s %s by %s refused: its attempt could not be recorded: %s", name, target, self.actor.user, e)
             raise AuditRefused(f"{name} is refused: the audit trail cannot record it ({e})") from None
 
-    async def _record(self, name: str, target: str, outcome: str, detail: str, diff: dict[str, list] | None) -> None:
+    async def _record(self, name: str, target: str, outcome: str, detail: str, diff: dict[str, list[Any]] | None) -> None:
         if self.audit is None:
             log.warning("not audited (%s): %s %s by %s: %s", self.why_no_audit, name, target, self.actor.user, outcome)
             return

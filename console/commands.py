@@ -29,10 +29,11 @@ if TYPE_CHECKING:
     from console.broker.pull import ConsumerReader
     from console.domain.messages import FetchResult, StoredMessage
     from console.domain.search import Found, SearchProgress, SearchQuery
-    from console.domain.streams import StreamBatchSettings
+    from console.domain.stream_settings import StreamBatchSettings
     from console.probe import ProbeOptions, ProbeReport
 
 T = TypeVar("T")
+S = TypeVar("S")
 MAX_TARGET = 1000  # characters of a target kept in the audit record
 
 
@@ -56,10 +57,12 @@ class Services:
     rules: Callable[[], RuleWriter] | None = None
     search: Searcher | None = None
 
-    def need(self, name: str) -> Any:
-        if (service := getattr(self, name)) is None:
-            raise ConsoleError(f"this console was given no {name} service")
-        return service
+
+def required(service: S | None, name: str) -> S:
+    """The service a command needs; one a caller was not given is refused by name."""
+    if service is None:
+        raise ConsoleError(f"this console was given no {name} service")
+    return service
 
 
 class Command(Generic[T]):
@@ -83,14 +86,14 @@ class Command(Generic[T]):
         """The stream it acts on, for the roles' per-stream grants (None: no one stream)."""
         return None
 
-    def diff(self) -> dict[str, list] | None:
+    def diff(self) -> dict[str, list[Any]] | None:
         return None
 
     async def execute(self, services: Services, asker: Actions) -> T:
         raise NotImplementedError
 
 
-COMMANDS: dict[str, type[Command]] = {}  # name -> class, filled by the classes below
+COMMANDS: dict[str, type[Command[Any]]] = {}  # name -> class, filled by the classes below
 
 
 def bounded(target: str) -> str:
@@ -112,11 +115,11 @@ class EditStream(Command["StreamBatchSettings"]):
     def on_stream(self) -> str:
         return self.stream
 
-    def diff(self) -> dict[str, list]:
+    def diff(self) -> dict[str, list[Any]]:
         return {k: [a, b] for k, (a, b) in self.changes.items()}
 
     async def execute(self, services: Services, asker: Actions) -> StreamBatchSettings:
-        return await services.need("streams").apply(self.stream, **{k: b for k, (_, b) in self.changes.items()})
+        return await required(services.streams, "streams").apply(self.stream, **{k: b for k, (_, b) in self.changes.items()})
 
 
 @dataclass
@@ -128,7 +131,7 @@ class FetchMessages(Command["FetchResult"]):
     reader: ConsumerReader
     count: int
     max_bytes: int | None = None
-    expires: float | None = None
+    expires: float = 2.0
 
     @property
     def on_stream(self) -> str:
@@ -205,7 +208,7 @@ class RunProbe(Command["ProbeReport"]):
     async def execute(self, services: Services, asker: Actions) -> ProbeReport:
         from console.probe import run_probe
 
-        return await run_probe(services.need("connection")(), self.options, self.progress)
+        return await run_probe(required(services.connection, "connection")(), self.options, self.progress)
 
 
 @dataclass
@@ -222,7 +225,7 @@ class SaveAlertRule(Command[str]):
         return self.rule
 
     async def execute(self, services: Services, asker: Actions) -> str:
-        return services.need("rules")().write_rule(self.text)
+        return required(services.rules, "rules")().write_rule(self.text)
 
 
 @dataclass
@@ -237,7 +240,7 @@ class MuteAlertRule(Command[None]):
         return self.rule
 
     async def execute(self, services: Services, asker: Actions) -> None:
-        services.need("rules")().write_muted(self.rule, self.muted)
+        required(services.rules, "rules")().write_muted(self.rule, self.muted)
 
 
 class UnmuteAlertRule(MuteAlertRule):
@@ -264,7 +267,7 @@ class RunSearch(Command[tuple[list["Found"], "SearchProgress"]]):
         return bounded(f"{self.query.stream} {json.dumps(self.query.describe(), default=str)}")
 
     async def execute(self, services: Services, asker: Actions) -> tuple[list[Found], SearchProgress]:
-        return await services.need("search")(asker, self.query, self.progress, self.cancelled, self.on_match)
+        return await required(services.search, "search")(asker, self.query, self.progress, self.cancelled, self.on_match)
 
 
 @dataclass
@@ -304,7 +307,7 @@ class ExportSearch(Command[Any]):
         exporter = Exporter(self.path, self.fmt, self.query.describe())
         try:
             oldest_first = self.query.direction != "newest"
-            found, state = await services.need("search")(asker, self.query, self.progress, lambda: False,
+            found, state = await required(services.search, "search")(asker, self.query, self.progress, lambda: False,
                                                          (lambda f: exporter.write(found_row(f))) if oldest_first else None)
             if not oldest_first:  # newest first: kept to be ordered, written now
                 for f in found:

@@ -158,7 +158,8 @@ async def run_probe(nc: Connection, options: ProbeOptions, progress: Callable[[i
     return report
 
 
-async def _probe_atomic(nc, options: ProbeOptions, report: ProbeReport, payload: bytes, progress) -> None:
+async def _probe_atomic(nc: Connection, options: ProbeOptions, report: ProbeReport, payload: bytes,
+                        progress: Callable[[int], None]) -> None:
     full, rest = divmod(options.count, options.batch_size)
     sizes = [options.batch_size] * full + ([rest] if rest else [])
     for index, size in enumerate(sizes):
@@ -187,7 +188,8 @@ async def _probe_atomic(nc, options: ProbeOptions, report: ProbeReport, payload:
         progress(report.messages_sent)
 
 
-async def _probe_fast(nc, options: ProbeOptions, report: ProbeReport, payload: bytes, progress) -> None:
+async def _probe_fast(nc: Connection, options: ProbeOptions, report: ProbeReport, payload: bytes,
+                      progress: Callable[[int], None]) -> None:
     def on_problem(problem: FlowGap | FlowError) -> None:
         if isinstance(problem, FlowGap):
             report.gaps.append(problem)

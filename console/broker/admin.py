@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, PersistMode
+from nats.js.api import AckPolicy, PersistMode, StreamInfo
 
 from console.broker import names
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
@@ -72,7 +73,7 @@ class StreamAdmin:
         """One stream's batch settings, where it runs and how many messages it holds."""
         info = await self.js.stream_info(names.stream(name))
         cluster = info.cluster
-        replicas = tuple((r.name, bool(r.current), r.lag or 0) for r in (cluster.replicas or [])) if cluster else ()
+        replicas = tuple((r.name or "?", bool(r.current), r.lag or 0) for r in (cluster.replicas or [])) if cluster else ()
         return StreamPlacement(_settings(info), cluster.leader if cluster else None, replicas, info.state.messages,
                                info.state.bytes, info.state.last_seq)
 
@@ -83,11 +84,11 @@ class StreamAdmin:
                  if c.config.durable_name and not c.config.deliver_subject]
         return sorted(found, key=lambda c: c.name)
 
-    def reader(self, stream: str, durable: str | None = None, **start) -> ConsumerReader:
+    def reader(self, stream: str, durable: str | None = None, **start: Any) -> ConsumerReader:
         """A cursor for Replay: on a durable pull consumer, or a peek when `durable` is None."""
         return ConsumerReader(self.nc, stream, durable, read_only=self.read_only, **start)
 
-    async def replay_batch(self, stream: str, batch_id: str, **options) -> BatchReplay:
+    async def replay_batch(self, stream: str, batch_id: str, **options: Any) -> BatchReplay:
         return await replay_batch(self.nc, stream, names.batch_id(batch_id), **options)
 
     async def leader(self, name: str) -> str | None:
@@ -107,7 +108,7 @@ class StreamAdmin:
             e = answer["error"]
             raise Refusal(e.get("code", 0), e.get("err_code", 0), e.get("description", ""))
 
-    async def apply(self, name: str, **changes) -> StreamBatchSettings:
+    async def apply(self, name: str, **changes: Any) -> StreamBatchSettings:
         """Update the stream with these batch settings; Refusal carries the server's answer."""
         if self.read_only:
             raise ReadOnlyError("read-only mode: stream settings are not changed")
@@ -124,6 +125,6 @@ class StreamAdmin:
         return StreamBatchSettings.from_config(updated.config.as_dict())
 
 
-def _settings(info) -> StreamBatchSettings:
+def _settings(info: StreamInfo) -> StreamBatchSettings:
     """A stream's batch settings from its info: the config, and how many consumers it has now."""
     return StreamBatchSettings.from_config(info.config.as_dict()).with_changes(consumers=info.state.consumer_count)

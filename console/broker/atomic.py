@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from console.broker.replies import error_of, reply_of
 from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, REQUIRED_API_LEVEL
 from console.domain.fast_ingest import check_batch_id, new_batch_id
-from console.domain.replies import ApiError, PubAck, Staged
+from console.domain.replies import ApiError, PubAck, Reply, Staged
 from console.domain.server_versions import first_message_over_the_limit
 from console.errors import (BatchClosedError, BatchError, BatchRefusedError, BatchTimeoutError, NoRespondersError,
                             TooManyInflightError)
@@ -120,7 +120,7 @@ class AtomicBatch:
             raise BatchError(f"commit of batch {self.batch_id} got {reply} instead of a PubAck")
         return reply
 
-    async def _request(self, subject: str, payload: bytes, headers: dict[str, str]):
+    async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> Reply:
         try:
             msg = await self._nc.request(subject, payload, timeout=self.timeout, headers=headers)
         except nats.errors.NoRespondersError:

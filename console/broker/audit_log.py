@@ -15,6 +15,7 @@ from typing import Protocol
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.js.client import JetStreamContext
 
 from console.broker.pull import ConsumerReader
 from console.broker.streams import StreamSpec, ensure_stream
@@ -35,7 +36,7 @@ class AuditUnavailable(RuntimeError):
     """The record could not be stored: the action that wanted it is not taken."""
 
 
-async def _hash_at(js, seq: int) -> str | None:
+async def _hash_at(js: JetStreamContext, seq: int) -> str | None:
     """The chain hash of the trail's record at `seq`, or None when there is none."""
     try:
         return chain_hash((await js.get_msg(STREAM, seq)).data or b"")
@@ -64,7 +65,7 @@ class Witness:
         js = nc.jetstream(timeout=2.0)
         try:
             last = await js.get_last_msg(STREAM, SUBJECT)
-            seq, hash_ = last.seq, chain_hash(last.data or b"")
+            seq, hash_ = last.seq or 0, chain_hash(last.data or b"")
             follows = self.seq == 0 or (seq == self.seq and hash_ == self.hash) or (
                 seq > self.seq and await _hash_at(js, self.seq) == self.hash)
         except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
@@ -96,7 +97,7 @@ class AuditLog:
             for k, v in SAFE.items():
                 setattr(config, k, v)
             try:
-                config = await js.update_stream(config)
+                await js.update_stream(config)
                 wrong = {}
             except nats.js.errors.APIError as e:
                 log.error("the audit trail's stream %s could not be made safe (%s): %s", STREAM, wrong, e)
@@ -124,7 +125,7 @@ class AuditLog:
                 await asyncio.sleep(random.uniform(0, 0.01 * attempt))  # two processes' writers drift apart
             try:
                 last = await js.get_last_msg(STREAM, SUBJECT)
-                after, previous = last.seq, chain_hash(last.data or b"")
+                after, previous = last.seq or 0, chain_hash(last.data or b"")
             except nats.js.errors.NotFoundError as e:
                 if e.err_code == STREAM_NOT_FOUND:  # deleted: made again, the record goes in (the erasure is
                     self._ensured = False  # found against the checkpoint and the collector's witness)

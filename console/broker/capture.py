@@ -13,7 +13,9 @@ from typing import Awaitable, Callable, Mapping
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.client import JetStreamContext
 
 from console.broker.connection import Connection, asked_again
 from console.broker.replies import is_no_responders
@@ -71,7 +73,7 @@ class DurableAdvisories:
         self.nc, self.js = nc, nc.jetstream()
         self.stream, self.durable, self.max_age, self.ack_wait = stream, durable, max_age, ack_wait
         self.replicas = replicas
-        self._psub = None
+        self._psub: JetStreamContext.PullSubscription | None = None
 
     async def open(self) -> str:
         """The stream's name; CaptureRefusedError when the account may not capture them. A request
@@ -105,20 +107,22 @@ class DurableAdvisories:
     async def fetch(self, batch: int, timeout: float = 1.0) -> list[tuple[Inbound, Ack]]:
         """Up to `batch` advisories with their acks; none when none came within `timeout`."""
         try:
+            if self._psub is None:
+                raise CaptureRefusedError("the advisory consumer is not open")
             msgs = await self._psub.fetch(batch, timeout=timeout)
         except asyncio.TimeoutError:  # nats-py raises its own subclass or the plain one
             return []
         return [(inbound(msg), msg.ack) for msg in msgs]
 
     async def pending(self) -> int:
-        return (await self.js.consumer_info(self.stream, self.durable)).num_pending
+        return (await self.js.consumer_info(self.stream, self.durable)).num_pending or 0
 
 
 class Subscriptions:
     """Core subscriptions that hand Inbound messages to handlers, drained together at the end."""
 
-    def __init__(self):
-        self._subs = []
+    def __init__(self) -> None:
+        self._subs: list[Subscription] = []
 
     async def follow(self, nc: Connection, subject: str, handler: Handler) -> None:
         async def on_msg(msg: Msg) -> None:
@@ -137,7 +141,7 @@ class Subscriptions:
         give_up_at = asyncio.get_running_loop().time() + within
         for sub in self._subs:
             try:
-                await asyncio.wait_for(sub.drain(), max(0.1, give_up_at - asyncio.get_running_loop().time()))
+                await asyncio.wait_for(sub.drain(), max(0.1, give_up_at - asyncio.get_running_loop().time()))  # type: ignore[no-untyped-call]  # nats-py leaves drain unannotated
             except (asyncio.TimeoutError, nats.errors.Error):
                 pass
         self._subs.clear()

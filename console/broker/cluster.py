@@ -9,6 +9,7 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.errors import EmbeddedServerError
@@ -17,7 +18,8 @@ from console.errors import EmbeddedServerError
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class EmbeddedCluster:
@@ -59,7 +61,7 @@ class EmbeddedCluster:
         self.wait_for_meta_leader(timeout)
         return self
 
-    def _meta(self) -> dict[str, dict]:
+    def _meta(self) -> dict[str, dict[str, Any]]:
         """Each running node's view of the meta group (its /jsz meta_cluster), by server name."""
         views = {}
         for i, node in enumerate(self.nodes):
@@ -81,9 +83,11 @@ class EmbeddedCluster:
         leader just elected can time out or refuse a replicated stream's placement until then."""
         views = self._meta()
         leaders = {view.get("leader") for view in views.values()}
-        if len(views) < sum(n.running() for n in self.nodes) or len(leaders) != 1 or None in leaders:
+        if len(views) < sum(n.running() for n in self.nodes) or len(leaders) != 1:
             return None
         leader = leaders.pop()
+        if not isinstance(leader, str):
+            return None
         seen = {r.get("name"): r.get("current") for r in views.get(leader, {}).get("replicas") or []}
         return leader if all(seen.get(name) for name in views if name != leader) else None
 
@@ -123,5 +127,5 @@ class EmbeddedCluster:
     def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

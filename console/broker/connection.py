@@ -6,7 +6,7 @@ import asyncio
 import logging
 import ssl
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar, overload
 
 import nats
 import nats.errors
@@ -21,6 +21,10 @@ from console.errors import ConfigError, NatsUnreachableError
 log = logging.getLogger(__name__)
 
 
+@overload
+def _existing(path: str, what: str) -> str: ...
+@overload
+def _existing(path: str | None, what: str) -> str | None: ...
 def _existing(path: str | None, what: str) -> str | None:
     if path is None:
         return None
@@ -42,7 +46,7 @@ def tls_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise ConfigError("a TLS client certificate needs both --tls-cert and --tls-key")
     context = ssl.create_default_context(cafile=_existing(settings.tls_ca, "TLS CA file"))
-    if settings.tls_cert:
+    if settings.tls_cert and settings.tls_key:
         context.load_cert_chain(_existing(settings.tls_cert, "TLS certificate"), _existing(settings.tls_key, "TLS key"))
     return context
 
@@ -119,13 +123,13 @@ def reconnects(nc: Client) -> int:
 
 async def flush(nc: Client, timeout: float = 2.0) -> None:
     """Every subscription and publish so far is in place on the server."""
-    await nc.flush(timeout=timeout)
+    await nc.flush(timeout=timeout)  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds as a float
 
 
 async def publish(nc: Client, subject: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
     """Published and flushed: on the server when this returns."""
     await nc.publish(subject, body, headers=headers)
-    await nc.flush(timeout=timeout)
+    await flush(nc, timeout)
 
 
 async def close(nc: Client | None) -> None:
@@ -133,7 +137,7 @@ async def close(nc: Client | None) -> None:
         await nc.close()
 
 
-async def cancelled(task: asyncio.Task, every: float = 0.2) -> None:
+async def cancelled(task: asyncio.Task[Any], every: float = 0.2) -> None:
     """Cancel the task and wait until it has ended. A task awaiting nats-py can miss one cancel:
     Python 3.11's asyncio.wait_for (in every nats-py request) returns the answer when it lands in
     the same pass as the cancel, and the task goes on (a follower then reads for ever). So the

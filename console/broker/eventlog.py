@@ -6,7 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import nats.errors
 import nats.js.errors
@@ -82,7 +82,7 @@ class EventLog:
         """Why nothing the collector writes verifies here (a wrong key), or None."""
         return key_mismatch(self.settings.key_source or "this reader") if self.keys.wrong else None
 
-    def decode(self, data: bytes, headers: dict | None, seen: RecentIds | None = None) -> BatchEvent | None:
+    def decode(self, data: bytes, headers: dict[str, str] | None, seen: RecentIds | None = None) -> BatchEvent | None:
         """One record of the log, or None (counted) when it is not a console event the collector signed
         under its own id, or when its id is among those `seen` by this read (a replay)."""
         try:
@@ -193,10 +193,11 @@ class EventLog:
     async def window(self, start: datetime, end: datetime, kind_filter: str = ">",
                      idle_timeout: float = 2.0) -> list[tuple[int, BatchEvent]]:
         """Events stored between two times, in order (the incident view's minutes around a batch)."""
-        sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=start.isoformat())
+        sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=start)
         return await self._drain(sub, lambda _, stored: stored > end, idle_timeout)
 
-    async def _drain(self, sub, past_end, idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
+    async def _drain(self, sub: JetStreamContext.PushSubscription, past_end: Callable[[int, datetime], bool],
+                     idle_timeout: float, last_seq: int | None = None) -> list[tuple[int, BatchEvent]]:
         out: list[tuple[int, BatchEvent]] = []
         seen = RecentIds()
         timeout = idle_timeout
@@ -226,7 +227,7 @@ class EventLog:
         if isinstance(since, int):
             sub = await self._subscribe(DeliverPolicy.BY_START_SEQUENCE, kind_filter, opt_start_seq=since)
         else:
-            sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=since.isoformat())
+            sub = await self._subscribe(DeliverPolicy.BY_START_TIME, kind_filter, opt_start_time=since)
         seen = RecentIds()  # every copy of an event after the first is skipped: counted once by every follower
         try:
             async for msg in sub.messages:
@@ -234,7 +235,7 @@ class EventLog:
         finally:
             await sub.unsubscribe()
 
-    async def _subscribe(self, policy: DeliverPolicy, kind_filter: str, **start):
+    async def _subscribe(self, policy: DeliverPolicy, kind_filter: str, **start: Any) -> JetStreamContext.PushSubscription:
         return await self.js.subscribe(
             f"{self.settings.subject_prefix}.{kind_filter}", ordered_consumer=True,
             config=ConsumerConfig(deliver_policy=policy, **start),

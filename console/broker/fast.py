@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -32,11 +32,12 @@ from console.errors import (  # BatchEndedError is raised here
 
 log = logging.getLogger(__name__)
 
+Problem = TypeVar("Problem", FlowGap, FlowError)
 KEEP_PROBLEMS = 1000  # gaps and errors kept in full; counters go on past it
 
 
-_INBOXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_ROUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_INBOXES: weakref.WeakKeyDictionary[Client, str] = weakref.WeakKeyDictionary()
+_ROUTERS: weakref.WeakKeyDictionary[Client, dict[str, _Replies]] = weakref.WeakKeyDictionary()
 
 
 def connection_inbox(nc: Client) -> str:
@@ -194,7 +195,7 @@ class FastBatch:
     async def __aenter__(self) -> FastBatch:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def _subscribe(self) -> None:
@@ -228,7 +229,8 @@ class FastBatch:
         await self._nc.publish(subject, payload, f"{self._reply_head}{self.seq}.{int(op)}.$FI", headers)
         try:
             final = self._final
-            return await self._wait_with_pings(final.done, "the commit")
+            await self._wait_with_pings(final.done, "the commit")
+            return final.result()
         finally:
             await self.close()
 
@@ -240,7 +242,7 @@ class FastBatch:
             lambda: self.ack_seq + self.flow * self.max_outstanding_acks > self.seq, f"a flow ack after seq {self.seq}"
         )
 
-    async def _wait_with_pings(self, done: Callable[[], bool], what: str):
+    async def _wait_with_pings(self, done: Callable[[], bool], what: str) -> None:
         """Wait until done(); ping every ping_interval; give up at the ack timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ack_timeout
@@ -248,7 +250,7 @@ class FastBatch:
         while True:
             self._raise_failure()
             if done():
-                return self._final.result() if self._final is not None and self._final.done() else None
+                return
             left = deadline - loop.time()
             if left <= 0:
                 raise BatchTimeoutError(f"batch {self.batch_id}: no reply for {what} in {self.ack_timeout}s")
@@ -303,7 +305,7 @@ class FastBatch:
                 self._fail(error_of(reply))
         self._progress.set()
 
-    def _problem(self, problem: FlowGap | FlowError, kept: list) -> None:
+    def _problem(self, problem: Problem, kept: list[Problem]) -> None:
         self._last_problem = problem
         if len(kept) < KEEP_PROBLEMS:
             kept.append(problem)

@@ -39,7 +39,7 @@ class LiveState:
         self.problem: str | None = None  # shown in the status bar
         self.last_seq = 0  # the last event-log sequence applied
         self.reopening: str | None = None  # while the runtime opens a closed connection again: how it goes
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def connection(self) -> str:
@@ -78,7 +78,7 @@ class LiveState:
     async def _follow(self) -> None:
         """Follow from the backfill time; after a reconnect, start again after the last sequence
         applied: nats-py's own ordered-consumer reset can die quietly while the server comes back."""
-        while self.key_missing:
+        while self.key_missing and self._find_key is not None:
             try:
                 self.log = EventLog(self.nc.jetstream(), self._find_key())
                 self.key_missing = None
@@ -109,7 +109,7 @@ class LiveState:
                 if event is not None:
                     self.model.apply(event)
             except Exception:  # a record the model cannot fold is skipped, never read again
-                log.exception("event %s at %d not applied", event.event_id, seq)
+                log.exception("event %s at %d not applied", event.event_id if event else None, seq)
                 self.log.skipped.add("not applicable")
             self.last_seq = seq
             self.problem = None

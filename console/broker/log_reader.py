@@ -9,7 +9,9 @@ from datetime import datetime
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.client import JetStreamContext
 
 from console.broker.connection import asked_again, connect
 from console.config import ConnectionSettings
@@ -24,7 +26,7 @@ class RawRecord:
     stored: datetime
 
 
-async def _connect(settings: ConnectionSettings):
+async def _connect(settings: ConnectionSettings) -> Client:
     return await connect(settings, give_up_after=settings.connect_timeout + 1,
                          allow_reconnect=False)  # NatsUnreachableError names the URL
 
@@ -50,7 +52,8 @@ async def first_seq_on(settings: ConnectionSettings, stream: str, subjects: list
 
         async def head(subject: str) -> int | None:
             try:
-                return (await js.get_msg(stream, seq=first, subject=subject, next=True)).seq
+                found: int | None = (await js.get_msg(stream, seq=first, subject=subject, next=True)).seq
+                return found
             except nats.js.errors.NotFoundError:
                 return None
 
@@ -59,7 +62,8 @@ async def first_seq_on(settings: ConnectionSettings, stream: str, subjects: list
         await nc.close()
 
 
-async def _ordered_consumer(js, subject: str, stream: str, start: int):
+async def _ordered_consumer(js: JetStreamContext, subject: str, stream: str, start: int
+                            ) -> JetStreamContext.PushSubscription:
     # a consumer request can time out while a cluster elects leaders: it is asked again
     config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
     return await asked_again(lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
@@ -76,7 +80,7 @@ async def read_range(settings: ConnectionSettings, stream: str, subject: str, fi
             head = await js.get_msg(stream, seq=first, subject=subject, next=True)
         except nats.js.errors.NotFoundError:
             return records
-        if head.seq > last:
+        if head.seq is None or head.seq > last:
             return records
         sub = await _ordered_consumer(js, subject, stream, head.seq)
         try:

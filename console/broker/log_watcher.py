@@ -9,6 +9,8 @@ import logging
 import threading
 import time
 
+from nats.aio.msg import Msg
+
 from console.broker.connection import connect
 from console.config import ConnectionSettings
 
@@ -41,7 +43,7 @@ class LogWatcher:
         await self._done.wait()
         await nc.close()
 
-    async def _on_message(self, msg) -> None:
+    async def _on_message(self, msg: Msg) -> None:
         if not msg.subject.startswith(self.quiet):
             self.last_arrival = time.monotonic()
             self._new.set()

@@ -63,13 +63,14 @@ class ConsumerReader:
 
     async def _create_ephemeral(self, start_seq: int | None, start_time: datetime | None) -> None:
         if start_seq:
-            policy, start = DeliverPolicy.BY_START_SEQUENCE, {"opt_start_seq": start_seq}
+            policy = DeliverPolicy.BY_START_SEQUENCE
         elif start_time:
-            policy, start = DeliverPolicy.BY_START_TIME, {"opt_start_time": start_time}
+            policy = DeliverPolicy.BY_START_TIME
         else:
-            policy, start = DeliverPolicy.ALL, {}
+            policy = DeliverPolicy.ALL
         config = ConsumerConfig(deliver_policy=policy, ack_policy=AckPolicy.NONE, inactive_threshold=300,
-                                mem_storage=True, num_replicas=1, **start)
+                                mem_storage=True, num_replicas=1, opt_start_seq=start_seq or None,
+                                opt_start_time=start_time if policy is DeliverPolicy.BY_START_TIME else None)
         info = await self.nc.jetstream(prefix=self.api_prefix).add_consumer(self.stream, config)
         self._ephemeral, self._last_consumer_seq = info.name, 0
 

@@ -11,13 +11,13 @@ NO_RESPONDERS_STATUS = "503"
 
 
 def is_no_responders(msg: Msg) -> bool:
-    return bool(msg.headers) and msg.headers.get("Status") == NO_RESPONDERS_STATUS and not msg.data
+    return (msg.headers or {}).get("Status") == NO_RESPONDERS_STATUS and not msg.data
 
 
 def reply_of(msg: Msg) -> Reply:
     """The domain reply carried by a message; raises NoRespondersError or MalformedReply."""
     if is_no_responders(msg):
-        raise NoRespondersError(f"no stream listens on {msg.headers.get('Nats-Subject') or 'the subject'}")
+        raise NoRespondersError(f"no stream listens on {(msg.headers or {}).get('Nats-Subject') or 'the subject'}")
     return to_reply(msg.data)
 
 

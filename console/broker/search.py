@@ -15,6 +15,8 @@ from typing import Awaitable, Callable
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.domain.masking import Shown
@@ -86,7 +88,7 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
 class _Search:
     """One search's reading: its ranges, its progress, its clock."""
 
-    def __init__(self, js, query: SearchQuery, worker: PredicateWorker | None, progress: Progress | None,
+    def __init__(self, js: JetStreamContext, query: SearchQuery, worker: PredicateWorker | None, progress: Progress | None,
                  cancelled: Callable[[], bool], shown: Shown | None):
         self.js, self.query, self.worker, self.progress, self.cancelled, self.shown = \
             js, query, worker, progress, cancelled, shown
@@ -114,7 +116,7 @@ class _Search:
         """One range, oldest first; True when the search is to stop (a limit, a cancel). all_matches: the
         match limit is the caller's (newest first keeps the newest of a chunk)."""
         query, state = self.query, self.state
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=query.since.isoformat()) \
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=query.since) \
             if query.since and query.direction != NEWEST and low == (query.start_seq or low) and not query.start_seq \
             else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
         config.ack_policy, config.inactive_threshold, config.mem_storage = AckPolicy.NONE, INACTIVE, True
@@ -146,7 +148,7 @@ class _Search:
         finally:
             await _gone(self.js, sub, query.stream)
 
-    async def _batch(self, batch, high: int, out: list[Found], all_matches: bool,
+    async def _batch(self, batch: list[Msg], high: int, out: list[Found], all_matches: bool,
                      on_match: Callable[[Found], None] | None) -> tuple[bool, bool]:
         """One fetch's messages: (stop the search, the range is read)."""
         query, state = self.query, self.state
@@ -224,7 +226,7 @@ def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1e9)
 
 
-async def _gone(js, sub, stream: str) -> None:
+async def _gone(js: JetStreamContext, sub: JetStreamContext.PullSubscription, stream: str) -> None:
     """The consumer deleted now, not after its inactivity threshold."""
     name = getattr(sub, "_consumer", None)
     try:

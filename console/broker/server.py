@@ -59,7 +59,7 @@ class EmbeddedServer:
 
     def __init__(
         self,
-        store_dir: str | os.PathLike,
+        store_dir: str | os.PathLike[str],
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -75,7 +75,7 @@ class EmbeddedServer:
         self.batch_limits = batch_limits or BatchLimits()
         self.extra_config = extra_config
         self.binary = binary or find_nats_server()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self.config_path = self.store_dir / "nats-server.conf"
         self.log_path = self.store_dir / "nats-server.log"
 
@@ -125,18 +125,18 @@ class EmbeddedServer:
         os.chmod(self.config_path, 0o600)
         self.config_path.write_text(self._config())
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self._proc = subprocess.Popen(
+        self._proc = proc = subprocess.Popen(
             [str(self.binary), "-c", str(self.config_path), "-l", str(self.log_path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self._wait_ready(offset, timeout)
+        self._wait_ready(proc, offset, timeout)
         return self
 
-    def _wait_ready(self, offset: int, timeout: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        tag = f"[{self._proc.pid}]"
+        tag = f"[{proc.pid}]"
         while True:
             text = self._log_since(offset)
             lines = [line for line in text.splitlines() if line.startswith(tag)]
@@ -147,8 +147,8 @@ class EmbeddedServer:
                     if m := _MONITOR.search(line):
                         self.monitor_port = int(m.group(2))
                 return
-            if self._proc.poll() is not None:
-                raise EmbeddedServerError(f"nats-server exited with {self._proc.returncode}:\n{text[-2000:]}")
+            if proc.poll() is not None:
+                raise EmbeddedServerError(f"nats-server exited with {proc.returncode}:\n{text[-2000:]}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise EmbeddedServerError(f"nats-server not ready after {timeout}s:\n{text[-2000:]}")
@@ -191,5 +191,5 @@ class EmbeddedServer:
     def __enter__(self) -> EmbeddedServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

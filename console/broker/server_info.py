@@ -7,8 +7,10 @@ import json
 import logging
 import time
 import urllib.request
+from typing import Any, Awaitable, Callable
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from console.domain.publisher import MAX_CONNECTIONS, MalformedPublisher, Publisher, publishers_from_connz
 from console.domain.wire import Tally
@@ -20,10 +22,10 @@ CONNZ_SUBJECT = "$SYS.REQ.SERVER.PING.CONNZ"
 log = logging.getLogger(__name__)
 
 
-async def read_varz(system_nc: Client | None, monitor_url: str | None) -> tuple[dict, str] | None:
+async def read_varz(system_nc: Client | None, monitor_url: str | None) -> tuple[dict[str, Any], str] | None:
     """/varz from the system account, else the monitor URL, and where it was read; None when neither
     is given or answers (each failure logged: not reachable, not allowed)."""
-    sources = []
+    sources: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = []
     if system_nc is not None:
         sources.append(("the system account's /varz", lambda: varz_from_system_account(system_nc)))
     if monitor_url:
@@ -36,18 +38,21 @@ async def read_varz(system_nc: Client | None, monitor_url: str | None) -> tuple[
     return None
 
 
-async def varz_from_monitor(monitor_url: str, timeout: float = 3.0) -> dict:
-    def get() -> dict:
+async def varz_from_monitor(monitor_url: str, timeout: float = 3.0) -> dict[str, Any]:
+    def get() -> dict[str, Any]:
         with urllib.request.urlopen(f"{monitor_url.rstrip('/')}/varz", timeout=timeout) as reply:
-            return json.load(reply)
+            varz = json.load(reply)
+        return varz if isinstance(varz, dict) else {}
 
     return await asyncio.to_thread(get)
 
 
-async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> dict:
+async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> dict[str, Any]:
     """The first server's answer; in a cluster every server answers, with the same limits."""
     reply = await system_nc.request(VARZ_SUBJECT, b"", timeout=timeout)
-    return json.loads(reply.data).get("data") or {}
+    answer = json.loads(reply.data)
+    varz = answer.get("data") if isinstance(answer, dict) else None
+    return varz if isinstance(varz, dict) else {}
 
 
 async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, within: float,
@@ -55,7 +60,7 @@ async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, 
     """The connection of `account` that subscribes under `prefix` and hears `subject`: every server is
     asked at once (on a cluster the publisher is on one of them); the first to name it answers."""
     inbox = system_nc.new_inbox()
-    answers: asyncio.Queue = asyncio.Queue()
+    answers: asyncio.Queue[Msg] = asyncio.Queue()
     sub = await system_nc.subscribe(inbox, cb=answers.put)
     try:
         # Open connections only: a closed one keeps no subscriptions, and the subject filter does not

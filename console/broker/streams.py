@@ -36,13 +36,13 @@ class StreamSpec:
     def config(self, replicas: int) -> StreamConfig:
         return StreamConfig(
             name=self.name, subjects=list(self.subjects), storage=StorageType.FILE, max_age=self.max_age,
-            max_msgs=self.max_msgs, max_bytes=self.max_bytes, duplicate_window=self.duplicate_window,
+            max_msgs=self.max_msgs, max_bytes=self.max_bytes,
+            duplicate_window=self.duplicate_window,  # type: ignore[arg-type]  # None: left out, the server's default
             discard=DiscardPolicy.OLD if self.discard_old else DiscardPolicy.NEW, description=self.description,
             # A flag that is off is left out: a release without it (2.12 has no allow_batched) refuses
             # a stream that names it at all (10025 "unknown field").
             allow_atomic=self.allow_atomic or None, allow_batched=self.allow_batched or None,
-            metadata=dict(self.metadata) or None, deny_delete=self.deny_delete or None,
-            deny_purge=self.deny_purge or None,
+            metadata=dict(self.metadata) or None, deny_delete=self.deny_delete, deny_purge=self.deny_purge,
             num_replicas=replicas,
         )
 

@@ -33,7 +33,7 @@ SYSTEM_IDS = 10_000  # ids of the system account's advisories remembered
 
 
 class AdvisoryReader:
-    def __init__(self, nc: Connection, system_nc: Connection | None, settings: CollectorSettings, replicas: int,
+    def __init__(self, nc: Connection, system_nc: Connection | None, settings: CollectorSettings, replicas: int | None,
                  own_streams: frozenset[str], intake: Intake, writer: EventWriter, loops: Loops, errors: Tally,
                  stopping: Callable[[], bool]):
         self.nc, self.system_nc, self.settings = nc, system_nc, settings
@@ -46,7 +46,7 @@ class AdvisoryReader:
         self.stream: str | None = None  # the advisory stream, once open
         self.problem: str | None = None  # why advisories are live-only
 
-    async def start(self, subs: Subscriptions) -> asyncio.Task | None:
+    async def start(self, subs: Subscriptions) -> asyncio.Task[None] | None:
         """Subscribes; the durable loop's task, when the advisory stream could be opened."""
         task = None
         try:
@@ -83,7 +83,7 @@ class AdvisoryReader:
             self.loops.beat("advisories")
             if not fetched:
                 continue
-            events = [e for msg, _ in fetched if (e := await self.event(msg)) is not None]
+            events = [event for msg, _ in fetched if (event := await self.event(msg)) is not None]
             self.intake.state.learn(events)
             if not await self.writer.store(await self._account_side(events)):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from datetime import datetime, timedelta
-from typing import Mapping
+from typing import Any, Mapping
 
 from console.broker.capture import stream_atomic
 from console.broker.connection import Connection, NatsError
@@ -107,7 +107,7 @@ class AtomicWatch:
                            err_code=reply.err_code, description=reply.description)]
 
     @staticmethod
-    def _trim(pending: OrderedDict, now: datetime) -> None:
+    def _trim(pending: OrderedDict[str, Any], now: datetime) -> None:
         while pending and (len(pending) > REMEMBERED or now - next(iter(pending.values()))[-1] > REPLY_WAIT):
             pending.popitem(last=False)
 

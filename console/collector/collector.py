@@ -32,7 +32,9 @@ from console.collector.health import Health, Loops
 from console.collector.intake import Intake
 from console.collector.priority import CpuMode, CpuPriority
 from console.collector.publishers import Publishers
+from console.collector.atomic_watch import AtomicWatch
 from console.collector.state import BatchState
+from console.domain.fast_tracker import FastBatchTracker
 from console.collector.status import StatusReport
 from console.collector.tap_reader import TapReader
 from console.collector.writer import EventWriter
@@ -47,7 +49,7 @@ log = logging.getLogger(__name__)
 STOP_GRACE = 10.0  # seconds a stop may spend handling what was received and storing what is queued
 
 
-async def _ended(tasks: list[asyncio.Task]) -> None:
+async def _ended(tasks: list[asyncio.Task[None]]) -> None:
     if tasks:
         _, stuck = await asyncio.wait(tasks, timeout=STOP_GRACE + 5)
         for task in stuck:
@@ -93,16 +95,16 @@ class Collector:
                                    instance=self.report_instance)
         self.capture = CaptureWatch(nc, self.report.instance, lambda: self.advisories.stream,
                                     lambda events: self.intake.put(events, COLLECTOR), lambda: self.loops.beat("capture"))
-        self._writer: asyncio.Task | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     # What tests and the status page ask of the collector by name.
     @property
-    def tracker(self):
+    def tracker(self) -> FastBatchTracker:
         return self.state.tracker
 
     @property
-    def atomic(self):
+    def atomic(self) -> AtomicWatch:
         return self.state.atomic
 
     @property

@@ -12,7 +12,7 @@ import hashlib
 import time
 from datetime import timedelta
 from bisect import bisect_left
-from typing import Callable
+from typing import Any, Callable
 
 from console.broker.capture import Inbound
 from console.collector.publishers import Publishers
@@ -37,7 +37,7 @@ class Grading:
         self.written = 0
         self.behind = 0  # inputs graded out of the wire's order: the collector fell far behind
         self._last = time.monotonic()
-        self._pending: list[tuple] = []  # (arrival, what, ...) in the order handled, graded in the wire's
+        self._pending: list[tuple[Any, ...]] = []  # (arrival, what, ...) in the order handled, graded in the wire's
         self._fresh = 0  # where the inputs handled since the last pass start in _pending
 
     # What the taps hand over, as they handle it; graded in the order the server sent it (see ArrivalMsg).
@@ -107,5 +107,6 @@ class Grading:
             put(events, COLLECTOR)
 
 
-def _arrival(item: tuple) -> int:
-    return item[0]
+def _arrival(item: tuple[Any, ...]) -> int:
+    arrival: int = item[0]
+    return arrival

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from console.domain.wire import Tally
 
@@ -31,7 +31,7 @@ class Loops:
         self.last_error: dict[str, str] = {}
         self._beats: dict[str, float] = {}
 
-    def start(self, name: str, run: Callable[[], Awaitable[None]], finished: Callable[[], bool]) -> asyncio.Task:
+    def start(self, name: str, run: Callable[[], Awaitable[None]], finished: Callable[[], bool]) -> asyncio.Task[None]:
         """`run` is the loop; `finished` says whether an end is the one asked for (a stop)."""
         self._beats[name] = time.monotonic()
         return asyncio.create_task(self._supervise(name, run, finished), name=f"collector-{name}")
@@ -39,7 +39,7 @@ class Loops:
     def beat(self, name: str) -> None:
         self._beats[name] = time.monotonic()
 
-    async def _supervise(self, name: str, run, finished) -> None:
+    async def _supervise(self, name: str, run: Callable[[], Awaitable[None]], finished: Callable[[], bool]) -> None:
         pause = 0.5
         while True:
             try:
@@ -65,7 +65,7 @@ class Loops:
         """Loops that beat and have not for a while: name -> seconds since their last pass."""
         return {name: now - at for name, at in self._beats.items() if now - at > SILENT_AFTER}
 
-    def status(self) -> dict[str, dict]:
+    def status(self) -> dict[str, dict[str, Any]]:
         return {name: {"restarts": n, "last_error": self.last_error.get(name)} for name, n in self.restarts.items()}
 
     def forget(self, name: str) -> None:
@@ -74,7 +74,7 @@ class Loops:
 
 
 class Health:
-    def __init__(self):
+    def __init__(self) -> None:
         self._writing_since: float | None = None
         self._lags: deque[tuple[float, int]] = deque(maxlen=200)
 

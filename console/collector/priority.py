@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 from enum import Enum
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,6 @@ class CpuPriority:
         _set_policy(os.SCHED_IDLE)
         self.idle = True
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         scheduling = "idle class" if self.idle else ("normal" if self.mode is CpuMode.NORMAL else f"nice {NICE}")
         return {"mode": self.mode.value, "now": scheduling, "left_idle_starved": self.starved, "note": self.note}

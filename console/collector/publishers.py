@@ -55,11 +55,11 @@ class Publishers:
         self.answer_within = answer_within  # seconds to wait for the servers' answers to one request
         self.requests = 0  # CONNZ requests sent
         self.errors = Tally() if errors is None else errors  # the collector's: its status shows them
-        self._known: OrderedDict[str, asyncio.Future] = OrderedDict()  # prefix -> its Publisher | None
+        self._known: OrderedDict[str, asyncio.Future[Publisher | None]] = OrderedDict()  # prefix -> its Publisher | None
         self._asked: dict[str, float] = {}  # prefix -> when it was last asked
         self._batches: OrderedDict[str, str] = OrderedDict()  # batch id -> its reply prefix
-        self._streams: OrderedDict[tuple, str] = OrderedDict()  # (server, cid) -> the stream it last published to
-        self._tokens, self._filled = BURST, time.monotonic()  # a bucket: a burst at once, then per_second
+        self._streams: OrderedDict[tuple[str | None, int], str] = OrderedDict()  # (server, cid) -> the stream it last published to
+        self._tokens, self._filled = float(BURST), time.monotonic()  # a bucket: a burst at once, then per_second
         self.waiting = 0  # questions waiting for a token
         self.not_asked = 0  # new prefixes left unknown: too many questions were waiting
 
@@ -116,7 +116,7 @@ class Publishers:
             self.waiting += 1  # counted from now: a task made is not yet running
             asyncio.create_task(self._ask(key, subject, future))
 
-    def _stale(self, prefix: str, known: asyncio.Future, new_batch: bool) -> bool:
+    def _stale(self, prefix: str, known: asyncio.Future[Publisher | None], new_batch: bool) -> bool:
         """A prefix may be a connection's (ours is: one per connection): an answer naming it is asked
         again after a while (a reconnect gives a new connection id); an answer of nobody (its batch was
         over and unsubscribed before the question) at the prefix's next batch."""
@@ -140,7 +140,7 @@ class Publishers:
             out.append(self._with_probable_stream(event))
         return out
 
-    async def _answer(self, future: asyncio.Future) -> Publisher | None:
+    async def _answer(self, future: asyncio.Future[Publisher | None]) -> Publisher | None:
         """An answer still on its way (the first events of a new prefix), waited for a bounded while."""
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.answer_within * 2)
@@ -171,7 +171,7 @@ class Publishers:
         self._tokens -= 1
         return True
 
-    async def _ask(self, prefix: str, subject: str, future: asyncio.Future) -> None:
+    async def _ask(self, prefix: str, subject: str, future: asyncio.Future[Publisher | None]) -> None:
         found: Publisher | None = None
         waited = False
         try:
@@ -179,6 +179,8 @@ class Publishers:
                 await asyncio.sleep(1 / self.per_second)
             self.waiting, waited = self.waiting - 1, True
             self.requests += 1
+            if self.system_nc is None or self.account is None:
+                raise ValueError("no system account to ask")  # _saw asks only with one
             found = await ask_connz(self.system_nc, self.account, prefix, subject, self.answer_within, self.errors,
                                     exclude=self.own() if self.own else None)
         except Exception as e:  # an answer we cannot read leaves the publisher unknown, never the tap

@@ -36,7 +36,7 @@ class BatchState:
         """What advisories tell the trackers: a 10208 after an election is a leader change; an election,
         an update or a delete may drop open atomic batches (stream_event_loop looks)."""
         for event in advisories:
-            if elected_leader(event) is not None:
+            if elected_leader(event) is not None and event.stream:
                 self.tracker.leader_elected(event.stream, event.time)
             if not self._stream_events.full():
                 self._stream_events.put_nowait(event)

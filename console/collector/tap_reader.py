@@ -37,7 +37,7 @@ class TapReader:
         self._last_tap = 0.0
         self._streams_by_subject: dict[str, str | None] = {}
 
-    async def start(self) -> asyncio.Task | None:
+    async def start(self) -> asyncio.Task[None] | None:
         """Subscribes; the pacer's task, when pacing is asked for."""
         await self.subs.follow(self.nc, LEADER_ELECTIONS, self._on_election)
         for prefix in self.settings.inbox_prefixes:
@@ -66,7 +66,7 @@ class TapReader:
             event = advisory_to_event(msg.data)
         except (MalformedInput, IgnoredAdvisory):
             return
-        if elected_leader(event) is not None:
+        if elected_leader(event) is not None and event.stream:
             self.state.tracker.leader_elected(event.stream, now())  # the tap's clock: the refusals are timed by it
 
     async def _on_tap(self, msg: Inbound) -> None:

@@ -55,9 +55,7 @@ class EventWriter:
             while not self._queue.empty() and len(events) < BATCH:
                 events.append(self._queue.get_nowait())
             stopping = events[-1] is None
-            if stopping:
-                events.pop()
-            await self.store(await self.publishers.stamp(events))
+            await self.store(await self.publishers.stamp([e for e in events if e is not None]))
             if stopping:
                 return
 
