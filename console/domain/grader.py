@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, Mapping
 
-from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, REQUIRED_API_LEVEL
-from console.domain.conformance import (
-    BACKOFF_RATE, BACKOFF_SECONDS, MAX_EXAMPLES, ON_PUBLISH_SIDE, ON_REPLIES, SLACK_WINDOWS, WINDOWS, ClientVerdict,
-    Example, Tallies, client_key,
-)
+from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE
+from console.domain.conformance import MAX_EXAMPLES, ClientVerdict, Example, Tallies, client_key
 from console.domain.publisher import Publisher
 from console.domain.replies import ApiError, FlowAck, FlowError, MalformedReply, PubAck, Reply, to_reply
+from console.domain.statements import hooked
+from console.domain.statements.base import (
+    BACKOFF_RATE, ON_PUBLISH_SIDE, ON_REPLIES, TOO_MANY_FAST, UNKNOWN_BATCH, Graded,
+)
 from console.domain.wire import has_control
 
 MAX_BATCHES = 10_000
@@ -32,56 +33,14 @@ MAX_PREFIXES = 10_000
 LINGER = timedelta(seconds=3)  # an ended batch is kept this long for the refusals of what was in flight
 QUIET = timedelta(seconds=5)  # a batch without news this long (and 3 batch timeouts) is folded as it stands
 MAX_ID = 128  # longer ids are kept cut (an id over 64 is already a failure)
-UNKNOWN_BATCH, TOO_MANY_FAST, TOO_MANY_ATOMIC, INVALID_ID = 10208, 10211, 10210, 10207
 _PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
 Resolve = Callable[[str, str, str], Publisher | None]  # (kind, reply prefix, batch id) -> who
-
-
-@dataclass
-class Graded:
-    """One batch: what was seen of it, and each statement's result (a failure sticks)."""
-
-    kind: str  # "fast" | "atomic"
-    batch_id: str
-    prefix: str
-    first: datetime
-    last: datetime
-    stream: str | None = None
-    results: dict[str, str | None] = field(default_factory=dict)  # statement -> None (pass) | why it failed
-    ended: str | None = None  # "commit" | "refused" | "fail_end"
-    ended_at: datetime | None = None
-    end_seq: int = 0
-    publish_side: bool = False
-    # fast
-    tokens: tuple[str, str, str] | None = None  # prefix, flow, gap mode of the first message seen
-    requested: int = 0
-    granted: int = 0
-    acked: int = 0
-    answered: bool = False  # the start had a reply
-    starts: dict[str, int] = field(default_factory=dict)  # where a start was seen ("reply", "publish") -> times
-    sent: int = 0  # highest sequence seen on the publish side
-    last_sent: datetime | None = None
-    last_reply: datetime | None = None
-    # What the statements' results rest on: replies on the publisher's inbox, which any client of the
-    # account may publish, or the publish side; a failure only replies show is unconfirmed
-    source: str = ON_REPLIES  # what is being read now
-    rests_on: dict[str, str] = field(default_factory=dict)  # a failing statement -> what shows it
-    passed_on_publish_side: set[str] = field(default_factory=set)
-
-    def passes(self, statement: str) -> None:
-        self.results.setdefault(statement, None)
-        if self.source == ON_PUBLISH_SIDE:
-            self.passed_on_publish_side.add(statement)
-
-    def fails(self, statement: str, why: str) -> None:
-        if self.results.get(statement) is None or \
-                (self.source == ON_PUBLISH_SIDE and self.rests_on.get(statement) == ON_REPLIES):
-            self.results[statement] = why[:300]
-            self.rests_on[statement] = self.source
-
-    def contradicted(self, statement: str) -> bool:
-        """Failing on replies alone while the publish side saw it pass."""
-        return self.rests_on.get(statement) == ON_REPLIES and statement in self.passed_on_publish_side
+# Each hook's statements, once: the grader calls a statement only where it grades something
+FAST_ID, FAST_SUBJECT, FAST_START, ENDED = (hooked(h) for h in ("on_fast_id", "on_fast_subject", "on_fast_start",
+                                                                 "on_ended"))
+SERVER_ERROR, PING_ACKED, UNKNOWN = (hooked(h) for h in ("on_server_error", "on_ping_acked", "on_unknown_batch"))
+FAST_SENT, ATOMIC_FIRST, ATOMIC_AGAIN = (hooked(h) for h in ("on_fast_sent", "on_atomic_first", "on_atomic_again"))
+ATOMIC_SENT, ATOMIC_COMMIT, BUSY = (hooked(h) for h in ("on_atomic_sent", "on_atomic_commit", "on_busy"))
 
 
 @dataclass
@@ -154,17 +113,16 @@ class Grader:
             return self._refused(batch, seq, now)
         if code == TOO_MANY_FAST:
             return self.too_many(batch, now)
-        if code == INVALID_ID:
-            batch.fails("F11", f"an id of {len(bid)} characters, refused 10207")
+        if code is not None:
+            for statement in SERVER_ERROR:
+                statement.on_server_error(batch, bid, code)
         if isinstance(reply, FlowAck):
             batch.answered = True
             batch.acked = max(batch.acked, reply.seq)
             batch.granted = reply.msgs
             if op == "4":
-                if seq < batch.acked:
-                    batch.fails("F07", f"a ping at {seq}, below {batch.acked} the server had acknowledged")
-                else:
-                    batch.passes("F07")
+                for statement in PING_ACKED:
+                    statement.on_ping_acked(batch, seq)
         elif isinstance(reply, PubAck):
             batch.stream = reply.stream
             batch.answered = True
@@ -182,10 +140,8 @@ class Grader:
         if batch is None:
             batch = self._admit(key, Graded("fast", bid[:MAX_ID], prefix, now, now))
         batch.source = source
-        if len(bid) > 64:  # on each side that sees it: the publish side confirms what a reply says
-            batch.fails("F11", f"an id of {len(bid)} characters")
-        else:
-            batch.passes("F11")
+        for statement in FAST_ID:
+            statement.on_fast_id(batch, bid)
         batch.last = now
         return batch
 
@@ -193,47 +149,28 @@ class Grader:
         if batch.tokens is None:
             batch.tokens = (prefix, flow, gap)
             batch.requested = int(flow) if flow.isascii() and flow.isdigit() and len(flow) <= 5 else 0
-        elif batch.tokens != (prefix, flow, gap):
-            batch.fails("F04", f"started as {'.'.join(batch.tokens)[-80:]}, then {prefix[-40:]}.{flow}.{gap}")
-        else:
-            batch.passes("F04")
+            return
+        for statement in FAST_SUBJECT:
+            statement.on_fast_subject(batch, (prefix, flow, gap))
 
     def _start(self, batch: Graded, seq: int, seen_by: str) -> None:
-        if seq != 1:
-            batch.fails("F01", f"a start (op 0) at sequence {seq}")
-        else:
-            batch.passes("F01")
         times = batch.starts.get(seen_by, 0) + 1
         batch.starts[seen_by] = times
-        if times > 1 and batch.ended is None:
-            batch.fails("F12", "a start naming this id while its batch was open")
-        elif times == 1:
-            batch.passes("F12")
+        for statement in FAST_START:
+            statement.on_fast_start(batch, seq, times)
 
     def _refused(self, batch: Graded, seq: int, now: datetime) -> None:
         """10208: the server does not know the batch (idle past the timeout, a new leader, or ended)."""
-        window = (WINDOWS + SLACK_WINDOWS) * max(batch.requested, 1)
-        if batch.ended in ("fail_end", "refused"):
-            statement = "F10" if batch.ended == "fail_end" else "F09"
-            if seq > batch.end_seq + window:
-                batch.fails(statement, f"message {seq} sent after the batch ended at {batch.end_seq} "
-                                       f"(in flight: {window})")
-            return
-        if batch.ended is not None:
-            return  # after a commit: no statement
-        quiet = [t for t in (batch.last_sent, batch.last_reply) if t is not None and t < now]
-        silent = now - max(quiet) if quiet else None
-        if silent is not None and silent > self.batch_timeout and batch.starts:
-            batch.fails("F08", f"silent {silent.total_seconds():.1f}s (batch timeout "
-                               f"{self.batch_timeout.total_seconds():g}s) without a ping, then refused 10208")
-        self._end(batch, "refused", seq, now)
-        batch.passes("F09")
+        for statement in UNKNOWN:
+            statement.on_unknown_batch(batch, seq, now, self)
+        if batch.ended is None:
+            self._end(batch, "refused", seq, now)
 
     def _end(self, batch: Graded, how: str, seq: int, now: datetime) -> None:
         if batch.ended is None:
             batch.ended, batch.ended_at, batch.end_seq = how, now, seq
-            if how == "fail_end":
-                batch.passes("F10")
+            for statement in ENDED:
+                statement.on_ended(batch, how)
 
     # -- the publish side ---------------------------------------------------------------------
 
@@ -251,47 +188,13 @@ class Grader:
         batch = self._fast(bid, prefix, now, ON_PUBLISH_SIDE)
         batch.publish_side = True
         self._subject(batch, prefix, flow, gap)
-        window = (WINDOWS + SLACK_WINDOWS) * max(batch.requested, 1)
-        if batch.ended in ("fail_end", "refused") and op != "4" and seq > batch.end_seq + window:
-            batch.fails("F10" if batch.ended == "fail_end" else "F09",  # what the refusals said, seen sent
-                        f"message {seq} sent after the batch ended at {batch.end_seq} (in flight: {window})")
-        if batch.last_sent is not None and now - batch.last_sent > self.batch_timeout and batch.ended is None:
-            batch.fails("F08", f"silent {(now - batch.last_sent).total_seconds():.1f}s (batch timeout "
-                               f"{self.batch_timeout.total_seconds():g}s) without a ping, then went on")
+        for statement in FAST_SENT:
+            statement.on_fast_sent(batch, seq, op, now, self)
         batch.last_sent = now
         if op == "0":
             self._start(batch, seq, "publish")
+        if op != "4":  # a ping repeats a sequence sent; one above it is F07's failure, not a message sent
             batch.sent = max(batch.sent, seq)
-            return new
-        if op == "4":
-            if seq != batch.sent:
-                batch.fails("F07", f"a ping at {seq} when the highest sequence sent was {batch.sent}")
-            else:
-                batch.passes("F07")
-            return new
-        if seq == 1 and op == "1":
-            batch.fails("F01", "message 1 is an append (op 1), not a start")
-        if seq >= 2:
-            if not batch.answered and batch.starts.get("publish"):
-                batch.fails("F02", f"message {seq} sent before the start was answered")
-            elif batch.starts.get("publish"):
-                batch.passes("F02")
-            if batch.sent and seq != batch.sent + 1:
-                batch.fails("F03", f"message {seq} after {batch.sent}")
-            elif batch.sent:
-                batch.passes("F03")
-            if batch.answered and batch.requested and batch.ended is None:  # the window binds a running batch
-                outstanding, granted = seq - batch.acked, batch.granted or batch.requested
-                if outstanding > (WINDOWS + SLACK_WINDOWS) * batch.requested:
-                    batch.fails("F05", f"{outstanding} messages beyond the last ack ({batch.acked}), "
-                                       f"asking for a flow of {batch.requested}")
-                elif outstanding > (WINDOWS + SLACK_WINDOWS) * granted:
-                    batch.fails("F06", f"{outstanding} messages beyond the last ack ({batch.acked}) at a "
-                                       f"granted flow of {granted} (asked {batch.requested})")
-                else:
-                    batch.passes("F05")
-                    batch.passes("F06")
-        batch.sent = max(batch.sent, seq)
         return new
 
     def atomic_message(self, headers: Mapping[str, str], reply: str | None, stream: str | None,
@@ -306,64 +209,33 @@ class Grader:
         batch = self.batches.get(key)
         seq_text = headers.get(BATCH_SEQUENCE, "")
         seq = int(seq_text) if seq_text.isascii() and seq_text.isdigit() and len(seq_text) <= 18 else None
-        if batch is not None and seq == 1 and batch.ended is None:
-            batch.fails("A08", "a message 1 naming this id while its batch was open")
+        if batch is not None:
+            for statement in ATOMIC_AGAIN:
+                statement.on_atomic_again(batch, seq)
         if batch is None or (seq == 1 and batch.ended is not None):
             if batch is not None:
                 self._fold(key, batch)
             batch = self._admit(key, Graded("atomic", raw_id[:MAX_ID], prefix, now, now, stream=stream,
                                             source=ON_PUBLISH_SIDE))
-            if seq == 1:
-                batch.passes("A08")
-            if len(raw_id) > 64:
-                batch.fails("A05", f"an id of {len(raw_id)} characters")
-            else:
-                batch.passes("A05")
+            for statement in ATOMIC_FIRST:
+                statement.on_atomic_first(batch, raw_id, seq)
         batch.last, batch.publish_side, batch.source = now, True, ON_PUBLISH_SIDE
         batch.stream = batch.stream or stream
         if prefix and not batch.prefix:
             batch.prefix = prefix
+        for statement in ATOMIC_SENT:
+            statement.on_atomic_sent(batch, seq, seq_text, reply, headers, self)
         if seq is None:
-            batch.fails("A02", f"{BATCH_SEQUENCE} {seq_text[:20]!r} is not a number")
             return None
         if seq == 1:
             batch.starts["publish"] = 1
             batch.sent = 0  # a batch started (again): its sequence counts from here
-            if reply:
-                batch.passes("A01")
-            else:
-                batch.fails("A01", "message 1 sent without a reply subject")
-        elif batch.sent and seq != batch.sent + 1:
-            batch.fails("A02", f"message {seq} after {batch.sent}")
-        elif batch.sent:
-            batch.passes("A02")
         batch.sent = max(batch.sent, seq)
-        if self.max_batch_size is not None:
-            if seq > self.max_batch_size:
-                batch.fails("A06", f"message {seq}, the server's maximum is {self.max_batch_size}")
-            elif BATCH_COMMIT in headers:
-                batch.passes("A06")
         if (commit := headers.get(BATCH_COMMIT)) is not None:
-            self._commit(batch, commit, seq, headers, now)
+            for statement in ATOMIC_COMMIT:
+                statement.on_atomic_commit(batch, commit, seq, headers)
+            self._end(batch, "commit", seq, now)
         return prefix if seq == 1 and prefix else None
-
-    def _commit(self, batch: Graded, commit: str, seq: int, headers: Mapping[str, str], now: datetime) -> None:
-        if commit not in ("1", "eob"):
-            batch.fails("A03", f"{BATCH_COMMIT}: {commit[:20]!r}")
-        else:
-            batch.passes("A03")
-        if commit == "eob":
-            if seq == 1:
-                batch.fails("A04", "an eob commit as message 1")
-            else:
-                batch.passes("A04")
-            level = headers.get(REQUIRED_API_LEVEL, "")
-            if level.isascii() and level.isdigit() and len(level) < 6 and int(level) >= 3:
-                batch.passes("A07")
-            else:
-                batch.fails("A07", f"an eob commit with {REQUIRED_API_LEVEL} {level[:10]!r}" if level
-                            else f"an eob commit without {REQUIRED_API_LEVEL}")
-        self._end(batch, "commit", seq, now)
 
     def atomic_refused(self, batch_id: str, now: datetime) -> None:
         """A first message refused 10210 (too many atomic batches in flight)."""
@@ -384,10 +256,8 @@ class Grader:
         state[1] += 1
         # the 429 is a reply (forgeable); the retry it answers, when seen sent, is the client's own doing
         batch.source = ON_PUBLISH_SIDE if batch.starts.get("publish") else ON_REPLIES
-        if state[1] > BACKOFF_RATE and state[2] + 1 >= BACKOFF_SECONDS:
-            batch.fails("B01", f"refused 429 more than {BACKOFF_RATE} times a second for {state[2] + 1} seconds")
-        else:
-            batch.passes("B01")
+        for statement in BUSY:
+            statement.on_busy(batch, state[1], state[2])
 
     # -- folding into clients ----------------------------------------------------------------
 

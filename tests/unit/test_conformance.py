@@ -242,3 +242,19 @@ def test_a_burst_of_429s_is_backing_off_seconds_of_them_are_not():
     assert burst.status("B01") == PASS
     storm = client([0.05 * i for i in range(60)])  # 20 a second for 3 seconds
     assert storm.unconfirmed == ["B01"] and storm.failing == []  # 429s on its inbox: forgeable
+
+
+def test_every_statement_grades_itself_through_a_hook_and_only_itself():
+    """A statement is one class: its text and the hooks that grade it. One that overrides no hook is
+    never graded; one that wrote another's result would be graded twice."""
+    import inspect
+
+    from console.domain.statements import Statement
+
+    hooks = [name for name in vars(Statement) if name.startswith("on_")]
+    for s in STATEMENTS.values():
+        overridden = [h for h in hooks if getattr(type(s), h) is not getattr(Statement, h)]
+        assert overridden, f"{s.id} overrides no hook: nothing grades it"
+        for h in overridden:
+            source = inspect.getsource(getattr(type(s), h))
+            assert not any(f'"{other}"' in source for other in STATEMENTS), (s.id, h)
