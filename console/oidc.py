@@ -1,10 +1,11 @@
 """Sign-in through an OpenID Connect provider: the authorization code flow with PKCE, for the web app.
 
-Panel's generic OAuth provider decodes the ID token without checking its signature; this one checks
-everything a relying party must (OpenID Connect Core 3.1.3.7): the signature against the provider's
-published keys, the issuer, the audience, the expiry and the nonce, and the `iss` the provider adds
-to its redirect (RFC 9207), so a code or a token from another provider is refused. The user's groups
-come from the ID token or, when it does not carry them, from the userinfo endpoint.
+Panel's generic OAuth provider decodes the ID token without checking its signature; this one has
+Authlib do everything a relying party must (OpenID Connect Core 3.1.3.7): PKCE, the code exchange,
+the signature against the provider's published keys (read again for a key id it does not know), the
+issuer, the audience and authorized party, the times and the nonce. Here: the discovery document's
+checks, the `iss` the provider adds to its redirect (RFC 9207), so a code or a token from another
+provider is refused, and the user's groups, from the ID token or else the userinfo endpoint.
 
 A signed-in session is a cookie signed with the process's secret: the user, their groups, the issuer
 and when it ends. It is checked on every request and websocket (Bokeh asks `get_user`), and its end
@@ -14,19 +15,22 @@ then ends the provider's session where it offers an end_session_endpoint.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
-import jwt
+import httpx
+from authlib.common.errors import AuthlibBaseError
+from authlib.integrations.base_client import BaseApp
+from authlib.integrations.base_client.async_app import AsyncOAuth2Mixin
+from authlib.integrations.base_client.async_openid import AsyncOpenIDMixin
+from authlib.integrations.httpx_client import AsyncOAuth2Client
+from joserfc.errors import JoseError
 from panel.auth import BasicAuthProvider
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.web import RequestHandler, decode_signed_value
 
 from console.config import AccessSettings
@@ -43,7 +47,7 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 LEEWAY = 60  # seconds of clock difference with the provider
 MAX_BODY = 1 << 20
 MAX_GROUPS, MAX_GROUP = 200, 256
-KEYS_AGAIN_AFTER = 60.0  # seconds: an unknown key id fetches the provider's keys again at most this often
+TIMEOUT = 10.0  # seconds for any answer of the provider
 
 
 class SignInError(Exception):
@@ -98,13 +102,27 @@ def user_name(claims: dict[str, Any], name: str) -> str:
     raise SignInError("the provider named no user (no sub)")
 
 
-class Provider:
-    """One OpenID Connect provider, as its discovery document describes it, with its signing keys."""
+class _RelyingParty(AsyncOAuth2Mixin, AsyncOpenIDMixin, BaseApp):  # type: ignore[misc]  # Authlib is untyped
+    """Authlib's OpenID Connect client (authorization URL with PKCE, the code exchange, the ID token's
+    signature and claims, userinfo) over httpx, on the discovery document read and checked here."""
 
-    def __init__(self, access: AccessSettings, discovery: dict[str, Any], keys: jwt.PyJWKSet | None = None):
-        self.access, self.discovery, self._keys = access, discovery, keys
-        self._keys_read = time.monotonic()
+    client_cls = AsyncOAuth2Client
+
+
+class Provider:
+    """One OpenID Connect provider, as its discovery document describes it; the relying party's work
+    (PKCE, the code exchange, the ID token's checks, the provider's keys) is Authlib's."""
+
+    def __init__(self, access: AccessSettings, discovery: dict[str, Any]):
+        self.access, self.discovery = access, discovery
         self.issuer = access.oidc_issuer or ""
+        offered = discovery.get("id_token_signing_alg_values_supported")
+        algorithms = [a for a in (offered if isinstance(offered, list) else ["RS256"]) if a in ALGORITHMS]
+        self.client = _RelyingParty(
+            None, name="console", client_id=access.oidc_client_id, client_secret=access.oidc_client_secret,
+            client_kwargs={"scope": " ".join(access.oidc_scopes), "code_challenge_method": "S256",
+                           "token_endpoint_auth_method": "client_secret_basic", "timeout": TIMEOUT},
+            **{**discovery, "id_token_signing_alg_values_supported": algorithms or ["RS256"]})
 
     @classmethod
     async def discover(cls, access: AccessSettings) -> Provider:
@@ -116,7 +134,7 @@ class Provider:
             raise ConfigError("--oidc-scopes must include openid")
         try:
             discovery = await _get_json(f"{issuer}/.well-known/openid-configuration")
-        except (OSError, HTTPClientError, ValueError) as e:
+        except (httpx.HTTPError, ValueError) as e:
             raise ConfigError(f"the OpenID provider {issuer} did not answer its discovery: {e}") from None
         if discovery.get("issuer") != access.oidc_issuer:
             raise ConfigError(f"the provider at {issuer} calls itself {str(discovery.get('issuer'))[:200]!r}, "
@@ -129,33 +147,15 @@ class Provider:
             raise ConfigError("the provider does not take PKCE with S256")
         provider = cls(access, discovery)
         try:
-            await provider._read_keys()
-        except (OSError, HTTPClientError, ValueError) as e:
+            await provider.client.fetch_jwk_set()
+        except (httpx.HTTPError, ValueError) as e:
             raise ConfigError(f"the OpenID provider's keys ({discovery['jwks_uri']}) cannot be read: {e}") from None
         return provider
 
-    async def _read_keys(self) -> None:
-        try:
-            self._keys = jwt.PyJWKSet.from_dict(await _get_json(self.discovery["jwks_uri"]))
-        except (jwt.PyJWKSetError, jwt.InvalidKeyError) as e:
-            raise SignInError(f"the provider's keys cannot be read: {e}") from None
-        self._keys_read = time.monotonic()
-
-    async def _key(self, kid: str | None) -> jwt.PyJWK:
-        for again in (False, True):
-            found = [k for k in (self._keys.keys if self._keys else []) if kid is None or k.key_id == kid]
-            if len(found) == 1:
-                return found[0]
-            if again or time.monotonic() - self._keys_read < KEYS_AGAIN_AFTER:
-                break
-            await self._read_keys()  # the provider may have rolled its keys
-        raise SignInError("the ID token is not signed by a key of the provider")
-
-    def authorize_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
-        query = {"response_type": "code", "client_id": self.access.oidc_client_id, "redirect_uri": redirect_uri,
-                 "scope": " ".join(self.access.oidc_scopes), "state": state, "nonce": nonce,
-                 "code_challenge": challenge, "code_challenge_method": "S256"}
-        return f"{self.discovery['authorization_endpoint']}?{urlencode(query)}"
+    async def authorize(self, redirect_uri: str) -> tuple[str, dict[str, str]]:
+        """Where the browser signs in, and what this sign-in must find again: its state, nonce and PKCE verifier."""
+        started = await self.client.create_authorization_url(redirect_uri)
+        return started["url"], {k: started[k] for k in ("state", "nonce", "code_verifier")}
 
     def end_session_url(self, post_logout_redirect_uri: str) -> str | None:
         """Where the browser ends its session at the provider too (OpenID Connect RP-Initiated Logout),
@@ -168,73 +168,36 @@ class Provider:
 
     async def redeem(self, code: str, verifier: str, redirect_uri: str, nonce: str) -> tuple[str, tuple[str, ...]]:
         """The code exchanged at the token endpoint, its ID token checked: (the user, their groups)."""
-        body = urlencode({"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
-                          "code_verifier": verifier})
-        basic = base64.b64encode(f"{_form(self.access.oidc_client_id)}:{_form(self.access.oidc_client_secret)}"
-                                 .encode()).decode()
         try:
-            tokens = await _fetch_json(HTTPRequest(self.discovery["token_endpoint"], method="POST", body=body, headers={
-                "Content-Type": "application/x-www-form-urlencoded", "Authorization": f"Basic {basic}",
-                "Accept": "application/json"}))
-        except HTTPClientError as e:
-            raise SignInError(f"the provider refused the code ({e.code})") from None
-        id_token, access_token = tokens.get("id_token"), tokens.get("access_token")
-        if not isinstance(id_token, str):
+            tokens = await self.client.fetch_access_token(redirect_uri=redirect_uri, code=code, code_verifier=verifier)
+        except (AuthlibBaseError, httpx.HTTPError, ValueError) as e:
+            raise SignInError(f"the provider refused the code ({getattr(e, 'error', None) or type(e).__name__})") from None
+        if not isinstance(tokens.get("id_token"), str):
             raise SignInError("the provider sent no ID token")
-        claims = await self.verify(id_token, nonce)
+        try:
+            claims = dict(await self.client.parse_id_token(tokens, nonce, leeway=LEEWAY))
+        except (AuthlibBaseError, JoseError, ValueError, KeyError) as e:
+            raise SignInError(f"the ID token is refused: {str(e)[:200]}") from None
         groups = user_groups(claims, self.access.oidc_groups_claim)
-        if groups is None and isinstance(access_token, str) and isinstance(self.discovery.get("userinfo_endpoint"), str):
-            info = await _fetch_json(HTTPRequest(self.discovery["userinfo_endpoint"],
-                                                 headers={"Authorization": f"Bearer {access_token}"}))
+        if groups is None and isinstance(self.discovery.get("userinfo_endpoint"), str):
+            try:
+                info = dict(await self.client.userinfo(token=tokens))
+            except (AuthlibBaseError, httpx.HTTPError, ValueError) as e:
+                raise SignInError(f"the provider's userinfo did not answer ({type(e).__name__})") from None
             if info.get("sub") != claims.get("sub"):  # OpenID Connect Core 5.3.2: else it is not this user's
                 raise SignInError("the userinfo answer is about another user")
             groups = user_groups(info, self.access.oidc_groups_claim)
             claims = {**info, **claims}
         return user_name(claims, self.access.oidc_user_claim), groups or ()
 
-    async def verify(self, id_token: str, nonce: str) -> dict[str, Any]:
-        """The ID token's claims once its signature, issuer, audience, times and nonce hold; else SignInError."""
-        try:
-            header = jwt.get_unverified_header(id_token)
-        except jwt.DecodeError:
-            raise SignInError("the ID token is not a JWT") from None
-        alg = header.get("alg")
-        if alg not in ALGORITHMS:
-            raise SignInError(f"the ID token's algorithm {str(alg)[:20]!r} is not taken")
-        key = await self._key(header.get("kid") if isinstance(header.get("kid"), str) else None)
-        try:
-            claims = jwt.decode(id_token, key=key, algorithms=[alg], audience=self.access.oidc_client_id,
-                                issuer=self.access.oidc_issuer, leeway=LEEWAY,
-                                options={"require": ["iss", "aud", "exp", "iat", "sub"]})
-        except jwt.InvalidIssuerError:
-            raise SignInError("the ID token is from another issuer") from None
-        except jwt.PyJWTError as e:
-            raise SignInError(f"the ID token is refused: {e}") from None
-        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
-        if len(audiences) > 1 and claims.get("azp") != self.access.oidc_client_id:
-            raise SignInError("the ID token was issued to another client")
-        if not isinstance(claims.get("nonce"), str) or not secrets.compare_digest(claims["nonce"], nonce):
-            raise SignInError("the ID token's nonce is not this sign-in's")
-        return claims
-
-
-def _form(text: str | None) -> str:
-    return quote(text or "", safe="")  # RFC 6749 2.3.1: form-encoded before the basic scheme
-
 
 async def _get_json(url: str) -> dict[str, Any]:
-    return await _fetch_json(HTTPRequest(url, headers={"Accept": "application/json"}))
-
-
-async def _fetch_json(request: HTTPRequest) -> dict[str, Any]:
-    request.request_timeout = request.connect_timeout = 10.0
-    request.follow_redirects = False
-    client = AsyncHTTPClient(force_instance=True, max_body_size=MAX_BODY)
-    try:
-        response = await client.fetch(request)
-    finally:
-        client.close()
-    value = json.loads(response.body)
+    async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as client:
+        response = await client.get(url, headers={"Accept": "application/json"})
+    response.raise_for_status()
+    if len(response.content) > MAX_BODY:
+        raise ValueError(f"an answer of {len(response.content)} bytes")
+    value = json.loads(response.content)
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
@@ -309,10 +272,6 @@ def _base(handler: RequestHandler, oidc: OidcAuth) -> str:
     return oidc.console_url or f"{handler.request.protocol}://{handler.request.host}"
 
 
-def _challenge(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
-
-
 class SignInHandler(RequestHandler):
     """GET /login starts a sign-in at the provider; the provider sends the browser back here with a code."""
 
@@ -324,7 +283,7 @@ class SignInHandler(RequestHandler):
 
     async def get(self) -> None:
         if self.get_argument("code", None) is None and self.get_argument("error", None) is None:
-            return self._start()
+            return await self._start()
         try:
             session = await self._finish()
         except SignInError as e:
@@ -343,13 +302,13 @@ class SignInHandler(RequestHandler):
         log.info("%s signed in (%s) from %s", session.user, grants.names, self.request.remote_ip)
         self.redirect(self._next)
 
-    def _start(self) -> None:
-        state, nonce, verifier = (secrets.token_urlsafe(32) for _ in range(3))
-        flow = json.dumps({"state": state, "nonce": nonce, "verifier": verifier, "at": time.time(),
-                           "next": safe_next(self.get_argument("next", "/"))})
+    async def _start(self) -> None:
+        url, started = await self.oidc.provider.authorize(self._redirect_uri())
+        flow = json.dumps({"state": started["state"], "nonce": started["nonce"], "verifier": started["code_verifier"],
+                           "at": time.time(), "next": safe_next(self.get_argument("next", "/"))})
         self.set_signed_cookie(FLOW_COOKIE, flow, **cookie_flags(self, self.oidc.console_url),
                                expires=time.time() + FLOW_SECONDS)
-        self.redirect(self.oidc.provider.authorize_url(self._redirect_uri(), state, nonce, _challenge(verifier)))
+        self.redirect(url)
 
     async def _finish(self) -> Session:
         provider = self.oidc.provider
