@@ -31,7 +31,8 @@ AGAIN_AFTER_PASSES = 12  # a client's counts are written again this many passes 
 class Grading:
     def __init__(self, publishers: Publishers, instance: str, batch_timeout: float, every: float):
         self.publishers = publishers
-        self.grader = Grader(batch_timeout, max_batch_size=None, resolve=publishers.lookup)
+        self.grader = Grader(batch_timeout, max_batch_size=None, resolve=publishers.lookup,
+                             asking=publishers.asking)
         self.instance = instance
         self.every = every
         self.written = 0

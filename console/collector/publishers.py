@@ -96,6 +96,11 @@ class Publishers:
         future = self._known.get(self.connection_key(kind, prefix, batch_id))
         return future.result() if future is not None and future.done() else None
 
+    def asking(self, kind: str, prefix: str, batch_id: str) -> bool:
+        """Whether the servers are still being asked who published the batch."""
+        future = self._known.get(self.connection_key(kind, prefix, batch_id))
+        return future is not None and not future.done()
+
     def _saw(self, batch_id: str, key: str, subject: str) -> None:
         new_batch = batch_id not in self._batches
         self._batches[batch_id] = key

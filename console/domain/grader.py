@@ -31,10 +31,12 @@ MAX_BATCHES = 10_000
 MAX_CLIENTS = 10_000
 MAX_PREFIXES = 10_000
 LINGER = timedelta(seconds=3)  # an ended batch is kept this long for the refusals of what was in flight
+ASKING_AT_MOST = timedelta(seconds=30)  # and up to this long while who published it is still being asked
 QUIET = timedelta(seconds=5)  # a batch without news this long (and 3 batch timeouts) is folded as it stands
 MAX_ID = 128  # longer ids are kept cut (an id over 64 is already a failure)
 _PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
 Resolve = Callable[[str, str, str], Publisher | None]  # (kind, reply prefix, batch id) -> who
+Asking = Callable[[str, str, str], bool]  # (kind, reply prefix, batch id) -> who it is still being asked
 # Each hook's statements, once: the grader calls a statement only where it grades something
 FAST_ID, FAST_SUBJECT, FAST_START, ENDED = (hooked(h) for h in ("on_fast_id", "on_fast_subject", "on_fast_start",
                                                                  "on_ended"))
@@ -60,8 +62,10 @@ class _Client:
 
 class Grader:
     def __init__(self, batch_timeout: float = 10.0, max_batch_size: int | None = 1000,
-                 max_batches: int = MAX_BATCHES, max_clients: int = MAX_CLIENTS, resolve: Resolve | None = None):
+                 max_batches: int = MAX_BATCHES, max_clients: int = MAX_CLIENTS, resolve: Resolve | None = None,
+                 asking: Asking | None = None):
         self.resolve: Resolve = resolve or _nobody
+        self.asking: Asking = asking or (lambda _kind, _prefix, _batch: False)
         self.batch_timeout = timedelta(seconds=batch_timeout)
         self.max_batch_size = max_batch_size  # None: not known, A06 is not graded
         self.max_batches, self.max_clients = max_batches, max_clients
@@ -276,6 +280,10 @@ class Grader:
         quiet = max(QUIET, 3 * self.batch_timeout)
         for key, batch in list(self.batches.items()):
             if (batch.ended_at is not None and now - batch.ended_at > LINGER) or now - batch.last > quiet:
+                # folded under the client the servers name: a busy server's answer is waited for, boundedly
+                if batch.prefix and now - batch.last < ASKING_AT_MOST and \
+                        self.asking(batch.kind, batch.prefix, batch.batch_id):
+                    continue
                 self._fold(key, batch)
 
     def fold_all(self) -> None:

@@ -258,3 +258,23 @@ def test_every_statement_grades_itself_through_a_hook_and_only_itself():
         for h in overridden:
             source = inspect.getsource(getattr(type(s), h))
             assert not any(f'"{other}"' in source for other in STATEMENTS), (s.id, h)
+
+
+def test_a_batch_is_folded_under_the_client_the_servers_name_when_their_answer_is_late():
+    """A busy server answers CONNZ late: the ended batch waits for the answer (boundedly) rather than
+    going to "(publisher unknown)" for good."""
+    answered: dict[str, Publisher] = {}
+    g = Grader(batch_timeout=1.0, resolve=lambda _k, _p, batch: answered.get(batch),
+               asking=lambda _k, _p, batch: batch not in answered)
+    for batch in ("late", "never"):
+        g.fast_message(fast(batch, 1, 0), at(0))
+        g.reply(fast(batch, 1, 0), ack(0), at(0.01))
+        g.fast_message(fast(batch, 2, 2), at(0.02))
+        g.reply(fast(batch, 2, 2), b'{"stream":"S","seq":2}', at(0.03))
+    g.tick(at(5))  # ended and lingered, but still asked about: kept
+    assert g.graded == 0
+    answered["late"] = APP
+    g.tick(at(6))
+    assert g.graded == 1 and [v.publisher for v in g.verdicts()] == [APP]
+    g.tick(at(40))  # never answered: folded as unknown past the bound
+    assert g.graded == 2 and [v.key for v in g.verdicts()] == ["(publisher unknown)"]
