@@ -246,7 +246,7 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
     except RulesError as e:
         raise ConfigError(e.reason) from None
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
-        checked = await runtime.audit_trail(start)
+        checked = await runtime.audit.read(start)
     for seq, r in checked.records:
         diff = "".join(f" {k}: {a} -> {b}" for k, (a, b) in r.diff.items())
         print(f"{seq:>7} {r.time:%Y-%m-%d %H:%M:%S} {r.actor.user} {r.actor.address or '-'} {r.action} {r.target} "

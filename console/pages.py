@@ -207,7 +207,7 @@ def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
 
 
 def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
-    return AuditPage(trail=runtime.audit_trail, recent=runtime.recent_audit_trail, export=actions.run, may=actions.allowed,
+    return AuditPage(trail=runtime.audit.read, recent=runtime.audit.recent, export=actions.run, may=actions.allowed,
                      **params)
 
 
@@ -221,7 +221,7 @@ def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
 
 
 def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:
-    return ConformancePage(verdicts=runtime.verdicts, recent=runtime.recent_verdicts, **params)
+    return ConformancePage(verdicts=runtime.verdicts, recent=runtime.verdicts.recent, **params)
 
 
 def badges(runtime: Runtime) -> list[Badge]:

@@ -7,42 +7,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, cancelled
 from console.broker.live_state import LiveState
-from console.config import EventLogSettings, Settings, file_stamp, load
+from console.config import EventLogSettings, Settings, load
 from console.domain.batch_limits import BatchLimits
-from console.domain.conformance import Verdicts
 from console.domain.audit import CLI
 from console.domain.incident import Incident
 from console.commands import RunProbe, RunSearch, Services
 from console.probe import ProbeOptions, ProbeReport
-from console.errors import BusyError, ConfigError, MaskingError, MissingKeyError
+from console.errors import MaskingError, MissingKeyError
+from console.services.audit import AuditTrail
+from console.services.roles import RolesWatch
+from console.services.searches import Searches
+from console.services.verdicts import VerdictsReader
 from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
     from console.alerting.view import AlertsView
-    from console.broker.audit_log import AuditLog
     from console.domain.masking import Masking
     from console.domain.roles import Grants, RolesFile
     from console.domain.search import SearchQuery
-    from console.domain.audit import Actor, Checked, Head
+    from console.domain.audit import Actor
     from console.storage.history import Reader
 
 log = logging.getLogger(__name__)
-VERDICTS_WINDOW = 24 * 60.0  # minutes of the event log the conformance verdicts are read from
-VERDICTS_FOR = 5.0  # seconds a read of them is kept
-RECENT_TRAILS = 8  # reads of the audit trail kept (one per start day asked) for the pages' first answers
-# Searches at once in one process, one per actor: each has a worker process of its own, and more than one
-# a core starved the server itself on a 2-core machine (its requests timed out)
-MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
 class Runtime:
@@ -60,14 +53,15 @@ class Runtime:
         self._live: LiveState | None = None
         self._history: tuple[Reader | None, str | None] | None = None
         self._alerts: AlertsView | None = None
-        self._audit: AuditLog | None = None
-        self._verdicts: tuple[float, Verdicts] | None = None
-        self._trails: dict[datetime | None, tuple[datetime, Checked]] = {}  # the last read from each start
         self._masking: Masking | None = None
-        self._roles: RolesFile | None = None
-        self._roles_stamp: tuple[str, int, int] | None = None
-        self._reading_ahead: asyncio.Task | None = None
-        self._searching: set[int] = set()  # the actors (id of their Actions) whose search runs now
+        self._reading_ahead: asyncio.Task[None] | None = None
+        # the services built on the system, each asking for the connection it has now
+        connection = lambda: self.nc  # noqa: E731
+        self.audit = AuditTrail(connection, lambda: self.event_log, settings.data.db_path, settings.event_log.replicas,
+                                lambda: self._live.model.collector if self._live is not None else None)
+        self.verdicts = VerdictsReader(connection, lambda: self.event_log)
+        self.searches = Searches(connection, lambda: self.masking)
+        self.roles_file = RolesWatch(settings.access)
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, give_up_after: float | None = 30.0,
@@ -166,65 +160,17 @@ class Runtime:
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         # the connection asked for at each command: a long-lived session's actions follow a reopened one
         services = Services(streams=self.admin, connection=lambda: self.nc, rules=lambda: self.alerts,
-                            search=self._search)
+                            search=self.searches)
         try:
-            return Actions(self._audit_log(), actor, self.read_only, trail_required=trail_required, grants=grants,
+            return Actions(self.audit.log(), actor, self.read_only, trail_required=trail_required, grants=grants,
                            expires=expires, services=services)
         except MissingKeyError as e:
             return Actions(None, actor, self.read_only, str(e), trail_required, grants, expires, services)
 
     @property
     def roles(self) -> RolesFile:
-        """The roles and the groups they are given to. A file with an error, or a local role it does not
-        define, stops the process at its start, with its line; the file is read again whenever it
-        changes (a group removed loses its roles at once), and a change with an error gives no one any
-        role until it is mended (said in the log): a typo never leaves a removed user their access."""
-        access = self.settings.access
-        stamp = file_stamp(access.roles)
-        if self._roles is None or stamp != self._roles_stamp:
-            try:
-                self._roles = self._read_roles()
-            except ConfigError as e:
-                if self._roles is None:
-                    raise
-                from console.domain.roles import RolesFile
-
-                log.error("%s: no one has a role until it is mended", e)
-                self._roles = RolesFile({}, {})
-            self._roles_stamp = stamp
-        return self._roles
-
-    def _read_roles(self) -> RolesFile:
-        from console.commands import LEAST_ROLE
-        from console.domain.roles import load_roles
-
-        access = self.settings.access
-        try:
-            roles = load_roles(access.roles.read_text() if access.roles else "", LEAST_ROLE)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"roles {access.roles}: {e}") from None
-        if access.local_role not in roles.roles:
-            raise ConfigError(f"the local role {access.local_role[:64]!r} is not a role "
-                              f"({', '.join(sorted(roles.roles))[:200]})")
-        return roles
-
-    def _audit_log(self) -> AuditLog:
-        """The audit trail's stream, one per process (its stream ensured once), its head checkpointed in
-        the data directory's SQLite; MissingKeyError without an event key, which signs and checks every record."""
-        from console.broker.audit_log import STREAM, AuditLog
-        from console.storage.audit_checkpoint import AuditCheckpoint
-
-        if self._audit is None:
-            key = self.event_log.key
-            if key is None:
-                raise MissingKeyError("no event key: the audit trail is neither signed nor checked")
-            try:
-                checkpoint = AuditCheckpoint(self.settings.data.db_path, STREAM)
-            except Exception as e:  # an unreadable database: the trail is still signed and chained
-                log.error("the audit trail's checkpoint cannot be kept in %s: %s", self.settings.data.db_path, e)
-                checkpoint = None
-            self._audit = AuditLog(self.nc, key, self.settings.event_log.replicas, checkpoint)
-        return self._audit
+        """The roles and the groups they are given to, as the roles file says now (console.services.roles)."""
+        return self.roles_file()
 
     async def batch_limits(self) -> tuple[BatchLimits, str]:
         """The system's effective batch limits and where they were read (console.system)."""
@@ -240,29 +186,9 @@ class Runtime:
             self._live.reopening = why
 
     async def _rebind(self, fresh: Connection) -> None:
-        if self._audit is not None:
-            self._audit.nc = fresh
+        self.audit.rebind(fresh)
         if self._live is not None:
             await self._live.rebind(fresh)
-
-    async def audit_trail(self, since: datetime | None = None) -> Checked:
-        """The audit trail's records (from `since`), with every break in its chain: held against this data
-        directory's checkpoint and the collector's latest signed status, a witness wherever it runs."""
-        checked = await self._audit_log().read(since, await self._witnessed())
-        self._trails.pop(since, None)
-        self._trails[since] = (datetime.now(timezone.utc), checked)
-        while len(self._trails) > RECENT_TRAILS:
-            self._trails.pop(next(iter(self._trails)))
-        return checked
-
-    def recent_audit_trail(self, since: datetime | None = None) -> tuple[datetime, Checked] | None:
-        """The last read of the trail from `since` and when it was made, or None: what a page shows in its
-        first answer while it reads the trail again."""
-        return self._trails.get(since)
-
-    def recent_verdicts(self) -> Verdicts | None:
-        """The last read of the verdicts (however old), or None."""
-        return self._verdicts[1] if self._verdicts else None
 
     def read_ahead(self, audit_since: datetime) -> None:
         """Read once, in the background, what the pages that read NATS show first (the audit trail, the
@@ -271,59 +197,11 @@ class Runtime:
             self._reading_ahead = asyncio.create_task(self._read_ahead(audit_since), name="read-ahead")
 
     async def _read_ahead(self, audit_since: datetime) -> None:
-        for read in (lambda: self.audit_trail(audit_since), self.verdicts):
+        for read in (lambda: self.audit.read(audit_since), self.verdicts):
             try:
                 await read()
             except Exception as e:  # no event key yet, no trail: the page says so when it reads
                 log.info("not read ahead for the pages: %s", e)
-
-    async def _witnessed(self) -> Head | None:
-        """The trail's head as the collector's latest status saw it (the live state's, else the last minute
-        of the event log's), or None."""
-        from console.broker.eventlog import EventLog
-        from console.domain.audit import Head
-        from console.domain.events import EventKind
-        from console.domain.status import CollectorStatus, MalformedStatus
-
-        status = self._live.model.collector if self._live is not None else None
-        if status is None:
-            end = datetime.now(timezone.utc)
-            try:
-                found = await EventLog.over(self.nc, self.event_log).window(
-                    end - timedelta(minutes=1), end, kind_filter=f"{EventKind.COLLECTOR_STATUS.value}.>",
-                    idle_timeout=1.0)
-                status = CollectorStatus.from_json(found[-1][1].detail or "") if found else None
-            except (MalformedStatus, MissingKeyError):
-                return None
-            except Exception as e:  # no event log yet, the server slow: the checkpoint still holds the trail
-                log.info("no collector status read for the audit trail's witness: %s", e)
-                return None
-        if status is None or not status.audit_seq or not re.fullmatch(r"[0-9a-f]{64}", status.audit_hash):
-            return None
-        return Head(status.audit_seq, status.audit_hash)
-
-    async def verdicts(self, window_minutes: float = VERDICTS_WINDOW) -> Verdicts:
-        """The clients' latest conformance verdicts in the event log's last `window_minutes` (kept a few
-        seconds: every page of every session asks)."""
-        now = time.monotonic()
-        if self._verdicts is None or now - self._verdicts[0] > VERDICTS_FOR or window_minutes != VERDICTS_WINDOW:
-            found = await self._read_verdicts(window_minutes)
-            if window_minutes != VERDICTS_WINDOW:
-                return found
-            self._verdicts = (now, found)
-        return self._verdicts[1]
-
-    async def _read_verdicts(self, window_minutes: float) -> Verdicts:
-        from console.broker.eventlog import EventLog
-        from console.domain.events import EventKind
-
-        end = datetime.now(timezone.utc)
-        found = Verdicts()
-        for _, event in await EventLog.over(self.nc, self.event_log).window(
-                end - timedelta(minutes=window_minutes), end, kind_filter=f"{EventKind.CONFORMANCE.value}.>",
-                idle_timeout=2.0):  # the read ends at the last one; this long is waited only when there is none
-            found.apply(event)
-        return found
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         from console.investigate import find_incident
@@ -336,21 +214,6 @@ class Runtime:
         ended). The command's work is `_search`."""
         return await actions.run(RunSearch(query, progress, cancelled, on_match))
 
-    async def _search(self, asker: Actions, query: SearchQuery, progress, cancelled, on_match):
-        """The search service: one at a time per actor (a browser session), MAX_SEARCHES in the process;
-        it stops when `cancelled` says so or the actor's session ends; payloads masked for the asker."""
-        from console.broker.search import search
-
-        shown = self.masking.shown(query.stream, asker.payloads(query.stream))
-        if id(asker) in self._searching:
-            raise BusyError("a search of this session is running: cancel it or wait for it first")
-        if len(self._searching) >= MAX_SEARCHES:
-            raise BusyError(f"the console runs {MAX_SEARCHES} searches already: try again when one ends")
-        self._searching.add(id(asker))
-        try:
-            return await search(self.nc, query, progress, lambda: cancelled() or asker.ended, shown, on_match)
-        finally:
-            self._searching.discard(id(asker))
 
     @property
     def masking(self) -> Masking:

@@ -70,7 +70,7 @@ async def test_every_action_in_the_registry_leaves_one_record_with_its_user_and_
                 await read_only.actions(NOTEBOOK).run(doing(name))
         else:
             await read_only.actions(NOTEBOOK).run(doing(name))
-    checked = await console.audit_trail()
+    checked = await console.audit.read()
     assert checked.intact
     every = [(r.action, r.actor.user, r.outcome) for _, r in checked.records]
     for i, (action, user, outcome) in enumerate(every):  # written ahead: each taken action's attempt comes first
@@ -98,7 +98,7 @@ async def test_a_stream_edit_is_recorded_with_its_diff_and_a_refusal_with_the_se
     assert applied.allow_batched
     page.allow_atomic = True  # async persist mode and atomic: the server refuses (10052)
     assert await page.apply() is None and "10052" in page.result
-    records = outcomes(await console.audit_trail())
+    records = outcomes(await console.audit.read())
     assert [(r.action, r.target, r.outcome, r.diff) for r in records] == [
         ("stream.edit", name, "accepted", {"allow_batched": [False, True]}),
         ("stream.edit", name, "refused: server", {"allow_atomic": [False, True]})]
@@ -113,7 +113,7 @@ async def test_alert_rules_changed_directly_on_the_view_are_actions_too(consoles
         await read_only.alerts.save_rule(RULE)
     with pytest.raises(ReadOnlyError):
         await read_only.alerts.set_muted("orders", False)
-    records = [(r.action, r.target, r.actor.user, r.outcome) for r in outcomes(await console.audit_trail())]
+    records = [(r.action, r.target, r.actor.user, r.outcome) for r in outcomes(await console.audit.read())]
     assert records == [("alert_rule.save", "orders", "notebook", "accepted"),
                        ("alert_rule.mute", "orders", "notebook", "accepted"),
                        ("alert_rule.save", "orders", "notebook", "refused: read-only"),
@@ -129,7 +129,7 @@ async def test_two_writers_at_once_keep_one_chain(consoles, tmp_path):
         await asyncio.gather(*(writers[i % 2].run(doing(ExportTable, f"t{i}")) for i in range(30)))
     finally:
         await other.close()
-    checked = await console.audit_trail()
+    checked = await console.audit.read()
     assert checked.intact and len(outcomes(checked)) == 30 and len(checked.records) == 60
 
 
@@ -155,7 +155,7 @@ async def test_a_removed_or_forged_record_breaks_the_chain_for_verify_and_the_pa
     broken = cli_audit(console, "--verify")
     assert broken.returncode == 1
     assert "BROKEN at record 11: altered or not the console's" in broken.stderr
-    assert "CHAIN BROKEN" in chain_text(await console.audit_trail())
+    assert "CHAIN BROKEN" in chain_text(await console.audit.read())
     assert cli_audit(console).returncode == 0  # without --verify it lists and says, and does not fail
 
 
@@ -222,10 +222,10 @@ async def test_every_action_from_a_notebook_leaves_one_record_and_on_a_read_only
     console, read_only = consoles
     await seeded(console, "NB_ACT")
     for runtime in (console, read_only):
-        before = len(outcomes(await console.audit_trail()))
+        before = len(outcomes(await console.audit.read()))
         targets = await take_every_action(NotebookConsole(runtime), "NB_ACT")
         assert set(targets) == set(ACTIONS), "an action of the registry this test does not take"
-        checked = await eventually(console.audit_trail, lambda c: len(outcomes(c)) >= before + len(ACTIONS),
+        checked = await eventually(console.audit.read, lambda c: len(outcomes(c)) >= before + len(ACTIONS),
                                    what="a record of every action")
         records = outcomes(checked)[before:]
         assert sorted(r.action for r in records) == sorted(ACTIONS)  # one each, no more

@@ -56,7 +56,7 @@ async def test_a_fresh_consoles_empty_trail_verifies(console):
     done = cli_audit(console, "--verify")
     assert done.returncode == 0, done.stderr
     assert "chain intact" in done.stderr and "BROKEN" not in done.stderr
-    assert (await console.audit_trail()).intact
+    assert (await console.audit.read()).intact
 
 
 async def test_the_trail_denies_deletes_and_purges_and_an_existing_one_is_made_so(console):
@@ -69,7 +69,7 @@ async def test_the_trail_denies_deletes_and_purges_and_an_existing_one_is_made_s
         await js.purge_stream(STREAM)
     with pytest.raises(Exception, match="delete not permitted"):
         await js.delete_msg(STREAM, 1)
-    assert (await console.audit_trail()).intact
+    assert (await console.audit.read()).intact
 
 
 async def test_a_deleted_trail_is_found_erased_and_stays_found_after_new_records(console):
@@ -81,7 +81,7 @@ async def test_a_deleted_trail_is_found_erased_and_stays_found_after_new_records
     await write(console, 4)  # the stream made again: 8 new records, past the old head at 6
     again = cli_audit(console, "--verify")
     assert again.returncode == 1 and "6 record(s) erased after record 0" in again.stderr, again.stderr
-    line = chain_text(await console.audit_trail())
+    line = chain_text(await console.audit.read())
     assert "CHAIN BROKEN" in line and "erased after record 0" in line
 
 
@@ -94,7 +94,7 @@ async def test_a_truncation_by_max_msgs_is_found(console):
     broken = cli_audit(console, "--verify")
     assert broken.returncode == 1
     assert "records 1..5 were erased" in broken.stderr, broken.stderr
-    assert "CHAIN BROKEN" in chain_text(await console.audit_trail())
+    assert "CHAIN BROKEN" in chain_text(await console.audit.read())
 
 
 @pytest.mark.parametrize("keep", [1, 0])
@@ -102,11 +102,11 @@ async def test_a_purge_of_a_trail_that_could_not_be_made_safe_is_found(console, 
     """As on an account whose console user may not update streams: the console says it is unsafe."""
     js = console.nc.jetstream()
     await js.add_stream(StreamConfig(name=STREAM, subjects=[SUBJECT]))  # a trail without the denials...
-    trail = console._audit_log()
+    trail = console.audit.log()
     trail._ensured, trail.unsafe = True, "deny_purge=False (made so by this test)"  # ...the console could not change
     await write(console, 3)  # 6 records, the head at 6
     await js.purge_stream(STREAM, keep=keep) if keep else await js.purge_stream(STREAM)
-    checked = await console.audit_trail()
+    checked = await console.audit.read()
     erased = [why for _, why in checked.breaks]
     assert erased == [f"records 1..{5 if keep else 6} were erased (the trail keeps its newest 100,000)"], erased
     assert "UNSAFE" in chain_text(checked)
@@ -177,11 +177,11 @@ async def test_the_collectors_signed_status_witnesses_an_erasure_another_data_di
     other = Runtime(replace(console.settings, data=DataSettings(data_dir=elsewhere)), console.nc)
     try:
         await write(console, 2)  # 4 records: two attempts, two outcomes
-        await eventually(other._witnessed, lambda head: head is not None and head.seq == 4, 15, "a witnessed head")
-        assert (await other.audit_trail()).intact
+        await eventually(other.audit._witnessed, lambda head: head is not None and head.seq == 4, 15, "a witnessed head")
+        assert (await other.audit.read()).intact
         await console.nc.jetstream().delete_stream(STREAM)
         await write(console, 3)  # the trail made again: 6 new records, past the head the collector saw
-        checked = await eventually(other.audit_trail, lambda c: not c.intact, 15, "the erasure found")
+        checked = await eventually(other.audit.read, lambda c: not c.intact, 15, "the erasure found")
         assert any("the collector's signed status saw record 4" in why for _, why in checked.breaks), checked.breaks
     finally:
         await collector.stop()

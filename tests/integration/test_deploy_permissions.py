@@ -57,7 +57,7 @@ async def test_other_clients_of_the_account_cannot_touch_the_trail_or_forge_inpu
             with pytest.raises((nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)):
                 await attempt
         assert sum("permissions violation" in v.lower() for v in violations) >= len(attempts) - 1, violations
-        checked = await console.audit_trail()
+        checked = await console.audit.read()
         assert checked.intact and len(checked.records) == 6 and checked.unsafe is None, checked.breaks
         await app.publish("app.orders", b"the application's own subjects are its own")  # not hindered
         await app.flush()

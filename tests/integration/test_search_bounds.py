@@ -134,7 +134,8 @@ async def test_one_search_a_session_and_a_bound_on_searches_in_the_process(big, 
     from console.config import DataSettings, Settings, event_key
     from console.domain.audit import Actor
     from console.errors import BusyError
-    from console.runtime import MAX_SEARCHES, Runtime
+    from console.runtime import Runtime
+    from console.services.searches import MAX_SEARCHES
 
     event_key(data_dir=tmp_path)
     base = Settings()
