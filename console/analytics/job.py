@@ -53,6 +53,7 @@ from console.analytics.transforms import (
     with_copy_number,
 )
 from console.broker.eventlog import missing_log
+from console.config import AnalyticsSettings
 from console.domain.display import as_utc
 from console.domain.events import REPLAYED, key_mismatch
 from console.errors import EventLogMissingError, KeyMismatchError
@@ -83,11 +84,11 @@ class JobSettings:
     data_dir: Path
     source: SourceOptions = field(default_factory=SourceOptions)  # where the event log is read
     context_minutes: int = 5
-    max_events: int = 100_000  # event-log sequences read per step: an executor's memory bound
+    max_events: int = AnalyticsSettings.max_events  # event-log sequences read per step: an executor's memory bound
     # A step of fewer sequences is read and written by the driver itself (0: always the executors): a
     # following job's runs are a few events each, and the Python workers a Spark read starts (their
     # imports, their connections to NATS) cost more CPU than the events (0.13 cores under the demo).
-    driver_reads_up_to: int = 5_000
+    driver_reads_up_to: int = AnalyticsSettings.driver_reads_up_to
 
     @property
     def db_path(self) -> Path:
