@@ -50,17 +50,19 @@ async def nc(nats_server):
     await conn.close()
 
 
+def pytest_itemcollected(item):
+    """Under pytest-xdist (--dist loadgroup), the tests that share something costly run on one worker:
+    every Spark test on one local session, every three-node cluster one at a time (two at once starve
+    their elections on two cores), and each other file's tests together (its module's server). Given
+    as each test is collected: pytest-xdist reads the groups in a collection hook of its own."""
+    if item.get_closest_marker("xdist_group") is None:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
 def pytest_collection_modifyitems(items):
     """Browser tests last: pytest-playwright's session loop breaks pytest-asyncio tests after it (each
-    parallel worker takes the groups in this order, so the browser tests are its last too).
-
-    Under pytest-xdist (--dist loadgroup), the tests that share something costly run on one worker:
-    every Spark test on one local session, every three-node cluster one at a time (two at once starve
-    their elections on two cores), and each other file's tests together (its module's server)."""
+    parallel worker takes the groups in this order, so the browser tests are its last too)."""
     items.sort(key=lambda item: "/tests/ui/" in str(item.path))
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 def _group(item) -> str:
