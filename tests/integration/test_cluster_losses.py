@@ -12,7 +12,7 @@ from console.broker.fast import FastBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS, EventKind
-from console.errors import BatchError, NoRespondersError
+from console.errors import BatchEndedError, BatchError, NoRespondersError
 from tests.conftest import CLUSTER_LIMITS
 from tests.waits import eventually, events_for, wait_until
 
@@ -84,6 +84,11 @@ async def test_a_fast_batch_across_a_leader_change_is_logged_as_the_publisher_sa
         [committed] = [e for e in events if e.kind is EventKind.FAST_COMMITTED]
         assert committed.count == ack.count == 60 and committed.stream == name
         assert not [k for k in kinds if k in LOST_KINDS]
+    elif isinstance(refused, BatchEndedError):  # the new leader knew the batch but not all of it: in fail
+        assert gap_mode == "fail", repr(refused)  # mode the gap ends it, and the log says so, once
+        [ended] = [e for e in events if e.kind is EventKind.FAST_ENDED_EARLY]
+        assert (ended.stream, ended.reason) == (name, "gap")
+        assert kinds.count(EventKind.FAST_ENDED_EARLY) == 1 and EventKind.FAST_COMMITTED not in kinds
     else:  # the publisher was refused: the log says the batch was lost, and why, once
         assert getattr(refused, "err_code", None) == 10208, repr(refused)
         [lost] = [e for e in events if e.kind is EventKind.FAST_LOST]

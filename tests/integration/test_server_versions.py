@@ -186,7 +186,9 @@ async def test_a_tapped_atomic_batch_over_the_in_flight_limit_is_rejected_whatev
         await conn.close()
     [rejected] = [e for e in events if e.kind is EventKind.ATOMIC_REJECTED]
     assert (rejected.stream, rejected.err_code, told.value.err_code) == ("V_CROWD", *[IN_FLIGHT_REFUSAL[version]] * 2)
-    assert tapping.atomic.tracker.open_on("V_CROWD") == len(open_batches)  # the refused one never opened
+    # the refused one never opened (the others may have timed out meanwhile: the batch timeout is short here)
+    assert refused.batch_id not in tapping.atomic.tracker.batches
+    assert tapping.atomic.tracker.open_on("V_CROWD") <= len(open_batches)
 
 
 IN_FLIGHT_REFUSAL = {"2.12.8": 10176, "2.14.6": 10210, "2.15.1": 10210}
