@@ -18,7 +18,9 @@ from typing import Callable
 from console.alerting.metrics import Family, Metrics
 from console.alerting.rules_file import remedies
 from console.config import Settings, open_to_others
-from console.domain.checks import CHECKS, SEVERITIES, Facts, RecentEvents, Report, parse_threshold, window_counts
+from console.domain.checks import (
+    CHECKS, SEVERITIES, Facts, Finding, RecentEvents, Report, parse_threshold, window_counts,
+)
 from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
@@ -103,27 +105,37 @@ def thresholds(texts: tuple[str, ...]) -> dict[tuple[str, str], float]:
 
 # -- formats -----------------------------------------------------------------------------------
 
+def _where(f: Finding) -> str:
+    return "".join(f" [{w}]" for w in (f.system and f"system {f.system}", f.stream) if w)
+
+
 def text(report: Report) -> str:
-    lines = [f"{f.severity.upper():8} {f.code} {f.title}" + (f" [{f.stream}]" if f.stream else "")
-             + f"\n         {f.evidence}\n         remedy: {f.remedy}" for f in report.findings]
+    lines = [f"{'UNKNOWN':8} system {system}: {why}" for system, why in report.unreachable]
+    lines += [f"{f.severity.upper():8} {f.code} {f.title}{_where(f)}"
+              + f"\n         {f.evidence}\n         remedy: {f.remedy}" for f in report.findings]
     lines += [f"{'UNCHECKED':8} {code} {CHECKS[code].title}: {why}" for code, why in report.unchecked]
     lines.append(f"{report.worst.upper()}: {_summary(report)}")
     return "\n".join(lines)
 
 
 def as_json(report: Report) -> str:
-    return json.dumps({"status": report.worst, "findings": [asdict(f) for f in report.findings],
+    findings = [{k: v for k, v in asdict(f).items() if k != "system" or v is not None} for f in report.findings]
+    return json.dumps({"status": report.worst, "findings": findings,
                        "unchecked": [{"code": c, "why": w} for c, w in report.unchecked],
-                       "checked": list(report.checked)}, indent=2)
+                       "checked": list(report.checked),
+                       **({"unreachable": [{"system": s, "why": w} for s, w in report.unreachable]}
+                          if report.unreachable else {})}, indent=2)
 
 
 def nagios(report: Report) -> str:
     counts = {s: sum(f.severity == s for f in report.findings) for s in ("critical", "warning", "info")}
-    state = {0: "OK", 1: "WARNING", 2: "CRITICAL"}[NAGIOS[report.worst]]
+    state = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}[exit_code(report)]
     perf = " ".join(f"{s}={n}" for s, n in counts.items()) + f" unchecked={len(report.unchecked)}"
+    if report.unreachable:
+        perf += f" unreachable={len(report.unreachable)}"
     first = f"BATCH {state} - {_summary(report)} | {perf}"
-    return "\n".join([first, *(f"{f.severity.upper()} {f.code}" + (f" [{f.stream}]" if f.stream else "")
-                                + f": {f.evidence}" for f in report.findings)])
+    return "\n".join([first, *(f"UNKNOWN system {system}: {why}" for system, why in report.unreachable),
+                       *(f"{f.severity.upper()} {f.code}{_where(f)}: {f.evidence}" for f in report.findings)])
 
 
 def status_samples(report: Report) -> list[tuple[str, str, int]]:
@@ -150,7 +162,12 @@ FORMATS: dict[str, Callable[[Report], str]] = {"text": text, "json": as_json, "n
 
 
 def exit_code(report: Report) -> int:
-    return NAGIOS[report.worst] if report.checked else UNKNOWN
+    """The worst of the report: critical, then a system or every check that could not be checked
+    (unknown), then warning, then ok."""
+    worst = NAGIOS[report.worst] if report.checked else UNKNOWN
+    if report.unreachable and worst != NAGIOS["critical"]:
+        return UNKNOWN
+    return worst
 
 
 def by_code_and_stream(report: Report) -> list[dict]:
@@ -205,8 +222,10 @@ def _summary(report: Report) -> str:
 
 
 async def run_check(settings: Settings, output: str, codes: list[str] | None, stream: str | None) -> int:
-    """The command: prints the report in `output`; its Nagios exit code (3 when nothing could be checked)."""
-    from console.domain.checks import ThresholdError, evaluate
+    """The command: prints the report in `output`; its Nagios exit code (3 when nothing could be checked).
+    With a systems file, every system is checked at once, each finding naming its system; one that
+    cannot be reached is said, and the others are reported all the same."""
+    from console.domain.checks import ThresholdError, across_systems, evaluate
     from console.errors import ConsoleError
 
     try:
@@ -214,12 +233,28 @@ async def run_check(settings: Settings, output: str, codes: list[str] | None, st
         unknown = [c for c in codes or () if c not in CHECKS]
         if unknown:
             raise ThresholdError(f"not a check of the catalogue: {', '.join(c[:20] for c in unknown)}")
-        async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
-                                      system=True, allow_reconnect=False) as runtime:
-            facts = await gather(runtime, settings.checks.check_window)
+        systems = settings.systems()
+        if systems and output == "prometheus":
+            raise ThresholdError("--format prometheus is one system's (each system's alerts part serves its own)")
+        if not systems:
+            report = evaluate(await _facts(settings), given, codes or None, stream, remedies())
+        else:
+            async def one(of: Settings) -> Report | str:
+                try:
+                    return evaluate(await _facts(of), given, codes or None, stream, remedies())
+                except (ConsoleError, OSError, TimeoutError) as e:
+                    return f"not checked: {str(e)[:300]}"
+
+            found = await asyncio.gather(*(one(settings.of_system(s)) for s in systems))
+            report = across_systems(dict(zip((s.name for s in systems), found)))
     except (ConsoleError, ThresholdError, OSError, TimeoutError) as e:
         print(f"BATCH UNKNOWN - {str(e)[:300]}" if output == "nagios" else f"batch-console check: {str(e)[:300]}")
         return UNKNOWN
-    report = evaluate(facts, given, codes or None, stream, remedies())
     print(FORMATS[output](report))
     return exit_code(report)
+
+
+async def _facts(settings: Settings) -> Facts:
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                  system=True, allow_reconnect=False) as runtime:
+        return await gather(runtime, settings.checks.check_window)

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="batch health checks: coded findings with severity, evidence and "
                                               "remedy; exit 0 ok, 1 warning, 2 critical, 3 unknown (Nagios)")
-    add_flags(check, *WITH_EVENT_LOG, "system", "checks",
+    add_flags(check, *WITH_EVENT_LOG, "system", "checks", "fleet",
               aliases={"--check-window": "--window", "--check-thresholds": "--threshold"})
     check.add_argument("--format", choices=["text", "json", "nagios", "prometheus"], default="text")
     check.add_argument("--stream", type=names.stream, help="only this stream's findings")

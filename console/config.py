@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from console.domain.notify_targets import NotifyTargets
+from console.domain.systems import Credentials, SystemSpec, SystemsError, load_systems
 from console.errors import ConfigError, MissingKeyError
 
 ENV_PREFIX = "BATCH_CONSOLE_"
@@ -374,6 +375,13 @@ class AlertingSettings:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    systems: Path | None = setting(None, "a systems file: every NATS system this console watches, each with its "
+                                         "servers, credentials and accounts (TOML [[system]], see the README)",
+                                   parse=Path)
+
+
+@dataclass(frozen=True)
 class ChecksSettings:
     check_window: float = setting(60.0, "minutes of the event log the load checks count over", parse=float)
     check_every: float = setting(60.0, "seconds between two evaluations of the checks by the alerts part (its "
@@ -405,7 +413,37 @@ class Settings:
     alerting: AlertingSettings = field(default_factory=AlertingSettings)
     checks: ChecksSettings = field(default_factory=ChecksSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     given: frozenset[str] = frozenset()
+
+    def systems(self) -> tuple[SystemSpec, ...]:
+        """The systems file's systems (ConfigError with its line), or none without one."""
+        path = self.fleet.systems
+        if path is None:
+            return ()
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"systems {path}: {e.__class__.__name__}: not readable") from None
+        try:
+            found = load_systems(text)
+        except SystemsError as e:
+            raise ConfigError(f"systems {path}: {e}") from None
+        for spec in found:
+            for key, named, line in spec.paths():
+                if not Path(named).is_file():
+                    raise ConfigError(f"systems {path}: line {line}: {key} of system {spec.name!r} is not a file")
+        return found
+
+    def of_system(self, spec: SystemSpec) -> Settings:
+        """These settings with one system's connection, system account and monitoring URL."""
+        account, (ca, cert, key) = spec.credentials, spec.tls
+        connection = replace(self.connection, servers=spec.servers, creds=account.creds, nkey=account.nkey,
+                             user=account.user, password=account.password, token=account.token, tls_ca=ca,
+                             tls_cert=cert, tls_key=key, monitor_url=spec.monitor_url)
+        sys_account = spec.system_account or Credentials()
+        system = SystemAccountSettings(sys_account.creds, sys_account.user, sys_account.password)
+        return replace(self, connection=connection, system=system)
 
     def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:
         """The event log's settings with the key; `make` for the collector, which makes a missing one."""
@@ -424,7 +462,7 @@ SECTION_TITLES = {"connection": "connection", "system": "system account (optiona
                   "data": "data", "event_log": "event log", "collector": "collector", "analytics": "analytics job",
                   "web": "web console", "access": "access: sign-in (OpenID Connect) and roles",
                   "embedded": "embedded nats-server", "demo": "demo traffic", "alerting": "alerts",
-                  "checks": "health checks", "log": "logging"}
+                  "checks": "health checks", "log": "logging", "fleet": "several NATS systems"}
 
 
 def add_flags(parser: argparse.ArgumentParser, *sections: str, aliases: Mapping[str, str] | None = None,

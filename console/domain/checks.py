@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -110,6 +110,7 @@ class Finding:
     evidence: str
     remedy: str
     stream: str | None = None
+    system: str | None = None  # with a systems file: the NATS system it is about
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,31 @@ class Report:
     findings: tuple[Finding, ...]
     unchecked: tuple[tuple[str, str], ...]  # (code, why it could not run)
     checked: tuple[str, ...]
+    unreachable: tuple[tuple[str, str], ...] = ()  # (system, why nothing of it could be checked)
 
     @property
     def worst(self) -> str:
         found = [f.severity for f in self.findings]
         return max(found, key=SEVERITIES.index) if found else "ok"
+
+
+def across_systems(reports: Mapping[str, Report | str]) -> Report:
+    """Each system's report (or why none could be made) as one: every finding names its system, and an
+    unchecked check names the systems where it could not run."""
+    findings: list[Finding] = []
+    unchecked: dict[str, list[str]] = {}
+    checked: dict[str, None] = {}
+    unreachable: list[tuple[str, str]] = []
+    for system, report in reports.items():
+        if isinstance(report, str):
+            unreachable.append((system, report))
+            continue
+        findings += [replace(f, system=system) for f in report.findings]
+        for code, why in report.unchecked:
+            unchecked.setdefault(code, []).append(f"{system}: {why}")
+        checked.update(dict.fromkeys(report.checked))
+    return Report(tuple(findings), tuple((code, "; ".join(whys)) for code, whys in unchecked.items()),
+                  tuple(checked), tuple(unreachable))
 
 
 # -- the checks --------------------------------------------------------------------------------
