@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "--nats-batch-max-msgs": "--batch-max-msgs"})
 
     collect = commands.add_parser("collect", help="capture batch advisories and the $FI tap into the event log")
-    add_flags(collect, *WITH_EVENT_LOG, "system", "collector",
+    add_flags(collect, *WITH_EVENT_LOG, "system", "collector", "fleet",
               defaults={"collector.cpu": "adaptive", "collector.pace_ms": 10.0})
 
     analytics = commands.add_parser("analytics", help="keep abandonment and gap history in SQLite and Delta (PySpark)")
@@ -261,15 +261,47 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
 
 
 async def collect_async(settings: Settings) -> int:
+    """One system's collector, or, with a systems file, one per system in this process: each writes into
+    its own system's event log (README: "Where the console's own streams live in a fleet"); a system that
+    cannot be reached is tried again, and the others collect meanwhile."""
+    stop = stop_on_signals()
+    systems = settings.systems()
+    if not systems:
+        await _collect_one(settings, stop, "")
+    else:
+        await asyncio.gather(*(_collect_one(settings.of_system(s), stop, f"system {s.name}: ", retry=True)
+                               for s in systems))
+    log.info("collector stopped")
+    return 0
+
+
+async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry: bool = False) -> None:
+    from console.errors import NatsUnreachableError
+
     collector: Collector | None = None
 
     async def on_error(e: Exception) -> None:
-        log.warning("NATS: %s", e)
+        log.warning("%sNATS: %s", said, e)
         if collector is not None:
             collector.note_connection_error(e)
 
-    stop = stop_on_signals()
-    async with await Runtime.open(settings, system=True, writes_events=True, error_cb=on_error) as runtime:
+    wait = 1.0
+    while True:
+        try:
+            runtime = await Runtime.open(settings, system=True, writes_events=True, error_cb=on_error,
+                                         give_up_after=settings.connection.connect_timeout if retry else 30.0)
+            break
+        except NatsUnreachableError as e:
+            if not retry:
+                raise
+            log.warning("%snot reachable (%s): trying again in %gs; the other systems collect meanwhile", said, e,
+                        wait)
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+                return
+            except asyncio.TimeoutError:
+                wait = min(wait * 2, 30.0)
+    async with runtime:
         c = settings.collector
         quarantine = QuarantineSettings(max_msgs=c.quarantine_max_msgs, per_second=c.quarantine_per_second,
                                         first_per_reason=c.quarantine_first_per_reason,
@@ -277,7 +309,7 @@ async def collect_async(settings: Settings) -> int:
         collector = Collector(runtime.nc, c, runtime.event_log, system_nc=runtime.system_nc,
                               monitor_url=settings.connection.monitor_url, quarantine=quarantine)
         await collector.start()
-        log.info("collecting into %s (advisories %s; batch timeout %gs, %s)", runtime.event_log.stream,
+        log.info("%scollecting into %s (advisories %s; batch timeout %gs, %s)", said, runtime.event_log.stream,
                  f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY",
                  collector.tracker.batch_timeout, collector.batch_timeout_source)
         try:
@@ -286,13 +318,11 @@ async def collect_async(settings: Settings) -> int:
                     await asyncio.wait_for(stop.wait(), settings.collector.status_every)
                 except asyncio.TimeoutError:
                     status = await collector.status()
-                    log.info("written %d, rejected %d, tracked %d, advisory lag %s%s", status.events_written,
+                    log.info("%swritten %d, rejected %d, tracked %d, advisory lag %s%s", said, status.events_written,
                              status.rejected_total, status.batches_tracked, status.advisory_lag,
                              "" if status.healthy else f"; UNHEALTHY: {'; '.join(status.unhealthy)}")
         finally:
             await collector.stop()
-    log.info("collector stopped")
-    return 0
 
 
 async def alerts_async(settings: Settings) -> int:

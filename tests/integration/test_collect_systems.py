@@ -1,0 +1,73 @@
+"""`collect --systems FILE`: one process collects from every system of the file, each into its own
+system's event log; a system that is not there yet is tried again while the others collect, and is
+collected from once it comes up."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import nats
+
+from console.broker.atomic import AtomicBatch
+from console.broker.server import EmbeddedServer
+from tests.conftest import TEST_LIMITS
+from tests.processes import CLI, free_port
+from tests.waits import collector_ready, events_for, poll_until
+
+
+async def abandon(nc, stream: str, batch_id: str) -> None:
+    """An atomic batch started and never committed: the server abandons it after its 1 s timeout."""
+    await nc.jetstream().add_stream(name=stream, subjects=[stream.lower()], allow_atomic=True)
+    batch = AtomicBatch(nc, batch_id=batch_id)
+    await batch.add(stream.lower(), b"x")
+    batch.discard()
+
+
+async def test_one_collector_captures_every_system_into_its_own_log_and_waits_for_one_that_is_down(tmp_path):
+    late_port = free_port()
+    with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
+            EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
+        systems = tmp_path / "systems.toml"
+        systems.write_text("".join(f'[[system]]\nname = "{name}"\nservers = ["{url}"]\n\n' for name, url in (
+            ("eu", eu.url), ("us", us.url), ("late", f"nats://127.0.0.1:{late_port}"))))
+        log = tmp_path / "collect.log"
+        with open(log, "w") as err:
+            proc = subprocess.Popen([CLI, "collect", "--systems", str(systems), "--batch-timeout", "1",
+                                     "--connect-timeout", "1", "--data-dir", str(tmp_path / "data")], stderr=err)
+        late = None
+        try:
+            poll_until(lambda: "system late: not reachable" in log.read_text(), 30, "the missing system said")
+            clients = {name: await nats.connect(server.url) for name, server in (("eu", eu), ("us", us))}
+            for name, nc in clients.items():
+                await collector_ready(nc.jetstream(), proc)
+                await abandon(nc, f"FL_{name.upper()}", f"fleet-{name}")
+            for name, nc in clients.items():  # each loss in its own system's log, and only there
+                found = await events_for(nc, {"fleet-eu", "fleet-us"}, lambda es: len(es) > 0, timeout=30)
+                assert {e.batch_id for e in found} == {f"fleet-{name}"}
+                await nc.close()
+            late = EmbeddedServer(tmp_path / "late", port=late_port, batch_limits=TEST_LIMITS).start()
+            poll_until(lambda: "system late: collecting into" in log.read_text(), 60, "the late system collected")
+            nc = await nats.connect(late.url)
+            await collector_ready(nc.jetstream(), proc)
+            await abandon(nc, "FL_LATE", "fleet-late")
+            assert {e.batch_id for e in await events_for(nc, {"fleet-late"}, bool, timeout=30)} == {"fleet-late"}
+            await nc.close()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+            if late is not None:
+                late.stop()
+        text = log.read_text()
+        assert code == 0 and "collector stopped" in text, text[-3000:]
+        assert all(f"system {name}: collecting into" in text for name in ("eu", "us", "late"))
+
+
+def test_a_wrong_systems_file_stops_collect_before_it_connects(tmp_path: Path):
+    systems = tmp_path / "systems.toml"
+    systems.write_text('[[system]]\nname = "eu"\nservers = ["nats://127.0.0.1:1"]\nname2 = 1\n')
+    done = subprocess.run([CLI, "collect", "--systems", str(systems), "--data-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "line 1: unknown key 'name2'" in done.stderr
+    assert "collecting" not in done.stderr
