@@ -269,6 +269,9 @@ async def collect_async(settings: Settings) -> int:
     if not systems:
         await _collect_one(settings, stop, "")
     else:
+        if settings.collector.cpu == "adaptive":  # one collector's idle class would slow the others down
+            log.info("several systems: the collectors run at nice 10 (--cpu low), not in the idle class by turns")
+            settings = replace(settings, collector=replace(settings.collector, cpu="low"))
         await asyncio.gather(*(_collect_one(settings.of_system(s), stop, f"system {s.name}: ", retry=True)
                                for s in systems))
     log.info("collector stopped")

@@ -62,6 +62,7 @@ async def test_one_collector_captures_every_system_into_its_own_log_and_waits_fo
         text = log.read_text()
         assert code == 0 and "collector stopped" in text, text[-3000:]
         assert all(f"system {name}: collecting into" in text for name in ("eu", "us", "late"))
+        assert "the collectors run at nice 10" in text  # not in the idle class by turns
 
 
 def test_a_wrong_systems_file_stops_collect_before_it_connects(tmp_path: Path):
