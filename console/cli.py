@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     conformance = commands.add_parser("conformance", help="which batch publishers follow ADR-50, judged on the wire: "
                                                           "a verdict per client and statement; exit 0 all conform, "
                                                           "1 one does not, 3 no verdict")
-    add_flags(conformance, *WITH_EVENT_LOG)
+    add_flags(conformance, *WITH_EVENT_LOG, "fleet")
     conformance.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     conformance.add_argument("--window", type=window_minutes, default=24 * 60,
                              help="minutes of the event log to read the latest verdicts from (default a day)")

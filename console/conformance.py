@@ -4,6 +4,7 @@ client library). `batch-console conformance`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -101,18 +102,59 @@ FORMATS = {"text": text, "json": as_json, "markdown": markdown}
 
 
 async def run_conformance(settings: Settings, output: str, window_minutes: float) -> int:
-    """The command: 0 every client conforms, 1 one does not, 3 no verdict could be read."""
+    """The command: 0 every client conforms, 1 one does not, 3 no verdict could be read. With a systems
+    file, every system's report under its name; 3 also when a system could not be read (unless a
+    client fails somewhere: 1)."""
     from console.errors import ConsoleError
-    from console.runtime import Runtime
 
     try:
-        async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
-                                      allow_reconnect=False) as runtime:
-            verdicts = (await runtime.verdicts(window_minutes)).report()
+        systems = settings.systems()
+        if not systems:
+            verdicts = await _verdicts(settings, window_minutes)
     except (ConsoleError, OSError, TimeoutError) as e:
         print(f"batch-console conformance: {str(e)[:300]}")
         return 3
-    print(FORMATS[output](verdicts))
-    if not verdicts:
-        return 3
-    return 1 if any(v.failing for v in verdicts) else 0
+    if not systems:
+        print(FORMATS[output](verdicts))
+        return 1 if any(v.failing for v in verdicts) else 0 if verdicts else 3
+
+    async def one(of: Settings) -> list[ClientVerdict] | str:
+        try:
+            return await _verdicts(of, window_minutes)
+        except (ConsoleError, OSError, TimeoutError) as e:
+            return f"not read: {str(e)[:300]}"
+
+    found = dict(zip((s.name for s in systems), await asyncio.gather(*(one(settings.of_system(s)) for s in systems))))
+    print(ACROSS[output](found))
+    read = [v for r in found.values() if not isinstance(r, str) for v in r]
+    if any(v.failing for v in read):
+        return 1
+    return 3 if not read or any(isinstance(r, str) for r in found.values()) else 0
+
+
+async def _verdicts(settings: Settings, window_minutes: float) -> list[ClientVerdict]:
+    from console.runtime import Runtime
+
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                  allow_reconnect=False) as runtime:
+        return (await runtime.verdicts(window_minutes)).report()
+
+
+Across = dict[str, "list[ClientVerdict] | str"]  # system -> its verdicts, or why they were not read
+
+
+def _text_across(found: Across) -> str:
+    return "\n\n".join(f"== system {name} ==\n" + (r if isinstance(r, str) else text(r)) for name, r in found.items())
+
+
+def _json_across(found: Across) -> str:
+    return json.dumps({"systems": {name: {"unreachable": r} if isinstance(r, str) else json.loads(as_json(r))
+                                   for name, r in found.items()}}, indent=2)
+
+
+def _markdown_across(found: Across) -> str:
+    return "\n\n".join(f"# System {_cell(name)}\n\n" + (f"_{_cell(r)}_" if isinstance(r, str) else markdown(r))
+                         for name, r in found.items())
+
+
+ACROSS = {"text": _text_across, "json": _json_across, "markdown": _markdown_across}

@@ -4,6 +4,7 @@ collected from once it comes up."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -72,3 +73,50 @@ def test_a_wrong_systems_file_stops_collect_before_it_connects(tmp_path: Path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "line 1: unknown key 'name2'" in done.stderr
     assert "collecting" not in done.stderr
+
+
+async def test_conformance_reports_every_systems_clients_under_its_name(tmp_path):
+    from console.broker.fast import FastBatch
+
+    with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
+            EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
+        both = tmp_path / "systems.toml"
+        both.write_text(f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
+                        f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n')
+        gone = tmp_path / "with-gone.toml"
+        gone.write_text(both.read_text() + f'\n[[system]]\nname = "gone"\nservers = ["nats://127.0.0.1:{free_port()}"]\n')
+        data = str(tmp_path / "data")
+        log = tmp_path / "collect.log"
+        with open(log, "w") as err:
+            proc = subprocess.Popen([CLI, "collect", "--systems", str(both), "--batch-timeout", "1",
+                                     "--data-dir", data], stderr=err)
+        try:
+            for server in (eu, us):
+                nc = await nats.connect(server.url, name="fleet-publisher")
+                await collector_ready(nc.jetstream(), proc)
+                await nc.jetstream().add_stream(name="FL_FAST", subjects=["fl_fast"], allow_batched=True)
+                batch = FastBatch(nc, flow=10)
+                for _ in range(20):
+                    await batch.add("fl_fast", b"x")
+                await batch.commit("fl_fast", b"x")
+                await nc.close()
+
+            def report(systems: Path) -> subprocess.CompletedProcess:
+                return subprocess.run([CLI, "conformance", "--systems", str(systems), "--data-dir", data,
+                                       "--format", "json", "--connect-timeout", "2"],
+                                      capture_output=True, text=True, timeout=60)
+
+            def graded() -> subprocess.CompletedProcess | None:
+                done = report(both)
+                return done if done.returncode == 0 else None
+
+            done = poll_until(graded, 60, "a verdict on each system", every=1.0)
+            found = json.loads(done.stdout)["systems"]
+            assert set(found) == {"eu", "us"} and all(found[s]["clients"] for s in found)
+            assert all(c["conforms"] for s in found for c in found[s]["clients"])
+            with_gone = report(gone)
+            assert with_gone.returncode == 3  # every client conforms, but one system could not be read
+            assert json.loads(with_gone.stdout)["systems"]["gone"]["unreachable"].startswith("not read: ")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
