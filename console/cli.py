@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="who asked the console to change what, and when: the audit trail, "
                                               "its chain checked")
-    add_flags(audit, *WITH_EVENT_LOG)
+    add_flags(audit, *WITH_EVENT_LOG, "fleet")
     audit.add_argument("--since", help="only the records of this last while (30m, 12h, 7d); the chain is checked "
                                        "from the first of them")
     audit.add_argument("--verify", action="store_true", help="exit 1 when the chain is broken: a record removed, "
@@ -245,6 +245,21 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
         start = datetime.now(timezone.utc) - duration(since, "--since", 0) if since else None
     except RulesError as e:
         raise ConfigError(e.reason) from None
+    systems = settings.systems()
+    if not systems:
+        return await _audit_one(settings, start, verify)
+    broken = False
+    for spec in systems:  # one after the other: each system's records, then its chain's verdict
+        print(f"== system {spec.name} ==", file=sys.stderr)
+        try:
+            broken |= await _audit_one(settings.of_system(spec), start, verify) != 0
+        except (ConsoleError, OSError, asyncio.TimeoutError) as e:
+            print(f"system {spec.name}: not read: {str(e)[:300]}", file=sys.stderr)
+            broken = broken or verify
+    return 1 if broken else 0
+
+
+async def _audit_one(settings: Settings, start: datetime | None, verify: bool) -> int:
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
         checked = await runtime.audit.read(start)
     for seq, r in checked.records:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from console.domain.notify_targets import NotifyTargets
-from console.domain.systems import Credentials, SystemSpec, SystemsError, load_systems
+from console.domain.systems import DEFAULT as DEFAULT_SYSTEM, Credentials, SystemSpec, SystemsError, load_systems
 from console.errors import ConfigError, MissingKeyError
 
 ENV_PREFIX = "BATCH_CONSOLE_"
@@ -379,6 +379,7 @@ class FleetSettings:
     systems: Path | None = setting(None, "a systems file: every NATS system this console watches, each with its "
                                          "servers, credentials and accounts (TOML [[system]], see the README)",
                                    parse=Path)
+    name: str = DEFAULT_SYSTEM  # the system these settings reach (Settings.of_system names it)
 
 
 @dataclass(frozen=True)
@@ -443,7 +444,7 @@ class Settings:
                              tls_cert=cert, tls_key=key, monitor_url=spec.monitor_url)
         sys_account = spec.system_account or Credentials()
         system = SystemAccountSettings(sys_account.creds, sys_account.user, sys_account.password)
-        return replace(self, connection=connection, system=system)
+        return replace(self, connection=connection, system=system, fleet=replace(self.fleet, name=spec.name))
 
     def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:
         """The event log's settings with the key; `make` for the collector, which makes a missing one."""

@@ -58,7 +58,8 @@ class Runtime:
         # the services built on the system, each asking for the connection it has now
         connection = lambda: self.nc  # noqa: E731
         self.audit = AuditTrail(connection, lambda: self.event_log, settings.data.db_path, settings.event_log.replicas,
-                                lambda: self._live.model.collector if self._live is not None else None)
+                                lambda: self._live.model.collector if self._live is not None else None,
+                                settings.fleet.name)
         self.verdicts = VerdictsReader(connection, lambda: self.event_log)
         self.searches = Searches(connection, lambda: self.masking)
         self.roles_file = RolesWatch(settings.access)

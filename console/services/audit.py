@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 
 from console.broker.connection import Connection
 from console.config import EventLogSettings
+from console.domain.systems import DEFAULT
 from console.errors import MissingKeyError
 
 if TYPE_CHECKING:
@@ -24,9 +25,12 @@ RECENT_TRAILS = 8  # reads of the audit trail kept (one per start day asked) for
 
 class AuditTrail:
     def __init__(self, connection: Callable[[], Connection], event_log: Callable[[], EventLogSettings],
-                 db_path: Path, replicas: int | None, status: Callable[[], CollectorStatus | None]):
-        """status: the collector's latest status as this process follows it (None: not followed)."""
+                 db_path: Path, replicas: int | None, status: Callable[[], CollectorStatus | None],
+                 system: str = DEFAULT):
+        """status: the collector's latest status as this process follows it (None: not followed); system:
+        whose trail it is (each system's head is checkpointed apart: one data directory, several systems)."""
         self._connection, self._event_log, self._db_path, self._replicas = connection, event_log, db_path, replicas
+        self._system = system
         self._status = status
         self._log: AuditLog | None = None
         self._trails: dict[datetime | None, tuple[datetime, Checked]] = {}  # the last read from each start
@@ -41,7 +45,8 @@ class AuditTrail:
             if key is None:
                 raise MissingKeyError("no event key: the audit trail is neither signed nor checked")
             try:
-                checkpoint = AuditCheckpoint(self._db_path, STREAM)
+                checkpoint = AuditCheckpoint(self._db_path, STREAM if self._system == DEFAULT else
+                                             f"{self._system}/{STREAM}")
             except Exception as e:  # an unreadable database: the trail is still signed and chained
                 log.error("the audit trail's checkpoint cannot be kept in %s: %s", self._db_path, e)
                 checkpoint = None

@@ -120,3 +120,44 @@ async def test_conformance_reports_every_systems_clients_under_its_name(tmp_path
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
+
+
+async def test_audit_verifies_every_systems_trail_each_against_its_own_checkpoint(tmp_path):
+    """One data directory, two systems: each trail's head is checkpointed apart, so one system's newer
+    records never read as the other's erasure (a false CHAIN BROKEN)."""
+    with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
+            EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
+        systems = tmp_path / "systems.toml"
+        systems.write_text(f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
+                           f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n')
+        data = str(tmp_path / "data")
+        log = tmp_path / "collect.log"
+        with open(log, "w") as err:  # the collectors make the event key that signs the trails
+            proc = subprocess.Popen([CLI, "collect", "--systems", str(systems), "--data-dir", data], stderr=err)
+        try:
+            poll_until(lambda: log.read_text().count("collecting into") == 2, 60, "both systems collected")
+            for server in (eu, us):
+                nc = await nats.connect(server.url)
+                await nc.jetstream().add_stream(name="FL_SEARCHED", subjects=["fl.searched"])
+                await nc.close()
+
+            def run(*args: str) -> subprocess.CompletedProcess:
+                return subprocess.run([CLI, *args, "--data-dir", data], capture_output=True, text=True, timeout=120)
+
+            def search(server: EmbeddedServer) -> None:  # an action: one record in that system's trail
+                done = run("search", "FL_SEARCHED", "--server", server.url)
+                assert done.returncode == 0, done.stderr
+
+            search(eu)
+            for _ in range(3):
+                search(us)
+            first = run("audit", "--systems", str(systems), "--verify")
+            assert first.returncode == 0, first.stderr
+            assert first.stderr.count("chain intact") == 2 and "== system eu ==" in first.stderr
+            search(us)  # us moves on; eu's checkpoint must not be compared with us's head
+            again = run("audit", "--systems", str(systems), "--verify")
+            assert again.returncode == 0 and "BROKEN" not in again.stderr, again.stderr
+            assert again.stdout.count("search.run") == 2 * (1 + 4), again.stdout  # attempted, then accepted
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
