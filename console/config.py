@@ -444,7 +444,10 @@ class Settings:
                              tls_cert=cert, tls_key=key, monitor_url=spec.monitor_url)
         sys_account = spec.system_account or Credentials()
         system = SystemAccountSettings(sys_account.creds, sys_account.user, sys_account.password)
-        return replace(self, connection=connection, system=system, fleet=replace(self.fleet, name=spec.name))
+        named = {f"connection.{f.name}" for f in fields(ConnectionSettings)} | {f"system.{f.name}"
+                                                                               for f in fields(SystemAccountSettings)}
+        return replace(self, connection=connection, system=system, fleet=replace(self.fleet, name=spec.name),
+                       given=self.given | named)  # the file's, whatever a running `up` beside it chose
 
     def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:
         """The event log's settings with the key; `make` for the collector, which makes a missing one."""

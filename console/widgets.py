@@ -29,7 +29,7 @@ from console import pages
 from console.config import ConnectionSettings, Settings, beside_up, found_data_dir, load
 from console.actions import Actions
 from console.domain.audit import NOTEBOOK
-from console.errors import KeyMismatchError
+from console.errors import ConfigError, KeyMismatchError
 from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
 from console.runtime import Runtime
@@ -46,6 +46,12 @@ from console.ui.streams import StreamsPage
 __all__ = ["NotebookConsole", "delta_frame"]
 
 
+def systems(settings: Settings | None = None) -> list[str]:
+    """The names of the systems file's systems (none without a file): what NotebookConsole.open(system=...)
+    takes."""
+    return [s.name for s in (load() if settings is None else settings).systems()]
+
+
 class NotebookConsole:
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -53,12 +59,23 @@ class NotebookConsole:
         self.data_dir = runtime.settings.data.data_dir
 
     @classmethod
-    async def open(cls, settings: Settings | None = None, **sections) -> NotebookConsole:
+    async def open(cls, settings: Settings | None = None, *, system: str | None = None,
+                   **sections) -> NotebookConsole:
         """The settings (default: from the environment, as every command reads them), with any
-        section replaced: `open(web=WebSettings(read_only=True))`. Events the console's key does not
-        verify are dropped and counted (see skipped)."""
+        section replaced: `open(web=WebSettings(read_only=True))`. With a systems file (`--systems`,
+        BATCH_CONSOLE_SYSTEMS), `system` names the one to open (systems() lists them). Events the
+        console's key does not verify are dropped and counted (see skipped)."""
+        settings = replace(load() if settings is None else settings, **sections)
+        if system is not None:
+            specs = {s.name: s for s in settings.systems()}
+            if system not in specs:
+                raise ConfigError(f"no system {system[:64]!r} in the systems file ({', '.join(specs) or 'none'})")
+            settings = settings.of_system(specs[system])
+        elif settings.systems():
+            raise ConfigError(f"several systems: open one of them, open(system=...) "
+                              f"({', '.join(s.name for s in settings.systems())})")
         # the URLs a running `up` on that data directory chose, unless given: a notebook beside `up` needs nothing
-        settings = beside_up(found_data_dir(replace(load() if settings is None else settings, **sections)))
+        settings = beside_up(found_data_dir(settings))
         print(f"batch console: data directory {settings.data.data_dir.resolve()}")
         runtime = await Runtime.open(settings)
         try:

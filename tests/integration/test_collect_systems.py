@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import nats
+import pytest
 
 from console.broker.atomic import AtomicBatch
 from console.broker.server import EmbeddedServer
@@ -158,6 +159,45 @@ async def test_audit_verifies_every_systems_trail_each_against_its_own_checkpoin
             again = run("audit", "--systems", str(systems), "--verify")
             assert again.returncode == 0 and "BROKEN" not in again.stderr, again.stderr
             assert again.stdout.count("search.run") == 2 * (1 + 4), again.stdout  # attempted, then accepted
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+async def test_a_notebook_opens_one_system_of_the_file_and_sees_only_its_losses(tmp_path, monkeypatch):
+    from console.config import load
+    from console.errors import ConfigError
+    from console.widgets import NotebookConsole, systems
+
+    with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
+            EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
+        file = tmp_path / "systems.toml"
+        file.write_text(f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
+                        f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n')
+        data = tmp_path / "data"
+        monkeypatch.setenv("BATCH_CONSOLE_SYSTEMS", str(file))
+        monkeypatch.setenv("BATCH_CONSOLE_DATA_DIR", str(data))
+        log = tmp_path / "collect.log"
+        with open(log, "w") as err:
+            proc = subprocess.Popen([CLI, "collect", "--batch-timeout", "1"], stderr=err)
+        try:
+            poll_until(lambda: log.read_text().count("collecting into") == 2, 60, "both systems collected")
+            for name, server in (("eu", eu), ("us", us)):
+                nc = await nats.connect(server.url)
+                await abandon(nc, f"NB_{name.upper()}", f"nb-{name}")
+                await events_for(nc, {f"nb-{name}"}, bool, timeout=30)
+                await nc.close()
+            assert systems(load()) == ["eu", "us"]
+            with pytest.raises(ConfigError, match="open one of them"):
+                await NotebookConsole.open()
+            with pytest.raises(ConfigError, match="no system 'asia'"):
+                await NotebookConsole.open(system="asia")
+            console = await NotebookConsole.open(system="us")
+            try:
+                await console.caught_up()
+                assert {b.batch_id for b in console.lost_batches()} == {"nb-us"}
+            finally:
+                await console.close()
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
