@@ -226,7 +226,7 @@ async def run_check(settings: Settings, output: str, codes: list[str] | None, st
     With a systems file, every system is checked at once, each finding naming its system; one that
     cannot be reached is said, and the others are reported all the same."""
     from console.domain.checks import ThresholdError, across_systems, evaluate
-    from console.errors import ConsoleError
+    from console.errors import ConfigError, ConsoleError
 
     try:
         given = thresholds(settings.checks.check_thresholds)
@@ -235,7 +235,7 @@ async def run_check(settings: Settings, output: str, codes: list[str] | None, st
             raise ThresholdError(f"not a check of the catalogue: {', '.join(c[:20] for c in unknown)}")
         systems = settings.systems()
         if systems and output == "prometheus":
-            raise ThresholdError("--format prometheus is one system's (each system's alerts part serves its own)")
+            raise ConfigError("--format prometheus is one system's (each system's alerts part serves its own)")
         if not systems:
             report = evaluate(await _facts(settings), given, codes or None, stream, remedies())
         else:

@@ -36,6 +36,7 @@ from tornado.web import RequestHandler, decode_signed_value
 from console.config import AccessSettings
 from console.login import cookie_flags, page, safe_next
 from console.domain.roles import RolesFile
+from console.domain.wire import printable
 from console.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def user_name(claims: dict[str, Any], name: str) -> str:
     for key in (name, "email", "sub"):
         value = claims.get(key)
         if isinstance(value, str) and value.strip():
-            return "".join(c if c.isprintable() else "?" for c in value)[:128]
+            return printable(value, 128)
     raise SignInError("the provider named no user (no sub)")
 
 

@@ -66,14 +66,13 @@ class NotebookConsole:
         BATCH_CONSOLE_SYSTEMS), `system` names the one to open (systems() lists them). Events the
         console's key does not verify are dropped and counted (see skipped)."""
         settings = replace(load() if settings is None else settings, **sections)
+        specs = {s.name: s for s in settings.systems()}  # the file read and its named files checked once
         if system is not None:
-            specs = {s.name: s for s in settings.systems()}
             if system not in specs:
                 raise ConfigError(f"no system {system[:64]!r} in the systems file ({', '.join(specs) or 'none'})")
             settings = settings.of_system(specs[system])
-        elif settings.systems():
-            raise ConfigError(f"several systems: open one of them, open(system=...) "
-                              f"({', '.join(s.name for s in settings.systems())})")
+        elif specs:
+            raise ConfigError(f"several systems: open one of them, open(system=...) ({', '.join(specs)})")
         # the URLs a running `up` on that data directory chose, unless given: a notebook beside `up` needs nothing
         settings = beside_up(found_data_dir(settings))
         print(f"batch console: data directory {settings.data.data_dir.resolve()}")

@@ -19,6 +19,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from console.broker.streams import StreamSpec, ensure_stream
+from console.domain.wire import printable
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class QuarantineSettings:
 
 def _header_value(text: str, limit: int = 512) -> str:
     """Headers end at a line break: keep a reason or a subject printable and short."""
-    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return printable(text, limit)
 
 
 class Quarantine:

@@ -19,7 +19,9 @@ from datetime import datetime, timezone
 from typing import Mapping
 
 from console.domain.signing import forgery
-from console.domain.wire import MAX_LABEL, MAX_TEXT, MalformedInput, bounded_text, bounded_time, load_object
+from console.domain.wire import (
+    MAX_LABEL, MAX_TEXT, MalformedInput, bounded_text, bounded_time, load_object, printable,
+)
 
 GENESIS = "0" * 64  # the `previous` of the first record ever written
 KEPT = 100_000  # records the trail keeps: the oldest go first, and only by count
@@ -79,8 +81,7 @@ def chain_hash(body: bytes) -> str:
 
 
 def _text(value: object, limit: int) -> str:
-    text = str(value)
-    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+    return printable(str(value), limit)
 
 
 def to_record(data: bytes) -> AuditRecord:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from console.domain.toml_text import FileRefused, read_toml, with_lines
+from console.domain.wire import printable
 
 DEFAULT = "default"  # the one system of a console started without a systems file
 MAX_SYSTEMS, MAX_ACCOUNTS, MAX_SERVERS = 32, 64, 32
@@ -152,7 +153,7 @@ def _system(table: dict[str, Any], line: int | None, account_lines: Iterator[int
 
 def _credentials(table: dict[str, Any], line: int | None, prefix: str = "") -> Credentials:
     found = Credentials(*(_text(table.get(k), prefix + k, line) for k in ("creds", "nkey", "user")),
-                        *(_secret(table.get(k), prefix + k, line) for k in SECRETS))
+                        *(_text(table.get(k), prefix + k, line, secret=True) for k in SECRETS))
     kinds = [k for k in ("creds", "nkey", "user", "token") if getattr(found, k)]
     if len(kinds) > 1:
         raise SystemsError(f"{prefix}{kinds[0]} and {prefix}{kinds[1]}: one kind of credential a user", line)
@@ -167,25 +168,18 @@ def _name(value: Any, pattern: re.Pattern[str], rule: str, line: int | None) -> 
     return value
 
 
-def _text(value: Any, key: str, line: int | None) -> str | None:
+def _text(value: Any, key: str, line: int | None, secret: bool = False) -> str | None:
+    """Never says back what was written (a secret's refusal says so)."""
     if value is None:
         return None
     if not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT or not value.isprintable():
-        raise SystemsError(f"{key}: a text of 1 to {MAX_TEXT} printable characters", line)
-    return value
-
-
-def _secret(value: Any, key: str, line: int | None) -> str | None:
-    """As _text, but what was written is never said back."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT or not value.isprintable():
-        raise SystemsError(f"{key}: a text of 1 to {MAX_TEXT} printable characters (not shown)", line)
+        raise SystemsError(f"{key}: a text of 1 to {MAX_TEXT} printable characters{' (not shown)' if secret else ''}",
+                           line)
     return value
 
 
 def _shown(key: str) -> str:
-    return repr("".join(c if c.isprintable() else "?" for c in key[:40]))
+    return repr(printable(key, 40))
 
 
 def _line_of(text: str, keys: set[str]) -> int | None:

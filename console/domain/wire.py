@@ -66,6 +66,11 @@ def has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
+def printable(text: str, limit: int | None = None) -> str:
+    """The text with each character that is not printable (a control, a line break) shown as '?', cut at `limit`."""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+
+
 def bounded_text(value: object, key: str, max_len: int = MAX_TEXT,
                  error: type[MalformedInput] = MalformedInput) -> str:
     """A non-empty string of at most max_len characters without control characters."""

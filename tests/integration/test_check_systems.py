@@ -101,3 +101,9 @@ def test_the_environment_names_the_systems_file_too(two_systems):
     done = subprocess.run([CLI, "check", "--data-dir", str(base / "data"), "--format", "json"], capture_output=True,
                           text=True, timeout=90, env={**os.environ, "BATCH_CONSOLE_SYSTEMS": str(systems)})
     assert {f["system"] for f in json.loads(done.stdout)["findings"]} == {"eu"}
+
+
+def test_prometheus_output_stays_one_systems(two_systems):
+    base, eu, _ = two_systems
+    done = check(base, systems_file(base, f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n'), "--format", "prometheus")
+    assert done.returncode == 3 and "--format prometheus is one system's" in done.stdout

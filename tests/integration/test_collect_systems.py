@@ -19,6 +19,11 @@ from tests.processes import CLI, free_port
 from tests.waits import collector_ready, events_for, poll_until
 
 
+def systems_text(**urls: str) -> str:
+    """A systems file naming each system with its one server."""
+    return "".join(f'[[system]]\nname = "{name}"\nservers = ["{url}"]\n\n' for name, url in urls.items())
+
+
 async def abandon(nc, stream: str, batch_id: str) -> None:
     """An atomic batch started and never committed: the server abandons it after its 1 s timeout."""
     await nc.jetstream().add_stream(name=stream, subjects=[stream.lower()], allow_atomic=True)
@@ -32,8 +37,7 @@ async def test_one_collector_captures_every_system_into_its_own_log_and_waits_fo
     with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
             EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
         systems = tmp_path / "systems.toml"
-        systems.write_text("".join(f'[[system]]\nname = "{name}"\nservers = ["{url}"]\n\n' for name, url in (
-            ("eu", eu.url), ("us", us.url), ("late", f"nats://127.0.0.1:{late_port}"))))
+        systems.write_text(systems_text(eu=eu.url, us=us.url, late=f"nats://127.0.0.1:{late_port}"))
         log = tmp_path / "collect.log"
         with open(log, "w") as err:
             proc = subprocess.Popen([CLI, "collect", "--systems", str(systems), "--batch-timeout", "1",
@@ -82,10 +86,9 @@ async def test_conformance_reports_every_systems_clients_under_its_name(tmp_path
     with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
             EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
         both = tmp_path / "systems.toml"
-        both.write_text(f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
-                        f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n')
+        both.write_text(systems_text(eu=eu.url, us=us.url))
         gone = tmp_path / "with-gone.toml"
-        gone.write_text(both.read_text() + f'\n[[system]]\nname = "gone"\nservers = ["nats://127.0.0.1:{free_port()}"]\n')
+        gone.write_text(systems_text(eu=eu.url, us=us.url, gone=f"nats://127.0.0.1:{free_port()}"))
         data = str(tmp_path / "data")
         log = tmp_path / "collect.log"
         with open(log, "w") as err:
@@ -129,8 +132,7 @@ async def test_audit_verifies_every_systems_trail_each_against_its_own_checkpoin
     with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
             EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
         systems = tmp_path / "systems.toml"
-        systems.write_text(f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
-                           f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n')
+        systems.write_text(systems_text(eu=eu.url, us=us.url))
         data = str(tmp_path / "data")
         log = tmp_path / "collect.log"
         with open(log, "w") as err:  # the collectors make the event key that signs the trails
@@ -172,8 +174,7 @@ async def test_a_notebook_opens_one_system_of_the_file_and_sees_only_its_losses(
     with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
             EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
         file = tmp_path / "systems.toml"
-        file.write_text(f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
-                        f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n')
+        file.write_text(systems_text(eu=eu.url, us=us.url))
         data = tmp_path / "data"
         monkeypatch.setenv("BATCH_CONSOLE_SYSTEMS", str(file))
         monkeypatch.setenv("BATCH_CONSOLE_DATA_DIR", str(data))
