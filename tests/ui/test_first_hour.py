@@ -62,11 +62,12 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     page.goto(web_url + "conformance")
     demo = page.get_by_role("row").filter(has_text="batch-console demo (deliberate faults)")
     expect(demo.first).to_be_visible(timeout=60_000)
-    verdict = demo.first.bounding_box()
-    assert verdict is not None and verdict["x"] + verdict["width"] > 0
+    # the table redraws as verdicts come: a row seen can be replaced before it is measured
+    verdict = poll_until(demo.first.bounding_box, 15, "the demo's row was not drawn", every=0.5)
+    assert verdict["x"] + verdict["width"] > 0
     failing = page.get_by_role("columnheader", name="failing")
-    box = failing.bounding_box()
-    assert box is not None and box["x"] + box["width"] <= 1280, box  # the failing statements are in view
+    box = poll_until(failing.bounding_box, 15, "the failing column was not drawn", every=0.5)
+    assert box["x"] + box["width"] <= 1280, box  # the failing statements are in view
 
     page.goto(web_url)  # every one of the demo's losses has its stream and its publisher, the dropped one too
     expect(page.get_by_role("row").filter(has_text="dropped").first).to_contain_text("DEMO_INGEST", timeout=90_000)
