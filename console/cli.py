@@ -77,12 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(alerts, *WITH_EVENT_LOG, "alerting", "checks", "system")
 
     serve = commands.add_parser("serve", help="the web console (Panel)")
-    add_flags(serve, *WITH_EVENT_LOG, "web", "access", "alerting.console_url")
+    add_flags(serve, *WITH_EVENT_LOG, "web", "access", "alerting.console_url", "fleet")
 
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
     add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "access", "embedded", "demo",
-              "alerting", "checks", defaults={"analytics.follow": True})
+              "alerting", "checks", "fleet", defaults={"analytics.follow": True})
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, runtime_checkable
 
+import panel as pn
+
 from console.actions import Actions
 from console.commands import COMMANDS
 from console.broker import names
-from console.domain.display import count
+from console.domain.display import count, md
 from console.investigate import advice
+from console.fleet import Fleet
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
@@ -85,6 +88,9 @@ class Page:
     make: Callable[..., View]  # (runtime, actions: what its user may do, **params) -> the view
     in_the_url: dict[str, str] = field(default_factory=dict)  # the choices kept in its URL: param -> argument
     changes_the_server: bool = False  # left out in read-only mode
+    # of several NATS systems, the page over all of them ((fleet, **params) -> the view), shown when the URL
+    # names none; a page without one acts on one system (the URL's ?system=, or the first)
+    across: Callable[..., View] | None = None
 
 
 def _csv_table(name: str) -> str:
@@ -224,8 +230,57 @@ def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage
     return ConformancePage(verdicts=runtime.verdicts, recent=runtime.verdicts.recent, **params)
 
 
-def badges(runtime: Runtime) -> list[Badge]:
-    """The status the frame's header shows on every page."""
+def live_across(fleet: Fleet, **params) -> LivePage:
+    """Every system's losses, each with its system; the status line says each system's state."""
+
+    def firing() -> int:
+        return sum(len(runtime.alerts.firing()) for runtime in fleet.runtimes().values())
+
+    return LivePage.across(lambda: {name: runtime.live for name, runtime in fleet.runtimes().items()},
+                           lambda: dict(fleet.unreached), alerts_firing=firing, **params)
+
+
+class Unreached(pn.viewable.Viewer):
+    """The page of a system not reached yet: what it is waiting for (every other system's pages go on)."""
+
+    def __init__(self, system: str, why: str):
+        super().__init__()
+        self._said = pn.pane.Alert(f"System **{md(system)}** is not reachable yet ({md(why)}). The console tries "
+                                   "it again in the background; reload this page, or pick another system above.",
+                                   alert_type="danger")
+
+    async def reload(self) -> None:
+        pass
+
+    def __panel__(self):
+        return self._said
+
+
+def badges(fleet: Fleet, shown: str | None = None) -> list[Badge]:
+    """The status the frame's header shows on every page: of the one system, or, of several, each
+    system's in a word (one not reached in full, on every page) and the shown one's in detail."""
+    if not fleet.several:
+        runtime = fleet.runtime()
+        return _badges(runtime) if runtime is not None else [Badge("NATS connecting", "bad")]
+    found = []
+    for name in fleet.names:
+        runtime = fleet.runtime(name)
+        if runtime is None:
+            why = fleet.unreached.get(name, "not open")
+            found.append(Badge(f"{name}: not reachable", "bad",
+                               banner=f"system {name} is not reachable ({why}); tried again, the others are shown"))
+            continue
+        connection = runtime.live.connection
+        found.append(Badge(f"{name}: {connection}", "ok" if connection == "connected" else "bad"))
+    runtime = fleet.runtime(shown) if shown is not None else None
+    if runtime is not None:
+        found += [b for b in _badges(runtime) if not b.label.startswith("NATS ")]
+    elif fleet.read_only:
+        found.append(Badge("read-only", "info"))
+    return found
+
+
+def _badges(runtime: Runtime) -> list[Badge]:
     now = datetime.now(timezone.utc)
     state = runtime.live
     connection = state.connection
@@ -242,7 +297,7 @@ def badges(runtime: Runtime) -> list[Badge]:
 
 
 TABLE = (
-    Page("/", "Live", live),
+    Page("/", "Live", live, across=live_across),
     Page("/streams", "Streams", streams, {"stream": "stream"}),
     Page("/replay", "Replay", replay, {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq",
                                        "start_time": "start_time", "batch_id": "batch_id"}),

@@ -17,6 +17,7 @@ from console.config import EventLogSettings, Settings, load
 from console.domain.batch_limits import BatchLimits
 from console.domain.audit import CLI
 from console.domain.incident import Incident
+from console.domain.live_model import LiveModel
 from console.commands import RunProbe, RunSearch, Services
 from console.probe import ProbeOptions, ProbeReport
 from console.errors import MaskingError, MissingKeyError
@@ -111,7 +112,7 @@ class Runtime:
                 if not self.follow_without_key:
                     raise
                 settings, missing = self.settings.event_log, str(error)
-            self._live = LiveState(self.nc, settings, key_missing=missing,
+            self._live = LiveState(self.nc, settings, key_missing=missing, model=LiveModel(system=self.system.name),
                                    find_key=lambda: self.settings.keyed_event_log(make=False))
             self._live.start()
         return self._live
@@ -221,15 +222,15 @@ class Runtime:
         """The payload masking rules and switch (read once; a file with an error stops the process
         at its start, with its line)."""
         if self._masking is None:
-            from console.domain.masking import load_masking
-
-            data = self.settings.data
-            try:
-                text = data.mask_rules.read_text() if data.mask_rules else ""
-                self._masking = load_masking(text, payloads=not data.no_payloads)
-            except (OSError, ValueError) as e:
-                raise MaskingError(f"masking rules {data.mask_rules}: {e}") from None
+            self._masking = _masking_of(self.settings)
         return self._masking
+
+    @staticmethod
+    def check_files(settings: Settings) -> None:
+        """The masking rules and the roles file, read as a runtime reads them: a ConfigError with its line,
+        before anything is asked of a server (a page is never shown unmasked)."""
+        _masking_of(settings)
+        RolesWatch(settings.access)()
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
@@ -249,3 +250,14 @@ class Runtime:
 
     async def __aexit__(self, *_) -> None:
         await self.close()
+
+
+def _masking_of(settings: Settings) -> Masking:
+    from console.domain.masking import load_masking
+
+    data = settings.data
+    try:
+        text = data.mask_rules.read_text() if data.mask_rules else ""
+        return load_masking(text, payloads=not data.no_payloads)
+    except (OSError, ValueError) as e:
+        raise MaskingError(f"masking rules {data.mask_rules}: {e}") from None

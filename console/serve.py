@@ -22,7 +22,9 @@ from console.login import GuardedBasicAuth
 from console.oidc import SESSION_COOKIE, OidcAuth, Provider
 from console.runtime import Runtime
 from console.ui.audit import default_since
-from console.ui.frame import Frame, Prefs, Who
+from console.fleet import Fleet
+from console.ui.controls import name_the_system
+from console.ui.frame import Frame, Prefs, Systems, Who
 from console.ui.preview import attach, static_html
 
 REDRAW_EVERY_MS = 2000  # the header's badges, and the pages that follow a state of their own
@@ -61,11 +63,18 @@ class App:
     """The web app: routes over the process's runtime (one connection, one live state, the SQLite
     history), shared by every browser session."""
 
-    def __init__(self, runtime: Runtime, url_state: bool = True, oidc: OidcAuth | None = None):
-        self.runtime = runtime
-        self.read_only = runtime.read_only
+    def __init__(self, fleet: Fleet, url_state: bool = True, oidc: OidcAuth | None = None):
+        self.fleet = fleet
+        self.read_only = fleet.read_only
         self.url_state = url_state  # off on an IPv6 address: Panel's Location cannot parse its Host header
         self.oidc = oidc
+
+    @property
+    def runtime(self) -> Runtime:
+        """The first system's runtime (a console of one system has only it)."""
+        runtime = self.fleet.runtime()
+        assert runtime is not None, "no system open"
+        return runtime
 
     def routes(self) -> dict:
         """A route for each page of the table; read-only mode leaves out those that change the server."""
@@ -79,8 +88,17 @@ class App:
     def _session(self, spec: pages.Page) -> Frame:
         """One browser session's page, kept to the page protocol (console.pages)."""
         prefs = _prefs()
-        actions = self._actions()
-        page = spec.make(self.runtime, actions, clock=prefs.clock, **_from_url(spec))
+        chosen = self.fleet.known(_arg("system"))  # None: all systems, or the first for a page on one
+        runtime = self.fleet.runtime(chosen)
+        if self.fleet.several and chosen is None and spec.across is not None:
+            shown, actions = None, self._actions(runtime)
+            page = spec.across(self.fleet, clock=prefs.clock, **_from_url(spec))
+        elif runtime is None:  # named, or the first, and not reached yet: said, and nothing else is waited for
+            shown, actions = chosen or self.fleet.names[0], None
+            page = pages.Unreached(system=shown, why=self.fleet.unreached.get(shown, "not open"))
+        else:
+            shown, actions = runtime.system.name, self._actions(runtime)
+            page = spec.make(runtime, actions, clock=prefs.clock, **_from_url(spec))
         if isinstance(page, pages.Reads):
             page.read()  # local and quick: in the first answer, whose preview then holds it
         else:
@@ -92,29 +110,37 @@ class App:
         if isinstance(page, pages.Closes):
             pn.state.on_session_destroyed(lambda _: _close(page))
             _close_with_its_tab(page)
-        return self._frame(page, spec, prefs, actions)
+        return self._frame(page, spec, prefs, actions, shown, chosen)
 
-    def _actions(self) -> Actions:
+    def _actions(self, runtime: Runtime | None) -> Actions | None:
         """What this session's user may do: a signed-in user's groups' roles until their session ends, or
         the local role (a password login, a loopback console without one)."""
+        if runtime is None:
+            return None
         actor = _actor()
         if self.oidc is None:
-            return self.runtime.actions(actor)
+            return runtime.actions(actor)
         session = self.oidc.session_of((pn.state.cookies or {}).get(SESSION_COOKIE))
         if session is None:  # ended since Bokeh let its request in: nothing may be done
-            return self.runtime.actions(actor, Grants(()), datetime.now(timezone.utc))
+            return runtime.actions(actor, Grants(()), datetime.now(timezone.utc))
         groups = session.groups  # their roles as the roles file says now, at every action: a change holds at once
-        return self.runtime.actions(Actor(session.user, actor.address, actor.agent),
-                                    lambda: self.runtime.roles.for_groups(groups),
-                                    datetime.fromtimestamp(session.expires, timezone.utc))
+        return runtime.actions(Actor(session.user, actor.address, actor.agent),
+                               lambda: runtime.roles.for_groups(groups),
+                               datetime.fromtimestamp(session.expires, timezone.utc))
 
-    def _frame(self, page, spec: pages.Page, prefs: Prefs, actions: Actions) -> Frame:
-        if spec.in_the_url and self.url_state:  # even asking for pn.state.location makes one
+    def _frame(self, page, spec: pages.Page, prefs: Prefs, actions: Actions | None, shown: str | None,
+               chosen: str | None) -> Frame:
+        if spec.in_the_url and self.url_state and not isinstance(page, pages.Unreached):  # asking makes one
             pn.state.location.sync(page, spec.in_the_url)  # the page was made with the URL's choices; now kept in step
         nav = {p.path: p.title for p in pages.TABLE if p.title and not (self.read_only and p.changes_the_server)}
         signed_in = self.oidc is not None or bool(pn.state.user)
-        who = Who(actions.actor.user, actions.grants.names, "/logout" if signed_in else None)
-        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.runtime), prefs, who)
+        who = Who(actions.actor.user, actions.grants.names, "/logout" if signed_in else None) if actions else None
+        systems = None
+        if self.fleet.several:
+            systems = Systems(tuple(self.fleet.names), shown, chosen, across=spec.across is not None)
+            if shown is not None:
+                name_the_system(page, shown)
+        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.fleet, shown), prefs, who, systems)
         attach(pn.state.curdoc, static_html(frame))  # what the page holds, painted before the scripts run
         _every(frame.refresh)
         return frame
@@ -190,23 +216,25 @@ def serve(settings: Settings) -> None:
     pn.extension("tabulator", inline=True, notifications=False)
     loop = IOLoop.current()
 
-    async def open_runtime() -> Runtime:
-        # Under `up`, a failed start is retried; without an event key the pages say so and follow once it is made.
-        runtime = await Runtime.open(settings, follow_without_key=True)
-        runtime.masking  # a masking rules file with an error stops the start, with its line: never shown unmasked
-        runtime.roles  # so does a roles file with an error
+    def prepare(runtime: Runtime) -> None:
         runtime.live  # following the event log before the first session arrives
         runtime.keep_open()
         runtime.read_ahead(default_since())  # a first visit's first answer has a copy too
-        return runtime
+
+    async def open_fleet() -> Fleet:
+        # Under `up`, a failed start is retried; without an event key the pages say so and follow once it is made.
+        fleet = Fleet(settings)  # a systems file with an error stops the start, with its line
+        Runtime.check_files(settings)  # so do masking and roles files: never shown unmasked
+        await fleet.open(prepare)
+        return fleet
 
     url_state = ":" not in web.address
-    runtime = loop.run_sync(open_runtime)
+    fleet = loop.run_sync(open_fleet)
     oidc, cookie_secret = None, secrets.token_hex(32)
     if access.oidc:
         provider = loop.run_sync(lambda: Provider.discover(access))
-        oidc = OidcAuth(provider, lambda: runtime.roles, cookie_secret, settings.alerting.console_url)
-    app = App(runtime, url_state, oidc)
+        oidc = OidcAuth(provider, fleet.roles, cookie_secret, settings.alerting.console_url)
+    app = App(fleet, url_state, oidc)
     auth = ({"auth_provider": oidc} if oidc else
             {"auth_provider": GuardedBasicAuth(web.basic_auth, settings.alerting.console_url)} if web.basic_auth
             else {})

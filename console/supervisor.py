@@ -20,7 +20,7 @@ from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, UP_FILE, Alertin
                             ConnectionSettings, Settings, SystemAccountSettings, child_env, embedded_system_password,
                             env_name, host_in_url, private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
-from console.errors import ConsoleError
+from console.errors import ConfigError, ConsoleError
 
 CLI = str(Path(sys.executable).parent / "batch-console")
 FIRST_BACKOFF = 1.0  # seconds before the first restart; doubled after each failure in a row
@@ -107,12 +107,16 @@ class Supervisor:
             tapped = (*settings.collector.tap_publish_subjects, *DEMO_SUBJECTS)
             settings = replace(settings, collector=replace(settings.collector, tap_publish_subjects=tapped))
         self.settings, self.out = settings, out
-        # Every setting reaches the parts in their environment (secrets included), never their argv.
-        self._env = {**os.environ, **child_env(settings)}
+        self.systems = settings.systems()  # a systems file with an error stops up, with its line
+        if self.systems and settings.demo.demo:
+            raise ConfigError("--demo publishes to the embedded nats-server: not with --systems")
+        # Every setting reaches the parts in their environment (secrets included), never their argv; of
+        # several systems, the parts of one system (analytics, alerts) reach the file's first
+        self._env = {**os.environ, **child_env(settings.of_system(self.systems[0]) if self.systems else settings)}
         self.logs = settings.data.data_dir / "logs"
         private_dir(self.logs)
         self.parts: list[Part] = []
-        self.embedded = "connection.servers" not in settings.given
+        self.embedded = "connection.servers" not in settings.given and not self.systems
         self._stopping = False
 
     def _say_where_alerts_go(self) -> None:
@@ -170,6 +174,9 @@ class Supervisor:
         self._part("alerts", ["alerts"])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
+        if self.systems:
+            self.say(f"systems: {', '.join(s.name for s in self.systems)} collected and served; analytics and alerts "
+                     f"on {self.systems[0].name}, the file's first")
         self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
         self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
         self._write_urls(url, console_url, metrics_port)

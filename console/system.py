@@ -17,16 +17,14 @@ from console.config import Settings
 from console.domain.batch_limits import BatchLimits
 
 log = logging.getLogger(__name__)
-DEFAULT = "default"  # the one system's name when no systems file names any
 ASSUMED = "the server's defaults, assumed"  # how batch_limits() says it did not read them
 LIMITS_FOR = 60.0  # seconds the server's limits are kept before /varz is asked again
 REOPEN_BACKOFF = (1.0, 60.0)  # seconds before opening a closed connection again: first, most
 
 
 class NatsSystem:
-    def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None,
-                 name: str = DEFAULT):
-        self.name, self.settings = name, settings
+    def __init__(self, settings: Settings, nc: Connection, system_nc: Connection | None = None):
+        self.name, self.settings = settings.fleet.name, settings  # Settings.of_system names a systems file's
         self.nc = nc
         self.system_nc = system_nc
         self.admin = StreamAdmin(nc, read_only=settings.web.read_only)
@@ -37,7 +35,7 @@ class NatsSystem:
 
     @classmethod
     async def open(cls, settings: Settings, *, give_up_after: float | None = 30.0, system: bool = False,
-                   name: str = DEFAULT, **connect_overrides: Any) -> NatsSystem:
+                   **connect_overrides: Any) -> NatsSystem:
         """Connects with the settings; with system=True also as the system account user, when one is
         configured. A server that does not answer within give_up_after raises NatsUnreachableError."""
         nc = await connect(settings.connection, give_up_after=give_up_after, **connect_overrides)
@@ -48,7 +46,7 @@ class NatsSystem:
             except BaseException:
                 await close(nc)
                 raise
-        return cls(settings, nc, system_nc, name)
+        return cls(settings, nc, system_nc)
 
     @property
     def monitor_url(self) -> str | None:

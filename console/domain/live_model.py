@@ -38,6 +38,7 @@ class LostBatch:
     source: str | None = None  # where the collector saw it (events.SOURCES): losses are kept per source
     publisher: str | None = None  # the publishing connection, in one line, when CONNZ named it
     probable_stream: str | None = None  # when stream is not known: where this publisher last published
+    system: str = ""  # the NATS system whose event log said it (its model's; README, "Several NATS systems")
 
 
 @dataclass
@@ -55,20 +56,23 @@ class ActiveBatch:
     flow_points: deque[tuple[datetime, int]] = field(default_factory=lambda: deque(maxlen=600))  # (time, flow)
     gap_points: deque[tuple[datetime, int | None, int | None]] = field(
         default_factory=lambda: deque(maxlen=100))  # (time, seq, lost)
+    system: str = ""
 
 
-def lost_batch(event: BatchEvent) -> LostBatch:
+def lost_batch(event: BatchEvent, system: str = "") -> LostBatch:
     kind = "atomic" if event.kind in ATOMIC_KINDS else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
     return LostBatch(event.time, event.stream, event.batch_id, reason, kind, event.event_id, event.unverified,
-                     event.source, event.publisher.line() if event.publisher else None, event.probable_stream)
+                     event.source, event.publisher.line() if event.publisher else None, event.probable_stream, system)
 
 
 class LiveModel:
     def __init__(self, recent: int = 50, max_active: int = 200, window: timedelta = timedelta(hours=1),
-                 max_streams: int = 1000):
+                 max_streams: int = 1000, system: str = ""):
         """recent: lost batches kept per stream, kind and source (a flood of forged advisories on a stream
-        cannot push out the losses the system account or the tap saw); max_streams: how many such keys."""
+        cannot push out the losses the system account or the tap saw); max_streams: how many such keys;
+        system: the NATS system whose event log this model follows, on each batch it holds."""
+        self.system = system
         self.recent_per_stream = recent
         self.max_streams = max_streams
         # (order applied, loss), newest last in each: equal times are ordered by arrival
@@ -110,7 +114,7 @@ class LiveModel:
                 pass
             return
         if event.kind in LOST_KINDS:
-            self._keep_lost(lost_batch(event))
+            self._keep_lost(lost_batch(event, self.system))
         elif event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
             self._retract(event.batch_id)
             return
@@ -187,7 +191,8 @@ class LiveModel:
             if len(self.active) >= self.max_active:  # the oldest quiet batch makes room
                 oldest = min(self.active.values(), key=lambda b: b.last_event or EPOCH)
                 del self.active[oldest.batch_id]
-            batch = self.active[event.batch_id] = ActiveBatch(event.batch_id, event.stream, event.gap_mode, event.flow)
+            batch = self.active[event.batch_id] = ActiveBatch(event.batch_id, event.stream, event.gap_mode, event.flow,
+                                                               system=self.system)
         batch.last_event = event.time
         batch.stream = batch.stream or event.stream
         if event.flow is not None:

@@ -63,3 +63,16 @@ def permitted(controls: list, why: str | None) -> str:
     for control in controls:
         control.disabled = why is not None
     return f"**Not for you:** {html.escape(why)}" if why else ""
+
+
+def name_the_system(page: Any, system: str) -> None:
+    """Of several NATS systems, every button of a page on one of them names it ("Apply · prod-eu"), and so
+    do those the page makes later (its `system` param): no change is made on a system not seen."""
+    for button in pn.Column(page).select(pn.widgets.Button):
+        button.label = on_system(button.label, system)
+    if isinstance(page, param.Parameterized) and "system" in page.param:
+        setattr(page, "system", system)
+
+
+def on_system(label: str, system: str) -> str:
+    return f"{label} · {system}" if system else label

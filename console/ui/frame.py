@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from typing import Callable
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import panel as pn
 
@@ -38,6 +38,29 @@ class Who:
         out = f' <a href="{html.escape(self.sign_out)}">Sign out</a>' if self.sign_out else ""
         return (f'<span class="who" aria-label="signed in as">{html.escape(self.user)} '
                 f'<span class="roles">({html.escape(self.roles)})</span>{out}</span>')
+
+
+@dataclass(frozen=True)
+class Systems:
+    """The NATS systems a console of several shows: their names, the one this page shows (None: all of
+    them), the one the URL chose (kept on every link), and whether this page has an "all systems" view."""
+
+    names: tuple[str, ...]
+    shown: str | None
+    chosen: str | None = None
+    across: bool = False
+
+    def html(self, current: str) -> str:
+        here = ' aria-current="true"'
+        links = [f'<a href="{html.escape(current)}"{here if self.shown is None else ""}>All systems</a>'] \
+            if self.across else []
+        links += [f'<a href="{html.escape(current)}?system={quote(name, safe="")}"{here if name == self.shown else ""}>'
+                  f'{html.escape(name)}</a>' for name in self.names]
+        return f'<nav aria-label="systems" class="systems">System: {" ".join(links)}</nav>'
+
+    def keep(self, path: str) -> str:
+        """A page's link that stays on the chosen system."""
+        return f'{path}?system={quote(self.chosen, safe="")}' if self.chosen else path
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,8 @@ div.bc-banner { margin-top: .4rem; padding: .5rem 1rem; border-radius: 6px; back
                 font-weight: 600; }
 header.bc .who { font-size: .9em; } header.bc .who a { color: var(--bc-link); margin-left: .4rem; }
 header.bc .who .roles { opacity: .8; }
+header.bc nav.systems a { color: var(--bc-link); margin-left: .3rem; }
+header.bc nav.systems a[aria-current="true"] { color: var(--bc-head-fg); font-weight: 700; text-decoration: underline; }
 header.bc button { font: inherit; font-size: .85em; background: transparent; color: var(--bc-head-fg);
                    border: 1px solid var(--bc-link); border-radius: 4px; padding: .1rem .5rem; cursor: pointer; }
 """
@@ -95,16 +120,19 @@ def badges_html(badges: list[Badge]) -> str:
     return "".join(f'<span class="badge {b.level}" role="status">{html.escape(b.label)}</span>' for b in badges)
 
 
-def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: Prefs, who: Who | None = None) -> str:
+def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: Prefs, who: Who | None = None,
+                systems: Systems | None = None) -> str:
     here = ' aria-current="page"'
-    links = "".join(f'<a href="{html.escape(path)}"{here if path == current else ""}>{html.escape(name)}</a>'
+    keep = systems.keep if systems is not None else (lambda path: path)
+    links = "".join(f'<a href="{html.escape(keep(path))}"{here if path == current else ""}>{html.escape(name)}</a>'
                     for path, name in nav.items())
     theme_to = "light" if prefs.dark else "dark"
     zone_to = ("'UTC'" if not prefs.clock.is_utc else "Intl.DateTimeFormat().resolvedOptions().timeZone")
     zone_label = "Times: UTC" if prefs.clock.is_utc else f"Times: {html.escape(prefs.clock.label)}"
     return (
         f'<header class="bc" role="banner"><span class="name">JetStream Batch Console</span>'
-        f'<nav aria-label="pages">{links}</nav><span class="badges">{badges_html(badges)}</span>'
+        f'<nav aria-label="pages">{links}</nav>{systems.html(current) if systems is not None else ""}'
+        f'<span class="badges">{badges_html(badges)}</span>'
         f'{who.html() if who else ""}'
         f'<button type="button" aria-label="switch to {theme_to} theme" '
         f'onclick="{html.escape(_switch_script(THEME_COOKIE, repr(theme_to)))}">{"Light" if prefs.dark else "Dark"}</button>'
@@ -118,9 +146,10 @@ class Frame(pn.viewable.Viewer):
     """A page in the frame; `refresh()` redraws the badges (the web app calls it every few seconds)."""
 
     def __init__(self, page, nav: dict[str, str], current: str, badges: Callable[[], list[Badge]], prefs: Prefs,
-                 who: Who | None = None):
+                 who: Who | None = None, systems: Systems | None = None):
         super().__init__()
         self.badges, self.nav, self.current, self.prefs, self.who = badges, nav, current, prefs, who
+        self.systems = systems
         self._header = pn.pane.HTML(self._html(), sizing_mode="stretch_width", stylesheets=[CSS],
                                     css_classes=["dark"] if prefs.dark else [])
         if prefs.dark:
@@ -130,7 +159,7 @@ class Frame(pn.viewable.Viewer):
         self._layout = pn.Column(self._header, page, sizing_mode="stretch_width")
 
     def _html(self) -> str:
-        return header_html(self.nav, self.current, self.badges(), self.prefs, self.who)
+        return header_html(self.nav, self.current, self.badges(), self.prefs, self.who, self.systems)
 
     def refresh(self) -> None:
         self._header.object = self._html()

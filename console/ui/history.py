@@ -32,25 +32,30 @@ from console.ui.formatting import (
 )
 
 
-def incident_link(batch_id: str | None) -> str:
+def in_system(system: str | None) -> str:
+    """The query argument that keeps a link on one NATS system ("" for the one system of a console)."""
+    return f'&system={quote(system, safe="")}' if system else ""
+
+
+def incident_link(batch_id: str | None, system: str | None = None) -> str:
     """An escaped link to the incident view, for Tabulator's html formatter."""
     if not batch_id:
         return ""
-    return f'<a href="/incident?batch={quote(batch_id, safe="")}">investigate</a>'
+    return f'<a href="/incident?batch={quote(batch_id, safe="")}{in_system(system)}">investigate</a>'
 
 
-def stream_cell(stream: str | None, probable: str | None = None) -> str:
+def stream_cell(stream: str | None, probable: str | None = None, system: str | None = None) -> str:
     """A stream name for an html cell: a link to its page, escaped; the unknown one says why it is
     unknown on hover, and the stream its publisher's connection last published to, as probable."""
     if not stream or stream == UNKNOWN_STREAM:
         unknown = f'<span title="{html.escape(WHY_UNKNOWN)}">{UNKNOWN_STREAM}</span>'
         if probable and stream_name_problem(probable) is None:
             why = "the stream this publisher's connection last published a batch to"
-            return f'{unknown} · <span title="{why}">probably</span> {stream_cell(probable)}'
+            return f'{unknown} · <span title="{why}">probably</span> {stream_cell(probable, system=system)}'
         return unknown
     if stream_name_problem(stream) is not None:  # "(collector)", "other": not a stream, no page
         return html.escape(stream)
-    return f'<a href="/stream?name={quote(stream, safe="")}">{html.escape(stream)}</a>'
+    return f'<a href="/stream?name={quote(stream, safe="")}{in_system(system)}">{html.escape(stream)}</a>'
 
 
 def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.DataFrame | None = None) -> dict[str, list]:

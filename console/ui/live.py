@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 import panel as pn
@@ -22,18 +22,36 @@ from console.ui.history import incident_link, stream_cell
 
 if TYPE_CHECKING:
     from console.broker.live_state import LiveState
+    from console.domain.live_across import LiveAcross
 COLUMNS = {"time": "object", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
            "publisher": "object", "investigate": "object"}
 
 
-def recent_frame(model: LiveModel, limit: int = 100, clock: Clock = Clock(), stream: str | None = None) -> pd.DataFrame:
-    """Newest first (of one stream, when given); explicit dtypes so an empty frame streams like a full one."""
+def recent_frame(model: LiveModel | LiveAcross, limit: int = 100, clock: Clock = Clock(), stream: str | None = None,
+                 by_system: bool = False) -> pd.DataFrame:
+    """Newest first (of one stream, when given); explicit dtypes so an empty frame streams like a full one.
+    by_system: several systems' losses, each with its system (the second column)."""
     lost = model.newest_first(limit) if stream is None else model.lost_on(stream, limit)
-    rows = [{"time": clock.when(b.time), "stream": stream_cell(b.stream, b.probable_stream),
+    where = (lambda b: b.system) if by_system else (lambda b: None)
+    rows = [{"time": clock.when(b.time), "system": b.system,
+             "stream": stream_cell(b.stream, b.probable_stream, where(b)),
              "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
-             "kind": b.kind, "publisher": b.publisher or "", "investigate": incident_link(b.batch_id)} for b in lost]
-    return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
+             "kind": b.kind, "publisher": b.publisher or "",
+             "investigate": incident_link(b.batch_id, where(b))} for b in lost]
+    columns = _with_system(COLUMNS, by_system)
+    return pd.DataFrame(rows, columns=list(columns)).astype(columns)
+
+
+def _with_system(columns: dict[str, str], by_system: bool, after: str = "time") -> dict[str, str]:
+    if not by_system:
+        return columns
+    found: dict[str, str] = {}
+    for name, dtype in columns.items():
+        found[name] = dtype
+        if name == after:
+            found["system"] = "object"
+    return found if "system" in found else {"system": "object", **columns}
 
 
 ACTIVE_COLUMNS = {"batch_id": "object", "stream": "object", "seq": "int64", "acked_seq": "int64", "flow": "Int64",
@@ -48,12 +66,14 @@ FLOW_LINES = 10  # the most recently active batches get a line each
 NOT_YET = f'<span title="{html.escape(WHY_UNKNOWN)}">(named at its end)</span>'
 
 
-def active_frame(model: LiveModel, stream: str | None = None) -> pd.DataFrame:
+def active_frame(model: LiveModel | LiveAcross, stream: str | None = None, by_system: bool = False) -> pd.DataFrame:
     """The active fast batches (of one stream, when given), the most recently heard from first."""
-    rows = [{"batch_id": b.batch_id, "stream": stream_cell(b.stream) if b.stream else NOT_YET, "seq": b.last_seq, "acked_seq": b.acked_seq,
+    rows = [{"system": b.system, "batch_id": b.batch_id,
+             "stream": stream_cell(b.stream, system=b.system if by_system else None) if b.stream else NOT_YET, "seq": b.last_seq, "acked_seq": b.acked_seq,
              "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
             for b in model.active_newest_first() if stream is None or b.stream == stream]
-    return pd.DataFrame(rows, columns=list(ACTIVE_COLUMNS)).astype(ACTIVE_COLUMNS)
+    columns = _with_system(ACTIVE_COLUMNS, by_system, after="")
+    return pd.DataFrame(rows, columns=list(columns)).astype(columns)
 
 
 def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
@@ -148,8 +168,11 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
 class LivePage(Clocked, pn.viewable.Viewer):
     """Counters by reason (5 min / 1 h), recent lost batches newest first, a status bar."""
 
-    model = param.ClassSelector(class_=LiveModel, doc="The process's live model, shared by sessions")
-    connection = param.Callable(doc="Returns the NATS connection state as text")
+    model = param.Parameter(doc="The process's live model (a LiveModel, or a LiveAcross of several systems')")
+    by_system = param.Boolean(default=False, doc="Several systems: each loss and batch with its system")
+    status = param.Callable(default=None, doc="(now) -> the status line; default: the one system's")
+    notices = param.Callable(default=None, doc="(clock) -> the notices' HTML; default: the one model's")
+    connection = param.Callable(default=lambda: "", doc="Returns the NATS connection state as text")
     problem = param.Callable(default=lambda: None, doc="Returns the live state's problem, if any")
     skipped = param.Callable(default=lambda: 0, doc="Returns how many event-log records the live state dropped")
     alerts_firing = param.Callable(default=lambda: 0, doc="Returns how many alerts fire now")
@@ -164,13 +187,13 @@ class LivePage(Clocked, pn.viewable.Viewer):
                                    stylesheets=[f"pre {{ {WRAPPED} }}"])
         self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
         self._table = tabulator(
-            recent_frame(self.model, clock=self.clock), disabled=True, show_index=False, sizing_mode="stretch_width",
+            recent_frame(self.model, clock=self.clock, by_system=self.by_system), disabled=True, show_index=False, sizing_mode="stretch_width",
             height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"},
                                     "publisher": {"type": "textarea"}},
             widths={"publisher": 330},  # wrapped: the link to each batch's Incident stays in view at 1280 px
         )
         self._active = tabulator(
-            active_frame(self.model), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,
+            active_frame(self.model, by_system=self.by_system), disabled=True, show_index=False, sizing_mode="stretch_width", height=220,
             formatters={"stream": {"type": "html"}},
         )
         now = datetime.now(timezone.utc)
@@ -213,6 +236,28 @@ class LivePage(Clocked, pn.viewable.Viewer):
         page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
         return page
 
+    @classmethod
+    def across(cls, states: Callable[[], dict[str, LiveState]], unreached: Callable[[], dict[str, str]],
+               **params) -> LivePage:
+        """A page on several systems' live states (those reached so far), each loss with its system; the
+        status line says each system's state, and those not reached."""
+        from console.domain.live_across import LiveAcross
+
+        def status(now: datetime) -> str:
+            lines = [f"{name}: " + status_text(state.model, state.connection, state.key_problem or state.problem, now,
+                                               state.skipped) for name, state in states().items()]
+            lines += [f"{name}: NOT REACHABLE ({why}); tried again meanwhile" for name, why in unreached().items()]
+            return "\n".join(lines)
+
+        def notices(clock: Clock) -> str:
+            found = ((name, notices_html(state.model, clock)) for name, state in states().items())
+            return "".join(f"<b>{html.escape(name)}</b>{said}" for name, said in found if said)
+
+        page = cls(model=LiveAcross(lambda: {name: state.model for name, state in states().items()}), by_system=True,
+                   status=status, notices=notices, **params)
+        page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
+        return page
+
     async def reload(self) -> None:
         self.refresh()
 
@@ -224,8 +269,12 @@ class LivePage(Clocked, pn.viewable.Viewer):
     def refresh(self) -> None:
         now = datetime.now(timezone.utc)
         with pn.io.hold():
-            self._status.object = status_text(self.model, self.connection(), self.problem(), now, self.skipped(),
-                                              self.alerts_firing())
+            if self.status is None:
+                self._status.object = status_text(self.model, self.connection(), self.problem(), now, self.skipped(),
+                                                  self.alerts_firing())
+            else:
+                firing = self.alerts_firing()
+                self._status.object = self.status(now) + (f"\nALERTS FIRING {count(firing)} (see Alerts)" if firing else "")
             if self.model.version == self._version:
                 return
             self._version = self.model.version
@@ -234,9 +283,10 @@ class LivePage(Clocked, pn.viewable.Viewer):
             cells = " | ".join(f"**{md(r)}** {count(five.get(r, 0))} / {count(hour.get(r, 0))}"
                                for r in in_order(hour) if hour.get(r))
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
-            self._notices.object = notices_html(self.model, self.clock)
-            self._table.value = recent_frame(self.model, clock=self.clock)
-            self._active.value = active_frame(self.model)
+            self._notices.object = (self.notices(self.clock) if self.notices is not None else
+                                    notices_html(self.model, self.clock))
+            self._table.value = recent_frame(self.model, clock=self.clock, by_system=self.by_system)
+            self._active.value = active_frame(self.model, by_system=self.by_system)
             self._bars.data = interval_data(self.model, now)
             self._bars_range.start, self._bars_range.end = self._window(now)
             self._lines.data, self._marks.data = flow_data(self.model, now)

@@ -17,7 +17,7 @@ from console.commands import ANSWERS, FetchMessages
 from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
-from console.ui.controls import keep_choice, permitted
+from console.ui.controls import keep_choice, on_system, permitted
 from console.ui.formatting import Clocked
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     expires = param.Number(default=2.0, bounds=(0.1, 60), doc="Seconds the server waits for messages")
     batch_id = param.String(default="", doc="The batch Replay batch looks for")
     status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
+    system = param.String(default="", doc="Of several NATS systems, the one this page acts on (on every button)")
     messages = param.List(default=[], doc="The messages shown (StoredMessage): the last fetch, or the batch replayed")
     mask = param.Callable(default=None, allow_refs=False,
                           doc="(stream, headers, payload) -> what may be shown of them (the masking rules)")
@@ -256,7 +257,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")
         if reader is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
-        buttons = {kind: pn.widgets.Button(label=label, button_type="light") for kind, label in ACK_LABELS.items()}
+        buttons = {kind: pn.widgets.Button(label=on_system(label, self.system), button_type="light")
+                   for kind, label in ACK_LABELS.items()}
         outcome = pn.pane.Markdown(permitted([buttons[kind] for kind, why in whys.items() if why],
                                              "; ".join(why for why in whys.values() if why) or None))
 

@@ -12,24 +12,11 @@ from pathlib import Path
 import nats
 import pytest
 
-from console.broker.atomic import AtomicBatch
 from console.broker.server import EmbeddedServer
 from tests.conftest import TEST_LIMITS
+from tests.fleet import abandon, systems_text
 from tests.processes import CLI, free_port
 from tests.waits import collector_ready, events_for, poll_until
-
-
-def systems_text(**urls: str) -> str:
-    """A systems file naming each system with its one server."""
-    return "".join(f'[[system]]\nname = "{name}"\nservers = ["{url}"]\n\n' for name, url in urls.items())
-
-
-async def abandon(nc, stream: str, batch_id: str) -> None:
-    """An atomic batch started and never committed: the server abandons it after its 1 s timeout."""
-    await nc.jetstream().add_stream(name=stream, subjects=[stream.lower()], allow_atomic=True)
-    batch = AtomicBatch(nc, batch_id=batch_id)
-    await batch.add(stream.lower(), b"x")
-    batch.discard()
 
 
 async def test_one_collector_captures_every_system_into_its_own_log_and_waits_for_one_that_is_down(tmp_path):
