@@ -68,13 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
               defaults={"collector.cpu": "adaptive", "collector.pace_ms": 10.0})
 
     analytics = commands.add_parser("analytics", help="keep abandonment and gap history in SQLite and Delta (PySpark)")
-    add_flags(analytics, *WITH_EVENT_LOG, "analytics", aliases={"--analytics-every": "--every",
+    add_flags(analytics, *WITH_EVENT_LOG, "analytics", "fleet", aliases={"--analytics-every": "--every",
                                                                 "--spark-master": "--master"})
     analytics.add_argument("--once", action="store_true", help="one run, then exit (default: a run every "
                                                                "--analytics-every seconds until stopped)")
 
     alerts = commands.add_parser("alerts", help="alert rules over the event log: notifications and Prometheus metrics")
-    add_flags(alerts, *WITH_EVENT_LOG, "alerting", "checks", "system")
+    add_flags(alerts, *WITH_EVENT_LOG, "alerting", "checks", "system", "fleet")
 
     serve = commands.add_parser("serve", help="the web console (Panel)")
     add_flags(serve, *WITH_EVENT_LOG, "web", "access", "alerting.console_url", "fleet")
@@ -293,9 +293,28 @@ async def collect_async(settings: Settings) -> int:
     return 0
 
 
-async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry: bool = False) -> None:
+async def _opened(settings: Settings, stop: asyncio.Event, said: str, retry: bool, **options) -> Runtime | None:
+    """A runtime on the settings' system; with `retry` (one of several systems), one that cannot be reached
+    is said and tried again, with a growing pause up to 30 s, until it opens (None: stopped meanwhile)."""
     from console.errors import NatsUnreachableError
 
+    wait = 1.0
+    while True:
+        try:
+            return await Runtime.open(settings, give_up_after=settings.connection.connect_timeout if retry else 30.0,
+                                      **options)
+        except NatsUnreachableError as e:
+            if not retry:
+                raise
+            log.warning("%snot reachable (%s): trying again in %gs; the other systems go on meanwhile", said, e, wait)
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+                return None
+            except asyncio.TimeoutError:
+                wait = min(wait * 2, 30.0)
+
+
+async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry: bool = False) -> None:
     collector: Collector | None = None
 
     async def on_error(e: Exception) -> None:
@@ -303,22 +322,9 @@ async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry
         if collector is not None:
             collector.note_connection_error(e)
 
-    wait = 1.0
-    while True:
-        try:
-            runtime = await Runtime.open(settings, system=True, writes_events=True, error_cb=on_error,
-                                         give_up_after=settings.connection.connect_timeout if retry else 30.0)
-            break
-        except NatsUnreachableError as e:
-            if not retry:
-                raise
-            log.warning("%snot reachable (%s): trying again in %gs; the other systems collect meanwhile", said, e,
-                        wait)
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-                return
-            except asyncio.TimeoutError:
-                wait = min(wait * 2, 30.0)
+    runtime = await _opened(settings, stop, said, retry, system=True, writes_events=True, error_cb=on_error)
+    if runtime is None:
+        return
     async with runtime:
         c = settings.collector
         quarantine = QuarantineSettings(max_msgs=c.quarantine_max_msgs, per_second=c.quarantine_per_second,
@@ -344,40 +350,68 @@ async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry
 
 
 async def alerts_async(settings: Settings) -> int:
-    from console.alerting.metrics import Metrics, serve_metrics
+    """The alerts part of one system, or, with a systems file, of each system in this process: each with
+    its rules (those that cover it), its firing state and checks in its own console.db, and one /metrics
+    whose samples carry their `system`."""
+    from console.alerting.metrics import Metrics
     from console.alerting.rules_file import load_rules, rules_path
-    from console.alerting.service import AlertService
-    from console.checks import watch
-    from console.storage.alert_state import AlertStore
 
     path = rules_path(settings.alerting.rules, settings.data.data_dir)
     try:
         rules = load_rules(path, settings.notify_targets())
     except ValueError as e:  # RulesError: the line and the reason
         raise ConfigError(f"rules file {path}: {e}") from None
-    metrics = Metrics() if settings.alerting.metrics_port is not None else None
+    wanted = settings.alerting.metrics_port is not None
     stop = stop_on_signals()
-    async with await Runtime.open(settings, key_wait=KEY_WAIT, system=True) as runtime:
-        if metrics is not None:
-            try:
-                server = serve_metrics(metrics, settings.alerting.metrics_port)
-            except OSError as e:  # not NATS: the port is taken
-                raise ConfigError(f"cannot serve /metrics on 127.0.0.1:{settings.alerting.metrics_port}: {e}") from None
-            print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
+    systems = settings.systems()
+    if not systems:
+        await _alerts_one(settings, rules, Metrics() if wanted else None, stop)
+        return 0
+    each = {s.name: Metrics(s.name) for s in systems} if wanted else {}
+    if wanted:
+        _serve_metrics(lambda: list(each.values()), settings)
+    await asyncio.gather(*(_alerts_one(settings.of_system(s), rules, each.get(s.name), stop, s.name, served=True)
+                           for s in systems))
+    return 0
+
+
+def _serve_metrics(metrics, settings: Settings) -> None:
+    from console.alerting.metrics import serve_metrics
+
+    try:
+        server = serve_metrics(metrics, settings.alerting.metrics_port)
+    except OSError as e:  # not NATS: the port is taken
+        raise ConfigError(f"cannot serve /metrics on 127.0.0.1:{settings.alerting.metrics_port}: {e}") from None
+    print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
+
+
+async def _alerts_one(settings: Settings, rules, metrics, stop: asyncio.Event, system: str = "",
+                      served: bool = False) -> None:
+    from console.alerting.rules_file import rules_path
+    from console.alerting.service import AlertService
+    from console.checks import watch
+    from console.storage.alert_state import AlertStore
+
+    said = f"system {system}: " if system else ""
+    runtime = await _opened(settings, stop, said, retry=bool(system), key_wait=KEY_WAIT, system=True)
+    if runtime is None:
+        return
+    async with runtime:
+        if metrics is not None and not served:
+            _serve_metrics(metrics, settings)
         store = AlertStore(settings.data.db_path)
         service = AlertService(runtime.nc, runtime.event_log, rules, store, settings.alerting.console_url, metrics,
                                rules_file=lambda: rules_path(settings.alerting.rules, settings.data.data_dir),
                                targets=settings.notify_targets(),
-                               checks_window_s=settings.checks.check_window * 60)
-        log.info("alerts: %d rules, firing state in %s", len(rules), store.path)
+                               checks_window_s=settings.checks.check_window * 60, system=system)
+        log.info("%salerts: %d rules, firing state in %s", said, len(service.evaluator.rules), store.path)
         checks = asyncio.create_task(watch(runtime, settings, store, metrics, stop, service.set_findings,
-                                           service.recent, lambda: service.caught_up), name="checks")
+                                           service.recent, lambda: service.caught_up), name=f"checks {system}")
         try:
             await service.run(stop)
         finally:
             stop.set()
             await checks
-    return 0
 
 
 def backlog_progress(step: int):
@@ -404,28 +438,42 @@ async def _reachable(settings: Settings) -> None:
 
 
 def cmd_analytics(settings: Settings, once: bool) -> int:
+    """The analytics job on one system, or, with a systems file, on each in turn in one Spark session: each
+    system's event log into its own console.db and delta/ (DATA_DIR/systems/NAME); one that cannot be
+    reached is said, and the others run."""
     from console.analytics.follow import HEARTBEATS_DEFERRED, follow
-    from console.broker.log_watcher import LogWatcher
+    from console.broker.log_watcher import AnyOf, LogWatcher
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
     from console.analytics.source import SourceOptions
 
     a = settings.analytics
     if a.master and a.remote:
         raise ConfigError("give --spark-master or --remote, not both")
-    asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
-    job = JobSettings(settings.data.data_dir, SourceOptions.parse(spark_options(settings)), max_events=a.max_events,
-                      driver_reads_up_to=a.driver_reads_up_to)
+    systems = {spec.name: settings.of_system(spec) for spec in settings.systems()}
+    if not systems:
+        asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
+    jobs = {name: JobSettings(each.data.system_dir, SourceOptions.parse(spark_options(each)), max_events=a.max_events,
+                              driver_reads_up_to=a.driver_reads_up_to)
+            for name, each in (systems or {"": settings}).items()}
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
                           full_jit=a.full_jit)
-    watcher = None
+    watchers: list[LogWatcher] = []
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)
 
     def run() -> None:
         nonlocal warm
-        report = run_once(spark, job, progress=backlog_progress(job.max_events),
-                          defer_heartbeats=HEARTBEATS_DEFERRED if a.follow and warm else 0)
-        warm = warm or report.events_read > 0 or bool(report.skipped)
-        print(f"analytics: {report.line()}", flush=True)
+        for name, job in jobs.items():
+            said = f"analytics: system {name}: " if name else "analytics: "
+            try:
+                report = run_once(spark, job, progress=backlog_progress(job.max_events),
+                                  defer_heartbeats=HEARTBEATS_DEFERRED if a.follow and warm else 0)
+            except Exception as e:  # of several systems, one not reached: the others run
+                if not name:
+                    raise
+                print(f"{said}not run: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}", flush=True)
+                continue
+            warm = warm or report.events_read > 0 or bool(report.skipped)
+            print(f"{said}{report.line()}", flush=True)
 
     try:
         if once:
@@ -433,9 +481,10 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
         elif a.follow:
             prefix = settings.event_log.subject_prefix
             # The collector's heartbeat changes no history: waking on it would run the job every gap.
-            watcher = LogWatcher(settings.connection, f"{prefix}.>",
-                                 quiet=(f"{prefix}.{EventKind.COLLECTOR_STATUS.value}.",)).start()
-            follow(run, watcher, every=a.every, gap=a.follow_gap)
+            watchers = [LogWatcher(each.connection, f"{prefix}.>",
+                                   quiet=(f"{prefix}.{EventKind.COLLECTOR_STATUS.value}.",)).start()
+                        for each in (systems or {"": settings}).values()]
+            follow(run, watchers[0] if len(watchers) == 1 else AnyOf(watchers), every=a.every, gap=a.follow_gap)
         else:
             while True:
                 run()
@@ -444,7 +493,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        if watcher is not None:
+        for watcher in watchers:
             watcher.stop()
         spark.stop()
 

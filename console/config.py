@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from console.domain.notify_targets import NotifyTargets
-from console.domain.systems import DEFAULT as DEFAULT_SYSTEM, Credentials, SystemSpec, SystemsError, load_systems
+from console.domain.systems import (DEFAULT as DEFAULT_SYSTEM, Credentials, SystemSpec, SystemsError, each_account,
+                                    load_systems)
 from console.errors import ConfigError, MissingKeyError
 
 ENV_PREFIX = "BATCH_CONSOLE_"
@@ -178,10 +179,18 @@ class DataSettings:
     no_payloads: bool = setting(False, "show and give out no payload at all (Search, Replay, the CLI, notebooks)",
                                 switch=True)
 
+    subdir: str = ""  # of a systems file's system: systems/NAME (Settings.of_system), its own console.db and delta/
+
+    @property
+    def system_dir(self) -> Path:
+        """Where this system's own files are (console.db, delta/): the data directory, or of a systems file's
+        system its subdirectory; the event key, the logs and the rules stay in the data directory."""
+        return self.data_dir / self.subdir if self.subdir else self.data_dir
+
     @property
     def db_path(self) -> Path:
         """The SQLite database: the analytics tables and the alerts process's state."""
-        return self.data_dir / "console.db"
+        return self.system_dir / "console.db"
 
 
 @dataclass(frozen=True)
@@ -418,7 +427,8 @@ class Settings:
     given: frozenset[str] = frozenset()
 
     def systems(self) -> tuple[SystemSpec, ...]:
-        """The systems file's systems (ConfigError with its line), or none without one."""
+        """The systems file's systems, each more account of a system as one of its own (SYSTEM/ACCOUNT;
+        systems.each_account), ConfigError with its line; none without a file."""
         path = self.fleet.systems
         if path is None:
             return ()
@@ -434,7 +444,7 @@ class Settings:
             for key, named, line in spec.paths():
                 if not Path(named).is_file():
                     raise ConfigError(f"systems {path}: line {line}: {key} of system {spec.name!r} is not a file")
-        return found
+        return each_account(found)
 
     def of_system(self, spec: SystemSpec) -> Settings:
         """These settings with one system's connection, system account and monitoring URL."""
@@ -447,6 +457,7 @@ class Settings:
         named = {f"connection.{f.name}" for f in fields(ConnectionSettings)} | {f"system.{f.name}"
                                                                                for f in fields(SystemAccountSettings)}
         return replace(self, connection=connection, system=system, fleet=replace(self.fleet, name=spec.name),
+                       data=replace(self.data, subdir=f"systems/{spec.name}"),
                        given=self.given | named)  # the file's, whatever a running `up` beside it chose
 
     def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:

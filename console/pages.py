@@ -88,7 +88,8 @@ class Page:
     make: Callable[..., View]  # (runtime, actions: what its user may do, **params) -> the view
     in_the_url: dict[str, str] = field(default_factory=dict)  # the choices kept in its URL: param -> argument
     changes_the_server: bool = False  # left out in read-only mode
-    # of several NATS systems, the page over all of them ((fleet, **params) -> the view), shown when the URL
+    # of several NATS systems, the page over all of them ((fleet, actions, **params) -> the view; the actions
+    # of the first system open, whose audit trail records them), shown when the URL
     # names none; a page without one acts on one system (the URL's ?system=, or the first)
     across: Callable[..., View] | None = None
 
@@ -230,7 +231,35 @@ def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage
     return ConformancePage(verdicts=runtime.verdicts, recent=runtime.verdicts.recent, **params)
 
 
-def live_across(fleet: Fleet, **params) -> LivePage:
+def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
+    """Every system's History, each row with its system (the plots sum them)."""
+    from console.storage.history import ReaderAcross
+
+    runtimes = fleet.runtimes()
+    readers = {name: r.history for name, r in runtimes.items() if r.history is not None}
+    problems = "; ".join(f"{name}: {r.history_problem}" for name, r in runtimes.items() if r.history is None)
+    return HistoryPage(history=ReaderAcross(readers) if readers else None, problem=problems or None,
+                       live_seq=lambda: sum(r.live.last_seq for r in runtimes.values()),
+                       export=actions.run, may=actions.allowed, **params)
+
+
+def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
+    """Every system's findings as its alerts part last evaluated them, each with its system."""
+
+    def findings():
+        found, times, unchecked = [], [], []
+        for name, runtime in fleet.runtimes().items():
+            each, when, skipped = runtime.alerts.findings()
+            found += [{**f, "system": name} for f in each]
+            times += [when] if when is not None else []
+            unchecked += [(f"{name} {code}", why) for code, why in skipped]
+        unchecked += [(name, f"not reachable ({why})") for name, why in fleet.unreached.items()]
+        return found, min(times, default=None), unchecked
+
+    return ChecksPage(findings=findings, by_system=True, **params)
+
+
+def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:
     """Every system's losses, each with its system; the status line says each system's state."""
 
     def firing() -> int:
@@ -301,10 +330,10 @@ TABLE = (
     Page("/streams", "Streams", streams, {"stream": "stream"}),
     Page("/replay", "Replay", replay, {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq",
                                        "start_time": "start_time", "batch_id": "batch_id"}),
-    Page("/history", "History", history, {"csv_table": "table"}),
+    Page("/history", "History", history, {"csv_table": "table"}, across=history_across),
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
-    Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}),
+    Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}, across=checks_across),
     Page("/search", "Search", search, {name: name for name in SEARCH_PARAMS}),
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"}),
     Page("/probe", "Probe", probe, changes_the_server=True),

@@ -90,9 +90,9 @@ class App:
         prefs = _prefs()
         chosen = self.fleet.known(_arg("system"))  # None: all systems, or the first for a page on one
         runtime = self.fleet.runtime(chosen)
-        if self.fleet.several and chosen is None and spec.across is not None:
+        if self.fleet.several and chosen is None and spec.across is not None and runtime is not None:
             shown, actions = None, self._actions(runtime)
-            page = spec.across(self.fleet, clock=prefs.clock, **_from_url(spec))
+            page = spec.across(self.fleet, actions, clock=prefs.clock, **_from_url(spec))
         elif runtime is None:  # named, or the first, and not reached yet: said, and nothing else is waited for
             shown, actions = chosen or self.fleet.names[0], None
             page = pages.Unreached(system=shown, why=self.fleet.unreached.get(shown, "not open"))

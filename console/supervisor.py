@@ -111,7 +111,7 @@ class Supervisor:
         if self.systems and settings.demo.demo:
             raise ConfigError("--demo publishes to the embedded nats-server: not with --systems")
         # Every setting reaches the parts in their environment (secrets included), never their argv; of
-        # several systems, the parts of one system (analytics, alerts) reach the file's first
+        # several systems, each part reads the systems file (the connection given is the file's first)
         self._env = {**os.environ, **child_env(settings.of_system(self.systems[0]) if self.systems else settings)}
         self.logs = settings.data.data_dir / "logs"
         private_dir(self.logs)
@@ -175,8 +175,8 @@ class Supervisor:
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
         if self.systems:
-            self.say(f"systems: {', '.join(s.name for s in self.systems)} collected and served; analytics and alerts "
-                     f"on {self.systems[0].name}, the file's first")
+            self.say(f"systems: {', '.join(s.name for s in self.systems)}: each collected, kept (DATA_DIR/systems/NAME) "
+                     "and alerted on by the parts above")
         self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
         self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
         self._write_urls(url, console_url, metrics_port)

@@ -56,7 +56,7 @@ class NotebookConsole:
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
         self.admin = runtime.admin
-        self.data_dir = runtime.settings.data.data_dir
+        self.data_dir = runtime.settings.data.system_dir  # its console.db and delta/ (of a systems file's system, its own)
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, system: str | None = None,

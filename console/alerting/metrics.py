@@ -9,6 +9,7 @@ series keeps its rendered name and labels, so a scrape only writes the values.""
 from __future__ import annotations
 
 import threading
+from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
@@ -28,8 +29,10 @@ def _escape(value: str) -> str:
 class Family:
     """One metric: its samples by label values, each with its rendered `name{labels}` kept."""
 
-    def __init__(self, name: str, help: str, kind: str, labels: tuple[str, ...] = ()):
-        self.name, self.help, self.kind, self.labels = name, help, kind, labels
+    def __init__(self, name: str, help: str, kind: str, labels: tuple[str, ...] = (),
+                 fixed: tuple[tuple[str, str], ...] = ()):
+        """fixed: labels every sample carries, first (of several NATS systems: its system)."""
+        self.name, self.help, self.kind, self.labels, self.fixed = name, help, kind, labels, fixed
         self.samples: dict[tuple[str, ...], float] = {}
         self._series: dict[tuple[str, ...], str] = {}
         self._lock = threading.Lock()
@@ -37,7 +40,7 @@ class Family:
     def _key(self, values: tuple[str, ...]) -> tuple[str, ...]:
         if values not in self._series:
             sample = self.name + ("_total" if self.kind == "counter" else "")
-            pairs = ",".join(f'{label}="{_escape(value)}"' for label, value in zip(self.labels, values))
+            pairs = ",".join(f'{label}="{_escape(value)}"' for label, value in (*self.fixed, *zip(self.labels, values)))
             self._series[values] = f"{sample}{{{pairs}}}" if pairs else sample
         return values
 
@@ -55,26 +58,34 @@ class Family:
             self.samples.clear()
 
     def render(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}", *self.render_samples()]
+
+    def render_samples(self) -> list[str]:
         with self._lock:
-            lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-            lines += [f"{self._series[key]} {value!r}" for key, value in self.samples.items()]
-        return lines
+            return [f"{self._series[key]} {value!r}" for key, value in self.samples.items()]
 
 
 class Metrics:
-    def __init__(self):
-        self.lost_batches = Family("batch_console_lost_batches", "Batches lost", "counter", ("stream", "kind", "reason"))
-        self.lost_messages = Family("batch_console_fast_lost_messages", "Fast-ingest messages lost in gaps", "counter",
+    def __init__(self, system: str = ""):
+        """system: of several NATS systems, the one these metrics are of (a `system` label on every sample; the
+        systems file holds at most 32, so the label is bounded)."""
+        fixed = (("system", system),) if system else ()
+
+        def family(name: str, help: str, kind: str, labels: tuple[str, ...] = ()) -> Family:
+            return Family(name, help, kind, labels, fixed)
+
+        self.lost_batches = family("batch_console_lost_batches", "Batches lost", "counter", ("stream", "kind", "reason"))
+        self.lost_messages = family("batch_console_fast_lost_messages", "Fast-ingest messages lost in gaps", "counter",
                                     ("stream",))
-        self.gaps = Family("batch_console_fast_gaps", "Fast-ingest gaps", "counter", ("stream", "gap_mode"))
-        self.fast_batches = Family("batch_console_fast_batches", "Fast batches by outcome", "counter",
+        self.gaps = family("batch_console_fast_gaps", "Fast-ingest gaps", "counter", ("stream", "gap_mode"))
+        self.fast_batches = family("batch_console_fast_batches", "Fast batches by outcome", "counter",
                                    ("stream", "outcome"))
-        self.rejected = Family("batch_console_rejected", "Batches refused for too many in flight", "counter",
+        self.rejected = family("batch_console_rejected", "Batches refused for too many in flight", "counter",
                                ("stream", "err_code"))
-        self.collector_up = Family("batch_console_collector_up", "1 while the collector reports", "gauge")
-        self.lag = Family("batch_console_event_log_lag_seconds", "Age of the newest event read", "gauge")
-        self.firing = Family("batch_console_alerts_firing", "Alerts firing", "gauge", ("rule", "severity"))
-        self.check_status = Family("batch_console_check_status", "A batch health check's state: 0 ok, 1 info, "
+        self.collector_up = family("batch_console_collector_up", "1 while the collector reports", "gauge")
+        self.lag = family("batch_console_event_log_lag_seconds", "Age of the newest event read", "gauge")
+        self.firing = family("batch_console_alerts_firing", "Alerts firing", "gauge", ("rule", "severity"))
+        self.check_status = family("batch_console_check_status", "A batch health check's state: 0 ok, 1 info, "
                                    "2 warning, 3 critical (batch-console check)", "gauge", ("code", "stream"))
         self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
                          self.collector_up, self.lag, self.firing, self.check_status)
@@ -130,18 +141,31 @@ class Metrics:
             self.rejected.inc(self.stream(event.stream), str(event.err_code))
 
     def render(self) -> bytes:
-        return ("\n".join(line for family in self.families for line in family.render()) + "\n").encode()
+        return render(self)
 
 
-def serve_metrics(metrics: Metrics, port: int, address: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """GET /metrics on address:port (0: a free port), in a thread of its own; .shutdown() stops it."""
+def render(*systems: Metrics) -> bytes:
+    """One exposition of one system's metrics or several's: each metric's HELP and TYPE once, then every
+    system's samples of it."""
+    lines = []
+    for families in zip(*(m.families for m in systems)):
+        lines += families[0].render()
+        for family in families[1:]:
+            lines += family.render_samples()
+    return ("\n".join(lines) + "\n").encode()
+
+
+def serve_metrics(metrics: Metrics | Callable[[], list[Metrics]], port: int,
+                  address: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """GET /metrics on address:port (0: a free port), in a thread of its own; .shutdown() stops it. Of
+    several systems, `metrics` gives each system's (those open now)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
-            body = metrics.render()
+            body = metrics.render() if isinstance(metrics, Metrics) else render(*metrics())
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(body)))

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -35,9 +36,12 @@ class AlertService:
     def __init__(self, nc: Connection, event_log: EventLogSettings, rules: list[Rule], store: AlertStore,
                  console_url: str | None = None, metrics: Metrics | None = None,
                  rules_file: Path | Callable[[], Path] | None = None,
-                 targets: NotifyTargets = NotifyTargets(), checks_window_s: float = 0.0):
+                 targets: NotifyTargets = NotifyTargets(), checks_window_s: float = 0.0, system: str = ""):
+        """system: of several NATS systems, the one this service watches (its rules are those that cover it,
+        its notices name it)."""
+        self.system = system
         self.log = EventLog.over(nc, event_log)
-        self.evaluator = Evaluator(rules)
+        self.evaluator = Evaluator(self._covering(rules))
         self.recent = RecentEvents(checks_window_s)  # what the health checks count, kept as it is followed
         self.targets = targets
         self.notifier = Notifier(nc, console_url, on_attempt=self._record, targets=targets)
@@ -108,6 +112,8 @@ class AlertService:
         self._reload_rules()
         firing_before = set(self.evaluator.firing)
         notices = self.evaluator.evaluate(now)
+        if self.system:
+            notices = [replace(n, system=self.system) for n in notices]
         for notice in notices:
             log.info("%s", notice.text)
             task = asyncio.create_task(self.notifier.send(notice))
@@ -145,6 +151,9 @@ class AlertService:
         if not future.cancelled() and (error := future.exception()) is not None:
             log.error("alert state not kept in %s: %r", self.store.path, error)
 
+    def _covering(self, rules: list[Rule]) -> list[Rule]:
+        return [rule for rule in rules if rule.covers_system(self.system)] if self.system else rules
+
     @property
     def rules_file(self) -> Path | None:
         return self._rules_file() if callable(self._rules_file) else self._rules_file
@@ -161,6 +170,7 @@ class AlertService:
             log.warning("rules not reloaded, the old ones stay: %s", problem)
             self._write(self.store.set_problem, problem)
             return
+        rules = self._covering(rules)
         names = {rule.name for rule in rules}
         self.evaluator.rules = rules
         self.evaluator.firing = {key: f for key, f in self.evaluator.firing.items() if key[0] in names}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from console.broker.log_watcher import LogWatcher
+from console.broker.log_watcher import AnyOf, LogWatcher
 
 # A timed run finding only the collector's heartbeat leaves it to the next run, up to this many
 # sequences (at one heartbeat each 5 s, over an hour of an idle log): an idle log costs no Spark job.
@@ -24,7 +24,7 @@ SETTLE = 2.0
 SETTLE_AT_MOST = 5.0
 
 
-def follow(run: Callable[[], None], watcher: LogWatcher, every: float, gap: float) -> None:
+def follow(run: Callable[[], None], watcher: LogWatcher | AnyOf, every: float, gap: float) -> None:
     """Run, then again as soon as events arrive and have settled (SETTLE s without another), but no
     sooner than `gap` seconds after the last run began and no later than SETTLE_AT_MOST past it
     (History trails Live by about the gap plus a run), and at least every `every` seconds. Until
@@ -36,7 +36,7 @@ def follow(run: Callable[[], None], watcher: LogWatcher, every: float, gap: floa
             settled(watcher, began + gap)
 
 
-def settled(watcher: LogWatcher, earliest: float) -> None:
+def settled(watcher: LogWatcher | AnyOf, earliest: float) -> None:
     """Returns at `earliest` or later, once nothing has arrived for SETTLE s, or SETTLE_AT_MOST s past `earliest`."""
     latest = earliest + SETTLE_AT_MOST
     while True:

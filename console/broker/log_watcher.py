@@ -61,3 +61,26 @@ class LogWatcher:
             except RuntimeError:  # its loop ended meanwhile (it could not connect)
                 pass
             self._thread.join(timeout=5)
+
+
+class AnyOf:
+    """Several systems' watchers as one: wakes when any of their logs has news."""
+
+    def __init__(self, watchers: list[LogWatcher]):
+        self.watchers = watchers
+        self._new = threading.Event()
+        for watcher in watchers:
+            watcher._new = self._new
+
+    @property
+    def last_arrival(self) -> float:
+        return max(w.last_arrival for w in self.watchers)
+
+    def wait(self, timeout: float) -> bool:
+        arrived = self._new.wait(timeout)
+        self._new.clear()
+        return arrived
+
+    def stop(self) -> None:
+        for watcher in self.watchers:
+            watcher.stop()

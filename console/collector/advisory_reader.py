@@ -45,6 +45,9 @@ class AdvisoryReader:
         self.durable = False
         self.stream: str | None = None  # the advisory stream, once open
         self.problem: str | None = None  # why advisories are live-only
+        # The collector's own account, once known: the system account sends every account's copies, and
+        # each account of a system has a collector of its own (a systems file's [[system.account]])
+        self.account: str | None = None
 
     async def start(self, subs: Subscriptions) -> asyncio.Task[None] | None:
         """Subscribes; the durable loop's task, when the advisory stream could be opened."""
@@ -114,6 +117,9 @@ class AdvisoryReader:
 
     async def _on_system_advisory(self, msg: Inbound) -> None:
         if (event := await self.event(msg)) is not None:
+            if self.account is not None and event.account is not None and event.account != self.account:
+                self.intake.ignored.add("another account's")  # that account's collector keeps it
+                return
             self._from_system[event.event_id] = None
             while len(self._from_system) > SYSTEM_IDS:
                 self._from_system.pop(next(iter(self._from_system)))

@@ -141,7 +141,8 @@ class Collector:
             log.info("event log: %s", note)
         await self.quarantine.ensure()
         await self._learn_batch_timeout()
-        self.publishers.account = await own_account(self.nc) if self.system_nc is not None else None
+        self.publishers.account = self.advisories.account = await own_account(self.nc) if self.system_nc is not None \
+            else None
         reading = [await self.advisories.start(self._subs), await self.taps.start()]
         if self.advisories.problem:
             self.report.problems.append(self.advisories.problem)

@@ -32,7 +32,7 @@ from console.domain.toml_text import FileRefused, read_toml, with_lines
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding")
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted",
-        "for"}
+        "for", "systems"}
 _DURATION = re.compile(r"(\d{1,6})(s|m|h|d)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -48,6 +48,7 @@ class Rule:
     within: timedelta
     at_least: int = 1
     streams: tuple[str, ...] = ()  # globs; empty: every stream
+    systems: tuple[str, ...] = ()  # globs of a systems file's names; empty: every system
     reasons: tuple[str, ...] = ()  # empty: every reason
     severity: str = "warning"
     notify: tuple[str, ...] = ()  # webhook:URL | nats:SUBJECT
@@ -56,6 +57,10 @@ class Rule:
     muted: bool = False  # neither fires nor notifies, anywhere
     pending_for: timedelta | None = None  # `for`: how long the condition must hold before the rule fires
     line: int = field(default=0, compare=False)
+
+    def covers_system(self, system: str) -> bool:
+        """Whether the rule watches this NATS system (a console of one system: always)."""
+        return not self.systems or any(fnmatch.fnmatchcase(system, glob) for glob in self.systems)
 
     def covers(self, stream: str | None, reason: str | None = None) -> bool:
         """Whether the rule watches this stream (and this reason; None: any). The reason `other` covers
@@ -133,6 +138,7 @@ def _rule(table: dict[str, Any], line: int | None, targets: NotifyTargets) -> Ru
     return Rule(
         name=name, when=when, within=duration(table.get("within", "5m"), "within", line), at_least=at_least,
         streams=_strings(table.get("streams", []), "streams", line),
+        systems=_strings(table.get("systems", []), "systems", line),
         reasons=_strings(table.get("reasons", []), "reasons", line), severity=severity,
         notify=tuple(_target(t, line, targets) for t in _strings(table.get("notify", []), "notify", line)),
         remedy=remedy, repeat=duration(table["repeat"], "repeat", line) if "repeat" in table else None,
@@ -156,6 +162,8 @@ def rule_toml(rule: Rule) -> str:
     lines = ["[[rule]]", f"name = {text(rule.name)}", f"when = {text(rule.when)}"]
     if rule.streams:
         lines.append(f"streams = [{', '.join(text(s) for s in rule.streams)}]")
+    if rule.systems:
+        lines.append(f"systems = [{', '.join(text(s) for s in rule.systems)}]")
     if rule.reasons:
         lines.append(f"reasons = [{', '.join(text(r) for r in rule.reasons)}]")
     lines += [f"at_least = {rule.at_least}", f"within = {text(duration_text(rule.within))}",

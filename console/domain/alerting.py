@@ -52,7 +52,7 @@ class Notice:
     remedy: str = ""
     notify: tuple[str, ...] = ()
     publishers: tuple[str, ...] = ()  # the connections that published the batches, newest first
-
+    system: str = ""  # of several NATS systems, the one it fired on
 
     @property
     def text(self) -> str:
@@ -60,13 +60,14 @@ class Notice:
         what = f"{self.count} in the window" if self.status == "firing" else "the window is clean"
         reasons = f" ({', '.join(self.reasons)})" if self.reasons else ""
         by = f"; published by {'; '.join(self.publishers)}" if self.publishers and self.status == "firing" else ""
-        return (f"[{self.severity.upper()}] {self.rule} {self.status} on {self.stream}: {what}{reasons}{by}"
+        where = f"{self.system} {self.stream}" if self.system else self.stream
+        return (f"[{self.severity.upper()}] {self.rule} {self.status} on {where}: {what}{reasons}{by}"
                 + (f". {self.remedy}" if self.remedy and self.status == "firing" else ""))
 
     def to_json(self, link: str | None = None) -> dict[str, Any]:
         return {"rule": self.rule, "status": self.status, "severity": self.severity, "stream": self.stream,
                 "count": self.count, "reasons": list(self.reasons), "batch_ids": list(self.batch_ids),
-                "publishers": list(self.publishers),
+                "publishers": list(self.publishers), **({"system": self.system} if self.system else {}),
                 "since": self.since.isoformat(), "text": self.text, "link": link}
 
 

@@ -88,6 +88,15 @@ class SystemSpec:
         return found
 
 
+def each_account(systems: tuple[SystemSpec, ...]) -> tuple[SystemSpec, ...]:
+    """Every account the console watches, as a system of its own: a system's first account under the
+    system's name, each more account as SYSTEM/ACCOUNT (its own user; the system's servers, system account
+    and monitoring URL). Each has its own event log, in its account's JetStream."""
+    return tuple(scope for spec in systems for scope in (
+        spec, *(SystemSpec(f"{spec.name}/{a.name}", spec.servers, a.credentials, spec.tls, spec.system_account,
+                           spec.monitor_url, (), a.line) for a in spec.accounts)))
+
+
 def load_systems(text: str) -> tuple[SystemSpec, ...]:
     """The systems of a file, in its order; SystemsError with the line of the first problem."""
     data = read_toml(text, SystemsError)

@@ -132,3 +132,27 @@ class Reader:
         self.engine = engine
         for query in QUERIES:
             setattr(self, query.__name__, functools.partial(query, engine))
+
+
+class ReaderAcross:
+    """Several NATS systems' histories as one, for the History page's "all systems": every table with its
+    `system` first (newest first where it has a time); the job's position is the sum of the systems'
+    sequences at the oldest of their last runs (so "N events behind Live" counts every system's)."""
+
+    def __init__(self, readers: dict[str, Reader]):
+        self.readers = readers
+        for query in QUERIES[1:]:
+            setattr(self, query.__name__, functools.partial(self._across, query.__name__))
+
+    def job_position(self) -> tuple[int, datetime] | None:
+        found = [p for p in (r.job_position() for r in self.readers.values()) if p is not None]
+        return (sum(seq for seq, _ in found), min(t for _, t in found)) if found else None
+
+    def _across(self, name: str, *args, **kwargs) -> pd.DataFrame:
+        frames = []
+        for system, reader in self.readers.items():
+            frame = getattr(reader, name)(*args, **kwargs)
+            frame.insert(0, "system", system)
+            frames.append(frame)
+        merged = pd.concat(frames, ignore_index=True)
+        return merged.sort_values("time", ascending=False, ignore_index=True) if "time" in merged else merged

@@ -26,6 +26,7 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
     findings = param.Callable(doc="() -> (findings, when they were evaluated, what could not be checked)")
     severity = param.Selector(default=ANY, objects=[ANY, *reversed(SEVERITIES[1:])], doc="Only findings this severe")
     stream = param.String(default="", doc="Only this stream's findings")
+    by_system = param.Boolean(default=False, doc="Several NATS systems' findings: each with its system")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS),
                            doc="The findings the filters show, as plain values (the table shows them marked up)")
     state = param.String(default="", doc="When the checks ran, what they found, what they could not check")
@@ -37,6 +38,8 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
                  **{c: {"type": "textarea"} for c in ("check", "evidence", "remedy")}}
         # "last seen" is the evaluation's time for every finding shown (the state line says it): kept in
         # `rows`, left out of the table, so the remedy is in view at 1280 px
+        if self.by_system:
+            self.rows = pd.DataFrame(columns=_columns(True))
         self._table = tabulator(self.rows, height=480, formatters=cells, hidden_columns=["last seen"],
                                 widths={"check": 170, "evidence": 300, "remedy": 320})
         w = pn.widgets
@@ -75,7 +78,8 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
         wanted = [f for f in found if (self.severity == ANY or f["severity"] == self.severity)
                   and (not self.stream.strip() or f["stream"] == self.stream.strip())]
         wanted.sort(key=lambda f: (-SEVERITIES.index(f["severity"]), f["code"], f["stream"]))
-        self.rows = pd.DataFrame([_row(f, self.clock.when) for f in wanted], columns=COLUMNS, dtype=object)
+        self.rows = pd.DataFrame([_row(f, self.clock.when) for f in wanted], columns=_columns(self.by_system),
+                                 dtype=object)
         put(self._table, _marked_up(self.rows))
 
     def __panel__(self):
@@ -85,8 +89,12 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
 COLOURS = {"critical": "#c92a2a", "warning": "#e67700", "info": "#1971c2"}
 
 
+def _columns(by_system: bool) -> list[str]:
+    return [COLUMNS[0], "system", *COLUMNS[1:]] if by_system else COLUMNS
+
+
 def _row(f: dict, when: Callable[[datetime], str]) -> dict:
-    return {"severity": f["severity"], "code": f["code"], "check": f["title"], "stream": f["stream"] or "",
+    return {"severity": f["severity"], "system": f.get("system", ""), "code": f["code"], "check": f["title"], "stream": f["stream"] or "",
             "evidence": f["evidence"], "remedy": f["remedy"],
             "first seen": when(f["first_seen"]), "last seen": when(f["last_seen"])}
 
@@ -96,5 +104,6 @@ def _marked_up(rows: pd.DataFrame) -> pd.DataFrame:
     `rows[rows.severity == "critical"]` finds them)."""
     out = rows.copy()
     out["severity"] = [f'<b style="color:{COLOURS.get(s, "inherit")}">{html.escape(s)}</b>' for s in out["severity"]]
-    out["stream"] = [stream_cell(s) if s else "" for s in out["stream"]]
+    systems = list(out["system"]) if "system" in out else [None] * len(out)
+    out["stream"] = [stream_cell(s, system=system) if s else "" for s, system in zip(out["stream"], systems)]
     return out

@@ -83,7 +83,7 @@ def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, 
     """Gaps and lost messages per hour (bars), the missing hours zeros, no hour after the current one."""
     end = min(end, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
-    wide = frame.set_index("hour").reindex(hours).astype(float).fillna(0)
+    wide = frame.groupby("hour")[["gaps", "lost"]].sum().reindex(hours).astype(float).fillna(0)  # systems summed
     return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
 
 
@@ -112,6 +112,15 @@ def freshness_text(position: tuple[int, datetime] | None, live_seq: int, clock: 
     n = live_seq - seq
     behind = f", {count(n)} event{'s' * (n != 1)} behind Live" if n > 0 else ", level with Live" if live_seq else ""
     return f"History up to {clock.when(run_at)} (event-log sequence {count(seq)}){behind}."
+
+
+def _systems(frame: pd.DataFrame) -> list[str | None]:
+    """Each row's system, for its links (several systems' History has a `system` column)."""
+    return list(frame["system"]) if "system" in frame else [None] * len(frame)
+
+
+def _streams(frame: pd.DataFrame) -> list[str]:
+    return [stream_cell(s, system=system) for s, system in zip(frame["stream"], _systems(frame))]
 
 
 def last_week() -> tuple[date, date]:
@@ -242,15 +251,15 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                     "" if self.history.job_position() else " (the analytics job has not run yet)")
             self._hours.start, self._hours.end = extent or (start, end)
             by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
-            by_stream["stream"] = [stream_cell(s) for s in by_stream["stream"]]
+            by_stream["stream"] = _streams(by_stream)
             self._streams.value = by_stream
             self._outcomes.value = shown(self._shown["fast_outcomes"], self.clock)
             stats = shown(stats, self.clock, durations=("mean_seconds",))
-            stats["stream"] = [stream_cell(s) for s in stats["stream"]]
+            stats["stream"] = _streams(stats)
             self._stats.value = stats
             lost = shown(self._shown["abandoned_batches"], self.clock)
-            lost["investigate"] = [incident_link(b) for b in lost["batch_id"]]
-            lost["stream"] = [stream_cell(s) for s in lost["stream"]]
+            lost["investigate"] = [incident_link(b, s) for b, s in zip(lost["batch_id"], _systems(lost))]
+            lost["stream"] = _streams(lost)
             self._lost.value = lost
             self._blind.object = blind_windows_text(self._shown["capture_interruptions"], self.clock)
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0

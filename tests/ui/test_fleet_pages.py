@@ -1,23 +1,38 @@
-"""`serve --systems FILE`: one web console over several NATS systems. Live shows every system's losses
-with their system, and each system's alone when the URL names it; a system that is not reachable is
-said on every page and delays none; a page on one system acts on it alone, each button naming it."""
+"""`serve --systems FILE`: one web console over several NATS systems. Live, History and Checks show every
+system's with their system, and each system's alone when the URL names it; a system that is not
+reachable is said on every page and delays none; a page on one system acts on it alone, each button
+naming it. The alerts part of every system serves one /metrics, each sample with its system."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import nats
+import pytest
 from playwright.sync_api import expect
 
 from console.broker.server import EmbeddedServer
 from tests.conftest import TEST_LIMITS
 from tests.fleet import abandon, run_apart, systems_text
 from tests.processes import CLI, free_port, wait_http
-from tests.waits import collector_ready
+from tests.waits import collector_ready, poll_until
 
 HOSTILE_SYSTEMS = ["nope", "x" * 5000, "eu\n", "eu\x00", "../eu", "<script>alert(1)</script>", "EU", " eu"]
+
+
+@dataclass
+class Fleet:
+    url: str  # the web console's
+    metrics: str
+    servers: dict[str, EmbeddedServer]
+    systems: Path
+    data: Path
+    logs: Path
 
 
 async def _losses_and_a_shared_stream(servers: dict[str, EmbeddedServer], collector) -> None:
@@ -37,63 +52,110 @@ async def _batched(url: str) -> bool:
         await nc.close()
 
 
-def test_one_console_over_several_systems(tmp_path, page):
-    with EmbeddedServer(tmp_path / "eu", batch_limits=TEST_LIMITS) as eu, \
-            EmbeddedServer(tmp_path / "us", batch_limits=TEST_LIMITS) as us:
-        systems, data = tmp_path / "systems.toml", tmp_path / "data"
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Systems eu and us (a server each, one loss each, a stream SHARED on both) and gone (never up): one
+    collector, one alerts part (checks every second) and one web console over the three."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    with EmbeddedServer(tmp / "eu", batch_limits=TEST_LIMITS) as eu, \
+            EmbeddedServer(tmp / "us", batch_limits=TEST_LIMITS) as us:
+        systems, data = tmp / "systems.toml", tmp / "data"
         systems.write_text(systems_text(eu=eu.url, us=us.url, gone=f"nats://127.0.0.1:{free_port()}"))
-        logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("collector", "web")}
-        collector = subprocess.Popen([CLI, "collect", "--systems", str(systems), "--batch-timeout", "1",
-                                      "--connect-timeout", "1", "--data-dir", str(data)],
-                                     stdout=logs["collector"], stderr=subprocess.STDOUT)
-        port = free_port()
-        web = subprocess.Popen([CLI, "serve", "--systems", str(systems), "--connect-timeout", "1", "--port", str(port),
-                                "--data-dir", str(data)], stdout=logs["web"], stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}/"
+        common = ["--systems", str(systems), "--connect-timeout", "1", "--data-dir", str(data)]
+        port, metrics_port = free_port(), free_port()
+        started = []
+        for name, args in (("collector", ["collect", "--batch-timeout", "1"]),
+                           ("web", ["serve", "--port", str(port)]),
+                           ("alerts", ["alerts", "--metrics-port", str(metrics_port), "--check-every", "1"])):
+            with open(tmp / f"{name}.log", "w") as log:
+                started.append(subprocess.Popen([CLI, *args, *common], stdout=log, stderr=subprocess.STDOUT))
         try:
-            wait_http(url, web, tmp_path / "web.log")  # an unreachable system held nothing up
-            run_apart(_losses_and_a_shared_stream({"eu": eu, "us": us}, collector))
-
-            page.goto(url)  # every system: each loss once, with its system
-            rows = page.get_by_role("row")
-            for name in ("eu", "us"):
-                expect(rows.filter(has_text=f"fleet-{name}")).to_have_count(1, timeout=60_000)
-                expect(rows.filter(has_text=f"fleet-{name}").get_by_role("gridcell").nth(1)).to_have_text(name)
-            expect(page.get_by_role("alert").filter(has_text="system gone is not reachable")).to_be_visible()
-            expect(page.get_by_role("navigation", name="systems").get_by_role("link", name="All systems")) \
-                .to_have_attribute("aria-current", "true")
-            expect(page.get_by_text(re.compile("^gone: NOT REACHABLE", re.M))).to_be_visible()  # the status line
-
-            page.goto(url + "?system=us")  # one system: its losses alone, and the links keep to it
-            expect(rows.filter(has_text="fleet-us")).to_have_count(1, timeout=30_000)
-            expect(rows.filter(has_text="fleet-eu")).to_have_count(0)
-            expect(page.get_by_role("navigation", name="pages").get_by_role("link", name="Streams")) \
-                .to_have_attribute("href", "/streams?system=us")
-
-            for hostile in HOSTILE_SYSTEMS:  # not a system of the file: all systems, the page up
-                page.goto(url + "?system=" + quote(hostile, safe=""))
-                expect(rows.filter(has_text="fleet-eu")).to_have_count(1, timeout=30_000)
-                expect(rows.filter(has_text="fleet-us")).to_have_count(1)
-            page.goto(url + "streams?system=" + quote("<script>", safe=""))  # a page on one system: the first
-            expect(page.get_by_role("navigation", name="systems").get_by_role("link", name="eu", exact=True)) \
-                .to_have_attribute("aria-current", "true", timeout=30_000)
-
-            page.goto(url + "streams?system=gone")  # a system not reached: said, nothing waited for
-            expect(page.get_by_text("System gone is not reachable yet")).to_be_visible(timeout=30_000)
-
-            page.goto(url + "streams?system=us")  # an edit on one system touches no other
-            page.get_by_label("stream").select_option("SHARED")
-            batched = page.get_by_role("checkbox", name="allow_batched")
-            expect(batched).to_be_checked(timeout=15_000)  # the form filled with SHARED's settings
-            batched.uncheck()
-            expect(page.get_by_text("allow_batched: True → False")).to_be_visible()
-            page.get_by_role("button", name="Apply · us").click()
-            expect(page.get_by_text("Applied to SHARED.")).to_be_visible(timeout=15_000)
-            assert run_apart(_batched(us.url)) is False
-            assert run_apart(_batched(eu.url)) is True
+            wait_http(f"http://127.0.0.1:{port}/", started[1], tmp / "web.log")  # an unreachable system held nothing up
+            run_apart(_losses_and_a_shared_stream({"eu": eu, "us": us}, started[0]))
+            yield Fleet(f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{metrics_port}/metrics", {"eu": eu, "us": us},
+                        systems, data, tmp)
         finally:
-            for proc in (web, collector):
+            for proc in started:
                 proc.terminate()
                 proc.wait(timeout=20)
-        said = (tmp_path / "web.log").read_text()
-        assert "system gone: not reachable" in said, said[-2000:]
+
+
+def test_live_shows_every_systems_losses_and_each_system_alone(fleet, page):
+    page.goto(fleet.url)  # every system: each loss once, with its system
+    rows = page.get_by_role("row")
+    for name in ("eu", "us"):
+        expect(rows.filter(has_text=f"fleet-{name}")).to_have_count(1, timeout=60_000)
+        expect(rows.filter(has_text=f"fleet-{name}").get_by_role("gridcell").nth(1)).to_have_text(name)
+    expect(page.get_by_role("alert").filter(has_text="system gone is not reachable")).to_be_visible()
+    expect(page.get_by_role("navigation", name="systems").get_by_role("link", name="All systems")) \
+        .to_have_attribute("aria-current", "true")
+    expect(page.get_by_text(re.compile("^gone: NOT REACHABLE", re.M))).to_be_visible()  # the status line
+
+    page.goto(fleet.url + "?system=us")  # one system: its losses alone, and the links keep to it
+    expect(rows.filter(has_text="fleet-us")).to_have_count(1, timeout=30_000)
+    expect(rows.filter(has_text="fleet-eu")).to_have_count(0)
+    expect(page.get_by_role("navigation", name="pages").get_by_role("link", name="Streams")) \
+        .to_have_attribute("href", "/streams?system=us")
+    said = (fleet.logs / "web.log").read_text()
+    assert "system gone: not reachable" in said, said[-2000:]
+
+
+def test_a_url_naming_no_system_of_the_file_shows_all_of_them_or_the_first(fleet, page):
+    rows = page.get_by_role("row")
+    for hostile in HOSTILE_SYSTEMS:  # not a system of the file: all systems, the page up
+        page.goto(fleet.url + "?system=" + quote(hostile, safe=""))
+        expect(rows.filter(has_text="fleet-eu")).to_have_count(1, timeout=30_000)
+        expect(rows.filter(has_text="fleet-us")).to_have_count(1)
+    page.goto(fleet.url + "streams?system=" + quote("<script>", safe=""))  # a page on one system: the first
+    expect(page.get_by_role("navigation", name="systems").get_by_role("link", name="eu", exact=True)) \
+        .to_have_attribute("aria-current", "true", timeout=30_000)
+    page.goto(fleet.url + "streams?system=gone")  # a system not reached: said, nothing waited for
+    expect(page.get_by_text("System gone is not reachable yet")).to_be_visible(timeout=30_000)
+
+
+def test_an_edit_on_one_system_names_it_and_touches_no_other(fleet, page):
+    page.goto(fleet.url + "streams?system=us")
+    page.get_by_label("stream").select_option("SHARED")
+    batched = page.get_by_role("checkbox", name="allow_batched")
+    expect(batched).to_be_checked(timeout=15_000)  # the form filled with SHARED's settings
+    batched.uncheck()
+    expect(page.get_by_text("allow_batched: True → False")).to_be_visible()
+    page.get_by_role("button", name="Apply · us").click()
+    expect(page.get_by_text("Applied to SHARED.")).to_be_visible(timeout=15_000)
+    assert run_apart(_batched(fleet.servers["us"].url)) is False
+    assert run_apart(_batched(fleet.servers["eu"].url)) is True
+
+
+def _metrics(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.read().decode()
+    except OSError:
+        return ""
+
+
+def test_history_checks_and_metrics_carry_each_system(fleet, page):
+    for name in ("eu", "us"):  # one /metrics for every system, each sample with its system
+        sample = f'batch_console_lost_batches_total{{system="{name}",stream="FLEET_{name.upper()}"'
+        poll_until(lambda: sample in _metrics(fleet.metrics), 60, f"{name}'s loss in /metrics")
+    assert _metrics(fleet.metrics).count("# TYPE batch_console_lost_batches ") == 1
+
+    done = subprocess.run([CLI, "analytics", "--once", "--systems", str(fleet.systems), "--connect-timeout", "1",
+                           "--data-dir", str(fleet.data)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "analytics: system gone: not run" in done.stdout
+    for name in ("eu", "us"):
+        assert f"analytics: system {name}: " in done.stdout
+        assert (fleet.data / "systems" / name / "console.db").is_file()
+
+    page.goto(fleet.url + "history")  # every system's abandoned batches, each with its system
+    rows = page.get_by_role("row")
+    for name in ("eu", "us"):
+        expect(rows.filter(has_text=f"fleet-{name}").get_by_role("gridcell").first).to_have_text(name, timeout=30_000)
+    page.goto(fleet.url + "history?system=eu")
+    expect(rows.filter(has_text="fleet-eu")).to_have_count(1, timeout=30_000)
+    expect(rows.filter(has_text="fleet-us")).to_have_count(0)
+
+    page.goto(fleet.url + "checks")  # every system's evaluation, and the one not reached said
+    expect(page.get_by_text(re.compile(r"Not checked: .*gone: not reachable"))).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("columnheader", name="system")).to_be_visible()

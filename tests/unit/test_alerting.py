@@ -267,3 +267,33 @@ def test_a_finding_rule_names_check_codes_only():
     with pytest.raises(RulesError) as refused:
         parse_rules('[[rule]]\nname = "x"\nwhen = "finding"\nreasons = ["timeout"]\n')
     assert "check codes" in str(refused.value) and refused.value.line == 1
+
+
+def test_a_rule_may_name_systems_and_a_notice_names_its_system():
+    from dataclasses import replace
+
+    [rule] = parse_rules('[[rule]]\nname = "x"\nwhen = "rejected"\nsystems = ["prod-*"]\n')
+    assert rule.covers_system("prod-eu") and not rule.covers_system("staging")
+    assert parse_rules('[[rule]]\nname = "x"\nwhen = "rejected"\n')[0].covers_system("anything")
+    for hostile in ('"prod"', "[1]", '[""]', f'["{"x" * 600}"]'):
+        with pytest.raises(RulesError, match="systems must be a list of strings"):
+            parse_rules(f'[[rule]]\nname = "x"\nwhen = "rejected"\nsystems = {hostile}\n')
+    evaluator = Evaluator(parse_rules(RULES))
+    for i in (0, 1):
+        evaluator.apply(abandoned(i))
+    [notice] = evaluator.evaluate(at(2))
+    named = replace(notice, system="prod-eu")
+    assert " on prod-eu ORDERS:" in named.text and named.to_json()["system"] == "prod-eu"
+    assert "system" not in notice.to_json() and " on ORDERS:" in notice.text
+
+
+def test_metrics_of_several_systems_render_each_metric_once_each_sample_with_its_system():
+    from console.alerting.metrics import Metrics, render
+
+    eu, us = Metrics("eu"), Metrics("us")
+    eu.observe(BatchEvent("1", EventKind.ATOMIC_ABANDONED, at(0), "S", "b1", reason="timeout"))
+    us.observe(BatchEvent("2", EventKind.ATOMIC_ABANDONED, at(0), "S", "b2", reason="timeout"))
+    text = render(eu, us).decode()
+    assert text.count("# TYPE batch_console_lost_batches counter") == 1
+    for name in ("eu", "us"):
+        assert f'batch_console_lost_batches_total{{system="{name}",stream="S",kind="atomic",reason="timeout"}} 1.0' in text

@@ -198,3 +198,19 @@ def test_a_key_is_wrong_only_when_statuses_fail_and_nothing_verifies():
     other_garbage = KeyTally()
     other_garbage.take(None, "not JSON")
     assert not other_garbage.wrong
+
+
+def test_several_systems_models_read_as_one_each_loss_with_its_system():
+    from console.domain.live_across import LiveAcross
+
+    eu, us = LiveModel(system="eu"), LiveModel(system="us")
+    eu.apply(abandoned(1, 10))
+    us.apply(abandoned(2, 20, "incomplete"))
+    eu.apply(abandoned(3, 30))
+    across = LiveAcross(lambda: {"eu": eu, "us": us})
+    assert [(b.batch_id, b.system) for b in across.newest_first(10)] == [("a3", "eu"), ("a2", "us"), ("a1", "eu")]
+    assert across.counts_by_reason(at(60), timedelta(minutes=5)) == Counter({"timeout": 2, "incomplete": 1})
+    assert sum(sum(v) for v in across.per_interval(at(60), timedelta(minutes=1), 5).values()) == 3
+    before = across.version
+    us.apply(abandoned(4, 40))
+    assert across.version != before
