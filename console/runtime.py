@@ -159,6 +159,9 @@ class Runtime:
 
         local = self.settings.access.local_role
         grants = grants if grants is not None else lambda: self.roles.grants(local)
+        if self.settings.fleet.systems is not None:  # of a systems file: the roles that hold on this system
+            given, system = grants, self.system.name
+            grants = lambda: (given() if callable(given) else given).on_system(system)  # noqa: E731
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         # the connection asked for at each command: a long-lived session's actions follow a reopened one
         services = Services(streams=self.admin, connection=lambda: self.nc, rules=lambda: self.alerts,

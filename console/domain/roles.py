@@ -8,6 +8,7 @@ strictly from a TOML file like the alert rules: a file with an error is refused 
     streams = ["ORDERS*"]              # where those actions may act (globs); absent: every stream
     payloads = ["ORDERS_TEST*"]        # streams whose payloads it sees as stored
     masked_payloads = ["ORDERS*"]      # ... with the masking rules applied; every other stream: none
+    systems = ["prod-*"]               # of a systems file, the systems it holds on (globs); absent: every one
 
     [[group]]
     name = "orders-team"               # a value of the identity provider's groups claim; "*": everyone
@@ -30,7 +31,7 @@ from console.domain.toml_text import FileRefused, read_toml, with_lines
 BUILT_IN = ("viewer", "operator", "admin")  # each may do what the ones before it may
 EVERYONE = "*"  # a [[group]] of this name maps every signed-in user
 FULL, MASKED, NONE = "full", "masked", "none"  # what a user sees of a stream's payloads
-ROLE_KEYS = {"name", "actions", "streams", "payloads", "masked_payloads"}
+ROLE_KEYS = {"name", "actions", "streams", "payloads", "masked_payloads", "systems"}
 GROUP_KEYS = {"name", "roles"}
 MAX_ROLES, MAX_GROUPS, MAX_LIST, MAX_NAME = 200, 1000, 200, 256
 _ROLE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -47,6 +48,7 @@ class Role:
     streams: tuple[str, ...] = ("*",)
     payloads: tuple[str, ...] = ()
     masked_payloads: tuple[str, ...] = ("*",)
+    systems: tuple[str, ...] = ("*",)
 
     def acts_on(self, stream: str) -> bool:
         return _matches(stream, self.streams)
@@ -83,6 +85,10 @@ class Grants:
             return None
         where = ", ".join(sorted({glob for r in holding for glob in r.streams}))
         return f"{self.names} may {action} only on streams {where}, not on {stream}"
+
+    def on_system(self, system: str) -> Grants:
+        """These roles as they hold on one system of a systems file (a role limited to others: none)."""
+        return Grants(tuple(r for r in self.roles if _matches(system, r.systems)))
 
     def payloads(self, stream: str) -> str:
         """What these roles see of `stream`'s payloads: FULL, MASKED or NONE."""
@@ -157,8 +163,11 @@ def _role(table: Any, least_role: Mapping[str, str], line: int | None) -> Role:
     streams = _strings(table.get("streams", ["*"]), "streams", line)
     if not streams:
         raise RolesError("streams: at least one stream or glob (absent: every stream)", line)
+    systems = _strings(table.get("systems", ["*"]), "systems", line)
+    if not systems:
+        raise RolesError("systems: at least one system or glob (absent: every system)", line)
     return Role(name, frozenset(actions), streams, _strings(table.get("payloads", []), "payloads", line),
-                _strings(table.get("masked_payloads", []), "masked_payloads", line))
+                _strings(table.get("masked_payloads", []), "masked_payloads", line), systems)
 
 
 def _tables(data: dict[str, Any], name: str, most: int) -> list[Any]:

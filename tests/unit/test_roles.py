@@ -171,3 +171,17 @@ def test_sign_out_at_the_provider_goes_only_to_the_endpoint_its_discovery_names(
     discovery = {} if endpoint is None else {"end_session_endpoint": endpoint}
     provider = Provider(AccessSettings(oidc_issuer="https://idp.example", oidc_client_id="console"), discovery)
     assert provider.end_session_url("https://console.example/logout") == expected
+
+
+def test_a_role_may_be_limited_to_systems_of_a_systems_file():
+    roles = load_roles(FILE.replace('masked_payloads = ["ORDERS*"]', 'masked_payloads = ["ORDERS*"]\nsystems = ["prod-*"]'),
+                       LEAST_ROLE)
+    grants = roles.for_groups(("orders-team",))
+    assert grants.on_system("prod-eu").why_not("message.ack", "ORDERS") is None
+    assert "may not message.ack" in grants.on_system("staging").why_not("message.ack", "ORDERS")
+    assert grants.on_system("prod-eu").payloads("ORDERS_TEST") == FULL
+    assert grants.on_system("staging").payloads("ORDERS_TEST") == MASKED  # the group's viewer role holds there
+    assert roles.grants("viewer").on_system("staging").names == "viewer"  # the built-in roles: every system
+    for hostile in ('"prod"', "[]", "[1]", f'["{"x" * 300}"]', '["a\\u0000"]'):
+        with pytest.raises(RolesError, match="systems"):
+            load_roles(f'[[role]]\nname = "r"\nactions = ["message.ack"]\nsystems = {hostile}\n', LEAST_ROLE)
