@@ -14,6 +14,7 @@ protocol:
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, runtime_checkable
@@ -259,6 +260,22 @@ def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
     return ChecksPage(findings=findings, by_system=True, **params)
 
 
+def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:
+    """Every system's clients, each named with its system; a system whose log cannot be read is left out."""
+    from console.domain.conformance import Verdicts
+
+    async def verdicts() -> Verdicts:
+        runtimes = fleet.runtimes()
+        read = await asyncio.gather(*(r.verdicts() for r in runtimes.values()), return_exceptions=True)
+        return Verdicts.across({name: v for name, v in zip(runtimes, read) if isinstance(v, Verdicts)})
+
+    def recent() -> Verdicts | None:
+        found = {name: v for name, r in fleet.runtimes().items() if (v := r.verdicts.recent()) is not None}
+        return Verdicts.across(found) if found else None
+
+    return ConformancePage(verdicts=verdicts, recent=recent, **params)
+
+
 def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:
     """Every system's losses, each with its system; the status line says each system's state."""
 
@@ -335,7 +352,8 @@ TABLE = (
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}, across=checks_across),
     Page("/search", "Search", search, {name: name for name in SEARCH_PARAMS}),
-    Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"}),
+    Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"},
+         across=conformance_across),
     Page("/probe", "Probe", probe, changes_the_server=True),
     Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),
     Page("/stream", None, stream, {"stream": "name"}),

@@ -5,7 +5,7 @@ ADR's words and its grading hooks, are console/domain/statements/; the grading, 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Mapping
@@ -64,6 +64,7 @@ class ClientVerdict:
     results: Mapping[str, Tallies]
     since: str
     until: str
+    system: str = ""  # of several NATS systems' verdicts read as one (Verdicts.across), the client's
 
     def status(self, statement_id: str) -> str:
         tallies = self.results.get(statement_id)
@@ -88,7 +89,8 @@ class ClientVerdict:
 
     @property
     def name(self) -> str:
-        return self.publisher.line() if self.publisher else "(publisher unknown)"
+        said = self.publisher.line() if self.publisher else "(publisher unknown)"
+        return f"[{self.system}] {said}" if self.system else said
 
     def to_json(self) -> str:
         return json.dumps({
@@ -179,6 +181,17 @@ class Verdicts:
         self._latest[verdict.key] = (event.time, verdict)
         while len(self._latest) > self.max_clients:
             self._latest.popitem(last=False)
+
+    @classmethod
+    def across(cls, systems: Mapping[str, Verdicts]) -> Verdicts:
+        """Several NATS systems' verdicts as one: each client with its system (in its name and its key)."""
+        merged = cls(max_clients=sum(v.max_clients for v in systems.values()) or MAX_VERDICTS)
+        for system, verdicts in systems.items():
+            merged.malformed += verdicts.malformed
+            for time, verdict in verdicts._latest.values():
+                key = f"{system}/{verdict.key}"
+                merged._latest[key] = (time, replace(verdict, key=key, system=system))
+        return merged
 
     def __len__(self) -> int:
         return len(self._latest)

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from console.broker.server import EmbeddedServer
 from tests.conftest import TEST_LIMITS
 from tests.fleet import abandon, run_apart, systems_text
-from tests.processes import CLI, free_port, wait_http
+from tests.processes import CLI, free_port, probe, wait_http
 from tests.waits import collector_ready, poll_until
 
 HOSTILE_SYSTEMS = ["nope", "x" * 5000, "eu\n", "eu\x00", "../eu", "<script>alert(1)</script>", "EU", " eu"]
@@ -72,6 +72,9 @@ def fleet(tmp_path_factory):
         try:
             wait_http(f"http://127.0.0.1:{port}/", started[1], tmp / "web.log")  # an unreachable system held nothing up
             run_apart(_losses_and_a_shared_stream({"eu": eu, "us": us}, started[0]))
+            for server in (eu, us):  # a fast-ingest publisher on each, for the conformance verdicts
+                probe(server.url, "fast", "--count", "2", "--batch-size", "5", "--stream", "FLEET_FAST",
+                      "--subject", "fleet.fast")
             yield Fleet(f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{metrics_port}/metrics", {"eu": eu, "us": us},
                         systems, data, tmp)
         finally:
@@ -159,3 +162,12 @@ def test_history_checks_and_metrics_carry_each_system(fleet, page):
     page.goto(fleet.url + "checks")  # every system's evaluation, and the one not reached said
     expect(page.get_by_text(re.compile(r"Not checked: .*gone: not reachable"))).to_be_visible(timeout=30_000)
     expect(page.get_by_role("columnheader", name="system")).to_be_visible()
+
+
+def test_conformance_shows_every_systems_clients_each_with_its_system(fleet, page):
+    page.goto(fleet.url + "conformance")
+    for name in ("eu", "us"):
+        expect(page.get_by_role("row").filter(has_text=f"[{name}]").first).to_be_visible(timeout=60_000)
+    page.goto(fleet.url + "conformance?system=eu")
+    expect(page.get_by_role("row").filter(has_text="[eu]")).to_have_count(0)  # one system: as a console of one
+    expect(page.get_by_role("row").filter(has_text="(publisher unknown)").first).to_be_visible(timeout=30_000)
