@@ -331,7 +331,10 @@ async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry
                                         first_per_reason=c.quarantine_first_per_reason,
                                         first_max_msgs=c.quarantine_first_max_msgs, replicas=settings.event_log.replicas)
         collector = Collector(runtime.nc, c, runtime.event_log, system_nc=runtime.system_nc,
-                              monitor_url=settings.connection.monitor_url, quarantine=quarantine)
+                              monitor_url=settings.connection.monitor_url, quarantine=quarantine,
+                              open_tap=lambda servers: connect(replace(settings.connection, servers=tuple(servers)),
+                                                               give_up_after=settings.connection.connect_timeout,
+                                                               error_cb=on_error))
         await collector.start()
         log.info("%scollecting into %s (advisories %s; batch timeout %gs, %s)", said, runtime.event_log.stream,
                  f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY",

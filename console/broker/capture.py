@@ -124,17 +124,19 @@ class Subscriptions:
     def __init__(self) -> None:
         self._subs: list[Subscription] = []
 
-    async def follow(self, nc: Connection, subject: str, handler: Handler) -> None:
+    async def follow(self, nc: Connection, subject: str, handler: Handler, queue: str = "") -> None:
         async def on_msg(msg: Msg) -> None:
             await handler(inbound(msg))
 
         nc.msg_class = ArrivalMsg  # what this connection reads from now on carries its arrival
-        self._subs.append(await nc.subscribe(subject, cb=on_msg))
+        self._subs.append(await nc.subscribe(subject, queue=queue, cb=on_msg))
 
-    async def tap_fast_replies(self, nc: Connection, prefix: str, handler: Handler) -> None:
-        """Every fast-ingest reply under an inbox prefix: `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8."""
+    async def tap_fast_replies(self, nc: Connection, prefix: str, handler: Handler, queue: str = "") -> None:
+        """Every fast-ingest reply under an inbox prefix: `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8.
+        queue: in a supercluster, one tap per cluster in one queue group, so that the server hands each reply
+        to the tap in the cluster it is published in and none crosses a gateway to be heard."""
         for depth in (5, 6):
-            await self.follow(nc, ".".join([prefix] + ["*"] * depth + ["$FI"]), handler)
+            await self.follow(nc, ".".join([prefix] + ["*"] * depth + ["$FI"]), handler, queue)
 
     async def drain(self, within: float) -> None:
         """Unsubscribe, then handle what the server sent before; after `within` seconds, stop waiting."""
@@ -150,6 +152,13 @@ class Subscriptions:
 async def stream_of_subject(nc: Connection, subject: str) -> str | None:
     """The stream that binds a subject, as the server says."""
     return await nc.jetstream().find_stream_name_by_subject(subject)
+
+
+async def stream_cluster(nc: Connection, stream: str) -> str | None:
+    """The cluster a stream is placed in (its leader's), as the server says; None when it says none."""
+    info = await nc.jetstream().stream_info(stream)
+    name = info.cluster.name if info.cluster is not None else None
+    return name if isinstance(name, str) and 0 < len(name) <= 256 else None
 
 
 async def stream_atomic(nc: Connection, stream: str) -> tuple[bool, datetime | None] | None:

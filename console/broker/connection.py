@@ -116,6 +116,13 @@ def identity(nc: Client) -> tuple[str | None, int | None]:
     return (name if isinstance(name, str) else None), nc.client_id
 
 
+def connected_to(nc: Client) -> str | None:
+    """The server this connection is on now, as a URL without credentials (nats://host:port)."""
+    url = nc.connected_url
+    return f"nats://{url.hostname if ':' not in (url.hostname or '') else f'[{url.hostname}]'}:{url.port}" \
+        if url is not None and url.hostname else None
+
+
 def reconnects(nc: Client) -> int:
     """How many times the connection was made again (to the same server or another)."""
     return nc.stats.get("reconnects", 0)

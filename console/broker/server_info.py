@@ -7,7 +7,7 @@ import json
 import logging
 import time
 import urllib.request
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -55,25 +55,51 @@ async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> d
     return varz if isinstance(varz, dict) else {}
 
 
-async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, within: float,
-                    errors: Tally, exclude: tuple[str | None, int | None] | None = None) -> Publisher | None:
-    """The connection of `account` that subscribes under `prefix` and hears `subject`: every server is
-    asked at once (on a cluster the publisher is on one of them); the first to name it answers."""
+async def _answers(system_nc: Client, subject: str, body: bytes, within: float) -> AsyncGenerator[Msg, None]:
+    """Every server's answer to a request on the system account, as each comes, for `within` seconds."""
     inbox = system_nc.new_inbox()
     answers: asyncio.Queue[Msg] = asyncio.Queue()
     sub = await system_nc.subscribe(inbox, cb=answers.put)
     try:
-        # Open connections only: a closed one keeps no subscriptions, and the subject filter does not
-        # apply to them (every closed connection of the account would fill the answer).
-        body = {"acc": account, "filter_subject": subject, "auth": True, "subscriptions": True,
-                "limit": MAX_CONNECTIONS}
-        await system_nc.publish(CONNZ_SUBJECT, json.dumps(body).encode(), reply=inbox)
+        await system_nc.publish(subject, body, reply=inbox)
         deadline = time.monotonic() + within
         while (left := deadline - time.monotonic()) > 0:
             try:
-                msg = await asyncio.wait_for(answers.get(), left)
+                yield await asyncio.wait_for(answers.get(), left)
             except asyncio.TimeoutError:
-                break
+                return
+    finally:
+        await sub.unsubscribe()
+
+
+async def clusters_of(system_nc: Client, within: float = 1.0) -> dict[str, list[str]]:
+    """Every cluster of the system and its servers' client URLs, as each server answers /varz over the
+    system account within `within` seconds ({} for a single server or cluster with no name). Each answer
+    is read totally: one that does not name a cluster, a host and a port is left out."""
+    found: dict[str, set[str]] = {}
+    async for msg in _answers(system_nc, VARZ_SUBJECT, b"", within):
+        try:
+            answer = json.loads(msg.data)
+            server, data = answer["server"], answer["data"]
+            cluster, host, port = server.get("cluster"), data.get("host"), data.get("port")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if isinstance(cluster, str) and 0 < len(cluster) <= 256 and isinstance(host, str) and \
+                0 < len(host) <= 256 and host not in ("0.0.0.0", "::") and type(port) is int and 0 < port < 65536:
+            found.setdefault(cluster, set()).add(f"nats://{'[' + host + ']' if ':' in host else host}:{port}")
+    return {cluster: sorted(urls) for cluster, urls in found.items()}
+
+
+async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, within: float,
+                    errors: Tally, exclude: tuple[str | None, int | None] | None = None) -> Publisher | None:
+    """The connection of `account` that subscribes under `prefix` and hears `subject`: every server is
+    asked at once (on a cluster the publisher is on one of them); the first to name it answers."""
+    # Open connections only: a closed one keeps no subscriptions, and the subject filter does not apply
+    # to them (every closed connection of the account would fill the answer).
+    body = {"acc": account, "filter_subject": subject, "auth": True, "subscriptions": True, "limit": MAX_CONNECTIONS}
+    answers = _answers(system_nc, CONNZ_SUBJECT, json.dumps(body).encode(), within)
+    try:
+        async for msg in answers:
             try:
                 found = [p for p in publishers_from_connz(msg.data, prefix) if (p.server, p.cid) != exclude]
             except MalformedPublisher as e:
@@ -83,7 +109,7 @@ async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, 
                 return found[0]
         return None
     finally:
-        await sub.unsubscribe()
+        await answers.aclose()
 
 
 async def own_account(nc: Client) -> str | None:

@@ -9,7 +9,7 @@ import logging
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Callable
+from typing import Awaitable, Callable
 
 from console.broker.capture import ABANDONED_SUBJECTS, ADVISORY_SUBJECTS, DurableAdvisories, Inbound, Subscriptions
 from console.broker.connection import Connection, is_connected
@@ -48,6 +48,8 @@ class AdvisoryReader:
         # The collector's own account, once known: the system account sends every account's copies, and
         # each account of a system has a collector of its own (a systems file's [[system.account]])
         self.account: str | None = None
+        # In a supercluster: the cluster a stream is placed in (Collector.start), for each abandonment
+        self.cluster_of: Callable[[str], Awaitable[str | None]] | None = None
 
     async def start(self, subs: Subscriptions) -> asyncio.Task[None] | None:
         """Subscribes; the durable loop's task, when the advisory stream could be opened."""
@@ -88,7 +90,7 @@ class AdvisoryReader:
                 continue
             events = [event for msg, _ in fetched if (event := await self.event(msg)) is not None]
             self.intake.state.learn(events)
-            if not await self.writer.store(await self._account_side(events)):
+            if not await self.writer.store(await self._placed(await self._account_side(events))):
                 continue  # a stop gave up on the log: unacked, they are redelivered to the next run
             for _, ack in fetched:  # only now: the events are in the log
                 try:
@@ -123,7 +125,14 @@ class AdvisoryReader:
             self._from_system[event.event_id] = None
             while len(self._from_system) > SYSTEM_IDS:
                 self._from_system.pop(next(iter(self._from_system)))
-            self.intake.put([event], SYSTEM_ADVISORY)
+            self.intake.put(await self._placed([event]), SYSTEM_ADVISORY)
+
+    async def _placed(self, events: list[BatchEvent]) -> list[BatchEvent]:
+        """In a supercluster, each abandonment with the cluster its stream is placed in."""
+        if self.cluster_of is None:
+            return events
+        return [replace(e, cluster=await self.cluster_of(e.stream)) if e.kind is EventKind.ATOMIC_ABANDONED
+                and e.stream else e for e in events]
 
     async def _on_account_live_abandonment(self, msg: Inbound) -> None:
         """The account's live copy, beside the stream's: stored only where no other copy may come (with

@@ -19,12 +19,13 @@ import logging
 import time
 import uuid
 from dataclasses import replace
+from typing import Awaitable, Callable
 
-from console.broker.capture import Subscriptions
-from console.broker.connection import Connection, flush, identity
+from console.broker.capture import Subscriptions, stream_cluster
+from console.broker.connection import Connection, close, connected_to, flush, identity
 from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
-from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, own_account, read_varz
+from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, clusters_of, own_account, read_varz
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.capture_watch import CaptureWatch
 from console.collector.grading import Grading
@@ -59,10 +60,16 @@ async def _ended(tasks: list[asyncio.Task[None]]) -> None:
 class Collector:
     def __init__(self, nc: Connection, settings: CollectorSettings = CollectorSettings(),
                  event_log: EventLogSettings = EventLogSettings(), system_nc: Connection | None = None,
-                 monitor_url: str | None = None, quarantine: QuarantineSettings = QuarantineSettings()):
+                 monitor_url: str | None = None, quarantine: QuarantineSettings = QuarantineSettings(),
+                 open_tap: Callable[[list[str]], Awaitable[Connection]] | None = None):
         """system_nc: a connection to the system account, for its copies of every account's
-        advisories and for /varz; monitor_url: the server's monitoring URL, for /varz. Both optional."""
+        advisories and for /varz; monitor_url: the server's monitoring URL, for /varz. Both optional.
+        open_tap: a connection as this one to other servers (the account's user): in a supercluster the
+        collector taps `$FI` replies in each cluster through one (the system account names the clusters)."""
         self.nc, self.system_nc, self.settings, self.monitor_url = nc, system_nc, settings, monitor_url
+        self._open_tap = open_tap
+        self._tap_connections: list[Connection] = []
+        self._stream_clusters: dict[str, tuple[float, str | None]] = {}
         self._stopping = False
         stopping = lambda: self._stopping  # noqa: E731: every loop ends on it (see stop())
         self.errors = Tally()  # transient failures the collector survived
@@ -143,6 +150,7 @@ class Collector:
         await self._learn_batch_timeout()
         self.publishers.account = self.advisories.account = await own_account(self.nc) if self.system_nc is not None \
             else None
+        await self._tap_every_cluster()
         reading = [await self.advisories.start(self._subs), await self.taps.start()]
         if self.advisories.problem:
             self.report.problems.append(self.advisories.problem)
@@ -157,6 +165,51 @@ class Collector:
             lambda: self._stopping))
         self._tasks.append(self.loops.start("capture", lambda: self.capture.run(lambda: self._stopping),
                                             lambda: self._stopping))
+
+    async def _tap_every_cluster(self) -> None:
+        """In a supercluster, a tap connection in each cluster, all in one queue group of this collector: the
+        server hands each `$FI` reply to the tap in its own cluster, so none crosses a gateway to be heard."""
+        if self.system_nc is None or self._open_tap is None:
+            return
+        try:
+            clusters = await clusters_of(self.system_nc)
+        except Exception as e:  # an older server, no permission: one tap, as on one cluster
+            self.errors.add(f"clusters: {type(e).__name__}")
+            return
+        if len(clusters) < 2:
+            return
+        here = connected_to(self.nc)
+        own = next((name for name, urls in clusters.items() if here in urls), None)
+        taps: dict[str, Connection] = {}
+        for name, urls in clusters.items():
+            if name == own:
+                taps[name] = self.nc
+                continue
+            try:
+                taps[name] = connection = await self._open_tap(urls)
+                self._tap_connections.append(connection)
+            except Exception as e:  # that cluster's replies reach the others' taps over the gateway
+                log.warning("supercluster: no tap in cluster %s (%s): its replies cross the gateway", name, e)
+                self.errors.add(f"cluster tap: {type(e).__name__}")
+        if own is None:  # this connection's server answered under no cluster's URL: its taps go elsewhere
+            log.warning("supercluster: this connection's cluster not found among %s", ", ".join(clusters))
+        self.taps.clusters, self.taps.queue = taps, f"batch_console_tap_{self.report_instance}"
+        self.advisories.cluster_of = self._cluster_of
+        log.info("supercluster: clusters %s, a $FI tap in each", ", ".join(sorted(taps)))
+
+    async def _cluster_of(self, stream: str) -> str | None:
+        """The cluster a stream is placed in, kept a minute (a stream moved by its placement is seen again)."""
+        known = self._stream_clusters.get(stream)
+        if known is None or time.monotonic() - known[0] > 60.0:
+            try:
+                known = (time.monotonic(), await stream_cluster(self.nc, stream))
+            except Exception as e:  # gone, or not answering: the event is kept without its cluster
+                self.errors.add(f"stream cluster: {type(e).__name__}")
+                return None
+            if len(self._stream_clusters) >= 10_000:
+                self._stream_clusters.pop(next(iter(self._stream_clusters)))
+            self._stream_clusters[stream] = known
+        return known[1]
 
     async def stop(self) -> None:
         """Take no more input, handle what the server already sent, store every queued event, end.
@@ -178,6 +231,9 @@ class Collector:
             await self.writer.end()  # only now: nothing else can enqueue
             await _ended([self._writer])
             self._writer = None
+        for connection in self._tap_connections:
+            await close(connection)
+        self._tap_connections.clear()
 
     def note_connection_error(self, error: Exception) -> None:
         """For the connection's error callback: a denied subscription becomes a visible problem."""

@@ -5,8 +5,10 @@ batches (when tapped), the replies to atomic batches' first messages, and leader
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
 from console.broker.capture import LEADER_ELECTIONS, Inbound, Subscriptions, stream_of_subject
@@ -34,14 +36,21 @@ class TapReader:
         self.loops, self.errors, self.stopping = loops, errors, stopping
         self.state = intake.state
         self.tapped = 0  # $FI replies received
+        # In a supercluster: a tap connection in each cluster (its own among them), all in one queue group
+        # (Collector.start): each reply is heard in the cluster it is published in, with that cluster's name
+        self.clusters: dict[str, Connection] = {}
+        self.queue = ""
         self._last_tap = 0.0
         self._streams_by_subject: dict[str, str | None] = {}
 
     async def start(self) -> asyncio.Task[None] | None:
         """Subscribes; the pacer's task, when pacing is asked for."""
         await self.subs.follow(self.nc, LEADER_ELECTIONS, self._on_election)
-        for prefix in self.settings.inbox_prefixes:
-            await self.subs.tap_fast_replies(self.nc, prefix, self._on_tap)
+        taps = self.clusters.items() if len(self.clusters) > 1 else [(None, self.nc)]
+        for cluster, nc in taps:
+            for prefix in self.settings.inbox_prefixes:
+                await self.subs.tap_fast_replies(nc, prefix, functools.partial(self._on_tap, cluster=cluster),
+                                                 self.queue if cluster else "")
         for subject in self.settings.tap_publish_subjects:
             await self.subs.follow(self.nc, subject, self._on_publish_side)
         if self.settings.pace_ms > 0:
@@ -69,7 +78,7 @@ class TapReader:
         if elected_leader(event) is not None and event.stream:
             self.state.tracker.leader_elected(event.stream, now())  # the tap's clock: the refusals are timed by it
 
-    async def _on_tap(self, msg: Inbound) -> None:
+    async def _on_tap(self, msg: Inbound, cluster: str | None = None) -> None:
         self.tapped += 1
         self._last_tap = time.monotonic()
         tracker = self.state.tracker
@@ -93,7 +102,7 @@ class TapReader:
             self.grading.reply(msg)
         if events:
             self.publishers.saw(msg.subject)
-            self.intake.put(events, FI_TAP)
+            self.intake.put([replace(e, cluster=cluster) for e in events] if cluster else events, FI_TAP)
 
     async def _on_publish_side(self, msg: Inbound) -> None:
         if msg.batch_headers:  # an atomic batch's message: open until its commit

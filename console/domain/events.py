@@ -113,6 +113,7 @@ class BatchEvent:
     publisher: Publisher | None = None  # the connection that published the batch, as CONNZ knows it
     # When `stream` is not known: the stream this publisher's connection last published a batch to.
     probable_stream: str | None = None
+    cluster: str | None = None  # in a supercluster: the cluster whose tap heard it, or the stream's
     v: int = SCHEMA_VERSION
 
     def subject(self, prefix: str) -> str:
@@ -191,6 +192,7 @@ _READERS: dict[str, Callable[[object], Any]] = {
     "unverified": lambda v: _bool(v, "unverified"),
     "publisher": lambda v: publisher_from_dict(v, MalformedEvent),
     "probable_stream": lambda v: stream_name(v, error=MalformedEvent),
+    "cluster": lambda v: bounded_text(v, "cluster", MAX_LABEL, MalformedEvent),
     **{key: (lambda k: lambda v: bounded_int(v, k, *_SEQUENCE, MalformedEvent))(key)
        for key in ("seq", "first_lost_seq", "lost", "acks", "count", "stream_seq")},
 }

@@ -39,6 +39,7 @@ class LostBatch:
     publisher: str | None = None  # the publishing connection, in one line, when CONNZ named it
     probable_stream: str | None = None  # when stream is not known: where this publisher last published
     system: str = ""  # the NATS system whose event log said it (its model's; README, "Several NATS systems")
+    cluster: str | None = None  # in a supercluster: the cluster it happened in
 
 
 @dataclass
@@ -63,7 +64,8 @@ def lost_batch(event: BatchEvent, system: str = "") -> LostBatch:
     kind = "atomic" if event.kind in ATOMIC_KINDS else "fast"
     reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
     return LostBatch(event.time, event.stream, event.batch_id, reason, kind, event.event_id, event.unverified,
-                     event.source, event.publisher.line() if event.publisher else None, event.probable_stream, system)
+                     event.source, event.publisher.line() if event.publisher else None, event.probable_stream, system,
+                     event.cluster)
 
 
 class LiveModel:

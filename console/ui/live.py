@@ -38,8 +38,11 @@ def recent_frame(model: LiveModel | LiveAcross, limit: int = 100, clock: Clock =
              "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
              "kind": b.kind, "publisher": b.publisher or "",
-             "investigate": incident_link(b.batch_id, where(b))} for b in lost]
+             "investigate": incident_link(b.batch_id, where(b)), "cluster": b.cluster or ""} for b in lost]
     columns = _with_system(COLUMNS, by_system)
+    if any(b.cluster for b in lost):  # a supercluster: where each loss happened
+        columns = {**{k: v for k, v in columns.items() if k != "investigate"}, "cluster": "object",
+                   "investigate": "object"}
     return pd.DataFrame(rows, columns=list(columns)).astype(columns)
 
 

@@ -214,3 +214,14 @@ def test_several_systems_models_read_as_one_each_loss_with_its_system():
     before = across.version
     us.apply(abandoned(4, 40))
     assert across.version != before
+
+
+def test_a_loss_in_a_supercluster_keeps_its_cluster_and_live_shows_it():
+    from console.ui.live import recent_frame
+
+    model = LiveModel()
+    model.apply(BatchEvent("adv.1", EventKind.ATOMIC_ABANDONED, at(1), "S", "a1", reason="timeout", cluster="west"))
+    assert model.newest_first(1)[0].cluster == "west"
+    frame = recent_frame(model)
+    assert list(frame["cluster"]) == ["west"] and list(frame.columns)[-2:] == ["cluster", "investigate"]
+    assert "cluster" not in recent_frame(LiveModel()).columns  # one cluster: no column

@@ -37,7 +37,7 @@ ADVISORY_KEYS = ["type", "id", "timestamp", "stream", "batch", "reason", "accoun
 REPLY_KEYS = ["type", "seq", "msgs", "last_seq", "stream", "batch", "count", "duplicate", "domain", "error"]
 EVENT_KEYS = ["event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "previous_flow", "seq",
               "first_lost_seq", "lost", "acks", "err_code", "description", "count", "stream_seq", "eob", "inferred",
-              "account", "domain", "detail", "publisher", "probable_stream", "v"]
+              "account", "domain", "detail", "publisher", "probable_stream", "cluster", "v"]
 
 
 def objects(keys: list[str], base: dict) -> st.SearchStrategy[bytes]:
