@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from console.config import Settings
 from console.domain.systems import DEFAULT
 from console.errors import NatsUnreachableError
 from console.runtime import Runtime
 from console.services.roles import RolesWatch
+
+if TYPE_CHECKING:  # pandas and sqlmodel load only where alerts are read
+    from console.alerting.view import AlertsAcross
 
 log = logging.getLogger(__name__)
 RETRY = (1.0, 30.0)  # seconds before trying an unreachable system again: first, most
@@ -89,6 +92,12 @@ class Fleet:
     def runtimes(self) -> dict[str, Runtime]:
         """The systems open now, in the file's order."""
         return {n: self._runtimes[n] for n in self.names if n in self._runtimes}
+
+    def alerts(self) -> AlertsAcross:
+        """The systems open now's alerts as one view (console.alerting.view)."""
+        from console.alerting.view import AlertsAcross
+
+        return AlertsAcross({name: runtime.alerts for name, runtime in self.runtimes().items()})
 
     def known(self, arg: str) -> str | None:
         """A system the URL names, when it is one of these (hostile: anything else is no system)."""

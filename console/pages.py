@@ -15,7 +15,7 @@ protocol:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, runtime_checkable
 
@@ -260,6 +260,33 @@ def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
     return ChecksPage(findings=findings, by_system=True, **params)
 
 
+def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
+    """Every system's audit trail, each record with its system and each chain checked on its own; a trail
+    that cannot be read is a break (nothing of it is vouched for)."""
+    from console.domain.audit import Checked
+
+    async def trail(since: datetime | None) -> Checked:
+        runtimes = fleet.runtimes()
+        read = await asyncio.gather(*(r.audit.read(since) for r in runtimes.values()), return_exceptions=True)
+        merged = Checked.across({name: c for name, c in zip(runtimes, read) if isinstance(c, Checked)})
+        unread = [(0, f"system {name}: not read: {str(e)[:200] or type(e).__name__}")
+                  for name, e in zip(runtimes, read) if not isinstance(e, Checked)]
+        return replace(merged, breaks=[*merged.breaks, *unread]) if unread else merged
+
+    def recent(since: datetime | None):
+        found = {name: seen for name, r in fleet.runtimes().items() if (seen := r.audit.recent(since)) is not None}
+        if not found:
+            return None
+        return min(at for at, _ in found.values()), Checked.across({name: c for name, (_, c) in found.items()})
+
+    return AuditPage(trail=trail, recent=recent, export=actions.run, may=actions.allowed, **params)
+
+
+def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
+    """Every system's alerts firing, sent and delivered, each with its system; the one rules file."""
+    return AlertsPage(view=fleet.alerts(), read_only=fleet.read_only, actions=actions, **params)
+
+
 def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:
     """Every system's clients, each named with its system; a system whose log cannot be read is left out."""
     from console.domain.conformance import Verdicts
@@ -349,13 +376,13 @@ TABLE = (
                                        "start_time": "start_time", "batch_id": "batch_id"}),
     Page("/history", "History", history, {"csv_table": "table"}, across=history_across),
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
-    Page("/alerts", "Alerts", alerts, {"rule": "rule"}),
+    Page("/alerts", "Alerts", alerts, {"rule": "rule"}, across=alerts_across),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}, across=checks_across),
     Page("/search", "Search", search, {name: name for name in SEARCH_PARAMS}),
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"},
          across=conformance_across),
     Page("/probe", "Probe", probe, changes_the_server=True),
-    Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}),
+    Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}, across=audit_across),
     Page("/stream", None, stream, {"stream": "name"}),
 )
 BY_PATH = {page.path: page for page in TABLE}

@@ -132,3 +132,35 @@ class AlertsView:
                 self._unreadable = why
                 log.warning("alert state not readable from %s: %s", self.db_path, why)
             return nothing
+
+
+class AlertsAcross:
+    """Several NATS systems' alerts as one view, for the Alerts page's "all systems": the one rules file
+    (changed through the first system's view, whose audit trail records it) and each system's state,
+    each row with its system."""
+
+    def __init__(self, views: dict[str, AlertsView]):
+        self.views = views
+        self.first = next(iter(views.values()))
+        self.read_only = self.first.read_only
+
+    def rules(self) -> tuple[list[Rule], str | None]:
+        return self.first.rules()
+
+    def firing(self) -> list[tuple[str, str, datetime, str]]:
+        found = [(rule, stream, since, name) for name, view in self.views.items() for rule, stream, since in view.firing()]
+        return sorted(found, key=lambda f: f[2], reverse=True)
+
+    def notices(self) -> list[dict]:
+        found = [{**n, "system": n.get("system") or name} for name, view in self.views.items() for n in view.notices()]
+        return sorted(found, key=lambda n: n["time"], reverse=True)
+
+    def deliveries(self) -> list[dict]:
+        found = [{**d, "system": name} for name, view in self.views.items() for d in view.deliveries()]
+        return sorted(found, key=lambda d: d["time"], reverse=True)
+
+    async def save_rule(self, text: str, actions: Actions | None = None) -> str:
+        return await self.first.save_rule(text, actions)
+
+    async def set_muted(self, name: str, muted: bool, actions: Actions | None = None) -> None:
+        await self.first.set_muted(name, muted, actions)

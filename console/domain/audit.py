@@ -131,6 +131,18 @@ class Checked:
     breaks: list[tuple[int, str]]
     written: int = 0  # records the console wrote to this trail (its checkpoint's count; 0: not known)
     unsafe: str | None = None  # why the trail's stream can be erased quietly, when it can
+    systems: tuple[str, ...] = ()  # several NATS systems' trails read as one (across): each record's system
+
+    @classmethod
+    def across(cls, trails: Mapping[str, Checked]) -> Checked:
+        """Several systems' trails as one, oldest first, each record with its system; each chain checked on
+        its own (a break names its system)."""
+        rows = sorted(((r.time, name, seq, r) for name, checked in trails.items() for seq, r in checked.records),
+                      key=lambda row: (row[0], row[1], row[2]))
+        unsafe = "; ".join(f"{name}: {c.unsafe}" for name, c in trails.items() if c.unsafe)
+        return cls([(seq, r) for _, _, seq, r in rows],
+                   [(seq, f"system {name}: {why}") for name, c in trails.items() for seq, why in c.breaks],
+                   sum(c.written for c in trails.values()), unsafe or None, tuple(name for _, name, _, _ in rows))
 
     @property
     def intact(self) -> bool:

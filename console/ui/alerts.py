@@ -29,15 +29,18 @@ severity = "critical"
 '''
 
 
-def deliveries_frame(deliveries: list[dict], clock: Clock = Clock()) -> pd.DataFrame:
-    """Newest first; a failed attempt's row says so in red (escaped: the answer comes from the receiver)."""
+def deliveries_frame(deliveries: list[dict], clock: Clock = Clock(), several: bool = False) -> pd.DataFrame:
+    """Newest first; a failed attempt's row says so in red (escaped: the answer comes from the receiver).
+    several: several systems' deliveries, each with its system."""
     rows = []
     for d in deliveries[:200]:
         answer = html.escape(str(d.get("answer", "")))
-        rows.append({"time": clock.when(d.get("time")), "rule": d.get("rule", ""), "stream": stream_cell(d.get("stream", "")),
+        rows.append({"time": clock.when(d.get("time")), "system": d.get("system", ""), "rule": d.get("rule", ""),
+                     "stream": stream_cell(d.get("stream", ""), system=d.get("system") if several else None),
                      "status": d.get("status", ""), "target": d.get("target", ""),
                      "result": answer if d.get("ok") else f'<span style="color:#c92a2a;font-weight:600">failed: {answer}</span>'})
-    return pd.DataFrame(rows, columns=["time", "rule", "stream", "status", "target", "result"])
+    return pd.DataFrame(rows, columns=["time", *(["system"] if several else []), "rule", "stream", "status", "target",
+                                       "result"])
 
 
 class AlertsPage(Clocked, pn.viewable.Viewer):
@@ -97,7 +100,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         """The rules file and the alerts process's SQLite (local and quick: in the web's first answer)."""
         rules, problem = self.view.rules()
         firing = self.view.firing()
-        firing_rules = {rule for rule, _, _ in firing}
+        firing_rules = {f[0] for f in firing}
         note = without_targets(rules)
         self._problem.object = (f"**Rules file refused, the old rules stay:** {html.escape(problem)}" if problem
                                 else f"**Nothing is sent.** {html.escape(note, quote=False)}" if note else "")
@@ -106,12 +109,16 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
              "severity": r.severity, "within": duration_text(r.within), "at least": r.at_least, "when": r.when,
              "streams": ", ".join(r.streams) or "all", "reasons": ", ".join(r.reasons) or "all",
              "notify": ", ".join(r.notify) or "(none)"} for r in rules]))
-        put(self._firing, pd.DataFrame([(r, stream_cell(s), self.clock.when(t)) for r, s, t in firing],
-                                       columns=["rule", "stream", "since"]))
-        sent = [{**{k: n.get(k) for k in ("rule", "status", "count", "text")}, "stream": stream_cell(n.get("stream")),
+        several = any(len(f) > 3 for f in firing) or hasattr(self.view, "views")  # several systems: each row's
+        system = ["system"] if several else []
+        put(self._firing, pd.DataFrame([(*f[3:], f[0], stream_cell(f[1], system=f[3] if several else None),
+                                         self.clock.when(f[2])) for f in firing],
+                                       columns=[*system, "rule", "stream", "since"]))
+        sent = [{**{k: n.get(k) for k in ("rule", "status", "count", "text", "system")},
+                 "stream": stream_cell(n.get("stream"), system=n.get("system") if several else None),
                  "time": self.clock.when(n["time"])} for n in self.view.notices()[:200]]
-        put(self._sent, pd.DataFrame(sent, columns=["time", "rule", "status", "stream", "count", "text"]))
-        put(self._deliveries, deliveries_frame(self.view.deliveries(), self.clock))
+        put(self._sent, pd.DataFrame(sent, columns=["time", *system, "rule", "status", "stream", "count", "text"]))
+        put(self._deliveries, deliveries_frame(self.view.deliveries(), self.clock, several))
         names = [r.name for r in rules]
         if names != self.param.rule.objects:
             self.param.rule.objects = names

@@ -28,28 +28,35 @@ def audit_frame(checked: Checked, clock, user: str = ANY, action: str = ANY, str
     """Newest first, as the filters leave them (the records as they were written: a download's rows). An
     action's attempt (written ahead) is folded into its outcome; one with no outcome says so."""
     rows = []
-    for seq, r in reversed(_folded(checked.records)):
+    systems = checked.systems or ("",) * len(checked.records)
+    for seq, r, system in reversed(_folded([(seq, r, s) for (seq, r), s in zip(checked.records, systems)])):
         if (user != ANY and r.actor.user != user) or (action != ANY and r.action != action) or \
                 (stream and r.stream != stream) or (until is not None and r.time >= until):
             continue
-        rows.append({"record": seq, "time": clock.when(r.time), "user": r.actor.user, "address": r.actor.address,
-                     "action": r.action, "stream": r.stream, "target": r.target, "outcome": r.outcome, "detail": r.detail,
+        rows.append({"record": seq, "system": system, "time": clock.when(r.time), "user": r.actor.user,
+                     "address": r.actor.address, "action": r.action, "stream": r.stream, "target": r.target,
+                     "outcome": r.outcome, "detail": r.detail,
                      "change": "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in r.diff.items()), "agent": r.actor.agent})
-    return pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+    return pd.DataFrame(rows, columns=columns(bool(checked.systems)), dtype=object)
 
 
-def _folded(records: list[tuple[int, AuditRecord]]) -> list[tuple[int, AuditRecord]]:
-    out: list[tuple[int, AuditRecord] | None] = []
-    waiting: dict[tuple[str, str, str], list[int]] = {}  # (user, action, target) -> its attempts' places in out
-    for seq, r in records:
-        key = (r.actor.user, r.action, r.target)
+def columns(by_system: bool) -> list[str]:
+    """The table's columns; several systems' trails: each record's system beside its number."""
+    return [COLUMNS[0], "system", *COLUMNS[1:]] if by_system else COLUMNS
+
+
+def _folded(records: list[tuple[int, AuditRecord, str]]) -> list[tuple[int, AuditRecord, str]]:
+    out: list[tuple[int, AuditRecord, str] | None] = []
+    waiting: dict[tuple[str, str, str, str], list[int]] = {}  # (system, user, action, target) -> attempts' places
+    for seq, r, system in records:
+        key = (system, r.actor.user, r.action, r.target)
         if r.outcome == "attempted":
             waiting.setdefault(key, []).append(len(out))
-            out.append((seq, replace(r, outcome="attempted: no outcome recorded")))
+            out.append((seq, replace(r, outcome="attempted: no outcome recorded"), system))
             continue
         if waiting.get(key):
             out[waiting[key].pop(0)] = None
-        out.append((seq, r))
+        out.append((seq, r, system))
     return [item for item in out if item is not None]
 
 
@@ -59,7 +66,10 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("user", "address", "action", "outcome", "detail", "change", "agent"):
         out[column] = [html.escape(str(v)) for v in out[column]]
     out["target"] = [html.escape(str(v)) for v in out["target"]]
-    out["stream"] = [stream_cell(s) if s else "" for s in out["stream"]]
+    if "system" in out:
+        out["system"] = [html.escape(str(v)) for v in out["system"]]
+    systems = list(out["system"]) if "system" in out else [None] * len(out)
+    out["stream"] = [stream_cell(s, system=system) if s else "" for s, system in zip(out["stream"], systems)]
     return out
 
 

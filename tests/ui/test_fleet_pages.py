@@ -171,3 +171,20 @@ def test_conformance_shows_every_systems_clients_each_with_its_system(fleet, pag
     page.goto(fleet.url + "conformance?system=eu")
     expect(page.get_by_role("row").filter(has_text="[eu]")).to_have_count(0)  # one system: as a console of one
     expect(page.get_by_role("row").filter(has_text="(publisher unknown)").first).to_be_visible(timeout=30_000)
+
+
+def test_alerts_and_audit_show_every_system_each_row_with_its_system(fleet, page):
+    page.goto(fleet.url + "alerts")  # the shipped rules fire on each system's abandonment
+    firing = page.get_by_role("row").filter(has_text="FLEET_")
+    for name in ("eu", "us"):
+        expect(firing.filter(has_text=f"FLEET_{name.upper()}").first.get_by_role("gridcell").first) \
+            .to_have_text(name, timeout=60_000)
+
+    page.goto(fleet.url + "audit")  # the edit on us (an earlier test of this module), with its system
+    edit = page.get_by_role("row").filter(has_text="stream.edit").filter(has_text="SHARED")
+    expect(edit.first).to_be_visible(timeout=30_000)
+    expect(edit.first.get_by_role("gridcell").nth(1)).to_have_text("us")
+    expect(page.get_by_text(re.compile("^Chain intact"))).to_be_visible()
+    page.goto(fleet.url + "audit?system=eu")  # one system: its own trail, the edit not in it
+    expect(page.get_by_text(re.compile("^Chain intact"))).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("row").filter(has_text="stream.edit")).to_have_count(0)

@@ -90,3 +90,25 @@ def test_any_bytes_make_a_record_or_one_typed_error(data):
         to_record(data)
     except MalformedAudit:
         pass
+
+
+def test_several_systems_trails_read_as_one_keep_each_records_system_and_name_each_break():
+    from datetime import timedelta
+
+    from console.domain.audit import Checked
+    from console.ui.audit import audit_frame
+    from console.domain.display import Clock
+
+    def record(minutes: int, target: str) -> AuditRecord:
+        return AuditRecord(AT + timedelta(minutes=minutes), Actor("alice", "127.0.0.1", "UA"), "stream.edit", target,
+                           "accepted")
+
+    eu = Checked([(1, record(1, "A")), (2, record(3, "B"))], [])
+    us = Checked([(1, record(2, "C"))], [(5, "erased")], unsafe="no deny_delete")
+    merged = Checked.across({"eu": eu, "us": us})
+    assert [(seq, r.target, s) for (seq, r), s in zip(merged.records, merged.systems)] == \
+        [(1, "A", "eu"), (1, "C", "us"), (2, "B", "eu")]
+    assert merged.breaks == [(5, "system us: erased")] and not merged.intact and merged.unsafe == "us: no deny_delete"
+    frame = audit_frame(merged, Clock())
+    assert list(frame.columns[:2]) == ["record", "system"] and list(frame["system"]) == ["eu", "us", "eu"]
+    assert "system" not in audit_frame(eu, Clock()).columns
