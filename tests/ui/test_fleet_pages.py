@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import nats
+from nats.js.api import AckPolicy, ConsumerConfig
 import pytest
 from playwright.sync_api import expect
 
@@ -41,6 +42,18 @@ async def _losses_and_a_shared_stream(servers: dict[str, EmbeddedServer], collec
         await collector_ready(nc.jetstream(), collector)
         await abandon(nc, f"FLEET_{name.upper()}", f"fleet-{name}")
         await nc.jetstream().add_stream(name="SHARED", subjects=["shared"], allow_atomic=True, allow_batched=True)
+        await nc.jetstream().publish("shared", f"from-{name}".encode())  # a message for Replay on each
+        await nc.jetstream().add_consumer("SHARED", ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT))
+        await nc.close()
+
+
+async def _pending(url: str) -> tuple[int, int]:
+    """SHARED's consumer ops: (messages not delivered yet, delivered and not acked)."""
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().consumer_info("SHARED", "ops")
+        return info.num_pending, info.num_ack_pending
+    finally:
         await nc.close()
 
 
@@ -188,3 +201,16 @@ def test_alerts_and_audit_show_every_system_each_row_with_its_system(fleet, page
     page.goto(fleet.url + "audit?system=eu")  # one system: its own trail, the edit not in it
     expect(page.get_by_text(re.compile("^Chain intact"))).to_be_visible(timeout=30_000)
     expect(page.get_by_role("row").filter(has_text="stream.edit")).to_have_count(0)
+
+
+def test_a_replay_on_one_system_reads_and_acks_that_system_alone(fleet, page):
+    page.goto(fleet.url + "replay?system=us&stream=SHARED")
+    expect(page.get_by_label("consumer", exact=True)).to_contain_text("ops", timeout=30_000)
+    page.get_by_label("consumer", exact=True).select_option(index=1)
+    page.get_by_role("button", name="Fetch · us").click()
+    expect(page.get_by_text("from-us")).to_be_visible(timeout=15_000)
+    expect(page.get_by_text("from-eu")).to_have_count(0)
+    page.get_by_role("button", name="Ack · us", exact=True).first.click()
+    expect(page.get_by_text("Ack confirmed by the server.", exact=False)).to_be_visible(timeout=15_000)
+    assert run_apart(_pending(fleet.servers["us"].url)) == (0, 0)
+    assert run_apart(_pending(fleet.servers["eu"].url)) == (1, 0)  # eu's consumer untouched
