@@ -456,7 +456,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     if not systems:
         asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
     jobs = {name: JobSettings(each.data.system_dir, SourceOptions.parse(spark_options(each)), max_events=a.max_events,
-                              driver_reads_up_to=a.driver_reads_up_to)
+                              driver_reads_up_to=a.driver_reads_up_to, system=name)
             for name, each in (systems or {"": settings}).items()}
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
                           full_jit=a.full_jit)

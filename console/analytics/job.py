@@ -89,6 +89,7 @@ class JobSettings:
     # following job's runs are a few events each, and the Python workers a Spark read starts (their
     # imports, their connections to NATS) cost more CPU than the events (0.13 cores under the demo).
     driver_reads_up_to: int = AnalyticsSettings.driver_reads_up_to
+    system: str = ""  # of a systems file: the system, a column of every derived Delta table it writes
 
     @property
     def db_path(self) -> Path:
@@ -265,20 +266,25 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     lost_rows = list(_records(lost_table))
     retracted = tables["retracted"]["event_id"].to_pylist() if seen.retractions else []
     lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
+    def put(name: str, rows: pa.Table, predicate: str) -> None:
+        """A derived table's rows, each with its system when the job runs on a systems file's system."""
+        if settings.system:
+            rows = rows.append_column("system", pa.array([settings.system] * rows.num_rows, pa.string()))
+        delta.replace_where(settings.delta(name), rows, predicate)
+
     with stages("delta"):
         by_day = f"day IN ({_quoted(d.isoformat() for d in days)})"
-        delta.replace_where(settings.delta("abandonment_hourly"), hourly_a, by_day)
-        delta.replace_where(settings.delta("gap_hourly"), hourly_g, by_day)
-        delta.replace_where(settings.delta("capture_interruptions"), blind, by_day)
+        put("abandonment_hourly", hourly_a, by_day)
+        put("gap_hourly", hourly_g, by_day)
+        put("capture_interruptions", blind, by_day)
         if touched:
-            delta.replace_where(settings.delta("fast_batch_summary"), batches, f"batch_id IN ({_quoted(touched)})")
+            put("fast_batch_summary", batches, f"batch_id IN ({_quoted(touched)})")
         if lost_ids:
-            delta.replace_where(settings.delta("abandoned_batches"), lost_table, f"event_id IN ({_quoted(lost_ids)})")
+            put("abandoned_batches", lost_table, f"event_id IN ({_quoted(lost_ids)})")
     with stages("stream stats"):
         streams, rows_s = _stream_stats(engine, lost_rows, lost_ids)
         if streams:
-            delta.replace_where(settings.delta("stream_abandonment_stats"), pa.Table.from_pylist(rows_s, STATS_SCHEMA),
-                                f"stream IN ({_quoted(streams)})")
+            put("stream_abandonment_stats", pa.Table.from_pylist(rows_s, STATS_SCHEMA), f"stream IN ({_quoted(streams)})")
     midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
     day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
 

@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from console.broker.server import EmbeddedServer
+from console.widgets import delta_frame
 from tests.conftest import TEST_LIMITS
 from tests.fleet import abandon, run_apart, systems_text
 from tests.processes import CLI, free_port, probe, wait_http
@@ -163,6 +164,8 @@ def test_history_checks_and_metrics_carry_each_system(fleet, page):
     for name in ("eu", "us"):
         assert f"analytics: system {name}: " in done.stdout
         assert (fleet.data / "systems" / name / "console.db").is_file()
+        lost = delta_frame(fleet.data / "systems" / name, "abandoned_batches")  # as a notebook reads it
+        assert set(lost["system"]) == {name} and f"fleet-{name}" in set(lost["batch_id"]), lost
 
     page.goto(fleet.url + "history")  # every system's abandoned batches, each with its system
     rows = page.get_by_role("row")
