@@ -177,7 +177,8 @@ class Supervisor:
         if self.systems:
             self.say(f"systems: {', '.join(s.name for s in self.systems)}: each collected, kept (DATA_DIR/systems/NAME) "
                      "and alerted on by the parts above")
-        self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  (NATS {url}; Ctrl-C stops everything)")
+        where = f"systems {', '.join(s.name for s in self.systems)}" if self.systems else f"NATS {url}"
+        self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  ({where}; Ctrl-C stops everything)")
         self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
         self._write_urls(url, console_url, metrics_port)
         self._say_where_alerts_go()
