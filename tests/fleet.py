@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import urllib.request
 
 from console.broker.atomic import AtomicBatch
 
@@ -90,3 +91,12 @@ class Link:
 
     def mend(self) -> None:
         asyncio.run_coroutine_threadsafe(self._listen(self.port), self._loop).result(10)
+
+
+def metrics_text(url: str) -> str:
+    """A /metrics page's text, or "" while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.read().decode()
+    except OSError:
+        return ""

@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import urllib.request
 
 import nats
 
 from console.broker.server import EmbeddedServer
 from tests.conftest import TEST_LIMITS
-from tests.fleet import abandon, systems_text
+from tests.fleet import abandon, metrics_text, systems_text
 from tests.processes import CLI, free_port, wait_http
 from tests.waits import collector_ready, poll_until
 
-
-def _metrics(url: str) -> str:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return reply.read().decode()
-    except OSError:
-        return ""
 
 
 async def test_up_runs_every_part_over_every_system(tmp_path):
@@ -44,7 +36,7 @@ async def test_up_runs_every_part_over_every_system(tmp_path):
             metrics = f"http://127.0.0.1:{metrics_port}/metrics"
             for name in ("eu", "us"):
                 sample = f'batch_console_lost_batches_total{{system="{name}",stream="UP_{name.upper()}"'
-                poll_until(lambda: sample in _metrics(metrics), 90, lambda: out.read_text()[-2000:])
+                poll_until(lambda: sample in metrics_text(metrics), 90, lambda: out.read_text()[-2000:])
             poll_until(lambda: all((data / "logs" / "analytics.log").read_text().count(f"analytics: system {n}: ")
                                    for n in ("eu", "us")), 180, "no analytics run over both systems")
             said = out.read_text()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -20,7 +19,7 @@ from playwright.sync_api import expect
 from console.broker.server import EmbeddedServer
 from console.widgets import delta_frame
 from tests.conftest import TEST_LIMITS
-from tests.fleet import abandon, run_apart, systems_text
+from tests.fleet import abandon, metrics_text, run_apart, systems_text
 from tests.processes import CLI, free_port, probe, wait_http
 from tests.waits import collector_ready, poll_until
 
@@ -143,19 +142,12 @@ def test_an_edit_on_one_system_names_it_and_touches_no_other(fleet, page):
     assert run_apart(_batched(fleet.servers["eu"].url)) is True
 
 
-def _metrics(url: str) -> str:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return reply.read().decode()
-    except OSError:
-        return ""
-
 
 def test_history_checks_and_metrics_carry_each_system(fleet, page):
     for name in ("eu", "us"):  # one /metrics for every system, each sample with its system
         sample = f'batch_console_lost_batches_total{{system="{name}",stream="FLEET_{name.upper()}"'
-        poll_until(lambda: sample in _metrics(fleet.metrics), 60, f"{name}'s loss in /metrics")
-    assert _metrics(fleet.metrics).count("# TYPE batch_console_lost_batches ") == 1
+        poll_until(lambda: sample in metrics_text(fleet.metrics), 60, f"{name}'s loss in /metrics")
+    assert metrics_text(fleet.metrics).count("# TYPE batch_console_lost_batches ") == 1
 
     done = subprocess.run([CLI, "analytics", "--once", "--systems", str(fleet.systems), "--connect-timeout", "1",
                            "--data-dir", str(fleet.data)], capture_output=True, text=True, timeout=300)
