@@ -29,7 +29,7 @@ fi
 # BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process. Then, alone, the few marked `alone`: a
 # bound of a fraction of a second, or a part's timer, which the others' load would make meaningless.
 set +e
-.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder --durations=30 -m "not alone" "$@"
+.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 -m "not alone" "$@"
 parallel=$?
 .venv/bin/python -m pytest -m alone "$@"
 alone=$?

@@ -116,7 +116,7 @@ async def test_a_supercluster_is_tapped_in_each_cluster(supercluster: Superclust
         # crosses with the taps alone is the system account's answers and advisories, a few dozen messages
         said = f"gateways (messages, bytes): {crossed} with the cluster taps, {plain} with a plain tap beside them"
         assert crossed[0] < acks // 10 and plain[0] >= acks, said
-        assert crossed[1] * 2 < plain[1], said
+        assert crossed[1] < plain[1], said  # the answers' and advisories' bytes outweigh acks' small bodies
     finally:
         for nc in [*clients.values(), *([bare] if bare else [])]:
             await nc.close()
