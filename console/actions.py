@@ -75,6 +75,10 @@ class Actions:
         await self._record_refusal(command.name, target, *why, None)
         return why[1]
 
+    async def note(self, name: str, target: str, outcome: str, detail: str) -> None:
+        """A refusal that came before any command could be named (an API call without a valid token)."""
+        await self._record(name, target, outcome, detail, None)
+
     async def _record_refusal(self, name: str, target: str, outcome: str, reason: str,
                               diff: dict[str, list[Any]] | None) -> None:
         if outcome == "refused: no trail":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import json
 import logging
@@ -87,6 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
               aliases={"--demo-every": "--every", "--demo-rounds": "--rounds"})
+
+    token = commands.add_parser("token", help="API tokens (/api/v1): create one (printed once, as the last line), "
+                                              "list them, revoke one")
+    add_flags(token, "data", "access.roles")
+    token.add_argument("action", choices=("create", "list", "revoke"))
+    token.add_argument("name", nargs="?", help="revoke: the token's name")
+    token.add_argument("--name", dest="token_name", help="create: the token's name (letters, digits, '_', '.', '-')")
+    token.add_argument("--role", help="create: a role of the roles file (viewer, operator, admin by default)")
+    token.add_argument("--expires", help="create: how long it holds (30d, 12h); default: until revoked")
+
+    mcp = commands.add_parser("mcp", help="an MCP server (stdio) for assistants: read-only tools over a running "
+                                          "console's /api/v1, with the token in BATCH_CONSOLE_API_TOKEN")
+    mcp.add_argument("--api-url", default="http://127.0.0.1:8050", help="the console's URL (default: %(default)s)")
 
     audit = commands.add_parser("audit", help="who asked the console to change what, and when: the audit trail, "
                                               "its chain checked")
@@ -440,6 +454,41 @@ async def _reachable(settings: Settings) -> None:
     await close(await connect(settings.connection, give_up_after=settings.connection.connect_timeout))
 
 
+def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
+    from console.api.tokens import TokenStore
+    from console.domain.alert_rules import RulesError, duration
+    from console.services.roles import RolesWatch
+
+    store = TokenStore(settings.data.data_dir)
+    if args.action == "list":
+        now = datetime.now(timezone.utc)
+        for t in store.tokens().values():
+            state = f"revoked {t.revoked}" if t.revoked else "EXPIRED" if t.expired(now) else \
+                f"until {t.expires}" if t.expires else "until revoked"
+            print(f"{t.name:<24} {t.role:<16} created {t.created[:19]}  {state}")
+        return 0
+    if args.action == "revoke":
+        if not args.name:
+            raise ConfigError("token revoke NAME")
+        if not store.revoke(args.name):
+            raise ConfigError(f"no token {args.name[:64]!r} to revoke")
+        print(f"token {args.name} revoked", file=sys.stderr)
+        return 0
+    if not args.token_name or not args.role:
+        raise ConfigError("token create --name NAME --role ROLE [--expires 30d]")
+    roles = RolesWatch(settings.access)()
+    if args.role not in roles.roles:
+        raise ConfigError(f"no role {args.role[:64]!r} (roles: {', '.join(sorted(roles.roles))})")
+    try:
+        expires = duration(args.expires, "--expires", None) if args.expires else None
+    except RulesError as e:
+        raise ConfigError(e.reason) from None
+    made = store.create(args.token_name, args.role, expires)
+    print(f"token {args.token_name} for role {args.role}: shown once, keep it as a secret", file=sys.stderr)
+    print(made)
+    return 0
+
+
 def cmd_analytics(settings: Settings, once: bool) -> int:
     """The analytics job on one system, or, with a systems file, on each in turn in one Spark session: each
     system's event log into its own console.db and delta/ (DATA_DIR/systems/NAME); one that cannot be
@@ -543,6 +592,13 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         return asyncio.run(demo_async(settings))
     if command == "audit":
         return asyncio.run(audit_async(settings, args.since, args.verify))
+    if command == "token":
+        return cmd_token(settings, args)
+    if command == "mcp":
+        from console.api.mcp_server import run as run_mcp
+
+        run_mcp(args.api_url, os.environ.get("BATCH_CONSOLE_API_TOKEN", ""))  # a token is never on a command line
+        return 0
     if command == "check":
         from console.checks import run_check
 

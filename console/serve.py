@@ -235,6 +235,12 @@ def serve(settings: Settings) -> None:
         provider = loop.run_sync(lambda: Provider.discover(access))
         oidc = OidcAuth(provider, fleet.roles, cookie_secret, settings.alerting.console_url)
     app = App(fleet, url_state, oidc)
+    from console.api.app import make_api
+    from console.api.bridge import AsgiHandler
+    from console.api.docs import DocsHandler
+    from console.api.tokens import TokenStore
+
+    api = make_api(fleet, TokenStore(settings.data.data_dir))
     auth = ({"auth_provider": oidc} if oidc else
             {"auth_provider": GuardedBasicAuth(web.basic_auth, settings.alerting.console_url)} if web.basic_auth
             else {})
@@ -246,6 +252,8 @@ def serve(settings: Settings) -> None:
         websocket_origin=websocket_origins(web.address, web.port),
         **({**auth, "cookie_secret": cookie_secret} if auth else {}),
         title="JetStream Batch Console",
+        # the API beside the pages, on their port: its own tokens, never the pages' cookies
+        extra_patterns=[(r"/api/v1/docs", DocsHandler, {"app": api}), (r"/api/v1/.*", AsgiHandler, {"app": api})],
     )
     allow_ipv6_origin(server, web.address)
     print(f"serving on http://{host_in_url(web.address)}:{server.port}/", flush=True)

@@ -26,7 +26,7 @@ from console.domain.wire import (
 GENESIS = "0" * 64  # the `previous` of the first record ever written
 KEPT = 100_000  # records the trail keeps: the oldest go first, and only by count
 OUTCOMES = ("attempted", "accepted", "refused: read-only", "refused: role", "refused: session expired", "refused: server",
-            "refused: invalid", "failed")
+            "refused: invalid", "failed", "refused: unauthenticated")
 MAX_DIFF = 32  # settings a record's diff may name
 MAX_RECORD = 16 * 1024
 

@@ -1,0 +1,1 @@
+"""/api/v1, its tokens and the MCP server over it."""

@@ -1,0 +1,384 @@
+"""/api/v1: the console for scripts, runbooks and assistants, served by `batch-console serve` beside the
+pages (console/api/bridge.py). FastAPI makes the OpenAPI document from the models below, which are the
+pages' own dataclasses where a page reads one (StreamBatchSettings, Finding). Every call names a token
+(`Authorization: Bearer`, console/api/tokens.py); its role is the roles file's, as a signed-in user's;
+every action goes through the same actions as a page (console.actions: one role check, one write-ahead
+audit record naming the token); every refusal is audited; errors are RFC 9457 problem details."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict
+
+from console.actions import Actions
+from console.api.tokens import ApiToken, TokenStore
+from console.broker import names
+from console.commands import EditStream, MuteAlertRule, UnmuteAlertRule
+from console.domain.audit import Actor
+from console.domain.checks import Finding
+from console.domain.roles import Grants
+from console.domain.stream_settings import StreamBatchSettings, diff_settings
+from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
+from console.fleet import Fleet
+from console.runtime import Runtime
+
+PROBLEM = "application/problem+json"
+PER_SECOND, BURST = 20.0, 40  # each token's rate: sustained, and what may come at once
+MAX_PAGE = 1000
+API = "/api/v1"
+
+
+class Problem(Exception):
+    """An RFC 9457 problem: the status, a short title and what happened."""
+
+    def __init__(self, status: int, title: str, detail: str = ""):
+        super().__init__(detail or title)
+        self.status, self.title, self.detail = status, title, detail
+
+
+def _problem(status: int, title: str, detail: str, instance: str) -> JSONResponse:
+    return JSONResponse({"type": "about:blank", "title": title, "status": status, "detail": detail[:1000],
+                         "instance": instance[:300]}, status_code=status, media_type=PROBLEM,
+                        headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
+
+
+class ProblemOut(BaseModel):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str = ""
+    instance: str = ""
+
+
+ERRORS: dict[int | str, dict] = {code: {"model": ProblemOut, "content": {PROBLEM: {}}}
+                                 for code in (401, 403, 404, 409, 422, 429)}
+
+
+class SystemOut(BaseModel):
+    name: str
+    reachable: bool
+    why: str | None = None
+
+
+class LossOut(BaseModel):
+    time: datetime
+    system: str
+    stream: str | None
+    batch_id: str | None
+    reason: str
+    kind: Literal["atomic", "fast"]
+    publisher: str | None = None
+    unverified: bool = False
+    cluster: str | None = None
+
+
+class LossesPage(BaseModel):
+    items: list[LossOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class BatchSettingsPatch(BaseModel):
+    """The batch settings to change; those left out stay as they are."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # "yes" is not true: a script says what it means
+    allow_atomic: bool | None = None
+    allow_batched: bool | None = None
+    persist_mode: Literal["default", "async"] | None = None
+
+
+class ChecksOut(BaseModel):
+    status: str
+    evaluated: datetime | None
+    findings: list[Finding]
+    unchecked: list[dict[str, str]]
+
+
+class RuleOut(BaseModel):
+    name: str
+    when: str
+    severity: str
+    muted: bool
+    streams: list[str]
+    systems: list[str]
+
+
+class AuditRecordOut(BaseModel):
+    seq: int
+    time: datetime
+    user: str
+    address: str
+    action: str
+    target: str
+    outcome: str
+    detail: str
+
+
+class AuditOut(BaseModel):
+    intact: bool
+    breaks: list[str]
+    records: list[AuditRecordOut]
+
+
+class HealthOut(BaseModel):
+    system: str
+    connection: str
+    collector: str
+    event_key_problem: str | None
+    last_event_seconds_ago: float | None
+    events_skipped: int
+
+
+@dataclass
+class Caller:
+    """Who calls: the token, and the actor its audit records name."""
+
+    token: ApiToken
+    actor: Actor
+
+    def actions(self, fleet: Fleet, runtime: Runtime) -> Actions:
+        role = self.token.role
+        return runtime.actions(self.actor, lambda: fleet.roles().grants(role), self.token.expiry)
+
+    def reads(self, fleet: Fleet, stream: str | None) -> bool:
+        """Whether its role acts on this stream (a role limited to TEAM_* reads nothing of another);
+        what concerns no stream, every role reads."""
+        return stream is None or any(r.acts_on(stream) for r in fleet.roles().grants(self.token.role).roles)
+
+
+class Buckets:
+    """A token bucket per token name: PER_SECOND sustained, BURST at once."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, name: str) -> bool:
+        now = time.monotonic()
+        level, at = self._buckets.get(name, (float(BURST), now))
+        level = min(float(BURST), level + (now - at) * PER_SECOND)
+        if level < 1.0:
+            self._buckets[name] = (level, now)
+            return False
+        self._buckets[name] = (level - 1.0, now)
+        return True
+
+
+def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
+    api = FastAPI(title="JetStream Batch Console API", version="1", openapi_url=f"{API}/openapi.json", docs_url=None,
+                  redoc_url=None, description=__doc__)
+    buckets = Buckets()
+
+    @api.exception_handler(Problem)
+    async def on_problem(request: Request, e: Problem) -> JSONResponse:
+        return _problem(e.status, e.title, e.detail, request.url.path)
+
+    @api.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        said = "; ".join(f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}" for err in e.errors()[:5])
+        return _problem(422, "Invalid request", said, request.url.path)
+
+    async def refuse(request: Request, who: str, why: str, status: int = 401) -> Problem:
+        """The refusal, in the first system's audit trail (an unknown caller acts on no system yet)."""
+        runtime = fleet.runtime()
+        if runtime is not None:
+            actor = Actor(who, request.client.host if request.client else "", request.headers.get("user-agent", ""))
+            await runtime.actions(actor, Grants(())).note(f"api {request.method}", request.url.path,
+                                                          "refused: unauthenticated", why)
+        return Problem(status, "Unauthorized" if status == 401 else "Too many requests", why)
+
+    async def caller(request: Request) -> Caller:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise await refuse(request, "api (no token)", "no bearer token")
+        found = tokens.find(token.strip())
+        if found is None:
+            raise await refuse(request, "api (unknown token)", "not a token of this console")
+        now = datetime.now(timezone.utc)
+        if found.revoked is not None:
+            raise await refuse(request, f"token:{found.name}", f"token {found.name} revoked at {found.revoked}")
+        if found.expired(now):
+            raise await refuse(request, f"token:{found.name}", f"token {found.name} expired at {found.expires}")
+        if not buckets.take(found.name):
+            raise Problem(429, "Too many requests", f"token {found.name}: at most {PER_SECOND:g} requests a second")
+        agent = request.headers.get("user-agent", "")
+        return Caller(found, Actor(f"token:{found.name}", request.client.host if request.client else "", agent))
+
+    def runtime_of(system: str | None) -> Runtime:
+        name = fleet.known(system) if system else fleet.names[0]
+        if name is None:
+            raise Problem(404, "No such system", f"systems: {', '.join(fleet.names)}")
+        runtime = fleet.runtime(name)
+        if runtime is None:
+            raise Problem(503, "System not reachable", f"{name}: {fleet.unreached.get(name, 'not open')}")
+        return runtime
+
+    def stream_name(name: str) -> str:
+        try:
+            return names.stream(name)
+        except ValueError as e:
+            raise Problem(422, "Not a stream name", str(e)[:200]) from None
+
+    async def acting(run, what: str):
+        try:
+            return await run
+        except Refusal as e:
+            raise Problem(409, "The server refused", f"{e.code} [{e.err_code}] {e.description}") from None
+        except (ForbiddenError, ReadOnlyError) as e:
+            raise Problem(403, "Forbidden", str(e)) from None
+        except AuditRefused as e:
+            raise Problem(503, "Not recorded, not done", str(e)) from None
+        except (ConsoleError, ValueError) as e:
+            raise Problem(422, f"{what} refused", str(e)[:300]) from None
+
+    System = Query(default=None, max_length=64, description="a system of the systems file (default: the first)")
+
+    @api.get(f"{API}/systems", response_model=list[SystemOut], responses=ERRORS, tags=["systems"])
+    async def systems(who: Caller = Depends(caller)) -> list[SystemOut]:
+        return [SystemOut(name=n, reachable=fleet.runtime(n) is not None, why=fleet.unreached.get(n))
+                for n in fleet.names]
+
+    @api.get(f"{API}/losses", response_model=LossesPage, responses=ERRORS, tags=["losses"])
+    async def losses(who: Caller = Depends(caller), system: str | None = System,
+                     stream: str | None = Query(None, max_length=255), reason: str | None = Query(None, max_length=64),
+                     kind: Literal["atomic", "fast"] | None = None, publisher: str | None = Query(None, max_length=256),
+                     since: datetime | None = None, until: datetime | None = None,
+                     limit: int = Query(100, ge=1, le=MAX_PAGE), offset: int = Query(0, ge=0, le=1_000_000)) -> LossesPage:
+        """Lost batches as Live holds them (the last hour), newest first; of every system unless one is named."""
+        wanted = {system: runtime_of(system)} if system else fleet.runtimes()
+        found = [b for runtime in wanted.values() for b in runtime.live.model.newest_first(limit=10_000, per_stream=50)]
+        found = [b for b in found if who.reads(fleet, b.stream) and (stream is None or b.stream == stream)
+                 and (reason is None or b.reason == reason)
+                 and (kind is None or b.kind == kind) and (publisher is None or publisher in (b.publisher or ""))
+                 and (since is None or b.time >= since) and (until is None or b.time < until)]
+        found.sort(key=lambda b: b.time, reverse=True)
+        items = [LossOut(time=b.time, system=b.system or fleet.names[0], stream=b.stream, batch_id=b.batch_id,
+                         reason=b.reason, kind="atomic" if b.kind == "atomic" else "fast", publisher=b.publisher,
+                         unverified=b.unverified, cluster=b.cluster)
+                 for b in found[offset:offset + limit]]
+        return LossesPage(items=items, total=len(found), limit=limit, offset=offset)
+
+    @api.get(f"{API}/streams", response_model=list[StreamBatchSettings], responses=ERRORS, tags=["streams"])
+    async def streams(who: Caller = Depends(caller), system: str | None = System) -> list[StreamBatchSettings]:
+        return [s for s in await runtime_of(system).admin.streams() if who.reads(fleet, s.name)]
+
+    @api.get(f"{API}/streams/{{name}}", response_model=StreamBatchSettings, responses=ERRORS, tags=["streams"])
+    async def stream(name: str, who: Caller = Depends(caller), system: str | None = System) -> StreamBatchSettings:
+        runtime = runtime_of(system)
+        return await _one_stream(runtime, stream_name(name), who)
+
+    async def _one_stream(runtime: Runtime, name: str, who: Caller) -> StreamBatchSettings:
+        if not who.reads(fleet, name):
+            await who.actions(fleet, runtime).note("stream.read", name, "refused: role",
+                                                   f"role {who.token.role} acts on other streams (user {who.actor.user})")
+            raise Problem(403, "Forbidden", f"the role {who.token.role} may not read stream {name}")
+        try:
+            return (await runtime.admin.stream(name)).settings
+        except Exception as e:
+            raise Problem(404, "No such stream", f"{name}: {type(e).__name__}") from None
+
+    @api.patch(f"{API}/streams/{{name}}", response_model=StreamBatchSettings, responses=ERRORS, tags=["streams"])
+    async def edit_stream(name: str, change: BatchSettingsPatch, who: Caller = Depends(caller),
+                          system: str | None = System) -> StreamBatchSettings:
+        """The action stream.edit: as the Streams page's Apply, audited with the token's name."""
+        runtime = runtime_of(system)
+        current = await _one_stream(runtime, stream_name(name), who)
+        wanted = current.with_changes(**change.model_dump(exclude_none=True))
+        diff = diff_settings(current, wanted)
+        if not diff:
+            return current
+        return await acting(who.actions(fleet, runtime).run(EditStream(current.name, dict(diff))), "stream.edit")
+
+    @api.get(f"{API}/checks", response_model=ChecksOut, responses=ERRORS, tags=["checks"])
+    async def checks(who: Caller = Depends(caller), system: str | None = System) -> ChecksOut:
+        """The health checks as the alerts part last evaluated them: the Checks page's findings."""
+        found, when, unchecked = runtime_of(system).alerts.findings()
+        findings = [Finding(f["code"], f["severity"], f["title"], f["evidence"], f["remedy"], f["stream"] or None,
+                            system) for f in found if who.reads(fleet, f["stream"] or None)]
+        order = ("ok", "info", "warning", "critical")
+        worst = max((f.severity for f in findings), key=order.index, default="ok")
+        return ChecksOut(status=worst, evaluated=when, findings=findings,
+                         unchecked=[{"code": c, "why": w} for c, w in unchecked])
+
+    @api.get(f"{API}/incidents/{{batch_id}}/report", response_class=PlainTextResponse, responses=ERRORS,
+             tags=["incidents"])
+    async def incident_report(batch_id: str, who: Caller = Depends(caller), system: str | None = System) -> str:
+        """The incident's Markdown report, as the Incident page downloads it."""
+        from console.domain.incident import incident_report as report
+
+        incident = await _incident(runtime_of(system), batch_id, who)
+        return report(incident)
+
+    @api.get(f"{API}/incidents/{{batch_id}}", responses=ERRORS, tags=["incidents"])
+    async def incident(batch_id: str, who: Caller = Depends(caller), system: str | None = System) -> dict:
+        """One lost batch's incident: the loss, the batch's own events and what happened around it."""
+        from console.domain.incident import timeline
+
+        found = await _incident(runtime_of(system), batch_id, who)
+        loss = found.loss
+        return {"batch_id": loss.batch_id, "stream": loss.stream, "kind": loss.kind.value, "reason": loss.reason,
+                "time": loss.time, "publisher": found.publisher.line() if found.publisher else None,
+                "timeline": [{"time": t, "what": what, "detail": detail} for t, what, detail in timeline(found)],
+                "folded": dict(found.folded)}
+
+    async def _incident(runtime: Runtime, batch_id: str, who: Caller):
+        try:
+            batch = names.batch_id(batch_id)
+        except ValueError as e:
+            raise Problem(422, "Not a batch id", str(e)[:200]) from None
+        found = await runtime.find_incident(batch)
+        if found is None or not who.reads(fleet, found.loss.stream):  # another team's: as if there were none
+            raise Problem(404, "No such incident", f"no loss of batch {batch} in the event log")
+        return found
+
+    @api.get(f"{API}/alerts/rules", response_model=list[RuleOut], responses=ERRORS, tags=["alerts"])
+    async def rules(who: Caller = Depends(caller), system: str | None = System) -> list[RuleOut]:
+        found, _ = runtime_of(system).alerts.rules()
+        return [RuleOut(name=r.name, when=r.when, severity=r.severity, muted=r.muted, streams=list(r.streams),
+                        systems=list(r.systems)) for r in found]
+
+    @api.post(f"{API}/alerts/rules/{{name}}/mute", status_code=204, responses=ERRORS, tags=["alerts"])
+    async def mute(name: str, who: Caller = Depends(caller), system: str | None = System) -> None:
+        runtime = runtime_of(system)
+        await acting(who.actions(fleet, runtime).run(MuteAlertRule(name[:256])), "alert_rule.mute")
+
+    @api.post(f"{API}/alerts/rules/{{name}}/unmute", status_code=204, responses=ERRORS, tags=["alerts"])
+    async def unmute(name: str, who: Caller = Depends(caller), system: str | None = System) -> None:
+        runtime = runtime_of(system)
+        await acting(who.actions(fleet, runtime).run(UnmuteAlertRule(name[:256])), "alert_rule.unmute")
+
+    @api.get(f"{API}/audit", response_model=AuditOut, responses=ERRORS, tags=["audit"])
+    async def audit(who: Caller = Depends(caller), system: str | None = System, since: datetime | None = None,
+                    limit: int = Query(500, ge=1, le=MAX_PAGE)) -> AuditOut:
+        """The audit trail, newest first, and whether its chain holds (`batch-console audit --verify`)."""
+        checked = await runtime_of(system).audit.read(since)
+        records = [AuditRecordOut(seq=seq, time=r.time, user=r.actor.user, address=r.actor.address, action=r.action,
+                                  target=r.target, outcome=r.outcome, detail=r.detail)
+                   for seq, r in reversed(checked.records[-limit:])]
+        return AuditOut(intact=checked.intact, breaks=[f"{seq}: {why}" for seq, why in checked.breaks], records=records)
+
+    @api.get(f"{API}/health", response_model=list[HealthOut], responses=ERRORS, tags=["health"])
+    async def health(who: Caller = Depends(caller)) -> list[HealthOut]:
+        """Each system's connection, its collector and the event key, as the header's badges say."""
+        now = datetime.now(timezone.utc)
+        found = []
+        for name, runtime in fleet.runtimes().items():
+            state = runtime.live
+            fresh = state.model.freshness(now)
+            found.append(HealthOut(system=name, connection=state.connection, collector=state.model.collector_state(now),
+                                   event_key_problem=state.key_problem,
+                                   last_event_seconds_ago=fresh.total_seconds() if fresh is not None else None,
+                                   events_skipped=state.skipped))
+        return found
+
+    return api
+
+

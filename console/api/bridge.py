@@ -1,0 +1,57 @@
+"""The API (an ASGI app) served by the web console's own Tornado server, on its port: each request under
+/api/v1/ handed to the app in this process, its answer written back. No second server, no second port."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+import tornado.web
+
+MAX_BODY = 64 * 1024  # a batch-settings change is a few dozen bytes
+
+
+class AsgiHandler(tornado.web.RequestHandler):
+    def initialize(self, app: Any) -> None:
+        self.app = app
+
+    def check_xsrf_cookie(self) -> None:  # a token in a header, never a cookie: no cross-site request rides along
+        pass
+
+    async def _call(self, *_: Any) -> None:
+        request = self.request
+        if len(request.body) > MAX_BODY:
+            self.set_status(413)
+            self.set_header("Content-Type", "application/problem+json")
+            self.finish(b'{"type":"about:blank","title":"Request too large","status":413}')
+            return
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
+                 "scheme": request.protocol, "path": unquote(request.path), "raw_path": request.path.encode(),
+                 "query_string": request.query.encode("latin-1", "replace"), "root_path": "",
+                 "headers": [(k.lower().encode("latin-1"), v.encode("latin-1", "replace"))
+                             for k, v in request.headers.get_all()],
+                 "client": (request.remote_ip, 0), "server": None}
+        delivered = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                self.set_status(message["status"])
+                self.clear_header("Content-Type")
+                for key, value in message.get("headers", []):
+                    if key.lower() != b"content-length":  # Tornado counts what it writes
+                        self.add_header(key.decode("latin-1"), value.decode("latin-1"))
+            elif message["type"] == "http.response.body":
+                self.write(message.get("body", b""))
+                if not message.get("more_body"):
+                    self.finish()
+
+        await self.app(scope, receive, send)
+
+    get = post = patch = put = delete = _call
