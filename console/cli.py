@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--name", dest="token_name", help="create: the token's name (letters, digits, '_', '.', '-')")
     token.add_argument("--role", help="create: a role of the roles file (viewer, operator, admin by default)")
     token.add_argument("--expires", help="create: how long it holds (30d, 12h); default: until revoked")
+    token.add_argument("--rate", type=float, default=20.0, help="create: calls a second it may make, twice as many "
+                                                                "at once (default: %(default)s)")
 
     mcp = commands.add_parser("mcp", help="an MCP server (stdio) for assistants: read-only tools over a running "
                                           "console's /api/v1, with the token in BATCH_CONSOLE_API_TOKEN")
@@ -465,7 +467,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
         for t in store.tokens().values():
             state = f"revoked {t.revoked}" if t.revoked else "EXPIRED" if t.expired(now) else \
                 f"until {t.expires}" if t.expires else "until revoked"
-            print(f"{t.name:<24} {t.role:<16} created {t.created[:19]}  {state}")
+            print(f"{t.name:<24} {t.role:<16} {t.rate:>6g}/s  created {t.created[:19]}  {state}")
         return 0
     if args.action == "revoke":
         if not args.name:
@@ -483,7 +485,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
         expires = duration(args.expires, "--expires", None) if args.expires else None
     except RulesError as e:
         raise ConfigError(e.reason) from None
-    made = store.create(args.token_name, args.role, expires)
+    made = store.create(args.token_name, args.role, expires, args.rate)
     print(f"token {args.token_name} for role {args.role}: shown once, keep it as a secret", file=sys.stderr)
     print(made)
     return 0

@@ -10,12 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from console.actions import Actions
 from console.api.tokens import ApiToken, TokenStore
@@ -30,7 +33,6 @@ from console.fleet import Fleet
 from console.runtime import Runtime
 
 PROBLEM = "application/problem+json"
-PER_SECOND, BURST = 20.0, 40  # each token's rate: sustained, and what may come at once
 MAX_PAGE = 1000
 API = "/api/v1"
 
@@ -49,6 +51,23 @@ def _problem(status: int, title: str, detail: str, instance: str) -> JSONRespons
                         headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
 
 
+def _rfc3339(value: object) -> object:
+    """A time as RFC 3339 writes it, and nothing else (not a number of seconds, not a bare date)."""
+    if not isinstance(value, str) or len(value) > 64 or "T" not in value.upper():
+        raise ValueError("a time as RFC 3339 writes it: 2026-11-27T10:00:00Z")
+    try:
+        return datetime.fromisoformat(value.upper().replace(":60", ":59"))  # a leap second, one earlier
+    except ValueError:
+        raise ValueError("a time as RFC 3339 writes it: 2026-11-27T10:00:00Z") from None
+
+
+Time = Annotated[datetime, BeforeValidator(_rfc3339)]
+# What the server takes as a stream name (console/domain/wire.py), and a batch id: as the document says
+STREAM = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f.*>/\\]+$", max_length=255)]
+BATCH = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=64)]
+RULE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=200)]
+
+
 class ProblemOut(BaseModel):
     type: str = "about:blank"
     title: str
@@ -58,7 +77,7 @@ class ProblemOut(BaseModel):
 
 
 ERRORS: dict[int | str, dict] = {code: {"model": ProblemOut, "content": {PROBLEM: {}}}
-                                 for code in (401, 403, 404, 409, 422, 429)}
+                                 for code in (400, 401, 403, 404, 405, 409, 413, 422, 429, 503)}
 
 
 class SystemOut(BaseModel):
@@ -155,15 +174,16 @@ class Caller:
 
 
 class Buckets:
-    """A token bucket per token name: PER_SECOND sustained, BURST at once."""
+    """A token bucket per token: its rate sustained, twice its rate at once."""
 
     def __init__(self) -> None:
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def take(self, name: str) -> bool:
+    def take(self, name: str, rate: float) -> bool:
         now = time.monotonic()
-        level, at = self._buckets.get(name, (float(BURST), now))
-        level = min(float(BURST), level + (now - at) * PER_SECOND)
+        burst = 2 * rate
+        level, at = self._buckets.get(name, (burst, now))
+        level = min(burst, level + (now - at) * rate)
         if level < 1.0:
             self._buckets[name] = (level, now)
             return False
@@ -179,6 +199,17 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
     @api.exception_handler(Problem)
     async def on_problem(request: Request, e: Problem) -> JSONResponse:
         return _problem(e.status, e.title, e.detail, request.url.path)
+
+    @api.exception_handler(HTTPException)
+    async def on_http(request: Request, e: HTTPException) -> JSONResponse:
+        answer = _problem(e.status_code, str(e.detail), "", request.url.path)
+        for key, value in (e.headers or {}).items():
+            answer.headers[key] = value
+        if e.status_code == 405:  # every method the document gives this path, not only its first route's
+            allowed = {m for route in api.routes if isinstance(route, APIRoute)
+                       and route.matches(request.scope)[0] is not Match.NONE for m in route.methods or ()}
+            answer.headers["Allow"] = ", ".join(sorted(allowed))
+        return answer
 
     @api.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -207,8 +238,8 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
             raise await refuse(request, f"token:{found.name}", f"token {found.name} revoked at {found.revoked}")
         if found.expired(now):
             raise await refuse(request, f"token:{found.name}", f"token {found.name} expired at {found.expires}")
-        if not buckets.take(found.name):
-            raise Problem(429, "Too many requests", f"token {found.name}: at most {PER_SECOND:g} requests a second")
+        if not buckets.take(found.name, found.rate):
+            raise Problem(429, "Too many requests", f"token {found.name}: at most {found.rate:g} requests a second")
         agent = request.headers.get("user-agent", "")
         return Caller(found, Actor(f"token:{found.name}", request.client.host if request.client else "", agent))
 
@@ -224,8 +255,8 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
     def stream_name(name: str) -> str:
         try:
             return names.stream(name)
-        except ValueError as e:
-            raise Problem(422, "Not a stream name", str(e)[:200]) from None
+        except ValueError as e:  # past 255 bytes in UTF-8 (the document counts characters): no such stream can be
+            raise Problem(404 if len(name) <= 255 else 422, "No such stream", str(e)[:200]) from None
 
     async def acting(run, what: str):
         try:
@@ -250,7 +281,7 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
     async def losses(who: Caller = Depends(caller), system: str | None = System,
                      stream: str | None = Query(None, max_length=255), reason: str | None = Query(None, max_length=64),
                      kind: Literal["atomic", "fast"] | None = None, publisher: str | None = Query(None, max_length=256),
-                     since: datetime | None = None, until: datetime | None = None,
+                     since: Time | None = None, until: Time | None = None,
                      limit: int = Query(100, ge=1, le=MAX_PAGE), offset: int = Query(0, ge=0, le=1_000_000)) -> LossesPage:
         """Lost batches as Live holds them (the last hour), newest first; of every system unless one is named."""
         wanted = {system: runtime_of(system)} if system else fleet.runtimes()
@@ -271,7 +302,7 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
         return [s for s in await runtime_of(system).admin.streams() if who.reads(fleet, s.name)]
 
     @api.get(f"{API}/streams/{{name}}", response_model=StreamBatchSettings, responses=ERRORS, tags=["streams"])
-    async def stream(name: str, who: Caller = Depends(caller), system: str | None = System) -> StreamBatchSettings:
+    async def stream(name: STREAM, who: Caller = Depends(caller), system: str | None = System) -> StreamBatchSettings:
         runtime = runtime_of(system)
         return await _one_stream(runtime, stream_name(name), who)
 
@@ -286,7 +317,7 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
             raise Problem(404, "No such stream", f"{name}: {type(e).__name__}") from None
 
     @api.patch(f"{API}/streams/{{name}}", response_model=StreamBatchSettings, responses=ERRORS, tags=["streams"])
-    async def edit_stream(name: str, change: BatchSettingsPatch, who: Caller = Depends(caller),
+    async def edit_stream(name: STREAM, change: BatchSettingsPatch, who: Caller = Depends(caller),
                           system: str | None = System) -> StreamBatchSettings:
         """The action stream.edit: as the Streams page's Apply, audited with the token's name."""
         runtime = runtime_of(system)
@@ -310,7 +341,7 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
 
     @api.get(f"{API}/incidents/{{batch_id}}/report", response_class=PlainTextResponse, responses=ERRORS,
              tags=["incidents"])
-    async def incident_report(batch_id: str, who: Caller = Depends(caller), system: str | None = System) -> str:
+    async def incident_report(batch_id: BATCH, who: Caller = Depends(caller), system: str | None = System) -> str:
         """The incident's Markdown report, as the Incident page downloads it."""
         from console.domain.incident import incident_report as report
 
@@ -318,7 +349,7 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
         return report(incident)
 
     @api.get(f"{API}/incidents/{{batch_id}}", responses=ERRORS, tags=["incidents"])
-    async def incident(batch_id: str, who: Caller = Depends(caller), system: str | None = System) -> dict:
+    async def incident(batch_id: BATCH, who: Caller = Depends(caller), system: str | None = System) -> dict:
         """One lost batch's incident: the loss, the batch's own events and what happened around it."""
         from console.domain.incident import timeline
 
@@ -346,20 +377,28 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
                         systems=list(r.systems)) for r in found]
 
     @api.post(f"{API}/alerts/rules/{{name}}/mute", status_code=204, responses=ERRORS, tags=["alerts"])
-    async def mute(name: str, who: Caller = Depends(caller), system: str | None = System) -> None:
+    async def mute(name: RULE, who: Caller = Depends(caller), system: str | None = System) -> None:
         runtime = runtime_of(system)
-        await acting(who.actions(fleet, runtime).run(MuteAlertRule(name[:256])), "alert_rule.mute")
+        await acting(who.actions(fleet, runtime).run(MuteAlertRule(known_rule(runtime, name))), "alert_rule.mute")
 
     @api.post(f"{API}/alerts/rules/{{name}}/unmute", status_code=204, responses=ERRORS, tags=["alerts"])
-    async def unmute(name: str, who: Caller = Depends(caller), system: str | None = System) -> None:
+    async def unmute(name: RULE, who: Caller = Depends(caller), system: str | None = System) -> None:
         runtime = runtime_of(system)
-        await acting(who.actions(fleet, runtime).run(UnmuteAlertRule(name[:256])), "alert_rule.unmute")
+        await acting(who.actions(fleet, runtime).run(UnmuteAlertRule(known_rule(runtime, name))), "alert_rule.unmute")
+
+    def known_rule(runtime: Runtime, name: str) -> str:
+        if name not in {r.name for r in runtime.alerts.rules()[0]}:
+            raise Problem(404, "No such rule", name[:200])
+        return name
 
     @api.get(f"{API}/audit", response_model=AuditOut, responses=ERRORS, tags=["audit"])
-    async def audit(who: Caller = Depends(caller), system: str | None = System, since: datetime | None = None,
+    async def audit(who: Caller = Depends(caller), system: str | None = System, since: Time | None = None,
                     limit: int = Query(500, ge=1, le=MAX_PAGE)) -> AuditOut:
         """The audit trail, newest first, and whether its chain holds (`batch-console audit --verify`)."""
-        checked = await runtime_of(system).audit.read(since)
+        runtime = runtime_of(system)
+        if since is not None and since > datetime.now(timezone.utc):  # nothing yet: not a wait for the future
+            return AuditOut(intact=True, breaks=[], records=[])
+        checked = await runtime.audit.read(since)
         records = [AuditRecordOut(seq=seq, time=r.time, user=r.actor.user, address=r.actor.address, action=r.action,
                                   target=r.target, outcome=r.outcome, detail=r.detail)
                    for seq, r in reversed(checked.records[-limit:])]

@@ -12,6 +12,8 @@ MAX_BODY = 64 * 1024  # a batch-settings change is a few dozen bytes
 
 
 class AsgiHandler(tornado.web.RequestHandler):
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS", "TRACE", "QUERY")  # the app answers each
+
     def initialize(self, app: Any) -> None:
         self.app = app
 
@@ -54,4 +56,4 @@ class AsgiHandler(tornado.web.RequestHandler):
 
         await self.app(scope, receive, send)
 
-    get = post = patch = put = delete = _call
+    get = head = post = patch = put = delete = options = trace = query = _call

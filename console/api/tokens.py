@@ -33,6 +33,7 @@ class ApiToken:
     created: str  # ISO 8601, UTC
     expires: str | None = None
     revoked: str | None = None
+    rate: float = 20.0  # calls a second it may make (twice as many at once)
 
     def expired(self, now: datetime) -> bool:
         return self.expires is not None and datetime.fromisoformat(self.expires) <= now
@@ -76,10 +77,12 @@ class TokenStore:
             found[token.name] = token
         return found
 
-    def create(self, name: str, role: str, expires_in: timedelta | None = None) -> str:
+    def create(self, name: str, role: str, expires_in: timedelta | None = None, rate: float = 20.0) -> str:
         """A new token (printed once, never kept): ConfigError for a bad or taken name."""
         if not NAME.match(name):
             raise ConfigError("a token's name: letters, digits, '_', '.', '-', at most 64")
+        if not 0.1 <= rate <= 10_000:
+            raise ConfigError("a token's rate: from 0.1 to 10,000 calls a second")
         known = self.tokens()
         if name in known and known[name].revoked is None:
             raise ConfigError(f"a token named {name!r} exists: revoke it first, or pick another name")
@@ -88,7 +91,7 @@ class TokenStore:
         token = PREFIX + secrets.token_urlsafe(32)
         now = datetime.now(timezone.utc)
         record = ApiToken(name, role, digest(token), now.isoformat(),
-                          (now + expires_in).isoformat() if expires_in else None)
+                          (now + expires_in).isoformat() if expires_in else None, rate=rate)
         self._write({**known, name: record})
         return token
 

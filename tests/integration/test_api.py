@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
 from console.broker.server import EmbeddedServer
@@ -66,6 +68,7 @@ def console(tmp_path_factory):
         tokens["revoked"] = token(data, roles, "create", "--name", "gone", "--role", "admin")
         token(data, roles, "revoke", "gone")
         tokens["expired"] = token(data, roles, "create", "--name", "brief", "--role", "admin", "--expires", "1s")
+        tokens["fuzz"] = token(data, roles, "create", "--name", "fuzz", "--role", "operator", "--rate", "10000")
         port = free_port()
         procs = [subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data)],
                                   stdout=open(tmp / "collector.log", "w"), stderr=subprocess.STDOUT),
@@ -216,3 +219,19 @@ def test_the_mcp_server_answers_with_the_tokens_role_and_changes_nothing(console
     assert '"OTHER"' not in team["streams"] and team["incident"].startswith("refused (404")
     assert settings() == before  # no read-only tool changed anything
     assert len(call(console, "GET", "/audit?limit=1000").json()["records"]) == trail_before
+
+
+@pytest.fixture
+def api_schema(console):
+    return schemathesis.openapi.from_url(console.url + "/openapi.json")
+
+
+fuzzed = schemathesis.pytest.from_fixture("api_schema")
+
+
+@fuzzed.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_calls_generated_from_the_openapi_document_find_no_5xx_and_no_answer_off_its_schema(case, console):
+    """schemathesis, bounded: every operation with generated (and hostile) parameters, as an operator."""
+    case.call_and_validate(base_url=console.url.removesuffix("/api/v1"),
+                           headers={"Authorization": f"Bearer {console.tokens['fuzz']}"})
