@@ -7,9 +7,10 @@ audit record naming the token); every refusal is audited; errors are RFC 9457 pr
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 
 from fastapi import Depends, FastAPI, Path, Query, Request
@@ -21,12 +22,14 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from console.actions import Actions
+from console.api.jobs import Jobs, SearchIn, SearchOut
 from console.api.tokens import ApiToken, TokenStore
 from console.broker import names
 from console.commands import EditStream, MuteAlertRule, UnmuteAlertRule
 from console.domain.audit import Actor
 from console.domain.checks import Finding
 from console.domain.roles import Grants
+from console.domain.search import SearchQuery
 from console.domain.stream_settings import StreamBatchSettings, diff_settings
 from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 from console.fleet import Fleet
@@ -66,6 +69,7 @@ Time = Annotated[datetime, BeforeValidator(_rfc3339)]
 STREAM = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f.*>/\\]+$", max_length=255)]
 BATCH = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=64)]
 RULE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=200)]
+JOB = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{16}$")]  # a search's id (console/api/jobs.py)
 
 
 class ProblemOut(BaseModel):
@@ -403,6 +407,59 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
                                   target=r.target, outcome=r.outcome, detail=r.detail)
                    for seq, r in reversed(checked.records[-limit:])]
         return AuditOut(intact=checked.intact, breaks=[f"{seq}: {why}" for seq, why in checked.breaks], records=records)
+
+    jobs = Jobs()
+
+    @api.post(f"{API}/searches", response_model=SearchOut, status_code=202, responses=ERRORS, tags=["search"])
+    async def start_search(search: SearchIn, who: Caller = Depends(caller), system: str | None = System) -> SearchOut:
+        """A search of a stream as a job (the action search.run, its limits and masking): read it with GET."""
+        runtime = runtime_of(system)
+        if not who.reads(fleet, search.stream):
+            raise Problem(403, "Forbidden", f"the role {who.token.role} may not read stream {search.stream}")
+        try:
+            query = SearchQuery(**search.model_dump())
+        except ValueError as e:  # SearchRefused: the expression, a filter, a name past 255 bytes: the job says
+            job_id = jobs.refused(who.token.name, f"search refused: {e}")
+        else:
+            job_id = jobs.start(who.token.name, query, who.actions(fleet, runtime))
+        found = jobs.of(who.token.name, job_id)
+        assert found is not None
+        return found.out(job_id)
+
+    @api.get(f"{API}/searches/{{job_id}}", response_model=SearchOut, responses=ERRORS, tags=["search"])
+    async def read_search(job_id: JOB, who: Caller = Depends(caller)) -> SearchOut:
+        found = jobs.of(who.token.name, job_id)
+        if found is None:
+            raise Problem(404, "No such search", "none of this token's searches has this id")
+        return found.out(job_id)
+
+    @api.delete(f"{API}/searches/{{job_id}}", status_code=204, responses=ERRORS, tags=["search"])
+    async def cancel_search(job_id: JOB, who: Caller = Depends(caller)) -> None:
+        found = jobs.of(who.token.name, job_id)
+        if found is None:
+            raise Problem(404, "No such search", "none of this token's searches has this id")
+        found.cancel = True
+
+    @api.get(f"{API}/conformance", responses=ERRORS, tags=["conformance"])
+    async def conformance(who: Caller = Depends(caller), system: str | None = System) -> list[dict]:
+        """Each batch publisher's verdict on ADR-50's statements, as `batch-console conformance --format json`."""
+        verdicts = await runtime_of(system).verdicts()
+        return [{"client": v.name, "key": v.key, "conforms": not v.failing, "failing": list(v.failing),
+                 "batches": v.batches, "since": v.since, "until": v.until} for v in verdicts.report()]
+
+    @api.get(f"{API}/history/{{table}}", responses=ERRORS, tags=["history"])
+    async def history(table: Literal["abandoned_batches", "abandonments_by_hour", "abandonments_by_stream",
+                                     "gaps_by_hour", "fast_outcomes", "capture_interruptions"],
+                      who: Caller = Depends(caller), system: str | None = System,
+                      since: Time | None = None, until: Time | None = None) -> list[dict]:
+        """One of History's tables, as the History page shows and downloads it (the last week by default)."""
+        reader = runtime_of(system).history
+        if reader is None:
+            raise Problem(404, "No history yet", "the analytics job has not written this system's tables")
+        end = until or datetime.now(timezone.utc)
+        start = since or end - timedelta(days=7)
+        rows = json.loads(getattr(reader, table)(start, end).to_json(orient="records", date_format="iso"))
+        return [r for r in rows if who.reads(fleet, r.get("stream") or None)]
 
     @api.get(f"{API}/health", response_model=list[HealthOut], responses=ERRORS, tags=["health"])
     async def health(who: Caller = Depends(caller)) -> list[HealthOut]:

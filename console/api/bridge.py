@@ -50,7 +50,8 @@ class AsgiHandler(tornado.web.RequestHandler):
                     if key.lower() != b"content-length":  # Tornado counts what it writes
                         self.add_header(key.decode("latin-1"), value.decode("latin-1"))
             elif message["type"] == "http.response.body":
-                self.write(message.get("body", b""))
+                if body := message.get("body", b""):  # none at all for a 204: Tornado refuses even b""
+                    self.write(body)
                 if not message.get("more_body"):
                     self.finish()
 

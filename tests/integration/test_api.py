@@ -7,6 +7,7 @@ hostile parameters are refused with problem details, never a 5xx."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ actions = ["stream.edit"]
 streams = ["TEAM_*"]
 """
 PROBLEM = "application/problem+json"
+MASK = '[[mask]]\nstreams = ["TEAM_*"]\nfields = ["card.number"]\n'
+SECRET = "4111111111111111"
 
 
 @dataclass
@@ -53,6 +56,8 @@ async def _seed(url: str, collector) -> None:
     await collector_ready(nc.jetstream(), collector)
     for name in ("TEAM_A", "OTHER"):
         await nc.jetstream().add_stream(name=name, subjects=[name.lower()], allow_atomic=True, allow_batched=True)
+    for i in range(3):
+        await nc.jetstream().publish("team_a", f'{{"n": {i}, "card": {{"number": "{SECRET}"}}}}'.encode())
     await abandon(nc, "API_LOSS", "api-loss")
     await nc.close()
 
@@ -60,8 +65,9 @@ async def _seed(url: str, collector) -> None:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("api")
-    data, roles = tmp / "data", tmp / "roles.toml"
+    data, roles, mask = tmp / "data", tmp / "roles.toml", tmp / "mask.toml"
     roles.write_text(ROLES)
+    mask.write_text(MASK)
     with EmbeddedServer(tmp / "nats", batch_limits=TEST_LIMITS) as server:
         tokens = {role: token(data, roles, "create", "--name", f"{role}-bot", "--role", role)
                   for role in ("admin", "viewer", "team")}
@@ -73,7 +79,8 @@ def console(tmp_path_factory):
         procs = [subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data)],
                                   stdout=open(tmp / "collector.log", "w"), stderr=subprocess.STDOUT),
                  subprocess.Popen([CLI, "serve", "--server", server.url, "--port", str(port), "--data-dir", str(data),
-                                   "--roles", str(roles)], stdout=open(tmp / "web.log", "w"), stderr=subprocess.STDOUT)]
+                                   "--roles", str(roles), "--mask-rules", str(mask)], stdout=open(tmp / "web.log", "w"),
+                                  stderr=subprocess.STDOUT)]
         try:
             wait_http(f"http://127.0.0.1:{port}/", procs[1], tmp / "web.log")
             asyncio.run(_seed(server.url, procs[0]))
@@ -235,3 +242,29 @@ def test_calls_generated_from_the_openapi_document_find_no_5xx_and_no_answer_off
     """schemathesis, bounded: every operation with generated (and hostile) parameters, as an operator."""
     case.call_and_validate(base_url=console.url.removesuffix("/api/v1"),
                            headers={"Authorization": f"Bearer {console.tokens['fuzz']}"})
+
+
+def test_a_search_job_runs_as_the_search_page_does_masked_and_its_tokens_alone(console):
+    started = call(console, "POST", "/searches", "viewer", json={"stream": "TEAM_A", "where": "payload.n >= 1"})
+    assert started.status_code == 202, started.text
+    job = started.json()["id"]
+    poll_until(lambda: call(console, "GET", f"/searches/{job}", "viewer").json()["state"] == "done", 30, "the search")
+    done = call(console, "GET", f"/searches/{job}", "viewer").json()
+    assert done["matched"] == 2 and [m["seq"] for m in done["matches"]] == [2, 3]
+    assert SECRET not in str(done) and base64.b64encode(SECRET.encode()).decode()[:12] not in str(done)
+    assert all(SECRET not in base64.b64decode(m["data_base64"]).decode() for m in done["matches"])  # masked
+    assert call(console, "GET", f"/searches/{job}", "admin").status_code == 404  # another token's: none
+    assert call(console, "DELETE", f"/searches/{job}", "viewer").status_code == 204
+    assert call(console, "POST", "/searches", "team", json={"stream": "OTHER"}).status_code == 403
+    refused = call(console, "POST", "/searches", "viewer", json={"stream": "TEAM_A", "where": "payload.("}).json()
+    assert refused["state"] == "refused" and "where" in refused["detail"].lower() or "expression" in refused["detail"]
+    records = call(console, "GET", "/audit?limit=1000").json()["records"]
+    assert any(r["action"] == "search.run" and r["user"] == "token:viewer-bot" for r in records)
+
+
+def test_conformance_and_history_answer_as_their_pages(console):
+    assert call(console, "GET", "/conformance").status_code == 200
+    history = call(console, "GET", "/history/abandoned_batches")
+    assert history.status_code in (200, 404) and history.headers["content-type"].split(";")[0] in (
+        "application/json", PROBLEM)
+    assert call(console, "GET", "/history/not_a_table").status_code == 422
