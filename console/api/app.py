@@ -30,6 +30,7 @@ from console.domain.audit import Actor
 from console.domain.checks import Finding
 from console.domain.roles import Grants
 from console.domain.search import SearchQuery
+from console.domain.wire import EARLIEST
 from console.domain.stream_settings import StreamBatchSettings, diff_settings
 from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 from console.fleet import Fleet
@@ -402,6 +403,8 @@ def make_api(fleet: Fleet, tokens: TokenStore) -> FastAPI:
         runtime = runtime_of(system)
         if since is not None and since > datetime.now(timezone.utc):  # nothing yet: not a wait for the future
             return AuditOut(intact=True, breaks=[], records=[])
+        if since is not None and since < EARLIEST:  # the server's start time cannot go before it (a read hung)
+            since = None
         checked = await runtime.audit.read(since)
         records = [AuditRecordOut(seq=seq, time=r.time, user=r.actor.user, address=r.actor.address, action=r.action,
                                   target=r.target, outcome=r.outcome, detail=r.detail)
