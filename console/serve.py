@@ -69,12 +69,6 @@ class App:
         self.url_state = url_state  # off on an IPv6 address: Panel's Location cannot parse its Host header
         self.oidc = oidc
 
-    @property
-    def runtime(self) -> Runtime:
-        """The first system's runtime (a console of one system has only it)."""
-        runtime = self.fleet.runtime()
-        assert runtime is not None, "no system open"
-        return runtime
 
     def routes(self) -> dict:
         """A route for each page of the table; read-only mode leaves out those that change the server."""
