@@ -90,16 +90,25 @@ async def clusters_of(system_nc: Client, within: float = 1.0) -> dict[str, list[
     return {cluster: sorted(urls) for cluster, urls in found.items()}
 
 
+class NoAnswer(Exception):
+    """No server answered a question within its time: a busy system, not an answer of nobody."""
+
+
 async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, within: float,
                     errors: Tally, exclude: tuple[str | None, int | None] | None = None) -> Publisher | None:
     """The connection of `account` that subscribes under `prefix` and hears `subject`: every server is
-    asked at once (on a cluster the publisher is on one of them); the first to name it answers."""
+    asked at once (on a cluster the publisher is on one of them); the first to name it answers. No
+    answer at all within `within` is NoAnswer."""
     # Open connections only: a closed one keeps no subscriptions, and the subject filter does not apply
     # to them (every closed connection of the account would fill the answer).
     body = {"acc": account, "filter_subject": subject, "auth": True, "subscriptions": True, "limit": MAX_CONNECTIONS}
     answers = _answers(system_nc, CONNZ_SUBJECT, json.dumps(body).encode(), within)
+    heard = False
     try:
         async for msg in answers:
+            if not msg.data and msg.headers and msg.headers.get("Status") == "503":
+                continue  # no responders: the connection is not in the system account
+            heard = True
             try:
                 found = [p for p in publishers_from_connz(msg.data, prefix) if (p.server, p.cid) != exclude]
             except MalformedPublisher as e:
@@ -107,6 +116,8 @@ async def ask_connz(system_nc: Client, account: str, prefix: str, subject: str, 
                 continue
             if found:
                 return found[0]
+        if not heard:
+            raise NoAnswer(f"no server answered within {within:g} s")
         return None
     finally:
         await answers.aclose()

@@ -10,7 +10,8 @@ keeps the answer per prefix: a prefix is asked once (an answer of nobody at its 
 of new prefixes and then at most `per_second` a second, and a bounded number of prefixes and batches
 are remembered. The server names a connection by its subscriptions: a publisher whose reply
 subscription is already gone when it is asked (a batch over within milliseconds, then unsubscribed)
-stays unknown. Without the system account nothing is asked and the status says so.
+stays unknown. A question no server answers in time (a loaded system) is asked again, waiting longer.
+Without the system account nothing is asked and the status says so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable
 from dataclasses import replace
 
 from console.broker.connection import Connection
-from console.broker.server_info import ask_connz
+from console.broker.server_info import NoAnswer, ask_connz
 from console.domain.events import BatchEvent
 from console.domain.publisher import NO_SYSTEM_ACCOUNT, Publisher
 from console.domain.wire import Tally
@@ -39,6 +40,9 @@ ASK_NOBODY_AGAIN = 1.0  # seconds an answer of nobody is kept at least (then ask
 # Questions waiting for their turn at most: past them a new prefix stays unknown (a flood of forged
 # replies under ever new prefixes would otherwise be a task each, waiting).
 MAX_WAITING = 200
+# A question no server answered in time (a loaded system) is asked again this many times, each waiting
+# twice as long: a publisher left unknown is a conformance row without its name.
+ASK_AGAIN = 2
 
 
 class Publishers:
@@ -186,8 +190,17 @@ class Publishers:
             self.requests += 1
             if self.system_nc is None or self.account is None:
                 raise ValueError("no system account to ask")  # _saw asks only with one
-            found = await ask_connz(self.system_nc, self.account, prefix, subject, self.answer_within, self.errors,
-                                    exclude=self.own() if self.own else None)
+            within = self.answer_within
+            for attempt in range(ASK_AGAIN + 1):
+                try:
+                    found = await ask_connz(self.system_nc, self.account, prefix, subject, within, self.errors,
+                                            exclude=self.own() if self.own else None)
+                    break
+                except NoAnswer:
+                    if attempt == ASK_AGAIN:
+                        raise
+                    self.requests += 1
+                    within *= 2
         except Exception as e:  # an answer we cannot read leaves the publisher unknown, never the tap
             self.errors.add(f"CONNZ: {type(e).__name__}")
             log.debug("CONNZ for %s: %s", prefix, e)

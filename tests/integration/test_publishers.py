@@ -115,3 +115,33 @@ async def test_a_committed_batch_with_an_earlier_gap_ends_up_on_its_stream_every
     after = evaluator.evaluate(now + timedelta(seconds=1))
     assert [(n.stream, n.status) for n in after] == [("LATE_NAMED", "firing")]
     assert metrics.lost_messages.samples == {("LATE_NAMED",): 2.0}
+
+
+async def test_a_question_a_stalled_server_does_not_answer_in_time_is_asked_again(tmp_path):
+    """A server too busy to answer CONNZ within its time (stopped here) is asked again, waiting longer,
+    and names the publisher once it answers; a conformance row of a loaded system's publisher once lost
+    its name this way. Asked again at most ASK_AGAIN times."""
+    import os
+    import signal
+
+    from console.broker.server import EmbeddedServer
+    from console.collector.publishers import Publishers
+    from tests.waits import wait_until
+
+    with EmbeddedServer(tmp_path, batch_limits=TEST_LIMITS, extra_config=ACCOUNTS) as server:
+        sys_nc = await connect_as(server, "sys", "sys-secret")
+        py = await connect_as(server, "app", "app-secret", name="stalled-py")
+        await py.subscribe("_INBOX.stalled.>")
+        await py.flush()
+        publishers = Publishers(sys_nc, "APP", answer_within=0.3)
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            publishers.saw("_INBOX.stalled.batch1.10.ok.1.0.$FI")
+            await wait_until(lambda: publishers.requests == 2, what="the question asked again")
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        named = await asyncio.wait_for(asyncio.shield(publishers._known["_INBOX.stalled"]), 10)
+        assert named is not None and named.name == "stalled-py"
+        assert publishers.requests in (2, 3) and dict(publishers.errors) == {}
+        await py.close()
+        await sys_nc.close()
