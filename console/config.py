@@ -323,6 +323,12 @@ def _minutes(text: str) -> float:
     return value
 
 
+def _audience(text: str) -> str:
+    if not 0 < len(text) <= 256 or not text.isprintable() or text != text.strip():
+        raise ValueError("an audience: printable, at most 256 characters")
+    return text
+
+
 @dataclass(frozen=True)
 class AccessSettings:
     """Who may do what: sign-in through an OpenID Connect provider, and roles over actions and streams."""
@@ -337,6 +343,9 @@ class AccessSettings:
                                            many=True)
     oidc_groups_claim: str = setting("groups", "the claim that lists the user's groups (ID token or userinfo)")
     oidc_user_claim: str = setting("preferred_username", "the claim shown as the user's name (else email, else sub)")
+    oidc_api_audience: str | None = setting(None, "also take the provider's access tokens (RFC 9068 JWTs) on "
+                                                  "/api/v1 and MCP, when issued for this audience (the API's "
+                                                  "resource at the provider)", parse=_audience)
     session_minutes: float = setting(480.0, "minutes a signed-in session lasts; then the user signs in again and "
                                             "an open page may no longer act", parse=_minutes)
     roles: Path | None = setting(None, "roles and groups (TOML: [[role]] name, actions, streams, payloads, "

@@ -222,19 +222,24 @@ def serve(settings: Settings) -> None:
         await fleet.open(prepare)
         return fleet
 
+    if access.oidc_api_audience and not access.oidc:
+        raise ConfigError("--oidc-api-audience takes the access tokens of the provider --oidc-issuer names: give both")
     url_state = ":" not in web.address
     fleet = loop.run_sync(open_fleet)
-    oidc, cookie_secret = None, secrets.token_hex(32)
-    if access.oidc:
-        provider = loop.run_sync(lambda: Provider.discover(access))
-        oidc = OidcAuth(provider, fleet.roles, cookie_secret, settings.alerting.console_url)
-    app = App(fleet, url_state, oidc)
     from console.api.app import make_api
     from console.api.bridge import AsgiHandler
     from console.api.docs import DocsHandler
+    from console.api.oidc_tokens import AccessTokens
     from console.api.tokens import TokenStore
 
-    api = make_api(fleet, TokenStore(settings.data.data_dir))
+    oidc, cookie_secret, access_tokens = None, secrets.token_hex(32), None
+    if access.oidc:
+        provider = loop.run_sync(lambda: Provider.discover(access))
+        oidc = OidcAuth(provider, fleet.roles, cookie_secret, settings.alerting.console_url)
+        if access.oidc_api_audience:
+            access_tokens = AccessTokens(provider, access.oidc_api_audience)
+    app = App(fleet, url_state, oidc)
+    api = make_api(fleet, TokenStore(settings.data.data_dir), access_tokens)
     auth = ({"auth_provider": oidc} if oidc else
             {"auth_provider": GuardedBasicAuth(web.basic_auth, settings.alerting.console_url)} if web.basic_auth
             else {})

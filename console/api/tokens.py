@@ -43,6 +43,28 @@ class ApiToken:
         return datetime.fromisoformat(self.expires) if self.expires else None
 
 
+def _token(row: object) -> ApiToken:
+    """A row of the tokens file, read totally: any other shape or value is a ValueError or TypeError."""
+    if not isinstance(row, dict):
+        raise TypeError("not an object")
+    token = ApiToken(**row)
+    if not (isinstance(token.name, str) and NAME.match(token.name)):
+        raise ValueError("its name")
+    if not (isinstance(token.role, str) and 0 < len(token.role) <= 64 and token.role.isprintable()):
+        raise ValueError("its role")
+    if not (isinstance(token.digest, str) and re.fullmatch(r"[0-9a-f]{64}", token.digest)):
+        raise ValueError("its digest")
+    if token.created is None:
+        raise ValueError("no time of creation")
+    for when in (token.created, token.expires, token.revoked):
+        if when is not None and (not isinstance(when, str) or len(when) > 64 or
+                                 datetime.fromisoformat(when).tzinfo is None):
+            raise ValueError("a time that is not ISO 8601 with its zone")
+    if type(token.rate) not in (int, float) or not 0.1 <= token.rate <= 10_000:
+        raise ValueError("its rate")
+    return token
+
+
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -69,11 +91,11 @@ class TokenStore:
         if not isinstance(rows, list):
             raise ConfigError(f"{self.path}: not a tokens file")
         found = {}
-        for row in rows[:MAX_TOKENS]:
+        for n, row in enumerate(rows[:MAX_TOKENS], 1):
             try:
-                token = ApiToken(**row)
-            except TypeError:
-                raise ConfigError(f"{self.path}: a token that is not one") from None
+                token = _token(row)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{self.path}: token {n} is not one ({str(e)[:100]})") from None
             found[token.name] = token
         return found
 

@@ -1,0 +1,126 @@
+"""Who calls the API: a console token (console/api/tokens.py) or, with `--oidc-api-audience`, the
+OpenID provider's access token (console/api/oidc_tokens.py). Each call is one check here: a refusal is
+audited and answered 401; a caller past its rate is answered 429. The caller's grants are the roles
+file's, read at each call: a token's role, or the roles of an access token's groups."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from fastapi import Request
+
+from console.actions import Actions
+from console.api.oidc_tokens import AccessTokenRefused, AccessTokens
+from console.api.problems import Problem
+from console.api.tokens import PREFIX, TokenStore
+from console.domain.audit import Actor
+from console.domain.roles import Grants
+from console.errors import ConfigError
+from console.fleet import Fleet
+from console.runtime import Runtime
+
+ACCESS_TOKEN_RATE = 20.0  # calls a second an access token's user may make (twice as many at once)
+
+
+@dataclass
+class Caller:
+    """Who calls: the name its audit records and its jobs go by, its grants, until when it may act."""
+
+    name: str  # "token:NAME" or "oidc:USER"
+    grants: Callable[[], Grants]
+    expiry: datetime | None
+    actor: Actor
+
+    @property
+    def role(self) -> str:
+        return self.grants().names
+
+    def actions(self, runtime: Runtime) -> Actions:
+        return runtime.actions(self.actor, self.grants, self.expiry)
+
+    def reads(self, stream: str | None) -> bool:
+        """Whether its roles act on this stream (a role limited to TEAM_* reads nothing of another);
+        what concerns no stream, every role reads."""
+        return stream is None or any(r.acts_on(stream) for r in self.grants().roles)
+
+
+class Buckets:
+    """A token bucket per caller: its rate sustained, twice its rate at once."""
+
+    def __init__(self, most: int = 10_000) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self.most = most
+
+    def take(self, name: str, rate: float) -> bool:
+        now = time.monotonic()
+        burst = 2 * rate
+        if name not in self._buckets and len(self._buckets) >= self.most:  # the full ones are forgotten
+            self._buckets = {k: v for k, v in self._buckets.items() if v[0] + (now - v[1]) * rate < burst}
+        level, at = self._buckets.get(name, (burst, now))
+        level = min(burst, level + (now - at) * rate)
+        if level < 1.0:
+            self._buckets[name] = (level, now)
+            return False
+        self._buckets[name] = (level - 1.0, now)
+        return True
+
+
+class Callers:
+    """The dependency every route names: the caller of this request, or a refusal."""
+
+    def __init__(self, fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | None = None):
+        self.fleet, self.tokens, self.access_tokens = fleet, tokens, access_tokens
+        self.buckets = Buckets()
+
+    async def refuse(self, request: Request, who: str, why: str) -> Problem:
+        """The refusal, in the first system's audit trail (an unknown caller acts on no system yet)."""
+        runtime = self.fleet.runtime()
+        if runtime is not None:
+            await runtime.actions(self._actor(request, who), Grants(())).note(
+                f"api {request.method}", request.url.path, "refused: unauthenticated", why)
+        return Problem(401, "Unauthorized", why)
+
+    @staticmethod
+    def _actor(request: Request, who: str) -> Actor:
+        return Actor(who, request.client.host if request.client else "", request.headers.get("user-agent", ""))
+
+    async def __call__(self, request: Request) -> Caller:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise await self.refuse(request, "api (no token)", "no bearer token")
+        caller, rate = await (self._console_token(request, token) if token.startswith(PREFIX) or self.access_tokens
+                              is None else self._access_token(request, token))
+        if not self.buckets.take(caller.name, rate):
+            raise Problem(429, "Too many requests", f"{caller.name}: at most {rate:g} requests a second")
+        return caller
+
+    async def _console_token(self, request: Request, token: str) -> tuple[Caller, float]:
+        try:
+            found = self.tokens.find(token)
+        except ConfigError as e:  # the tokens file cannot be read: no token is taken until it can
+            raise Problem(503, "Tokens unreadable", str(e)[:300]) from None
+        if found is None:
+            raise await self.refuse(request, "api (unknown token)", "not a token of this console")
+        now = datetime.now(timezone.utc)
+        who = f"token:{found.name}"
+        if found.revoked is not None:
+            raise await self.refuse(request, who, f"token {found.name} revoked at {found.revoked}")
+        if found.expired(now):
+            raise await self.refuse(request, who, f"token {found.name} expired at {found.expires}")
+        role = found.role
+        return Caller(who, lambda: self.fleet.roles().grants(role), found.expiry, self._actor(request, who)), found.rate
+
+    async def _access_token(self, request: Request, token: str) -> tuple[Caller, float]:
+        assert self.access_tokens is not None
+        try:
+            claims = await self.access_tokens.verify(token)
+        except AccessTokenRefused as e:
+            raise await self.refuse(request, "api (access token)", str(e)) from None
+        who = f"oidc:{claims.user}"
+        groups = claims.groups
+        return (Caller(who, lambda: self.fleet.roles().for_groups(groups), claims.expires, self._actor(request, who)),
+                ACCESS_TOKEN_RATE)

@@ -1,0 +1,125 @@
+"""What the API takes and answers, as typed models: FastAPI writes the OpenAPI document from them. Where a
+page reads a dataclass (StreamBatchSettings, Finding), the API answers that same one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import Path
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from console.domain.checks import Finding
+
+MAX_PAGE = 1000
+
+
+def _rfc3339(value: object) -> object:
+    """A time as RFC 3339 writes it, and nothing else (not a number of seconds, not a bare date)."""
+    if not isinstance(value, str) or len(value) > 64 or "T" not in value.upper():
+        raise ValueError("a time as RFC 3339 writes it: 2026-11-27T10:00:00Z")
+    try:
+        return datetime.fromisoformat(value.upper().replace(":60", ":59"))  # a leap second, one earlier
+    except ValueError:
+        raise ValueError("a time as RFC 3339 writes it: 2026-11-27T10:00:00Z") from None
+
+
+Time = Annotated[datetime, BeforeValidator(_rfc3339)]
+# What the server takes as a stream name (console/domain/wire.py), and a batch id: as the document says
+STREAM = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f.*>/\\]+$", max_length=255)]
+BATCH = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=64)]
+RULE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=200)]
+JOB = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{16}$")]  # a search's id (console/api/jobs.py)
+HISTORY_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
+                  "fast_outcomes", "capture_interruptions")
+HistoryTable = Literal["abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
+                       "fast_outcomes", "capture_interruptions"]
+ExportFormatName = Literal["csv", "jsonl", "parquet"]
+
+
+class SystemOut(BaseModel):
+    name: str
+    reachable: bool
+    why: str | None = None
+
+
+class LossOut(BaseModel):
+    time: datetime
+    system: str
+    stream: str | None
+    batch_id: str | None
+    reason: str
+    kind: Literal["atomic", "fast"]
+    publisher: str | None = None
+    unverified: bool = False
+    cluster: str | None = None
+
+
+class LossesPage(BaseModel):
+    items: list[LossOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class BatchSettingsPatch(BaseModel):
+    """The batch settings to change; those left out stay as they are."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # "yes" is not true: a script says what it means
+    allow_atomic: bool | None = None
+    allow_batched: bool | None = None
+    persist_mode: Literal["default", "async"] | None = None
+
+
+class ChecksOut(BaseModel):
+    status: str
+    evaluated: datetime | None
+    findings: list[Finding]
+    unchecked: list[dict[str, str]]
+
+
+class RuleOut(BaseModel):
+    name: str
+    when: str
+    severity: str
+    muted: bool
+    streams: list[str]
+    systems: list[str]
+
+
+class AuditRecordOut(BaseModel):
+    seq: int
+    time: datetime
+    user: str
+    address: str
+    action: str
+    target: str
+    outcome: str
+    detail: str
+
+
+class AuditOut(BaseModel):
+    intact: bool
+    breaks: list[str]
+    records: list[AuditRecordOut]
+
+
+class VerifyOut(BaseModel):
+    """`batch-console audit --verify`: whether every record's chain holds, from the trail's first record."""
+
+    intact: bool
+    records: int
+    written: int  # records the console wrote through its data directory (0: not known)
+    unsafe: str | None  # why the trail's stream could be erased quietly, when it could
+    first: datetime | None
+    last: datetime | None
+    breaks: list[str]
+
+
+class HealthOut(BaseModel):
+    system: str
+    connection: str
+    collector: str
+    event_key_problem: str | None
+    last_event_seconds_ago: float | None
+    events_skipped: int

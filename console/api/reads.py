@@ -1,0 +1,163 @@
+"""The API's reads: systems, losses, streams, checks, incidents, alert rules, the audit trail and its
+verification, conformance, History's tables and health. Each answers what its page shows, filtered
+to the streams the caller's roles read."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import PlainTextResponse
+
+from console.api.callers import Caller
+from console.api.context import SYSTEM, Context
+from console.api.models import (BATCH, MAX_PAGE, STREAM, AuditOut, AuditRecordOut, ChecksOut, HealthOut,
+                                HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time, VerifyOut)
+from console.api.problems import ERRORS, Problem
+from console.domain.audit import Checked
+from console.domain.checks import Finding
+from console.domain.incident import incident_report, timeline
+from console.domain.stream_settings import StreamBatchSettings
+from console.domain.wire import EARLIEST
+from console.runtime import Runtime
+
+SEVERITIES = ("ok", "info", "warning", "critical")
+HISTORY_DAYS = 7  # what History shows without dates
+
+
+def reads(ctx: Context) -> APIRouter:
+    api, fleet = APIRouter(responses=ERRORS), ctx.fleet
+
+    @api.get("/systems", response_model=list[SystemOut], tags=["systems"])
+    async def systems(who: Caller = ctx.caller) -> list[SystemOut]:
+        return [SystemOut(name=n, reachable=fleet.runtime(n) is not None, why=fleet.unreached.get(n))
+                for n in fleet.names]
+
+    @api.get("/losses", response_model=LossesPage, tags=["losses"])
+    async def losses(who: Caller = ctx.caller, system: str | None = SYSTEM,
+                     stream: str | None = Query(None, max_length=255), reason: str | None = Query(None, max_length=64),
+                     kind: Literal["atomic", "fast"] | None = None, publisher: str | None = Query(None, max_length=256),
+                     since: Time | None = None, until: Time | None = None,
+                     limit: int = Query(100, ge=1, le=MAX_PAGE), offset: int = Query(0, ge=0, le=1_000_000)) -> LossesPage:
+        """Lost batches as Live holds them (the last hour), newest first; of every system unless one is named."""
+        wanted = {system: ctx.runtime_of(system)} if system else fleet.runtimes()
+        found = [b for runtime in wanted.values() for b in runtime.live.model.newest_first(limit=10_000, per_stream=50)]
+        found = [b for b in found if who.reads(b.stream) and (stream is None or b.stream == stream)
+                 and (reason is None or b.reason == reason)
+                 and (kind is None or b.kind == kind) and (publisher is None or publisher in (b.publisher or ""))
+                 and (since is None or b.time >= since) and (until is None or b.time < until)]
+        found.sort(key=lambda b: b.time, reverse=True)
+        items = [LossOut(time=b.time, system=b.system or fleet.names[0], stream=b.stream, batch_id=b.batch_id,
+                         reason=b.reason, kind="atomic" if b.kind == "atomic" else "fast", publisher=b.publisher,
+                         unverified=b.unverified, cluster=b.cluster)
+                 for b in found[offset:offset + limit]]
+        return LossesPage(items=items, total=len(found), limit=limit, offset=offset)
+
+    @api.get("/streams", response_model=list[StreamBatchSettings], tags=["streams"])
+    async def streams(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[StreamBatchSettings]:
+        return [s for s in await ctx.runtime_of(system).admin.streams() if who.reads(s.name)]
+
+    @api.get("/streams/{name}", response_model=StreamBatchSettings, tags=["streams"])
+    async def stream(name: STREAM, who: Caller = ctx.caller, system: str | None = SYSTEM) -> StreamBatchSettings:
+        return await ctx.one_stream(ctx.runtime_of(system), ctx.stream_name(name), who)
+
+    @api.get("/checks", response_model=ChecksOut, tags=["checks"])
+    async def checks(who: Caller = ctx.caller, system: str | None = SYSTEM) -> ChecksOut:
+        """The health checks as the alerts part last evaluated them: the Checks page's findings."""
+        found, when, unchecked = ctx.runtime_of(system).alerts.findings()
+        findings = [Finding(f["code"], f["severity"], f["title"], f["evidence"], f["remedy"], f["stream"] or None,
+                            system) for f in found if who.reads(f["stream"] or None)]
+        worst = max((f.severity for f in findings), key=SEVERITIES.index, default="ok")
+        return ChecksOut(status=worst, evaluated=when, findings=findings,
+                         unchecked=[{"code": c, "why": w} for c, w in unchecked])
+
+    @api.get("/incidents/{batch_id}/report", response_class=PlainTextResponse, tags=["incidents"])
+    async def report(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> str:
+        """The incident's Markdown report, as the Incident page downloads it."""
+        return incident_report(await ctx.incident(ctx.runtime_of(system), batch_id, who))
+
+    @api.get("/incidents/{batch_id}", tags=["incidents"])
+    async def incident(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> dict:
+        """One lost batch's incident: the loss, the batch's own events and what happened around it."""
+        found = await ctx.incident(ctx.runtime_of(system), batch_id, who)
+        loss = found.loss
+        return {"batch_id": loss.batch_id, "stream": loss.stream, "kind": loss.kind.value, "reason": loss.reason,
+                "time": loss.time, "publisher": found.publisher.line() if found.publisher else None,
+                "timeline": [{"time": t, "what": what, "detail": detail} for t, what, detail in timeline(found)],
+                "folded": dict(found.folded)}
+
+    @api.get("/alerts/rules", response_model=list[RuleOut], tags=["alerts"])
+    async def rules(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[RuleOut]:
+        found, _ = ctx.runtime_of(system).alerts.rules()
+        return [RuleOut(name=r.name, when=r.when, severity=r.severity, muted=r.muted, streams=list(r.streams),
+                        systems=list(r.systems)) for r in found]
+
+    @api.get("/audit", response_model=AuditOut, tags=["audit"])
+    async def audit(who: Caller = ctx.caller, system: str | None = SYSTEM, since: Time | None = None,
+                    limit: int = Query(500, ge=1, le=MAX_PAGE)) -> AuditOut:
+        """The audit trail, newest first, and whether the chain of the records read holds."""
+        checked = await audit_read(ctx.runtime_of(system), since)
+        records = [AuditRecordOut(seq=seq, time=r.time, user=r.actor.user, address=r.actor.address, action=r.action,
+                                  target=r.target, outcome=r.outcome, detail=r.detail)
+                   for seq, r in reversed(checked.records[-limit:])]
+        return AuditOut(intact=checked.intact, breaks=[f"{seq}: {why}" for seq, why in checked.breaks], records=records)
+
+    @api.get("/audit/verify", response_model=VerifyOut, tags=["audit"])
+    async def verify(who: Caller = ctx.caller, system: str | None = SYSTEM) -> VerifyOut:
+        """The whole trail's chain checked from its first record, as `batch-console audit --verify`."""
+        checked = await ctx.runtime_of(system).audit.read(None)
+        times = [r.time for _, r in checked.records]
+        return VerifyOut(intact=checked.intact, records=len(checked.records), written=checked.written,
+                         unsafe=checked.unsafe, first=min(times, default=None),
+                         last=max(times, default=None), breaks=[f"{seq}: {why}" for seq, why in checked.breaks])
+
+    @api.get("/conformance", tags=["conformance"])
+    async def conformance(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[dict]:
+        """Each batch publisher's verdict on ADR-50's statements, as `batch-console conformance --format json`."""
+        verdicts = await ctx.runtime_of(system).verdicts()
+        return [{"client": v.name, "key": v.key, "conforms": not v.failing, "failing": list(v.failing),
+                 "batches": v.batches, "since": v.since, "until": v.until} for v in verdicts.report()]
+
+    @api.get("/history/{table}", tags=["history"])
+    async def history(table: HistoryTable, who: Caller = ctx.caller, system: str | None = SYSTEM,
+                      since: Time | None = None, until: Time | None = None) -> list[dict]:
+        """One of History's tables, as the History page shows and downloads it (the last week by default)."""
+        return history_rows(ctx.runtime_of(system), table, who, since, until)
+
+    @api.get("/health", response_model=list[HealthOut], tags=["health"])
+    async def health(who: Caller = ctx.caller) -> list[HealthOut]:
+        """Each system's connection, its collector and the event key, as the header's badges say."""
+        now = datetime.now(timezone.utc)
+        found = []
+        for name, runtime in fleet.runtimes().items():
+            state = runtime.live
+            fresh = state.model.freshness(now)
+            found.append(HealthOut(system=name, connection=state.connection, collector=state.model.collector_state(now),
+                                   event_key_problem=state.key_problem,
+                                   last_event_seconds_ago=fresh.total_seconds() if fresh is not None else None,
+                                   events_skipped=state.skipped))
+        return found
+
+    return api
+
+
+def history_rows(runtime: Runtime, table: str, who: Caller, since: datetime | None,
+                 until: datetime | None) -> list[dict]:
+    reader = runtime.history
+    if reader is None:
+        raise Problem(404, "No history yet", "the analytics job has not written this system's tables")
+    end = until or datetime.now(timezone.utc)
+    start = since or end - timedelta(days=HISTORY_DAYS)
+    rows = json.loads(getattr(reader, table)(start, end).to_json(orient="records", date_format="iso"))
+    return [r for r in rows if who.reads(r.get("stream") or None)]
+
+
+async def audit_read(runtime: Runtime, since: datetime | None) -> Checked:
+    """The trail from `since` (its beginning by default); a time to come reads nothing, not a wait for it."""
+    if since is not None and since > datetime.now(timezone.utc):
+        return Checked([], [])
+    if since is not None and since < EARLIEST:  # the server's start time cannot go before it (a read hung)
+        since = None
+    return await runtime.audit.read(since)
