@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="an MCP server (stdio) for assistants: read-only tools over a running "
                                           "console's /api/v1, with the token in BATCH_CONSOLE_API_TOKEN")
     mcp.add_argument("--api-url", default="http://127.0.0.1:8050", help="the console's URL (default: %(default)s)")
+    mcp.add_argument("--writes", action="store_true", help="also the tools that change the server (edit_stream, "
+                                                           "mute_rule, unmute_rule), each an audited action of the API")
 
     audit = commands.add_parser("audit", help="who asked the console to change what, and when: the audit trail, "
                                               "its chain checked")
@@ -599,7 +601,7 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
     if command == "mcp":
         from console.api.mcp_server import run as run_mcp
 
-        run_mcp(args.api_url, os.environ.get("BATCH_CONSOLE_API_TOKEN", ""))  # a token is never on a command line
+        run_mcp(args.api_url, os.environ.get("BATCH_CONSOLE_API_TOKEN", ""), args.writes)  # a token is never on a command line
         return 0
     if command == "check":
         from console.checks import run_check

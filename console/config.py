@@ -314,6 +314,9 @@ class WebSettings:
                                      secret=True)
     insecure: bool = setting(False, "serve off loopback without authentication", switch=True)
     read_only: bool = setting(False, "hide and refuse every action that changes the server", switch=True)
+    mcp: bool = setting(False, "serve MCP (streamable HTTP) at /mcp beside the API, for the API's tokens", switch=True)
+    mcp_writes: bool = setting(False, "with --mcp: the tools that change the server too (edit_stream, mute_rule, "
+                                      "unmute_rule), each an audited action", switch=True)
 
 
 def _minutes(text: str) -> float:

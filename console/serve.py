@@ -8,6 +8,7 @@ import inspect
 import ipaddress
 import secrets
 from datetime import datetime, timezone
+from typing import Any
 
 import panel as pn
 from tornado.ioloop import IOLoop
@@ -37,6 +38,26 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return address == "localhost"
+
+
+def mcp_patterns(api: Any, settings: Settings, loop: Any) -> list[tuple]:
+    """`--mcp`: MCP's streamable HTTP at /mcp (and its protected-resource metadata), its sessions run for
+    as long as the process serves."""
+    web = settings.web
+    if not web.mcp:
+        return []
+    from console.api.bridge import AsgiHandler
+    from console.api.mcp_server import http_app
+
+    url = settings.alerting.console_url or f"http://{host_in_url(web.address)}:{web.port}"
+    app, sessions = http_app(api, api.state.callers, url, web.address, web.mcp_writes)
+
+    async def run_sessions() -> None:
+        async with sessions.run():
+            await asyncio.Event().wait()
+
+    loop.spawn_callback(run_sessions)
+    return [(r"/mcp", AsgiHandler, {"app": app}), (r"/\.well-known/oauth-protected-resource/mcp", AsgiHandler, {"app": app})]
 
 
 def check_exposure(address: str, basic_auth: str | None, insecure: bool, oidc: bool = False) -> None:
@@ -252,7 +273,8 @@ def serve(settings: Settings) -> None:
         **({**auth, "cookie_secret": cookie_secret} if auth else {}),
         title="JetStream Batch Console",
         # the API beside the pages, on their port: its own tokens, never the pages' cookies
-        extra_patterns=[(r"/api/v1/docs", DocsHandler, {"app": api}), (r"/api/v1/.*", AsgiHandler, {"app": api})],
+        extra_patterns=[(r"/api/v1/docs", DocsHandler, {"app": api}), (r"/api/v1/.*", AsgiHandler, {"app": api}),
+                        *mcp_patterns(api, settings, loop)],
     )
     allow_ipv6_origin(server, web.address)
     print(f"serving on http://{host_in_url(web.address)}:{server.port}/", flush=True)

@@ -68,59 +68,65 @@ class Buckets:
         return True
 
 
+class Unauthenticated(Exception):
+    def __init__(self, who: str, why: str):
+        super().__init__(why)
+        self.who, self.why = who, why
+
+
 class Callers:
-    """The dependency every route names: the caller of this request, or a refusal."""
+    """Who calls, from a bearer token: the dependency every route names (`await callers(request)`), and
+    what the MCP endpoint asks of a token (`identify`). Every refusal is audited."""
 
     def __init__(self, fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | None = None):
         self.fleet, self.tokens, self.access_tokens = fleet, tokens, access_tokens
         self.buckets = Buckets()
 
-    async def refuse(self, request: Request, who: str, why: str) -> Problem:
-        """The refusal, in the first system's audit trail (an unknown caller acts on no system yet)."""
+    async def refused(self, actor: Actor, method: str, path: str, why: str) -> None:
+        """A refusal, in the first system's audit trail (an unknown caller acts on no system yet)."""
         runtime = self.fleet.runtime()
         if runtime is not None:
-            await runtime.actions(self._actor(request, who), Grants(())).note(
-                f"api {request.method}", request.url.path, "refused: unauthenticated", why)
-        return Problem(401, "Unauthorized", why)
-
-    @staticmethod
-    def _actor(request: Request, who: str) -> Actor:
-        return Actor(who, request.client.host if request.client else "", request.headers.get("user-agent", ""))
+            await runtime.actions(actor, Grants(())).note(method, path, "refused: unauthenticated", why)
 
     async def __call__(self, request: Request) -> Caller:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            raise await self.refuse(request, "api (no token)", "no bearer token")
-        caller, rate = await (self._console_token(request, token) if token.startswith(PREFIX) or self.access_tokens
-                              is None else self._access_token(request, token))
+        address, agent = request.client.host if request.client else "", request.headers.get("user-agent", "")
+        try:
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("api (no token)", "no bearer token")
+            caller, rate = await self.identify(token.strip(), address, agent)
+        except Unauthenticated as e:
+            await self.refused(Actor(e.who, address, agent), f"api {request.method}", request.url.path, e.why)
+            raise Problem(401, "Unauthorized", e.why) from None
         if not self.buckets.take(caller.name, rate):
             raise Problem(429, "Too many requests", f"{caller.name}: at most {rate:g} requests a second")
         return caller
 
-    async def _console_token(self, request: Request, token: str) -> tuple[Caller, float]:
+    async def identify(self, token: str, address: str = "", agent: str = "") -> tuple[Caller, float]:
+        """The caller a token is, and its rate; Unauthenticated (who, why) when it is none; a Problem 503
+        when the tokens file cannot be read."""
+        if token.startswith(PREFIX) or self.access_tokens is None:
+            return self._console_token(token, address, agent)
+        try:
+            claims = await self.access_tokens.verify(token)
+        except AccessTokenRefused as e:
+            raise Unauthenticated("api (access token)", str(e)) from None
+        who = f"oidc:{claims.user}"
+        groups = claims.groups
+        return (Caller(who, lambda: self.fleet.roles().for_groups(groups), claims.expires, Actor(who, address, agent)),
+                ACCESS_TOKEN_RATE)
+
+    def _console_token(self, token: str, address: str, agent: str) -> tuple[Caller, float]:
         try:
             found = self.tokens.find(token)
         except ConfigError as e:  # the tokens file cannot be read: no token is taken until it can
             raise Problem(503, "Tokens unreadable", str(e)[:300]) from None
         if found is None:
-            raise await self.refuse(request, "api (unknown token)", "not a token of this console")
-        now = datetime.now(timezone.utc)
+            raise Unauthenticated("api (unknown token)", "not a token of this console")
         who = f"token:{found.name}"
         if found.revoked is not None:
-            raise await self.refuse(request, who, f"token {found.name} revoked at {found.revoked}")
-        if found.expired(now):
-            raise await self.refuse(request, who, f"token {found.name} expired at {found.expires}")
+            raise Unauthenticated(who, f"token {found.name} revoked at {found.revoked}")
+        if found.expired(datetime.now(timezone.utc)):
+            raise Unauthenticated(who, f"token {found.name} expired at {found.expires}")
         role = found.role
-        return Caller(who, lambda: self.fleet.roles().grants(role), found.expiry, self._actor(request, who)), found.rate
-
-    async def _access_token(self, request: Request, token: str) -> tuple[Caller, float]:
-        assert self.access_tokens is not None
-        try:
-            claims = await self.access_tokens.verify(token)
-        except AccessTokenRefused as e:
-            raise await self.refuse(request, "api (access token)", str(e)) from None
-        who = f"oidc:{claims.user}"
-        groups = claims.groups
-        return (Caller(who, lambda: self.fleet.roles().for_groups(groups), claims.expires, self._actor(request, who)),
-                ACCESS_TOKEN_RATE)
+        return Caller(who, lambda: self.fleet.roles().grants(role), found.expiry, Actor(who, address, agent)), found.rate

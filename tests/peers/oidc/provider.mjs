@@ -1,16 +1,42 @@
 // A real OpenID Connect provider (panva's oidc-provider) for the console's sign-in tests, on loopback.
 //   node provider.mjs CONFIG_JSON
 // CONFIG_JSON: {"port": P, "issuer": "http://localhost:P", "clients": [{client_id, client_secret, redirect_uris}],
-//               "users": {"login": {"name": ..., "groups": [...]}}, "id_token_ttl": seconds}
+//               "users": {"login": {"name": ..., "groups": [...]}}, "id_token_ttl": seconds,
+//               "machines": [{client_id, client_secret, groups}], "resources": {"audience": ttl_seconds}}
+// Machines take access tokens by the client credentials grant for a resource of "resources" (RFC 8707):
+// JWTs as RFC 9068 profiles them (typ at+jwt), with the machine's groups as a claim.
 // Sign-in is the library's own development form (any password): the login names the account, and only the
 // accounts of "users" exist. Consent is granted to the configured clients without a second page.
-import Provider from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 
 const config = JSON.parse(process.argv[2]);
 const users = config.users;
+const machines = config.machines || [];
+const resources = config.resources || {};
 
 const provider = new Provider(config.issuer, {
-  clients: config.clients.map((c) => ({ ...c, grant_types: ['authorization_code'], response_types: ['code'] })),
+  clients: [
+    ...config.clients.map((c) => ({ ...c, grant_types: ['authorization_code'], response_types: ['code'] })),
+    ...machines.map((m) => ({ client_id: m.client_id, client_secret: m.client_secret, grant_types: ['client_credentials'],
+                              response_types: [], redirect_uris: [] })),
+  ],
+  features: {
+    clientCredentials: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: () => undefined,
+      useGrantedResource: () => true,
+      getResourceServerInfo: (ctx, resource) => {
+        if (!(resource in resources)) throw new errors.InvalidTarget();
+        return { scope: 'api', audience: resource, accessTokenTTL: resources[resource], accessTokenFormat: 'jwt',
+                 jwt: { sign: { alg: 'RS256' } } };
+      },
+    },
+  },
+  extraTokenClaims: (ctx, token) => {
+    const machine = machines.find((m) => m.client_id === token.clientId);
+    return machine ? { groups: machine.groups } : undefined;
+  },
   pkce: { required: () => true },
   scopes: ['openid', 'profile', 'email', 'groups'],
   claims: { openid: ['sub'], profile: ['name', 'preferred_username'], email: ['email'], groups: ['groups'] },
