@@ -35,9 +35,11 @@ UNKNOWN = 3  # Nagios: the check itself could not run
 METRIC_LEVEL = {name: i for i, name in enumerate(SEVERITIES)}  # ok 0, info 1, warning 2, critical 3
 
 
-async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents | None = None) -> Facts:
+async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents | None = None,
+                 watching_since: datetime | None = None, silent_after_s: float = 0.0) -> Facts:
     """recent: the window's events as a follower of the event log keeps them (the alerts part); without
-    it the window is read from the log."""
+    it the window is read from the log. watching_since: when the follower began; no collector status
+    before silent_after_s of watching is not yet a silent collector (a collector started beside it)."""
     facts = Facts(window_minutes=window_minutes)
     admin = runtime.admin
     try:
@@ -61,6 +63,10 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
     facts = replace(facts, counts=window_counts(events), nonconforming=conformance_of(events))
     statuses = [e for e in events if e.kind is EventKind.COLLECTOR_STATUS]
     if not statuses:
+        watched = (datetime.now(timezone.utc) - watching_since).total_seconds() if watching_since else None
+        if watched is not None and watched < silent_after_s:
+            why = f"no collector status yet: watched for {watched:.0f} s, silent only after {silent_after_s:.0f} s"
+            return replace(facts, unread_why={"collector_healthy": why, "advisories_durable": why, "system_account": why})
         return replace(facts, collector_healthy=False, collector_age_s=None)
     last = statuses[-1]
     try:
@@ -194,9 +200,11 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
     given = thresholds(settings.checks.check_thresholds)
     while not stop.is_set() and not caught_up():  # a window half read would page at every start
         await asyncio.sleep(0.2)
+    since = datetime.now(timezone.utc)
+    silent_after = given.get(("BATCH_023", "silent_after_s"), CHECKS["BATCH_023"].thresholds["silent_after_s"])
     while not stop.is_set():
         try:
-            facts = await gather(runtime, settings.checks.check_window, recent)
+            facts = await gather(runtime, settings.checks.check_window, recent, since, silent_after)
             report = evaluate(facts, given, remedies=remedies())
             found = by_code_and_stream(report)
             on_findings(found)  # the alert rules on findings

@@ -137,14 +137,15 @@ def server(api: ConsoleApi, writes: bool = False, **settings: Any):
                      system: str | None = None) -> str:
         """Messages of a stream that a CEL expression over payload, headers, subject and seq matches (JSON),
         within the console's search limits, masked as the console masks them."""
-        body = {"stream": stream, "where": where, "subject": subject, "direction": "newest" if newest_first else "oldest",
+        seconds = max(0.1, min(max_seconds, 60.0))
+        body: dict[str, Any] = {"stream": stream, "where": where, "subject": subject, "direction": "newest" if newest_first else "oldest",
                 "max_matches": max(1, min(max_matches, 1000)), "max_scanned": max(1, min(max_scanned, 1_000_000)),
-                "max_seconds": max(0.1, min(max_seconds, 60.0))}
+                "max_seconds": seconds}
         status, text = await api.call("POST", "/searches", body, system=system)
         if status != 202:
             return text
         job = json.loads(text)["id"]
-        deadline = asyncio.get_running_loop().time() + body["max_seconds"] + SEARCH_WAIT
+        deadline = asyncio.get_running_loop().time() + seconds + SEARCH_WAIT
         while True:
             status, text = await api.call("GET", f"/searches/{_segment(job)}")
             if status != 200 or json.loads(text)["state"] != "running" or asyncio.get_running_loop().time() > deadline:
@@ -188,6 +189,7 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
     from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
+    from pydantic import AnyHttpUrl
 
     class Verifier:
         async def verify_token(self, token: str) -> AccessToken | None:
@@ -209,7 +211,7 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
                      agent="batch-console mcp (http)")
     url = console_url.rstrip("/")
     mcp = server(api, writes, token_verifier=Verifier(),
-                 auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp",
+                 auth=AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=AnyHttpUrl(f"{url}/mcp"),
                                    validate_token_resource=False))  # the verifier checks an audience itself
     return mcp.streamable_http_app(stateless_http=True, json_response=True, host=host), mcp.session_manager
 

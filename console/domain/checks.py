@@ -100,6 +100,7 @@ class Facts:
     system_account: bool | None = None
     event_key_exposed: str | None = None  # how others can read the key file ("" when they cannot)
     nonconforming: Mapping[str, str] | None = None  # client -> the statements it fails (the conformance report)
+    unread_why: Mapping[str, str] = field(default_factory=dict)  # a fact not read, and why, where UNREAD is not it
 
 
 @dataclass(frozen=True)
@@ -401,7 +402,8 @@ def evaluate(facts: Facts, thresholds: Mapping[tuple[str, str], float] | None = 
         check = CHECKS[code]
         missing = [need for need in check.needs if getattr(facts, need) is None]
         if missing:
-            unchecked.append((code, "; ".join(UNREAD.get(need, f"could not read {need}") for need in missing)))
+            unchecked.append((code, "; ".join(dict.fromkeys(facts.unread_why.get(need) or UNREAD.get(
+                need, f"could not read {need}") for need in missing))))
             continue
         checked.append(code)
 

@@ -6,95 +6,23 @@ hostile parameters are refused with problem details, never a 5xx."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
-import nats
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
-from console.broker.server import EmbeddedServer
-from tests.conftest import TEST_LIMITS
-from tests.fleet import abandon
-from tests.processes import CLI, free_port, wait_http
-from tests.waits import collector_ready, poll_until
-
-ROLES = """
-[[role]]
-name = "team"
-actions = ["stream.edit"]
-streams = ["TEAM_*"]
-"""
-PROBLEM = "application/problem+json"
-MASK = '[[mask]]\nstreams = ["TEAM_*"]\nfields = ["card.number"]\n'
-SECRET = "4111111111111111"
-
-
-@dataclass
-class Console:
-    url: str
-    nats: str
-    tokens: dict[str, str]
-    data: Path
-
-
-def token(data: Path, roles: Path, *args: str) -> str:
-    done = subprocess.run([CLI, "token", *args, "--data-dir", str(data), "--roles", str(roles)], capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-
-
-async def _seed(url: str, collector) -> None:
-    nc = await nats.connect(url)
-    await collector_ready(nc.jetstream(), collector)
-    for name in ("TEAM_A", "OTHER"):
-        await nc.jetstream().add_stream(name=name, subjects=[name.lower()], allow_atomic=True, allow_batched=True)
-    for i in range(3):
-        await nc.jetstream().publish("team_a", f'{{"n": {i}, "card": {{"number": "{SECRET}"}}}}'.encode())
-    await abandon(nc, "API_LOSS", "api-loss")
-    await nc.close()
+from tests.api_console import PROBLEM, SECRET, call, running_console
+from tests.waits import poll_until
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("api")
-    data, roles, mask = tmp / "data", tmp / "roles.toml", tmp / "mask.toml"
-    roles.write_text(ROLES)
-    mask.write_text(MASK)
-    with EmbeddedServer(tmp / "nats", batch_limits=TEST_LIMITS) as server:
-        tokens = {role: token(data, roles, "create", "--name", f"{role}-bot", "--role", role)
-                  for role in ("admin", "viewer", "team")}
-        tokens["revoked"] = token(data, roles, "create", "--name", "gone", "--role", "admin")
-        token(data, roles, "revoke", "gone")
-        tokens["expired"] = token(data, roles, "create", "--name", "brief", "--role", "admin", "--expires", "1s")
-        tokens["fuzz"] = token(data, roles, "create", "--name", "fuzz", "--role", "operator", "--rate", "10000")
-        port = free_port()
-        procs = [subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data)],
-                                  stdout=open(tmp / "collector.log", "w"), stderr=subprocess.STDOUT),
-                 subprocess.Popen([CLI, "serve", "--server", server.url, "--port", str(port), "--data-dir", str(data),
-                                   "--roles", str(roles), "--mask-rules", str(mask)], stdout=open(tmp / "web.log", "w"),
-                                  stderr=subprocess.STDOUT)]
-        try:
-            wait_http(f"http://127.0.0.1:{port}/", procs[1], tmp / "web.log")
-            asyncio.run(_seed(server.url, procs[0]))
-            yield Console(f"http://127.0.0.1:{port}/api/v1", server.url, tokens, data)
-        finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(timeout=20)
+    with running_console(tmp_path_factory.mktemp("api")) as found:
+        yield found
 
-
-def call(console: Console, method: str, path: str, who: str | None = "admin", **kw) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {console.tokens[who]}"} if who in console.tokens else \
-        {"Authorization": who} if who else {}
-    return httpx.request(method, console.url + path, headers=headers, timeout=30, **kw)
 
 
 def test_the_openapi_document_validates_and_names_the_paths_a_script_counts_on(console):
@@ -189,43 +117,6 @@ def test_a_body_too_large_and_a_flood_of_calls_are_refused(console):
     with httpx.Client(headers={"Authorization": f"Bearer {console.tokens['viewer']}"}, timeout=30) as client:
         statuses = [client.get(console.url + "/systems").status_code for _ in range(200)]
     assert statuses[0] == 200 and 429 in statuses  # 40 at once, then 20 a second
-
-
-async def _mcp(console: Console, who: str) -> dict:
-    """The MCP server (`batch-console mcp`, stdio) driven by the MCP SDK's own client: its tools, and each
-    called once, as the token of `who`."""
-    import os
-
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    server = StdioServerParameters(command=CLI, args=["mcp", "--api-url", console.url.removesuffix("/api/v1")],
-                                   env={**os.environ, "BATCH_CONSOLE_API_TOKEN": console.tokens[who]})
-    calls = {"losses": {"stream": "API_LOSS"}, "incident": {"batch_id": "api-loss"},
-             "incident_report": {"batch_id": "api-loss"}, "checks": {}, "streams": {}, "systems": {}}
-    with open(os.devnull, "w") as quiet:
-        async with stdio_client(server, errlog=quiet) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            tools = {t.name for t in (await session.list_tools()).tools}
-            answers = {name: (await session.call_tool(name, args)).content[0].text for name, args in calls.items()}
-    return {"tools": tools, **answers}
-
-
-def test_the_mcp_server_answers_with_the_tokens_role_and_changes_nothing(console):
-    def settings() -> list[tuple]:
-        return [(s["name"], s["allow_atomic"], s["allow_batched"], s["persist_mode"])
-                for s in call(console, "GET", "/streams").json()]
-
-    before = settings()
-    trail_before = len(call(console, "GET", "/audit?limit=1000").json()["records"])
-    found = asyncio.run(_mcp(console, "viewer"))
-    assert found["tools"] == {"losses", "incident", "incident_report", "checks", "streams", "systems"}
-    assert '"batch_id":"api-loss"' in found["losses"] and found["incident_report"].startswith("# Incident: batch api-loss")
-    assert '"TEAM_A"' in found["streams"] and '"OTHER"' in found["streams"]
-    team = asyncio.run(_mcp(console, "team"))  # the token's role holds: no other team's stream or loss
-    assert '"OTHER"' not in team["streams"] and team["incident"].startswith("refused (404")
-    assert settings() == before  # no read-only tool changed anything
-    assert len(call(console, "GET", "/audit?limit=1000").json()["records"]) == trail_before
 
 
 @pytest.fixture

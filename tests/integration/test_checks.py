@@ -311,3 +311,39 @@ def test_a_silent_collector_is_critical(deployment):
                       30, "the silent collector found")
     assert "last status is" in done.stdout
 
+
+
+def test_a_collector_not_heard_yet_is_not_silent_until_its_time_is_up(tmp_path):
+    """The alerts part started beside a collector evaluated before its first status and said "collector
+    unhealthy or silent" (critical) for a minute: a false alarm. Until silent_after_s of watching, no status
+    leaves BATCH_023 unchecked and says why; past it, with still none, it is critical."""
+    from console.storage.alert_state import AlertStore
+
+    with EmbeddedServer(tmp_path / "nats", batch_limits=TEST_LIMITS) as server:
+        plain = ["--server", server.url, "--data-dir", str(tmp_path)]
+        collector = subprocess.Popen([CLI, "collect", *plain], stdout=open(tmp_path / "collector.log", "w"),
+                                     stderr=subprocess.STDOUT)
+        wait_collecting(collector, tmp_path / "collector.log")  # the event log made, a status in it
+        collector.terminate()
+        collector.wait(timeout=20)
+        window = ["--check-window", "0.05"]  # 3 s: the stopped collector's statuses leave it soon
+
+        def silent() -> bool:
+            done = subprocess.run([CLI, "check", *plain, *window, "--format", "json", "--code", "BATCH_023"],
+                                  capture_output=True, text=True, timeout=60)
+            return any(f["code"] == "BATCH_023" for f in json.loads(done.stdout)["findings"])
+
+        poll_until(silent, 30, "no status left in the window")
+        alerts = subprocess.Popen([CLI, "alerts", *plain, *window, "--check-every", "0.5", "--metrics-port", "0",
+                                   "--check-thresholds", "BATCH_023.silent_after_s=4"],
+                                  stdout=open(tmp_path / "alerts.log", "w"), stderr=subprocess.STDOUT)
+        try:
+            store = AlertStore(tmp_path / "console.db")
+            first = poll_until(lambda: (f := store.findings())[1] is not None and f, 30, "the first evaluation")
+            assert "BATCH_023" not in {f["code"] for f in first[0]}
+            assert dict(first[2])["BATCH_023"].startswith("no collector status yet: watched for")
+            poll_until(lambda: any(f["code"] == "BATCH_023" and f["severity"] == "critical"
+                                   for f in store.findings()[0]), 30, "the silent collector, once its time is up")
+        finally:
+            alerts.terminate()
+            alerts.wait(timeout=20)

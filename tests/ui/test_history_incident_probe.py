@@ -3,6 +3,8 @@ import re
 import subprocess
 import time
 
+import httpx
+
 from playwright.sync_api import expect
 
 from tests.processes import CLI, probe
@@ -32,6 +34,14 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
     expect(top).to_contain_text("3", timeout=30_000)  # three abandonments of UI_HIST, by reason timeout
     for batch_id in abandoned:
         expect(page.get_by_role("row").filter(has_text=batch_id)).to_be_visible()
+    # the API's numbers are the page's: the same count by stream, the same batches in the ledger
+    bot = subprocess.run([CLI, "token", "create", "--name", "history-bot", "--role", "viewer", "--data-dir", data_dir],
+                         capture_output=True, text=True, timeout=60).stdout.strip().splitlines()[-1]
+    api = httpx.Client(base_url=web_url + "api/v1", headers={"Authorization": f"Bearer {bot}"}, timeout=30)
+    by_stream = api.get("/history/abandonments_by_stream").json()
+    assert [r["batches"] for r in by_stream if (r["stream"], r["kind"], r["reason"]) == ("UI_HIST", "atomic", "timeout")] \
+        == [3]
+    assert {r["batch_id"] for r in api.get("/history/abandoned_batches").json()} >= set(abandoned)
     with page.expect_download() as download:
         page.get_by_role("button", name="Download CSV").click()
     assert download.value.suggested_filename.startswith("abandoned_batches-")
