@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,18 @@ ROLES = """
 name = "team"
 actions = ["stream.edit"]
 streams = ["TEAM_*"]
+
+[[group]]
+name = "console-admins"
+roles = ["admin"]
+
+[[group]]
+name = "console-viewers"
+roles = ["viewer"]
+
+[[group]]
+name = "team-a"
+roles = ["team"]
 """
 PROBLEM = "application/problem+json"
 MASK = '[[mask]]\nstreams = ["TEAM_*"]\nfields = ["card.number"]\n'
@@ -57,7 +70,7 @@ async def seed(url: str, collector) -> None:
 
 
 @contextlib.contextmanager
-def running_console(tmp: Path, *serve_args: str, alerts: bool = False):
+def running_console(tmp: Path, *serve_args: str, alerts: bool = False, env: dict[str, str] | None = None):
     data, roles, mask = tmp / "data", tmp / "roles.toml", tmp / "mask.toml"
     roles.write_text(ROLES)
     mask.write_text(MASK)
@@ -73,14 +86,15 @@ def running_console(tmp: Path, *serve_args: str, alerts: bool = False):
                                   stdout=open(tmp / "collector.log", "w"), stderr=subprocess.STDOUT),
                  subprocess.Popen([CLI, "serve", "--server", server.url, "--port", str(port), "--data-dir", str(data),
                                    "--roles", str(roles), "--mask-rules", str(mask), *serve_args],
-                                  stdout=open(tmp / "web.log", "w"), stderr=subprocess.STDOUT)]
+                                  stdout=open(tmp / "web.log", "w"), stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(env or {})})]
         if alerts:
             procs.append(subprocess.Popen([CLI, "alerts", "--server", server.url, "--data-dir", str(data),
                                            "--metrics-port", "0", "--check-every", "1"],
                                           stdout=open(tmp / "alerts.log", "w"),
                                           stderr=subprocess.STDOUT))
         try:
-            wait_http(f"http://127.0.0.1:{port}/", procs[1], tmp / "web.log")
+            wait_http(f"http://127.0.0.1:{port}/api/v1/openapi.json", procs[1], tmp / "web.log")
             asyncio.run(seed(server.url, procs[0]))
             yield Console(f"http://127.0.0.1:{port}/api/v1", server.url, tokens, data)
         finally:

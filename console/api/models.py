@@ -44,6 +44,7 @@ class SystemOut(BaseModel):
 
 
 class LossOut(BaseModel):
+    id: str  # the event's id: stable, unique
     time: datetime
     system: str
     stream: str | None
@@ -60,6 +61,7 @@ class LossesPage(BaseModel):
     total: int
     limit: int
     offset: int
+    next: str | None = None  # the cursor of the next page: no loss skipped or repeated as new ones arrive
 
 
 class BatchSettingsPatch(BaseModel):

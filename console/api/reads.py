@@ -4,6 +4,8 @@ to the streams the caller's roles read."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from datetime import datetime, timedelta, timezone
 from typing import Literal
@@ -19,6 +21,7 @@ from console.api.problems import ERRORS, Problem
 from console.domain.audit import Checked
 from console.domain.checks import Finding
 from console.domain.incident import incident_report, timeline
+from console.domain.live_model import LostBatch
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import EARLIEST
 from console.runtime import Runtime
@@ -40,7 +43,9 @@ def reads(ctx: Context) -> APIRouter:
                      stream: str | None = Query(None, max_length=255), reason: str | None = Query(None, max_length=64),
                      kind: Literal["atomic", "fast"] | None = None, publisher: str | None = Query(None, max_length=256),
                      since: Time | None = None, until: Time | None = None,
-                     limit: int = Query(100, ge=1, le=MAX_PAGE), offset: int = Query(0, ge=0, le=1_000_000)) -> LossesPage:
+                     limit: int = Query(100, ge=1, le=MAX_PAGE), offset: int = Query(0, ge=0, le=1_000_000),
+                     cursor: str | None = Query(None, max_length=1024, description="a page's `next`: the losses "
+                                                "after it, none skipped or repeated as new ones arrive")) -> LossesPage:
         """Lost batches as Live holds them (the last hour), newest first; of every system unless one is named."""
         wanted = {system: ctx.runtime_of(system)} if system else fleet.runtimes()
         found = [b for runtime in wanted.values() for b in runtime.live.model.newest_first(limit=10_000, per_stream=50)]
@@ -48,12 +53,18 @@ def reads(ctx: Context) -> APIRouter:
                  and (reason is None or b.reason == reason)
                  and (kind is None or b.kind == kind) and (publisher is None or publisher in (b.publisher or ""))
                  and (since is None or b.time >= since) and (until is None or b.time < until)]
-        found.sort(key=lambda b: b.time, reverse=True)
-        items = [LossOut(time=b.time, system=b.system or fleet.names[0], stream=b.stream, batch_id=b.batch_id,
-                         reason=b.reason, kind="atomic" if b.kind == "atomic" else "fast", publisher=b.publisher,
-                         unverified=b.unverified, cluster=b.cluster)
-                 for b in found[offset:offset + limit]]
-        return LossesPage(items=items, total=len(found), limit=limit, offset=offset)
+        total = len(found)
+        found.sort(key=_order, reverse=True)
+        if cursor is not None:
+            after = _read_cursor(cursor)
+            found = [b for b in found if _order(b) < after]
+        page = found[offset:offset + limit]
+        items = [LossOut(id=b.event_id, time=b.time, system=b.system or fleet.names[0], stream=b.stream,
+                         batch_id=b.batch_id, reason=b.reason, kind="atomic" if b.kind == "atomic" else "fast",
+                         publisher=b.publisher, unverified=b.unverified, cluster=b.cluster) for b in page]
+        more = len(found) > offset + limit
+        return LossesPage(items=items, total=total, limit=limit, offset=offset,
+                          next=_cursor(page[-1]) if page and more else None)
 
     @api.get("/streams", response_model=list[StreamBatchSettings], tags=["streams"])
     async def streams(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[StreamBatchSettings]:
@@ -161,3 +172,22 @@ async def audit_read(runtime: Runtime, since: datetime | None) -> Checked:
     if since is not None and since < EARLIEST:  # the server's start time cannot go before it (a read hung)
         since = None
     return await runtime.audit.read(since)
+
+
+def _order(b: LostBatch) -> tuple[float, str, str]:
+    """Newest first, and a total order among losses of the same instant."""
+    return b.time.timestamp(), b.system, b.event_id
+
+
+def _cursor(b: LostBatch) -> str:
+    return base64.urlsafe_b64encode(json.dumps(_order(b)).encode()).decode().rstrip("=")
+
+
+def _read_cursor(text: str) -> tuple[float, str, str]:
+    try:
+        t, system, event_id = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        if type(t) not in (int, float) or not isinstance(system, str) or not isinstance(event_id, str):
+            raise ValueError("not a cursor")
+        return float(t), system, event_id
+    except (ValueError, TypeError, binascii.Error, RecursionError):
+        raise Problem(422, "Not a cursor", "give the `next` of a page of /losses") from None

@@ -6,6 +6,7 @@ hostile parameters are refused with problem details, never a 5xx."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import httpx
@@ -159,3 +160,47 @@ def test_conformance_and_history_answer_as_their_pages(console):
     assert history.status_code in (200, 404) and history.headers["content-type"].split(";")[0] in (
         "application/json", PROBLEM)
     assert call(console, "GET", "/history/not_a_table").status_code == 422
+
+
+def test_paging_by_cursor_skips_and_repeats_nothing_as_new_losses_arrive(console):
+    import nats
+
+    from tests.fleet import abandon
+
+    async def lose(ids) -> None:
+        nc = await nats.connect(console.nats)
+        await asyncio.gather(*(abandon(nc, "PAGED", batch) for batch in ids))
+        await nc.flush()
+        await nc.close()
+
+    def total() -> int:
+        return call(console, "GET", "/losses?stream=PAGED").json()["total"]
+
+    first = {f"paged-{i}" for i in range(6)}
+    for half in (sorted(first)[:3], sorted(first)[3:]):  # the server holds 5 open batches a stream at most here
+        asyncio.run(lose(half))
+        poll_until(lambda: total() in (3, 6) and total() >= len(half), 30, "the losses")
+    poll_until(lambda: total() == 6, 30, "six losses")
+    page = call(console, "GET", "/losses?stream=PAGED&limit=2").json()
+    seen = [i["batch_id"] for i in page["items"]]
+    asyncio.run(lose({"paged-new-1", "paged-new-2"}))  # newer than every one paged: they go first
+    poll_until(lambda: total() == 8, 30, "two more")
+    while page["next"]:
+        page = call(console, "GET", f"/losses?stream=PAGED&limit=2&cursor={page['next']}").json()
+        seen += [i["batch_id"] for i in page["items"]]
+    assert sorted(seen) == sorted(first)  # each of the first six once, none of the new ones
+    for cursor in ("x", "e30", "W10", "WzEsMiwzXQ", "WyJhIiwiYiIsImMiXQ", "%00" * 10, "A" * 1025):
+        assert call(console, "GET", f"/losses?cursor={cursor}").status_code == 422, cursor
+
+
+def test_a_viewers_token_on_each_action_is_refused_and_audited(console):
+    rule = call(console, "GET", "/alerts/rules", "viewer").json()[0]["name"]
+    quoted = httpx.URL("/" + rule).raw_path.decode()
+    for method, path, body, action in (("PATCH", "/streams/TEAM_A", {"allow_batched": False}, "stream.edit"),
+                                       ("POST", f"/alerts/rules{quoted}/mute", None, "alert_rule.mute"),
+                                       ("POST", f"/alerts/rules{quoted}/unmute", None, "alert_rule.unmute")):
+        answer = call(console, method, path, "viewer", json=body)
+        assert answer.status_code == 403 and answer.headers["content-type"].startswith(PROBLEM), (path, answer.text)
+        records = call(console, "GET", "/audit?limit=1000").json()["records"]
+        assert any(r["action"] == action and r["user"] == "token:viewer-bot" and r["outcome"] == "refused: role"
+                   for r in records), action

@@ -22,12 +22,11 @@ from console.commands import ANSWERS
 from console.commands import COMMANDS as ACTIONS
 from console.domain.messages import Ack
 from console.ui.replay import ACK_LABELS
+from tests.oidc_provider import CLIENT, SECRET, start_provider
 from tests.processes import CLI, free_port, nats_tool, probe, wait_http
 from tests.ui.test_every_action import trail
 from tests.waits import poll_until
 
-PEER = Path(__file__).resolve().parents[1] / "peers" / "oidc"
-CLIENT, SECRET = "batch-console", "the-console-s3cret-at-the-provider"
 USERS = {"vera": ["console-viewers"], "otto": ["console-operators"], "ada": ["console-admins", "staff"],
          "nobody": ["staff"]}
 ROLES = """
@@ -65,24 +64,6 @@ ENABLE = """label => {
 }"""
 
 
-def start_provider(tmp: Path, name: str, redirect_uris: list[str], procs: list[subprocess.Popen]) -> str:
-    if not (PEER / "node_modules" / "oidc-provider").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PEER, check=True, capture_output=True, timeout=300)
-    port = free_port()
-    issuer = f"http://localhost:{port}"  # not 127.0.0.1: the console's cookies and the provider's stay apart
-    config = {"port": port, "issuer": issuer, "users": {u: {"groups": g} for u, g in USERS.items()},
-              "clients": [{"client_id": CLIENT, "client_secret": SECRET, "redirect_uris": redirect_uris,
-                           "post_logout_redirect_uris": [uri.replace("/login", "/logout") for uri in redirect_uris]}]}
-    log = tmp / f"{name}.log"
-    proc = subprocess.Popen(["node", str(PEER / "provider.mjs"), json.dumps(config)], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT)
-    procs.append(proc)  # stopped by the fixture however far its setup got
-    poll_until(lambda: proc.poll() is None and "ready" in log.read_text() or (proc.poll() is not None and
-                                                                              pytest.fail(log.read_text())),
-               60, "the OpenID provider did not start")
-    return issuer
-
-
 @dataclass
 class Team:
     nats_url: str
@@ -118,8 +99,8 @@ def team(console, data_dir, tmp_path_factory):
     uris = [f"http://127.0.0.1:{p}/login" for p in (port, short_port)]
     procs: list[subprocess.Popen] = []
     try:
-        issuer = start_provider(tmp, "provider", uris, procs)
-        other_issuer = start_provider(tmp, "other-provider", uris, procs)
+        issuer = start_provider(tmp, "provider", uris, procs, USERS)
+        other_issuer = start_provider(tmp, "other-provider", uris, procs, USERS)
         serve(tmp, "web", nats_url, data_dir, issuer, port, procs)
         serve(tmp, "web-short", nats_url, data_dir, issuer, short_port, procs, BATCH_CONSOLE_SESSION_MINUTES="0.25")
         for stream in ("TEAM_EDIT_ada", "TEAM_EDIT_otto", "TEAM_EDIT_vera", "TEAM_EDIT_short"):

@@ -26,9 +26,10 @@ const provider = new Provider(config.issuer, {
       enabled: true,
       defaultResource: () => undefined,
       useGrantedResource: () => true,
-      getResourceServerInfo: (ctx, resource) => {
+      getResourceServerInfo: (ctx, resource, client) => {
         if (!(resource in resources)) throw new errors.InvalidTarget();
-        return { scope: 'api', audience: resource, accessTokenTTL: resources[resource], accessTokenFormat: 'jwt',
+        const machine = machines.find((m) => m.client_id === client.clientId) || {};
+        return { scope: 'api', audience: resource, accessTokenTTL: machine.ttl || resources[resource], accessTokenFormat: 'jwt',
                  jwt: { sign: { alg: 'RS256' } } };
       },
     },

@@ -1,0 +1,160 @@
+"""The MCP server driven by the MCP SDK's own client against a real console: `batch-console mcp` (stdio)
+and `serve --mcp` (streamable HTTP at /mcp). Its tools are listed and each called; the token's role
+holds (a team token sees no other team's stream, loss or search); the read tools change nothing and
+the writing ones exist only when turned on, then each is an audited action refused to a role without
+it; a refused token is audited; `--api-url` is read strictly and a redirect is never followed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.api_console import SECRET, Console, call, running_console
+from tests.processes import CLI
+
+READS = {"losses", "incident", "incident_report", "checks", "streams", "systems", "conformance", "history", "search"}
+WRITES = {"edit_stream", "mute_rule", "unmute_rule"}
+CALLS = {"losses": {"stream": "API_LOSS"}, "incident": {"batch_id": "api-loss"},
+         "incident_report": {"batch_id": "api-loss"}, "checks": {}, "streams": {}, "systems": {}, "conformance": {},
+         "history": {"table": "abandoned_batches"}, "search": {"stream": "TEAM_A", "where": "payload.n >= 1"}}
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    with running_console(tmp_path_factory.mktemp("mcp"), "--mcp") as found:
+        yield found
+
+
+async def _session(session, calls: dict) -> dict:
+    await session.initialize()
+    tools = {t.name for t in (await session.list_tools()).tools}
+    return {"tools": tools, **{name: (await session.call_tool(name, args)).content[0].text
+                               for name, args in calls.items()}}
+
+
+async def over_stdio(console: Console, who: str, calls: dict = CALLS, *flags: str, url: str | None = None) -> dict:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    server = StdioServerParameters(command=CLI, args=["mcp", "--api-url", url or console.url.removesuffix("/api/v1"),
+                                                      *flags],
+                                   env={**os.environ, "BATCH_CONSOLE_API_TOKEN": console.tokens.get(who, who)})
+    with open(os.devnull, "w") as quiet:
+        async with stdio_client(server, errlog=quiet) as (read, write), ClientSession(read, write) as session:
+            return await _session(session, calls)
+
+
+async def over_http(console: Console, who: str, calls: dict = CALLS) -> dict:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    url = console.url.removesuffix("/api/v1") + "/mcp"
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {console.tokens.get(who, who)}"}) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+        return await _session(session, calls)
+
+
+def _settings(console: Console) -> list[tuple]:
+    return [(s["name"], s["allow_atomic"], s["allow_batched"], s["persist_mode"])
+            for s in call(console, "GET", "/streams").json()]
+
+
+@pytest.mark.parametrize("way", [over_stdio, over_http])
+def test_every_read_tool_answers_as_the_tokens_role_and_changes_nothing(console, way):
+    before = _settings(console)
+    found = asyncio.run(way(console, "viewer"))
+    assert found["tools"] == READS  # nothing that writes unless the operator turned it on
+    assert '"batch_id":"api-loss"' in found["losses"] and found["incident_report"].startswith("# Incident: batch api-loss")
+    assert '"TEAM_A"' in found["streams"] and '"OTHER"' in found["streams"]
+    assert json.loads(found["conformance"]) == [] and json.loads(found["history"]) == []  # no analytics run here
+    search = json.loads(found["search"])
+    assert search["state"] == "done" and search["matched"] == 2 and SECRET not in found["search"]
+    team = asyncio.run(way(console, "team", {"streams": {}, "incident": {"batch_id": "api-loss"},
+                                            "search": {"stream": "OTHER"}, "losses": {}}))
+    assert '"OTHER"' not in team["streams"] and team["incident"].startswith("refused (404")
+    assert team["search"].startswith("refused (403") and '"total":0' in team["losses"]
+    assert _settings(console) == before
+    actions = {r["action"] for r in call(console, "GET", "/audit?limit=1000").json()["records"]
+               if r["user"] in ("token:viewer-bot", "token:team-bot")}
+    assert actions <= {"search.run", "stream.read"}  # the search is an action; nothing else was done
+
+
+def test_the_writing_tools_only_when_turned_on_each_an_audited_action(console):
+    change = {"edit_stream": {"name": "TEAM_A", "allow_batched": False}}
+    viewer = asyncio.run(over_stdio(console, "viewer", change, "--writes"))
+    assert viewer["tools"] == READS | WRITES and viewer["edit_stream"].startswith("refused (403")
+    admin = asyncio.run(over_stdio(console, "admin", change, "--writes"))
+    assert json.loads(admin["edit_stream"])["allow_batched"] is False
+    team = asyncio.run(over_stdio(console, "team", {"edit_stream": {"name": "OTHER", "allow_batched": False}},
+                                  "--writes"))
+    assert team["edit_stream"].startswith("refused (403")
+    edits = [(r["user"], r["outcome"]) for r in call(console, "GET", "/audit?limit=1000").json()["records"]
+             if r["action"] in ("stream.edit", "stream.read")]
+    assert ("token:admin-bot", "accepted") in edits and ("token:viewer-bot", "refused: role") in edits
+    assert ("token:team-bot", "refused: role") in edits
+    assert call(console, "PATCH", "/streams/TEAM_A", json={"allow_batched": True}).status_code == 200
+
+
+def test_a_refused_token_on_mcp_over_http_is_401_and_audited(console):
+    import httpx
+
+    url = console.url.removesuffix("/api/v1") + "/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for header in ({}, {"Authorization": "Bearer bct_" + "A" * 43}, {"Authorization": f"Bearer {console.tokens['revoked']}"}):
+        answer = httpx.post(url, json=body, headers={**header, "Accept": "application/json, text/event-stream"},
+                            timeout=30)
+        assert answer.status_code == 401, answer.text
+    refused = {r["user"] for r in call(console, "GET", "/audit?limit=1000").json()["records"]
+               if r["outcome"] == "refused: unauthenticated" and r["action"] == "mcp"}
+    assert {"api (unknown token)", "token:gone"} <= refused
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "javascript:alert(1)", "http://user:pw@127.0.0.1:1",
+                                 "http://127.0.0.1:1/\x1b[2J", "http://" + "a" * 3000, "http://127.0.0.1:99999",
+                                 "http://127.0.0.1:1/?token=x", "127.0.0.1:8050", ""])
+def test_a_hostile_api_url_is_refused_at_start_and_the_token_never_shown(url):
+    done = subprocess.run([CLI, "mcp", "--api-url", url], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "BATCH_CONSOLE_API_TOKEN": "bct_secret-never-shown"}, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0 and "--api-url" in done.stderr and "Traceback" not in done.stderr
+    assert "bct_secret-never-shown" not in done.stdout + done.stderr
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    heard: list[str] = []
+    to: str = ""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.to:
+            self.send_response(307)
+            self.send_header("Location", self.to + self.path)
+            self.end_headers()
+        else:
+            type(self).heard.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(console):
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), type("Elsewhere", (_Recorder,), {"heard": [], "to": ""}))
+    redirecting = ThreadingHTTPServer(("127.0.0.1", 0), type("Redirecting", (_Recorder,), {
+        "heard": [], "to": f"http://127.0.0.1:{elsewhere.server_port}"}))
+    for server in (elsewhere, redirecting):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        found = asyncio.run(over_stdio(console, "viewer", {"losses": {}, "systems": {}},
+                                       url=f"http://127.0.0.1:{redirecting.server_port}"))
+        assert found["losses"].startswith("refused (307)") and found["systems"].startswith("refused (307)")
+        assert elsewhere.RequestHandlerClass.heard == []  # type: ignore[attr-defined]  # the class made above
+    finally:
+        for server in (elsewhere, redirecting):
+            server.shutdown()
