@@ -64,7 +64,7 @@ class AtomicWatch:
             reason, allows = DISABLED, True
         else:
             return []
-        lost = self.tracker.dropped(stream, reason, now)
+        lost = self.tracker.dropped(stream, reason, now, at=event.time)
         if lost or not allows:
             return lost
         return [BatchEvent(f"{event.event_id}.atomic", EventKind.ATOMIC_OPEN_DROPPED, now, stream, reason=reason,

@@ -22,6 +22,7 @@ REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
 KEPT_HEADERS = (*BATCH_HEADERS, REQUIRED_API_LEVEL)  # what the publish-side tap keeps of a batch message
 # Why open atomic batches were dropped, as ATOMIC_LOST's reason.
 LEADER_CHANGE, DISABLED, STREAM_DELETED = "leader_change", "disabled", "stream_deleted"
+KEPT_PAST_TIMEOUT = 30.0  # seconds a quiet batch is kept past the batch timeout, for a late stream event
 WHAT = {LEADER_CHANGE: "the stream elected a new leader", DISABLED: "an update switched allow_atomic off",
         STREAM_DELETED: "the stream was deleted"}
 
@@ -90,10 +91,14 @@ class AtomicTracker:
     def open_on(self, stream: str) -> int:
         return sum(1 for b in self.batches.values() if b.stream == stream)
 
-    def dropped(self, stream: str, reason: str, now: datetime) -> list[BatchEvent]:
-        """Every batch open on the stream is lost, for this reason (one of WHAT)."""
-        lost = [b for b in self.batches.values() if b.stream == stream]
-        for batch in lost:
+    def dropped(self, stream: str, reason: str, now: datetime, at: datetime | None = None) -> list[BatchEvent]:
+        """Every batch open on the stream when the event happened (`at`, the server's time; else now) is
+        lost, for this reason (one of WHAT); one quiet for the batch timeout by then had been abandoned,
+        with its advisory, and is forgotten."""
+        at = at or now
+        on_stream = [b for b in self.batches.values() if b.stream == stream]
+        lost = [b for b in on_stream if (at - b.last_seen).total_seconds() <= self.batch_timeout]
+        for batch in on_stream:
             del self.batches[batch.batch_id]
         return [BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, stream, b.batch_id, reason=reason,
                            seq=b.last_seq, inferred=True,
@@ -106,6 +111,8 @@ class AtomicTracker:
         self.batches.pop(identity, None)
 
     def tick(self, now: datetime) -> None:
+        """Forget the batches the server has abandoned (and said so), once the event that would have dropped
+        them while open can no longer be on its way: an election's advisory comes late on a busy system."""
         for identity, batch in list(self.batches.items()):
-            if (now - batch.last_seen).total_seconds() > self.batch_timeout:
-                del self.batches[identity]  # the server abandons it, and says so
+            if (now - batch.last_seen).total_seconds() > self.batch_timeout + KEPT_PAST_TIMEOUT:
+                del self.batches[identity]

@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.domain.atomic_tracker import AtomicTracker, MalformedAtomicMessage, batch_message, reply_prefix
+from console.domain.atomic_tracker import KEPT_PAST_TIMEOUT, AtomicTracker, MalformedAtomicMessage, batch_message, reply_prefix
 from console.domain.events import EventKind
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
@@ -28,8 +28,21 @@ def test_open_batches_are_named_lost_by_the_event_that_drops_them_and_forgotten_
     [lost] = tracker.dropped("S", "leader_change", at(2))
     assert (lost.kind, lost.batch_id, lost.reason, lost.seq) == (EventKind.ATOMIC_LOST, "a", "leader_change", 2)
     assert tracker.dropped("S", "leader_change", at(3)) == [] and tracker.open_on("T") == 1
-    tracker.tick(at(12))  # silent past the timeout: the server abandons it, with an advisory
+    tracker.tick(at(12))  # silent past the timeout: the server abandons it, with an advisory; kept a while
+    assert tracker.open_on("T") == 1  # for an election's advisory that comes late
+    tracker.tick(at(11 + KEPT_PAST_TIMEOUT + 1))
     assert tracker.open_on("T") == 0
+
+
+def test_a_late_election_advisory_names_the_batches_open_when_it_happened_and_only_those():
+    """A busy system's election advisory can come after the batch timeout (the test cluster's is 1 s): the
+    batches open at the election's own time are lost; one quiet for a timeout by then was abandoned."""
+    tracker = AtomicTracker(batch_timeout=1)
+    tracker.observe("S", headers("open", 1), at(10))
+    tracker.observe("S", headers("quiet", 1), at(7))
+    tracker.tick(at(13))  # the advisory is not here yet, 3 s later
+    lost = tracker.dropped("S", "leader_change", at(13), at=at(10.5))
+    assert [b.batch_id for b in lost] == ["open"] and tracker.open_on("S") == 0
 
 
 @pytest.mark.parametrize("bad", [headers("", 1), headers("x" * 65, 1), headers("a", 0), headers("a", "1e3"),
