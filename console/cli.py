@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
+import contextlib
+import os
 import json
 import logging
 import secrets
@@ -38,6 +39,7 @@ from console.runtime import Runtime
 log = logging.getLogger("batch-console")
 
 CONNECTED = ("connection",)
+ALERTS_AGAIN = 5.0  # seconds before one system's alerts that failed are started again (of several)
 WITH_EVENT_LOG = (*CONNECTED, "data", "event_log")
 
 
@@ -408,6 +410,24 @@ def _serve_metrics(metrics, settings: Settings) -> None:
 
 async def _alerts_one(settings: Settings, rules, metrics, stop: asyncio.Event, system: str = "",
                       served: bool = False) -> None:
+    """One system's alerts. Of several systems, one that fails is started again on its own; the others
+    go on (alone, a failure ends the process, and its supervisor starts it again)."""
+    while True:
+        try:
+            await _alerts_run(settings, rules, metrics, stop, system, served)
+            return
+        except Exception as e:
+            if not system or stop.is_set():
+                raise
+            log.error("system %s: alerts stopped (%s: %s); started again in %g s", system, type(e).__name__,
+                      str(e)[:200], ALERTS_AGAIN)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), ALERTS_AGAIN)
+            if stop.is_set():
+                return
+
+
+async def _alerts_run(settings: Settings, rules, metrics, stop: asyncio.Event, system: str, served: bool) -> None:
     from console.alerting.rules_file import rules_path
     from console.alerting.service import AlertService
     from console.checks import watch
@@ -426,13 +446,21 @@ async def _alerts_one(settings: Settings, rules, metrics, stop: asyncio.Event, s
                                targets=settings.notify_targets(),
                                checks_window_s=settings.checks.check_window * 60, system=system)
         log.info("%salerts: %d rules, firing state in %s", said, len(service.evaluator.rules), store.path)
-        checks = asyncio.create_task(watch(runtime, settings, store, metrics, stop, service.set_findings,
+        ended = asyncio.Event()  # this system's service and checks end together, the others' go on
+        relay = asyncio.create_task(_relay(stop, ended))
+        checks = asyncio.create_task(watch(runtime, settings, store, metrics, ended, service.set_findings,
                                            service.recent, lambda: service.caught_up), name=f"checks {system}")
         try:
-            await service.run(stop)
+            await service.run(ended)
         finally:
-            stop.set()
+            ended.set()
+            relay.cancel()
             await checks
+
+
+async def _relay(stop: asyncio.Event, ended: asyncio.Event) -> None:
+    await stop.wait()
+    ended.set()
 
 
 def backlog_progress(step: int):

@@ -46,15 +46,18 @@ def recent_frame(model: LiveModel | LiveAcross, limit: int = 100, clock: Clock =
     return pd.DataFrame(rows, columns=list(columns)).astype(columns)
 
 
-def _with_system(columns: dict[str, str], by_system: bool, after: str = "time") -> dict[str, str]:
+def _with_system(columns: dict[str, str], by_system: bool, after: str | None = "time") -> dict[str, str]:
+    """The columns, and of several systems the system's column after `after` (None: first)."""
     if not by_system:
         return columns
+    if after is None:
+        return {"system": "object", **columns}
     found: dict[str, str] = {}
     for name, dtype in columns.items():
         found[name] = dtype
         if name == after:
             found["system"] = "object"
-    return found if "system" in found else {"system": "object", **columns}
+    return found
 
 
 ACTIVE_COLUMNS = {"batch_id": "object", "stream": "object", "seq": "int64", "acked_seq": "int64", "flow": "Int64",
@@ -75,7 +78,7 @@ def active_frame(model: LiveModel | LiveAcross, stream: str | None = None, by_sy
              "stream": stream_cell(b.stream, system=b.system if by_system else None) if b.stream else NOT_YET, "seq": b.last_seq, "acked_seq": b.acked_seq,
              "flow": b.flow, "gap_mode": b.gap_mode or "", "gaps": b.gaps, "lost": b.lost, "state": SLOW if b.slow else ""}
             for b in model.active_newest_first() if stream is None or b.stream == stream]
-    columns = _with_system(ACTIVE_COLUMNS, by_system, after="")
+    columns = _with_system(ACTIVE_COLUMNS, by_system, after=None)
     return pd.DataFrame(rows, columns=list(columns)).astype(columns)
 
 
