@@ -12,10 +12,12 @@ from fastapi.responses import Response
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
 from console.api.jobs import Jobs, SearchIn, SearchOut
-from console.api.models import JOB, RULE, STREAM, BatchSettingsPatch, ExportFormatName, HistoryTable, Time
+from console.api.models import (JOB, RULE, STREAM, BatchSettingsPatch, ExportFormatName, HistoryTable, RuleIn,
+                                RuleOut, Time)
 from console.api.problems import ERRORS, Problem
 from console.api.reads import HISTORY_DAYS, audit_read, history_rows
 from console.commands import EditStream, ExportSearch, ExportTable, MuteAlertRule, UnmuteAlertRule
+from console.domain.alert_rules import RulesError, parse_rules
 from console.domain.display import Clock
 from console.domain.search import SearchQuery
 from console.domain.stream_settings import StreamBatchSettings, diff_settings
@@ -46,6 +48,22 @@ def changes(ctx: Context) -> APIRouter:
         if name not in {r.name for r in runtime.alerts.rules()[0]}:
             raise Problem(404, "No such rule", name[:200])
         return name
+
+    @api.put("/alerts/rules/{name}", response_model=RuleOut, tags=["alerts"])
+    async def save_rule(name: RULE, rule: RuleIn, who: Caller = ctx.caller, system: str | None = SYSTEM) -> RuleOut:
+        """Add the rule, or replace the one of this name (the action alert_rule.save, as the Alerts page's
+        Save): a rule that does not read is refused with its line."""
+        runtime = ctx.runtime_of(system)
+        try:
+            found = parse_rules(rule.toml, runtime.alerts.targets)
+        except RulesError as e:
+            raise Problem(422, "Not a rule", str(e)[:300]) from None
+        if [r.name for r in found] != [name]:
+            raise Problem(422, "Not this rule", f"give one [[rule]] table whose name is {name!r}")
+        await ctx.acting(runtime.alerts.save_rule(rule.toml, who.actions(runtime)), "alert_rule.save")
+        saved = next(r for r in runtime.alerts.rules()[0] if r.name == name)
+        return RuleOut(name=saved.name, when=saved.when, severity=saved.severity, muted=saved.muted,
+                       streams=list(saved.streams), systems=list(saved.systems))
 
     @api.post("/alerts/rules/{name}/mute", status_code=204, tags=["alerts"])
     async def mute(name: RULE, who: Caller = ctx.caller, system: str | None = SYSTEM) -> None:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from console.domain.checks import Finding
 
@@ -71,6 +71,13 @@ class BatchSettingsPatch(BaseModel):
     allow_atomic: bool | None = None
     allow_batched: bool | None = None
     persist_mode: Literal["default", "async"] | None = None
+
+
+class RuleIn(BaseModel):
+    """One alert rule as the rules file writes it: a `[[rule]]` table of TOML, named as the path names it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    toml: str = Field(max_length=16_384, description='[[rule]]\nname = "..."\nwhen = "lost_batches"\n...')
 
 
 class ChecksOut(BaseModel):

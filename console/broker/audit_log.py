@@ -123,6 +123,9 @@ class AuditLog:
         for attempt in range(TRIES):
             if attempt:
                 await asyncio.sleep(random.uniform(0, 0.01 * attempt))  # two processes' writers drift apart
+            # The checkpoint before the stream: another process's record between the two reads would be a
+            # checkpoint past the last record read, and said erased (a false alarm, kept for good)
+            head = self.checkpoint.head() if self.checkpoint is not None else None
             try:
                 last = await js.get_last_msg(STREAM, SUBJECT)
                 after, previous = last.seq or 0, chain_hash(last.data or b"")
@@ -132,7 +135,7 @@ class AuditLog:
                     await self.ensure()
                     continue
                 after, previous = 0, GENESIS
-            restart = await self._erased_before(after, previous)
+            restart = await self._erased_before(head, after, previous)
             body = replace(record, previous=previous).body()
             headers = {SIGNATURE: signature(self.key, body), "Nats-Expected-Last-Subject-Sequence": str(after)}
             try:
@@ -155,10 +158,9 @@ class AuditLog:
             known = await _hash_at(self.nc.jetstream(), head.seq)
         return erased_against(head, last_seq, known)
 
-    async def _erased_before(self, last_seq: int, last_hash: str) -> bool:
-        """Whether the trail lost records the checkpoint says were written (kept as an erasure): the next
-        record then starts the head again."""
-        head = self.checkpoint.head() if self.checkpoint is not None else None
+    async def _erased_before(self, head: Head | None, last_seq: int, last_hash: str) -> bool:
+        """Whether the trail lost records the checkpoint (`head`, read before the stream) says were written
+        (kept as an erasure): the next record then starts the head again."""
         if head is None or self.checkpoint is None:
             return False
         why = await self._against(head, last_seq, last_hash if head.seq == last_seq else None)
@@ -172,6 +174,7 @@ class AuditLog:
         against the checkpoint and the collector's `witnessed` head what was erased (each erasure kept:
         new records never hide it)."""
         await self.ensure()
+        head = self.checkpoint.head() if self.checkpoint is not None else None  # before the stream, as in _append
         try:
             info = await self.nc.jetstream().stream_info(STREAM)
         except nats.js.errors.NotFoundError:  # deleted since this process made it: made again, found erased
@@ -196,7 +199,6 @@ class AuditLog:
         read_from = stored[0].seq if since is not None and stored else None  # before `since`: not checked
         if since is not None and not stored:
             read_from = last + 1
-        head = self.checkpoint.head() if self.checkpoint is not None else None
         checked = check(stored, self.key, first, last, head, read_from)
         seen = next((chain_hash(item.body) for item in stored if witnessed and item.seq == witnessed.seq), None)
         if witnessed is not None and witnessed.seq and (why := await self._against(witnessed, last, seen)) \

@@ -14,7 +14,7 @@ import nats.js.errors
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from console.commands import ANSWERS, ExportTable, RunProbe
+from console.commands import ANSWERS, EditStream, ExportTable, RunProbe
 from console.commands import COMMANDS as ACTIONS
 from console.broker.eventlog import EventLog
 from console.broker.audit_log import STREAM, SUBJECT
@@ -131,6 +131,27 @@ async def test_two_writers_at_once_keep_one_chain(consoles, tmp_path):
         await other.close()
     checked = await console.audit.read()
     assert checked.intact and len(outcomes(checked)) == 30 and len(checked.records) == 60
+
+
+async def test_reads_while_two_processes_write_never_find_an_erasure(consoles):
+    """Two writers on one data directory (one checkpoint, as the web process and a notebook share it) and
+    a reader: a record written between a read of the stream and a read of the checkpoint was once said
+    erased, and the erasure kept for good. Every read here holds, and so does the trail after."""
+    console, read_only = consoles
+    writing = asyncio.gather(*(console.actions(Actor("a")).run(doing(ExportTable, f"t{i}")) for i in range(25)),
+                             *(_refused(read_only, i) for i in range(25)))
+    breaks = []
+    while not writing.done():
+        breaks += (await console.audit.read()).breaks
+    await writing
+    checked = await console.audit.read()
+    assert breaks == [] and checked.intact, breaks + checked.breaks
+    assert len(checked.records) == 75  # 25 attempts and their outcomes, 25 refusals
+
+
+async def _refused(runtime: Runtime, i: int) -> None:
+    with pytest.raises(ReadOnlyError):
+        await runtime.actions(Actor("b")).run(doing(EditStream, f"S{i}"))
 
 
 def cli_audit(console: Runtime, *args: str) -> subprocess.CompletedProcess:

@@ -135,9 +135,11 @@ async def test_a_question_a_stalled_server_does_not_answer_in_time_is_asked_agai
         await py.flush()
         publishers = Publishers(sys_nc, "APP", answer_within=0.3)
         os.kill(server.pid, signal.SIGSTOP)
-        try:
+        try:  # stopped once every thread is: a thread on another core answers for a moment after the signal
+            await wait_until(lambda: _stopped(server.pid), what="the server stopped")
             publishers.saw("_INBOX.stalled.batch1.10.ok.1.0.$FI")
-            await wait_until(lambda: publishers.requests == 2, what="the question asked again")
+            await wait_until(lambda: publishers.requests == 2,
+                             what=f"the question asked again ({publishers.requests} asked, {dict(publishers.errors)})")
         finally:
             os.kill(server.pid, signal.SIGCONT)
         named = await asyncio.wait_for(asyncio.shield(publishers._known["_INBOX.stalled"]), 10)
@@ -145,3 +147,10 @@ async def test_a_question_a_stalled_server_does_not_answer_in_time_is_asked_agai
         assert publishers.requests in (2, 3) and dict(publishers.errors) == {}
         await py.close()
         await sys_nc.close()
+
+
+def _stopped(pid: int) -> bool:
+    from pathlib import Path
+
+    states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in Path(f"/proc/{pid}/task").iterdir()]
+    return all(state == "T" for state in states)

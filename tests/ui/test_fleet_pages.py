@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig
 import pytest
@@ -93,7 +94,7 @@ def fleet(tmp_path_factory):
         finally:
             for proc in started:
                 proc.terminate()
-                proc.wait(timeout=20)
+                proc.wait(timeout=90)  # a fleet's collectors run at nice 10: a loaded machine starves their exit
 
 
 def test_live_shows_every_systems_losses_and_each_system_alone(fleet, page):
@@ -106,6 +107,15 @@ def test_live_shows_every_systems_losses_and_each_system_alone(fleet, page):
     expect(page.get_by_role("navigation", name="systems").get_by_role("link", name="All systems")) \
         .to_have_attribute("aria-current", "true")
     expect(page.get_by_text(re.compile("^gone: NOT REACHABLE", re.M))).to_be_visible()  # the status line
+    # the API's losses are Live's: the same batches with the same systems, all or one system's
+    bot = subprocess.run([CLI, "token", "create", "--name", "live-bot", "--role", "viewer", "--data-dir",
+                          str(fleet.data)], capture_output=True, text=True, timeout=60).stdout.split()[-1]
+    api = httpx.Client(base_url=fleet.url + "api/v1", headers={"Authorization": f"Bearer {bot}"}, timeout=30)
+    shown = {(row.get_by_role("gridcell").nth(1).inner_text(), name) for name in ("fleet-eu", "fleet-us")
+             for row in rows.filter(has_text=name).all()}
+    assert {(i["system"], i["batch_id"]) for i in api.get("/losses").json()["items"]} == shown
+    assert [i["batch_id"] for i in api.get("/losses", params={"system": "us"}).json()["items"]] == ["fleet-us"]
+    assert {s["name"]: s["reachable"] for s in api.get("/systems").json()} == {"eu": True, "us": True, "gone": False}
 
     page.goto(fleet.url + "?system=us")  # one system: its losses alone, and the links keep to it
     expect(rows.filter(has_text="fleet-us")).to_have_count(1, timeout=30_000)
