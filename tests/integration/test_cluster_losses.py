@@ -208,7 +208,6 @@ async def open_atomic_batch(client, collector, subject: str, messages: int = 3):
     return batch
 
 
-@pytest.mark.alone  # two CI runs of the parallel phase (beside the API's fuzzing) saw no event at all; alone it holds
 async def test_a_tapped_atomic_batch_across_a_leader_change_is_atomic_lost(client, tapping_collector):
     name = "CL_TAP_LEAD"
     admin = await r3_stream(client, name, allow_atomic=True)
