@@ -178,6 +178,9 @@ class DataSettings:
                                       parse=Path)
     no_payloads: bool = setting(False, "show and give out no payload at all (Search, Replay, the CLI, notebooks)",
                                 switch=True)
+    decoders: Path | None = setting(None, "payload decoders: a TOML file of [[decoder]] streams, subjects, encoding "
+                                          "(json, text, protobuf, avro, msgpack, cbor) and its schema files; a "
+                                          "search's `payload` is each message as its decoder reads it", parse=Path)
 
     subdir: str = ""  # of a systems file's system: systems/NAME (Settings.of_system), its own console.db and delta/
 

@@ -43,13 +43,15 @@ class PredicateWorker:
         self._process = process
 
     @classmethod
-    async def start(cls, where: str) -> PredicateWorker:
+    async def start(cls, where: str, stream: str = "", decoders: str | None = None) -> PredicateWorker:
+        """decoders: the operator's decoders file, read by the worker: `payload` is each message as its
+        stream's decoder reads it (one that does not decode is an error of the search, with its reason)."""
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "console.predicate_worker", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         worker = cls(process)
         try:
-            await worker._send(where.encode())
+            await worker._send(json.dumps({"where": where, "stream": stream, "decoders": decoders}).encode())
         except (ConnectionError, BrokenPipeError):
             await worker.close()
             raise
@@ -121,6 +123,10 @@ def _serve() -> None:
     import os
     import resource
 
+    from pathlib import Path
+
+    from console.decoders import DecodeError
+    from console.decoders.rules import decoded_as, load_decoders
     from console.domain.search import PredicateError, Predicate, SearchRefused, message_context
 
     os.nice(NICE)
@@ -138,13 +144,16 @@ def _serve() -> None:
         stdout.write(struct.pack(">I", len(body)) + body)
         stdout.flush()
 
-    where = receive()
-    if where is None:
+    first = receive()
+    if first is None:
         return
+    asked = json.loads(first)
     try:
-        predicate = Predicate(where.decode())
+        predicate = Predicate(asked["where"])
     except SearchRefused:
         return  # the parent compiled it first: never here
+    decoders = load_decoders(Path(asked["decoders"])) if asked["decoders"] else None  # the parent read it first
+    stream = asked["stream"]
     needs = predicate.needs
     while (body := receive()) is not None:
         seconds_left, messages = pickle.loads(body)
@@ -154,11 +163,15 @@ def _serve() -> None:
             if time.monotonic() >= deadline:
                 break
             stored = datetime.fromtimestamp(ns / 1e9, timezone.utc)
+            decoder = decoded_as(decoders, stream, subject, headers)
             try:
-                if predicate.matches(message_context(subject, seq, stored, headers, data, needs)):
+                if predicate.matches(message_context(subject, seq, stored, headers, data, needs,
+                                                     decoder.decode if decoder is not None else None)):
                     matched.append(n)
             except PredicateError as e:
                 errors.append((n, str(e)))
+            except DecodeError as e:
+                errors.append((n, f"not decoded: {e.reason}"))
         else:
             n = len(messages)
         send({"n": n, "matched": matched, "errors": errors})

@@ -20,7 +20,7 @@ from console.domain.incident import Incident
 from console.domain.live_model import LiveModel
 from console.commands import RunProbe, RunSearch, Services
 from console.probe import ProbeOptions, ProbeReport
-from console.errors import MaskingError, MissingKeyError
+from console.errors import ConfigError, MaskingError, MissingKeyError
 from console.services.audit import AuditTrail
 from console.services.roles import RolesWatch
 from console.services.searches import Searches
@@ -62,7 +62,7 @@ class Runtime:
                                 lambda: self._live.model.collector if self._live is not None else None,
                                 settings.fleet.name)
         self.verdicts = VerdictsReader(connection, lambda: self.event_log)
-        self.searches = Searches(connection, lambda: self.masking)
+        self.searches = Searches(connection, lambda: self.masking, settings.data.decoders)
         self.roles_file = RolesWatch(settings.access)
 
     @classmethod
@@ -230,9 +230,10 @@ class Runtime:
 
     @staticmethod
     def check_files(settings: Settings) -> None:
-        """The masking rules and the roles file, read as a runtime reads them: a ConfigError with its line,
-        before anything is asked of a server (a page is never shown unmasked)."""
+        """The masking rules, the decoders and the roles file, read as a runtime reads them: a ConfigError
+        with its line, before anything is asked of a server (a page is never shown unmasked)."""
         _masking_of(settings)
+        _decoders_of(settings)
         RolesWatch(settings.access)()
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
@@ -253,6 +254,18 @@ class Runtime:
 
     async def __aexit__(self, *_) -> None:
         await self.close()
+
+
+def _decoders_of(settings: Settings) -> None:
+    """The decoders file read and each decoder built (its schema files too): ConfigError with the line.
+    A search's worker reads it again itself: the file is the operator's, and one search one process."""
+    from console.decoders.rules import load_decoders
+
+    if settings.data.decoders is not None:
+        try:
+            load_decoders(settings.data.decoders)
+        except ValueError as e:
+            raise ConfigError(f"decoders {settings.data.decoders}: {e}") from None
 
 
 def _masking_of(settings: Settings) -> Masking:

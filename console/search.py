@@ -48,14 +48,15 @@ async def run_search(settings: Settings, args) -> int:
               file=sys.stderr, flush=True)
 
     try:
+        Runtime.check_files(settings)  # masking, decoders, roles: an error with its line, before any search
         async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                       allow_reconnect=False) as runtime:
             actions = runtime.actions(CLI)
             if args.output:  # the action export.search: the matches streamed into the file as they are found
-                await actions.run(ExportSearch(query, args.format, path=args.output, progress=progress))
+                _, state = await actions.run(ExportSearch(query, args.format, path=args.output, progress=progress))
             else:
-                found, _ = await runtime.search(actions, query, progress,
-                                                on_match=None if query.direction == NEWEST else on_match_printed)
+                found, state = await runtime.search(actions, query, progress,
+                                                    on_match=None if query.direction == NEWEST else on_match_printed)
                 for f in found if query.direction == NEWEST else ():  # newest first: kept to be ordered
                     print(found_json(f))
     except (ConsoleError, OSError, TimeoutError, ValueError) as e:
@@ -63,4 +64,6 @@ async def run_search(settings: Settings, args) -> int:
         return 3
     if sys.stderr.isatty():  # the last progress line, how it ended, stays
         print(file=sys.stderr)
+    for said in state.error_sample:  # the first few the expression could not be evaluated on, and why
+        print(f"not evaluated: {said}", file=sys.stderr)
     return 0

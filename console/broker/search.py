@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from console.decoders.rules import MASKED_AS
 from console.domain.masking import Shown
 from console.domain.search import NEWEST, Found, Predicate, SearchProgress, SearchQuery, SearchRefused
 from console.errors import StreamMissingError
@@ -38,12 +39,14 @@ Progress = Callable[[SearchProgress], Awaitable[None] | None]
 
 async def search(nc: Client, query: SearchQuery, progress: Progress | None = None,
                  cancelled: Callable[[], bool] = lambda: False, shown: Shown | None = None,
-                 on_match: Callable[[Found], None] | None = None) -> tuple[list[Found], SearchProgress]:
+                 on_match: Callable[[Found], None] | None = None,
+                 decoders: str | None = None) -> tuple[list[Found], SearchProgress]:
     """The matches (in the query's direction) and how the search ended. `shown`: what may be shown of a
     message (masking): the predicate sees only that too, so it cannot find out what is hidden.
     `on_match`: each match handed on as it is found (oldest first only) and none kept: an export's
     memory stays flat whatever it writes. The predicate runs in a worker process of its own
-    (console/predicate_worker.py), killed when the search ends however it ends."""
+    (console/predicate_worker.py), killed when the search ends however it ends; `decoders` (the
+    operator's file) says how it reads each message's payload."""
     if on_match is not None and query.direction == NEWEST:
         raise SearchRefused("an export reads oldest first")
     js = nc.jetstream()
@@ -54,7 +57,7 @@ async def search(nc: Client, query: SearchQuery, progress: Progress | None = Non
     first, last = max(info.state.first_seq, query.start_seq or 1), min(info.state.last_seq,
                                                                           query.end_seq or info.state.last_seq)
     predicate = Predicate(query.where)
-    worker = await PredicateWorker.start(predicate.text) if predicate.text else None
+    worker = await PredicateWorker.start(predicate.text, query.stream, decoders) if predicate.text else None
     try:
         search = _Search(js, query, worker, progress, cancelled, shown)
         if last >= first and query.direction != NEWEST:
@@ -172,6 +175,8 @@ class _Search:
             state.scanned += 1
             state.reached = seq
             headers, data = msg.headers, msg.data
+            if headers and MASKED_AS in headers:  # the console's own mark: never a publisher's
+                headers = {k: v for k, v in headers.items() if k != MASKED_AS}
             if self.shown is not None:  # before anything counts it: the progress line never tells a hidden size
                 masked, data = self.shown(tuple((headers or {}).items()), data)
                 headers = dict(masked)

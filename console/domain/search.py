@@ -25,7 +25,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import cel
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
@@ -288,12 +288,16 @@ def _unquote(literal: str) -> str | None:
 
 
 def message_context(subject: str, seq: int, time: datetime, headers: Mapping[str, str] | None,
-                    data: bytes, needs: frozenset[str] | None = None) -> dict[str, Any]:
+                    data: bytes, needs: frozenset[str] | None = None,
+                    decode: Callable[[bytes], Any] | None = None) -> dict[str, Any]:
     """What an expression sees of a message: `subject`, `seq`, `time` (ISO text), `headers` (a map of
-    strings), `size`, `text` (the payload as UTF-8, invalid bytes replaced) and `payload` (the JSON
-    document when the payload is one, else null); only the parts in `needs`, when given."""
+    strings), `size`, `text` (the payload as UTF-8, invalid bytes replaced) and `payload` (the message
+    as its stream's decoder reads it, `decode`; without one, the JSON document when the payload is one,
+    else null); only the parts in `needs`, when given. A decoder's error is the caller's to count."""
     out: dict[str, Any] = {}
-    if needs is None or "payload" in needs:
+    if decode is not None and (needs is None or "payload" in needs):
+        out["payload"] = decode(data)
+    elif needs is None or "payload" in needs:
         payload: Any = None
         if data.lstrip()[:1] in (b"{", b"["):
             try:

@@ -5,6 +5,7 @@ masked for whoever asks."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from console.broker.connection import Connection
@@ -21,8 +22,9 @@ MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
 class Searches:
-    def __init__(self, connection: Callable[[], Connection], masking: Callable[[], Masking]):
-        self._connection, self._masking = connection, masking
+    def __init__(self, connection: Callable[[], Connection], masking: Callable[[], Masking],
+                 decoders: Path | None = None):
+        self._connection, self._masking, self._decoders = connection, masking, decoders
         self._running: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
     async def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
@@ -38,6 +40,6 @@ class Searches:
         self._running.add(id(asker))
         try:
             return await search(self._connection(), query, progress, lambda: cancelled() or asker.ended, shown,
-                                on_match)
+                                on_match, str(self._decoders) if self._decoders else None)
         finally:
             self._running.discard(id(asker))

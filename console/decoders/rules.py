@@ -1,0 +1,167 @@
+"""The operator's decoders file (`--decoders FILE`, BATCH_CONSOLE_DECODERS): which decoder reads which
+messages. Strict TOML, refused with its line on any error; a schema or descriptor set is a file beside
+it (a path relative to it, or absolute), read once, never fetched from anywhere else:
+
+    [[decoder]]
+    streams = ["ORDERS*"]              # globs of stream names
+    subjects = ["orders.>"]            # optional: NATS subject filters
+    header = "Content-Type"            # optional, with value: only messages with this header's value
+    value = "application/x-protobuf"
+    encoding = "protobuf"              # json, text, protobuf, avro, msgpack, cbor
+    descriptor_set = "orders.binpb"    # protobuf: a compiled FileDescriptorSet, and the message's full name
+    message = "shop.v1.Order"
+    # avro: schema = "order.avsc"
+
+The first table that takes a message decides; a message no table takes is read as before (JSON when it
+is JSON, else its bytes)."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from console.decoders import DecodeError, Decoder, decoder_for
+from console.domain.toml_text import FileRefused, read_toml, with_lines
+
+MAX_TABLES = 200
+MAX_FILE = 16 << 20  # a descriptor set or a schema read at most
+KEYS = {"streams", "subjects", "header", "value", "encoding", "descriptor_set", "message", "schema"}
+
+
+class DecodersError(FileRefused):
+    pass
+
+
+@dataclass(frozen=True)
+class DecoderRule:
+    streams: tuple[str, ...]
+    subjects: tuple[str, ...]
+    header: str | None
+    value: str | None
+    decoder: Decoder
+    line: int | None = None
+
+    def takes(self, stream: str, subject: str, headers: Mapping[str, str]) -> bool:
+        if not any(fnmatch.fnmatchcase(stream, glob) for glob in self.streams):
+            return False
+        if self.subjects and not any(subject_matches(f, subject) for f in self.subjects):
+            return False
+        if self.header is not None:
+            found = next((v for k, v in headers.items() if k.lower() == self.header.lower()), None)
+            return found == self.value
+        return True
+
+
+@dataclass(frozen=True)
+class Decoders:
+    rules: tuple[DecoderRule, ...] = ()
+    source: str = ""  # the file, as the stream page names it
+    _by_stream: dict[str, tuple[DecoderRule, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    def for_stream(self, stream: str) -> tuple[DecoderRule, ...]:
+        """The rules that may take this stream's messages (found once a stream)."""
+        if stream not in self._by_stream:
+            if len(self._by_stream) > 10_000:
+                self._by_stream.clear()
+            self._by_stream[stream] = tuple(r for r in self.rules
+                                            if any(fnmatch.fnmatchcase(stream, g) for g in r.streams))
+        return self._by_stream[stream]
+
+    def decoder(self, stream: str, subject: str, headers: Mapping[str, str] | None = None) -> Decoder | None:
+        return next((r.decoder for r in self.for_stream(stream) if r.takes(stream, subject, headers or {})), None)
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """A NATS subject filter: `*` one token, `>` the rest (one token at least)."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def load_decoders(path: Path) -> Decoders:
+    """The file's rules, each decoder built (its files read); DecodersError with the line on any error."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DecodersError(f"{path}: cannot be read ({type(e).__name__})") from None
+    data = read_toml(text, DecodersError)
+    if unknown := set(data) - {"decoder"}:
+        raise DecodersError(f"unknown table or key: {sorted(unknown)[0][:60]!r} (only [[decoder]])")
+    tables = data.get("decoder", [])
+    if not isinstance(tables, list) or len(tables) > MAX_TABLES:
+        raise DecodersError(f"[[decoder]] tables, at most {MAX_TABLES}")
+    rules = [_rule(table, line, path.parent) for table, line in with_lines(text, "decoder", tables)]
+    return Decoders(tuple(rules), str(path))
+
+
+def _rule(table: Any, line: int | None, beside: Path) -> DecoderRule:
+    if not isinstance(table, dict):
+        raise DecodersError("a [[decoder]] table", line)
+    if extra := set(table) - KEYS:
+        raise DecodersError(f"unknown key {sorted(extra)[0][:60]!r} ({', '.join(sorted(KEYS))})", line)
+    streams, subjects = _strings(table.get("streams"), "streams", line), _strings(table.get("subjects", []),
+                                                                                 "subjects", line)
+    if not streams:
+        raise DecodersError("streams: at least one stream or glob", line)
+    header, value = table.get("header"), table.get("value")
+    if (header is None) != (value is None) or any(x is not None and not _printable(x, 256) for x in (header, value)):
+        raise DecodersError("header and value: both or neither, printable text", line)
+    encoding = table.get("encoding")
+    if not isinstance(encoding, str):
+        raise DecodersError("encoding: one of " + ", ".join(sorted(_encodings())), line)
+    try:
+        kind = decoder_for(encoding)
+    except DecodeError as e:
+        raise DecodersError(f"encoding: {e.reason}", line) from None
+    for key in kind.needs:
+        if not _printable(table.get(key), 1024):
+            raise DecodersError(f"{encoding} needs {key}", line)
+    if stray := {"descriptor_set", "message", "schema"} & set(table) - set(kind.needs):
+        raise DecodersError(f"{sorted(stray)[0]} is not {encoding}'s", line)
+    try:
+        decoder = kind.from_table(table, lambda name: _file(name, beside, line))
+    except DecodeError as e:
+        raise DecodersError(e.reason, line) from None
+    return DecoderRule(streams, subjects, header, value, decoder, line)
+
+
+def _file(name: str, beside: Path, line: int | None) -> bytes:
+    path = (beside / name) if not Path(name).is_absolute() else Path(name)
+    try:
+        if path.stat().st_size > MAX_FILE:
+            raise DecodersError(f"{name}: past {MAX_FILE:,} bytes", line)
+        return path.read_bytes()
+    except OSError as e:
+        raise DecodersError(f"{name}: cannot be read ({type(e).__name__})", line) from None
+
+
+def _strings(value: object, key: str, line: int | None) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > 100 or not all(_printable(v, 255) for v in value):
+        raise DecodersError(f"{key}: a list of at most 100 printable strings", line)
+    return tuple(v for v in value if isinstance(v, str))
+
+
+def _printable(value: object, most: int) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= most and value.isprintable()
+
+
+def _encodings() -> set[str]:
+    decoder_for("json")
+    return set(Decoder.registry)
+
+
+MASKED_AS = "Batch-Console-Decoded"  # a header the console sets on a message it decoded, masked and wrote as JSON
+
+
+def decoded_as(decoders: Decoders | None, stream: str, subject: str, headers: Mapping[str, str] | None) -> Decoder | None:
+    """The decoder of a message as a search's worker sees it: a message the console decoded and masked
+    already (its own header, set after any of the publisher's was removed) is JSON now."""
+    if headers and MASKED_AS in headers:
+        return decoder_for("json")()
+    return decoders.decoder(stream, subject, headers) if decoders is not None else None

@@ -1,0 +1,108 @@
+"""Search over payloads as their publishers wrote them, on a real server: four streams of the same 300
+orders, in Protobuf (a real protoc's descriptor set), Avro (single-object and plain), MessagePack and
+CBOR, read through a decoders file. `batch-console search --decoders FILE` matches exactly the
+messages a plain decode-and-scan keeps, on enums by name, int64 and bytes; a message that does not
+decode is counted with its reason and the search goes on; a decoders file with an error stops the
+command with its line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from tests.decoders.orders import (BIG, HERE, as_avro, as_cbor, as_msgpack, as_protobuf, descriptor_set, order,
+                                   protobuf_class)
+from tests.processes import CLI
+
+N = 300
+STREAMS = {"ORD_PB": "protobuf", "ORD_AVRO": "avro", "ORD_MP": "msgpack", "ORD_CBOR": "cbor"}
+WHERE = [
+    ('payload.customer.id == 4711 && payload.status == "SHIPPED"',
+     lambda o: o["customer"]["id"] == 4711 and o["status"] == "SHIPPED"),
+    (f"payload.amount_cents > {BIG}", lambda o: o["amount_cents"] > BIG),
+    ('payload.signature == b"\\x03\\x00\\xff"', lambda o: o["signature"] == b"\x03\x00\xff"),
+    ('payload.items.exists(i, i.qty == 3) && payload.customer.address.city == "Berlin"',
+     lambda o: any(i["qty"] == 3 for i in o["items"]) and o["customer"]["address"]["city"] == "Berlin"),
+]
+
+
+@pytest.fixture(scope="module")
+def decoded(nats_server, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("decoded")
+    binpb = descriptor_set(tmp)
+    (tmp / "order.avsc").write_text((HERE / "order.avsc").read_text())
+    (tmp / "decoders.toml").write_text(f'''
+[[decoder]]
+streams = ["ORD_PB"]
+encoding = "protobuf"
+descriptor_set = "{binpb.name}"
+message = "shop.v1.Order"
+
+[[decoder]]
+streams = ["ORD_AVRO"]
+encoding = "avro"
+schema = "order.avsc"
+
+[[decoder]]
+streams = ["ORD_MP"]
+encoding = "msgpack"
+
+[[decoder]]
+streams = ["ORD_CBOR"]
+encoding = "cbor"
+''')
+    cls = protobuf_class(binpb)
+    encode = {"ORD_PB": lambda o: as_protobuf(cls, o), "ORD_AVRO": lambda o: as_avro(o, single_object=True),
+              "ORD_MP": as_msgpack, "ORD_CBOR": as_cbor}
+
+    async def fill() -> None:
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        for stream in STREAMS:
+            await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream.lower()}.>"]))
+            for i in range(1, N + 1):
+                await nc.publish(f"{stream.lower()}.x", encode[stream](order(i)))
+            await nc.publish(f"{stream.lower()}.x", b"\x0a\xff truncated, or not this encoding")  # message N + 1
+        await nc.flush()
+        for stream in STREAMS:
+            while (await js.stream_info(stream)).state.messages < N + 1:
+                await asyncio.sleep(0.05)
+        await nc.close()
+
+    asyncio.run(fill())
+    return nats_server.url, tmp
+
+
+def search(url: str, tmp, stream: str, where: str, *more: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, "search", stream, "--server", url, "--data-dir", str(tmp), "--decoders",
+                           str(tmp / "decoders.toml"), "--where", where, "--max-matches", "1000", *more],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("stream", list(STREAMS))
+@pytest.mark.parametrize("where, keep", WHERE, ids=[w[0][:40] for w in WHERE])
+def test_a_search_matches_what_a_plain_decode_and_scan_keeps(decoded, stream, where, keep):
+    url, tmp = decoded
+    done = search(url, tmp, stream, where)
+    assert done.returncode == 0, done.stderr
+    found = [json.loads(line)["seq"] for line in done.stdout.splitlines()]
+    expected = [i for i in range(1, N + 1) if keep(order(i))]
+    assert expected and found == expected, (stream, where)
+    assert ", 1 not evaluable" in done.stderr and f"not evaluated: seq {N + 1}: not decoded: " in done.stderr, \
+        done.stderr[-500:]  # message N + 1: counted with its reason, and the search went on past it
+
+
+def test_a_decoders_file_with_an_error_stops_the_search_with_its_line(decoded):
+    url, tmp = decoded
+    bad = tmp / "bad.toml"
+    bad.write_text('[[decoder]]\nstreams = ["ORD_PB"]\nencoding = "protobuf"\ndescriptor_set = "nope.binpb"\n'
+                   'message = "shop.v1.Order"\n')
+    done = subprocess.run([CLI, "search", "ORD_PB", "--server", url, "--data-dir", str(tmp), "--decoders", str(bad),
+                           "--where", "true"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "line 1" in done.stderr and "nope.binpb" in done.stderr
+    assert "Traceback" not in done.stderr
