@@ -178,9 +178,12 @@ def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
 
 
 def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
-    masking = runtime.masking
+    from console.decoders.rules import pick
+
+    masking, decoders = runtime.masking, pick(runtime.decoders)
     return ReplayPage(admin=runtime.admin, actions=actions,
-                      mask=lambda stream, headers, data: masking.apply(stream, headers, data, actions.payloads(stream)),
+                      mask=lambda stream, headers, data, subject="": masking.apply(
+                          stream, headers, data, actions.payloads(stream), subject, decoders),
                       **params)
 
 

@@ -30,6 +30,7 @@ from console.system import NatsSystem
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.actions import Actions
     from console.alerting.view import AlertsView
+    from console.decoders.rules import Decoders
     from console.domain.masking import Masking
     from console.domain.roles import Grants, RolesFile
     from console.domain.search import SearchQuery
@@ -55,6 +56,7 @@ class Runtime:
         self._history: tuple[Reader | None, str | None] | None = None
         self._alerts: AlertsView | None = None
         self._masking: Masking | None = None
+        self._decoders: Decoders | None = None
         self._reading_ahead: asyncio.Task[None] | None = None
         # the services built on the system, each asking for the connection it has now
         connection = lambda: self.nc  # noqa: E731
@@ -62,7 +64,7 @@ class Runtime:
                                 lambda: self._live.model.collector if self._live is not None else None,
                                 settings.fleet.name)
         self.verdicts = VerdictsReader(connection, lambda: self.event_log)
-        self.searches = Searches(connection, lambda: self.masking, settings.data.decoders)
+        self.searches = Searches(connection, lambda: self.masking, settings.data.decoders, lambda: self.decoders)
         self.roles_file = RolesWatch(settings.access)
 
     @classmethod
@@ -221,6 +223,13 @@ class Runtime:
 
 
     @property
+    def decoders(self) -> Decoders | None:
+        """The operator's decoders file, read once (an error stops the process at its start, with its line)."""
+        if self._decoders is None and self.settings.data.decoders is not None:
+            self._decoders = _decoders_of(self.settings)
+        return self._decoders
+
+    @property
     def masking(self) -> Masking:
         """The payload masking rules and switch (read once; a file with an error stops the process
         at its start, with its line)."""
@@ -256,16 +265,17 @@ class Runtime:
         await self.close()
 
 
-def _decoders_of(settings: Settings) -> None:
+def _decoders_of(settings: Settings) -> Decoders | None:
     """The decoders file read and each decoder built (its schema files too): ConfigError with the line.
     A search's worker reads it again itself: the file is the operator's, and one search one process."""
     from console.decoders.rules import load_decoders
 
-    if settings.data.decoders is not None:
-        try:
-            load_decoders(settings.data.decoders)
-        except ValueError as e:
-            raise ConfigError(f"decoders {settings.data.decoders}: {e}") from None
+    if settings.data.decoders is None:
+        return None
+    try:
+        return load_decoders(settings.data.decoders)
+    except ValueError as e:
+        raise ConfigError(f"decoders {settings.data.decoders}: {e}") from None
 
 
 def _masking_of(settings: Settings) -> Masking:

@@ -19,8 +19,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from console.decoders.rules import MASKED_AS
-from console.domain.masking import Shown
+from console.domain.masking import MASKED_AS, Shown
 from console.domain.search import NEWEST, Found, Predicate, SearchProgress, SearchQuery, SearchRefused
 from console.errors import StreamMissingError
 from console.predicate_worker import Evaluated, Message, PredicateWorker
@@ -178,7 +177,7 @@ class _Search:
             if headers and MASKED_AS in headers:  # the console's own mark: never a publisher's
                 headers = {k: v for k, v in headers.items() if k != MASKED_AS}
             if self.shown is not None:  # before anything counts it: the progress line never tells a hidden size
-                masked, data = self.shown(tuple((headers or {}).items()), data)
+                masked, data = self.shown(tuple((headers or {}).items()), data, msg.subject)
                 headers = dict(masked)
             state.bytes += len(data)
             if self.since is None or ns >= self.since:

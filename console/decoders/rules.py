@@ -20,9 +20,10 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from console.decoders import DecodeError, Decoder, decoder_for
+from console.domain.masking import MASKED_AS
 from console.domain.toml_text import FileRefused, read_toml, with_lines
 
 MAX_TABLES = 200
@@ -156,12 +157,21 @@ def _encodings() -> set[str]:
     return set(Decoder.registry)
 
 
-MASKED_AS = "Batch-Console-Decoded"  # a header the console sets on a message it decoded, masked and wrote as JSON
-
-
 def decoded_as(decoders: Decoders | None, stream: str, subject: str, headers: Mapping[str, str] | None) -> Decoder | None:
     """The decoder of a message as a search's worker sees it: a message the console decoded and masked
     already (its own header, set after any of the publisher's was removed) is JSON now."""
     if headers and MASKED_AS in headers:
         return decoder_for("json")()
     return decoders.decoder(stream, subject, headers) if decoders is not None else None
+
+
+def pick(decoders: Decoders | None) -> Callable[[str, str, dict[str, str]], Callable[[bytes], Any] | None] | None:
+    """The masking's view of the decoders: (stream, subject, headers) -> a decode function, or None."""
+    if decoders is None:
+        return None
+
+    def decoder_of(stream: str, subject: str, headers: dict[str, str]) -> Callable[[bytes], Any] | None:
+        found = decoders.decoder(stream, subject, headers)
+        return found.decode if found is not None else None
+
+    return decoder_of

@@ -8,7 +8,9 @@ rules (a file with an error is refused whole, with its line), and the switch tha
                                                               # [*] every item of a list
     headers = ["Authorization", "X-Customer-Id"]              # names, case-insensitive
 
-A field rule on a payload that is not JSON masks the whole payload: what cannot be read for a field
+A stream with a decoder (console/decoders/) is masked on its decoded message, field paths as for JSON,
+and given out as that masked message in JSON (marked with the header MASKED_AS). A field rule on a
+payload that neither is JSON nor decodes masks the whole payload: what cannot be read for a field
 cannot be shown safely.
 """
 
@@ -44,7 +46,11 @@ class MaskRule:
 
 
 Headers = tuple[tuple[str, str], ...]
-Shown = Callable[[Headers, bytes], tuple[Headers, bytes]]
+Shown = Callable[..., tuple[Headers, bytes]]  # (headers, data, subject="") -> what may be shown of them
+# (stream, subject, headers) -> the decoder of such a message (bytes -> plain values, raising on what does
+# not decode), or None: read as JSON
+DecoderPick = Callable[[str, str, dict[str, str]], Callable[[bytes], Any] | None]
+MASKED_AS = "Batch-Console-Decoded"  # set on a message the console decoded and masked: JSON from then on
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Masking:
                 fields += rule.fields
         return frozenset(headers), tuple(fields)
 
-    def shown(self, stream: str, level: str = MASKED) -> Shown | None:
+    def shown(self, stream: str, level: str = MASKED, decoders: DecoderPick | None = None) -> Shown | None:
         """What may be shown of one stream's messages, bound once for the stream (a search applies it
         to every message): None when it is the message itself. `level` is what the user's roles let
         them see of this stream's payloads (console.domain.roles): full as stored, masked by the rules,
@@ -69,27 +75,42 @@ class Masking:
         masked_headers, fields = self.for_stream(stream) if level != FULL else (frozenset(), ())
         if level == NONE or not self.payloads:
             why = "payloads are off" if not self.payloads else "not shown to your role"
-            return lambda headers, data: (_headers(headers, masked_headers), f"({why}: {len(data)} bytes)".encode())
+            return lambda headers, data, subject="": (_headers(headers, masked_headers),
+                                                      f"({why}: {len(data)} bytes)".encode())
         if not fields and not masked_headers:
             return None
 
-        def apply(headers: Headers, data: bytes) -> tuple[Headers, bytes]:
+        def apply(headers: Headers, data: bytes, subject: str = "") -> tuple[Headers, bytes]:
+            headers = tuple((k, v) for k, v in headers if k != MASKED_AS)  # the console's own mark, never a publisher's
             if not fields or not data:
                 return _headers(headers, masked_headers), data
+            decode = decoders(stream, subject, dict(headers)) if decoders is not None else None
             try:
-                document = json.loads(data)
-            except (ValueError, RecursionError):
-                return _headers(headers, masked_headers), MASK.encode()  # no field can be found in what is not JSON
+                document = decode(data) if decode is not None else json.loads(data)
+            except Exception:  # not JSON, or not its decoder's: no field can be found in it
+                return _headers(headers, masked_headers), MASK.encode()
             for path in fields:
                 document = _mask(document, path)
-            return _headers(headers, masked_headers), json.dumps(document, ensure_ascii=False).encode()
+            mark = ((MASKED_AS, "json"),) if decode is not None else ()
+            return _headers(headers, masked_headers) + mark, json.dumps(document, ensure_ascii=False,
+                                                                       default=_as_json).encode()
 
         return apply
 
-    def apply(self, stream: str, headers: Headers, data: bytes, level: str = MASKED) -> tuple[Headers, bytes]:
+    def apply(self, stream: str, headers: Headers, data: bytes, level: str = MASKED, subject: str = "",
+              decoders: DecoderPick | None = None) -> tuple[Headers, bytes]:
         """One message as it may be shown (see shown)."""
-        shown = self.shown(stream, level)
-        return (headers, data) if shown is None else shown(headers, data)
+        shown = self.shown(stream, level, decoders)
+        return (headers, data) if shown is None else shown(headers, data, subject)
+
+
+def _as_json(value: Any) -> Any:
+    """A decoded message's bytes in JSON: their base64, marked."""
+    if isinstance(value, bytes):
+        import base64
+
+        return {"base64": base64.b64encode(value).decode()}
+    raise TypeError(type(value).__name__)
 
 
 def _headers(headers: Headers, masked: frozenset[str]) -> Headers:

@@ -13,6 +13,7 @@ from console.errors import BusyError
 
 if TYPE_CHECKING:
     from console.actions import Actions
+    from console.decoders.rules import Decoders
     from console.domain.masking import Masking
     from console.domain.search import Found, SearchProgress, SearchQuery
 
@@ -23,8 +24,10 @@ MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 class Searches:
     def __init__(self, connection: Callable[[], Connection], masking: Callable[[], Masking],
-                 decoders: Path | None = None):
-        self._connection, self._masking, self._decoders = connection, masking, decoders
+                 decoders_file: Path | None = None, decoders: Callable[[], Decoders | None] = lambda: None):
+        """decoders_file: read by each search's worker; decoders: the same, read here, for the masking."""
+        self._connection, self._masking, self._decoders = connection, masking, decoders_file
+        self._read_decoders = decoders
         self._running: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
     async def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
@@ -32,7 +35,9 @@ class Searches:
                        ) -> tuple[list[Found], SearchProgress]:
         from console.broker.search import search
 
-        shown = self._masking().shown(query.stream, asker.payloads(query.stream))
+        from console.decoders.rules import pick
+
+        shown = self._masking().shown(query.stream, asker.payloads(query.stream), pick(self._read_decoders()))
         if id(asker) in self._running:
             raise BusyError("a search of this session is running: cancel it or wait for it first")
         if len(self._running) >= MAX_SEARCHES:

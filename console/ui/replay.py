@@ -69,7 +69,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     system = param.String(default="", doc="Of several NATS systems, the one this page acts on (on every button)")
     messages = param.List(default=[], doc="The messages shown (StoredMessage): the last fetch, or the batch replayed")
     mask = param.Callable(default=None, allow_refs=False,
-                          doc="(stream, headers, payload) -> what may be shown of them (the masking rules)")
+                          doc="(stream, headers, payload, subject) -> what may be shown of them (the masking rules)")
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
@@ -250,7 +250,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         """Masked before it is kept: nothing hidden ever reaches the browser or a notebook's params."""
         if self.mask is None:
             return m
-        headers, payload = self.mask(stream, m.headers, m.payload)
+        headers, payload = self.mask(stream, m.headers, m.payload, m.subject)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None]):

@@ -106,3 +106,28 @@ def test_a_decoders_file_with_an_error_stops_the_search_with_its_line(decoded):
                            "--where", "true"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "line 1" in done.stderr and "nope.binpb" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_masking_hides_a_decoded_field_and_the_predicate_cannot_see_it(decoded, nats_server):
+    url, tmp = decoded
+    mask = tmp / "mask.toml"
+    mask.write_text('[[mask]]\nstreams = ["ORD_*"]\nfields = ["card.number", "payment.number"]\n')
+
+    async def forge() -> None:  # a publisher's own "decoded" mark, on JSON holding a card number
+        nc = await nats.connect(url)
+        await nc.publish("ord_mp.x", b'{"card": {"number": "4111-9999"}}', headers={"Batch-Console-Decoded": "json"})
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(forge())
+    for stream in STREAMS:
+        done = search(url, tmp, stream, "payload.customer.id == 4711 || true", "--mask-rules", str(mask))
+        assert done.returncode == 0, done.stderr
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+        assert len(rows) >= N and "4111-" not in done.stdout + done.stderr, stream
+        first = json.loads(rows[0]["payload"])
+        assert (first.get("card") or first.get("payment")) == {"number": "***"}, first
+        assert first["customer"]["id"] == order(1)["customer"]["id"]  # the rest as decoded
+        assert rows[0]["headers"] == {"Batch-Console-Decoded": "json"}
+        blind = search(url, tmp, stream, 'payload.card.number == "4111-0005"', "--mask-rules", str(mask))
+        assert blind.returncode == 0 and blind.stdout == "", stream  # it sees only what may be shown
