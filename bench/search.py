@@ -8,6 +8,8 @@
 2. Time to the first match when it lies in the first 1% of the stream (target < 1 s).
 3. The search's RSS growth over the whole range (target < 50 MiB), in a process of its own.
 4. An export of every message of the range to CSV and to Parquet: its RSS growth (target < 50 MiB).
+5. The same number of Protobuf orders (tests/decoders/order.proto, compiled by protoc) read bare and
+   searched through a decoders file with a predicate on a nested field and an enum (target >= 0.7).
 A benchmark, not a test: read the ratios.
 """
 
@@ -82,6 +84,7 @@ async def run(url: str, n: int) -> None:
         _, state = await search(nc, query)
         assert state.scanned == n, state
         rates["search"].append(n / (time.perf_counter() - start))
+    pb = await protobuf_rates(nc, n)
     first = n // 100
     start = time.perf_counter()
     found, _ = await search(nc, SearchQuery("BENCH_SEARCH", where=f'headers["n"] == "{first}"', max_matches=1))
@@ -95,6 +98,9 @@ async def run(url: str, n: int) -> None:
     print(f"{'  search / bare (target >= 0.7)':<58}{best['search'] / best['bare']:>12.3f}")
     print(f"{f'  time to the first match at seq {first:,} (target < 1 s)':<58}{to_first:>11.3f}s")
     print(f"{'  search RSS growth over the range, its own process (target < 50 MiB)':<58}{growth:>8.1f} MiB")
+    print(f"{'  bare read of the Protobuf stream':<58}{pb['bare']:>12,.0f}")
+    print(f"{'  search, decoded (a nested field and an enum, none match)':<58}{pb['search']:>12,.0f}")
+    print(f"{'  decoded search / bare (target >= 0.7)':<58}{pb['search'] / pb['bare']:>12.3f}")
     for fmt, (rows, grew, seconds) in exports.items():
         print(f"{f'  export of {rows:,} rows to {fmt}: RSS growth (target < 50 MiB), seconds':<58}{grew:>8.1f} MiB"
               f"{seconds:>8.1f}s")
@@ -144,6 +150,41 @@ async def rss_of_an_export(url: str, n: int, fmt: str) -> list[float]:
         seconds = time.perf_counter() - start
     await nc.close()
     return [exporter.rows, max(peak, rss_mib()) - before, seconds]
+
+
+async def protobuf_rates(nc, n: int) -> dict[str, float]:
+    """Best of 3 (alternated) of a bare read and a decoded search of n Protobuf orders."""
+    from tests.decoders.orders import as_protobuf, descriptor_set, order, protobuf_class
+
+    tmp = Path(tempfile.mkdtemp())
+    binpb = descriptor_set(tmp)
+    (tmp / "decoders.toml").write_text(f'[[decoder]]\nstreams = ["BENCH_PB"]\nencoding = "protobuf"\n'
+                                       f'descriptor_set = "{binpb}"\nmessage = "shop.v1.Order"\n')
+    cls, js = protobuf_class(binpb), nc.jetstream()
+    await js.add_stream(StreamConfig(name="BENCH_PB", subjects=["bench.pb.>"]))
+    bodies = [as_protobuf(cls, order(i)) for i in range(1, 1001)]
+    for i in range(n):
+        await nc.publish("bench.pb.x", bodies[i % 1000])
+        if i % 10_000 == 0:
+            await nc.flush()
+    await nc.flush()
+    while (await js.stream_info("BENCH_PB")).state.messages < n:
+        await asyncio.sleep(0.2)
+    query = SearchQuery("BENCH_PB", where='payload.customer.address.city == "Paris" && payload.status == "SHIPPED"',
+                        max_scanned=n, max_bytes=1 << 40, max_seconds=3600, max_matches=1000)
+    rates: dict[str, list[float]] = {"bare": [], "search": []}
+    for _ in range(3):
+        sub = await js.subscribe("bench.pb.>", stream="BENCH_PB", ordered_consumer=True)
+        start = time.perf_counter()
+        for _ in range(n):
+            await sub.next_msg(timeout=5)
+        rates["bare"].append(n / (time.perf_counter() - start))
+        await sub.unsubscribe()
+        start = time.perf_counter()
+        _, state = await search(nc, query, decoders=str(tmp / "decoders.toml"))
+        assert state.scanned == n and state.errors == 0, state
+        rates["search"].append(n / (time.perf_counter() - start))
+    return {k: max(v) for k, v in rates.items()}
 
 
 def main() -> None:

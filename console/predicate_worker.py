@@ -154,7 +154,7 @@ def _serve() -> None:
         return  # the parent compiled it first: never here
     decoders = load_decoders(Path(asked["decoders"])) if asked["decoders"] else None  # the parent read it first
     stream = asked["stream"]
-    needs = predicate.needs
+    needs, paths = predicate.needs, predicate.payload_paths
     while (body := receive()) is not None:
         seconds_left, messages = pickle.loads(body)
         deadline = time.monotonic() + seconds_left
@@ -165,8 +165,8 @@ def _serve() -> None:
             stored = datetime.fromtimestamp(ns / 1e9, timezone.utc)
             decoder = decoded_as(decoders, stream, subject, headers)
             try:
-                if predicate.matches(message_context(subject, seq, stored, headers, data, needs,
-                                                     decoder.decode if decoder is not None else None)):
+                decode = (lambda b, d=decoder, h=headers: d.decode(b, h, paths)) if decoder is not None else None
+                if predicate.matches(message_context(subject, seq, stored, headers, data, needs, decode)):
                     matched.append(n)
             except PredicateError as e:
                 errors.append((n, str(e)))

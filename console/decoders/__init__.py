@@ -35,11 +35,14 @@ class Decoder:
         super().__init_subclass__(**kwargs)
         Decoder.registry[cls.encoding] = cls
 
-    def decode(self, data: bytes, headers: Mapping[str, str] | None = None) -> Any:
+    def decode(self, data: bytes, headers: Mapping[str, str] | None = None,
+               paths: tuple[tuple[str, ...], ...] | None = None) -> Any:
+        """The message as plain values; `paths`: only these fields (and all below them), as a search's
+        expression reads them (None: all of it)."""
         if len(data) > MAX_BYTES:
             raise DecodeError(f"{len(data):,} bytes: past the {MAX_BYTES:,} a payload is decoded at most")
         try:
-            return plain(self._decode(data, headers or {}))
+            return plain(self._decode_paths(data, headers or {}, paths))
         except DecodeError:
             raise
         except RecursionError:
@@ -49,6 +52,10 @@ class Decoder:
 
     def _decode(self, data: bytes, headers: Mapping[str, str]) -> Any:
         raise NotImplementedError
+
+    def _decode_paths(self, data: bytes, headers: Mapping[str, str], paths: tuple[tuple[str, ...], ...] | None) -> Any:
+        value = self._decode(data, headers)
+        return value if paths is None else prune(value, paths)
 
     # The decoders file's keys this encoding needs, and its decoder from them (`read` reads a file the
     # file names, beside it): most take none.
@@ -75,6 +82,13 @@ def plain(value: Any) -> Any:
             raise DecodeError(f"more than {MAX_VALUES:,} values")
         if depth > MAX_DEPTH:
             raise DecodeError(f"nested past {MAX_DEPTH} levels")
+        kind = type(v)
+        if kind in _PLAIN:  # the common case first: an ABC's isinstance was a search's largest cost
+            return v
+        if kind is dict:
+            return {k if type(k) is str else _key(k): walk(item, depth + 1) for k, item in v.items()}
+        if kind is list:
+            return [walk(item, depth + 1) for item in v]
         if v is None or isinstance(v, (bool, int, float, str, bytes)):
             return v
         if isinstance(v, (bytearray, memoryview)):
@@ -90,6 +104,28 @@ def plain(value: Any) -> Any:
         raise DecodeError(f"a value that is not data: {type(v).__name__}")
 
     return walk(value, 0)
+
+
+def prune(value: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
+    """Only the fields at `paths` (shortest first: a whole subtree is taken whole) of a decoded map."""
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[Any, Any] = {}
+    for path in sorted(paths, key=len):
+        src: Any = value
+        dst = out
+        for i, key in enumerate(path):
+            if not isinstance(src, Mapping) or key not in src or (key in dst and dst[key] is src[key]):
+                break
+            if i == len(path) - 1 or not isinstance(src[key], Mapping):
+                dst[key] = src[key]
+                break
+            dst = dst.setdefault(key, {})
+            src = src[key]
+    return out
+
+
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 def _key(key: Any) -> str:

@@ -35,6 +35,7 @@ class ProtobufDecoder(Decoder):
             raise DecodeError(f"not a descriptor set the library reads: {type(e).__name__}: {str(e)[:200]}") from None
         self.message = message
         self.cls = message_factory.GetMessageClass(descriptor)
+        self._trees: dict[tuple[tuple[str, ...], ...], dict[str, Any]] = {}  # a search's paths, as a tree
 
     def describe(self) -> str:
         return f"protobuf {self.message}"
@@ -42,25 +43,65 @@ class ProtobufDecoder(Decoder):
     def _decode(self, data: bytes, headers: Mapping[str, str]) -> Any:
         return _message(self.cls.FromString(data), 0)
 
+    def _decode_paths(self, data: bytes, headers: Mapping[str, str], paths: tuple[tuple[str, ...], ...] | None) -> Any:
+        message = self.cls.FromString(data)
+        if paths is None:
+            return _message(message, 0)
+        tree = self._trees.get(paths)
+        if tree is None:
+            tree = self._trees[paths] = _tree(paths)
+        return _some(message, tree, 0)
+
+def _tree(paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+    """Paths as a tree of field names; None where a field is read whole."""
+    tree: dict[str, Any] = {}
+    for path in sorted(paths, key=len):
+        node = tree
+        for i, name in enumerate(path):
+            if name in node and node[name] is None:
+                break
+            if i == len(path) - 1:
+                node[name] = None
+            else:
+                node = node.setdefault(name, {})
+    return tree
+
 
 def _message(message: Any, depth: int) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise DecodeError(f"nested past {MAX_DEPTH} levels")
-    out: dict[str, Any] = {}
     sent = {field.name for field, _ in message.ListFields()}
-    for field in message.DESCRIPTOR.fields:
-        if field.has_presence and field.name not in sent:
+    return {field.name: _field(message, field, depth) for field in message.DESCRIPTOR.fields
+            if not (field.has_presence and field.name not in sent)}
+
+
+def _some(message: Any, tree: dict[str, Any], depth: int) -> dict[str, Any]:
+    """Only the fields of `tree` of a message, each as _message reads it: a search reads a few fields of
+    a large message, and building the rest cost three times the read itself."""
+    if depth > MAX_DEPTH:
+        raise DecodeError(f"nested past {MAX_DEPTH} levels")
+    out: dict[str, Any] = {}
+    fields = message.DESCRIPTOR.fields_by_name
+    for name, below in tree.items():
+        field = fields.get(name)
+        if field is None or (field.has_presence and not message.HasField(name)):
             continue
-        value = getattr(message, field.name)
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {str(k).lower() if isinstance(k, bool) else str(k): _value(value_field, v, depth)
-                               for k, v in value.items()}
-        elif field.is_repeated:
-            out[field.name] = [_value(field, v, depth) for v in value]
+        if below is not None and field.message_type is not None and not field.is_repeated:
+            out[name] = _some(getattr(message, name), below, depth + 1)
         else:
-            out[field.name] = _value(field, value, depth)
+            out[name] = _field(message, field, depth)
     return out
+
+
+def _field(message: Any, field: Any, depth: int) -> Any:
+    value = getattr(message, field.name)
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        value_field = field.message_type.fields_by_name["value"]
+        return {str(k).lower() if isinstance(k, bool) else str(k): _value(value_field, v, depth)
+                for k, v in value.items()}
+    if field.is_repeated:
+        return [_value(field, v, depth) for v in value]
+    return _value(field, value, depth)
 
 
 def _value(field: Any, value: Any, depth: int) -> Any:

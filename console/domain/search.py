@@ -136,6 +136,7 @@ class Predicate:
                                 f"the list a comprehension runs it over; a computed list counts as {MAX_LITERAL}); "
                                 f"at most {MAX_PATTERN_CALLS}")
         self.text = text.strip()
+        self._bound = shape.bound
         self.patterns = Patterns()
         for pattern in shape.patterns:
             try:
@@ -156,6 +157,12 @@ class Predicate:
             if unknown:
                 raise SearchRefused(f"where: {', '.join(unknown)[:200]} not known (a message has "
                                     f"{', '.join(VARIABLES)}; CEL's own functions only)")
+
+    @property
+    def payload_paths(self) -> tuple[tuple[str, ...], ...] | None:
+        """The payload's fields the expression reads (`payload.a.b`: ("a", "b"), and all below), or None
+        when it reads the payload some other way (indexed, whole, shadowed): a decoder builds no more."""
+        return _payload_paths(self.text, self._bound)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -274,6 +281,27 @@ def _shape(text: str) -> Shape:
         out.append(c)
         i += 1
     return Shape("".join(out), cost, tuple(p for p in patterns if p is not None), frozenset(bound))
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_PAYLOAD = re.compile(r"(?<![\w.])payload\b")
+_STEP = re.compile(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)(\s*\()?")
+
+
+def _payload_paths(text: str, bound: frozenset[str]) -> tuple[tuple[str, ...], ...] | None:
+    if "payload" in bound:
+        return None
+    code = _STRING.sub('""', text)
+    paths = []
+    for found in _PAYLOAD.finditer(code):
+        path, at = [], found.end()
+        while (step := _STEP.match(code, at)) and not step.group(2):  # a field, not a method or macro
+            path.append(step.group(1))
+            at = step.end()
+        if not path:
+            return None
+        paths.append(tuple(path))
+    return tuple(sorted(set(paths), key=len))
 
 
 def _unquote(literal: str) -> str | None:
