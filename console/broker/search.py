@@ -8,9 +8,10 @@ or the search stopped."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import datetime, timezone
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import nats.errors
 import nats.js.errors
@@ -123,6 +124,7 @@ class _Search:
             else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
         config.ack_policy, config.inactive_threshold, config.mem_storage = AckPolicy.NONE, INACTIVE, True
         sub = await self.js.pull_subscribe(query.subject or ">", stream=query.stream, config=config)
+        puller = await _Pull.open(self.js, query.stream, getattr(sub, "_consumer", None))
         try:
             while True:
                 if self.cancelled():
@@ -132,7 +134,8 @@ class _Search:
                     state.stopped_by = "max_seconds"
                     return True
                 try:
-                    batch = await sub.fetch(self.fetch, timeout=min(IDLE, max(0.05, query.max_seconds - state.elapsed)))
+                    wait = min(IDLE, max(0.05, query.max_seconds - state.elapsed))
+                    batch = await (puller.fetch(self.fetch, wait) if puller else sub.fetch(self.fetch, timeout=wait))
                 except nats.errors.TimeoutError:
                     if self._time_up() or (await sub.consumer_info()).num_pending:
                         continue  # slow, not done: a loaded machine took longer than IDLE to deliver a pull
@@ -148,6 +151,8 @@ class _Search:
                 if ended:
                     return False
         finally:
+            if puller is not None:
+                await puller.close()
             await _gone(self.js, sub, query.stream)
 
     async def _batch(self, batch: list[Msg], high: int, out: list[Found], all_matches: bool,
@@ -228,6 +233,62 @@ class _Search:
 
 def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1e9)
+
+
+class _Pull:
+    """Pull requests on the search's consumer, answered on one subscription of its own: nats-py's fetch
+    waits for each message with a timer task of its own, five event-loop turns a message, which was the
+    search's largest cost. A request asks for what is there now (no_wait); one that finds nothing asks
+    again, waiting for up to `wait` seconds (the server's 408, or 404 at once: nothing there)."""
+
+    def __init__(self, nc: Client, subject: str):
+        self.nc, self.subject = nc, subject
+        self.inbox = nc.new_inbox()
+        self.got: list[Msg] = []
+        self.want = 0
+        self.done = asyncio.Event()
+        self.sub: Any = None
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, stream: str, consumer: str | None) -> _Pull | None:
+        nc = getattr(js, "_nc", None)
+        if consumer is None or nc is None:  # not as nats-py names them: its own fetch
+            return None
+        pull = cls(nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}")
+        pull.sub = await nc.subscribe(pull.inbox, cb=pull._on)
+        return pull
+
+    async def _on(self, msg: Msg) -> None:
+        if not msg.data and msg.headers and msg.headers.get("Status"):  # 404 nothing there, 408 waited, 409
+            self.done.set()
+            return
+        self.got.append(msg)
+        if len(self.got) >= self.want:
+            self.done.set()
+
+    async def fetch(self, batch: int, wait: float) -> list[Msg]:
+        """Up to `batch` messages: those there now, else the first to come within `wait` seconds
+        (nats.errors.TimeoutError when none came, as nats-py's fetch says it)."""
+        for request in ({"batch": batch, "no_wait": True}, {"batch": batch, "expires": int(wait * 1e9)}):
+            if self.got:  # an earlier request's, come late: in the consumer's order, before any new one
+                break
+            self.want = batch
+            self.done.clear()
+            await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
+            try:
+                await asyncio.wait_for(self.done.wait(), wait + 1.0)
+            except asyncio.TimeoutError:
+                pass
+        if not self.got:
+            raise nats.errors.TimeoutError
+        got, self.got = self.got, []
+        return got
+
+    async def close(self) -> None:
+        try:
+            await self.sub.unsubscribe()
+        except nats.errors.Error:
+            pass
 
 
 async def _gone(js: JetStreamContext, sub: JetStreamContext.PullSubscription, stream: str) -> None:
