@@ -262,6 +262,8 @@ class _Pull:
         if not msg.data and msg.headers and msg.headers.get("Status"):  # 404 nothing there, 408 waited, 409
             self.done.set()
             return
+        if not (msg.reply or "").startswith("$JS.ACK."):  # not the consumer's: anyone may publish to an inbox
+            return
         self.got.append(msg)
         if len(self.got) >= self.want:
             self.done.set()
