@@ -178,12 +178,13 @@ def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
 
 
 def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
-    from console.decoders.rules import pick
+    from console.decoders.rules import decode_message, pick
 
-    masking, decoders = runtime.masking, pick(runtime.decoders)
+    masking, decoders = runtime.masking, runtime.decoders
     return ReplayPage(admin=runtime.admin, actions=actions,
                       mask=lambda stream, headers, data, subject="": masking.apply(
-                          stream, headers, data, actions.payloads(stream), subject, decoders),
+                          stream, headers, data, actions.payloads(stream), subject, pick(decoders)),
+                      decode=lambda stream, m: decode_message(decoders, stream, m.subject, dict(m.headers), m.payload),
                       **params)
 
 

@@ -175,3 +175,24 @@ def pick(decoders: Decoders | None) -> Callable[[str, str, dict[str, str]], Call
         return found.decode if found is not None else None
 
     return decoder_of
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A message as a page shows it: what read it, and its value or why it did not decode."""
+
+    decoder: str  # "protobuf shop.v1.Order"
+    value: Any = None
+    error: str | None = None
+
+
+def decode_message(decoders: Decoders | None, stream: str, subject: str, headers: Mapping[str, str],
+                   data: bytes) -> Decoded | None:
+    """The message decoded by its stream's decoder (None: it has none); a DecodeError is the reason."""
+    decoder = decoded_as(decoders, stream, subject, headers)
+    if decoder is None:
+        return None
+    try:
+        return Decoded(decoder.describe(), decoder.decode(data, headers))
+    except DecodeError as e:
+        return Decoded(decoder.describe(), error=e.reason)

@@ -3,9 +3,11 @@ ordered peek from a sequence or a time, and "replay a batch" in batch sequence o
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import html
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ from console.ui.controls import keep_choice, on_system, permitted
 from console.ui.formatting import Clocked
 
 if TYPE_CHECKING:
+    from console.decoders.rules import Decoded
     from console.broker.pull import ConsumerReader
 
 PEEK = ""  # the consumer choice that makes an ephemeral ordered consumer
@@ -30,18 +33,34 @@ ACK_LABELS = {Ack.ACK: "Ack", Ack.NAK: "Nak", Ack.TERM: "Term", Ack.IN_PROGRESS:
 BATCH_STYLE = "background:#fff3bf;font-weight:600"
 
 
-def message_html(m: StoredMessage, clock: Clock = Clock()) -> str:
-    """One message, every part of it escaped; batch headers highlighted."""
+def message_html(m: StoredMessage, clock: Clock = Clock(), decoded: Decoded | None = None) -> str:
+    """One message, every part of it escaped; batch headers highlighted. Decoded (its stream has a
+    decoder): its fields first, the raw bytes on request; not decoded: why, and the raw bytes."""
     e = html.escape
     rows = "".join(f'<tr style="{BATCH_STYLE if k in BATCH_HEADERS else ""}"><td>{e(k)}</td><td>{e(v)}</td></tr>'
                    for k, v in m.headers)
     p = preview(m.payload)
     about = f"{p.kind}, {p.size} bytes" + (f", first {PREVIEW_BYTES} shown" if p.truncated else "")
     batch = f' · batch <b>{e(m.batch_id)}</b> #{m.batch_seq}' if m.batch_id else ""
+    raw = f'<pre style="white-space:pre-wrap">{p.text}</pre>'
+    if decoded is not None and decoded.error is None:
+        shown = f'<div style="color:#666">payload: {e(decoded.decoder)}, {p.size} bytes</div>' \
+                f'<pre style="white-space:pre-wrap">{e(_as_text(decoded.value))}</pre>' \
+                f'<details><summary>raw ({about})</summary>{raw}</details>'
+    elif decoded is not None:
+        shown = (f'<div style="color:#b00" role="note">payload not decoded as {e(decoded.decoder)}: '
+                 f'{e(decoded.error or "")}</div><div style="color:#666">raw: {about}</div>{raw}')
+    else:
+        shown = f'<div style="color:#666">payload: {about}</div>{raw}'
     return (f'<div><b>stream seq {m.stream_seq}</b> · {e(m.subject)} · {clock.when(m.time, fraction=True)}'
-            f' · delivered {m.delivered}{batch}'
-            + (f"<table>{rows}</table>" if rows else "")
-            + f'<div style="color:#666">payload: {about}</div><pre style="white-space:pre-wrap">{p.text}</pre></div>')
+            f' · delivered {m.delivered}{batch}' + (f"<table>{rows}</table>" if rows else "") + shown + '</div>')
+
+
+def _as_text(value: object) -> str:
+    """A decoded message as indented JSON (bytes as their base64), at most PREVIEW_BYTES characters."""
+    text = json.dumps(value, indent=2, ensure_ascii=False,
+                      default=lambda v: {"base64": base64.b64encode(v).decode()} if isinstance(v, bytes) else str(v))
+    return text if len(text) <= PREVIEW_BYTES else text[:PREVIEW_BYTES] + f"\n… ({len(text):,} characters in all)"
 
 
 def parse_start_time(text: str) -> datetime | None:
@@ -68,6 +87,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
     system = param.String(default="", doc="Of several NATS systems, the one this page acts on (on every button)")
     messages = param.List(default=[], doc="The messages shown (StoredMessage): the last fetch, or the batch replayed")
+    decode = param.Callable(default=None, allow_refs=False,
+                            doc="(stream, message) -> the message decoded by its stream's decoder (Decoded), or None")
     mask = param.Callable(default=None, allow_refs=False,
                           doc="(stream, headers, payload, subject) -> what may be shown of them (the masking rules)")
     actions = param.Parameter(default=None, precedence=-1,
@@ -82,6 +103,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         self._reader_key: tuple | None = None
         self._messages = pn.Column(sizing_mode="stretch_width")
         self._cards: dict[int, pn.Column] = {}  # stream seq -> its card, while it awaits an answer
+        self._not_decoded = 0  # of the messages shown last, those their stream's decoder could not read
         w = pn.widgets
         fetch = pn.widgets.Button(label="Fetch", button_type="primary")
         next_ = pn.widgets.Button(label="Next")
@@ -216,6 +238,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
     async def _describe(self, result: FetchResult) -> str:
         line = f"{len(result.messages)} message(s) · ended: {html.escape(result.ended)}"
+        if self._not_decoded:
+            line += f" · {self._not_decoded} not decoded (shown raw, with why)"
         if result.error:
             line += f" · **Error:** {html.escape(result.error)}"
         return line + await self._consumer_state()
@@ -236,7 +260,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         shown = [self._masked(stream, m) for m in messages[:MAX_SHOWN]]
         actions = self._actions()  # what this user may answer on this stream: the same for every card
         whys = {kind: actions.allowed(ANSWERS[kind], stream) for kind in ACK_LABELS} if acks else {}
-        cards = {m.stream_seq: self._card(reader if acks else None, m, whys) for m in shown}
+        self._not_decoded = 0
+        cards = {m.stream_seq: self._card(reader if acks else None, m, whys, stream) for m in shown}
         if keep_unanswered and acks:
             kept = [m for m in self.messages if m.stream_seq in self._cards and m.stream_seq not in cards]
             kept = kept[-(MAX_SHOWN - len(shown)):] if len(shown) < MAX_SHOWN else []
@@ -253,8 +278,11 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         headers, payload = self.mask(stream, m.headers, m.payload, m.subject)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
-    def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None]):
-        body = pn.pane.HTML(message_html(message, self.clock), sizing_mode="stretch_width")
+    def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None],
+              stream: str = ""):
+        decoded = self.decode(stream or self.stream, message) if self.decode is not None else None
+        self._not_decoded += bool(decoded is not None and decoded.error)
+        body = pn.pane.HTML(message_html(message, self.clock, decoded), sizing_mode="stretch_width")
         if reader is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
         buttons = {kind: pn.widgets.Button(label=on_system(label, self.system), button_type="light")
