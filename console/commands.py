@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, M
 from console.domain.messages import Ack
 from console.domain.roles import BUILT_IN
 from console.errors import ConsoleError
+from console.decoders.rules import Decoders, decode_message
 from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named, found_row, search_schema
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Services:
     connection: Callable[[], Connection] | None = None  # the one a probe publishes on now (reopened ones too)
     rules: Callable[[], RuleWriter] | None = None
     search: Searcher | None = None
+    decoders: Callable[[], Decoders | None] = lambda: None  # the operator's decoders file: exports decode with it
 
 
 def required(service: S | None, name: str) -> S:
@@ -300,18 +302,22 @@ class ExportSearch(Command[Any]):
 
     async def execute(self, services: Services, asker: Actions) -> Any:
         schema = search_schema() if self.fmt == "parquet" else None
+        decoders, stream = services.decoders(), self.query.stream
+
+        def row(f: Found) -> dict[str, Any]:  # the payload as its stream's decoder reads it, where it has one
+            return found_row(f, decode_message(decoders, stream, f.subject, dict(f.headers), f.data))
+
         if self.matches is not None:
-            return export_bytes(self.fmt, (found_row(f) for f in self.matches), SEARCH_COLUMNS, self.query.describe(),
-                                schema)
+            return export_bytes(self.fmt, (row(f) for f in self.matches), SEARCH_COLUMNS, self.query.describe(), schema)
         assert self.path is not None
         exporter = Exporter(self.path, self.fmt, self.query.describe())
         try:
             oldest_first = self.query.direction != "newest"
             found, state = await required(services.search, "search")(asker, self.query, self.progress, lambda: False,
-                                                         (lambda f: exporter.write(found_row(f))) if oldest_first else None)
+                                                         (lambda f: exporter.write(row(f))) if oldest_first else None)
             if not oldest_first:  # newest first: kept to be ordered, written now
                 for f in found:
-                    exporter.write(found_row(f))
+                    exporter.write(row(f))
             return found, state
         finally:
             exporter.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar, Iterable, Mapping, Sequence
 
 from console.domain.display import spreadsheet_cell
+from console.decoders.rules import Decoded
 from console.domain.search import Found
 
 SEARCH_COLUMNS = ("seq", "subject", "time", "batch", "headers", "payload", "encoding")
@@ -25,14 +26,28 @@ ROW_GROUP = 10_000
 FILTERS_KEY = "batch-console.filters"
 
 
-def found_row(f: Found) -> dict[str, Any]:
-    """A match as an export row: the payload as text when it is UTF-8, else base64."""
+def found_row(f: Found, decoded: Decoded | None = None) -> dict[str, Any]:
+    """A match as an export row: the payload decoded by its stream's decoder (as JSON, `encoding` naming
+    the decoder), else as text when it is UTF-8, else base64 (`encoding` saying why it was not decoded)."""
+    if decoded is not None and decoded.error is None:
+        payload = json.dumps(decoded.value, ensure_ascii=False, default=_bytes_as_json)
+        return {"seq": f.seq, "subject": f.subject, "time": f.time.isoformat(), "batch": f.batch_id,
+                "headers": json.dumps(dict(f.headers), ensure_ascii=False), "payload": payload,
+                "encoding": decoded.decoder}
     try:
         payload, encoding = f.data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         payload, encoding = base64.b64encode(f.data).decode(), "base64"
+    if decoded is not None:
+        encoding += f" (not decoded as {decoded.decoder}: {decoded.error})"
     return {"seq": f.seq, "subject": f.subject, "time": f.time.isoformat(), "batch": f.batch_id,
             "headers": json.dumps(dict(f.headers), ensure_ascii=False), "payload": payload, "encoding": encoding}
+
+
+def _bytes_as_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    raise TypeError(type(value).__name__)
 
 
 def _plain(value: Any) -> Any:

@@ -173,8 +173,11 @@ def streams(runtime: Runtime, actions: Actions, **params) -> StreamsPage:
 
 def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
     """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
+    from console.decoders.rules import described
+
     return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, server=runtime.admin.server,
-                      model=runtime.live.model, history=runtime.history, **params)
+                      model=runtime.live.model, history=runtime.history,
+                      decoders=lambda name: described(runtime.decoders, name), **params)
 
 
 def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:

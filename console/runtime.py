@@ -167,7 +167,7 @@ class Runtime:
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         # the connection asked for at each command: a long-lived session's actions follow a reopened one
         services = Services(streams=self.admin, connection=lambda: self.nc, rules=lambda: self.alerts,
-                            search=self.searches)
+                            search=self.searches, decoders=lambda: self.decoders)
         try:
             return Actions(self.audit.log(), actor, self.read_only, trail_required=trail_required, grants=grants,
                            expires=expires, services=services)

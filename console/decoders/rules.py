@@ -196,3 +196,16 @@ def decode_message(decoders: Decoders | None, stream: str, subject: str, headers
         return Decoded(decoder.describe(), decoder.decode(data, headers))
     except DecodeError as e:
         return Decoded(decoder.describe(), error=e.reason)
+
+
+def described(decoders: Decoders | None, stream: str) -> list[str]:
+    """What reads a stream's messages, as its page says it: each table that may, with its conditions."""
+    if decoders is None:
+        return []
+    said = []
+    for rule in decoders.for_stream(stream):
+        where = [f"subjects {', '.join(rule.subjects)}"] if rule.subjects else []
+        where += [f"{rule.header}: {rule.value}"] if rule.header else []
+        said.append(rule.decoder.describe() + (f" ({'; '.join(where)})" if where else "") +
+                    (f" — {Path(decoders.source).name} line {rule.line}" if rule.line else ""))
+    return said

@@ -74,6 +74,8 @@ class StreamPage(Clocked, pn.viewable.Viewer):
     model = param.ClassSelector(class_=LiveModel, default=None, doc="The live model, shared by sessions", precedence=-1)
     history = param.Parameter(default=None, doc="The history queries, or None", precedence=-1)
     placement = param.Parameter(default=None, doc="The stream as the server last described it (StreamPlacement)")
+    decoders = param.Callable(default=None, allow_refs=False,
+                              doc="stream -> the decoders file's lines for its messages (what reads them), or []")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -99,8 +101,10 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         if not self.stream:
             self._head.object = "## Stream\nOpen a stream from its name on any page, or give `?name=`."
         else:
+            read_by = self.decoders(self.stream) if self.decoders is not None else []
+            decoded = ("\n\nPayloads decoded as: " + "; ".join(html.escape(r) for r in read_by)) if read_by else ""
             self._head.object = (f"## Stream {html.escape(self.stream)}\n[its messages in Replay]"
-                                 f"({replay_link(self.stream)}) · each lost batch below opens its Incident")
+                                 f"({replay_link(self.stream)}) · each lost batch below opens its Incident{decoded}")
 
     refresh_every_ms = 2000  # Live's and History's rows of this stream
 

@@ -131,3 +131,31 @@ def test_masking_hides_a_decoded_field_and_the_predicate_cannot_see_it(decoded, 
         assert rows[0]["headers"] == {"Batch-Console-Decoded": "json"}
         blind = search(url, tmp, stream, 'payload.card.number == "4111-0005"', "--mask-rules", str(mask))
         assert blind.returncode == 0 and blind.stdout == "", stream  # it sees only what may be shown
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_an_export_writes_each_message_decoded_and_masked(decoded, fmt):
+    url, tmp = decoded
+    mask = tmp / "mask-export.toml"
+    mask.write_text('[[mask]]\nstreams = ["ORD_AVRO"]\nfields = ["payment.number"]\n')
+    for stream in ("ORD_PB", "ORD_AVRO"):
+        out = tmp / f"{stream}.{fmt}"
+        done = search(url, tmp, stream, "payload.customer.id == 4711", "--output", str(out), "--format", fmt,
+                      "--mask-rules", str(mask))
+        assert done.returncode == 0, done.stderr
+        text = out.read_text()
+        if fmt == "jsonl":
+            rows = [json.loads(line) for line in text.splitlines()[1:]]
+        else:
+            import csv
+            import io
+
+            rows = list(csv.DictReader(io.StringIO("\n".join(text.splitlines()[1:]))))
+        expected = [i for i in range(1, N + 1) if order(i)["customer"]["id"] == 4711]
+        assert [int(r["seq"]) for r in rows] == expected
+        payload = json.loads(rows[0]["payload"])
+        assert payload["customer"]["id"] == 4711 and payload["status"] == order(expected[0])["status"]
+        if stream == "ORD_PB":
+            assert rows[0]["encoding"] == "protobuf shop.v1.Order" and payload["card"]["number"].startswith("4111-")
+        else:  # masked: given out as the masked message in JSON
+            assert rows[0]["encoding"] == "json" and "4111-" not in text

@@ -77,3 +77,13 @@ def test_a_masked_decoded_field_never_reaches_the_browser(decoded_web, page):
     content = page.content() + "".join(frames)
     assert "4111-0001" not in content and "4111-0002" not in content
     assert "34 31 31 31" not in content  # nor as raw bytes ("4111" in hex)
+
+
+def test_the_stream_page_says_what_decodes_its_messages(decoded_web, page):
+    page.goto(decoded_web + "stream?name=UI_PB")
+    expect(page.get_by_text("Payloads decoded as: protobuf shop.v1.Order — decoders.toml line 1")).to_be_visible(
+        timeout=30_000)
+    page.goto(decoded_web + "stream?name=NOT_DECODED")
+    expect(page.get_by_text("## Stream NOT_DECODED").or_(page.get_by_role("heading", name="Stream NOT_DECODED"))) \
+        .to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Payloads decoded as")).to_have_count(0)
