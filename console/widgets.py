@@ -22,6 +22,7 @@ import asyncio
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -86,10 +87,12 @@ class NotebookConsole:
 
     @classmethod
     async def connect(cls, server: str | ConnectionSettings | None = None, *, data_dir: str | Path | None = None,
-                      read_only: bool = False) -> NotebookConsole:
-        """open() with a server URL (or connection settings) and a data directory given here; the
-        rest (credentials, the event key) from the environment."""
+                      read_only: bool = False, decoders: str | Path | None = None) -> NotebookConsole:
+        """open() with a server URL (or connection settings), a data directory and a decoders file given
+        here; the rest (credentials, the event key) from the environment."""
         settings = load()
+        if decoders is not None:
+            settings = replace(settings, data=replace(settings.data, decoders=Path(decoders)))
         if server is not None:
             connection = server if isinstance(server, ConnectionSettings) else replace(settings.connection,
                                                                                         servers=(server,))
@@ -162,6 +165,21 @@ class NotebookConsole:
         from console.domain.search import SearchQuery
 
         return await self.runtime.search(self.actions, SearchQuery(stream, **query))
+
+    def decoded(self, stream: str, message: Any) -> Any:
+        """A message (a search's match, a Replay message) as its stream's decoder reads it: a dict of plain
+        values (enums by name, bytes as bytes, int64 exact); DecodeError, with its reason, when it does not
+        decode; its bytes where no decoder takes the stream (`--decoders`, BATCH_CONSOLE_DECODERS)."""
+        from console.decoders import DecodeError
+        from console.decoders.rules import decode_message
+
+        data = message.data if hasattr(message, "data") else message.payload
+        found = decode_message(self.runtime.decoders, stream, message.subject, dict(message.headers), data)
+        if found is None:
+            return data
+        if found.error is not None:
+            raise DecodeError(found.error)
+        return found.value
 
     async def conformance(self, **params) -> ConformancePage:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""

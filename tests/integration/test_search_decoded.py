@@ -159,3 +159,28 @@ def test_an_export_writes_each_message_decoded_and_masked(decoded, fmt):
             assert rows[0]["encoding"] == "protobuf shop.v1.Order" and payload["card"]["number"].startswith("4111-")
         else:  # masked: given out as the masked message in JSON
             assert rows[0]["encoding"] == "json" and "4111-" not in text
+
+
+def test_a_notebook_gets_each_match_as_a_decoded_dict(decoded):
+    from console.config import event_key
+    from console.decoders import DecodeError
+    from console.widgets import NotebookConsole
+
+    url, tmp = decoded
+    event_key(data_dir=tmp)  # a notebook follows the event log, as a collector keys it
+
+    async def use():
+        console = await NotebookConsole.connect(url, data_dir=tmp, decoders=tmp / "decoders.toml")
+        try:
+            found, _ = await console.search("ORD_AVRO", where="payload.customer.id == 4711", max_matches=3)
+            dicts = [console.decoded("ORD_AVRO", f) for f in found]
+            last, _ = await console.search("ORD_AVRO", start_seq=N + 1, end_seq=N + 1)
+            with pytest.raises(DecodeError):
+                console.decoded("ORD_AVRO", last[0])  # the hostile message: its reason, not a dict
+            return dicts
+        finally:
+            await console.close()
+
+    dicts = asyncio.run(use())
+    assert [d["customer"]["id"] for d in dicts] == [4711] * 3
+    assert dicts[0]["placed_at"] == "2026-11-27T10:00:00+00:00" and isinstance(dicts[0]["signature"], bytes)
