@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, M
 from console.domain.messages import Ack
 from console.domain.roles import BUILT_IN
 from console.errors import ConsoleError
-from console.decoders.rules import Decoders, decode_message
-from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named, found_row, search_schema
+from console.decoders.rules import Decoders, decode_message, one_decoder
+from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named, found_row, search_schema, typed_row
 
 if TYPE_CHECKING:
     from console.actions import Actions
@@ -301,16 +301,22 @@ class ExportSearch(Command[Any]):
         return bounded(f"{self.query.stream} {self.fmt}{held} {json.dumps(self.query.describe(), default=str)}")
 
     async def execute(self, services: Services, asker: Actions) -> Any:
-        schema = search_schema() if self.fmt == "parquet" else None
         decoders, stream = services.decoders(), self.query.stream
+        one = one_decoder(decoders, stream) if self.fmt == "parquet" else None
+        payload_type = one.arrow_type() if one is not None else None
+        schema = search_schema(payload_type) if self.fmt == "parquet" else None
+        columns = (*SEARCH_COLUMNS, "raw") if payload_type is not None else SEARCH_COLUMNS
 
         def row(f: Found) -> dict[str, Any]:  # the payload as its stream's decoder reads it, where it has one
-            return found_row(f, decode_message(decoders, stream, f.subject, dict(f.headers), f.data))
+            decoded = decode_message(decoders, stream, f.subject, dict(f.headers), f.data)
+            if payload_type is None:
+                return found_row(f, decoded)
+            return typed_row(f, decoded, payload_type)
 
         if self.matches is not None:
-            return export_bytes(self.fmt, (row(f) for f in self.matches), SEARCH_COLUMNS, self.query.describe(), schema)
+            return export_bytes(self.fmt, (row(f) for f in self.matches), columns, self.query.describe(), schema)
         assert self.path is not None
-        exporter = Exporter(self.path, self.fmt, self.query.describe())
+        exporter = Exporter(self.path, self.fmt, self.query.describe(), columns, schema)
         try:
             oldest_first = self.query.direction != "newest"
             found, state = await required(services.search, "search")(asker, self.query, self.progress, lambda: False,

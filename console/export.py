@@ -164,10 +164,26 @@ def format_named(name: str) -> type[ExportFormat]:
     return FORMATS[name]
 
 
-def search_schema() -> Any:
+def search_schema(payload: Any = None) -> Any:
+    """A search's Parquet columns: text, but the payload typed by its schema when given (and a `raw`
+    column then, for the messages that did not decode)."""
     import pyarrow as pa
 
-    return pa.schema([("seq", pa.int64()), *((c, pa.string()) for c in SEARCH_COLUMNS[1:])])
+    if payload is None:
+        return pa.schema([("seq", pa.int64()), *((c, pa.string()) for c in SEARCH_COLUMNS[1:])])
+    return pa.schema([("seq", pa.int64()), *((c, payload if c == "payload" else pa.string()) for c in SEARCH_COLUMNS[1:]),
+                      ("raw", pa.binary())])
+
+
+def typed_row(f: Found, decoded: Decoded | None, payload: Any) -> dict[str, Any]:
+    """A match as a typed Parquet row: the decoded message in the payload's columns, or its raw bytes
+    (and why) where it did not decode."""
+    from console.decoders.arrow import conform
+
+    row = found_row(f, decoded)
+    if decoded is not None and decoded.error is None:
+        return {**row, "payload": conform(decoded.value, payload), "raw": None}
+    return {**row, "payload": None, "raw": f.data}
 
 
 def open_export(out: IO[bytes], fmt: str, columns: Sequence[str], filters: Mapping[str, Any],
@@ -190,10 +206,12 @@ def export_bytes(fmt: str, rows: Iterable[Mapping[str, Any]], columns: Sequence[
 class Exporter:
     """Search matches streamed to a file (the CLI's --output)."""
 
-    def __init__(self, path: Path | str, fmt: str, filters: Mapping[str, Any]):
+    def __init__(self, path: Path | str, fmt: str, filters: Mapping[str, Any],
+                 columns: Sequence[str] = SEARCH_COLUMNS, schema: Any = None):
         format_named(fmt)
         self._file = open(path, "wb")
-        self._export = open_export(self._file, fmt, SEARCH_COLUMNS, filters, search_schema() if fmt == "parquet" else None)
+        schema = schema if schema is not None or fmt != "parquet" else search_schema()
+        self._export = open_export(self._file, fmt, columns, filters, schema)
 
     @property
     def rows(self) -> int:

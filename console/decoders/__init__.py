@@ -69,6 +69,10 @@ class Decoder:
         """What the stream page says of it."""
         return self.encoding
 
+    def arrow_type(self) -> Any:
+        """The decoded message's Arrow type, where a schema says it (a typed Parquet export); else None."""
+        return None
+
 
 def plain(value: Any) -> Any:
     """The decoded value as plain values, bounded in depth and count (DecodeError past them). Times, dates,

@@ -58,6 +58,11 @@ class AvroDecoder(Decoder):
     def describe(self) -> str:
         return f"avro {self.name}"
 
+    def arrow_type(self) -> Any:
+        from console.decoders.arrow import avro_type
+
+        return avro_type(self.schema)
+
     def _decode(self, data: bytes, headers: Mapping[str, str]) -> Any:
         from fastavro import schemaless_reader
 

@@ -40,6 +40,11 @@ class ProtobufDecoder(Decoder):
     def describe(self) -> str:
         return f"protobuf {self.message}"
 
+    def arrow_type(self) -> Any:
+        from console.decoders.arrow import protobuf_type
+
+        return protobuf_type(self.cls.DESCRIPTOR)
+
     def _decode(self, data: bytes, headers: Mapping[str, str]) -> Any:
         return _message(self.cls.FromString(data), 0)
 

@@ -209,3 +209,12 @@ def described(decoders: Decoders | None, stream: str) -> list[str]:
         said.append(rule.decoder.describe() + (f" ({'; '.join(where)})" if where else "") +
                     (f" — {Path(decoders.source).name} line {rule.line}" if rule.line else ""))
     return said
+
+
+def one_decoder(decoders: Decoders | None, stream: str) -> Decoder | None:
+    """The decoder of every message of a stream, when one table takes them all (no subject or header
+    condition): a typed export's columns are its schema's."""
+    rules = decoders.for_stream(stream) if decoders is not None else ()
+    if len(rules) == 1 and not rules[0].subjects and rules[0].header is None:
+        return rules[0].decoder
+    return None

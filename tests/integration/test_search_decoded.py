@@ -184,3 +184,29 @@ def test_a_notebook_gets_each_match_as_a_decoded_dict(decoded):
     dicts = asyncio.run(use())
     assert [d["customer"]["id"] for d in dicts] == [4711] * 3
     assert dicts[0]["placed_at"] == "2026-11-27T10:00:00+00:00" and isinstance(dicts[0]["signature"], bytes)
+
+
+@pytest.mark.parametrize("stream", ["ORD_PB", "ORD_AVRO"])
+def test_a_parquet_export_has_the_schemas_typed_columns(decoded, stream):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    url, tmp = decoded
+    out, mask = tmp / f"{stream}.parquet", tmp / "mask-parquet.toml"
+    mask.write_text('[[mask]]\nstreams = ["ORD_PB"]\nfields = ["card.number"]\n')
+    done = search(url, tmp, stream, "", "--output", str(out), "--format", "parquet", "--mask-rules", str(mask))
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(out)
+    payload = table.schema.field("payload").type
+    assert payload.field("amount_cents").type == pa.int64() and payload.field("status").type == pa.string()
+    assert payload.field("signature").type == pa.binary()
+    assert payload.field("items").type == pa.list_(pa.struct([("sku", pa.string()), ("qty", pa.int32())]))
+    rows = table.to_pylist()
+    assert [r["seq"] for r in rows[:N]] == list(range(1, N + 1))
+    assert rows[6]["payload"]["amount_cents"] == order(7)["amount_cents"]  # int64 exact, past 32 bits
+    assert rows[0]["payload"]["customer"]["address"]["city"] == "Berlin"
+    assert rows[0]["payload"]["signature"] == order(1)["signature"] or stream == "ORD_PB"  # masked: JSON, then text
+    hostile = next(r for r in rows if r["seq"] == N + 1)
+    raw = b"***" if stream == "ORD_PB" else b"\x0a\xff"  # masked: no field can be found in it, so all of it
+    assert hostile["payload"] is None and hostile["raw"].startswith(raw) and "not decoded" in hostile["encoding"]
+    assert b"4111-" not in out.read_bytes() or stream == "ORD_AVRO"  # the masked stream's card numbers: gone

@@ -188,3 +188,21 @@ def test_a_descriptor_set_without_the_message_or_not_one_is_refused(tmp_path, bi
         with pytest.raises(DecodersError, match=said):
             load_decoders(_file(tmp_path, f'[[decoder]]\nstreams = ["A"]\nencoding = "protobuf"\n'
                                           f'descriptor_set = "{name}"\nmessage = "{message}"\n'))
+
+
+def test_arrow_types_follow_the_schema_and_a_value_that_does_not_fit_is_never_an_error(binpb):
+    import pyarrow as pa
+
+    from console.decoders.arrow import conform
+
+    node = ProtobufDecoder(binpb.read_bytes(), "shop.v1.Node").arrow_type()
+    assert node.field("value").type == pa.int32() and node.field("child").type == pa.string()  # recursive: text
+    order_type = ProtobufDecoder(binpb.read_bytes(), "shop.v1.Order").arrow_type()
+    assert order_type.field("labels").type == pa.map_(pa.string(), pa.string())
+    assert conform(9, pa.string()) == "9"  # an enum number the schema does not name: text
+    assert conform(2 ** 40, pa.int32()) is None and conform(True, pa.int64()) is None
+    assert conform({"a": b"\x00"}, pa.string()) == '{"a": {"base64": "AA=="}}'
+    assert conform("x", pa.struct([("a", pa.int64())])) is None
+    avro = AvroDecoder((HERE / "order.avsc").read_text()).arrow_type()
+    assert avro.field("payment").type == pa.string()  # a union of two records: JSON text
+    assert avro.field("placed_at").type == pa.string()  # a logical type: its canonical text
