@@ -64,7 +64,7 @@ class Runtime:
                                 lambda: self._live.model.collector if self._live is not None else None,
                                 settings.fleet.name)
         self.verdicts = VerdictsReader(connection, lambda: self.event_log)
-        self.searches = Searches(connection, lambda: self.masking, settings.data.decoders, lambda: self.decoders)
+        self.searches = Searches(connection, lambda: self.masking, lambda: self.decoders)
         self.roles_file = RolesWatch(settings.access)
 
     @classmethod

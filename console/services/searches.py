@@ -5,7 +5,6 @@ masked for whoever asks."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from console.broker.connection import Connection
@@ -24,10 +23,10 @@ MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 class Searches:
     def __init__(self, connection: Callable[[], Connection], masking: Callable[[], Masking],
-                 decoders_file: Path | None = None, decoders: Callable[[], Decoders | None] = lambda: None):
-        """decoders_file: read by each search's worker; decoders: the same, read here, for the masking."""
-        self._connection, self._masking, self._decoders = connection, masking, decoders_file
-        self._read_decoders = decoders
+                 decoders: Callable[[], Decoders | None] = lambda: None):
+        """decoders: the operator's decoders file as read here (the masking's); each search's worker reads
+        the same file again, by its name."""
+        self._connection, self._masking, self._decoders = connection, masking, decoders
         self._running: set[int] = set()  # the actors (id of their Actions) whose search runs now
 
     async def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
@@ -37,7 +36,8 @@ class Searches:
 
         from console.decoders.rules import pick
 
-        shown = self._masking().shown(query.stream, asker.payloads(query.stream), pick(self._read_decoders()))
+        decoders = self._decoders()
+        shown = self._masking().shown(query.stream, asker.payloads(query.stream), pick(decoders))
         if id(asker) in self._running:
             raise BusyError("a search of this session is running: cancel it or wait for it first")
         if len(self._running) >= MAX_SEARCHES:
@@ -45,6 +45,6 @@ class Searches:
         self._running.add(id(asker))
         try:
             return await search(self._connection(), query, progress, lambda: cancelled() or asker.ended, shown,
-                                on_match, str(self._decoders) if self._decoders else None)
+                                on_match, decoders.source if decoders is not None else None)
         finally:
             self._running.discard(id(asker))
