@@ -23,6 +23,7 @@ from console.broker import names
 from console.broker.connection import cancelled, close, connect
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
+from console.collector.kept import KeptMessages
 from console.config import (
     EMBEDDED_SYSTEM_USER, KEY_WAIT, SERVER_READY, SYSTEM_PASSWORD_FILE, Settings, add_flags, beside_up, load,
     private_dir, private_file, spark_options,
@@ -354,7 +355,8 @@ async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry
                               monitor_url=settings.connection.monitor_url, quarantine=quarantine,
                               open_tap=lambda servers: connect(replace(settings.connection, servers=tuple(servers)),
                                                                give_up_after=settings.connection.connect_timeout,
-                                                               error_cb=on_error))
+                                                               error_cb=on_error),
+                              kept=KeptMessages(runtime.masking, runtime.decoders))
         await collector.start()
         log.info("%scollecting into %s (advisories %s; batch timeout %gs, %s)", said, runtime.event_log.stream,
                  f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY",

@@ -250,8 +250,9 @@ class CollectorSettings:
     # from /varz (system account or monitor URL), else assume the server default.
     batch_timeout: float | None = setting(None, "the server's batch timeout (a fast batch silent longer is inferred "
                                                 "dropped); default: learned from /varz, else 10", parse=float)
-    tap_publish_subjects: tuple[str, ...] = setting((), "also tap fast-batch messages published on these subjects "
-                                                        "(as heavy as the data)", flag="--tap-publish-side", many=True)
+    tap_publish_subjects: tuple[str, ...] = setting((), "also tap batch messages published on these subjects "
+                                                        "(as heavy as the data): atomic losses no advisory tells are "
+                                                        "named, and a lost batch's first and last messages kept", flag="--tap-publish-side", many=True)
     # The process's CPU priority (see console.collector.priority). None: left alone, for a
     # collector that shares its process with other work; `collect` defaults to adaptive.
     cpu: str | None = setting(None, "adaptive: nice 10, and Linux's idle class while the collector keeps up, so "

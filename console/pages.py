@@ -25,7 +25,7 @@ from console.actions import Actions
 from console.commands import COMMANDS
 from console.broker import names
 from console.domain.display import count, md
-from console.investigate import advice
+from console.investigate import advice, shown_messages
 from console.fleet import Fleet
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
@@ -202,7 +202,12 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
     def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
+    def messages(incident):
+        level = actions.payloads(incident.loss.stream or "")
+        return shown_messages(incident, level, runtime.masking, runtime.decoders)
+
     return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
+                           "messages": messages,
                            "verdicts": runtime.verdicts,
                            "peek": runtime.live.model.find_lost,
                            "export": actions.run, "may": actions.allowed,

@@ -11,6 +11,7 @@ from console.api.callers import Caller, Callers
 from console.api.problems import Problem
 from console.broker import names
 from console.domain.incident import Incident
+from console.domain.kept_messages import ShownMessage
 from console.domain.stream_settings import StreamBatchSettings
 from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 from console.fleet import Fleet
@@ -76,6 +77,14 @@ class Context:
         if found is None or not who.reads(found.loss.stream):  # another team's: as if there were none
             raise Problem(404, "No such incident", f"no loss of batch {batch} in the event log")
         return found
+
+    @staticmethod
+    def messages(runtime: Runtime, incident: Incident, who: Caller) -> list[ShownMessage]:
+        """The batch's kept messages as the caller's roles see its stream's payloads."""
+        from console.investigate import shown_messages
+
+        level = who.grants().payloads(incident.loss.stream or "")
+        return shown_messages(incident, level, runtime.masking, runtime.decoders)
 
     def readable(self, who: Caller, stream: str | None) -> None:
         if not who.reads(stream):

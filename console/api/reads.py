@@ -19,7 +19,7 @@ from console.api.models import (BATCH, MAX_PAGE, STREAM, AuditOut, AuditRecordOu
 from console.api.problems import ERRORS, Problem
 from console.domain.audit import Checked
 from console.domain.checks import Finding
-from console.domain.incident import incident_report, timeline
+from console.domain.incident import incident_report, no_messages_why, timeline
 from console.domain.live_model import LostBatch
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import EARLIEST
@@ -89,17 +89,24 @@ def reads(ctx: Context) -> APIRouter:
     @api.get("/incidents/{batch_id}/report", response_class=PlainTextResponse, tags=["incidents"])
     async def report(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> str:
         """The incident's Markdown report, as the Incident page downloads it."""
-        return incident_report(await ctx.incident(ctx.runtime_of(system), batch_id, who))
+        runtime = ctx.runtime_of(system)
+        found = await ctx.incident(runtime, batch_id, who)
+        return incident_report(found, messages=ctx.messages(runtime, found, who))
 
     @api.get("/incidents/{batch_id}", tags=["incidents"])
     async def incident(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> dict:
         """One lost batch's incident: the loss, the batch's own events and what happened around it."""
-        found = await ctx.incident(ctx.runtime_of(system), batch_id, who)
+        runtime = ctx.runtime_of(system)
+        found = await ctx.incident(runtime, batch_id, who)
         loss = found.loss
         return {"batch_id": loss.batch_id, "stream": loss.stream, "kind": loss.kind.value, "reason": loss.reason,
                 "time": loss.time, "publisher": found.publisher.line() if found.publisher else None,
                 "timeline": [{"time": t, "what": what, "detail": detail} for t, what, detail in timeline(found)],
-                "folded": dict(found.folded)}
+                "folded": dict(found.folded),
+                "messages": [{"place": m.place, "batch_seq": m.seq, "subject": m.subject, "headers": dict(m.headers),
+                              "text": m.text, "about": m.about, "problem": m.problem}
+                             for m in ctx.messages(runtime, found, who)],
+                "messages_missing_why": None if found.messages else no_messages_why(found)}
 
     @api.get("/alerts/rules", response_model=list[RuleOut], tags=["alerts"])
     async def rules(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[RuleOut]:

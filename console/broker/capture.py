@@ -51,6 +51,7 @@ class Inbound:
     no_responders: bool = False  # a 503 status: no stream listens on the subject
     batch_headers: Mapping[str, str] = field(default_factory=dict)  # an atomic batch's headers, if any
     arrival: int = 0  # the order the connection read it in (0: not stamped)
+    headers: tuple[tuple[str, str], ...] = ()  # all of them (a lost batch's messages are kept with theirs)
 
 
 Handler = Callable[[Inbound], Awaitable[None]]
@@ -61,7 +62,7 @@ def inbound(msg: Msg) -> Inbound:
     headers = msg.headers or {}
     batch = {k: headers[k] for k in KEPT_HEADERS if k in headers} if BATCH_ID in headers else {}
     return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg), batch,
-                   getattr(msg, "arrival", 0))
+                   getattr(msg, "arrival", 0), tuple(headers.items()) if headers else ())
 
 
 class DurableAdvisories:

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 from typing import Awaitable, Callable
 
 from console.broker.capture import Subscriptions, stream_cluster
@@ -31,15 +32,17 @@ from console.collector.capture_watch import CaptureWatch
 from console.collector.grading import Grading
 from console.collector.health import Health, Loops
 from console.collector.intake import Intake
+from console.collector.kept import KeptMessages
 from console.collector.priority import CpuMode, CpuPriority
 from console.collector.publishers import Publishers
 from console.collector.atomic_watch import AtomicWatch
-from console.collector.state import BatchState
+from console.collector.state import BatchState, now
 from console.domain.fast_tracker import FastBatchTracker
 from console.collector.status import StatusReport
 from console.collector.tap_reader import TapReader
 from console.collector.writer import EventWriter
 from console.config import CollectorSettings, EventLogSettings
+from console.domain.atomic_tracker import KEPT_PAST_TIMEOUT
 from console.domain.batch_limits import BatchLimits
 from console.domain.events import COLLECTOR, BatchEvent
 from console.domain.status import CollectorStatus
@@ -61,11 +64,14 @@ class Collector:
     def __init__(self, nc: Connection, settings: CollectorSettings = CollectorSettings(),
                  event_log: EventLogSettings = EventLogSettings(), system_nc: Connection | None = None,
                  monitor_url: str | None = None, quarantine: QuarantineSettings = QuarantineSettings(),
-                 open_tap: Callable[[list[str]], Awaitable[Connection]] | None = None):
+                 open_tap: Callable[[list[str]], Awaitable[Connection]] | None = None,
+                 kept: KeptMessages | None = None):
         """system_nc: a connection to the system account, for its copies of every account's
         advisories and for /varz; monitor_url: the server's monitoring URL, for /varz. Both optional.
         open_tap: a connection as this one to other servers (the account's user): in a supercluster the
-        collector taps `$FI` replies in each cluster through one (the system account names the clusters)."""
+        collector taps `$FI` replies in each cluster through one (the system account names the clusters).
+        kept: what keeps a lost batch's first and last messages (the publish side tapped), masked by the
+        operator's rules."""
         self.nc, self.system_nc, self.settings, self.monitor_url = nc, system_nc, settings, monitor_url
         self._open_tap = open_tap
         self._tap_connections: list[Connection] = []
@@ -85,7 +91,7 @@ class Collector:
         self.state = BatchState(nc, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT,
                                 "configured" if settings.batch_timeout else "assumed (server default)",
                                 settings.max_tracked_batches, self.errors)
-        self.intake = Intake(self.writer, self.state, self.quarantine, self.rejected)
+        self.intake = Intake(self.writer, self.state, self.quarantine, self.rejected, kept)
         self._subs = Subscriptions()
         own_streams = frozenset((event_log.stream, settings.advisory_stream, quarantine.stream))
         self.advisories = AdvisoryReader(nc, system_nc, settings, event_log.replicas, own_streams, self.intake,
@@ -263,6 +269,7 @@ class Collector:
                 clock = time.monotonic()
                 self.cpu.on_tick(clock - due, clock)
             self.state.tick(self.intake.put)
+            self.intake.kept.tick(now(), timedelta(seconds=self.state.tracker.batch_timeout + KEPT_PAST_TIMEOUT))
             if self.grading is not None:
                 self.grading.tick(self.intake.put)
             if time.monotonic() - last_status >= self.settings.status_every:

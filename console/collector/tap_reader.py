@@ -21,6 +21,7 @@ from console.collector.state import now
 from console.config import CollectorSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import FI_TAP, PUBLISH_TAP, elected_leader
+from console.domain.fast_ingest import FastReplySubject
 from console.domain.replies import MalformedReply
 from console.domain.wire import MalformedInput, Tally
 
@@ -115,6 +116,8 @@ class TapReader:
                 except MalformedInput as e:
                     await self.intake.reject(PUBLISH_TAP, e.reason, msg)
                     return
+                self.intake.kept.saw(msg.batch_headers["Nats-Batch-Id"], int(msg.batch_headers["Nats-Batch-Sequence"]),
+                                     stream, msg.subject, msg.headers, msg.data, now())
                 if msg.reply and msg.batch_headers.get("Nats-Batch-Sequence") == "1":
                     await self._follow_reply(msg.reply, msg.batch_headers["Nats-Batch-Id"], stream, msg.arrival)
             return
@@ -137,6 +140,9 @@ class TapReader:
                 self.state.tracker.set_stream(batch.batch_id, stream)
                 if self.grading is not None:
                     self.grading.grader.set_stream(batch.batch_id, stream)
+        if batch is not None:
+            self.intake.kept.saw(batch.batch_id, FastReplySubject.parse(msg.reply).seq, batch.stream, msg.subject,
+                                 msg.headers, msg.data, now())
 
     async def _follow_reply(self, reply: str, batch: str, stream: str, arrival: int) -> None:
         """A first message's reply tells a 10210 (the batch never opened): its publisher connection's

@@ -68,6 +68,7 @@ class EventKind(str, Enum):
     CAPTURE_INTERRUPTED = "capture_interrupted"  # a window in which the server may have dropped advisories
     COLLECTOR_STATUS = "collector_status"
     CONFORMANCE = "conformance"  # a client's verdict against ADR-50 (detail: its JSON; publisher: who)
+    BATCH_MESSAGES = "batch_messages"  # a lost batch's first and last messages from the publish side (kept_messages)
 
     def __str__(self) -> str:
         return self.value
@@ -78,9 +79,10 @@ class EventKind(str, Enum):
 LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED,
               EventKind.FAST_LOST)
 ATOMIC_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST)
-# What the collector says of itself and of clients, not of batches: never in History's tables.
 FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST)
-NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE)
+# What the collector says of itself, of clients and of a lost batch's messages, not of batches: never in
+# History's tables.
+NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES)
 
 
 @dataclass(frozen=True, slots=True)

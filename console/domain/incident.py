@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Iterable
 
 from console.domain.display import Clock, md
+from console.domain.wire import printable
+from console.domain.kept_messages import KeptMessage, ShownMessage, kept_messages
 from console.domain.publisher import Publisher
 from console.domain.events import (
     ATOMIC_KINDS,
@@ -15,11 +18,12 @@ from console.domain.events import (
     UNTIL,
     BatchEvent,
     EventKind,
+    MalformedEvent,
     elected_leader,
 )
 
 LOSS_KINDS = (*LOST_KINDS, EventKind.FAST_GAP)  # a gap in ok mode loses messages, not the batch
-NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.FAST_PROGRESS)
+NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.FAST_PROGRESS, EventKind.BATCH_MESSAGES)
 AROUND = timedelta(minutes=5)
 
 
@@ -30,6 +34,8 @@ class Incident:
     context: tuple[BatchEvent, ...]  # the same stream's events, leader elections and blind windows in the window
     around: timedelta
     folded: tuple[tuple[str, int], ...] = ()  # the rest of the window, counted: ("flow changes on other streams", 214)
+    messages: tuple[KeptMessage, ...] = ()  # its first and last, as the publish side saw them (when tapped)
+    messages_problem: str | None = None  # a BATCH_MESSAGES event that could not be read
 
     @property
     def start(self) -> datetime:
@@ -51,14 +57,27 @@ def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = 
     if not losses:
         return None
     loss = min(losses, key=lambda e: (LOSS_KINDS.index(e.kind), e.time))
-    own = tuple(e for e in events if e.batch_id == batch_id and e is not loss)
+    own = tuple(e for e in events if e.batch_id == batch_id and e is not loss and e.kind is not EventKind.BATCH_MESSAGES)
+    messages, problem = _kept(e for e in events if e.batch_id == batch_id and e.kind is EventKind.BATCH_MESSAGES)
     if loss.stream is None and (named := next((e.stream for e in own if e.stream), None)):
         loss = replace(loss, stream=named)  # a later event of the batch (its PubAck's) names the stream
     start, end = loss.time - around, loss.time + around
     nearby = [e for e in events if e.batch_id != batch_id and e.kind not in NOT_CONTEXT and start <= e.time <= end]
     context = tuple(e for e in nearby if _bears_on(e, loss))
     folded = Counter(_folded_as(e) for e in nearby if not _bears_on(e, loss))
-    return Incident(loss, own, context, around, tuple(sorted(folded.items(), key=lambda f: (-f[1], f[0]))))
+    return Incident(loss, own, context, around, tuple(sorted(folded.items(), key=lambda f: (-f[1], f[0]))),
+                    messages, problem)
+
+
+def _kept(events: Iterable[BatchEvent]) -> tuple[tuple[KeptMessage, ...], str | None]:
+    """The first readable BATCH_MESSAGES event's messages (copies of one event are the same)."""
+    problem = None
+    for event in events:
+        try:
+            return kept_messages(event), None
+        except MalformedEvent as e:
+            problem = f"the batch's kept messages could not be read: {e.reason}"
+    return (), problem
 
 
 def _bears_on(e: BatchEvent, loss: BatchEvent) -> bool:
@@ -129,10 +148,34 @@ def folded_lines(incident: Incident) -> list[str]:
     return [f"{n} {what}" for what, n in incident.folded]
 
 
+def no_messages_why(incident: Incident) -> str:
+    """Why the incident shows none of the batch's messages."""
+    if incident.messages_problem:
+        return incident.messages_problem
+    stored = ("An abandoned atomic batch stores none of its messages" if incident.loss.kind in ATOMIC_KINDS else
+              "A fast batch's stored messages carry no batch headers, so they cannot be told from others")
+    return f"{stored}; the console keeps a lost batch's first and last messages when it taps the publish side " \
+           "(--tap-publish-side)."
+
+
+def message_lines(messages: list[ShownMessage]) -> list[str]:
+    """The kept messages as Markdown: each one's headers and text as an indented block, where nothing is
+    read as Markdown or HTML."""
+    lines = []
+    for m in messages:
+        lines += ["", f"**{m.place.capitalize()}** (batch sequence {m.seq}) on {md(m.subject)}: {md(m.about)}"
+                  + (f"; {md(m.problem)}" if m.problem else ""), ""]
+        block = [f"{k}: {v}" for k, v in m.headers] + ([""] if m.headers else []) + (m.text or "(empty)").splitlines()
+        lines += ["    " + printable(line) for line in block]
+    return lines
+
+
 def incident_report(incident: Incident, replay_link: str | None = None, clock: Clock = Clock(),
-                    advice: str | None = None, conformance: str | None = None) -> str:
+                    advice: str | None = None, conformance: str | None = None,
+                    messages: list[ShownMessage] | None = None) -> str:
     """The incident as a Markdown file: times in the clock's zone, the batch's own rows marked, the rest
-    of the window counted rather than listed; `replay_link` should be absolute (the console's URL)."""
+    of the window counted rather than listed; `replay_link` should be absolute (the console's URL); `messages`: the kept ones as
+    the reader may see them."""
     loss = incident.loss
     lines = [
         f"# Incident: batch {md(loss.batch_id)}",
@@ -161,4 +204,6 @@ def incident_report(incident: Incident, replay_link: str | None = None, clock: C
     if not incident.seen_by_tap:
         lines += ["", "The fast-ingest tap saw nothing of this batch (atomic batches have no `$FI` traffic)."
                   if loss.kind in ATOMIC_KINDS else "The tap saw nothing else of this batch."]
+    lines += ["", "## The batch's first and last messages (as the publish side saw them, masked by the rules)"]
+    lines += message_lines(messages) if messages else ["", md(no_messages_why(incident))]
     return "\n".join(lines) + "\n"

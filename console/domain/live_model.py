@@ -107,6 +107,8 @@ class LiveModel:
         if event.kind is EventKind.CONFORMANCE:
             self.conformance.apply(event)
             return
+        if event.kind is EventKind.BATCH_MESSAGES:  # the Incident view's, read from the log there
+            return
         if event.kind is EventKind.COLLECTOR_STATUS:
             if self.collector_seen is not None and event.time < self.collector_seen:
                 return  # an older status stored late (a copy, a backlog) never overrides a newer one

@@ -14,7 +14,8 @@ import param
 from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.events import EventKind
-from console.domain.incident import Incident, describe, folded_lines, incident_report, timeline_rows
+from console.domain.incident import Incident, describe, folded_lines, incident_report, no_messages_why, timeline_rows
+from console.domain.kept_messages import ShownMessage
 from console.ui.conformance import conformance_line
 from console.commands import ExportReport
 from console.ui.controls import download, exports, permitted, refusals
@@ -36,6 +37,23 @@ def timeline_frame(incident: Incident, clock: Clock = Clock()) -> pd.DataFrame:
     return frame
 
 
+def messages_html(messages: list[ShownMessage], incident: Incident) -> str:
+    """The batch's kept first and last messages, every part escaped; why there are none, else."""
+    e = html.escape
+    title = "<b>The batch's first and last messages</b> (as the publish side saw them, masked by the rules)"
+    if not messages:
+        return f'<p>{title}<br><span style="color:#666">{e(no_messages_why(incident))}</span></p>'
+    parts = []
+    for m in messages:
+        rows = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in m.headers)
+        note = f'<div style="color:#b00" role="note">{e(m.problem)}</div>' if m.problem else ""
+        parts.append(f'<div class="bc-kept" style="margin:.3rem 0 .8rem"><b>{e(m.place)}</b> · batch sequence {m.seq} · {e(m.subject)} · '
+                     f'<span style="color:#666">{e(m.about)}</span>{note}'
+                     + (f"<table>{rows}</table>" if rows else "")
+                     + f'<pre style="white-space:pre-wrap;max-height:16em;overflow:auto">{e(m.text)}</pre></div>')
+    return f"<p>{title}</p>" + "".join(parts)
+
+
 def report_filename(batch_id: str) -> str:
     return "incident-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", batch_id)[:64] or "batch") + ".md"
 
@@ -51,6 +69,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
+    messages = param.Callable(default=lambda incident: [],
+                              doc="Incident -> its kept first and last messages as this user may see them")
     verdicts = coroutine("async () -> Verdicts: the publishers' conformance verdicts", default=None)
     verdict = param.ClassSelector(class_=ClientVerdict, default=None, doc="The publisher's conformance verdict")
     incident = param.ClassSelector(class_=Incident, default=None, doc="What was found of the batch, or None")
@@ -115,7 +135,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             + f"<br>{replay}</p>"
             + (f"<p><b>What to do</b><br>{e(todo)}</p>" if (todo := self.advice(incident)) else "")
             + f"<p><b>What the tap saw</b><br>{tap}</p>"
-            f"<p>{len(incident.context)} event(s) of this stream, leader elections and blind windows within "
+            + messages_html(self.messages(incident), incident)
+            + f"<p>{len(incident.context)} event(s) of this stream, leader elections and blind windows within "
             f"{incident.around.total_seconds() / 60:g} min"
             + (f"; not listed: {e('; '.join(folded_lines(incident)))}" if incident.folded else "") + "</p>")
         self._timeline.value = timeline_frame(incident, self.clock)
@@ -140,7 +161,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         verdict = self.verdict
         conformance = None if verdict is None else "conforms" if not verdict.failing else \
             "does not conform: fails " + ", ".join(verdict.failing) + " (`batch-console conformance`)"
-        return incident_report(self.incident, link, self.clock, self.advice(self.incident), conformance)
+        return incident_report(self.incident, link, self.clock, self.advice(self.incident), conformance,
+                               self.messages(self.incident))
 
     async def report(self) -> io.BytesIO:
         """The incident's report download (the action export.report)."""

@@ -87,6 +87,7 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     assert (loss["batch_id"], loss["reason"], loss["kind"]) == ("api-loss", "timeout", "atomic")
     incident = call(console, "GET", "/incidents/api-loss").json()
     assert incident["stream"] == "API_LOSS" and incident["reason"] == "timeout"
+    assert incident["messages"] == [] and "--tap-publish-side" in incident["messages_missing_why"]  # not tapped here
     report = call(console, "GET", "/incidents/api-loss/report")
     assert report.status_code == 200 and report.text.startswith("# Incident: batch api-loss")
 

@@ -94,7 +94,8 @@ def console(tmp_path_factory):
 
     nats_url = poll_until(started, 30, "the nats-server printed no URL", every=0.05).group(0)
     monitor_url = re.search(r"monitor (http://\S+?),", server_log.read_text()).group(1)  # its limits, for Streams
-    collector, collector_log = start(["collect", "--server", nats_url, "--data-dir", str(tmp)], "collector")  # the web's event key
+    collector, collector_log = start(["collect", "--server", nats_url, "--data-dir", str(tmp),  # the web's event key
+                                      "--tap-publish-side", "ui.inc"], "collector")  # the incident's messages
     port = free_port()
     web, web_log = start(["serve", "--server", nats_url, "--port", str(port), "--data-dir", str(tmp),
                           "--monitor-url", monitor_url], "web")

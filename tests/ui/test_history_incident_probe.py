@@ -79,7 +79,7 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
 
 def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(console, page, screenshots):
     nats_url, web_url = console
-    first = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_INC",
+    first = probe(nats_url, "atomic", "--count", "3", "--batch-size", "3", "--abandon", "--stream", "UI_INC",
                   "--subject", "ui.inc")["abandoned_batch"]
     second = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "UI_INC",
                    "--subject", "ui.inc")["abandoned_batch"]
@@ -94,11 +94,17 @@ def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(conso
     expect(loss_row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"))
     expect(page.get_by_text(re.compile(r"\b\d{13}(\.\d+)?\b"))).to_have_count(0)  # no epoch milliseconds anywhere
     expect(page.get_by_role("link", name="the stream's messages in this window (Replay)")).to_be_visible()
+    kept = page.locator(".bc-kept")  # the publish side is tapped: the batch's own first and last messages
+    expect(kept).to_have_count(2)
+    expect(kept.first).to_contain_text("first · batch sequence 1 · ui.inc")
+    expect(kept.last).to_contain_text("last · batch sequence 2 · ui.inc")
+    expect(kept.first.locator("pre")).to_contain_text("pppp")
     with page.expect_download() as download:
         page.get_by_role("button", name="Download report (Markdown)").click()
     assert download.value.suggested_filename == f"incident-{first}.md"
     report = open(download.value.path()).read()
     assert report.startswith(f"# Incident: batch {first}") and second in report
+    assert "**First** (batch sequence 1) on ui.inc" in report and "\n    pppp" in report
     page.screenshot(path=screenshots / "incident.png", full_page=True)
 
 
