@@ -35,7 +35,7 @@ from console.errors import ConfigError, ConsoleError
 from console.probe import ProbeOptions
 from console.progress import ProgressBar
 from console.redaction import redact_logs
-from console.runtime import Runtime
+from console.runtime import Runtime, objectives_of
 
 log = logging.getLogger("batch-console")
 
@@ -538,8 +538,9 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     systems = {spec.name: settings.of_system(spec) for spec in settings.systems()}
     if not systems:
         asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
+    objectives = tuple(objectives_of(settings))
     jobs = {name: JobSettings(each.data.system_dir, SourceOptions.parse(spark_options(each)), max_events=a.max_events,
-                              driver_reads_up_to=a.driver_reads_up_to, system=name)
+                              driver_reads_up_to=a.driver_reads_up_to, system=name, objectives=objectives)
             for name, each in (systems or {"": settings}).items()}
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
                           full_jit=a.full_jit)

@@ -178,6 +178,9 @@ class DataSettings:
                                       parse=Path)
     no_payloads: bool = setting(False, "show and give out no payload at all (Search, Replay, the CLI, notebooks)",
                                 switch=True)
+    objectives: Path | None = setting(None, "loss budgets: a TOML file of [[objective]] name, streams (globs), "
+                                            "publishers, lost_messages_per_million, lost_batches_per_thousand, "
+                                            "window (28d)", parse=Path)
     decoders: Path | None = setting(None, "payload decoders: a TOML file of [[decoder]] streams, subjects, encoding "
                                           "(json, text, protobuf, avro, msgpack, cbor) and its schema files; a "
                                           "search's `payload` is each message as its decoder reads it", parse=Path)
@@ -276,6 +279,7 @@ class CollectorSettings:
     durable: str = "batch-console-collector"
     status_every: float = 5.0
     tick_every: float = 0.5
+    totals_every: float = 60.0  # seconds between two records of the streams' totals (loss budgets); 0: none
     fetch_batch: int = 256
     # What a crashed collector's fetched-but-unacked advisories wait before redelivery; storing a
     # fetched batch takes milliseconds, so this only bounds recovery time after a crash.

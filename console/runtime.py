@@ -28,6 +28,7 @@ from console.services.verdicts import VerdictsReader
 from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
+    from console.domain.budgets import Objective
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.decoders.rules import Decoders
@@ -243,6 +244,7 @@ class Runtime:
         with its line, before anything is asked of a server (a page is never shown unmasked)."""
         _masking_of(settings)
         _decoders_of(settings)
+        objectives_of(settings)
         RolesWatch(settings.access)()
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
@@ -263,6 +265,19 @@ class Runtime:
 
     async def __aexit__(self, *_) -> None:
         await self.close()
+
+
+def objectives_of(settings: Settings) -> list[Objective]:
+    """The loss budgets' objectives (none without a file): ConfigError with the line."""
+    from console.domain.budgets import parse_objectives
+
+    path = settings.data.objectives
+    if path is None:
+        return []
+    try:
+        return parse_objectives(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"objectives {path}: {e}") from None
 
 
 def _decoders_of(settings: Settings) -> Decoders | None:

@@ -53,10 +53,13 @@ from console.analytics.transforms import (
     with_copy_number,
 )
 from console.broker.eventlog import missing_log
+from console.analytics.budgets import budget_counts
 from console.config import AnalyticsSettings
+from console.domain.budgets import WINDOWS, Objective, budget_statuses
 from console.domain.display import as_utc
 from console.domain.events import REPLAYED, key_mismatch
 from console.errors import EventLogMissingError, KeyMismatchError
+from console.storage import budgets as budget_store
 from console.storage import delta, sqlite
 from console.storage.tables import (
     EVENTS_SOURCE,
@@ -76,7 +79,7 @@ AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "
                       "count", "account", "detail", "unverified", "publisher")
 EVENT_ARROW_SCHEMA = to_arrow_schema(EVENT_SCHEMA, timezone="UTC")
 AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats",
-              "capture_interruptions")
+              "capture_interruptions", "budget_counts")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class JobSettings:
     # imports, their connections to NATS) cost more CPU than the events (0.13 cores under the demo).
     driver_reads_up_to: int = AnalyticsSettings.driver_reads_up_to
     system: str = ""  # of a systems file: the system, a column of every derived Delta table it writes
+    objectives: tuple[Objective, ...] = ()  # loss budgets: each one's status is written after a run
 
     @property
     def db_path(self) -> Path:
@@ -260,7 +264,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     with stages("aggregates"), ThreadPoolExecutor(len(jobs)) as pool:
         tables = dict(zip(jobs, pool.map(lambda plan: plan().toArrow(), jobs.values())))
     hourly_a, hourly_g, lost_table = tables["hourly abandonments"], tables["hourly gaps"], tables["abandoned"]
-    blind = tables["blind windows"]
+    blind, counts = tables["blind windows"], tables["budget counts"]
     batches = tables.get("fast batches", pa.table({"batch_id": pa.array([], pa.string())}))
     touched = batches["batch_id"].to_pylist()
     lost_rows = list(_records(lost_table))
@@ -277,6 +281,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         put("abandonment_hourly", hourly_a, by_day)
         put("gap_hourly", hourly_g, by_day)
         put("capture_interruptions", blind, by_day)
+        put("budget_counts", counts, by_day)
         if touched:
             put("fast_batch_summary", batches, f"batch_id IN ({_quoted(touched)})")
         if lost_ids:
@@ -298,9 +303,13 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], _records(batches))
         sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
         sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(s,) for s in streams], rows_s)
+        budget_store.replace_counts(session, day_bounds, _records(counts, drop=("day",)))
 
     with stages("sqlite"):
         sqlite.commit_run(engine, EVENTS_SOURCE, last, writes)
+    if settings.objectives:
+        with stages("budgets"):
+            _budgets(settings, engine)
     return hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
 
 
@@ -323,7 +332,10 @@ def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done:
             "abandoned": lambda: abandoned_batches(scope, settings.context_minutes, filled=True).filter(
                 F.to_date("time").isin(*days)),
             "blind windows": lambda: capture_interruptions(of_days()).withColumn(
-                "day", F.to_date("start").cast("string"))}
+                "day", F.to_date("start").cast("string")),
+            # over the whole scope: a day's first totals grow from the day before's last
+            "budget counts": lambda: budget_counts(scope).filter(F.to_date("bucket").isin(*days)).withColumn(
+                "day", F.to_date("bucket").cast("string"))}
     if seen.fast:
         jobs["fast batches"] = touched_batches
     if seen.retractions:
@@ -331,6 +343,22 @@ def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done:
     return jobs
 
 
+def _budgets(settings: JobSettings, engine) -> None:
+    """Each objective's status as of now, from the counts of its window (and the longest burn window)."""
+    as_of = datetime.now(timezone.utc)
+    longest = max([o.window for o in settings.objectives] + list(WINDOWS.values()))
+    statuses = budget_statuses(list(settings.objectives), budget_store.count_rows(engine, as_of - longest), as_of)
+    budget_store.write_statuses(engine, statuses)
+    delta.replace_where(settings.delta("budget_status"), pa.Table.from_pylist(
+        [{"objective": s.objective, "measure": s.measure, "as_of": s.as_of, "lost": s.counts.lost,
+          "total": s.counts.total, "known": s.counts.known, "spent": s.spent,
+          **{f"burn_{w}": b for w, b in s.burns.items()}} for s in statuses], BUDGET_STATUS_SCHEMA), None)
+
+
+BUDGET_STATUS_SCHEMA = pa.schema([("objective", pa.string()), ("measure", pa.string()),
+                                  ("as_of", pa.timestamp("us", "UTC")), ("lost", pa.int64()), ("total", pa.int64()),
+                                  ("known", pa.bool_()), ("spent", pa.float64())]
+                                 + [(f"burn_{w}", pa.float64()) for w in WINDOWS])
 STATS_SCHEMA = pa.schema([("stream", pa.string()), ("abandonments", pa.int64()), ("first", pa.timestamp("us", "UTC")),
                           ("last", pa.timestamp("us", "UTC")), ("mean_seconds", pa.float64())])
 

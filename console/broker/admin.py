@@ -58,16 +58,7 @@ class StreamAdmin:
     async def stream_facts(self) -> tuple[list[StreamFacts], dict[str, str]]:
         """Every stream with what the health checks read of it, and those the server holds offline (a
         config its release cannot load): one listing, a request per page of the server's."""
-        streams: list[StreamFacts] = []
-        offline: dict[str, str] = {}
-        while True:
-            reply = await self.nc.request("$JS.API.STREAM.LIST", json.dumps({"offset": len(streams)}).encode(),
-                                          timeout=5)
-            page = StreamPage.parse(reply.data)
-            streams += page.streams
-            offline.update(page.offline)
-            if not page.streams or len(streams) >= page.total:
-                return streams, offline
+        return await list_streams(self.nc)
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""
@@ -128,3 +119,16 @@ class StreamAdmin:
 def _settings(info: StreamInfo) -> StreamBatchSettings:
     """A stream's batch settings from its info: the config, and how many consumers it has now."""
     return StreamBatchSettings.from_config(info.config.as_dict()).with_changes(consumers=info.state.consumer_count)
+
+
+async def list_streams(nc: Client) -> tuple[list[StreamFacts], dict[str, str]]:
+    """Every stream as the server lists it, and those it holds offline with why: a request per page."""
+    streams: list[StreamFacts] = []
+    offline: dict[str, str] = {}
+    while True:
+        reply = await nc.request("$JS.API.STREAM.LIST", json.dumps({"offset": len(streams)}).encode(), timeout=5)
+        page = StreamPage.parse(reply.data)
+        streams += page.streams
+        offline.update(page.offline)
+        if not page.streams or len(streams) >= page.total:
+            return streams, offline

@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Awaitable, Callable
 
+from console.broker.admin import list_streams
 from console.broker.capture import Subscriptions, stream_cluster
 from console.broker.connection import Connection, close, connected_to, flush, identity
 from console.broker.eventlog import EventLog
@@ -44,6 +45,7 @@ from console.collector.writer import EventWriter
 from console.config import CollectorSettings, EventLogSettings
 from console.domain.atomic_tracker import KEPT_PAST_TIMEOUT
 from console.domain.batch_limits import BatchLimits
+from console.domain.budgets import totals_events
 from console.domain.events import COLLECTOR, BatchEvent
 from console.domain.status import CollectorStatus
 from console.domain.wire import Tally
@@ -97,6 +99,7 @@ class Collector:
         self.advisories = AdvisoryReader(nc, system_nc, settings, event_log.replicas, own_streams, self.intake,
                                          self.writer, self.loops, self.errors, stopping)
         self.report_instance = uuid.uuid4().hex[:12]
+        self._totals: asyncio.Task[None] | None = None
         self.grading = None if settings.no_conformance else \
             Grading(self.publishers, self.report_instance, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT,
                     settings.status_every)
@@ -229,7 +232,7 @@ class Collector:
         await self._subs.drain(STOP_GRACE)  # the replies the server sent before the unsubscribe are handled
         for task in self._tasks:
             task.cancel()
-        await _ended(self._tasks)
+        await _ended(self._tasks + ([self._totals] if self._totals is not None else []))
         self._tasks.clear()
         if self.grading is not None:
             self.grading.tick(self.intake.put, everything=True)
@@ -259,8 +262,19 @@ class Collector:
                 size = limits.get("max_batch_size").atomic
                 self.grading.grader.learn(limits.timeout, int(size) if size else None)
 
+    async def _write_totals(self) -> None:
+        """The streams' last sequences and the atomic batches seen open: what loss budgets count by."""
+        try:
+            streams, _ = await list_streams(self.nc)
+        except Exception as e:  # the next one counts what this one missed: totals are cumulative
+            self.errors.add(f"stream totals: {type(e).__name__}")
+            return
+        last_seqs = {s.settings.name: s.last_seq for s in streams if s.last_seq is not None}
+        self.intake.put(totals_events(self.report_instance, now(), last_seqs, self.state.atomic.tracker.started),
+                        COLLECTOR)
+
     async def _tick_loop(self) -> None:
-        last_status = 0.0
+        last_status = last_totals = 0.0
         while not self._stopping:
             self.loops.beat("ticker")
             due = time.monotonic() + self.settings.tick_every
@@ -272,6 +286,10 @@ class Collector:
             self.intake.kept.tick(now(), timedelta(seconds=self.state.tracker.batch_timeout + KEPT_PAST_TIMEOUT))
             if self.grading is not None:
                 self.grading.tick(self.intake.put)
+            if self.settings.totals_every and time.monotonic() - last_totals >= self.settings.totals_every \
+                    and (self._totals is None or self._totals.done()):
+                last_totals = time.monotonic()
+                self._totals = asyncio.create_task(self._write_totals())
             if time.monotonic() - last_status >= self.settings.status_every:
                 last_status = time.monotonic()
                 await self.heartbeat()

@@ -4,7 +4,10 @@ with the line and the reason, so a typo never silences an alert unnoticed.
     [[rule]]
     name = "atomic batches abandoned"
     when = "lost_batches"        # lost_batches | lost_messages | rejected | collector_silent | finding
-                                  # (finding: a health check's finding; its reasons are check codes)
+                                  # | budget_burn (finding: a health check's finding, its reasons check
+                                  # codes; budget_burn: a loss budget burning on the SRE workbook's
+                                  # multi-window pairs of the rule's severity or graver, its streams
+                                  # globs of objective names)
     streams = ["ORDERS*"]         # globs; absent = every stream
     reasons = ["timeout"]         # absent = every reason
     at_least = 1                  # how many within the window fire the rule
@@ -29,7 +32,7 @@ from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
 from console.domain.toml_text import FileRefused, read_toml, with_lines
 
-WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding")
+WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding", "budget_burn")
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted",
         "for", "systems"}
@@ -132,6 +135,9 @@ def _rule(table: dict[str, Any], line: int | None, targets: NotifyTargets) -> Ru
         codes = _strings(table.get("reasons", []), "reasons", line)
         if unknown := [c for c in codes if c not in CHECKS]:
             raise RulesError(f"a finding rule's reasons are check codes (BATCH_009, ...), not {unknown[0][:40]!r}", line)
+    if when == "budget_burn" and not set(_strings(table.get("reasons", []), "reasons", line)) <= {"messages",
+                                                                                                  "batches"}:
+        raise RulesError("a budget_burn rule's reasons are measures: messages, batches", line)
     remedy = table.get("remedy", "")
     if not isinstance(remedy, str) or len(remedy) > 2000:
         raise RulesError("remedy must be text (at most 2000 characters)", line)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterator
 
-from console.domain.alert_rules import Rule
+from console.domain.alert_rules import SEVERITIES, Rule
+from console.domain.budgets import BudgetStatus
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 
@@ -101,6 +102,15 @@ class Evaluator:
     pending: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (rule, stream) -> condition since
     findings: dict[tuple[str, str], str] = field(default_factory=dict)  # the checks' (code, stream) -> severity
     held: dict[str, list[tuple[str, Observation]]] = field(default_factory=dict)  # batch id -> its unnamed gaps
+    # objective -> its measures burning on a workbook pair: (measure, long, short, severity, rate)
+    burning: dict[str, list[tuple[str, str, str, str, float]]] = field(default_factory=dict)
+
+    def set_budgets(self, statuses: list[BudgetStatus]) -> None:
+        """The loss budgets' last evaluation: what `budget_burn` rules fire on."""
+        self.burning = {}
+        for status in statuses:
+            if (pair := status.burning) is not None:
+                self.burning.setdefault(status.objective, []).append((status.measure, *pair))
 
     def set_findings(self, found: list[dict[str, str]]) -> None:
         """The health checks' last evaluation: what `finding` rules fire on."""
@@ -110,7 +120,7 @@ class Evaluator:
         if event.kind is EventKind.COLLECTOR_STATUS:
             self.collector_seen = max(self.collector_seen or event.time, event.time)
             return
-        if event.kind in (EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES):
+        if event.kind in (EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS):
             return
         if event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
             self._release(event.batch_id, event.stream)
@@ -183,6 +193,9 @@ class Evaluator:
         if rule.when == "finding":
             yield from self._found(rule, now)
             return
+        if rule.when == "budget_burn":
+            yield from self._burned(rule, now)
+            return
         keys = {stream for (measure, stream) in self.windows if measure == rule.when} | \
             {stream for (name, stream) in self.firing if name == rule.name}
         for stream in keys:
@@ -202,6 +215,17 @@ class Evaluator:
             if rule.covers(stream) or (rule.name, stream) in self.firing:
                 seen = by_stream.get(stream, [])
                 yield stream, len(seen), seen
+
+    def _burned(self, rule: Rule, now: datetime) -> Iterator[tuple[str, int, list[Observation]]]:
+        """Per objective (the rule's `streams` are globs of objective names): its measures burning on a
+        pair of the rule's severity or a graver one (a warning rule fires on the paging pairs too)."""
+        floor = SEVERITIES.index(rule.severity)
+        for objective in set(self.burning) | {s for (name, s) in self.firing if name == rule.name}:
+            seen = [Observation(now, 1, f"{measure}: {rate:.1f}x over {long} and {short}", None)
+                    for measure, long, short, severity, rate in self.burning.get(objective, ())
+                    if SEVERITIES.index(severity) >= floor and (not rule.reasons or measure in rule.reasons)]
+            if rule.covers(objective) or (rule.name, objective) in self.firing:
+                yield objective, len(seen), seen
 
     def _transition(self, rule: Rule, stream: str, count: int, seen: list[Observation], now: datetime) -> list[Notice]:
         key = (rule.name, stream)

@@ -22,6 +22,7 @@ REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
 KEPT_HEADERS = (*BATCH_HEADERS, REQUIRED_API_LEVEL)  # what the publish-side tap keeps of a batch message
 # Why open atomic batches were dropped, as ATOMIC_LOST's reason.
 LEADER_CHANGE, DISABLED, STREAM_DELETED = "leader_change", "disabled", "stream_deleted"
+MAX_COUNTED_STREAMS = 10_000  # streams whose atomic batches are counted
 KEPT_PAST_TIMEOUT = 30.0  # seconds a quiet batch is kept past the batch timeout, for a late stream event
 WHAT = {LEADER_CHANGE: "the stream elected a new leader", DISABLED: "an update switched allow_atomic off",
         STREAM_DELETED: "the stream was deleted"}
@@ -69,6 +70,7 @@ class AtomicTracker:
         self.batches: dict[str, OpenAtomic] = {}
         self.untracked = Tally()  # stream -> batches not tracked (the tracker was full)
         self.messages = 0  # batch messages seen
+        self.started: dict[str, int] = {}  # stream -> atomic batches seen open since the start (loss budgets)
 
     def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> None:
         """One tapped message on a stream's subject. Raises MalformedAtomicMessage."""
@@ -81,6 +83,8 @@ class AtomicTracker:
             self.batches.pop(identity, None)  # its outcome, if bad, comes as an advisory or a 10176
             return
         batch = self.batches.get(identity)
+        if batch is None and seq == 1 and (stream in self.started or len(self.started) < MAX_COUNTED_STREAMS):
+            self.started[stream] = self.started.get(stream, 0) + 1
         if batch is None:
             if len(self.batches) >= self.max_batches:
                 self.untracked.add(stream)

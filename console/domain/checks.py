@@ -29,6 +29,7 @@ class StreamFacts:
     settings: StreamBatchSettings
     duplicate_window: float = 0.0  # seconds
     metadata: Mapping[str, str] = field(default_factory=dict)
+    last_seq: int | None = None  # the stream's last sequence (the loss budgets count what it grew by)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class StreamPage:
                 streams.append(StreamFacts(
                     settings.with_changes(consumers=consumers if type(consumers) is int else None),
                     window / 1e9 if type(window) is int and window > 0 else 0.0,
-                    {str(k)[:256]: str(v)[:256] for k, v in metadata.items()} if isinstance(metadata, dict) else {}))
+                    {str(k)[:256]: str(v)[:256] for k, v in metadata.items()} if isinstance(metadata, dict) else {},
+                    last if type(last := state.get("last_seq")) is int and 0 <= last < 2 ** 63 else None))
             except (KeyError, TypeError, ValueError, AttributeError):  # one odd stream is left out, not the list
                 continue
         return cls(tuple(streams), {str(k)[:256]: str(v)[:500] for k, v in offline.items()}, total)

@@ -69,6 +69,7 @@ class EventKind(str, Enum):
     COLLECTOR_STATUS = "collector_status"
     CONFORMANCE = "conformance"  # a client's verdict against ADR-50 (detail: its JSON; publisher: who)
     BATCH_MESSAGES = "batch_messages"  # a lost batch's first and last messages from the publish side (kept_messages)
+    STREAM_TOTALS = "stream_totals"  # the streams' last sequences, and atomic batches seen (detail: its JSON; budgets)
 
     def __str__(self) -> str:
         return self.value
@@ -80,9 +81,9 @@ LOST_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST, EventKind.FAST_
               EventKind.FAST_LOST)
 ATOMIC_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST)
 FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST)
-# What the collector says of itself, of clients and of a lost batch's messages, not of batches: never in
-# History's tables.
-NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES)
+# What the collector says of itself, of clients, of streams and of a lost batch's messages, not of
+# batches: never in History's loss tables (the loss budgets count stream totals).
+NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS)
 
 
 @dataclass(frozen=True, slots=True)

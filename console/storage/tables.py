@@ -79,6 +79,43 @@ class StreamAbandonmentStats(SQLModel, table=True):
     mean_seconds: float | None = None
 
 
+class BudgetCount(SQLModel, table=True):
+    """What loss budgets count per 5-minute bucket, stream and publisher (console.analytics.budgets)."""
+
+    __tablename__ = "budget_counts"
+    bucket: datetime = Field(primary_key=True)
+    stream: str = Field(primary_key=True)
+    publisher: str = Field(primary_key=True)  # "" where no publisher is known
+    stored: int = 0
+    fast_stored: int = 0
+    lost_messages: int = 0
+    batches: int = 0
+    lost_batches: int = 0
+    atomic_uncounted: int = 0
+
+
+class BudgetStatusRow(SQLModel, table=True):
+    """Each objective's measure as the job's last run left it (console.domain.budgets.BudgetStatus)."""
+
+    __tablename__ = "budget_status"
+    objective: str = Field(primary_key=True)
+    measure: str = Field(primary_key=True)  # messages | batches
+    as_of: datetime
+    allowed: float  # the error rate it allows
+    window_days: float
+    lost: int
+    total: int
+    known: bool
+    spent: float | None = None  # of the budget (1: all of it)
+    burn_5m: float | None = None
+    burn_30m: float | None = None
+    burn_1h: float | None = None
+    burn_2h: float | None = None
+    burn_6h: float | None = None
+    burn_1d: float | None = None
+    burn_3d: float | None = None
+
+
 EVENTS_SOURCE = "events"  # the analytics job's offset in job_offsets: the event log
 # Past the offset, up to here the log was checked to hold nothing but the collector's heartbeat:
 # History is level with it, though those heartbeats reach the raw events only with the next run.

@@ -1,0 +1,51 @@
+"""The loss budgets' SQLite side: the counts the analytics job writes per 5-minute bucket, read back for an
+objective's windows (by the job, the alerts part, the Budgets page, `check` and the report), and the
+statuses of the job's last run."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, col, delete, select
+
+from console.domain.budgets import BudgetStatus, CountRow
+from console.domain.display import as_utc
+from console.storage import sqlite
+from console.storage.tables import BudgetCount, BudgetStatusRow
+
+COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted")
+
+
+def replace_counts(session: Session, days: list[tuple[datetime, datetime]], rows) -> None:
+    """The counts of these days (each [from, to)) replaced by `rows` (dicts of every column)."""
+    for lo, hi in days:
+        session.exec(delete(BudgetCount).where(col(BudgetCount.bucket) >= lo, col(BudgetCount.bucket) < hi))
+    sqlite.insert_rows(session, BudgetCount, rows)
+
+
+def count_rows(engine, since: datetime, until: datetime | None = None) -> list[CountRow]:
+    """Every count row of the buckets from `since` (to `until`)."""
+    b = BudgetCount
+    with Session(engine) as s:
+        q = select(b).where(b.bucket >= since)
+        if until is not None:
+            q = q.where(b.bucket <= until)
+        return [CountRow(as_utc(r.bucket), r.stream, r.publisher, *(getattr(r, c) for c in COUNT_COLUMNS))
+                for r in s.exec(q)]
+
+
+def write_statuses(engine, statuses: list[BudgetStatus]) -> None:
+    """The statuses of this run, in place of the last run's (an objective no longer in the file goes)."""
+    with Session(engine) as s:
+        s.exec(delete(BudgetStatusRow))
+        for st in statuses:
+            s.add(BudgetStatusRow(objective=st.objective, measure=st.measure, as_of=st.as_of, allowed=st.allowed,
+                                  window_days=st.window / timedelta(days=1), lost=st.counts.lost,
+                                  total=st.counts.total, known=st.counts.known, spent=st.spent,
+                                  **{f"burn_{w}": v for w, v in st.burns.items()}))
+        s.commit()
+
+
+def status_rows(engine) -> list[BudgetStatusRow]:
+    with Session(engine) as s:
+        return list(s.exec(select(BudgetStatusRow).order_by(BudgetStatusRow.objective, BudgetStatusRow.measure)))

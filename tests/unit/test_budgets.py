@@ -1,0 +1,119 @@
+"""Loss budgets' pure part: the objectives file read strictly, counts over windows, the SRE workbook's
+burn-rate pairs (a long burn with a short one fires; a short spike alone or a long burn that has
+stopped does not), and the stream totals split to fit an event."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from console.domain.budgets import (
+    BURN_PAIRS,
+    CountRow,
+    Counts,
+    ObjectivesError,
+    budget_statuses,
+    burn_rate,
+    burning,
+    counts_of,
+    parse_objectives,
+    totals_events,
+)
+from console.domain.events import MAX_EVENT
+
+NOW = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
+ORDERS = '[[objective]]\nname = "orders"\nstreams = ["ORD*"]\nlost_messages_per_million = 10\n'
+
+
+def rows_every_5m(hours: float, stored: int, lost_at: dict[int, int] | None = None, stream="ORDERS"):
+    """A steady stream for `hours` up to NOW, `stored` messages a bucket, and losses in the buckets so
+    many before NOW's (0: NOW's own)."""
+    n = int(hours * 12)
+    return [CountRow(NOW - timedelta(minutes=5 * ago), stream, "", stored=stored,
+                     lost_messages=(lost_at or {}).get(ago, 0)) for ago in range(n, -1, -1)]
+
+
+def test_an_objectives_file_is_read_with_its_defaults():
+    [o] = parse_objectives(ORDERS)
+    assert o.window == timedelta(days=28) and o.allowed("messages") == 1e-5 and o.allowed("batches") is None
+    assert o.covers("ORDERS") and not o.covers("PAYMENTS")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\n", "lost_messages_per_million or lost_batches_per_thousand"),
+    ("[[objective]]\nname = 'x'\nstreams = []\nlost_messages_per_million = 1\n", "streams"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_messages_per_million = 0\n", "above 0"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_messages_per_million = true\n", "above 0"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_batches_per_thousand = 1000\n", "below 1,000"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_messages_per_million = 1\nwindow = '2h'\n", "1d to 90d"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_messages_per_million = 1\nwindow = 28\n", "duration"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_messages_per_million = 1\ncolour = 1\n", "unknown key"),
+    ("[[objective]]\nname = \"x\\u0007\"\nstreams = ['A']\nlost_messages_per_million = 1\n", "name"),
+    ("[[objective]]\nname = '" + "n" * 101 + "'\nstreams = ['A']\nlost_messages_per_million = 1\n", "name"),
+    (ORDERS + ORDERS, "two objectives"),
+    ("[[objective]]\nname = 'x'\nstreams = ['A']\nlost_messages_per_million = 1\npublishers = [1]\n", "publishers"),
+    ("objective = 1\n", "array of tables"),
+    ("[rule]\n", "unknown table"),
+    ("[[objective]\n", "not TOML"),
+    ("x = " + "[" * 5000 + "]" * 5000, "not TOML"),
+])
+def test_an_objectives_file_with_an_error_is_refused_with_its_line(text, said):
+    with pytest.raises(ObjectivesError) as e:
+        parse_objectives(text)
+    assert said in str(e.value)
+    if "[[objective]]" in text and "two" not in said:
+        assert e.value.line == 1
+
+
+def test_a_rate_is_not_known_with_nothing_published_and_never_zero_or_infinite():
+    assert burn_rate(Counts(lost=3, total=0), 1e-5) is None
+    assert burn_rate(Counts(lost=3, total=100, known=False), 1e-3) is None
+    assert burn_rate(Counts(lost=0, total=100), 1e-3) == 0.0
+
+
+def test_a_publisher_objective_counts_what_its_publishers_did():
+    [o] = parse_objectives('[[objective]]\nname = "svc"\nstreams = ["*"]\npublishers = ["order-svc*"]\n'
+                           'lost_messages_per_million = 10\n')
+    rows = [CountRow(NOW, "ORDERS", "", stored=1_000_000),
+            CountRow(NOW, "ORDERS", "order-svc (python 2.7)", fast_stored=9_990, lost_messages=10),
+            CountRow(NOW, "ORDERS", "billing (go 1.41)", fast_stored=5_000, lost_messages=50)]
+    assert counts_of(o, "messages", rows) == Counts(10, 10_000)
+    [stream_wide] = parse_objectives(ORDERS)
+    assert counts_of(stream_wide, "messages", rows) == Counts(60, 1_000_000 + 60)
+
+
+def _burning_now(rows) -> tuple | None:
+    [status] = budget_statuses(parse_objectives(ORDERS), rows, NOW)
+    return status.burning
+
+
+def test_a_sustained_burn_fires_the_fast_pair_and_a_short_spike_alone_does_not():
+    # 100,000 messages a bucket; 10 per million allowed: 1 lost a bucket is a burn rate of 1
+    sustained = rows_every_5m(72, 100_000, {ago: 20 for ago in range(25)})  # 20x for the last two hours
+    long, short, severity, rate = _burning_now(sustained)
+    assert (long, short, severity) == ("1h", "5m", "critical") and rate >= 14.4
+    spike = rows_every_5m(72, 100_000, {1: 40})  # one bucket at 40x five minutes ago, else none lost
+    [status] = budget_statuses(parse_objectives(ORDERS), spike, NOW)
+    assert status.burns["5m"] >= 14.4 > status.burns["1h"] and _burning_now(spike) is None
+    stopped = rows_every_5m(72, 100_000, {ago: 20 for ago in range(13, 25)})  # an hour at 20x, then an hour quiet
+    assert _burning_now(stopped) is None  # the short windows have recovered: the alert resolves
+
+
+def test_the_pairs_are_the_workbooks():
+    assert [(p[0], p[1], p[2]) for p in BURN_PAIRS] == [("1h", "5m", 14.4), ("6h", "30m", 6.0), ("1d", "2h", 3.0),
+                                                      ("3d", "6h", 1.0)]
+    assert burning({"1h": 20.0, "5m": 20.0}) == ("1h", "5m", "critical", 20.0)
+    assert burning({"1h": 20.0, "5m": None}) is None
+
+
+def test_stream_totals_fit_in_events_of_their_own_size():
+    many = {f"STREAM_{i:05d}_" + "x" * 200: i for i in range(2_000)}
+    events = totals_events("inst", NOW, many, {"STREAM_00001": 3})
+    assert len(events) > 1 and len({e.event_id for e in events}) == len(events)
+    assert all(len(e.to_json()) < MAX_EVENT for e in events)
+    seen: dict[str, int] = {}
+    for e in events:
+        seen.update(json.loads(e.detail)["last_seq"])
+    assert seen == many
