@@ -55,6 +55,11 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
     facts = replace(facts, limits=limits, limits_assumed=source.startswith(ASSUMED),
                     event_key_exposed=_key_exposed(runtime.settings))
     try:
+        budgets = await asyncio.to_thread(runtime.budgets)
+        facts = replace(facts, budgets=tuple(budgets) if budgets is not None else None)
+    except Exception as e:  # BATCH_031 says it could not run
+        log.warning("check: the loss budgets not read: %s", e)
+    try:
         events = recent.window(datetime.now(timezone.utc)) if recent is not None else \
             await _window(runtime, window_minutes)
     except Exception as e:  # no event key, no event log: the load and collector checks say they could not run
@@ -192,7 +197,8 @@ def by_code_and_stream(report: Report) -> list[dict]:
 
 async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
                 on_findings: Callable[[list[dict]], None] = lambda found: None,
-                recent: RecentEvents | None = None, caught_up: Callable[[], bool] = lambda: True) -> None:
+                recent: RecentEvents | None = None, caught_up: Callable[[], bool] = lambda: True,
+                on_budgets: Callable[[list], None] = lambda statuses: None) -> None:
     """The alerts part's timer: the checks every check_every seconds into SQLite (the Checks page) and
     /metrics, so both say what `batch-console check` says."""
     from console.domain.checks import evaluate
@@ -208,6 +214,7 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
             report = evaluate(facts, given, remedies=remedies())
             found = by_code_and_stream(report)
             on_findings(found)  # the alert rules on findings
+            on_budgets(list(facts.budgets or ()))  # and on loss budgets
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
             if metrics is not None:
                 metrics.check_status.clear()

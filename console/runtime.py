@@ -28,7 +28,7 @@ from console.services.verdicts import VerdictsReader
 from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
-    from console.domain.budgets import Objective
+    from console.domain.budgets import BudgetStatus, Objective
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.decoders.rules import Decoders
@@ -58,6 +58,7 @@ class Runtime:
         self._alerts: AlertsView | None = None
         self._masking: Masking | None = None
         self._decoders: Decoders | None = None
+        self._objectives: list[Objective] | None = None
         self._reading_ahead: asyncio.Task[None] | None = None
         # the services built on the system, each asking for the connection it has now
         connection = lambda: self.nc  # noqa: E731
@@ -229,6 +230,22 @@ class Runtime:
         if self._decoders is None and self.settings.data.decoders is not None:
             self._decoders = _decoders_of(self.settings)
         return self._decoders
+
+    @property
+    def objectives(self) -> list[Objective]:
+        """The loss budgets' objectives (read once; an error stops the process at its start, with its line)."""
+        if self._objectives is None:
+            self._objectives = objectives_of(self.settings)
+        return self._objectives
+
+    def budgets(self) -> list[BudgetStatus] | None:
+        """Each objective's status now, from the analytics job's counts; None without objectives or history."""
+        from console.services.budgets import budgets_now
+
+        history = self.history
+        if not self.objectives or history is None:
+            return None
+        return budgets_now(self.objectives, history.engine)
 
     @property
     def masking(self) -> Masking:

@@ -12,6 +12,7 @@ import threading
 from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from console.domain.budgets import BudgetStatus
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 from console.domain.reasons import OTHER, is_known
@@ -87,13 +88,30 @@ class Metrics:
         self.firing = family("batch_console_alerts_firing", "Alerts firing", "gauge", ("rule", "severity"))
         self.check_status = family("batch_console_check_status", "A batch health check's state: 0 ok, 1 info, "
                                    "2 warning, 3 critical (batch-console check)", "gauge", ("code", "stream"))
+        self.budget_remaining = family("batch_console_budget_remaining", "A loss objective's budget left over its "
+                                       "window (1: all of it, below 0: overspent)", "gauge", ("objective", "measure"))
+        self.budget_burn = family("batch_console_budget_burn_rate", "A loss objective's burn rate over a window (1: "
+                                  "spends the budget exactly)", "gauge", ("objective", "measure", "window"))
         self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
-                         self.collector_up, self.lag, self.firing, self.check_status)
+                         self.collector_up, self.lag, self.firing, self.check_status, self.budget_remaining,
+                         self.budget_burn)
         self._streams: set[str] = set()
         self._new_reasons: set[str] = set()
         # A fast batch's gaps while no reply has named its stream: counted under the stream its PubAck
         # (fast_attributed) names, or under "(unknown)" when it ends without one.
         self._unattributed: dict[str, list[BatchEvent]] = {}
+
+    def budgets(self, statuses: list[BudgetStatus]) -> None:
+        """Each objective's budget left and burn rates (one not known is no sample: never a false zero).
+        Objectives are the operator's own file's, bounded there: no label from the wire."""
+        self.budget_remaining.clear()
+        self.budget_burn.clear()
+        for status in statuses:
+            if (left := status.remaining) is not None:
+                self.budget_remaining.set(status.objective, status.measure, value=left)
+            for window, rate in status.burns.items():
+                if rate is not None:
+                    self.budget_burn.set(status.objective, status.measure, window, value=rate)
 
     def stream(self, name: str | None) -> str:
         name = name or UNKNOWN_STREAM

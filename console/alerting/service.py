@@ -21,6 +21,7 @@ from console.broker.connection import Connection, cancelled
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings, file_stamp
 from console.domain.alert_rules import Rule
+from console.domain.budgets import BudgetStatus
 from console.domain.alerting import Evaluator, Notice, observations
 from console.domain.checks import RecentEvents
 from console.domain.notify_targets import NotifyTargets
@@ -106,6 +107,13 @@ class AlertService:
     def set_findings(self, found: list[dict[str, str]]) -> None:
         """The health checks' last evaluation (console.checks.watch): rules on findings fire on it at once."""
         self.evaluator.set_findings(found)
+        self._poke.set()
+
+    def set_budgets(self, statuses: list[BudgetStatus]) -> None:
+        """The loss budgets as the checks' timer last summed them: budget_burn rules fire on it at once."""
+        self.evaluator.set_budgets(statuses)
+        if self.metrics is not None:
+            self.metrics.budgets(statuses)
         self._poke.set()
 
     def tick(self, now: datetime) -> list[Notice]:

@@ -11,13 +11,16 @@ import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.events import FAST_ENDS, EventKind
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import MalformedInput, load_object
+
+if TYPE_CHECKING:  # budgets reads the alert rules, which read this catalogue
+    from console.domain.budgets import BudgetStatus
 
 SEVERITIES = ("ok", "info", "warning", "critical")  # in rising order; Nagios: ok 0, warning 1, critical 2
 METADATA_PREFIX = "batch_console.check."  # a stream's own thresholds: batch_console.check.BATCH_012.at_least = 3
@@ -103,6 +106,7 @@ class Facts:
     event_key_exposed: str | None = None  # how others can read the key file ("" when they cannot)
     nonconforming: Mapping[str, str] | None = None  # client -> the statements it fails (the conformance report)
     unread_why: Mapping[str, str] = field(default_factory=dict)  # a fact not read, and why, where UNREAD is not it
+    budgets: tuple[BudgetStatus, ...] | None = None  # each objective's loss budget now (console.domain.budgets)
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,21 @@ def _nonconforming(f: Facts, _t: Threshold) -> Found:
         yield None, f"{client} fails {statements}", None
 
 
+def _budgets(f: Facts, t: Threshold) -> Found:
+    """An objective's budget spent, nearly spent, or burning on a workbook pair; one finding per measure."""
+    for status in f.budgets or ():
+        used, counts = status.spent, status.counts
+        said = (f"objective {status.objective!r}, lost {status.measure}: {counts.lost:,} of {counts.total:,} over "
+                f"{status.window.days}d")
+        if used is not None and used >= 1:
+            yield None, f"{said}: the budget is spent ({used:.0%})", "critical"
+        elif (pair := status.burning) is not None:
+            long, short, severity, rate = pair
+            yield None, f"{said}: burning at {rate:.1f}x over {long} and {short} ({used or 0:.0%} spent)", severity
+        elif used is not None and used >= t("warning_at", None):
+            yield None, f"{said}: {used:.0%} of the budget spent", "warning"
+
+
 CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_001", "a batch kind the server cannot take", "critical",
           "Upgrade the server to 2.14 or later for fast ingest (API level 4), or switch allow_batched off: every "
@@ -360,6 +379,10 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_030", "a publisher that does not conform to ADR-50", "warning",
           "Attach `batch-console conformance` to a bug against the client library; upgrade it when fixed.",
           ("nonconforming",), _nonconforming),
+    Check("BATCH_031", "a loss budget spent or burning fast", "warning",
+          "Open the Budgets page: the losses that spent the budget are linked to their incidents and publishers; "
+          "fix the largest first, or agree a looser objective with the stream's owners.", ("budgets",), _budgets,
+          {"warning_at": 0.75}),
 )}
 
 
@@ -369,7 +392,8 @@ UNREAD = {"nonconforming": "no conformance verdict in the window (the collector 
           "server": "the server's release was not read", "streams": "the stream list was not read",
           "collector_healthy": "the event log was not read (no event key?)",
           "advisories_durable": "no collector status in the event log",
-          "system_account": "no collector status in the event log"}
+          "system_account": "no collector status in the event log",
+          "budgets": "no loss objectives (--objectives), or no analytics tables yet"}
 
 
 class ThresholdError(ValueError):

@@ -154,7 +154,8 @@ def test_the_shipped_rules_parse_and_cover_every_reason_the_console_records():
     assert covered == {*REASONS, OTHER} and all(rule.remedy for rule in rules)
     catch_all = [rule for rule in rules if rule.when == "lost_batches" and rule.covers("S", "brand_new")]
     assert [rule.reasons for rule in catch_all] == [(OTHER,)]
-    assert {rule.when for rule in rules} == {"lost_batches", "lost_messages", "rejected", "collector_silent"}
+    assert {rule.when for rule in rules} == {"lost_batches", "lost_messages", "rejected", "collector_silent",
+                                             "budget_burn"}
 
 
 def test_metrics_render_the_text_format_with_escaped_labels_and_fold_streams_past_the_cap(monkeypatch):

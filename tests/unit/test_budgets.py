@@ -117,3 +117,42 @@ def test_stream_totals_fit_in_events_of_their_own_size():
     for e in events:
         seen.update(json.loads(e.detail)["last_seq"])
     assert seen == many
+
+
+def test_budget_burn_rules_fire_on_their_severitys_pairs_and_resolve_when_the_short_window_recovers():
+    from console.alerting.metrics import Metrics
+    from console.domain.alert_rules import parse_rules
+    from console.domain.alerting import Evaluator
+
+    rules = parse_rules('[[rule]]\nname = "fast"\nwhen = "budget_burn"\nseverity = "critical"\n'
+                        '[[rule]]\nname = "slow"\nwhen = "budget_burn"\nseverity = "warning"\n'
+                        '[[rule]]\nname = "others"\nwhen = "budget_burn"\nstreams = ["billing*"]\n')
+    evaluator, metrics, objectives = Evaluator(rules), Metrics(), parse_objectives(ORDERS)
+    paging = budget_statuses(objectives, rows_every_5m(72, 100_000, {ago: 20 for ago in range(25)}), NOW)
+    evaluator.set_budgets(paging)
+    metrics.budgets(paging)
+    fired = evaluator.evaluate(NOW)
+    assert sorted((n.rule, n.status, n.stream) for n in fired) == [("fast", "firing", "orders"),
+                                                                   ("slow", "firing", "orders")]
+    assert "messages: 20.0x over 1h and 5m" in fired[0].reasons
+    text = metrics.render().decode()
+    assert 'batch_console_budget_burn_rate{objective="orders",measure="messages",window="1h"} 19.99' in text
+    ticket = budget_statuses(objectives, rows_every_5m(72, 100_000, {ago: 4 for ago in range(12 * 24)}), NOW)
+    evaluator.set_budgets(ticket)  # 4x for a day: a ticket pair (1d and 2h at 3x), not a page
+    assert [(n.rule, n.status) for n in evaluator.evaluate(NOW)] == [("fast", "resolved")]
+    evaluator.set_budgets(budget_statuses(objectives, rows_every_5m(72, 100_000), NOW))
+    assert [(n.rule, n.status) for n in evaluator.evaluate(NOW)] == [("slow", "resolved")]
+
+
+def test_the_check_finds_a_spent_budget_a_burning_one_and_says_when_there_are_none():
+    from console.domain.checks import Facts, evaluate
+
+    [objective] = parse_objectives(ORDERS)
+    spent = budget_statuses([objective], rows_every_5m(72, 100_000, {ago: 40 for ago in range(100)}), NOW)
+    report = evaluate(Facts(budgets=tuple(spent)), codes=["BATCH_031"])
+    [finding] = report.findings
+    assert finding.severity == "critical" and "the budget is spent" in finding.evidence and "'orders'" in finding.evidence
+    calm = budget_statuses([objective], rows_every_5m(72, 100_000), NOW)
+    assert evaluate(Facts(budgets=tuple(calm)), codes=["BATCH_031"]).findings == ()
+    unread = evaluate(Facts(), codes=["BATCH_031"])
+    assert unread.unchecked == (("BATCH_031", "no loss objectives (--objectives), or no analytics tables yet"),)

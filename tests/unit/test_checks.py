@@ -4,11 +4,12 @@ settings, then the defaults; what could not be read is unchecked, never ok."""
 
 import json
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from console.domain.batch_limits import BatchLimits
+from console.domain.budgets import BudgetStatus, Counts
 from console.domain.checks import (CHECKS, Facts, MalformedListing, RecentEvents, StreamFacts, StreamPage,
                                    ThresholdError, WindowCounts, evaluate, parse_threshold, window_counts)
 from console.domain.events import BatchEvent, EventKind
@@ -19,7 +20,7 @@ NEW, OLD = ServerRelease("2.15.1", 5), ServerRelease("2.12.8", 3)
 LIMITS = BatchLimits.from_varz({"version": "2.15.1"})
 QUIET = Facts(server=NEW, limits=LIMITS, streams=(StreamFacts(StreamBatchSettings("S", replicas=3)),), counts={},
               collector_age_s=5, collector_healthy=True, advisories_durable=True, system_account=True,
-              event_key_exposed="", nonconforming={})
+              event_key_exposed="", nonconforming={}, budgets=())
 
 
 def stream(duplicate_window: float = 120.0, metadata=None, **settings) -> tuple[StreamFacts, ...]:
@@ -44,6 +45,8 @@ FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where
     "BATCH_023": dict(collector_age_s=600),
     "BATCH_024": dict(event_key_exposed="readable by others"),
     "BATCH_030": dict(nonconforming={"orbit.go 0.3": "FAST_007 (pings before the batch timeout)"}),
+    "BATCH_031": dict(budgets=(BudgetStatus("orders", "messages", 1e-5, timedelta(days=28), Counts(30, 1_000_000),
+                                            {}, datetime(2026, 11, 27, tzinfo=timezone.utc)),)),
 }
 # A fact that fires one check may be the premise of another (an old server also has known defects)
 ALSO = {"BATCH_001": {"BATCH_020"}, "BATCH_006": {"BATCH_009"}}
