@@ -30,6 +30,7 @@ from console.fleet import Fleet
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
+from console.ui.budgets import BudgetsPage
 from console.ui.checks import ChecksPage
 from console.ui.conformance import ConformancePage
 from console.ui.search import SearchPage
@@ -156,7 +157,8 @@ URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream,
              "consumer": names.consumer, "batch_id": names.batch_id, "start_time": _start_time, "rule": _label,
              "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag,
              "subject": _label, "end_seq": _int, "since": _start_time, "until": _start_time, "where": _expression,
-             "newest_first": _flag, "max_scanned": _int, "max_matches": _int, "max_seconds": _number}
+             "newest_first": _flag, "max_scanned": _int, "max_matches": _int, "max_seconds": _number,
+             "objective": _label}
 SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", "where", "newest_first",
                  "max_scanned", "max_matches", "max_seconds")
 
@@ -229,6 +231,17 @@ def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
 def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
     return AuditPage(trail=runtime.audit.read, recent=runtime.audit.recent, export=actions.run, may=actions.allowed,
                      **params)
+
+
+def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
+    from console.services.budgets import spenders
+
+    def losses(name: str) -> list[dict]:
+        objective = next((o for o in runtime.objectives if o.name == name), None)
+        history = runtime.history
+        return [] if objective is None or history is None else spenders(objective, history.engine)
+
+    return BudgetsPage(statuses=runtime.budgets, losses=losses, **params)
 
 
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
@@ -390,6 +403,7 @@ TABLE = (
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}, across=alerts_across),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}, across=checks_across),
+    Page("/budgets", "Budgets", budgets, {"objective": "objective"}),
     Page("/search", "Search", search, {name: name for name in SEARCH_PARAMS}),
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"},
          across=conformance_across),

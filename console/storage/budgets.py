@@ -11,7 +11,7 @@ from sqlmodel import Session, col, delete, select
 from console.domain.budgets import BudgetStatus, CountRow
 from console.domain.display import as_utc
 from console.storage import sqlite
-from console.storage.tables import BudgetCount, BudgetStatusRow
+from console.storage.tables import AbandonedBatch, BudgetCount, BudgetStatusRow, FastBatchSummary
 
 COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted")
 
@@ -49,3 +49,19 @@ def write_statuses(engine, statuses: list[BudgetStatus]) -> None:
 def status_rows(engine) -> list[BudgetStatusRow]:
     with Session(engine) as s:
         return list(s.exec(select(BudgetStatusRow).order_by(BudgetStatusRow.objective, BudgetStatusRow.measure)))
+
+
+def losses_in(engine, since: datetime, until: datetime, limit: int = 2_000) -> list[dict]:
+    """The losses a budget's window holds, newest first: lost batches (each with its publisher) and fast
+    batches that lost messages in gaps (publisher not recorded there)."""
+    a, f = AbandonedBatch, FastBatchSummary
+    with Session(engine) as s:
+        batches = s.exec(select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.publisher)
+                         .where(col(a.time) >= since, col(a.time) <= until).order_by(col(a.time).desc()).limit(limit))
+        found = [{"time": as_utc(t), "stream": stream, "batch_id": batch, "what": f"{kind} batch lost: {reason or '?'}",
+                  "lost_messages": 0, "publisher": publisher or ""} for t, stream, batch, kind, reason, publisher in batches]
+        gapped = s.exec(select(f.started, f.stream, f.batch_id, f.lost).where(
+            col(f.started) >= since, col(f.started) <= until, col(f.lost) > 0).order_by(col(f.started).desc()).limit(limit))
+        found += [{"time": as_utc(t), "stream": stream, "batch_id": batch, "what": f"{lost:,} message(s) lost in gaps",
+                   "lost_messages": lost, "publisher": ""} for t, stream, batch, lost in gapped]
+    return sorted(found, key=lambda r: r["time"], reverse=True)[:limit]
