@@ -5,6 +5,7 @@ statuses of the job's last run."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session, col, delete, select
 
@@ -51,16 +52,17 @@ def status_rows(engine) -> list[BudgetStatusRow]:
         return list(s.exec(select(BudgetStatusRow).order_by(BudgetStatusRow.objective, BudgetStatusRow.measure)))
 
 
-def losses_in(engine, since: datetime, until: datetime, limit: int = 2_000) -> list[dict]:
+def losses_in(engine, since: datetime, until: datetime, limit: int = 2_000) -> list[dict[str, Any]]:
     """The losses a budget's window holds, newest first: lost batches (each with its publisher) and fast
     batches that lost messages in gaps (publisher not recorded there)."""
     a, f = AbandonedBatch, FastBatchSummary
     with Session(engine) as s:
-        batches = s.exec(select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.publisher)
-                         .where(col(a.time) >= since, col(a.time) <= until).order_by(col(a.time).desc()).limit(limit))
-        found = [{"time": as_utc(t), "stream": stream, "batch_id": batch, "what": f"{kind} batch lost: {reason or '?'}",
-                  "lost_messages": 0, "publisher": publisher or ""} for t, stream, batch, kind, reason, publisher in batches]
-        gapped = s.exec(select(f.started, f.stream, f.batch_id, f.lost).where(
+        batches = s.exec(select(a).where(col(a.time) >= since, col(a.time) <= until).order_by(col(a.time).desc())
+                         .limit(limit))
+        found: list[dict[str, Any]] = [{"time": as_utc(b.time), "stream": b.stream, "batch_id": b.batch_id,
+                  "what": f"{b.kind} batch lost: {b.reason or '?'}", "lost_messages": 0, "publisher": b.publisher or ""}
+                 for b in batches]
+        gapped = s.exec(select(col(f.started), col(f.stream), col(f.batch_id), col(f.lost)).where(
             col(f.started) >= since, col(f.started) <= until, col(f.lost) > 0).order_by(col(f.started).desc()).limit(limit))
         found += [{"time": as_utc(t), "stream": stream, "batch_id": batch, "what": f"{lost:,} message(s) lost in gaps",
                    "lost_messages": lost, "publisher": ""} for t, stream, batch, lost in gapped]

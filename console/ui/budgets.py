@@ -8,7 +8,7 @@ import html
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource, Span
+from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
 from console.domain.budgets import BudgetStatus
@@ -84,7 +84,7 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
                             y_range=[], x_range=(0, 1.1), x_axis_label="share of the budget spent",
                             toolbar_location=None, sizing_mode="stretch_width")
         self._plot.hbar(y="label", right="spent", height=0.6, color="color", source=self._source)
-        self._plot.add_layout(Span(location=1.0, dimension="height", line_color="#c92a2a", line_dash="dashed"))
+        self._plot.vspan(x=[1.0], line_color="#c92a2a", line_dash="dashed", line_width=2)
         self._losses = tabulator(pd.DataFrame(columns=LOSS_COLUMNS), height=300, disabled=True,
                                  formatters={"stream": {"type": "html"}, "batch": {"type": "html"},
                                              "incident": {"type": "html"}})
