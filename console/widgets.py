@@ -31,6 +31,7 @@ from console.config import ConnectionSettings, Settings, beside_up, found_data_d
 from console.actions import Actions
 from console.domain.audit import NOTEBOOK
 from console.errors import ConfigError, KeyMismatchError
+from console.domain.budgets import BudgetStatus
 from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
 from console.runtime import Runtime
@@ -180,6 +181,12 @@ class NotebookConsole:
         if found.error is not None:
             raise DecodeError(found.error)
         return found.value
+
+    def budgets(self) -> list[BudgetStatus]:
+        """Each loss objective's measures now (`--objectives`): `.spent`, `.remaining`, `.burns` (window -> burn
+        rate), `.burning` (the workbook pair it burns on, or None); [] without objectives or history. The
+        page: `await console.page("/budgets")`."""
+        return self.runtime.budgets() or []
 
     async def conformance(self, **params) -> ConformancePage:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""

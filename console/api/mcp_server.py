@@ -110,6 +110,12 @@ def server(api: ConsoleApi, writes: bool = False, **settings: Any):
         return await api.get("/checks", system=system)
 
     @mcp.tool()
+    async def budgets(system: str | None = None) -> str:
+        """Each loss objective's budget now (JSON): lost of total over its window, the share of the budget
+        spent and left, and the burn rate over 5m .. 3d (1 spends exactly the budget)."""
+        return await api.get("/budgets", system=system)
+
+    @mcp.tool()
     async def streams(system: str | None = None) -> str:
         """Every stream's batch settings (JSON): allow_atomic, allow_batched, persist_mode, replicas."""
         return await api.get("/streams", system=system)

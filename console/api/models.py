@@ -29,6 +29,7 @@ Time = Annotated[datetime, BeforeValidator(_rfc3339)]
 STREAM = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f.*>/\\]+$", max_length=255)]
 BATCH = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=64)]
 RULE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=200)]
+OBJECTIVE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=100)]
 JOB = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{16}$")]  # a search's id (console/api/jobs.py)
 HISTORY_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
                   "fast_outcomes", "capture_interruptions")
@@ -85,6 +86,31 @@ class ChecksOut(BaseModel):
     evaluated: datetime | None
     findings: list[Finding]
     unchecked: list[dict[str, str]]
+
+
+class BudgetOut(BaseModel):
+    """One objective's measure now: its budget window's counts, what they spent, and its burn rates."""
+
+    objective: str
+    measure: str  # messages | batches
+    state: str  # within, SPENT, burning ... (page|ticket), not known: ...
+    allowed_per_million: float  # the objective's error rate, per million of the measure
+    window_days: int
+    lost: int
+    total: int
+    known: bool
+    spent: float | None  # of the budget: 1 is all of it
+    remaining: float | None
+    burn_rates: dict[str, float | None]  # window (5m .. 3d) -> burn rate; None: nothing published there
+    as_of: datetime
+
+
+class BudgetLossOut(BaseModel):
+    time: datetime
+    stream: str
+    batch_id: str | None
+    what: str
+    publisher: str
 
 
 class RuleOut(BaseModel):

@@ -4,6 +4,7 @@ to the streams the caller's roles read."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from datetime import datetime, timedelta, timezone
@@ -14,10 +15,12 @@ from fastapi.responses import PlainTextResponse
 
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
-from console.api.models import (BATCH, MAX_PAGE, STREAM, AuditOut, AuditRecordOut, ChecksOut, HealthOut,
-                                HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time, VerifyOut)
+from console.api.models import (BATCH, MAX_PAGE, OBJECTIVE, STREAM, AuditOut, AuditRecordOut, BudgetLossOut, BudgetOut,
+                                ChecksOut, HealthOut, HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time,
+                                VerifyOut)
 from console.api.problems import ERRORS, Problem
 from console.domain.audit import Checked
+from console.domain.budgets import state_of
 from console.domain.checks import Finding
 from console.domain.incident import incident_report, no_messages_why, timeline
 from console.domain.live_model import LostBatch
@@ -107,6 +110,34 @@ def reads(ctx: Context) -> APIRouter:
                               "text": m.text, "about": m.about, "problem": m.problem}
                              for m in ctx.messages(runtime, found, who)],
                 "messages_missing_why": None if found.messages else no_messages_why(found)}
+
+    @api.get("/budgets", response_model=list[BudgetOut], tags=["budgets"])
+    async def budgets(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[BudgetOut]:
+        """Each loss objective's measures now, as the Budgets page shows them (those whose streams the
+        caller's roles read)."""
+        runtime = ctx.runtime_of(system)
+        mine = {o.name for o in runtime.objectives if all(who.reads(glob) for glob in o.streams)}
+        found = await asyncio.to_thread(runtime.budgets) or []
+        return [BudgetOut(objective=s.objective, measure=s.measure, state=state_of(s),
+                          allowed_per_million=s.allowed * 1e6, window_days=s.window.days, lost=s.counts.lost,
+                          total=s.counts.total, known=s.counts.known, spent=s.spent, remaining=s.remaining,
+                          burn_rates=s.burns, as_of=s.as_of) for s in found if s.objective in mine]
+
+    @api.get("/budgets/{objective}/losses", response_model=list[BudgetLossOut], tags=["budgets"])
+    async def budget_losses(objective: OBJECTIVE, who: Caller = ctx.caller, system: str | None = SYSTEM,
+                            limit: int = Query(100, ge=1, le=MAX_PAGE)) -> list[BudgetLossOut]:
+        """The losses that spent an objective's budget over its window, newest first."""
+        from console.services.budgets import spenders
+
+        runtime = ctx.runtime_of(system)
+        found = next((o for o in runtime.objectives if o.name == objective and all(who.reads(g) for g in o.streams)),
+                     None)
+        history = runtime.history
+        if found is None or history is None:
+            raise Problem(404, "No such objective", f"no objective {objective[:100]!r} the caller may read")
+        rows = await asyncio.to_thread(spenders, found, history.engine, None, limit)
+        return [BudgetLossOut(**{k: r[k] for k in ("time", "stream", "batch_id", "what", "publisher")}) for r in rows
+                if who.reads(r["stream"])]
 
     @api.get("/alerts/rules", response_model=list[RuleOut], tags=["alerts"])
     async def rules(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[RuleOut]:

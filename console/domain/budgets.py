@@ -203,6 +203,27 @@ class BudgetStatus:
         return burning(self.burns)
 
 
+def allowed_text(status: BudgetStatus) -> str:
+    per = (f"{status.allowed * 1e6:g} per million" if status.measure == "messages"
+           else f"{status.allowed * 1e3:g} per thousand")
+    return f"{per} over {status.window.days}d"
+
+
+def state_of(status: BudgetStatus) -> str:
+    """What an on-call engineer reads first: spent, burning (on which pair), not known, or within."""
+    used = status.spent
+    if not status.counts.known:
+        return "not known: atomic batches not counted (tap the publish side)"
+    if used is None:
+        return "not known: nothing published in the window"
+    if used >= 1:
+        return "SPENT"
+    if (pair := status.burning) is not None:
+        long, short, severity, rate = pair
+        return f"burning {rate:.1f}x over {long} and {short} ({'page' if severity == 'critical' else 'ticket'})"
+    return "within"
+
+
 def counts_of(objective: Objective, measure: str, rows: list[CountRow]) -> Counts:
     """The objective's counts of `measure` over these rows (those it covers)."""
     by_publisher = bool(objective.publishers)

@@ -11,7 +11,7 @@ import param
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
-from console.domain.budgets import BudgetStatus
+from console.domain.budgets import BudgetStatus, allowed_text, state_of
 from console.ui.formatting import Clocked, tabulator
 from console.ui.history import incident_link, stream_cell
 
@@ -29,27 +29,6 @@ lost_messages_per_million = 10
 lost_batches_per_thousand = 1
 window = "28d"
 ```"""
-
-
-def allowed_text(status: BudgetStatus) -> str:
-    per = (f"{status.allowed * 1e6:g} per million" if status.measure == "messages"
-           else f"{status.allowed * 1e3:g} per thousand")
-    return f"{per} over {status.window.days}d"
-
-
-def state_of(status: BudgetStatus) -> str:
-    """What an on-call engineer reads first: spent, burning (on which pair), not known, or within."""
-    used = status.spent
-    if not status.counts.known:
-        return "not known: atomic batches not counted (tap the publish side)"
-    if used is None:
-        return "not known: nothing published in the window"
-    if used >= 1:
-        return "SPENT"
-    if (pair := status.burning) is not None:
-        long, short, severity, rate = pair
-        return f"burning {rate:.1f}x over {long} and {short} ({'page' if severity == 'critical' else 'ticket'})"
-    return "within"
 
 
 def _burn(value: float | None) -> str:

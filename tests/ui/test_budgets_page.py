@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 from sqlmodel import Session
@@ -17,6 +18,7 @@ from console.broker.server import EmbeddedServer
 from console.storage import sqlite
 from console.storage.budgets import replace_counts
 from console.storage.tables import AbandonedBatch
+from tests.api_console import token
 from tests.processes import CLI, free_port, wait_http
 
 OBJECTIVES = '''
@@ -52,15 +54,22 @@ def seed(db, now: datetime) -> None:
         session.commit()
 
 
+TOKENS: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module")
 def budgets_web(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("budgets")
     (tmp / "objectives.toml").write_text(OBJECTIVES)
+    (tmp / "roles.toml").write_text('[[role]]\nname = "payments-team"\nactions = []\nstreams = ["PAY*"]\n')
     seed(tmp / "console.db", datetime.now(timezone.utc))
+    for role in ("admin", "payments-team"):
+        TOKENS[role] = token(tmp, tmp / "roles.toml", "create", "--name", f"{role}-bot", "--role", role)
     with EmbeddedServer(tmp / "nats") as server:
         webs, urls = [], []
         try:
-            for name, extra in (("with", ["--objectives", str(tmp / "objectives.toml")]), ("without", [])):
+            for name, extra in (("with", ["--objectives", str(tmp / "objectives.toml"), "--roles",
+                                          str(tmp / "roles.toml")]), ("without", [])):
                 port = free_port()
                 log = tmp / f"web-{name}.log"
                 webs.append(subprocess.Popen([CLI, "serve", "--server", server.url, "--port", str(port), "--data-dir",
@@ -106,3 +115,23 @@ def test_without_objectives_the_page_says_how_to_give_them(budgets_web, page):
     page.goto(without + "budgets")
     expect(page.get_by_text("No loss objectives")).to_be_visible(timeout=30_000)
     expect(page.get_by_text("lost_messages_per_million = 10")).to_be_visible()
+
+
+def test_the_api_says_what_the_page_says_to_each_role_and_refuses_what_it_must(budgets_web):
+    url, _ = budgets_web
+
+    def get(path: str, role: str = "admin") -> httpx.Response:
+        return httpx.get(url + "api/v1" + path, headers={"Authorization": f"Bearer {TOKENS[role]}"}, timeout=30)
+
+    found = {(b["objective"], b["measure"]): b for b in get("/budgets").json()}
+    orders = found[("orders", "messages")]
+    assert (orders["lost"], orders["total"]) == (480, 86_500_480) and orders["state"].startswith("burning 20.0x")
+    assert abs(orders["spent"] - 480 / (1e-5 * 86_500_480)) < 1e-9 and orders["burn_rates"]["1h"] > 14.4
+    [spent_it] = get("/budgets/orders/losses").json()
+    assert spent_it["batch_id"] == "spent-it" and spent_it["publisher"].startswith("order-svc")
+    assert {b["objective"] for b in get("/budgets", "payments-team").json()} == {"<b>payments</b>"}
+    assert get("/budgets/orders/losses", "payments-team").status_code == 404  # another team's: as if none
+    assert get("/budgets/nothing-of-that-name/losses").status_code == 404
+    assert get("/budgets/" + "x" * 101 + "/losses").status_code == 422
+    assert get("/budgets/a%07b/losses").status_code == 422
+    assert httpx.get(url + "api/v1/budgets", timeout=30).status_code == 401
