@@ -133,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--window", type=window_minutes, default=24 * 60,
                              help="minutes of the event log to read the latest verdicts from (default a day)")
 
+    report = commands.add_parser("report", help="a month's losses per loss objective, stream and publisher, from the "
+                                                "analytics tables (History's numbers): Markdown, or HTML with plots")
+    add_flags(report, "data")
+    report.add_argument("--month", help="YYYY-MM (default: this month, UTC)")
+    report.add_argument("--format", choices=["markdown", "html"], default="markdown")
+    report.add_argument("--output", help="a file to write it to (default: standard output)")
+
     search = commands.add_parser("search", help="search any stream, bounded: a subject filter and a window the server "
                                                 "applies, a CEL predicate over headers and payload; matches as JSON "
                                                 "lines, progress on stderr")
@@ -643,6 +650,10 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         from console.search import run_search
 
         return asyncio.run(run_search(settings, args))
+    if command == "report":
+        from console.report import run_report
+
+        return run_report(settings, args.month, args.format, args.output)
     if command == "conformance":
         from console.conformance import run_conformance
 

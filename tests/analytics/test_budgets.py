@@ -6,6 +6,7 @@ and Delta; an objective whose atomic batches nobody counted says its batch rate 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from datetime import datetime, timedelta, timezone
 
 import nats
@@ -18,10 +19,14 @@ from console.config import CollectorSettings
 from console.domain.budgets import parse_objectives, totals_events
 from console.domain.events import COLLECTOR, BatchEvent, EventKind
 from console.storage import sqlite
-from console.storage.budgets import status_rows
+from console.domain.monthly_report import month_bounds
+from console.services.budgets import month_report
+from console.storage.budgets import count_rows, status_rows
+from console.storage.history import Reader
+from tests.processes import CLI
 from tests.waits import events_for
 
-OBJECTIVES = parse_objectives('''
+OBJECTIVES_TEXT = '''
 [[objective]]
 name = "orders"
 streams = ["BUD_A"]
@@ -32,7 +37,8 @@ lost_batches_per_thousand = 2
 name = "with atomic"
 streams = ["BUD_*"]
 lost_batches_per_thousand = 2
-''')
+'''
+OBJECTIVES = parse_objectives(OBJECTIVES_TEXT)
 HOURS = 21 * 24
 PER_HOUR = 10_000
 
@@ -63,7 +69,8 @@ def three_weeks(now: datetime) -> tuple[list[BatchEvent], dict[str, float]]:
     return events, truth
 
 
-async def test_three_weeks_of_losses_spend_each_budget_as_counted(spark, server, tmp_path):
+async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_reports_historys_numbers(
+        spark, server, tmp_path):
     nc = await nats.connect(server.url)
     collector = Collector(nc, CollectorSettings(tick_every=0.1, totals_every=0))
     await collector.start()
@@ -90,3 +97,26 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted(spark, server,
     written = {(r["objective"], r["measure"]): r
                for r in DeltaTable(str(settings.delta("budget_status"))).to_pyarrow_table().to_pylist()}
     assert written[("orders", "messages")]["lost"] == 42 and written[("with atomic", "batches")]["known"] is False
+
+    engine = sqlite.open_db(settings.db_path)
+    month = now.strftime("%Y-%m")
+    report = month_report(list(OBJECTIVES), engine, month)
+    start, end = month_bounds(month)
+    history = Reader(engine)
+    assert report.lost_batches == int(history.abandonments_by_stream(start, end)["batches"].sum())
+    assert report.lost_messages == int(history.gaps_by_hour(start, end)["lost"].sum())
+    [orders] = [r for r in report.streams if r["stream"] == "BUD_A"]
+    assert orders["fast"] == 3 and orders["stored"] == sum(
+        r.stored for r in count_rows(engine, start, end) if r.stream == "BUD_A")
+    (tmp_path / "objectives.toml").write_text(OBJECTIVES_TEXT)
+    for fmt in ("markdown", "html"):
+        done = subprocess.run([CLI, "report", "--month", month, "--format", fmt, "--data-dir", str(tmp_path),
+                               "--objectives", str(tmp_path / "objectives.toml")], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"{report.lost_batches:,} batches lost and {report.lost_messages:,} messages lost" in done.stdout
+        assert "orders" in done.stdout and ("BUD_A" if fmt == "html" else "BUD\\_A") in done.stdout
+    assert "<svg" in done.stdout and "<script" not in done.stdout
+    refused = subprocess.run([CLI, "report", "--month", "2026-13", "--data-dir", str(tmp_path)], capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode != 0 and "a month is YYYY-MM" in refused.stderr

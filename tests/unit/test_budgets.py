@@ -156,3 +156,28 @@ def test_the_check_finds_a_spent_budget_a_burning_one_and_says_when_there_are_no
     assert evaluate(Facts(budgets=tuple(calm)), codes=["BATCH_031"]).findings == ()
     unread = evaluate(Facts(), codes=["BATCH_031"])
     assert unread.unchecked == (("BATCH_031", "no loss objectives (--objectives), or no analytics tables yet"),)
+
+
+@pytest.mark.parametrize("text", ["2026-13", "2026-00", "26-11", "2026-1", "2026-11-01", "x" * 100, "2026-11\n",
+                                  "1900-01", ""])
+def test_a_month_that_is_not_one_is_refused(text):
+    from console.domain.monthly_report import month_bounds
+
+    with pytest.raises(ValueError):
+        month_bounds(text)
+
+
+def test_a_month_report_keeps_every_name_inert_in_markdown_and_html():
+    from console.domain.monthly_report import MonthReport, ObjectiveMonth, as_html, markdown, month_bounds
+
+    assert month_bounds("2026-12") == (datetime(2026, 12, 1, tzinfo=timezone.utc),
+                                       datetime(2027, 1, 1, tzinfo=timezone.utc))
+    hostile = "<img src=x onerror=alert(1)>|*x*"
+    report = MonthReport("2026-11", [{"stream": "S", "atomic": 1, "fast": 2, "lost_messages": 3, "stored": 4,
+                                      "batches": 5}],
+                         [{"publisher": hostile, "atomic": 1, "fast": 0}], [{"day": "2026-11-02", "batches": 3,
+                                                                             "messages": 3}],
+                         [ObjectiveMonth(parse_objectives(ORDERS)[0], "messages", Counts(3, 1_000_000))])
+    text, page = markdown(report), as_html(report)
+    assert "<img" not in text and "\\|" in text and "3 batches lost" in text and "30.0%" in text
+    assert "<img" not in page and "&lt;img" in page and "<script" not in page and "<svg" in page
