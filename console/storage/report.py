@@ -54,9 +54,9 @@ def by_day(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     h, g = AbandonmentHourly, GapHourly
     with Session(engine) as s:
         for hour, n in s.exec(select(h.hour, func.sum(h.batches)).where(
-                col(h.hour) >= start, col(h.hour) < end).group_by(h.hour)):
+                col(h.hour) >= start, col(h.hour) < end).group_by(col(h.hour))):
             days[as_utc(hour).date().isoformat()]["batches"] += int(n or 0)
         for hour, lost in s.exec(select(g.hour, func.sum(g.lost)).where(
-                col(g.hour) >= start, col(g.hour) < end).group_by(g.hour)):
+                col(g.hour) >= start, col(g.hour) < end).group_by(col(g.hour))):
             days[as_utc(hour).date().isoformat()]["messages"] += int(lost or 0)
     return [{"day": d, **c} for d, c in sorted(days.items())]
