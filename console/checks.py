@@ -21,6 +21,7 @@ from console.config import Settings, open_to_others
 from console.domain.checks import (
     CHECKS, SEVERITIES, Facts, Finding, RecentEvents, Report, parse_threshold, window_counts,
 )
+from console.domain.canary import CanaryResult, canary_result
 from console.domain.events import EventKind
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
@@ -65,7 +66,8 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
     except Exception as e:  # no event key, no event log: the load and collector checks say they could not run
         log.warning("check: the event log was not read: %s", e)
         return facts
-    facts = replace(facts, counts=window_counts(events), nonconforming=conformance_of(events))
+    facts = replace(facts, counts=window_counts(events), nonconforming=conformance_of(events),
+                    canaries=canaries_of(events))
     statuses = [e for e in events if e.kind is EventKind.COLLECTOR_STATUS]
     if not statuses:
         watched = (datetime.now(timezone.utc) - watching_since).total_seconds() if watching_since else None
@@ -82,6 +84,19 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
                    collector_healthy=status.healthy, collector_unhealthy=status.unhealthy,
                    advisories_durable=status.advisories_durable,
                    system_account=status.publisher_note != NO_SYSTEM_ACCOUNT)
+
+
+def canaries_of(events: list) -> tuple[CanaryResult, ...] | None:
+    """The window's canary results (None when no canary ran: BATCH_032 says it could not run); one that
+    does not read is left out."""
+    found = []
+    for event in events:
+        if event.kind is EventKind.CANARY:
+            try:
+                found.append(canary_result(event))
+            except MalformedInput:
+                continue
+    return tuple(found) or None
 
 
 def conformance_of(events: list) -> dict[str, str] | None:

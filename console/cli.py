@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--window", type=window_minutes, default=24 * 60,
                              help="minutes of the event log to read the latest verdicts from (default a day)")
 
+    canary = commands.add_parser("canary", help="canary batches, atomic and fast, through every node on a schedule: "
+                                                "times to the first ack and the commit, losses; results in the event "
+                                                "log (--once: one round, printed; exit 1 when one failed)")
+    add_flags(canary, *WITH_EVENT_LOG, "system")
+    canary.add_argument("--once", action="store_true", help="one round, printed, its streams deleted after")
+    canary.add_argument("--every", type=float, default=60.0, help="seconds between rounds (default 60)")
+    canary.add_argument("--messages", type=int, default=10, help="messages in each canary batch (3 to 1000)")
+    canary.add_argument("--timeout", type=float, default=5.0, help="seconds a batch waits for each reply")
+    canary.add_argument("--format", choices=["text", "json"], default="text")
+
     report = commands.add_parser("report", help="a month's losses per loss objective, stream and publisher, from the "
                                                 "analytics tables (History's numbers): Markdown, or HTML with plots")
     add_flags(report, "data")
@@ -264,6 +274,28 @@ async def probe_async(settings: Settings, args: argparse.Namespace) -> int:
     print(json.dumps(report.to_json()) if args.json else report.text())
     injected = options.skip_seq is not None or options.abandon
     return 1 if report.error and not injected else 0
+
+
+async def canary_async(settings: Settings, args: argparse.Namespace) -> int:
+    from console.broker.eventlog import EventLog
+    from console.canary import CanaryOptions, as_json_lines, as_text
+    from console.commands import RunCanary
+
+    if not 3 <= args.messages <= 1000 or not 0.1 <= args.timeout <= 60 or not 1 <= args.every <= 86_400:
+        raise ConfigError("--messages is 3 to 1000, --timeout 0.1 to 60 s, --every 1 s to a day")
+    options = CanaryOptions(settings.fleet.name, args.messages, args.timeout, args.every, args.once)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                  writes_events=not args.once) as runtime:
+        log = None if args.once else EventLog.over(runtime.nc, runtime.event_log)
+        if log is not None:
+            await log.ensure()
+        run = await runtime.actions(CLI).run(RunCanary(options, log, stop.is_set))
+    print(as_json_lines(run.results) if args.format == "json" else as_text(run.results))
+    return 1 if any(r.commit_ms is None or r.lost for r in run.results) else 0
 
 
 async def audit_async(settings: Settings, since: str | None, verify: bool) -> int:
@@ -650,6 +682,8 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         from console.search import run_search
 
         return asyncio.run(run_search(settings, args))
+    if command == "canary":
+        return asyncio.run(canary_async(settings, args))
     if command == "report":
         from console.report import run_report
 

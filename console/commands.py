@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from console.actions import Actions
     from console.broker.admin import StreamAdmin
     from console.broker.connection import Connection
+    from console.broker.eventlog import EventLog
+    from console.canary import CanaryOptions, CanaryRun
     from console.broker.pull import ConsumerReader
     from console.domain.messages import FetchResult, StoredMessage
     from console.domain.search import Found, SearchProgress, SearchQuery
@@ -211,6 +213,27 @@ class RunProbe(Command["ProbeReport"]):
         from console.probe import run_probe
 
         return await run_probe(required(services.connection, "connection")(), self.options, self.progress)
+
+
+@dataclass
+class RunCanary(Command["CanaryRun"]):
+    """Canary batches through every node until `stopping()` (one round with `once`); the results go to `log`."""
+
+    name, role, changes_server = "canary.run", "operator", True
+    records = "the system, the schedule and the batches' size"
+    options: CanaryOptions
+    log: EventLog | None = None
+    stopping: Callable[[], bool] = lambda: False
+
+    @property
+    def target(self) -> str:
+        o = self.options
+        return f"{o.system} " + ("once" if o.once else f"every {o.every:g}s") + f" x{o.messages}"
+
+    async def execute(self, services: Services, asker: Actions) -> CanaryRun:
+        from console.canary import run_canary
+
+        return await run_canary(required(services.connection, "connection")(), self.options, self.log, self.stopping)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
 from console.ui.budgets import BudgetsPage
+from console.ui.canary import CanaryPage
 from console.ui.checks import ChecksPage
 from console.ui.conformance import ConformancePage
 from console.ui.search import SearchPage
@@ -244,6 +245,12 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
     return BudgetsPage(statuses=runtime.budgets, losses=losses, **params)
 
 
+def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
+    from console.services.canaries import recent_canaries
+
+    return CanaryPage(results=lambda: recent_canaries(lambda: runtime.nc, lambda: runtime.event_log), **params)
+
+
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
     return ChecksPage(findings=runtime.alerts.findings, **params)
 
@@ -404,6 +411,7 @@ TABLE = (
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}, across=alerts_across),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}, across=checks_across),
     Page("/budgets", "Budgets", budgets, {"objective": "objective"}),
+    Page("/canary", "Canary", canary),
     Page("/search", "Search", search, {name: name for name in SEARCH_PARAMS}),
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"},
          across=conformance_across),

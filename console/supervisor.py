@@ -174,6 +174,8 @@ class Supervisor:
         self._part("alerts", ["alerts"])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
+        if self.settings.demo.canary:
+            self._part("canary", ["canary"])
         if self.systems:
             self.say(f"systems: {', '.join(s.name for s in self.systems)}: each collected, kept (DATA_DIR/systems/NAME) "
                      "and alerted on by the parts above")

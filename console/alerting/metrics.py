@@ -13,6 +13,8 @@ from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.budgets import BudgetStatus
+from console.domain.canary import canary_result
+from console.domain.wire import MalformedInput
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 from console.domain.reasons import OTHER, is_known
@@ -92,9 +94,14 @@ class Metrics:
                                        "window (1: all of it, below 0: overspent)", "gauge", ("objective", "measure"))
         self.budget_burn = family("batch_console_budget_burn_rate", "A loss objective's burn rate over a window (1: "
                                   "spends the budget exactly)", "gauge", ("objective", "measure", "window"))
+        self.canary_ms = family("batch_console_canary_milliseconds", "The last canary batch's time to its first ack "
+                                "and to its commit, per node", "gauge", ("node", "kind", "until"))
+        self.canary_failed = family("batch_console_canary_failed", "Canary batches that did not commit or lost "
+                                    "messages", "counter", ("node", "kind"))
         self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
                          self.collector_up, self.lag, self.firing, self.check_status, self.budget_remaining,
-                         self.budget_burn)
+                         self.budget_burn, self.canary_ms, self.canary_failed)
+        self._nodes: set[str] = set()
         self._streams: set[str] = set()
         self._new_reasons: set[str] = set()
         # A fast batch's gaps while no reply has named its stream: counted under the stream its PubAck
@@ -137,8 +144,27 @@ class Metrics:
         self._new_reasons.add(reason)
         return reason
 
+    def _canary(self, event: BatchEvent) -> None:
+        try:
+            result = canary_result(event)
+        except MalformedInput:  # anyone may write to the event log: an odd one is no sample
+            return
+        if result.node not in self._nodes and len(self._nodes) >= MAX_STREAMS:
+            node = OTHER
+        else:
+            self._nodes.add(result.node)
+            node = result.node
+        for until, ms in (("first_ack", result.first_ack_ms), ("commit", result.commit_ms)):
+            if ms is not None:
+                self.canary_ms.set(node, result.kind, until, value=ms)
+        if result.commit_ms is None or result.lost:
+            self.canary_failed.inc(node, result.kind)
+
     def observe(self, event: BatchEvent) -> None:
         kind = event.kind
+        if kind is EventKind.CANARY:
+            self._canary(event)
+            return
         if kind in LOST_KINDS:
             lost = lost_batch(event)
             self.lost_batches.inc(self.stream(event.stream), lost.kind, self.reason(lost.reason))

@@ -21,6 +21,7 @@ from console.domain.wire import MalformedInput, load_object
 
 if TYPE_CHECKING:  # budgets reads the alert rules, which read this catalogue
     from console.domain.budgets import BudgetStatus
+    from console.domain.canary import CanaryResult
 
 SEVERITIES = ("ok", "info", "warning", "critical")  # in rising order; Nagios: ok 0, warning 1, critical 2
 METADATA_PREFIX = "batch_console.check."  # a stream's own thresholds: batch_console.check.BATCH_012.at_least = 3
@@ -107,6 +108,7 @@ class Facts:
     nonconforming: Mapping[str, str] | None = None  # client -> the statements it fails (the conformance report)
     unread_why: Mapping[str, str] = field(default_factory=dict)  # a fact not read, and why, where UNREAD is not it
     budgets: tuple[BudgetStatus, ...] | None = None  # each objective's loss budget now (console.domain.budgets)
+    canaries: tuple[CanaryResult, ...] | None = None  # the window's canary batches (None: no canary ran)
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,15 @@ def _budgets(f: Facts, t: Threshold) -> Found:
             yield None, f"{said}: {used:.0%} of the budget spent", "warning"
 
 
+def _canaries(f: Facts, t: Threshold) -> Found:
+    from console.domain.canary import node_health
+
+    for health in node_health(list(f.canaries or ())):
+        if (found := health.finding(t("slow_ms", None))) is not None:
+            severity, evidence = found
+            yield None, (f"system {health.system}, " if health.system != "default" else "") + evidence, severity
+
+
 CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_001", "a batch kind the server cannot take", "critical",
           "Upgrade the server to 2.14 or later for fast ingest (API level 4), or switch allow_batched off: every "
@@ -383,6 +394,9 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
           "Open the Budgets page: the losses that spent the budget are linked to their incidents and publishers; "
           "fix the largest first, or agree a looser objective with the stream's owners.", ("budgets",), _budgets,
           {"warning_at": 0.75}),
+    Check("BATCH_032", "a node whose canary batches fail or are slow", "warning",
+          "Look at the node first (its log, /varz, /jsz, its disk and routes): a publisher there meets what the canary "
+          "met. The Canary page has every node's times.", ("canaries",), _canaries, {"slow_ms": 1000}),
 )}
 
 
@@ -393,7 +407,8 @@ UNREAD = {"nonconforming": "no conformance verdict in the window (the collector 
           "collector_healthy": "the event log was not read (no event key?)",
           "advisories_durable": "no collector status in the event log",
           "system_account": "no collector status in the event log",
-          "budgets": "no loss objectives (--objectives), or no analytics tables yet"}
+          "budgets": "no loss objectives (--objectives), or no analytics tables yet",
+          "canaries": "no canary result in the window (batch-console canary, or up --canary)"}
 
 
 class ThresholdError(ValueError):
@@ -490,7 +505,8 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
 
 
 COUNTED = frozenset({EventKind.ATOMIC_ABANDONED, EventKind.FAST_GAP, *_REJECTED, *_LOST, EventKind.FAST_STARTED,
-                     EventKind.FAST_ATTRIBUTED, EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, *_ENDS})
+                     EventKind.FAST_ATTRIBUTED, EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.CANARY,
+                     *_ENDS})
 KEPT_EVENTS = 200_000  # what a long-running evaluator keeps of its window at most
 
 

@@ -69,6 +69,7 @@ class EventKind(str, Enum):
     COLLECTOR_STATUS = "collector_status"
     CONFORMANCE = "conformance"  # a client's verdict against ADR-50 (detail: its JSON; publisher: who)
     BATCH_MESSAGES = "batch_messages"  # a lost batch's first and last messages from the publish side (kept_messages)
+    CANARY = "canary"  # one canary batch's result (console.domain.canary; detail: its JSON)
     STREAM_TOTALS = "stream_totals"  # the streams' last sequences, and atomic batches seen (detail: its JSON; budgets)
 
     def __str__(self) -> str:
@@ -83,7 +84,8 @@ ATOMIC_KINDS = (EventKind.ATOMIC_ABANDONED, EventKind.ATOMIC_LOST)
 FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST)
 # What the collector says of itself, of clients, of streams and of a lost batch's messages, not of
 # batches: never in History's loss tables (the loss budgets count stream totals).
-NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS)
+NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS,
+               EventKind.CANARY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,7 @@ class LiveModel:
         if event.kind is EventKind.CONFORMANCE:
             self.conformance.apply(event)
             return
-        if event.kind in (EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS):  # the Incident view's, the budgets'
+        if event.kind in (EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY):  # their own pages'
             return
         if event.kind is EventKind.COLLECTOR_STATUS:
             if self.collector_seen is not None and event.time < self.collector_seen:

@@ -75,7 +75,16 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
         for label in ("Save rule", "Mute", "Unmute"):
             assert not page.evaluate(SHOW_HIDDEN, label), f"{label} is in the read-only document"
 
+    def buttons(path: str, heading: str) -> list[str]:
+        page.goto(read_only_url + path)
+        expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=15_000)
+        return sorted(page.get_by_role("button").all_inner_texts())
+
+    def no_canary_control() -> None:  # started from the CLI or up, never a page: its buttons are the frame's
+        assert buttons("canary", "Canary") == buttons("checks", "Checks")
+
     how = {"stream.edit": crafted_apply, "probe.run": no_probe_route, "consumer.fetch": no_durable_consumer,
+           "canary.run": no_canary_control,
            **{ANSWERS[kind].name: no_durable_consumer for kind in Ack},
            "alert_rule.save": no_rule_controls, "alert_rule.mute": no_rule_controls,
            "alert_rule.unmute": no_rule_controls}

@@ -10,6 +10,7 @@ import pytest
 
 from console.domain.batch_limits import BatchLimits
 from console.domain.budgets import BudgetStatus, Counts
+from console.domain.canary import CanaryResult
 from console.domain.checks import (CHECKS, Facts, MalformedListing, RecentEvents, StreamFacts, StreamPage,
                                    ThresholdError, WindowCounts, evaluate, parse_threshold, window_counts)
 from console.domain.events import BatchEvent, EventKind
@@ -20,7 +21,8 @@ NEW, OLD = ServerRelease("2.15.1", 5), ServerRelease("2.12.8", 3)
 LIMITS = BatchLimits.from_varz({"version": "2.15.1"})
 QUIET = Facts(server=NEW, limits=LIMITS, streams=(StreamFacts(StreamBatchSettings("S", replicas=3)),), counts={},
               collector_age_s=5, collector_healthy=True, advisories_durable=True, system_account=True,
-              event_key_exposed="", nonconforming={}, budgets=())
+              event_key_exposed="", nonconforming={}, budgets=(),
+              canaries=(CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),))
 
 
 def stream(duplicate_window: float = 120.0, metadata=None, **settings) -> tuple[StreamFacts, ...]:
@@ -47,6 +49,7 @@ FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where
     "BATCH_030": dict(nonconforming={"orbit.go 0.3": "FAST_007 (pings before the batch timeout)"}),
     "BATCH_031": dict(budgets=(BudgetStatus("orders", "messages", 1e-5, timedelta(days=28), Counts(30, 1_000_000),
                                             {}, datetime(2026, 11, 27, tzinfo=timezone.utc)),)),
+    "BATCH_032": dict(canaries=(CanaryResult("default", "n2", "fast", 3.0, None, 10, 10, "timeout"),)),
 }
 # A fact that fires one check may be the premise of another (an old server also has known defects)
 ALSO = {"BATCH_001": {"BATCH_020"}, "BATCH_006": {"BATCH_009"}}

@@ -1,0 +1,131 @@
+"""The canary's streams: one per node, led by it, marked as the canary's own (the only streams it writes
+to, and deletes), bounded by their limits; and one canary batch of each kind, timed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+
+from console.broker.atomic import AtomicBatch
+from console.broker.connection import identity
+from console.broker.fast import FastBatch
+from console.broker.streams import StreamSpec, ensure_stream
+from console.domain.canary import MARK, CanaryResult, stream_for, subject_for
+from console.errors import BatchEndedError, BatchError, ConsoleError
+
+MAX_MSGS, MAX_AGE = 1_000, 3600.0  # what a canary stream holds at most: its limits, not a cleanup, keep it so
+LEAD_WAIT = 10.0  # seconds a node is given to take its stream's leadership back
+
+
+class CanaryRefused(ConsoleError):
+    """A stream of the canary's name that the canary did not make: it is never written to."""
+
+
+async def _ensure(nc: Client, node: str) -> tuple[str, bool]:
+    """The node's canary stream (made if missing), and whether this call made it; CanaryRefused for a
+    stream of that name without the canary's mark."""
+    name = stream_for(node)
+    ensured = await ensure_stream(nc, StreamSpec(name, (f"{subject_for(node)}.>",), allow_atomic=True,
+                                                 allow_batched=True, max_msgs=MAX_MSGS, max_age=MAX_AGE,
+                                                 description="batch-console canary: deleted when the canary stops",
+                                                 metadata={MARK: node}))
+    if (ensured.config.metadata or {}).get(MARK) != node:
+        raise CanaryRefused(f"stream {name} exists and the canary did not make it: nothing is written to it")
+    return name, ensured.created
+
+
+async def nodes_and_streams(nc: Client) -> tuple[list[str], list[str]]:
+    """Every node of the stream group the first canary stream was placed on (the server connected to
+    on a single server), and the canary streams this call made (the caller deletes them)."""
+    here, _ = identity(nc)
+    first, made = await _ensure(nc, here or "single")
+    info = await nc.jetstream().stream_info(first)
+    cluster = info.cluster
+    nodes = [here or "single"] if cluster is None or not cluster.leader else \
+        sorted({cluster.leader, *(r.name for r in (cluster.replicas or []) if r.name)})
+    created = [first] if made else []
+    for node in nodes:
+        name, made = await _ensure(nc, node)
+        if made and name not in created:
+            created.append(name)
+    return nodes, created
+
+
+async def lead_on(nc: Client, node: str, clustered: bool) -> bool:
+    """Whether the node leads its canary stream, after asking it to take it back when another does."""
+    if not clustered:
+        return True
+    js, name = nc.jetstream(), stream_for(node)
+    deadline = time.monotonic() + LEAD_WAIT
+    asked = False
+    while time.monotonic() < deadline:
+        try:
+            leader = ((await js.stream_info(name)).cluster or None)
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+            leader = None
+        if leader is not None and leader.leader == node:
+            return True
+        if not asked and leader is not None and leader.leader:
+            asked = True
+            try:
+                await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}",
+                                 json.dumps({"placement": {"preferred": node}}).encode(), timeout=5)
+            except (nats.errors.Error, asyncio.TimeoutError):
+                pass
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def one_batch(nc: Client, system: str, node: str, kind: str, messages: int, timeout: float,
+                    led_elsewhere: bool) -> CanaryResult:
+    """One canary batch of `messages` through the node's stream: milliseconds to the first ack and to the
+    commit, and the messages that were not stored (all of them when it did not commit)."""
+    subject, payload = f"{subject_for(node)}.{kind}", b"canary"
+    started = time.perf_counter()
+    first_ack = commit = None
+    stored, error = 0, None
+    try:
+        if kind == "atomic":
+            batch = AtomicBatch(nc, timeout=timeout)
+            await batch.add(subject, payload)
+            first_ack = time.perf_counter()
+            for _ in range(messages - 2):
+                await batch.add(subject, payload)
+            ack = await batch.commit(subject, payload)
+        else:
+            fast = FastBatch(nc, flow=max(1, messages // 2), ack_timeout=timeout)
+            try:
+                await fast.add(subject, payload)
+                first_ack = time.perf_counter()
+                for _ in range(messages - 2):
+                    await fast.add(subject, payload)
+                ack = await fast.commit(subject, payload)
+            finally:
+                await fast.close()
+        commit, stored = time.perf_counter(), ack.count or 0
+    except BatchEndedError as e:
+        error, stored = str(e)[:300], (e.puback.count or 0) if e.puback is not None else 0
+    except (BatchError, nats.errors.Error, asyncio.TimeoutError) as e:
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+
+    def ms(at: float | None) -> float | None:
+        return None if at is None else round((at - started) * 1000, 3)
+
+    return CanaryResult(system, node, kind, ms(first_ack), ms(commit), max(0, messages - stored), messages, error,
+                        led_elsewhere)
+
+
+async def delete_streams(nc: Client, names: list[str]) -> None:
+    """Deletes these canary streams, each only when it still bears the canary's mark."""
+    js = nc.jetstream()
+    for name in names:
+        try:
+            if MARK in ((await js.stream_info(name)).config.metadata or {}):
+                await js.delete_stream(name)
+        except nats.js.errors.NotFoundError:
+            pass

@@ -1,0 +1,30 @@
+"""The canary batches' results as the Canary page and the API read them from the event log."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from console.broker.connection import Connection
+from console.config import EventLogSettings
+from console.domain.canary import CanaryResult, canary_result
+from console.domain.wire import MalformedInput
+
+WINDOW = 60.0  # minutes of results the page shows
+
+
+async def recent_canaries(connection: Callable[[], Connection], event_log: Callable[[], EventLogSettings],
+                          window_minutes: float = WINDOW) -> list[tuple[datetime, CanaryResult]]:
+    """(when, result) of every canary batch in the window, oldest first; one that does not read is left out."""
+    from console.broker.eventlog import EventLog
+    from console.domain.events import EventKind
+
+    end = datetime.now(timezone.utc)
+    found = []
+    for _, event in await EventLog.over(connection(), event_log()).window(
+            end - timedelta(minutes=window_minutes), end, kind_filter=f"{EventKind.CANARY.value}.>", idle_timeout=1.0):
+        try:
+            found.append((event.time, canary_result(event)))
+        except MalformedInput:
+            continue
+    return found

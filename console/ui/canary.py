@@ -1,0 +1,84 @@
+"""The Canary page: every node's last canary batches (atomic and fast), their times to the first ack and
+to the commit, what they lost, and the commit times of the last hour drawn per node, so a slow node
+stands out before a publisher meets it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import panel as pn
+import param
+from bokeh.models import ColumnDataSource
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from console.domain.canary import CanaryResult, node_health
+from console.ui.formatting import Clocked, coroutine, tabulator
+
+COLUMNS = ["node", "kind", "state", "first ack ms", "commit ms", "lost", "when", "error"]
+NONE_YET = ("No canary result in the last hour. Start one: `batch-console canary` (or `up --canary`) sends an "
+            "atomic and a fast batch through every node each minute, on streams of its own.")
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:,.1f}"
+
+
+class CanaryPage(Clocked, pn.viewable.Viewer):
+    results = coroutine("async () -> [(when, CanaryResult)] of the last hour, oldest first")
+    slow_ms = param.Number(default=1000.0, doc="A commit slower than this flags its node (BATCH_032's slow_ms)")
+    rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Each node and kind's last result")
+    state = param.String(default="", doc="How many nodes, and which are failing or slow")
+
+    refresh_every_ms = 10_000
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._table = tabulator(self.rows, widths={"error": 320})
+        self._plot = figure(title="Canary commit time per node (ms), the last hour", x_axis_type="datetime", height=260,
+                            sizing_mode="stretch_width", toolbar_location=None)
+        self._source = ColumnDataSource({"t": [], "ms": [], "node": [], "color": []})
+        self._plot.scatter("t", "ms", source=self._source, color="color", legend_field="node", size=6)
+        self._layout = pn.Column(pn.pane.Markdown("## Canary"), pn.pane.Markdown(self.param.state), self._table,
+                                 pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+    async def reload(self) -> None:
+        try:
+            found = await self.results()
+        except Exception as e:  # no event key yet, the server away: the page says so and reads again later
+            self.state = f"The event log was not read: {str(e)[:300] or type(e).__name__}"
+            return
+        self._show(found)
+
+    async def refresh(self) -> None:
+        await self.reload()
+
+    def _show(self, found: list[tuple[datetime, CanaryResult]]) -> None:
+        if not found:
+            self.state, self.rows = NONE_YET, pd.DataFrame(columns=COLUMNS)
+            self._table.value = self.rows
+            return
+        last: dict[tuple[str, str], tuple[datetime, CanaryResult]] = {}
+        for when, r in found:
+            last[(r.node, r.kind)] = (when, r)
+        sick = {h.node: h.finding(self.slow_ms) for h in node_health([r for _, r in last.values()])}
+        rows = []
+        for (node, kind), (when, r) in sorted(last.items()):
+            failed = r.commit_ms is None or r.lost > 0
+            slow = r.commit_ms is not None and r.commit_ms > self.slow_ms
+            rows.append({"node": node, "kind": kind, "state": "FAILED" if failed else "slow" if slow else "well",
+                         "first ack ms": _ms(r.first_ack_ms), "commit ms": _ms(r.commit_ms), "lost": r.lost,
+                         "when": self.clock.when(when), "error": r.error or ""})
+        self.rows = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+        self._table.value = self.rows
+        bad = sorted(node for node, finding in sick.items() if finding is not None)
+        self.state = (f"{len({n for n, _ in last})} node(s), the last round {self.clock.when(max(w for w, _ in found))}; "
+                      + (f"**failing or slow: {', '.join(bad)}**" if bad else "every node well"))
+        drawn = [(when, r) for when, r in found if r.commit_ms is not None]
+        colors = {node: Category10_10[i % 10] for i, node in enumerate(sorted({r.node for _, r in drawn}))}
+        self._source.data = {"t": [w for w, _ in drawn], "ms": [r.commit_ms for _, r in drawn],
+                             "node": [r.node[:40] for _, r in drawn], "color": [colors[r.node] for _, r in drawn]}
+
+    def __panel__(self):
+        return self._layout

@@ -1,0 +1,134 @@
+"""Canary batches on real servers: `canary --once --format json` prints one object per node and kind and
+leaves no stream behind; a stream of the canary's name that it did not make is never written to; the
+continuous canary writes its results to the event log, which the checks read, holds its streams to
+their limits and deletes them when it stops; on a three-node cluster, a node stopped in bursts is
+flagged within two canary periods while the others stay well."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+
+import nats
+import nats.js.errors
+import pytest
+from nats.js.api import StreamConfig
+
+from console.broker.canary import CanaryRefused
+from console.broker.eventlog import EventLog
+from console.canary import CanaryOptions, CanaryRun, one_round
+from console.domain.canary import MAX_MS, canary_result, node_health, stream_for
+from console.domain.events import EventKind
+from tests.conftest import CLUSTER_LIMITS
+from tests.processes import CLI
+from tests.waits import eventually, wait_until
+
+KEYS = {"system", "node", "kind", "first_ack_ms", "commit_ms", "lost"}
+
+
+def canary(server, *args: str, data=None) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, "canary", "--server", server.url, *(["--data-dir", str(data)] if data else []), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+async def test_once_prints_each_node_and_kind_and_leaves_no_stream(nats_server, tmp_path):
+    done = canary(nats_server, "--once", "--format", "json", data=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["kind"] for r in found] == ["atomic", "fast"] and all(KEYS <= set(r) for r in found)
+    assert all(r["lost"] == 0 and 0 < r["first_ack_ms"] <= r["commit_ms"] < MAX_MS for r in found)
+    nc = await nats.connect(nats_server.url)
+    try:
+        assert {r["node"] for r in found} == {nc._server_info["server_name"]}
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await nc.jetstream().stream_info(stream_for(found[0]["node"]))
+    finally:
+        await nc.close()
+
+
+async def test_a_stream_of_its_name_it_did_not_make_is_never_written_to(server, tmp_path):
+    nc = await nats.connect(server.url)
+    try:
+        name = stream_for(nc._server_info["server_name"])
+        await nc.jetstream().add_stream(StreamConfig(name=name, subjects=["someone.elses"]))
+        await nc.jetstream().publish("someone.elses", b"theirs")
+        done = canary(server, "--once", data=tmp_path)
+        assert done.returncode != 0 and "the canary did not make it" in done.stderr
+        info = await nc.jetstream().stream_info(name)
+        assert info.state.messages == 1 and info.config.subjects == ["someone.elses"]  # untouched, and kept
+        with pytest.raises(CanaryRefused):
+            await one_round(nc, CanaryOptions(), CanaryRun())
+        await nc.jetstream().delete_stream(name)
+    finally:
+        await nc.close()
+
+
+async def test_the_continuous_canary_logs_its_results_keeps_to_its_limits_and_cleans_up(server, tmp_path):
+    proc = subprocess.Popen([CLI, "canary", "--server", server.url, "--data-dir", str(tmp_path), "--every", "1",
+                             "--messages", "100"], stdout=subprocess.PIPE, stderr=open(tmp_path / "canary.log", "w"),
+                            text=True)
+    nc = await nats.connect(server.url)
+    try:
+        node = nc._server_info["server_name"]
+        await wait_until(lambda: (tmp_path / "event.key").exists(), what="the canary's event key")
+        log = EventLog.over(nc, _keyed(tmp_path))
+
+        async def results():
+            return [canary_result(e) for _, e in await log.read(1, idle_timeout=0.3) if e.kind is EventKind.CANARY]
+
+        found = await eventually(results, lambda rs: len(rs) >= 12, timeout=90, what="six rounds in the event log")
+        assert {(r.node, r.kind) for r in found} == {(node, "atomic"), (node, "fast")}
+        assert [h.failed for h in node_health(found)] == [0]
+        info = await nc.jetstream().stream_info(stream_for(node))
+        assert info.state.messages <= 1000 < 6 * 2 * 100  # its limits hold it, not a cleanup
+        checked = subprocess.run([CLI, "check", "--server", server.url, "--data-dir", str(tmp_path), "--code",
+                                  "BATCH_032", "--format", "json"], capture_output=True, text=True, timeout=120)
+        assert "BATCH_032" in json.loads(checked.stdout)["checked"], checked.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    try:
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await nc.jetstream().stream_info(stream_for(node))
+    finally:
+        await nc.close()
+
+
+def _keyed(data):
+    from console.config import EventLogSettings, event_key
+
+    return EventLogSettings(key=event_key(data_dir=data))
+
+
+@pytest.mark.cluster
+async def test_a_node_stopped_in_bursts_is_flagged_within_two_periods_and_the_others_are_not(cluster):
+    nc = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    options = CanaryOptions(messages=10, timeout=CLUSTER_LIMITS.timeout / 2, every=2.0)
+    run = CanaryRun()
+    try:
+        healthy = await one_round(nc, options, run)
+        nodes = sorted({r.node for r in healthy})
+        assert nodes == ["n1", "n2", "n3"] and all(r.commit_ms is not None and r.lost == 0 for r in healthy)
+        victim = cluster.node("n2")
+        flagged = None
+        for period in range(2):
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                results = await one_round(nc, options, run)
+            finally:
+                os.kill(victim.pid, signal.SIGCONT)
+            sick = {h.node for h in node_health(results) if h.finding(1000.0) is not None}
+            if "n2" in sick:
+                flagged = period + 1
+                break
+            await asyncio.sleep(options.every)
+        assert flagged is not None, "n2 not flagged within two canary periods"
+        assert sick <= {"n2"} or all(r.led_elsewhere for r in results if r.node in sick - {"n2"})
+    finally:
+        from console.broker.canary import delete_streams
+
+        await delete_streams(nc, run.made)
+        await nc.close()
