@@ -89,29 +89,22 @@ async def one_batch(nc: Client, system: str, node: str, kind: str, messages: int
     started = time.perf_counter()
     first_ack = commit = None
     stored, error = 0, None
+    batch = AtomicBatch(nc, timeout=timeout) if kind == "atomic" else \
+        FastBatch(nc, flow=max(1, messages // 2), ack_timeout=timeout)
     try:
-        if kind == "atomic":
-            batch = AtomicBatch(nc, timeout=timeout)
+        await batch.add(subject, payload)  # the first message waits for its ack: staged, or the first flow ack
+        first_ack = time.perf_counter()
+        for _ in range(messages - 2):
             await batch.add(subject, payload)
-            first_ack = time.perf_counter()
-            for _ in range(messages - 2):
-                await batch.add(subject, payload)
-            ack = await batch.commit(subject, payload)
-        else:
-            fast = FastBatch(nc, flow=max(1, messages // 2), ack_timeout=timeout)
-            try:
-                await fast.add(subject, payload)
-                first_ack = time.perf_counter()
-                for _ in range(messages - 2):
-                    await fast.add(subject, payload)
-                ack = await fast.commit(subject, payload)
-            finally:
-                await fast.close()
+        ack = await batch.commit(subject, payload)
         commit, stored = time.perf_counter(), ack.count or 0
     except BatchEndedError as e:
         error, stored = str(e)[:300], (e.puback.count or 0) if e.puback is not None else 0
     except (BatchError, nats.errors.Error, asyncio.TimeoutError) as e:
         error = f"{type(e).__name__}: {str(e)[:300]}"
+    finally:
+        if isinstance(batch, FastBatch):
+            await batch.close()
 
     def ms(at: float | None) -> float | None:
         return None if at is None else round((at - started) * 1000, 3)
