@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from console.broker.canary import delete_streams, lead_on, nodes_and_streams, one_batch
-from console.broker.connection import Connection
+from console.broker.connection import Connection, NatsError
 from console.broker.eventlog import EventLog
 from console.domain.canary import KINDS, CanaryResult, stream_for
 
@@ -28,19 +28,33 @@ class CanaryOptions:
     once: bool = False
 
 
+REDISCOVER = 10  # rounds between two looks for the nodes (and streams made again)
+
+
 @dataclass
 class CanaryRun:
     rounds: int = 0
     results: list[CanaryResult] = field(default_factory=list)  # the last round's
     made: list[str] = field(default_factory=list)  # the canary streams this run made (and deletes)
+    nodes: list[str] = field(default_factory=list)  # as last found
 
 
 async def one_round(nc: Connection, options: CanaryOptions, run: CanaryRun) -> list[CanaryResult]:
-    nodes, made = await nodes_and_streams(nc)
-    run.made += [name for name in made if name not in run.made]
+    """A batch of each kind through each node. A node that does not answer is its batches' failure, never
+    the round's: the nodes found before are measured while a look for them fails."""
+    if not run.nodes or run.rounds % REDISCOVER == 0:
+        try:
+            run.nodes, made = await nodes_and_streams(nc)
+            run.made += [name for name in made if name not in run.made]
+        except (NatsError, asyncio.TimeoutError):
+            if not run.nodes:
+                raise
     results = []
-    for node in nodes:
-        led = await lead_on(nc, node, clustered=len(nodes) > 1)
+    for node in run.nodes:
+        try:
+            led = await lead_on(nc, node, clustered=len(run.nodes) > 1)
+        except (NatsError, asyncio.TimeoutError):
+            led = False
         for kind in KINDS:
             results.append(await one_batch(nc, options.system, node, kind, options.messages, options.timeout, not led))
     run.rounds += 1

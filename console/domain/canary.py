@@ -85,11 +85,16 @@ class NodeHealth:
     results: int
     failed: int  # not committed, or lost messages
     slowest_commit_ms: float | None
+    led_elsewhere: int = 0  # batches sent while the node could not take its canary stream's leadership back
 
     def finding(self, slow_ms: float) -> tuple[str, str] | None:
-        """(severity, evidence) when the node's canaries fail or are slow; None when they are well."""
+        """(severity, evidence) when the node's canaries fail, are slow, or the node cannot lead its canary
+        stream (a stopped or cut-off node loses its leaderships); None when they are well."""
         if self.failed:
             return "critical", f"node {self.node}: {self.failed} of {self.results} canary batches failed or lost messages"
+        if self.led_elsewhere:
+            return "warning", (f"node {self.node}: could not lead its canary stream for {self.led_elsewhere} of "
+                               f"{self.results} canary batches (another node took its leadership and kept it)")
         if self.slowest_commit_ms is not None and self.slowest_commit_ms > slow_ms:
             return "warning", (f"node {self.node}: a canary batch took {self.slowest_commit_ms:,.0f} ms to commit "
                                f"(slow past {slow_ms:,.0f} ms)")
@@ -101,5 +106,6 @@ def node_health(results: list[CanaryResult]) -> list[NodeHealth]:
     for r in results:
         by_node.setdefault((r.system, r.node), []).append(r)
     return [NodeHealth(system, node, len(rs), sum(1 for r in rs if r.commit_ms is None or r.lost > 0),
-                       max((r.commit_ms for r in rs if r.commit_ms is not None), default=None))
+                       max((r.commit_ms for r in rs if r.commit_ms is not None), default=None),
+                       sum(1 for r in rs if r.led_elsewhere))
             for (system, node), rs in sorted(by_node.items())]

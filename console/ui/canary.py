@@ -67,7 +67,8 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
         for (node, kind), (when, r) in sorted(last.items()):
             failed = r.commit_ms is None or r.lost > 0
             slow = r.commit_ms is not None and r.commit_ms > self.slow_ms
-            rows.append({"node": node, "kind": kind, "state": "FAILED" if failed else "slow" if slow else "well",
+            state = "FAILED" if failed else "slow" if slow else "led elsewhere" if r.led_elsewhere else "well"
+            rows.append({"node": node, "kind": kind, "state": state,
                          "first ack ms": _ms(r.first_ack_ms), "commit ms": _ms(r.commit_ms), "lost": r.lost,
                          "when": self.clock.when(when), "error": r.error or ""})
         self.rows = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
