@@ -32,6 +32,7 @@ from console.actions import Actions
 from console.domain.audit import NOTEBOOK
 from console.errors import ConfigError, KeyMismatchError
 from console.domain.budgets import BudgetStatus
+from console.domain.canary import CanaryResult
 from console.domain.incident import Incident
 from console.domain.live_model import LostBatch
 from console.runtime import Runtime
@@ -187,6 +188,13 @@ class NotebookConsole:
         rate), `.burning` (the workbook pair it burns on, or None); [] without objectives or history. The
         page: `await console.page("/budgets")`."""
         return self.runtime.budgets() or []
+
+    async def canaries(self, minutes: float = 60.0) -> list[tuple[datetime, CanaryResult]]:
+        """The canary batches of the last `minutes` (`batch-console canary`), oldest first: (when, result)
+        with `.node`, `.kind`, `.first_ack_ms`, `.commit_ms`, `.lost`. The page: `await console.page("/canary")`."""
+        from console.services.canaries import recent_canaries
+
+        return await recent_canaries(lambda: self.runtime.nc, lambda: self.runtime.event_log, minutes)
 
     async def conformance(self, **params) -> ConformancePage:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""

@@ -116,6 +116,12 @@ def server(api: ConsoleApi, writes: bool = False, **settings: Any):
         return await api.get("/budgets", system=system)
 
     @mcp.tool()
+    async def canary(system: str | None = None, minutes: float = 60.0) -> str:
+        """The canary batches of the last minutes (JSON): per node and kind, the time to the first ack and to
+        the commit in milliseconds, the messages lost, and whether the node led its canary stream."""
+        return await api.get("/canary", system=system, minutes=max(1.0, min(minutes, 1440.0)))
+
+    @mcp.tool()
     async def streams(system: str | None = None) -> str:
         """Every stream's batch settings (JSON): allow_atomic, allow_batched, persist_mode, replicas."""
         return await api.get("/streams", system=system)

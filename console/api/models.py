@@ -105,6 +105,21 @@ class BudgetOut(BaseModel):
     as_of: datetime
 
 
+class CanaryOut(BaseModel):
+    """One canary batch through one node."""
+
+    time: datetime
+    system: str
+    node: str
+    kind: str  # atomic | fast
+    first_ack_ms: float | None
+    commit_ms: float | None
+    lost: int
+    sent: int
+    error: str | None
+    led_elsewhere: bool
+
+
 class BudgetLossOut(BaseModel):
     time: datetime
     stream: str

@@ -15,7 +15,7 @@ from fastapi.responses import PlainTextResponse
 
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
-from console.api.models import (BATCH, MAX_PAGE, OBJECTIVE, STREAM, AuditOut, AuditRecordOut, BudgetLossOut, BudgetOut,
+from console.api.models import (BATCH, MAX_PAGE, OBJECTIVE, STREAM, AuditOut, AuditRecordOut, BudgetLossOut, BudgetOut, CanaryOut,
                                 ChecksOut, HealthOut, HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time,
                                 VerifyOut)
 from console.api.problems import ERRORS, Problem
@@ -138,6 +138,18 @@ def reads(ctx: Context) -> APIRouter:
         rows = await asyncio.to_thread(spenders, found, history.engine, None, limit)
         return [BudgetLossOut(**{k: r[k] for k in ("time", "stream", "batch_id", "what", "publisher")}) for r in rows
                 if who.reads(r["stream"])]
+
+    @api.get("/canary", response_model=list[CanaryOut], tags=["canary"])
+    async def canary(who: Caller = ctx.caller, system: str | None = SYSTEM,
+                     minutes: float = Query(60.0, gt=0, le=24 * 60)) -> list[CanaryOut]:
+        """The canary batches of the last `minutes`, newest first: each node's times and losses."""
+        from console.services.canaries import recent_canaries
+
+        runtime = ctx.runtime_of(system)
+        found = await recent_canaries(lambda: runtime.nc, lambda: runtime.event_log, minutes)
+        return [CanaryOut(time=when, system=r.system, node=r.node, kind=r.kind, first_ack_ms=r.first_ack_ms,
+                          commit_ms=r.commit_ms, lost=r.lost, sent=r.sent, error=r.error, led_elsewhere=r.led_elsewhere)
+                for when, r in reversed(found)]
 
     @api.get("/alerts/rules", response_model=list[RuleOut], tags=["alerts"])
     async def rules(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[RuleOut]:

@@ -87,6 +87,14 @@ async def test_the_continuous_canary_logs_its_results_keeps_to_its_limits_and_cl
         checked = subprocess.run([CLI, "check", "--server", server.url, "--data-dir", str(tmp_path), "--code",
                                   "BATCH_032", "--format", "json"], capture_output=True, text=True, timeout=120)
         assert "BATCH_032" in json.loads(checked.stdout)["checked"], checked.stdout
+        from console.widgets import NotebookConsole  # the notebook's view of the same results
+
+        console = await NotebookConsole.connect(server.url, data_dir=tmp_path)
+        try:
+            seen = await console.canaries()
+            assert {(r.node, r.kind) for _, r in seen} == {(node, "atomic"), (node, "fast")}
+        finally:
+            await console.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

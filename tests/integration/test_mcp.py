@@ -19,12 +19,12 @@ from tests.api_console import SECRET, Console, call, running_console
 from tests.processes import CLI
 
 READS = {"losses", "incident", "incident_report", "checks", "streams", "systems", "conformance", "history", "search",
-         "budgets"}
+         "budgets", "canary"}
 WRITES = {"edit_stream", "mute_rule", "unmute_rule"}
 CALLS = {"losses": {"stream": "API_LOSS"}, "incident": {"batch_id": "api-loss"},
          "incident_report": {"batch_id": "api-loss"}, "checks": {}, "streams": {}, "systems": {}, "conformance": {},
          "history": {"table": "abandoned_batches"}, "search": {"stream": "TEAM_A", "where": "payload.n >= 1"},
-         "budgets": {}}
+         "budgets": {}, "canary": {}}
 
 
 @pytest.fixture(scope="module")
