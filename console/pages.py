@@ -248,7 +248,9 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
     from console.services.canaries import recent_canaries
 
-    return CanaryPage(results=lambda: recent_canaries(lambda: runtime.nc, lambda: runtime.event_log), **params)
+    return CanaryPage(results=lambda: recent_canaries(lambda: runtime.nc, lambda: runtime.event_log),
+                      run_round=lambda: runtime.canary_round(actions), read_only=runtime.read_only,
+                      may=actions.allowed, **params)
 
 
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:

@@ -28,6 +28,7 @@ from console.services.verdicts import VerdictsReader
 from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
+    from console.canary import CanaryRun
     from console.domain.budgets import BudgetStatus, Objective
     from console.actions import Actions
     from console.alerting.view import AlertsView
@@ -263,6 +264,16 @@ class Runtime:
         _decoders_of(settings)
         objectives_of(settings)
         RolesWatch(settings.access)()
+
+    async def canary_round(self, actions: Actions) -> CanaryRun:
+        """One canary round through every node, as the action canary.run of whoever `actions` acts for; its
+        results go to the event log (a missing event key is said before the action)."""
+        from console.broker.eventlog import EventLog
+        from console.canary import CanaryOptions
+        from console.commands import RunCanary
+
+        log = EventLog.over(self.nc, self.event_log)
+        return await actions.run(RunCanary(CanaryOptions(self.settings.fleet.name, once=True), log))
 
     async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""

@@ -33,7 +33,7 @@ from console.collector.capture_watch import CaptureWatch
 from console.collector.grading import Grading
 from console.collector.health import Health, Loops
 from console.collector.intake import Intake
-from console.collector.kept import KeptMessages
+from console.collector.kept import LATE, KeptMessages
 from console.collector.priority import CpuMode, CpuPriority
 from console.collector.publishers import Publishers
 from console.collector.atomic_watch import AtomicWatch
@@ -46,7 +46,7 @@ from console.config import CollectorSettings, EventLogSettings
 from console.domain.atomic_tracker import KEPT_PAST_TIMEOUT
 from console.domain.batch_limits import BatchLimits
 from console.domain.budgets import totals_events
-from console.domain.events import COLLECTOR, BatchEvent
+from console.domain.events import COLLECTOR, PUBLISH_TAP, BatchEvent
 from console.domain.status import CollectorStatus
 from console.domain.wire import Tally
 
@@ -236,6 +236,8 @@ class Collector:
         self._tasks.clear()
         if self.grading is not None:
             self.grading.tick(self.intake.put, everything=True)
+        if kept := self.intake.kept.tick(now() + LATE, timedelta(days=1)):  # the losses still kept back
+            self.intake.put(kept, PUBLISH_TAP)
         if self._writer is not None:
             await self.writer.end()  # only now: nothing else can enqueue
             await _ended([self._writer])
@@ -285,7 +287,9 @@ class Collector:
                 clock = time.monotonic()
                 self.cpu.on_tick(clock - due, clock)
             self.state.tick(self.intake.put)
-            self.intake.kept.tick(now(), timedelta(seconds=self.state.tracker.batch_timeout + KEPT_PAST_TIMEOUT))
+            if kept := self.intake.kept.tick(now(), timedelta(seconds=self.state.tracker.batch_timeout +
+                                                             KEPT_PAST_TIMEOUT)):
+                self.intake.put(kept, PUBLISH_TAP)
             if self.grading is not None:
                 self.grading.tick(self.intake.put)
             if self.settings.totals_every and time.monotonic() - last_totals >= self.settings.totals_every \

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from console.decoders.rules import Decoders, pick
 from console.domain.events import LOST_KINDS, BatchEvent, EventKind
@@ -15,6 +15,10 @@ from console.domain.masking import Masking
 
 HELD_BYTES = 16 * 1024 * 1024  # payloads held at most, across batches: the oldest batches go first
 HELD_PAYLOAD = 64 * 1024  # of one payload: masking a field needs the message whole; past this it masks it all
+# A loss can be read before the publish side's last messages of its batch (two subscriptions, two
+# tasks): its messages are written this long after it, with what came by then.
+LATE = timedelta(seconds=2)
+MAX_LATE = 10_000
 
 
 @dataclass
@@ -43,11 +47,14 @@ class KeptMessages:
     def __init__(self, masking: Masking = Masking(), decoders: Decoders | None = None):
         self.masking, self._decoders = masking, pick(decoders)
         self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._late: OrderedDict[str, tuple[BatchEvent, datetime]] = OrderedDict()  # batch -> its loss, when read
         self._held = 0
+        self._tapped = False  # the publish side is tapped: losses wait for their messages
         self.kept = 0  # BATCH_MESSAGES events made
 
     def saw(self, batch_id: str, seq: int, stream: str | None, subject: str, headers: tuple[tuple[str, str], ...],
             data: bytes, now: datetime) -> None:
+        self._tapped = True
         seen = _Seen(seq, subject, headers, data[:HELD_PAYLOAD], len(data))
         batch = self._open.pop(batch_id, None)
         if batch is None:
@@ -65,29 +72,38 @@ class KeptMessages:
         while self._held > HELD_BYTES and len(self._open) > 1:
             self._held -= self._open.popitem(last=False)[1].held
 
-    def with_messages(self, events: list[BatchEvent]) -> list[BatchEvent]:
-        """`events` and, after each loss of a batch whose messages were seen, the event that keeps them."""
-        if not self._open:
+    def with_messages(self, events: list[BatchEvent], now: datetime | None = None) -> list[BatchEvent]:
+        """`events`; a loss (or the end of a fast batch with a gap) is kept back for LATE, so that the
+        messages the publish side had not handed over yet are kept too (tick writes it)."""
+        if not self._open and not self._tapped:
             return events
-        out = []
         for event in events:
-            out.append(event)
-            if not event.batch_id or (batch := self._open.get(event.batch_id)) is None:
+            if not event.batch_id:
                 continue
-            if event.kind is EventKind.FAST_GAP:
+            batch = self._open.get(event.batch_id)
+            if event.kind is EventKind.FAST_GAP and batch is not None:
                 batch.gapped = True
-            elif event.kind in LOST_KINDS or (event.kind is EventKind.FAST_COMMITTED and batch.gapped):
-                out.append(kept_event(event, self._masked(event.stream or batch.stream, batch)))
-                self.kept += 1
-                self._forget(event.batch_id)
+            elif event.kind in LOST_KINDS or (event.kind is EventKind.FAST_COMMITTED and batch is not None and
+                                              batch.gapped):
+                if event.batch_id not in self._late and len(self._late) < MAX_LATE:
+                    self._late[event.batch_id] = (event, now or datetime.now(timezone.utc))
             elif event.kind is EventKind.FAST_COMMITTED:
                 self._forget(event.batch_id)
-        return out
+        return events
 
-    def tick(self, now: datetime, quiet_for: timedelta) -> None:
-        """Forgets batches not seen for `quiet_for`: a committed atomic batch says nothing more."""
+    def tick(self, now: datetime, quiet_for: timedelta) -> list[BatchEvent]:
+        """The kept messages of the losses read LATE ago or more; forgets batches not seen for `quiet_for`
+        (a committed atomic batch says nothing more)."""
+        kept = []
+        while self._late and now - next(iter(self._late.values()))[1] >= LATE:
+            batch_id, (loss, _) = self._late.popitem(last=False)
+            if (batch := self._open.get(batch_id)) is not None:
+                kept.append(kept_event(loss, self._masked(loss.stream or batch.stream, batch)))
+                self.kept += 1
+                self._forget(batch_id)
         while self._open and now - next(iter(self._open.values())).touched > quiet_for:
             self._held -= self._open.popitem(last=False)[1].held
+        return kept
 
     def _forget(self, batch_id: str) -> None:
         if (batch := self._open.pop(batch_id, None)) is not None:

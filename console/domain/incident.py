@@ -155,7 +155,7 @@ def no_messages_why(incident: Incident) -> str:
     stored = ("An abandoned atomic batch stores none of its messages" if incident.loss.kind in ATOMIC_KINDS else
               "A fast batch's stored messages carry no batch headers, so they cannot be told from others")
     return f"{stored}; the console keeps a lost batch's first and last messages when it taps the publish side " \
-           "(--tap-publish-side)."
+           "(--tap-publish-side), written a few seconds after the loss."
 
 
 def message_lines(messages: list[ShownMessage]) -> list[str]:

@@ -4,7 +4,9 @@ stands out before a publisher meets it."""
 
 from __future__ import annotations
 
+import html
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import panel as pn
@@ -13,8 +15,13 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from console.commands import RunCanary
 from console.domain.canary import CanaryResult, node_health
+from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, tabulator
+
+if TYPE_CHECKING:
+    from console.canary import CanaryRun
 
 COLUMNS = ["node", "kind", "state", "first ack ms", "commit ms", "lost", "when", "error"]
 NONE_YET = ("No canary result in the last hour. Start one: `batch-console canary` (or `up --canary`) sends an "
@@ -27,6 +34,10 @@ def _ms(value: float | None) -> str:
 
 class CanaryPage(Clocked, pn.viewable.Viewer):
     results = coroutine("async () -> [(when, CanaryResult)] of the last hour, oldest first")
+    run_round = coroutine("async () -> CanaryRun: one round now, as the action canary.run (logged)", default=None)
+    read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
+    may = refusals()
+    status = param.String(default="", doc="What the last round asked from the page did, or why it was refused")
     slow_ms = param.Number(default=1000.0, doc="A commit slower than this flags its node (BATCH_032's slow_ms)")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Each node and kind's last result")
     state = param.String(default="", doc="How many nodes, and which are failing or slow")
@@ -40,8 +51,33 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
                             sizing_mode="stretch_width", toolbar_location=None)
         self._source = ColumnDataSource({"t": [], "ms": [], "node": [], "color": []})
         self._plot.scatter("t", "ms", source=self._source, color="color", legend_field="node", size=6)
-        self._layout = pn.Column(pn.pane.Markdown("## Canary"), pn.pane.Markdown(self.param.state), self._table,
-                                 pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        controls: list = []
+        if not self.read_only and self.run_round is not None:  # in read-only mode not even in the document
+            self._run = pn.widgets.Button(label="Run a round now", button_type="primary", width=180)
+            self._run.on_click(self._on_run)
+            self.status = permitted([self._run], self.may(RunCanary))
+            controls = [pn.Row(self._run, pn.pane.Markdown(self.param.status))]
+        self._layout = pn.Column(pn.pane.Markdown("## Canary"), pn.pane.Markdown(self.param.state), *controls,
+                                 self._table, pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"),
+                                 sizing_mode="stretch_width")
+
+    async def run_now(self) -> CanaryRun | None:
+        """One canary round through every node now (the button; a notebook calls it): the action canary.run,
+        recorded and refused as any action; its results go to the event log and the table."""
+        self.status = "Sending a canary batch of each kind through every node…"
+        try:
+            run = await self.run_round()
+        except Exception as e:  # refused (role, read-only), no event key, the server away: said here
+            self.status = f"**Not run:** {html.escape(str(e)[:300] or type(e).__name__)}"
+            return None
+        failed = [r for r in run.results if r.commit_ms is None or r.lost]
+        self.status = (f"{len(run.results)} canary batches through {len({r.node for r in run.results})} node(s): "
+                       + (f"**{len(failed)} failed**" if failed else "every one committed, nothing lost"))
+        await self.reload()
+        return run
+
+    async def _on_run(self, *_) -> None:
+        await self.run_now()
 
     async def reload(self) -> None:
         try:

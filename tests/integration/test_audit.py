@@ -207,6 +207,8 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     await streams.apply()
     probe = await notebook.page("/probe", stream=f"{stream}_P", subject=f"{stream.lower()}_p", count=3)
     await probe.start()
+    canary = await notebook.page("/canary")
+    await canary.run_now()
     replay = await notebook.replay(stream)
     replay.consumer, replay.max_messages = "ops", 4
     fetched = await replay.fetch()
@@ -232,6 +234,7 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     search.export_format = "jsonl"
     await search.download()
     return {"stream.edit": stream, "probe.run": f"{stream}_P atomic x3", "consumer.fetch": f"{stream}/ops",
+            "canary.run": "default once x10",
             **{ANSWERS[kind].name: f"{stream}/" for kind in Ack},
             "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
             "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,

@@ -49,6 +49,30 @@ async def test_once_prints_each_node_and_kind_and_leaves_no_stream(nats_server, 
         await nc.close()
 
 
+def test_every_system_of_a_systems_file_gets_its_canaries_and_one_away_is_said(tmp_path):
+    from console.broker.cluster import free_port
+    from console.broker.server import EmbeddedServer
+    from tests.fleet import systems_text
+
+    with EmbeddedServer(tmp_path / "eu") as eu, EmbeddedServer(tmp_path / "us") as us:
+        both = tmp_path / "systems.toml"
+        both.write_text(systems_text(eu=eu.url, us=us.url))
+        done = subprocess.run([CLI, "canary", "--once", "--format", "json", "--systems", str(both), "--data-dir",
+                               str(tmp_path / "data"), "--connect-timeout", "2"], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        found = [json.loads(line) for line in done.stdout.splitlines()]
+        assert sorted((r["system"], r["kind"]) for r in found) == [("eu", "atomic"), ("eu", "fast"), ("us", "atomic"),
+                                                                   ("us", "fast")]
+        gone = tmp_path / "gone.toml"
+        gone.write_text(systems_text(eu=eu.url, gone=f"nats://127.0.0.1:{free_port()}"))
+        away = subprocess.run([CLI, "canary", "--once", "--format", "json", "--systems", str(gone), "--data-dir",
+                               str(tmp_path / "data"), "--connect-timeout", "2"], capture_output=True, text=True,
+                              timeout=120)
+        assert away.returncode == 1 and "system gone: not reached" in away.stderr
+        assert {json.loads(line)["system"] for line in away.stdout.splitlines()} == {"eu"}  # the others measured
+
+
 async def test_a_stream_of_its_name_it_did_not_make_is_never_written_to(server, tmp_path):
     nc = await nats.connect(server.url)
     try:

@@ -130,7 +130,8 @@ def sign_in(browser, url: str, user: str) -> Page:
 
 
 def crafted_click(page: Page, label: str) -> None:
-    assert page.evaluate(ENABLE, label), f"no control {label!r} in the document"
+    # the page's first paint is inert HTML: the control is the live document's, once its scripts have run
+    page.wait_for_function(ENABLE, arg=label, timeout=15_000)
     page.get_by_role("button", name=label, exact=True).click()
 
 
@@ -162,6 +163,17 @@ def run_probe(page: Page, team: Team, may: bool) -> None:
     expect(page.get_by_text("Not for you")).to_be_visible()
     crafted_click(page, "Publish probe")
     expect(page.get_by_text("probe.run is refused")).to_be_visible(timeout=15_000)
+
+
+def run_canary(page: Page, team: Team, may: bool) -> None:
+    page.goto(team.web_url + "canary")
+    if may:
+        page.get_by_role("button", name="Run a round now").click()
+        expect(page.get_by_text("canary batches through")).to_be_visible(timeout=60_000)
+        return
+    expect(page.get_by_text("Not for you")).to_be_visible(timeout=15_000)
+    crafted_click(page, "Run a round now")
+    expect(page.get_by_text("canary.run is refused")).to_be_visible(timeout=15_000)
 
 
 def fetch(page: Page, team: Team, may: bool, stream: str = "") -> None:
@@ -245,6 +257,7 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "alert_rule.mute": rule_action("Mute", "team rule muted."),
     "alert_rule.unmute": rule_action("Unmute", "team rule unmuted."),
     "export.csv": export_csv, "export.report": export_report, "search.run": search, "export.search": export_search,
+    "canary.run": run_canary,  # last: the answers above act on the messages the fetch left on its page
 }
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer
 

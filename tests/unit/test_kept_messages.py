@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from console.collector import kept as kept_module
-from console.collector.kept import KeptMessages
+from console.collector.kept import LATE, KeptMessages
 from console.domain.events import BatchEvent, EventKind, MalformedEvent
 from console.domain.incident import build_incident, incident_report, no_messages_why
 from console.domain.kept_messages import KEPT_BYTES, KeptMessage, kept_event, kept_messages
@@ -30,42 +30,56 @@ def seen(kept: KeptMessages, batch="b1", seqs=range(1, 4), stream="ORDERS", data
         kept.saw(batch, seq, stream, "orders.x", (("X-Card", "4111"),), data(seq), T0)
 
 
+def written(kept: KeptMessages, events: list[BatchEvent]) -> list[BatchEvent]:
+    """What the collector writes of these events: them, and the kept messages LATE after."""
+    return kept.with_messages(events, T0) + kept.tick(T0 + LATE, timedelta(days=1))
+
+
 def test_a_lost_batch_keeps_its_first_and_last_masked_and_a_committed_one_nothing():
     kept = KeptMessages(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\nheaders = ["x-card"]\n'))
     seen(kept, "b1", [2, 1, 3])  # order as the tap heard it: the lowest sequence is the first
     seen(kept, "b2")
-    out = kept.with_messages([loss(EventKind.FAST_COMMITTED, "b2"), loss(batch="b1")])
+    out = written(kept, [loss(EventKind.FAST_COMMITTED, "b2"), loss(batch="b1")])
     assert [e.kind for e in out] == [EventKind.FAST_COMMITTED, EventKind.ATOMIC_ABANDONED, EventKind.BATCH_MESSAGES]
     first, last = kept_messages(out[-1])
     assert (first.seq, last.seq) == (1, 3) and json.loads(first.data) == {"n": 1, "card": {"number": "***"}}
     assert dict(first.headers)["X-Card"] == "***" and b"4111" not in first.data + last.data
-    assert kept.with_messages([loss(batch="b1"), loss(batch="b2")]) == [loss(batch="b1"), loss(batch="b2")]
+    assert written(kept, [loss(batch="b1"), loss(batch="b2")]) == [loss(batch="b1"), loss(batch="b2")]
+
+
+def test_messages_the_publish_side_hands_over_after_the_loss_are_kept_too():
+    kept = KeptMessages()
+    seen(kept, "b1", [1])
+    assert kept.with_messages([loss()], T0) == [loss()] and kept.tick(T0 + LATE / 2, timedelta(days=1)) == []
+    seen(kept, "b1", [2, 3])  # read after the loss: the subscriptions' tasks do not keep the wire's order
+    [event] = kept.tick(T0 + LATE, timedelta(days=1))
+    assert [m.seq for m in kept_messages(event)] == [1, 3]
 
 
 def test_an_ok_mode_gap_keeps_them_when_the_batch_commits():
     kept = KeptMessages()
     seen(kept)
-    assert len(kept.with_messages([loss(EventKind.FAST_GAP)])) == 1
-    out = kept.with_messages([loss(EventKind.FAST_COMMITTED)])
+    assert len(written(kept, [loss(EventKind.FAST_GAP)])) == 1
+    out = written(kept, [loss(EventKind.FAST_COMMITTED)])
     assert [e.kind for e in out] == [EventKind.FAST_COMMITTED, EventKind.BATCH_MESSAGES]
 
 
 def test_of_a_stream_not_known_nothing_but_its_subject_and_size_is_kept():
     kept = KeptMessages(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\n'))
     seen(kept, stream=None)
-    [first, last] = kept_messages(kept.with_messages([loss(stream=None)])[-1])
+    [first, last] = kept_messages(written(kept, [loss(stream=None)])[-1])
     assert first.data == b"" and first.headers == () and first.cut and first.size > 0
 
 
 def test_a_long_payload_is_cut_and_a_held_cut_one_with_field_rules_is_masked_whole(monkeypatch):
     kept = KeptMessages()
     seen(kept, seqs=[1], data=lambda s: b"y" * (KEPT_BYTES * 3))
-    [only] = kept_messages(kept.with_messages([loss()])[-1])
+    [only] = kept_messages(written(kept, [loss()])[-1])
     assert len(only.data) == KEPT_BYTES and only.cut and only.size == KEPT_BYTES * 3
     monkeypatch.setattr(kept_module, "HELD_PAYLOAD", 10)
     masked = KeptMessages(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\n'))
     seen(masked, seqs=[1])
-    [whole] = kept_messages(masked.with_messages([loss()])[-1])
+    [whole] = kept_messages(written(masked, [loss()])[-1])
     assert whole.data == b"***"
 
 
