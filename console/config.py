@@ -387,8 +387,9 @@ class DemoSettings:
     demo: bool = setting(False, "publish demo traffic on demo streams of its own (up)", switch=True)
     demo_every: float = setting(30.0, "seconds between demo rounds", parse=float)
     demo_rounds: int | None = setting(None, "stop after N demo rounds (default: until stopped)", parse=int)
-    canary: bool = setting(False, "also run the canary as a part (up): an atomic and a fast batch through every node "
-                                  "each minute, on streams of its own (batch-console canary)", switch=True)
+    canary: bool = setting(False, "also run the canary as a part (up; on with --demo): an atomic and a fast batch "
+                                  "through every node each minute, on streams of its own (batch-console canary)",
+                           switch=True)
 
 
 @dataclass(frozen=True)

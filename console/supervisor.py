@@ -174,7 +174,7 @@ class Supervisor:
         self._part("alerts", ["alerts"])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
-        if self.settings.demo.canary:
+        if self.settings.demo.canary or self.settings.demo.demo:  # the demo shows every page with something on it
             self._part("canary", ["canary"])
         if self.systems:
             self.say(f"systems: {', '.join(s.name for s in self.systems)}: each collected, kept (DATA_DIR/systems/NAME) "
