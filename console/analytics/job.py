@@ -209,7 +209,12 @@ def run_once(spark: SparkSession, settings: JobSettings,
             delta.add_files(raw_path, files, end)
         progress(end - done, last - done)
     written = 0
-    if seen.history == 0:  # nothing an aggregate counts: the offset moves past it
+    if seen.history == 0 and settings.objectives and seen.days:  # stream totals alone: only the budgets move
+        with stages("scope"):
+            scope, _ = _scope(spark, raw_path, sorted(seen.days), done)
+        with stages("budgets"):
+            written = _budget_counts_only(settings, engine, scope, sorted(seen.days), last)
+    elif seen.history == 0:  # nothing an aggregate counts: the offset moves past it
         sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: None)
     else:
         days = sorted(seen.days)
@@ -264,7 +269,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     with stages("aggregates"), ThreadPoolExecutor(len(jobs)) as pool:
         tables = dict(zip(jobs, pool.map(lambda plan: plan().toArrow(), jobs.values())))
     hourly_a, hourly_g, lost_table = tables["hourly abandonments"], tables["hourly gaps"], tables["abandoned"]
-    blind, counts = tables["blind windows"], tables["budget counts"]
+    blind, counts = tables["blind windows"], tables.get("budget counts")
     batches = tables.get("fast batches", pa.table({"batch_id": pa.array([], pa.string())}))
     touched = batches["batch_id"].to_pylist()
     lost_rows = list(_records(lost_table))
@@ -281,7 +286,8 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         put("abandonment_hourly", hourly_a, by_day)
         put("gap_hourly", hourly_g, by_day)
         put("capture_interruptions", blind, by_day)
-        put("budget_counts", counts, by_day)
+        if counts is not None:
+            put("budget_counts", counts, by_day)
         if touched:
             put("fast_batch_summary", batches, f"batch_id IN ({_quoted(touched)})")
         if lost_ids:
@@ -303,7 +309,8 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], _records(batches))
         sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
         sqlite.replace_rows(session, StreamAbandonmentStats, ("stream",), [(s,) for s in streams], rows_s)
-        budget_store.replace_counts(session, day_bounds, _records(counts, drop=("day",)))
+        if counts is not None:
+            budget_store.replace_counts(session, day_bounds, _records(counts, drop=("day",)))
 
     with stages("sqlite"):
         sqlite.commit_run(engine, EVENTS_SOURCE, last, writes)
@@ -332,15 +339,34 @@ def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done:
             "abandoned": lambda: abandoned_batches(scope, settings.context_minutes, filled=True).filter(
                 F.to_date("time").isin(*days)),
             "blind windows": lambda: capture_interruptions(of_days()).withColumn(
-                "day", F.to_date("start").cast("string")),
-            # over the whole scope: a day's first totals grow from the day before's last
-            "budget counts": lambda: budget_counts(scope).filter(F.to_date("bucket").isin(*days)).withColumn(
-                "day", F.to_date("bucket").cast("string"))}
+                "day", F.to_date("start").cast("string"))}
+    if settings.objectives:  # counted only for objectives: a console without them pays nothing
+        jobs["budget counts"] = lambda: _counts_of_days(scope, days)
     if seen.fast:
         jobs["fast batches"] = touched_batches
     if seen.retractions:
         jobs["retracted"] = lambda: retracted_losses(scope)
     return jobs
+
+
+def _counts_of_days(scope: DataFrame, days: list[date]) -> DataFrame:
+    """The budget counts of these days, over the whole scope: a day's first totals grow from the day before's last."""
+    return budget_counts(scope).filter(F.to_date("bucket").isin(*days)).withColumn(
+        "day", F.to_date("bucket").cast("string"))
+
+
+def _budget_counts_only(settings: JobSettings, engine, scope: DataFrame, days: list[date], last: int) -> int:
+    """A run of stream totals alone: the budget counts of their days and the statuses, the offset moved."""
+    counts = _counts_of_days(scope, days).toArrow()
+    if settings.system:
+        counts = counts.append_column("system", pa.array([settings.system] * counts.num_rows, pa.string()))
+    delta.replace_where(settings.delta("budget_counts"), counts,
+                        f"day IN ({_quoted(d.isoformat() for d in days)})")
+    midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
+    sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: budget_store.replace_counts(
+        session, [(m, m + timedelta(days=1)) for m in midnights], _records(counts, drop=("day", "system"))))
+    _budgets(settings, engine)
+    return counts.num_rows
 
 
 def _budgets(settings: JobSettings, engine) -> None:

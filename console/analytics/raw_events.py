@@ -15,11 +15,10 @@ import pyarrow.compute as pc
 
 from console.analytics.schema import SKIPPED_KIND
 from console.analytics.transforms import LOSS_RETRACTED
-from console.domain.events import NOT_HISTORY, STATUS_UNVERIFIED, EventKind
+from console.domain.events import NOT_HISTORY, STATUS_UNVERIFIED
 from console.storage import delta
 
-# A day with stream totals is recomputed like one with losses: the loss budgets count what streams stored.
-NOT_COUNTED = pa.array([kind.value for kind in NOT_HISTORY if kind is not EventKind.STREAM_TOTALS])
+NOT_COUNTED = pa.array([kind.value for kind in NOT_HISTORY])
 
 # What a task says of its part of a step: per date, its events (those an aggregate counts: `history`;
 # of fast batches: `fast`; a retraction among them) and the file it wrote; per skip reason, how many.

@@ -17,6 +17,7 @@ from console.analytics.source import SourceOptions
 from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.budgets import parse_objectives, totals_events
+from console.broker.eventlog import EventLog
 from console.domain.events import COLLECTOR, BatchEvent, EventKind
 from console.storage import sqlite
 from console.domain.monthly_report import month_bounds
@@ -24,7 +25,7 @@ from console.services.budgets import month_report
 from console.storage.budgets import count_rows, status_rows
 from console.storage.history import Reader
 from tests.processes import CLI
-from tests.waits import events_for
+from tests.waits import eventually, events_for
 
 OBJECTIVES_TEXT = '''
 [[objective]]
@@ -99,6 +100,9 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
     assert written[("orders", "messages")]["lost"] == 42 and written[("with atomic", "batches")]["known"] is False
 
     engine = sqlite.open_db(settings.db_path)
+    await _totals_alone(spark, server, now, settings)  # a run of stream totals alone moves the budgets, not History
+    after = {(r.objective, r.measure): r for r in status_rows(engine)}
+    assert after[("orders", "messages")].total == messages.total + 5_000
     month = now.strftime("%Y-%m")
     report = month_report(list(OBJECTIVES), engine, month)
     start, end = month_bounds(month)
@@ -120,3 +124,20 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
     refused = subprocess.run([CLI, "report", "--month", "2026-13", "--data-dir", str(tmp_path)], capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode != 0 and "a month is YYYY-MM" in refused.stderr
+
+
+async def _totals_alone(spark, server, now, settings) -> None:
+    nc = await nats.connect(server.url)
+    collector = Collector(nc, CollectorSettings(tick_every=0.1, totals_every=0))
+    await collector.start()
+    try:
+        [later] = totals_events("bench", now + timedelta(minutes=1), {"BUD_A": 1_000 + HOURS * PER_HOUR + 5_000}, {})
+        collector.intake.put([later], COLLECTOR)
+        log = EventLog.over(nc)
+        await eventually(lambda: log.read(1, idle_timeout=0.2),
+                         lambda found: any(e.event_id == later.event_id for _, e in found), what="the totals stored")
+    finally:
+        await collector.stop()
+        await nc.close()
+    report = await asyncio.to_thread(run_once, spark, settings)
+    assert report.events_read >= 1
