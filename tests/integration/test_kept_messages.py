@@ -6,9 +6,12 @@ leaves none."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
+import nats
 import pytest
+from nats.js.api import StreamConfig
 
 from console.broker.atomic import AtomicBatch
 from console.broker.fast import BatchEndedError, FastBatch
@@ -25,6 +28,7 @@ from console.investigate import shown_messages
 from tests.decoders.orders import as_protobuf, descriptor_set, order, protobuf_class
 from tests.waits import events_for
 
+NAMES = itertools.count(1)
 RULES = '[[mask]]\nstreams = ["T*"]\nfields = ["customer.address.city", "card.number"]\nheaders = ["X-Customer"]\n'
 
 
@@ -49,8 +53,23 @@ async def _collecting(nc, subject: str, decoders) -> Collector:
     return collector
 
 
-async def test_an_abandoned_atomic_batch_keeps_its_first_and_last_protobuf_orders_masked(nc, make_stream,
-                                                                                         decoders_file):
+@pytest.fixture
+async def own(server):
+    """A connection to this module's own server (no other module's collector or batches beside it), and a
+    maker of its streams."""
+    nc = await nats.connect(server.url)
+
+    async def make_stream(**config) -> tuple[str, str]:
+        name = f"TKEPT{next(NAMES)}"  # T*: the masking rules' and the decoders' streams
+        await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], **config))
+        return name, name.lower()
+
+    yield nc, make_stream
+    await nc.close()
+
+
+async def test_an_abandoned_atomic_batch_keeps_its_first_and_last_protobuf_orders_masked(own, decoders_file):
+    nc, make_stream = own
     path, binpb = decoders_file
     decoders, cls = load_decoders(path), protobuf_class(binpb)
     stream, subject = await make_stream(allow_atomic=True)
@@ -60,7 +79,8 @@ async def test_an_abandoned_atomic_batch_keeps_its_first_and_last_protobuf_order
         for i in (1, 2, 3):
             await batch.add(f"{subject}.pb", as_protobuf(cls, order(i)), headers={"X-Customer": f"c{i}"})
         batch.discard()  # the server abandons it at its batch timeout
-        events = await events_for(nc, {batch.batch_id}, lambda es: any(e.kind is EventKind.BATCH_MESSAGES for e in es))
+        events = await events_for(nc, {batch.batch_id}, lambda es: any(e.kind is EventKind.BATCH_MESSAGES for e in es),
+                                  timeout=60)
         [kept] = [e for e in events if e.kind is EventKind.BATCH_MESSAGES]
         written = b"".join(m.data + repr(m.headers).encode() for m in kept_messages(kept))
         assert b"o1" in written and not any(word in written for word in (b"Berlin", b"Lyon", b"4111-", b"'c1'"))
@@ -87,7 +107,8 @@ async def test_an_abandoned_atomic_batch_keeps_its_first_and_last_protobuf_order
         await collector.stop()
 
 
-async def test_a_lost_fast_batch_keeps_its_first_and_last_json_orders_and_a_committed_one_none(nc, make_stream):
+async def test_a_lost_fast_batch_keeps_its_first_and_last_json_orders_and_a_committed_one_none(own):
+    nc, make_stream = own
     stream, subject = await make_stream(allow_batched=True)
     collector = await _collecting(nc, subject, None)
     try:
@@ -107,7 +128,7 @@ async def test_a_lost_fast_batch_keeps_its_first_and_last_json_orders_and_a_comm
 
         events = await events_for(nc, {lost.batch_id, fine.batch_id}, lambda es: (
             any(e.kind is EventKind.BATCH_MESSAGES for e in es)
-            and any(e.kind is EventKind.FAST_COMMITTED and e.batch_id == fine.batch_id for e in es)))
+            and any(e.kind is EventKind.FAST_COMMITTED and e.batch_id == fine.batch_id for e in es)), timeout=60)
         assert [e.batch_id for e in events if e.kind is EventKind.BATCH_MESSAGES] == [lost.batch_id]
         incident = build_incident(lost.batch_id, events)
         assert incident is not None and incident.loss.kind in LOST_KINDS
