@@ -92,7 +92,8 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
     assert messages.lost == 42 and messages.total == HOURS * PER_HOUR + 42
     assert abs(messages.spent - truth["messages"]) <= 0.01 * truth["messages"]
     assert batches.lost == 3 and abs(batches.spent - truth["batches"]) <= 0.01 * truth["batches"]
-    assert messages.burn_3d is not None and messages.burn_5m == 0.0  # the last hour stored, nothing lost
+    # nothing lost of late: 0 when the last totals' bucket is within 5 minutes of the run, else not known
+    assert messages.burn_3d is not None and messages.burn_5m in (0.0, None)
     unknown = rows[("with atomic", "batches")]
     assert unknown.known is False and unknown.spent is None  # BUD_B's atomic batches: nobody counted them
     written = {(r["objective"], r["measure"]): r
