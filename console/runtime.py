@@ -241,12 +241,12 @@ class Runtime:
 
     def budgets(self) -> list[BudgetStatus] | None:
         """Each objective's status now, from the analytics job's counts; None without objectives or history."""
-        from console.services.budgets import budgets_now
+        from console.storage.budgets import statuses_now
 
         history = self.history
         if not self.objectives or history is None:
             return None
-        return budgets_now(self.objectives, history.engine)
+        return statuses_now(self.objectives, history.engine)
 
     @property
     def masking(self) -> Masking:

@@ -55,7 +55,7 @@ from console.analytics.transforms import (
 from console.broker.eventlog import missing_log
 from console.analytics.budgets import budget_counts
 from console.config import AnalyticsSettings
-from console.domain.budgets import WINDOWS, Objective, budget_statuses
+from console.domain.budgets import WINDOWS, Objective
 from console.domain.display import as_utc
 from console.domain.events import REPLAYED, key_mismatch
 from console.errors import EventLogMissingError, KeyMismatchError
@@ -371,9 +371,7 @@ def _budget_counts_only(settings: JobSettings, engine, scope: DataFrame, days: l
 
 def _budgets(settings: JobSettings, engine) -> None:
     """Each objective's status as of now, from the counts of its window (and the longest burn window)."""
-    as_of = datetime.now(timezone.utc)
-    longest = max([o.window for o in settings.objectives] + list(WINDOWS.values()))
-    statuses = budget_statuses(list(settings.objectives), budget_store.count_rows(engine, as_of - longest), as_of)
+    statuses = budget_store.statuses_now(list(settings.objectives), engine)
     budget_store.write_statuses(engine, statuses)
     delta.replace_where(settings.delta("budget_status"), pa.Table.from_pylist(
         [{"objective": s.objective, "measure": s.measure, "as_of": s.as_of, "lost": s.counts.lost,

@@ -1,5 +1,5 @@
-"""Each loss budget as it stands now: the objectives, and the counts the analytics job wrote to SQLite,
-summed over each objective's windows at the moment asked (a window slides without a run of the job)."""
+"""The losses that spent a loss budget, and a month's report of them (each budget as it stands now is
+console.storage.budgets.statuses_now, which the analytics job writes after a run as well)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from console.domain.budgets import MEASURES, WINDOWS, BudgetStatus, Objective, budget_statuses, counts_of
+from console.domain.budgets import MEASURES, Objective, counts_of
 from console.domain.monthly_report import MonthReport, ObjectiveMonth, month_bounds
 from console.storage.budgets import count_rows
-
-
-def budgets_now(objectives: list[Objective], engine: Engine, now: datetime | None = None) -> list[BudgetStatus]:
-    now = now or datetime.now(timezone.utc)
-    longest = max([o.window for o in objectives] + list(WINDOWS.values()))
-    return budget_statuses(objectives, count_rows(engine, now - longest, now), now)
 
 
 def spenders(objective: Objective, engine: Engine, now: datetime | None = None, limit: int = 500) -> list[dict[str, Any]]:

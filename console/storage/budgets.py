@@ -4,12 +4,12 @@ statuses of the job's last run."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlmodel import Session, col, delete, select
 
-from console.domain.budgets import BudgetStatus, CountRow
+from console.domain.budgets import WINDOWS, BudgetStatus, CountRow, Objective, budget_statuses
 from console.domain.display import as_utc
 from console.storage import sqlite
 from console.storage.tables import AbandonedBatch, BudgetCount, BudgetStatusRow, FastBatchSummary
@@ -33,6 +33,14 @@ def count_rows(engine, since: datetime, until: datetime | None = None) -> list[C
             q = q.where(b.bucket <= until)
         return [CountRow(as_utc(r.bucket), r.stream, r.publisher, *(getattr(r, c) for c in COUNT_COLUMNS))
                 for r in s.exec(q)]
+
+
+def statuses_now(objectives: list[Objective], engine, now: datetime | None = None) -> list[BudgetStatus]:
+    """Each objective's measures as of `now`, summed from the counts of its window (and the longest burn
+    window) at the moment asked: a window slides without a run of the job."""
+    now = now or datetime.now(timezone.utc)
+    longest = max([o.window for o in objectives] + list(WINDOWS.values()))
+    return budget_statuses(objectives, count_rows(engine, now - longest, now), now)
 
 
 def write_statuses(engine, statuses: list[BudgetStatus]) -> None:
