@@ -16,7 +16,7 @@ from typing import Callable
 from console.broker.canary import delete_streams, lead_on, nodes_and_streams, one_batch
 from console.broker.connection import Connection, NatsError
 from console.broker.eventlog import EventLog
-from console.domain.canary import KINDS, CanaryResult, stream_for
+from console.domain.canary import KINDS, CanaryResult, ms_text, stream_for
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ async def run_canary(nc: Connection, options: CanaryOptions, log: EventLog | Non
 
 def as_text(results: list[CanaryResult]) -> str:
     def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.1f}"
+        return ms_text(value, "-")
 
     lines = [f"{'system':<12}{'node':<20}{'kind':<8}{'first ack ms':>14}{'commit ms':>12}{'lost':>7}  error"]
     lines += [f"{r.system[:11]:<12}{r.node[:19]:<20}{r.kind:<8}{ms(r.first_ack_ms):>14}{ms(r.commit_ms):>12}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import json
 import logging
@@ -26,7 +27,7 @@ from console.collector.collector import Collector
 from console.collector.kept import KeptMessages
 from console.config import (
     EMBEDDED_SYSTEM_USER, KEY_WAIT, SERVER_READY, SYSTEM_PASSWORD_FILE, Settings, add_flags, beside_up, load,
-    private_dir, private_file, spark_options,
+    Watched, private_dir, private_file, spark_options,
 )
 from console.domain.audit import CLI
 from console.domain.fast_ingest import GapMode
@@ -591,9 +592,10 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     systems = {spec.name: settings.of_system(spec) for spec in settings.systems()}
     if not systems:
         asyncio.run(_reachable(settings))  # an unreachable server is said before a missing key is waited for
-    objectives = tuple(objectives_of(settings))
+    objectives = Watched(settings.data.objectives, lambda: tuple(objectives_of(settings)))  # edited: the next run's
+    objectives()  # a file with an error stops the job here, with its line
     jobs = {name: JobSettings(each.data.system_dir, SourceOptions.parse(spark_options(each)), max_events=a.max_events,
-                              driver_reads_up_to=a.driver_reads_up_to, system=name, objectives=objectives)
+                              driver_reads_up_to=a.driver_reads_up_to, system=name)
             for name, each in (systems or {"": settings}).items()}
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
                           full_jit=a.full_jit)
@@ -605,7 +607,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
         for name, job in jobs.items():
             said = f"analytics: system {name}: " if name else "analytics: "
             try:
-                report = run_once(spark, job, progress=backlog_progress(job.max_events),
+                report = run_once(spark, dataclasses.replace(job, objectives=objectives()), progress=backlog_progress(job.max_events),
                                   defer_heartbeats=HEARTBEATS_DEFERRED if a.follow and warm else 0)
             except Exception as e:  # of several systems, one not reached: the others run
                 if not name:

@@ -17,18 +17,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import tempfile
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from console.domain.notify_targets import NotifyTargets
 from console.domain.systems import (DEFAULT as DEFAULT_SYSTEM, Credentials, SystemSpec, SystemsError, each_account,
                                     load_systems)
 from console.errors import ConfigError, MissingKeyError
+
+T = TypeVar("T")
 
 ENV_PREFIX = "BATCH_CONSOLE_"
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
@@ -564,6 +567,33 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             given.add(dest)
         sections[section] = cls(**values)
     return Settings(**sections, given=frozenset(given))
+
+
+class Watched(Generic[T]):
+    """An operator's file as it is now: read at the first call (its error is the caller's, with its line),
+    and again whenever it changes; a change with an error keeps what was read before, and `error` says
+    why until the file is mended: a typo never takes away what worked."""
+
+    def __init__(self, path: Path | None, read: Callable[[], T]):
+        self.path, self._read = path, read
+        self._stamp: tuple[str, int, int] | None = None
+        self._value: T | None = None
+        self._read_once = False
+        self.error: str | None = None
+
+    def __call__(self) -> T:
+        stamp = file_stamp(self.path)
+        if not self._read_once or stamp != self._stamp:
+            try:
+                self._value, self.error = self._read(), None
+            except ConfigError as e:
+                if not self._read_once:
+                    raise
+                if str(e) != self.error:
+                    logging.getLogger(__name__).error("%s: the file as it was before is kept until it is mended", e)
+                self.error = str(e)
+            self._stamp, self._read_once = stamp, True
+        return self._value  # type: ignore[return-value]  # read at least once by here
 
 
 def file_stamp(path: Path | None) -> tuple[str, int, int] | None:

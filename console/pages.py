@@ -242,7 +242,7 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
         history = runtime.history
         return [] if objective is None or history is None else spenders(objective, history.engine)
 
-    return BudgetsPage(statuses=runtime.budgets, losses=losses, **params)
+    return BudgetsPage(statuses=runtime.budgets, losses=losses, problem=lambda: runtime.objectives_file.error, **params)
 
 
 def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:

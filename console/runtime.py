@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, cancelled
 from console.broker.live_state import LiveState
-from console.config import EventLogSettings, Settings, load
+from console.config import EventLogSettings, Settings, Watched, load
 from console.domain.batch_limits import BatchLimits
 from console.domain.audit import CLI
 from console.domain.incident import Incident
@@ -59,7 +59,7 @@ class Runtime:
         self._alerts: AlertsView | None = None
         self._masking: Masking | None = None
         self._decoders: Decoders | None = None
-        self._objectives: list[Objective] | None = None
+        self.objectives_file = Watched(settings.data.objectives, lambda: objectives_of(settings))
         self._reading_ahead: asyncio.Task[None] | None = None
         # the services built on the system, each asking for the connection it has now
         connection = lambda: self.nc  # noqa: E731
@@ -234,10 +234,9 @@ class Runtime:
 
     @property
     def objectives(self) -> list[Objective]:
-        """The loss budgets' objectives (read once; an error stops the process at its start, with its line)."""
-        if self._objectives is None:
-            self._objectives = objectives_of(self.settings)
-        return self._objectives
+        """The loss budgets' objectives as the file is now (an error stops the process at its start, with its
+        line; a later one keeps the objectives before it, said by `objectives_file.error`)."""
+        return self.objectives_file()
 
     def budgets(self) -> list[BudgetStatus] | None:
         """Each objective's status now, from the analytics job's counts; None without objectives or history."""

@@ -275,27 +275,22 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     lost_rows = list(_records(lost_table))
     retracted = tables["retracted"]["event_id"].to_pylist() if seen.retractions else []
     lost_ids = [r["event_id"] for r in lost_rows] + retracted  # a retracted loss's row goes
-    def put(name: str, rows: pa.Table, predicate: str) -> None:
-        """A derived table's rows, each with its system when the job runs on a systems file's system."""
-        if settings.system:
-            rows = rows.append_column("system", pa.array([settings.system] * rows.num_rows, pa.string()))
-        delta.replace_where(settings.delta(name), rows, predicate)
-
     with stages("delta"):
         by_day = f"day IN ({_quoted(d.isoformat() for d in days)})"
-        put("abandonment_hourly", hourly_a, by_day)
-        put("gap_hourly", hourly_g, by_day)
-        put("capture_interruptions", blind, by_day)
+        _put(settings, "abandonment_hourly", hourly_a, by_day)
+        _put(settings, "gap_hourly", hourly_g, by_day)
+        _put(settings, "capture_interruptions", blind, by_day)
         if counts is not None:
-            put("budget_counts", counts, by_day)
+            _put(settings, "budget_counts", counts, by_day)
         if touched:
-            put("fast_batch_summary", batches, f"batch_id IN ({_quoted(touched)})")
+            _put(settings, "fast_batch_summary", batches, f"batch_id IN ({_quoted(touched)})")
         if lost_ids:
-            put("abandoned_batches", lost_table, f"event_id IN ({_quoted(lost_ids)})")
+            _put(settings, "abandoned_batches", lost_table, f"event_id IN ({_quoted(lost_ids)})")
     with stages("stream stats"):
         streams, rows_s = _stream_stats(engine, lost_rows, lost_ids)
         if streams:
-            put("stream_abandonment_stats", pa.Table.from_pylist(rows_s, STATS_SCHEMA), f"stream IN ({_quoted(streams)})")
+            _put(settings, "stream_abandonment_stats", pa.Table.from_pylist(rows_s, STATS_SCHEMA),
+                 f"stream IN ({_quoted(streams)})")
     midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
     day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
 
@@ -355,16 +350,20 @@ def _counts_of_days(scope: DataFrame, days: list[date]) -> DataFrame:
         "day", F.to_date("bucket").cast("string"))
 
 
+def _put(settings: JobSettings, name: str, rows: pa.Table, predicate: str) -> None:
+    """A derived table's rows into Delta, each with its system when the job runs on a systems file's system."""
+    if settings.system:
+        rows = rows.append_column("system", pa.array([settings.system] * rows.num_rows, pa.string()))
+    delta.replace_where(settings.delta(name), rows, predicate)
+
+
 def _budget_counts_only(settings: JobSettings, engine, scope: DataFrame, days: list[date], last: int) -> int:
     """A run of stream totals alone: the budget counts of their days and the statuses, the offset moved."""
     counts = _counts_of_days(scope, days).toArrow()
-    if settings.system:
-        counts = counts.append_column("system", pa.array([settings.system] * counts.num_rows, pa.string()))
-    delta.replace_where(settings.delta("budget_counts"), counts,
-                        f"day IN ({_quoted(d.isoformat() for d in days)})")
+    _put(settings, "budget_counts", counts, f"day IN ({_quoted(d.isoformat() for d in days)})")
     midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
     sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: budget_store.replace_counts(
-        session, [(m, m + timedelta(days=1)) for m in midnights], _records(counts, drop=("day", "system"))))
+        session, [(m, m + timedelta(days=1)) for m in midnights], _records(counts, drop=("day",))))
     _budgets(settings, engine)
     return counts.num_rows
 

@@ -20,6 +20,11 @@ MAX_MS = 3_600_000
 _NODE = re.compile(r"[^A-Za-z0-9_-]")
 
 
+def ms_text(value: float | None, missing: str = "") -> str:
+    """A time in milliseconds as the CLI and the page show it; `missing` for one not measured."""
+    return missing if value is None else f"{value:,.1f}"
+
+
 def stream_for(node: str) -> str:
     """The canary stream that a node leads: its name made of the node's, safe for a stream name."""
     return PREFIX + (_NODE.sub("_", node)[:64] or "NODE").upper()

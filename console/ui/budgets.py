@@ -47,6 +47,8 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
     statuses = param.Callable(doc="() -> list[BudgetStatus], or None: no objectives or no analytics tables")
     losses = param.Callable(default=lambda objective: [],
                             doc="objective name -> the losses that spent its budget (dicts), newest first")
+    problem = param.Callable(default=lambda: None,
+                             doc="() -> why the objectives file as edited is not read (its objectives before kept), or None")
     objective = param.String(default="", doc="The objective whose losses are listed")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Each objective's measures, as shown")
     state = param.String(default="", doc="When the budgets were summed, and what is spent or burning")
@@ -68,12 +70,17 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
                                  formatters={"stream": {"type": "html"}, "batch": {"type": "html"},
                                              "incident": {"type": "html"}})
         self._losses_title = pn.pane.Markdown("")
-        self._layout = pn.Column(pn.pane.Markdown("## Loss budgets"), pn.pane.Markdown(self.param.state),
+        self._problem = pn.pane.Str("", visible=False, sizing_mode="stretch_width", css_classes=["bc-problem"])
+        self._layout = pn.Column(pn.pane.Markdown("## Loss budgets"), self._problem, pn.pane.Markdown(self.param.state),
                                  self._table, pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"),
                                  self._losses_title, self._losses, sizing_mode="stretch_width")
 
     def read(self) -> None:
-        found = self.statuses()
+        found = self.statuses()  # reads the objectives file again if it changed: its problem after
+        problem = self.problem()
+        self._problem.object = "" if problem is None else \
+            f"The objectives file as it is now is not read; its objectives before the change are kept.\n{problem}"
+        self._problem.visible = problem is not None
         if found is None:
             self.state = EXAMPLE
             self._statuses = []

@@ -16,7 +16,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from console.commands import RunCanary
-from console.domain.canary import CanaryResult, node_health
+from console.domain.canary import CanaryResult, ms_text, node_health
 from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, tabulator
 
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 COLUMNS = ["node", "kind", "state", "first ack ms", "commit ms", "lost", "when", "error"]
 NONE_YET = ("No canary result in the last hour. Start one: `batch-console canary` (or `up --canary`) sends an "
             "atomic and a fast batch through every node each minute, on streams of its own.")
-
-
-def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:,.1f}"
 
 
 class CanaryPage(Clocked, pn.viewable.Viewer):
@@ -105,7 +101,7 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
             slow = r.commit_ms is not None and r.commit_ms > self.slow_ms
             state = "FAILED" if failed else "slow" if slow else "led elsewhere" if r.led_elsewhere else "well"
             rows.append({"node": node, "kind": kind, "state": state,
-                         "first ack ms": _ms(r.first_ack_ms), "commit ms": _ms(r.commit_ms), "lost": r.lost,
+                         "first ack ms": ms_text(r.first_ack_ms), "commit ms": ms_text(r.commit_ms), "lost": r.lost,
                          "when": self.clock.when(when), "error": r.error or ""})
         self.rows = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
         self._table.value = self.rows

@@ -6,6 +6,7 @@ leaves the page up; without an objectives file the page says how to give one."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from datetime import datetime, timedelta, timezone
 
@@ -135,3 +136,27 @@ def test_the_api_says_what_the_page_says_to_each_role_and_refuses_what_it_must(b
     assert get("/budgets/" + "x" * 101 + "/losses").status_code == 422
     assert get("/budgets/a%07b/losses").status_code == 422
     assert httpx.get(url + "api/v1/budgets", timeout=30).status_code == 401
+
+
+def test_an_edited_objectives_file_holds_without_a_restart_and_a_broken_edit_keeps_the_one_before(
+        budgets_web, page, tmp_path_factory):
+    url, _ = budgets_web
+    path = next(p for p in tmp_path_factory.getbasetemp().glob("budgets*/objectives.toml"))
+    rows = page.get_by_role("row")
+    try:
+        path.write_text(OBJECTIVES + '\n[[objective]]\nname = "added-later"\nstreams = ["ORDERS"]\n'
+                                     'lost_batches_per_thousand = 5\n')
+        page.goto(url + "budgets")
+        expect(rows.filter(has_text="added-later").first).to_be_visible(timeout=30_000)  # no restart
+        path.write_text(OBJECTIVES + '\n[[objective]]\nname = "broken"\nstreams = ["ORDERS"]\n'
+                                     'lost_batches_per_thousand = 5\nwindow = "forever"\n')
+        page.goto(url + "budgets")
+        expect(page.get_by_text("its objectives before the change are kept")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text(re.compile(r"line \d+"))).to_be_visible()  # the error, with its line
+        expect(rows.filter(has_text="added-later").first).to_be_visible()  # what worked is kept
+        expect(rows.filter(has_text="broken")).to_have_count(0)
+    finally:
+        path.write_text(OBJECTIVES)
+    page.goto(url + "budgets")
+    expect(rows.filter(has_text="added-later")).to_have_count(0, timeout=30_000)
+    expect(page.get_by_text("its objectives before the change are kept")).to_have_count(0)

@@ -181,3 +181,33 @@ def test_a_month_report_keeps_every_name_inert_in_markdown_and_html():
     text, page = markdown(report), as_html(report)
     assert "<img" not in text and "\\|" in text and "3 batches lost" in text and "30.0%" in text
     assert "<img" not in page and "&lt;img" in page and "<script" not in page and "<svg" in page
+
+
+def test_an_objectives_file_is_read_again_when_it_changes_and_a_broken_change_or_its_removal_keeps_the_last(tmp_path):
+    import dataclasses
+
+    from console.config import Settings, Watched
+    from console.errors import ConfigError
+    from console.runtime import objectives_of
+
+    path = tmp_path / "objectives.toml"
+    settings = Settings()
+    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, objectives=path))
+    watched = Watched(path, lambda: objectives_of(settings))
+    with pytest.raises(ConfigError):  # at the start, an error is the caller's: the process stops with it
+        watched()
+    path.write_text(ORDERS)
+    assert [o.name for o in Watched(path, lambda: objectives_of(settings))()] == ["orders"]
+    watched = Watched(path, lambda: objectives_of(settings))
+    watched()
+    path.write_text(ORDERS + ORDERS.replace('"orders"', '"more"'))
+    assert [o.name for o in watched()] == ["orders", "more"] and watched.error is None
+    for broken in (ORDERS + "window = 7\n", "\x00" * 10, "[[objective]]\n" * 1000, None):
+        if broken is None:
+            path.unlink()
+        else:
+            path.write_text(broken)
+        assert [o.name for o in watched()] == ["orders", "more"], broken
+        assert watched.error and "objectives" in watched.error
+    path.write_text(ORDERS)
+    assert [o.name for o in watched()] == ["orders"] and watched.error is None
