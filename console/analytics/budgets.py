@@ -6,7 +6,8 @@ objective's windows.
 
 A total is cumulative (a last sequence, a count since the collector started), so a bucket gets what it
 grew by since the sample before; one that went down (a stream made again, a collector restarted)
-starts again from its new value. An atomic loss on a stream whose atomic batches nobody counted is
+starts again from its new value. A count the collector keeps since its start (the atomic batches) grew
+by its whole value at its first sample. An atomic loss on a stream whose atomic batches nobody counted is
 `atomic_uncounted`: that objective's batch rate cannot be known."""
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ BUCKET_SECONDS = 300
 TOTALS = EventKind.STREAM_TOTALS.value
 FAST_STARTED = EventKind.FAST_STARTED.value
 FAST_END_KINDS = tuple(kind.value for kind in FAST_ENDS)
-TOTALS_JSON = "struct<instance:string, last_seq:map<string,bigint>, atomic:map<string,bigint>>"
-COUNTS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted")
+TOTALS_JSON = ("struct<instance:string, last_seq:map<string,bigint>, atomic:map<string,bigint>, "
+               "atomic_publishers:map<string,map<string,array<bigint>>>>")
+COUNTS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted", "atomic_batches",
+          "atomic_stored", "publisher_uncounted")
 
 
 def bucket(col: str = "time") -> Column:
@@ -36,12 +39,13 @@ def publisher_key() -> Column:
     return F.coalesce(F.substring_index(F.col("publisher"), ", ", 1), F.lit("")).alias("publisher")
 
 
-def _grown(samples: DataFrame, by: list[str]) -> DataFrame:
+def _grown(samples: DataFrame, by: list[str], from_zero: bool = False) -> DataFrame:
     """Each sample's growth since the one before it of the same `by`: its value when it went down
-    (counted again from zero), nothing for the first one seen."""
+    (counted again from zero); for the first one seen, nothing (a last sequence: a baseline), or its
+    value when the count started from zero with its collector (`from_zero`: counts since a start)."""
     before = F.lag("value").over(Window.partitionBy(*by).orderBy("time"))
-    grown = F.when(before.isNull(), F.lit(0)).when(F.col("value") < before, F.col("value")) \
-        .otherwise(F.col("value") - before)
+    grown = F.when(before.isNull(), F.col("value") if from_zero else F.lit(0)) \
+        .when(F.col("value") < before, F.col("value")).otherwise(F.col("value") - before)
     return samples.withColumn("grown", grown)
 
 
@@ -52,9 +56,17 @@ def budget_counts(events: DataFrame) -> DataFrame:
         .select(bucket(), "stream", F.lit("").alias("publisher"), F.col("grown").alias("stored"))
     atomic_samples = totals.select("time", F.col("t.instance").alias("instance"),
                                    F.explode("t.atomic").alias("stream", "value"))
-    atomic = _grown(atomic_samples, ["instance", "stream"]) \
+    atomic = _grown(atomic_samples, ["instance", "stream"], from_zero=True) \
         .select(bucket(), "stream", F.lit("").alias("publisher"), F.col("grown").alias("batches"))
     counted = atomic_samples.select("stream").distinct()
+    by_publisher = totals.select("time", F.col("t.instance").alias("instance"),
+                                 F.explode("t.atomic_publishers").alias("stream", "publishers")) \
+        .select("time", "instance", "stream", F.explode("publishers").alias("publisher", "counts"))
+    atomic_by = [_grown(by_publisher.withColumn("value", F.col("counts")[i]), ["instance", "stream", "publisher"],
+                        from_zero=True)
+                 .select(bucket(), "stream", "publisher", F.col("grown").alias(name))
+                 for i, name in enumerate(("atomic_batches", "atomic_stored"))]
+    counted_by = by_publisher.filter(F.col("publisher") != "").select("stream", "publisher").distinct()
 
     keyed = events.select("*", bucket(), publisher_key().alias("publisher_key")).drop("publisher") \
         .withColumnRenamed("publisher_key", "publisher")
@@ -69,11 +81,14 @@ def budget_counts(events: DataFrame) -> DataFrame:
         total(kind == FAST_STARTED, F.lit(1), "batches"),
     )
     standing = losses(keyed.filter(kind.isin(*ABANDONMENT_KINDS, EventKind.LOSS_RETRACTED.value)))
-    lost = standing.join(counted.withColumn("_counted", F.lit(True)), "stream", "left").groupBy(
+    atomic_loss = F.col("kind").isin(*ATOMIC_LOSSES)
+    lost = standing.join(counted.withColumn("_counted", F.lit(True)), "stream", "left") \
+        .join(counted_by.withColumn("_counted_by", F.lit(True)), ["stream", "publisher"], "left").groupBy(
         "bucket", "stream", "publisher").agg(
         F.countDistinct("batch_id").cast("long").alias("lost_batches"),
-        total(F.col("kind").isin(*ATOMIC_LOSSES) & F.col("_counted").isNull(), F.lit(1), "atomic_uncounted"))
-    parts = [stored, atomic, seen, lost]
+        total(atomic_loss & F.col("_counted").isNull(), F.lit(1), "atomic_uncounted"),
+        total(atomic_loss & F.col("_counted_by").isNull(), F.lit(1), "publisher_uncounted"))
+    parts = [stored, atomic, *atomic_by, seen, lost]
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part, allowMissingColumns=True)

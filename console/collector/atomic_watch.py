@@ -11,7 +11,9 @@ from typing import Any, Mapping
 
 from console.broker.capture import stream_atomic
 from console.broker.connection import Connection, NatsError
-from console.domain.atomic_tracker import DISABLED, LEADER_CHANGE, STREAM_DELETED, WHAT, AtomicTracker, reply_prefix
+from console.domain.atomic_tracker import (
+    BATCH_COMMIT, DISABLED, LEADER_CHANGE, STREAM_DELETED, WHAT, AtomicTally, AtomicTracker, reply_prefix,
+)
 from console.domain.events import BatchEvent, EventKind, elected_leader
 from console.domain.replies import ApiError, MalformedReply, to_reply
 from console.domain.server_versions import first_message_over_the_limit
@@ -28,6 +30,7 @@ class AtomicWatch:
     def __init__(self, nc: Connection, batch_timeout: float, max_batches: int, errors: Tally):
         self.nc = nc
         self.tracker = AtomicTracker(batch_timeout, max_batches)
+        self.tally = AtomicTally()  # per publisher, for loss budgets
         self.errors = errors
         self._allows: OrderedDict[str, bool] = OrderedDict()  # stream -> allow_atomic, as last seen
         self._handled: OrderedDict[str, None] = OrderedDict()  # advisory event ids (two copies come)
@@ -37,9 +40,15 @@ class AtomicWatch:
         self._expecting: OrderedDict[str, tuple[str, str, datetime]] = OrderedDict()  # reply -> batch, stream
         self._early: OrderedDict[str, tuple[bytes, datetime]] = OrderedDict()  # replies ahead of their message
 
-    def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> None:
+    def observe(self, stream: str, headers: Mapping[str, str], now: datetime, reply: str | None = None) -> None:
         """A tapped message with batch headers. Raises MalformedAtomicMessage."""
-        self.tracker.observe(stream, headers, now)
+        found = self.tracker.observe(stream, headers, now)
+        if found is not None:
+            identity, seq, commits = found
+            if seq == 1 and reply:
+                self.tally.opened(identity, stream, reply, now)
+            if commits:
+                self.tally.committed(identity, stream, seq - (headers.get(BATCH_COMMIT) == "eob"))
 
     async def on_context(self, event: BatchEvent, now: datetime) -> list[BatchEvent]:
         """What a stream event means for open atomic batches: ATOMIC_LOST for each one named, else a

@@ -272,8 +272,19 @@ class Collector:
             self.errors.add(f"stream totals: {type(e).__name__}")
             return
         last_seqs = {s.settings.name: s.last_seq for s in streams if s.last_seq is not None}
-        self.intake.put(totals_events(self.report_instance, now(), last_seqs, self.state.atomic.tracker.started),
-                        COLLECTOR)
+        atomic = self.state.atomic
+        atomic.tally.settle(self._atomic_publisher, now())
+        self.intake.put(totals_events(self.report_instance, now(), last_seqs, atomic.tracker.started,
+                                      atomic.tally.counts), COLLECTOR)
+
+    def _atomic_publisher(self, batch_id: str, reply: str) -> str | None:
+        """Who sent an atomic batch, as objectives name a publisher; "" when no one can be known, None while
+        the servers are still asked."""
+        prefix = reply.rsplit(".", 1)[0]
+        if self.publishers.asking("atomic", prefix, batch_id):
+            return None
+        found = self.publishers.lookup("atomic", prefix, batch_id)
+        return "" if found is None else found.budget_key()
 
     async def _tick_loop(self) -> None:
         # The first totals a period after the start: they are a baseline, and in a supercluster the stream

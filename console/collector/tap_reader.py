@@ -112,7 +112,7 @@ class TapReader:
                 self.grading.atomic_message(msg, stream)
             if stream is not None:
                 try:
-                    self.state.atomic.observe(stream, msg.batch_headers, now())
+                    self.state.atomic.observe(stream, msg.batch_headers, now(), msg.reply)
                 except MalformedInput as e:
                     await self.intake.reject(PUBLISH_TAP, e.reason, msg)
                     return

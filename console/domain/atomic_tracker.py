@@ -9,9 +9,10 @@ silent past the batch timeout (the server abandons it then, with an advisory).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping
+from typing import Callable, Mapping
 
 from console.domain.events import BatchEvent, EventKind
 from console.domain.wire import INT64_MAX, MalformedInput, Tally, batch_id
@@ -72,25 +73,27 @@ class AtomicTracker:
         self.messages = 0  # batch messages seen
         self.started: dict[str, int] = {}  # stream -> atomic batches seen open since the start (loss budgets)
 
-    def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> None:
-        """One tapped message on a stream's subject. Raises MalformedAtomicMessage."""
+    def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> tuple[str, int, bool] | None:
+        """One tapped message on a stream's subject: its (batch id, sequence, commits), None for a message
+        of no batch. Raises MalformedAtomicMessage."""
         seen = batch_message(headers)
         if seen is None:
-            return
+            return None
         identity, seq, commits = seen
         self.messages += 1
         if commits:
             self.batches.pop(identity, None)  # its outcome, if bad, comes as an advisory or a 10176
-            return
+            return seen
         batch = self.batches.get(identity)
         if batch is None and seq == 1 and (stream in self.started or len(self.started) < MAX_COUNTED_STREAMS):
             self.started[stream] = self.started.get(stream, 0) + 1
         if batch is None:
             if len(self.batches) >= self.max_batches:
                 self.untracked.add(stream)
-                return
+                return seen
             batch = self.batches[identity] = OpenAtomic(identity, stream, now, now, seq)
         batch.last_seen, batch.last_seq = now, max(batch.last_seq, seq)
+        return seen
 
     def open_on(self, stream: str) -> int:
         return sum(1 for b in self.batches.values() if b.stream == stream)
@@ -120,3 +123,66 @@ class AtomicTracker:
         for identity, batch in list(self.batches.items()):
             if (now - batch.last_seen).total_seconds() > self.batch_timeout + KEPT_PAST_TIMEOUT:
                 del self.batches[identity]
+
+
+
+MAX_WAITING = 10_000  # atomic batches waiting to be put to their publisher, or for their commit
+MAX_TALLIED = 10_000  # (stream, publisher) pairs counted
+MAX_STREAM_PUBLISHERS, MAX_PUBLISHER = 100, 256  # publishers of a stream, a name's length: past them no one's
+# (bounded so that one stream's counts fit in one stream_totals event)
+PUBLISHER_WAIT = 120.0  # seconds a batch waits for the answer of who sent it, then counted as no one's
+
+
+class AtomicTally:
+    """The atomic batches the publish side saw open and the messages their commits stored, per stream and
+    publisher (cumulative: what loss budgets count a publisher's atomic batches by). A batch is put to
+    its publisher once the question of who sent it is answered, or to "" (no one known) when it is not
+    asked or has waited PUBLISHER_WAIT; its commit's messages go where the batch went. Bounded: past
+    the bounds a batch is no one's."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, tuple[str, str, datetime, int]] = {}  # batch -> stream, reply, seen, messages
+        self.placed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # batch -> stream, publisher: its commit's
+        self.counts: dict[str, dict[str, list[int]]] = {}  # stream -> publisher -> [batches, messages]
+
+    def opened(self, batch: str, stream: str, reply: str, now: datetime) -> None:
+        if batch in self.waiting or batch in self.placed:
+            return
+        if len(self.waiting) >= MAX_WAITING:
+            self._count(stream, "", 1, 0)
+            return
+        self.waiting[batch] = (stream, reply, now, 0)
+
+    def committed(self, batch: str, stream: str, messages: int) -> None:
+        if (waiting := self.waiting.get(batch)) is not None:
+            self.waiting[batch] = (*waiting[:3], messages)  # counted with the batch, once placed
+        elif (placed := self.placed.pop(batch, None)) is not None:
+            self._count(*placed, 0, messages)
+        else:  # its first message was not seen (or past the bounds): no one's
+            self._count(stream, "", 0, messages)
+
+    def settle(self, publisher_of: Callable[[str, str], str | None], now: datetime) -> None:
+        """Put each waiting batch whose publisher is known to it: `publisher_of(batch, reply)` is its
+        publisher ("" when none can be known), or None while it is still asked."""
+        for batch, (stream, reply, seen, messages) in list(self.waiting.items()):
+            publisher = publisher_of(batch, reply)
+            if publisher is None and (now - seen).total_seconds() < PUBLISHER_WAIT:
+                continue
+            del self.waiting[batch]
+            self._count(stream, publisher or "", 1, messages)
+            if not messages:  # its commit is still to come
+                self.placed[batch] = (stream, publisher or "")
+                while len(self.placed) > MAX_WAITING:
+                    self.placed.popitem(last=False)
+
+    def _count(self, stream: str, publisher: str, batches: int, messages: int) -> None:
+        by = self.counts.get(stream)
+        if len(publisher) > MAX_PUBLISHER or (by is not None and publisher not in by and len(by) >= MAX_STREAM_PUBLISHERS):
+            publisher = ""
+        if (by is None or publisher not in by) and sum(map(len, self.counts.values())) >= MAX_TALLIED:
+            if by is None or "" not in by:
+                return  # past every bound: left out (the stream's own objectives still count it)
+            publisher = ""
+        found = self.counts.setdefault(stream, {}).setdefault(publisher, [0, 0])
+        found[0] += batches
+        found[1] += messages

@@ -174,6 +174,9 @@ class CountRow:
     batches: int = 0
     lost_batches: int = 0
     atomic_uncounted: int = 0
+    atomic_batches: int = 0  # a publisher's atomic batches (rows of one publisher; a stream's are in batches)
+    atomic_stored: int = 0  # the messages their commits stored
+    publisher_uncounted: int = 0  # atomic losses of this publisher, whose atomic batches nobody counted
 
 
 @dataclass(frozen=True)
@@ -230,10 +233,12 @@ def counts_of(objective: Objective, measure: str, rows: list[CountRow]) -> Count
     mine = [r for r in rows if (r.publisher or not by_publisher) and objective.covers(r.stream, r.publisher or None)]
     if measure == "messages":
         lost = sum(r.lost_messages for r in mine)
-        stored = sum(r.fast_stored if by_publisher else r.stored for r in mine)
+        stored = sum(r.fast_stored + r.atomic_stored if by_publisher else r.stored for r in mine)
         return Counts(lost, stored + lost)
     lost = sum(r.lost_batches for r in mine)
-    return Counts(lost, max(lost, sum(r.batches for r in mine)), known=not any(r.atomic_uncounted for r in mine))
+    seen = sum(r.batches + (r.atomic_batches if by_publisher else 0) for r in mine)
+    uncounted = sum(r.publisher_uncounted if by_publisher else r.atomic_uncounted for r in mine)
+    return Counts(lost, max(lost, seen), known=not uncounted)
 
 
 def budget_statuses(objectives: list[Objective], rows: list[CountRow], as_of: datetime) -> list[BudgetStatus]:
@@ -256,29 +261,32 @@ def budget_statuses(objectives: list[Objective], rows: list[CountRow], as_of: da
 
 
 TOTALS_CHUNK = 40_000  # characters of stream totals in one event (an event is at most 64 KiB)
+TOTALS_KEYS = ("last_seq", "atomic", "atomic_publishers")
 
 
-def totals_events(instance: str, time: datetime, last_seqs: dict[str, int],
-                  atomic: dict[str, int]) -> list[BatchEvent]:
-    """The streams' last sequences and the atomic batches seen open on each (both cumulative), in as
-    many STREAM_TOTALS events as they take."""
+def totals_events(instance: str, time: datetime, last_seqs: dict[str, int], atomic: dict[str, int],
+                  atomic_publishers: dict[str, dict[str, list[int]]] | None = None) -> list[BatchEvent]:
+    """The streams' last sequences, the atomic batches seen open on each, and per publisher the atomic
+    batches and the messages their commits stored (all cumulative), in as many STREAM_TOTALS events as
+    they take."""
     events: list[BatchEvent] = []
-    part: dict[str, dict[str, int]] = {"last_seq": {}, "atomic": {}}
+    part: dict[str, dict[str, Any]] = {key: {} for key in TOTALS_KEYS}
     size = 0
-    items = [("last_seq", s, n) for s, n in sorted(last_seqs.items())] + \
-            [("atomic", s, n) for s, n in sorted(atomic.items())]
+    items: list[tuple[str, str, Any]] = [("last_seq", s, n) for s, n in sorted(last_seqs.items())] + \
+        [("atomic", s, n) for s, n in sorted(atomic.items())] + \
+        [("atomic_publishers", s, {p: list(c) for p, c in by.items()}) for s, by in sorted((atomic_publishers or {}).items())]
     for key, stream, value in items:
         part[key][stream] = value
-        size += len(stream) + 24
+        size += len(stream) + 24 + (sum(len(p) + 48 for p in value) if isinstance(value, dict) else 0)
         if size >= TOTALS_CHUNK:
             events.append(_totals(instance, time, len(events), part))
-            part, size = {"last_seq": {}, "atomic": {}}, 0
+            part, size = {key: {} for key in TOTALS_KEYS}, 0
     if size or not events:
         events.append(_totals(instance, time, len(events), part))
     return events
 
 
-def _totals(instance: str, time: datetime, index: int, part: dict[str, dict[str, int]]) -> BatchEvent:
+def _totals(instance: str, time: datetime, index: int, part: dict[str, dict[str, Any]]) -> BatchEvent:
     detail = json.dumps({"instance": instance, **part}, separators=(",", ":"))
     return BatchEvent(f"totals.{instance}.{time.timestamp():.0f}.{index}", EventKind.STREAM_TOTALS, time,
                       detail=detail, source=COLLECTOR)

@@ -43,6 +43,11 @@ class Publisher:
                                       f"cid {self.cid} on {self.server}" if self.cid is not None else None) if p)
         return f"{who}, {where}" if where else who
 
+    def budget_key(self) -> str:
+        """The publisher as loss objectives name it, "order-svc (python 2.7)": the line's part before its
+        first ", " (as console.analytics.budgets.publisher_key cuts it)."""
+        return self.line().split(", ", 1)[0]
+
     def to_dict(self) -> dict[str, object]:
         return {key: getattr(self, key) for key in (*_TEXT, "cid") if getattr(self, key) is not None}
 

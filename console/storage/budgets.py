@@ -14,7 +14,8 @@ from console.domain.display import as_utc
 from console.storage import sqlite
 from console.storage.tables import AbandonedBatch, BudgetCount, BudgetStatusRow, FastBatchSummary
 
-COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted")
+COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted",
+                 "atomic_batches", "atomic_stored", "publisher_uncounted")
 
 
 def replace_counts(session: Session, days: list[tuple[datetime, datetime]], rows) -> None:

@@ -38,10 +38,25 @@ lost_batches_per_thousand = 2
 name = "with atomic"
 streams = ["BUD_*"]
 lost_batches_per_thousand = 2
+
+[[objective]]
+name = "billing's atomic batches"
+streams = ["BUD_C"]
+publishers = ["billing*"]
+lost_messages_per_million = 10
+lost_batches_per_thousand = 2
+
+[[objective]]
+name = "an uncounted publisher"
+streams = ["BUD_C"]
+publishers = ["ledger*"]
+lost_batches_per_thousand = 2
 '''
 OBJECTIVES = parse_objectives(OBJECTIVES_TEXT)
 HOURS = 21 * 24
 PER_HOUR = 10_000
+BILLING, LEDGER = "billing (go 1.41)", "ledger (java 2.20)"
+ATOMIC_PER_HOUR, ATOMIC_SIZE = 6, 50  # billing's atomic batches an hour, and the messages each stores
 
 
 def three_weeks(now: datetime) -> tuple[list[BatchEvent], dict[str, float]]:
@@ -50,7 +65,10 @@ def three_weeks(now: datetime) -> tuple[list[BatchEvent], dict[str, float]]:
     events: list[BatchEvent] = []
     for h in range(HOURS + 1):
         t = start + timedelta(hours=h)
-        events += totals_events("bench", t, {"BUD_A": 1_000 + h * PER_HOUR}, {})
+        # billing's atomic batches counted since the collector's start (an hour in: the first sample grew from 0)
+        events += totals_events("bench", t, {"BUD_A": 1_000 + h * PER_HOUR}, {},
+                                {"BUD_C": {BILLING: [(h + 1) * ATOMIC_PER_HOUR, (h + 1) * ATOMIC_PER_HOUR * ATOMIC_SIZE],
+                                           "": [h, h * 3]}})
         for i in range(4):
             events.append(BatchEvent(f"st.{h}.{i}", EventKind.FAST_STARTED, t + timedelta(minutes=i), "BUD_A",
                                      f"b{h}x{i}", flow=10))
@@ -63,11 +81,24 @@ def three_weeks(now: datetime) -> tuple[list[BatchEvent], dict[str, float]]:
                                  "BUD_A", f"b{h}x1", inferred=True))
     events.append(BatchEvent("ab.1", EventKind.ATOMIC_ABANDONED, start + timedelta(hours=300), "BUD_B", "atomic-1",
                              reason="timeout"))
+    for h, who in ((50, BILLING), (150, BILLING), (250, BILLING), (260, LEDGER)):  # each publisher's atomic losses
+        events.append(BatchEvent(f"ab.c.{h}", EventKind.ATOMIC_ABANDONED, start + timedelta(hours=h, minutes=10), "BUD_C",
+                                 f"atomic-c-{h}", reason="timeout", publisher=_publisher(who)))
     stored = HOURS * PER_HOUR  # the first sample is the baseline
     lost_messages = sum(n for _, n in lost)
     batches = (HOURS + 1) * 4
-    truth = {"messages": lost_messages / (10 / 1e6 * (stored + lost_messages)), "batches": 3 / (2 / 1e3 * batches)}
+    billing_batches = (HOURS + 1) * ATOMIC_PER_HOUR
+    truth = {"messages": lost_messages / (10 / 1e6 * (stored + lost_messages)), "batches": 3 / (2 / 1e3 * batches),
+             "billing": 3 / (2 / 1e3 * billing_batches), "billing stored": billing_batches * ATOMIC_SIZE}
     return events, truth
+
+
+def _publisher(line: str):
+    from console.domain.publisher import Publisher
+
+    name, _, client = line.partition(" (")
+    lang, version = client.rstrip(")").split()
+    return Publisher(name=name, lang=lang, version=version, user="u", account="APP")
 
 
 async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_reports_historys_numbers(
@@ -96,6 +127,12 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
     assert messages.burn_3d is not None and messages.burn_5m in (0.0, None)
     unknown = rows[("with atomic", "batches")]
     assert unknown.known is False and unknown.spent is None  # BUD_B's atomic batches: nobody counted them
+    billing = rows[("billing's atomic batches", "batches")]  # its own atomic batches, from the publish side
+    assert billing.lost == 3 and abs(billing.spent - truth["billing"]) <= 0.01 * truth["billing"], billing
+    billed = rows[("billing's atomic batches", "messages")]
+    assert billed.lost == 0 and billed.total == truth["billing stored"] and billed.spent == 0.0
+    ledger = rows[("an uncounted publisher", "batches")]
+    assert ledger.known is False and ledger.spent is None  # a loss of its, and none of its batches counted
     written = {(r["objective"], r["measure"]): r
                for r in DeltaTable(str(settings.delta("budget_status"))).to_pyarrow_table().to_pylist()}
     assert written[("orders", "messages")]["lost"] == 42 and written[("with atomic", "batches")]["known"] is False

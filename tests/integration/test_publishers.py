@@ -18,7 +18,7 @@ from console.domain.events import LOST_KINDS, EventKind
 from tests.integration.test_collector_sources import ACCOUNTS, _lose_a_fast_batch, connect_as
 from tests.conftest import TEST_LIMITS
 from tests.integration.conftest import PEER
-from tests.waits import events_for
+from tests.waits import eventually, events_for
 
 @pytest.fixture(scope="module")
 def accounts_server(tmp_path_factory):
@@ -154,3 +154,43 @@ def _stopped(pid: int) -> bool:
 
     states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in Path(f"/proc/{pid}/task").iterdir()]
     return all(state == "T" for state in states)
+
+
+async def test_each_publishers_atomic_batches_and_their_messages_are_in_the_stream_totals(accounts_server):
+    """Loss budgets per publisher need each one's atomic batches: the publish side sees them open, CONNZ
+    names who sent them, and the stream totals carry both (cumulative) with the messages their commits
+    stored (an eob commit stores one fewer than it sent)."""
+    from console.broker.atomic import AtomicBatch
+    from console.broker.eventlog import EventLog
+
+    server = accounts_server
+    app = await connect_as(server, "app", "app-secret")
+    sys_nc = await connect_as(server, "sys", "sys-secret")
+    billing = await connect_as(server, "app", "app-secret", name="billing-py")
+    ledger = await connect_as(server, "app", "app-secret", name="ledger-py")
+    collector = Collector(app, CollectorSettings(tick_every=0.1, totals_every=0.5, tap_publish_subjects=("bill.>",)),
+                          system_nc=sys_nc)
+    await collector.start()
+    try:
+        await app.jetstream().add_stream(StreamConfig(name="BILL", subjects=["bill.>"], allow_atomic=True))
+        for nc, size, eob in ((billing, 5, False), (billing, 3, True), (ledger, 4, False)):
+            batch = AtomicBatch(nc)
+            for _ in range(size - 1):
+                await batch.add("bill.x", b"m")
+            await (batch.commit_eob() if eob else batch.commit("bill.x", b"m"))
+        client = f"(python3 {nats.aio.client.__version__})"
+        want = {f"billing-py {client}": [2, 7], f"ledger-py {client}": [1, 4]}  # 5 + (3 sent, eob: 2 stored)
+
+        def totals(found) -> dict | None:
+            for _, event in reversed(found):
+                if event.kind is EventKind.STREAM_TOTALS:
+                    return json.loads(event.detail).get("atomic_publishers", {}).get("BILL")
+            return None
+
+        log = EventLog.over(app)
+        await eventually(lambda: log.read(1, idle_timeout=0.2), lambda found: totals(found) == want, timeout=30,
+                         what="each publisher's atomic batches in the stream totals")
+    finally:
+        await collector.stop()
+        for nc in (app, sys_nc, billing, ledger):
+            await nc.close()

@@ -119,6 +119,43 @@ def test_stream_totals_fit_in_events_of_their_own_size():
     assert seen == many
 
 
+def test_the_atomic_tally_puts_each_batch_to_its_publisher_and_its_commit_where_the_batch_went():
+    from console.domain.atomic_tracker import PUBLISHER_WAIT, AtomicTally
+
+    tally, later = AtomicTally(), NOW + timedelta(seconds=PUBLISHER_WAIT + 1)
+    who = {"b1": "billing (go 1.41)", "b2": None, "b3": "billing (go 1.41)"}  # b2: still asked
+    for batch in ("b1", "b2", "b3"):
+        tally.opened(batch, "BILL", "_INBOX.x.1", NOW)
+    tally.opened("b1", "BILL", "_INBOX.x.1", NOW)  # a copy of its first message: counted once
+    tally.committed("b1", "BILL", 5)  # before its publisher is known: counted with it
+    tally.settle(lambda batch, reply: who[batch], NOW)
+    tally.committed("b3", "BILL", 7)  # after: where the batch went
+    tally.committed("nobody-saw-it-open", "BILL", 2)
+    assert tally.counts == {"BILL": {"billing (go 1.41)": [2, 12], "": [0, 2]}}
+    tally.settle(lambda batch, reply: None, later)  # never answered: no one's, once it has waited
+    assert tally.counts["BILL"][""] == [1, 2] and not tally.waiting
+
+
+def test_the_atomic_tally_is_bounded_and_one_streams_counts_fit_in_an_event():
+    from console.domain.atomic_tracker import MAX_STREAM_PUBLISHERS, MAX_TALLIED, MAX_WAITING, AtomicTally
+
+    tally = AtomicTally()
+    for i in range(MAX_WAITING + 50):  # a flood of first messages nobody answers for
+        tally.opened(f"b{i}", "FLOOD", "_INBOX.x.1", NOW)
+    assert len(tally.waiting) == MAX_WAITING and tally.counts["FLOOD"][""] == [50, 0]
+    tally.settle(lambda batch, reply: "p-" + batch + "x" * 300 if batch.endswith("7") else f"p-{batch}", NOW)
+    assert not tally.waiting and len(tally.counts["FLOOD"]) <= MAX_STREAM_PUBLISHERS + 1
+    assert sum(c[0] for c in tally.counts["FLOOD"].values()) == MAX_WAITING + 50  # every batch counted, once
+    for s in range(MAX_TALLIED):
+        tally.opened(f"s{s}", f"S{s}", "_INBOX.x.1", NOW)
+    tally.settle(lambda batch, reply: "one", NOW)
+    assert sum(map(len, tally.counts.values())) <= MAX_TALLIED + 1
+    long_names = {"BILL": {"x" * 250 + f"{i:04d}": [i, i] for i in range(MAX_STREAM_PUBLISHERS + 1)}}
+    events = totals_events("inst", NOW, {}, {}, long_names)
+    assert all(len(e.to_json()) < MAX_EVENT for e in events)
+    assert json.loads(events[0].detail)["atomic_publishers"] == long_names
+
+
 def test_budget_burn_rules_fire_on_their_severitys_pairs_and_resolve_when_the_short_window_recovers():
     from console.alerting.metrics import Metrics
     from console.domain.alert_rules import parse_rules
