@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--size", type=int, default=128, help="payload bytes")
     test.add_argument("--batch-size", type=int, default=100, help="atomic: messages per batch")
     test.add_argument("--eob", action="store_true", help="atomic: commit with an end-of-batch marker")
-    test.add_argument("--flow", type=int, default=100, help="fast: acks requested every N messages")
+    test.add_argument("--flow", type=int, default=500,
+                      help="fast: acks requested every N messages (the server grants 500 at most)")
     test.add_argument("--max-outstanding-acks", type=int, default=2, choices=[1, 2, 3])
     test.add_argument("--gap-mode", choices=[m.value for m in GapMode], default=GapMode.FAIL.value)
     test.add_argument("--skip-seq", type=int, help="never send this batch sequence (inject a gap)")

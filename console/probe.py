@@ -32,7 +32,7 @@ class ProbeOptions:
     size: int = 128
     batch_size: int = 100  # atomic: messages per batch
     eob: bool = False  # atomic: commit with an end-of-batch marker
-    flow: int = 100  # fast
+    flow: int = 500  # fast: the most the server grants
     max_outstanding_acks: int = 2  # fast
     gap_mode: GapMode = GapMode.FAIL  # fast
     skip_seq: int | None = None

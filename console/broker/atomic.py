@@ -14,6 +14,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from console.broker.replies import error_of, reply_of
+from console.broker.wire_out import AtomicOutgoing
 from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, REQUIRED_API_LEVEL
 from console.domain.fast_ingest import check_batch_id, new_batch_id
 from console.domain.replies import ApiError, PubAck, Reply, Staged
@@ -50,6 +51,7 @@ class AtomicBatch:
         self.seq = 0  # messages sent so far
         self.closed = False
         self._last_subject: str | None = None
+        self._out = AtomicOutgoing(nc, self.batch_id)
 
     def _headers(self, seq: int, extra: Mapping[str, str] | None, commit: str | None = None) -> dict[str, str]:
         headers = {BATCH_ID: self.batch_id, BATCH_SEQUENCE: str(seq)}
@@ -83,7 +85,7 @@ class AtomicBatch:
                 self.closed = True
                 raise BatchError(f"unexpected reply to staging message {seq}: {reply}")
         else:
-            await self._nc.publish(subject, payload, headers=hdrs)
+            await self._out.send(subject, payload, seq, hdrs)
 
     async def commit(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> PubAck:
         """Send the last message with `Nats-Batch-Commit: 1`: it is stored, then the batch."""

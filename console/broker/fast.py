@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from console.broker.replies import error_of, reply_of
+from console.broker.wire_out import FastOutgoing
 from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, new_batch_id, reply_prefix
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck
 from console.errors import (  # BatchEndedError is raised here
@@ -86,7 +87,7 @@ class FastBatch:
         self,
         nc: Client,
         *,
-        flow: int = 100,
+        flow: int = 500,  # the most the server grants: fewer acks, less of its CPU per message
         max_outstanding_acks: int = 2,
         gap_mode: GapMode | str = GapMode.FAIL,
         ack_timeout: float = 5.0,
@@ -115,6 +116,7 @@ class FastBatch:
         self._nc = nc
         self._inbox = inbox_prefix or connection_inbox(nc)
         self._reply_head = reply_prefix(self._inbox, self.batch_id, flow, self.gap_mode)
+        self._out = FastOutgoing(nc, self._reply_head)
         self._sub: _Replies | None = None
         self._progress = asyncio.Event()
         self._final: asyncio.Future[PubAck] | None = None
@@ -153,7 +155,7 @@ class FastBatch:
             await self._start(subject, payload, headers)
             return 1, self.ack_seq
         self.seq = seq
-        await self._nc.publish(subject, payload, f"{self._reply_head}{seq}.1.$FI", headers)
+        await self._out.send(subject, payload, seq, 1, headers)
         if self.ack_seq + self.flow * self.max_outstanding_acks <= seq:
             await self._wait_for_window()
         elif seq % self.flow == 0:
@@ -177,7 +179,7 @@ class FastBatch:
         if self._subject is None or self.seq == 0:
             raise BatchRefusedError("nothing to ping: the batch has not started")
         self.pings += 1
-        await self._nc.publish(self._subject, b"", f"{self._reply_head}{self.seq}.{int(FastOp.PING)}.$FI")
+        await self._out.send(self._subject, b"", self.seq, int(FastOp.PING))
 
     def skip_seq(self, count: int = 1) -> None:
         """Fault injection: use up sequences without sending them, so the server sees a gap."""
@@ -208,7 +210,7 @@ class FastBatch:
         self._subject = subject
         self.seq = 1
         self._progress.clear()
-        await self._nc.publish(subject, payload, f"{self._reply_head}1.{int(FastOp.START)}.$FI", headers)
+        await self._out.send(subject, payload, 1, int(FastOp.START), headers)
         deadline = asyncio.get_running_loop().time() + self.ack_timeout
         while self.acks == 0:
             self._raise_failure()
@@ -226,7 +228,7 @@ class FastBatch:
         self._subject = self._subject or subject
         self._final = asyncio.get_running_loop().create_future()
         self.seq += 1
-        await self._nc.publish(subject, payload, f"{self._reply_head}{self.seq}.{int(op)}.$FI", headers)
+        await self._out.send(subject, payload, self.seq, int(op), headers)
         try:
             final = self._final
             await self._wait_with_pings(final.done, "the commit")
