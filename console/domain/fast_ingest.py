@@ -37,6 +37,10 @@ class GapMode(str, Enum):
         return self.value
 
 
+_GAP_MODES = {mode.value: mode for mode in GapMode}
+_OPS = {str(int(op)): op for op in FastOp}
+
+
 class InvalidReplySubject(MalformedInput):
     """A subject that is not a valid fast-ingest reply; `reason` says which rule it breaks."""
 
@@ -107,7 +111,28 @@ class FastReplySubject:
 
     @classmethod
     def parse(cls, subject: str) -> FastReplySubject:
-        """Parse a reply subject the way the server does; InvalidReplySubject names the broken rule."""
+        """Parse a reply subject the way the server does; InvalidReplySubject names the broken rule.
+        A well-formed one takes a few string checks (a flood of them is the tap's hot path); anything
+        else is read token by token to say what is wrong."""
+        parts = subject.rsplit(".", 6)
+        if len(parts) == 7 and parts[6] == FI_SUFFIX:
+            prefix, batch_id, flow_s, gap_s, seq_s, op_s, _ = parts
+            gap_mode, op = _GAP_MODES.get(gap_s), _OPS.get(op_s)
+            if (gap_mode is not None and op is not None and prefix and prefix[0] != "." and prefix[-1] != "."
+                    and ".." not in prefix and 0 < len(batch_id) <= MAX_BATCH_ID_LEN
+                    and _NOT_IN_TOKEN.search(batch_id) is None and seq_s.isascii() and seq_s.isdigit()
+                    and len(seq_s) <= 19 and (seq := int(seq_s)) <= INT64_MAX
+                    and (seq > 1 if op is FastOp.APPEND or op is FastOp.EOB else
+                         seq == 1 if op is FastOp.START else seq >= 1)):
+                found = object.__new__(cls)  # every field checked above: __post_init__'s checks again are waste
+                for name, value in (("prefix", prefix), ("batch_id", batch_id), ("flow", server_flow(flow_s)),
+                                    ("gap_mode", gap_mode), ("seq", seq), ("op", op)):
+                    object.__setattr__(found, name, value)
+                return found
+        return cls._parse_slowly(subject)
+
+    @classmethod
+    def _parse_slowly(cls, subject: str) -> FastReplySubject:
         tokens = subject.split(".")
         if len(tokens) < 7:
             raise InvalidReplySubject(subject, f"{len(tokens)} tokens, needs at least 7 (a prefix token, then 6)")

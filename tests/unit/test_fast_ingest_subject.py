@@ -1,4 +1,5 @@
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from console.domain.fast_ingest import FastOp, FastReplySubject, GapMode, InvalidReplySubject, server_flow
 
@@ -68,3 +69,30 @@ def test_format_refuses_what_the_server_would():
     with pytest.raises(ValueError, match="one subject token"):
         FastReplySubject("p", "a.b", 10, GapMode.OK, 1, FastOp.START)
     assert FastReplySubject("_INBOX.x", "b", 100, GapMode.FAIL, 2, FastOp.APPEND).format() == "_INBOX.x.b.100.fail.2.1.$FI"
+
+
+_TOKENS = ["_INBOX", "x", "", "$FI", "ok", "fail", "OK", "0", "1", "2", "3", "4", "5", "10", "-1", "007",
+           "9223372036854775807", "9223372036854775808", "00000000000000000001", "a b", "a*", ">", "é", "\x00",
+           "b" * 64, "b" * 65, "٣"]
+
+
+_TOKEN = st.sampled_from(_TOKENS) | st.text(max_size=5)
+_SHAPED = st.tuples(st.lists(_TOKEN, min_size=0, max_size=3), _TOKEN, _TOKEN, st.sampled_from(["ok", "fail", "Ok", ""]),
+                    _TOKEN, st.sampled_from(["0", "1", "2", "3", "4", "5", "01"]), st.sampled_from(["$FI", "$FI\n", "FI"])
+                    ).map(lambda t: [*t[0], *t[1:]])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_TOKEN, min_size=1, max_size=10) | _SHAPED)
+def test_the_quick_path_reads_every_subject_as_the_token_by_token_reading_does(tokens):
+    subject = ".".join(tokens)
+    try:
+        slow = FastReplySubject._parse_slowly(subject)
+    except InvalidReplySubject:
+        with pytest.raises(InvalidReplySubject):
+            FastReplySubject.parse(subject)
+        return
+    quick = FastReplySubject.parse(subject)
+    assert (quick.prefix, quick.batch_id, quick.flow, quick.gap_mode, quick.seq, quick.op) == (
+        slow.prefix, slow.batch_id, slow.flow, slow.gap_mode, slow.seq, slow.op)
+    assert quick == slow and hash(quick) == hash(slow)
