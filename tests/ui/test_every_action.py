@@ -78,6 +78,8 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
     def buttons(path: str, heading: str) -> list[str]:
         page.goto(read_only_url + path)
         expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=15_000)
+        expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its first copy
+        expect(page.get_by_role("button", name="Dark")).to_be_visible(timeout=30_000)  # the frame's: drawn
         return sorted(page.get_by_role("button").all_inner_texts())
 
     def no_canary_control() -> None:  # started from the CLI or up, never a page: its buttons are the frame's
