@@ -228,6 +228,8 @@ class Collector:
         and a task that missed its cancel would keep stop() waiting for ever.
         """
         self._stopping = True
+        if self.cpu is not None:
+            self.cpu.for_stop()
         self.writer.stop_deadline = time.monotonic() + STOP_GRACE
         await self._subs.drain(STOP_GRACE)  # the replies the server sent before the unsubscribe are handled
         for task in self._tasks:

@@ -61,11 +61,15 @@ class CpuPriority:
         self.starved = 0  # times the idle class was left because the collector ran late
         self.note = ""
         self._left_at = 0.0
+        self._nice_before: int | None = None
 
     def apply(self) -> None:
         if self.mode is CpuMode.NORMAL:
             return
-        os.nice(NICE)
+        # At least nice 10, not 10 more each time: a process with a collector per system applies it once each
+        self._nice_before = os.getpriority(os.PRIO_PROCESS, 0)
+        if self._nice_before < NICE:
+            os.setpriority(os.PRIO_PROCESS, 0, NICE)
         if self.mode is not CpuMode.ADAPTIVE:
             return
         if not hasattr(os, "SCHED_IDLE"):
@@ -86,6 +90,19 @@ class CpuPriority:
                         lateness, NICE, RETRY_IDLE)
         elif not self.idle and self.starved and now - self._left_at >= RETRY_IDLE:
             self._enter_idle()
+
+    def for_stop(self) -> None:
+        """A stopping collector drains and flushes at the priority it started with where it may take it back
+        (root, CAP_SYS_NICE): at nice 10 on a saturated host its last writes could take minutes."""
+        if self._nice_before is None:
+            return
+        if self.idle:
+            _set_policy(os.SCHED_OTHER)
+            self.idle = False
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, self._nice_before)
+        except OSError:  # not allowed here: it stops at nice 10
+            pass
 
     def _enter_idle(self) -> None:
         _set_policy(os.SCHED_IDLE)

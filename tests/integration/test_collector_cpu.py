@@ -36,6 +36,26 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @can_leave_idle
+def test_a_collector_per_system_makes_its_process_nice_10_once_and_a_stopping_one_takes_it_back():
+    seen = []
+
+    def on_a_thread_of_its_own():  # niceness is per thread on Linux: the test process is untouched
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        collectors = [CpuPriority("low") for _ in range(3)]  # collect --systems: one per system, one thread
+        for cpu in collectors:
+            cpu.apply()
+            seen.append(os.getpriority(os.PRIO_PROCESS, 0))
+        for cpu in reversed(collectors):  # stopping: drained and flushed at the priority it started with
+            cpu.for_stop()
+        seen.append(os.getpriority(os.PRIO_PROCESS, 0) == before)
+
+    thread = threading.Thread(target=on_a_thread_of_its_own)
+    thread.start()
+    thread.join()
+    assert seen == [NICE, NICE, NICE, True]  # not 10 more for each: was nice 19 with two systems
+
+
+@can_leave_idle
 def test_adaptive_priority_leaves_the_idle_class_when_late_and_tries_it_again_a_minute_later():
     seen = []
 
