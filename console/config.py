@@ -570,12 +570,13 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
 
 
 class Watched(Generic[T]):
-    """An operator's file as it is now: read at the first call (its error is the caller's, with its line),
-    and again whenever it changes; a change with an error keeps what was read before, and `error` says
-    why until the file is mended: a typo never takes away what worked."""
+    """An operator's file as it is now: read at the first call, and again whenever it changes; a change
+    with an error keeps what was read before, and `error` says why until the file is mended: a typo never
+    takes away what worked. An error at the first call is the caller's (with its line), unless there is
+    a `fallback` (a process that checked the file at its start, and met the error since)."""
 
-    def __init__(self, path: Path | None, read: Callable[[], T]):
-        self.path, self._read = path, read
+    def __init__(self, path: Path | None, read: Callable[[], T], fallback: Callable[[], T] | None = None):
+        self.path, self._read, self._fallback = path, read, fallback
         self._stamp: tuple[str, int, int] | None = None
         self._value: T | None = None
         self._read_once = False
@@ -588,7 +589,9 @@ class Watched(Generic[T]):
                 self._value, self.error = self._read(), None
             except ConfigError as e:
                 if not self._read_once:
-                    raise
+                    if self._fallback is None:
+                        raise
+                    self._value = self._fallback()
                 if str(e) != self.error:
                     logging.getLogger(__name__).error("%s: the file as it was before is kept until it is mended", e)
                 self.error = str(e)

@@ -59,7 +59,8 @@ class Runtime:
         self._alerts: AlertsView | None = None
         self._masking: Masking | None = None
         self._decoders: Decoders | None = None
-        self.objectives_file = Watched(settings.data.objectives, lambda: objectives_of(settings))
+        # the processes that read objectives check the file at their start (check_files): an error met since is said
+        self.objectives_file = Watched(settings.data.objectives, lambda: objectives_of(settings), fallback=list)
         self._reading_ahead: asyncio.Task[None] | None = None
         # the services built on the system, each asking for the connection it has now
         connection = lambda: self.nc  # noqa: E731
@@ -235,7 +236,7 @@ class Runtime:
     @property
     def objectives(self) -> list[Objective]:
         """The loss budgets' objectives as the file is now (an error stops the process at its start, with its
-        line; a later one keeps the objectives before it, said by `objectives_file.error`)."""
+        line, in check_files; a later one keeps the objectives before it, said by `objectives_file.error`)."""
         return self.objectives_file()
 
     def budgets(self) -> list[BudgetStatus] | None:

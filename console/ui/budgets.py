@@ -78,8 +78,9 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
     def read(self) -> None:
         found = self.statuses()  # reads the objectives file again if it changed: its problem after
         problem = self.problem()
-        self._problem.object = "" if problem is None else \
-            f"The objectives file as it is now is not read; its objectives before the change are kept.\n{problem}"
+        self._problem.object = "" if problem is None else (
+            f"The objectives file as it is now is not read: the objectives read before the change, if any, are kept "
+            f"until it is mended.\n{problem}")
         self._problem.visible = problem is not None
         if found is None:
             self.state = EXAMPLE

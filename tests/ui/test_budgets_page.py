@@ -151,7 +151,7 @@ def test_an_edited_objectives_file_holds_without_a_restart_and_a_broken_edit_kee
         path.write_text(OBJECTIVES + '\n[[objective]]\nname = "broken"\nstreams = ["ORDERS"]\n'
                                      'lost_batches_per_thousand = 5\nwindow = "forever"\n')
         page.goto(url + "budgets")
-        expect(page.get_by_text("its objectives before the change are kept")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("are kept until it is mended")).to_be_visible(timeout=30_000)
         expect(page.get_by_text(re.compile(r"line \d+"))).to_be_visible()  # the error, with its line
         expect(rows.filter(has_text="added-later").first).to_be_visible()  # what worked is kept
         expect(rows.filter(has_text="broken")).to_have_count(0)
@@ -159,4 +159,4 @@ def test_an_edited_objectives_file_holds_without_a_restart_and_a_broken_edit_kee
         path.write_text(OBJECTIVES)
     page.goto(url + "budgets")
     expect(rows.filter(has_text="added-later")).to_have_count(0, timeout=30_000)
-    expect(page.get_by_text("its objectives before the change are kept")).to_have_count(0)
+    expect(page.get_by_text("are kept until it is mended")).to_have_count(0)

@@ -248,3 +248,21 @@ def test_an_objectives_file_is_read_again_when_it_changes_and_a_broken_change_or
         assert watched.error and "objectives" in watched.error
     path.write_text(ORDERS)
     assert [o.name for o in watched()] == ["orders"] and watched.error is None
+
+
+def test_a_file_broken_between_a_process_start_and_its_first_read_is_said_and_counts_nothing(tmp_path):
+    """The web and alerts parts check the file at their start; broken before their first page or timer,
+    it is said (none counted) instead of failing the page or the loop."""
+    import dataclasses
+
+    from console.config import Settings, Watched
+    from console.runtime import objectives_of
+
+    path = tmp_path / "objectives.toml"
+    settings = Settings()
+    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, objectives=path))
+    path.write_text(ORDERS + "window = 7\n")
+    watched = Watched(path, lambda: objectives_of(settings), fallback=list)
+    assert watched() == [] and watched.error and "line" in watched.error
+    path.write_text(ORDERS)
+    assert [o.name for o in watched()] == ["orders"] and watched.error is None
