@@ -132,6 +132,10 @@ class Subscriptions:
         nc.msg_class = ArrivalMsg  # what this connection reads from now on carries its arrival
         self._subs.append(await nc.subscribe(subject, queue=queue, cb=on_msg))
 
+    def backlog(self) -> int:
+        """Messages the server has sent that wait, read, for their handler."""
+        return sum(sub.pending_msgs for sub in self._subs)
+
     async def tap_fast_replies(self, nc: Connection, prefix: str, handler: Handler, queue: str = "") -> None:
         """Every fast-ingest reply under an inbox prefix: `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8.
         queue: in a supercluster, one tap per cluster in one queue group, so that the server hands each reply

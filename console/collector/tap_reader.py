@@ -27,6 +27,8 @@ from console.domain.wire import MalformedInput, Tally
 
 log = logging.getLogger(__name__)
 
+PACED_UP_TO = 1_000  # replies waiting for their turn past which the taps are not paced: behind, not keeping up
+
 
 class TapReader:
     def __init__(self, nc: Connection, settings: CollectorSettings, intake: Intake, publishers: Publishers,
@@ -63,12 +65,18 @@ class TapReader:
             self.loops.beat("pacer")
             # "Recently", not "since my last pass": after sleep(0) this task resumes before the
             # reads that arrived during the pause have been handled.
-            # Never while events wait to be written: a loss must reach the log at once.
-            if time.monotonic() - self._last_tap < 0.1 and self.intake.writer.queued == 0:
+            if self.paces():
                 time.sleep(self.settings.pace_ms / 1000)  # deliberate: see CollectorSettings.pace_ms
                 await asyncio.sleep(0)
             else:
                 await asyncio.sleep(0.05)
+
+    def paces(self) -> bool:
+        """Whether the next pass pauses: while replies flow, but never while events wait to be written (a
+        loss must reach the log at once), nor while replies wait, read, for their turn (a flood: a loss
+        among them is behind every one)."""
+        return time.monotonic() - self._last_tap < 0.1 and self.intake.writer.queued == 0 and \
+            self.subs.backlog() < PACED_UP_TO
 
     async def _on_election(self, msg: Inbound) -> None:
         """Only for the tracker; the durable capture stores the advisory (and counts it if it is bad)."""

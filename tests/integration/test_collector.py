@@ -188,3 +188,33 @@ async def test_a_long_flood_of_garbage_does_not_push_out_the_first_evidence_of_e
     finally:
         await flooded.stop()
         await conn.close()
+
+
+async def test_the_taps_are_not_paced_while_replies_wait_for_their_turn(client, collector):
+    """Pacing lets one read take many acks while the collector keeps up; behind a flood it would hold a
+    real loss behind every reply before it."""
+    import asyncio
+    import time
+
+    from console.collector.tap_reader import PACED_UP_TO
+
+    held, seen = asyncio.Event(), []
+
+    async def slow(msg) -> None:  # replies read and waiting: their handler is busy
+        seen.append(msg)
+        await held.wait()
+
+    taps = collector.taps
+    await taps.subs.follow(client, "pace.flood", slow)
+    taps._last_tap = time.monotonic()  # replies flowing: paced while nothing waits
+    assert taps.paces()
+    for _ in range(PACED_UP_TO + 500):
+        await client.publish("pace.flood", b"x")
+    await client.flush()
+    await wait_until(lambda: taps.subs.backlog() >= PACED_UP_TO, 10, "the replies waiting")
+    taps._last_tap = time.monotonic()
+    assert not taps.paces()  # behind: not paced
+    held.set()
+    await wait_until(lambda: taps.subs.backlog() == 0, 10, "the replies handled")
+    taps._last_tap = time.monotonic()
+    assert taps.paces() and len(seen) == PACED_UP_TO + 500
