@@ -57,6 +57,8 @@ async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batche
     assert "replay JOBA: 3 messages fetched" in text  # the Replay page driven by its params
     assert "a year ago: 0 abandoned batches" in text  # History follows the dates set on it
     assert "since yesterday: 2 abandoned batches" in text
+    assert "no loss objectives (give the console --objectives FILE)" in text  # none given here
+    assert "0 canary batch(es) in the last hour" in text
     assert rich_outputs(nb) >= 4  # the live table, the streams editor, Replay, History
 
     text, nb = await execute("incident_investigation.ipynb", env)

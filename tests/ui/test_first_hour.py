@@ -197,6 +197,7 @@ def the_notebooks_run_beside_up(data) -> None:
     text = run("quickstart.ipynb")
     assert re.search(r"[1-9]\d* lost batches in the last hour", text), text[:2000]
     assert "replay DEMO_ORDERS: 5 messages fetched" in text, text[:2000]
+    assert re.search(r"[1-9]\d* canary batch\(es\) in the last hour", text), text[:2000]  # up --demo runs it
     assert "(unknown)" not in text
     text = run("incident_investigation.ipynb")
     assert "investigating" in text and "no lost batch to investigate" not in text, text[:2000]
