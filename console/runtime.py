@@ -60,7 +60,8 @@ class Runtime:
         self._masking: Masking | None = None
         self._decoders: Decoders | None = None
         # the processes that read objectives check the file at their start (check_files): an error met since is said
-        self.objectives_file = Watched(settings.data.objectives, lambda: objectives_of(settings), fallback=list)
+        self.objectives_file: Watched[list[Objective]] = Watched(settings.data.objectives,
+                                                                 lambda: objectives_of(settings), fallback=list)
         self._reading_ahead: asyncio.Task[None] | None = None
         # the services built on the system, each asking for the connection it has now
         connection = lambda: self.nc  # noqa: E731
