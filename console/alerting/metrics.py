@@ -157,7 +157,7 @@ class Metrics:
         for until, ms in (("first_ack", result.first_ack_ms), ("commit", result.commit_ms)):
             if ms is not None:
                 self.canary_ms.set(node, result.kind, until, value=ms)
-        if result.commit_ms is None or result.lost:
+        if result.failed:
             self.canary_failed.inc(node, result.kind)
 
     def observe(self, event: BatchEvent) -> None:

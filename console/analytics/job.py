@@ -291,8 +291,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         if streams:
             _put(settings, "stream_abandonment_stats", pa.Table.from_pylist(rows_s, STATS_SCHEMA),
                  f"stream IN ({_quoted(streams)})")
-    midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
-    day_bounds = [(m, m + timedelta(days=1)) for m in midnights]
+    day_bounds = _day_bounds(days)
 
     def writes(session):
         for model, column, rows in ((AbandonmentHourly, AbandonmentHourly.hour, hourly_a),
@@ -350,6 +349,12 @@ def _counts_of_days(scope: DataFrame, days: list[date]) -> DataFrame:
         "day", F.to_date("bucket").cast("string"))
 
 
+def _day_bounds(days: list[date]) -> list[tuple[datetime, datetime]]:
+    """Each day as [its midnight, the next), in UTC: what a day's rows in SQLite are replaced over."""
+    midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
+    return [(m, m + timedelta(days=1)) for m in midnights]
+
+
 def _put(settings: JobSettings, name: str, rows: pa.Table, predicate: str) -> None:
     """A derived table's rows into Delta, each with its system when the job runs on a systems file's system."""
     if settings.system:
@@ -361,9 +366,8 @@ def _budget_counts_only(settings: JobSettings, engine, scope: DataFrame, days: l
     """A run of stream totals alone: the budget counts of their days and the statuses, the offset moved."""
     counts = _counts_of_days(scope, days).toArrow()
     _put(settings, "budget_counts", counts, f"day IN ({_quoted(d.isoformat() for d in days)})")
-    midnights = [datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in days]
     sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: budget_store.replace_counts(
-        session, [(m, m + timedelta(days=1)) for m in midnights], _records(counts, drop=("day",))))
+        session, _day_bounds(days), _records(counts, drop=("day",))))
     _budgets(settings, engine)
     return counts.num_rows
 

@@ -46,6 +46,11 @@ class CanaryResult:
     error: str | None = None
     led_elsewhere: bool = False  # the stream's leader was not the node (it was moved back after)
 
+    @property
+    def failed(self) -> bool:
+        """Not committed, or messages of it not stored."""
+        return self.commit_ms is None or self.lost > 0
+
     def to_json(self) -> dict[str, object]:
         return {"system": self.system, "node": self.node, "kind": self.kind, "first_ack_ms": self.first_ack_ms,
                 "commit_ms": self.commit_ms, "lost": self.lost, "sent": self.sent, "error": self.error,
@@ -110,7 +115,7 @@ def node_health(results: list[CanaryResult]) -> list[NodeHealth]:
     by_node: dict[tuple[str, str], list[CanaryResult]] = {}
     for r in results:
         by_node.setdefault((r.system, r.node), []).append(r)
-    return [NodeHealth(system, node, len(rs), sum(1 for r in rs if r.commit_ms is None or r.lost > 0),
+    return [NodeHealth(system, node, len(rs), sum(1 for r in rs if r.failed),
                        max((r.commit_ms for r in rs if r.commit_ms is not None), default=None),
                        sum(1 for r in rs if r.led_elsewhere))
             for (system, node), rs in sorted(by_node.items())]

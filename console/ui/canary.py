@@ -66,7 +66,7 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
         except Exception as e:  # refused (role, read-only), no event key, the server away: said here
             self.status = f"**Not run:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
-        failed = [r for r in run.results if r.commit_ms is None or r.lost]
+        failed = [r for r in run.results if r.failed]
         self.status = (f"{len(run.results)} canary batches through {len({r.node for r in run.results})} node(s): "
                        + (f"**{len(failed)} failed**" if failed else "every one committed, nothing lost"))
         await self.reload()
@@ -97,9 +97,8 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
         sick = {h.node: h.finding(self.slow_ms) for h in node_health([r for _, r in last.values()])}
         rows = []
         for (node, kind), (when, r) in sorted(last.items()):
-            failed = r.commit_ms is None or r.lost > 0
             slow = r.commit_ms is not None and r.commit_ms > self.slow_ms
-            state = "FAILED" if failed else "slow" if slow else "led elsewhere" if r.led_elsewhere else "well"
+            state = "FAILED" if r.failed else "slow" if slow else "led elsewhere" if r.led_elsewhere else "well"
             rows.append({"node": node, "kind": kind, "state": state,
                          "first ack ms": ms_text(r.first_ack_ms), "commit ms": ms_text(r.commit_ms), "lost": r.lost,
                          "when": self.clock.when(when), "error": r.error or ""})
