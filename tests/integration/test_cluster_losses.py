@@ -12,7 +12,7 @@ from console.broker.fast import FastBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings
 from console.domain.events import LOST_KINDS, EventKind
-from console.errors import BatchEndedError, BatchError, NoRespondersError
+from console.errors import BatchEndedError, BatchError, NoRespondersError, Refusal
 from tests.conftest import CLUSTER_LIMITS
 from tests.waits import eventually, events_for, wait_until
 
@@ -45,9 +45,22 @@ async def r3_stream(client, name: str, **flags) -> StreamAdmin:
     return admin
 
 
+JS_UNAVAILABLE = 10008  # "JetStream system temporarily unavailable": a cluster still settling after a node's return
+
+
 async def step_down(admin: StreamAdmin, name: str, preferred: str | None = None) -> str:
     before = await eventually(lambda: admin.leader(name), lambda _: True, timeout=30, what=f"{name}'s leader")
-    await admin.step_down(name, preferred)
+
+    async def asked() -> bool:
+        try:
+            await admin.step_down(name, preferred)
+        except Refusal as e:  # asked again while the cluster settles (CI saw it once); any other refusal fails
+            if e.err_code != JS_UNAVAILABLE:
+                raise
+            return False
+        return True
+
+    await eventually(asked, timeout=30, what=f"{name}'s stepdown taken")
     return await eventually(lambda: admin.leader(name), lambda leader: leader not in (None, before),
                             what=f"{name} elected another leader", timeout=30)
 
