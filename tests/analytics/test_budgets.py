@@ -169,7 +169,8 @@ async def _totals_alone(spark, server, now, settings) -> None:
     collector = Collector(nc, CollectorSettings(tick_every=0.1, totals_every=0))
     await collector.start()
     try:
-        [later] = totals_events("bench", now + timedelta(minutes=1), {"BUD_A": 1_000 + HOURS * PER_HOUR + 5_000}, {})
+        # a second after the last sample: a minute on, its 5-minute bucket could start after the run, past as_of
+        [later] = totals_events("bench", now + timedelta(seconds=1), {"BUD_A": 1_000 + HOURS * PER_HOUR + 5_000}, {})
         collector.intake.put([later], COLLECTOR)
         log = EventLog.over(nc)
         await eventually(lambda: log.read(1, idle_timeout=0.2),
