@@ -21,6 +21,7 @@ def propose_batched_off(page, nats_url: str, web_url: str, stream: str) -> None:
     """A stream of the probe's (both kinds allowed) picked on the Streams page, allow_batched unticked."""
     probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", stream, "--subject", stream.lower())
     page.goto(web_url + "streams")
+    expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its inert first copy
     expect(page.get_by_role("row").filter(has_text=stream)).to_be_visible(timeout=30_000)
     page.get_by_label("stream").select_option(stream)
     batched = page.get_by_role("checkbox", name="allow_batched")
