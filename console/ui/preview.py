@@ -57,6 +57,21 @@ TEMPLATE = """
   var watch = new MutationObserver(function () { preview.remove(); watch.disconnect(); });
   for (var i = 0; i < roots.length; i++) watch.observe(roots[i], {childList: true});
 })();
+(function () {
+  // Panel's table drops new rows that reach it while it is being (re)built, and showed none of a page's
+  // first listing: rows that came then are given to the table once it is built.
+  var model = window.Bokeh && Bokeh.Panel && Bokeh.Panel.DataTabulator;
+  if (!model) return;
+  var view = model.prototype.default_view.prototype, setData = view.setData, built = view.tableBuilt;
+  view.setData = function () {
+    if (this._initializing || this._building || !this.tabulator || !this.tabulator.initialized) this.bcMissed = true;
+    return setData.apply(this, arguments);
+  };
+  view.tableBuilt = function () {
+    built.apply(this, arguments);
+    if (this.bcMissed) { this.bcMissed = false; this.setData(); }
+  };
+})();
 </script>
 {% endblock %}
 """

@@ -22,7 +22,8 @@ def propose_batched_off(page, nats_url: str, web_url: str, stream: str) -> None:
     probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", stream, "--subject", stream.lower())
     page.goto(web_url + "streams")
     expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its inert first copy
-    expect(page.get_by_role("row").filter(has_text=stream)).to_be_visible(timeout=30_000)
+    # the listing has reached the page: an option of the select (a row may be outside the table's drawn window)
+    expect(page.get_by_label("stream").get_by_role("option", name=stream, exact=True)).to_have_count(1, timeout=30_000)
     page.get_by_label("stream").select_option(stream)
     batched = page.get_by_role("checkbox", name="allow_batched")
     expect(batched).to_be_checked()  # the form is filled from the server first

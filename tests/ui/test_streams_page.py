@@ -40,3 +40,21 @@ def test_read_only_mode_shows_settings_but_offers_no_action(console, read_only_u
     expect(page.get_by_text("Read-only mode: settings are shown, not changed.")).to_be_visible(timeout=30_000)
     expect(page.get_by_role("row").filter(has_text="UI_RO")).to_be_visible()
     expect(page.get_by_role("button", name=re.compile("^(?!switch )"))).to_have_count(0)  # the header's switches only
+
+
+def test_rows_that_reach_a_table_while_the_browser_rebuilds_it_are_drawn(console, page):
+    """Panel's table ignores new data while it is being built; the page gives it them once built (a CI run saw a
+    Streams page whose select listed every stream and whose table showed none)."""
+    nats_url, web_url = console
+    probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_REBUILT", "--subject", "ui.rebuilt")
+    page.goto(web_url + "streams")
+    expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+    expect(page.get_by_role("row").filter(has_text="BATCH_CONSOLE_EVENTS")).to_be_visible(timeout=30_000)
+    page.evaluate("""() => {  // one task: the rebuild starts, the new rows arrive before it ends
+      const views = [...Bokeh.index.roots].flatMap(root => [...root.owner.all_views()]);
+      const table = views.find(v => v.model.constructor.__name__ === "DataTabulator");
+      table.render();
+      const source = table.model.source;
+      source.data = {...source.data, name: source.data.name.map(n => n.replaceAll("BATCH_CONSOLE_", "REBUILT_"))};
+    }""")
+    expect(page.get_by_role("row").filter(has_text="REBUILT_EVENTS")).to_be_visible(timeout=15_000)
