@@ -58,11 +58,20 @@ def poll_until(condition, timeout: float, what, every: float = 0.2):
     return value
 
 
+class Events(list):
+    """Events that a failure lists in a line each way: kind and batch, every one of them."""
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(f"{e.kind.value} {e.batch_id}" for e in self) + "]"
+
+    __str__ = __repr__
+
+
 async def events_for(client, batch_ids, until, timeout=15.0):
     """Read the event log until `until(events)` holds for the events of these batches."""
     log = EventLog(client.jetstream())
 
     async def events():
-        return [e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids]
+        return Events(e for _, e in await log.read(1, idle_timeout=0.2) if e.batch_id in batch_ids)
 
     return await eventually(events, until, timeout, f"events of {sorted(batch_ids)[:5]}")

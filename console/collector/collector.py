@@ -33,7 +33,7 @@ from console.collector.capture_watch import CaptureWatch
 from console.collector.grading import Grading
 from console.collector.health import Health, Loops
 from console.collector.intake import Intake
-from console.collector.kept import LATE, KeptMessages
+from console.collector.kept import WAIT_AT_MOST, KeptMessages
 from console.collector.priority import CpuMode, CpuPriority
 from console.collector.publishers import Publishers
 from console.collector.atomic_watch import AtomicWatch
@@ -94,6 +94,7 @@ class Collector:
                                 "configured" if settings.batch_timeout else "assumed (server default)",
                                 settings.max_tracked_batches, self.errors)
         self.intake = Intake(self.writer, self.state, self.quarantine, self.rejected, kept)
+        self.intake.kept.tapped = self.intake.kept.tapped or bool(settings.tap_publish_subjects)
         self._subs = Subscriptions()
         own_streams = frozenset((event_log.stream, settings.advisory_stream, quarantine.stream))
         self.advisories = AdvisoryReader(nc, system_nc, settings, event_log.replicas, own_streams, self.intake,
@@ -238,7 +239,7 @@ class Collector:
         self._tasks.clear()
         if self.grading is not None:
             self.grading.tick(self.intake.put, everything=True)
-        if kept := self.intake.kept.tick(now() + LATE, timedelta(days=1)):  # the losses still kept back
+        if kept := self.intake.kept.tick(now() + WAIT_AT_MOST, timedelta(days=1)):  # the losses still kept back
             self.intake.put(kept, PUBLISH_TAP)
         if self._writer is not None:
             await self.writer.end()  # only now: nothing else can enqueue

@@ -4,6 +4,7 @@ BATCH_MESSAGES event (console.domain.kept_messages). A batch that ends well is f
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -16,8 +17,11 @@ from console.domain.masking import Masking
 HELD_BYTES = 16 * 1024 * 1024  # payloads held at most, across batches: the oldest batches go first
 HELD_PAYLOAD = 64 * 1024  # of one payload: masking a field needs the message whole; past this it masks it all
 # A loss can be read before the publish side's last messages of its batch (two subscriptions, two
-# tasks): its messages are written this long after it, with what came by then.
+# tasks): its messages are written once both the loss and the batch's last tapped message are this old,
+# with what came by then; on a loaded collector, whose publish side can trail its losses by seconds, a
+# loss waits so up to WAIT_AT_MOST (and then goes without, if nothing of its batch came).
 LATE = timedelta(seconds=2)
+WAIT_AT_MOST = timedelta(seconds=30)
 MAX_LATE = 10_000
 
 
@@ -49,12 +53,14 @@ class KeptMessages:
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._late: OrderedDict[str, tuple[BatchEvent, datetime]] = OrderedDict()  # batch -> its loss, when read
         self._held = 0
-        self._tapped = False  # the publish side is tapped: losses wait for their messages
+        # The publish side is tapped: losses wait for their messages. The collector says so as it starts
+        # (a loss can come before the first tapped message); a first tapped message says so too.
+        self.tapped = False
         self.kept = 0  # BATCH_MESSAGES events made
 
     def saw(self, batch_id: str, seq: int, stream: str | None, subject: str, headers: tuple[tuple[str, str], ...],
             data: bytes, now: datetime) -> None:
-        self._tapped = True
+        self.tapped = True
         seen = _Seen(seq, subject, headers, data[:HELD_PAYLOAD], len(data))
         batch = self._open.pop(batch_id, None)
         if batch is None:
@@ -72,10 +78,14 @@ class KeptMessages:
         while self._held > HELD_BYTES and len(self._open) > 1:
             self._held -= self._open.popitem(last=False)[1].held
 
+    def wants(self, batch_id: str) -> bool:
+        """Whether a message of this batch is still kept: it is held, or its loss waits for it."""
+        return batch_id in self._open or batch_id in self._late
+
     def with_messages(self, events: list[BatchEvent], now: datetime | None = None) -> list[BatchEvent]:
         """`events`; a loss (or the end of a fast batch with a gap) is kept back for LATE, so that the
         messages the publish side had not handed over yet are kept too (tick writes it)."""
-        if not self._open and not self._tapped:
+        if not self._open and not self.tapped:
             return events
         for event in events:
             if not event.batch_id:
@@ -92,15 +102,21 @@ class KeptMessages:
         return events
 
     def tick(self, now: datetime, quiet_for: timedelta) -> list[BatchEvent]:
-        """The kept messages of the losses read LATE ago or more; forgets batches not seen for `quiet_for`
-        (a committed atomic batch says nothing more)."""
+        """The kept messages of the losses read LATE ago or more whose batch's publish side has been quiet
+        for LATE (or that were read WAIT_AT_MOST ago: with what came, or without); forgets batches not seen
+        for `quiet_for` (a committed atomic batch says nothing more)."""
         kept = []
-        while self._late and now - next(iter(self._late.values()))[1] >= LATE:
-            batch_id, (loss, _) = self._late.popitem(last=False)
-            if (batch := self._open.get(batch_id)) is not None:
+        for batch_id, (loss, read) in list(itertools.takewhile(lambda item: now - item[1][1] >= LATE,
+                                                               self._late.items())):
+            batch = self._open.get(batch_id)
+            waits = now - read < WAIT_AT_MOST
+            if batch is not None and (now - batch.touched >= LATE or not waits):
                 kept.append(kept_event(loss, self._masked(loss.stream or batch.stream, batch)))
                 self.kept += 1
                 self._forget(batch_id)
+            elif waits:
+                continue
+            del self._late[batch_id]
         while self._open and now - next(iter(self._open.values())).touched > quiet_for:
             self._held -= self._open.popitem(last=False)[1].held
         return kept

@@ -151,6 +151,10 @@ class TapReader:
         if batch is not None:
             self.intake.kept.saw(batch.batch_id, FastReplySubject.parse(msg.reply).seq, batch.stream, msg.subject,
                                  msg.headers, msg.data, now())
+        elif self.intake.kept.wants((where := FastReplySubject.parse(msg.reply)).batch_id):
+            # its end was read first (a loaded collector reads the replies ahead of the publish side): the
+            # lost batch's last messages are still its own
+            self.intake.kept.saw(where.batch_id, where.seq, None, msg.subject, msg.headers, msg.data, now())
 
     async def _follow_reply(self, reply: str, batch: str, stream: str, arrival: int) -> None:
         """A first message's reply tells a 10210 (the batch never opened): its publisher connection's

@@ -49,6 +49,9 @@ def test_rows_that_reach_a_table_while_the_browser_rebuilds_it_are_drawn(console
     probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--stream", "UI_REBUILT", "--subject", "ui.rebuilt")
     page.goto(web_url + "streams")
     expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+    # the page's own listing is in (its select's options come with its rows): no later one undoes the change below
+    expect(page.get_by_label("stream").get_by_role("option", name="UI_REBUILT", exact=True)).to_have_count(1,
+                                                                                                     timeout=30_000)
     expect(page.get_by_role("row").filter(has_text="BATCH_CONSOLE_EVENTS")).to_be_visible(timeout=30_000)
     page.evaluate("""() => {  // one task: the rebuild starts, the new rows arrive before it ends
       const views = [...Bokeh.index.roots].flatMap(root => [...root.owner.all_views()]);

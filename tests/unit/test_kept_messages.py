@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from console.collector import kept as kept_module
-from console.collector.kept import LATE, KeptMessages
+from console.collector.kept import LATE, WAIT_AT_MOST, KeptMessages
 from console.domain.events import BatchEvent, EventKind, MalformedEvent
 from console.domain.incident import build_incident, incident_report, no_messages_why
 from console.domain.kept_messages import KEPT_BYTES, KeptMessage, kept_event, kept_messages
@@ -54,6 +54,24 @@ def test_messages_the_publish_side_hands_over_after_the_loss_are_kept_too():
     seen(kept, "b1", [2, 3])  # read after the loss: the subscriptions' tasks do not keep the wire's order
     [event] = kept.tick(T0 + LATE, timedelta(days=1))
     assert [m.seq for m in kept_messages(event)] == [1, 3]
+
+
+def test_a_loss_before_any_tapped_message_waits_for_its_batch_and_goes_without_after_a_while():
+    """A loaded collector can read a loss well before the publish side hands over its batch, even its
+    first batch: the collector says it taps the publish side, so the loss waits (CI saw none kept)."""
+    kept = KeptMessages()
+    kept.tapped = True  # as the collector sets it when it taps the publish side
+    assert kept.with_messages([loss(batch="b1"), loss(batch="b2")], T0) == [loss(batch="b1"), loss(batch="b2")]
+    assert kept.tick(T0 + LATE * 3, timedelta(days=1)) == []  # nothing of either handed over yet
+    assert kept.wants("b1") and kept.wants("b2") and not kept.wants("b3")  # the tap gives it an ended batch's
+    for seq in (1, 2):  # handed over late, and one after the other
+        kept.saw("b1", seq, "ORDERS", "orders.x", (), b"{}", T0 + LATE * (3 + seq))
+        assert kept.tick(T0 + LATE * (3 + seq), timedelta(days=1)) == []  # its publish side not quiet yet
+    [event] = kept.tick(T0 + LATE * 6, timedelta(days=1))
+    assert event.batch_id == "b1" and [m.seq for m in kept_messages(event)] == [1, 2] and not kept.wants("b1")
+    assert kept.tick(T0 + WAIT_AT_MOST, timedelta(days=1)) == []  # b2's never came: it goes without
+    seen(kept, "b2", [1])
+    assert kept.tick(T0 + WAIT_AT_MOST * 2, timedelta(days=1)) == []  # and is not kept back any more
 
 
 def test_an_ok_mode_gap_keeps_them_when_the_batch_commits():
