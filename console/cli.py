@@ -583,6 +583,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     system's event log into its own console.db and delta/ (DATA_DIR/systems/NAME); one that cannot be
     reached is said, and the others run."""
     from console.analytics.follow import HEARTBEATS_DEFERRED, follow
+    from console.analytics.ledger_tail import LedgerTail
     from console.broker.log_watcher import AnyOf, LogWatcher
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
     from console.analytics.source import SourceOptions
@@ -601,6 +602,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
                           full_jit=a.full_jit)
     watchers: list[LogWatcher] = []
+    tails: list[LedgerTail] = []
     warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)
 
     def run() -> None:
@@ -628,6 +630,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
             watchers = [LogWatcher(each.connection, f"{prefix}.>",
                                    quiet=(f"{prefix}.{EventKind.COLLECTOR_STATUS.value}.",)).start()
                         for each in (systems or {"": settings}).values()]
+            tails = [LedgerTail(job.source, job.db_path).start() for job in jobs.values()]  # losses within seconds
             follow(run, watchers[0] if len(watchers) == 1 else AnyOf(watchers), every=a.every, gap=a.follow_gap)
         else:
             while True:
@@ -637,8 +640,8 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        for watcher in watchers:
-            watcher.stop()
+        for stoppable in (*watchers, *tails):
+            stoppable.stop()
         spark.stop()
 
 

@@ -60,7 +60,7 @@ from console.domain.display import as_utc
 from console.domain.events import REPLAYED, key_mismatch
 from console.errors import EventLogMissingError, KeyMismatchError
 from console.storage import budgets as budget_store
-from console.storage import delta, sqlite
+from console.storage import delta, ledger, sqlite
 from console.storage.tables import (
     EVENTS_SOURCE,
     HEARTBEATS_CHECKED,
@@ -215,7 +215,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
         with stages("budgets"):
             written = _budget_counts_only(settings, engine, scope, sorted(seen.days), last)
     elif seen.history == 0:  # nothing an aggregate counts: the offset moves past it
-        sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: None)
+        sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: ledger.settle(session, last))
     else:
         days = sorted(seen.days)
         with stages("compact"):
@@ -294,6 +294,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     day_bounds = _day_bounds(days)
 
     def writes(session):
+        ledger.settle(session, last)
         for model, column, rows in ((AbandonmentHourly, AbandonmentHourly.hour, hourly_a),
                                     (GapHourly, GapHourly.hour, hourly_g),
                                     (CaptureInterruption, CaptureInterruption.start, blind)):

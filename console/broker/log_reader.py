@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Awaitable, Callable
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
@@ -65,8 +67,9 @@ async def first_seq_on(settings: ConnectionSettings, stream: str, subjects: list
 async def _ordered_consumer(js: JetStreamContext, subject: str, stream: str, start: int
                             ) -> JetStreamContext.PushSubscription:
     # a consumer request can time out while a cluster elects leaders: it is asked again
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
-    return await asked_again(lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=config))
+    # a config each time it is asked: nats-py fills in the one it is given
+    return await asked_again(lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=ConsumerConfig(
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)))
 
 
 async def read_range(settings: ConnectionSettings, stream: str, subject: str, first: int, last: int,
@@ -100,3 +103,31 @@ async def read_range(settings: ConnectionSettings, stream: str, subject: str, fi
     finally:
         await nc.close()
     return records
+
+
+async def follow_subjects(settings: ConnectionSettings, stream: str, subjects: list[str],
+                          start: Callable[[int], int], on_record: Callable[[RawRecord], None],
+                          done: asyncio.Event) -> None:
+    """Every record on these subjects from `start(the log's last sequence now)` on, live, to `on_record`
+    (one ordered consumer each: the server filters), until `done` is set."""
+    nc = await connect(settings, give_up_after=settings.connect_timeout)
+    try:
+        js = nc.jetstream()
+        try:
+            first = start((await js.stream_info(stream)).state.last_seq)
+        except nats.js.errors.NotFoundError:
+            raise EventLogMissingError(stream) from None
+
+        async def each(msg: Msg) -> None:
+            on_record(RawRecord(msg.metadata.sequence.stream, msg.data, msg.headers, msg.metadata.timestamp))
+
+        for subject in subjects:
+            def subscribe(subject: str = subject) -> Awaitable[JetStreamContext.PushSubscription]:
+                # a config each: nats-py fills in the one it is given (its inbox, its filter), and two
+                # consumers given one delivered each other's records or none
+                config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first)
+                return js.subscribe(subject, stream=stream, ordered_consumer=True, config=config, cb=each)
+            await asked_again(subscribe)
+        await done.wait()
+    finally:
+        await nc.close()

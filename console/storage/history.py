@@ -19,6 +19,7 @@ from console.storage.tables import (
     CaptureInterruption,
     FastBatchSummary,
     GapHourly,
+    LEDGER_TAIL,
     JobOffset,
     StreamAbandonmentStats,
 )
@@ -83,7 +84,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     """The newest lost batches in a range (of one stream), or every record of one batch id."""
     a = AbandonedBatch
     q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.unverified, a.leader_elections, a.stream_updates,
-               a.other_abandonments, a.gaps_nearby, a.publisher)
+               a.other_abandonments, a.gaps_nearby, a.publisher, a.provisional)
     if batch_id is not None:
         q = q.where(a.batch_id == batch_id)
     if stream is not None:
@@ -95,7 +96,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     with Session(engine) as s:
         frame = _frame(s, q.order_by(a.time.desc()).limit(limit),
                        ["time", "stream", "batch_id", "kind", "reason", "unverified", "leader_elections",
-                        "stream_updates", "other_abandonments", "gaps_nearby", "publisher"])
+                        "stream_updates", "other_abandonments", "gaps_nearby", "publisher", "provisional"])
     return _utc(frame, "time")
 
 
@@ -121,6 +122,14 @@ def job_position(engine) -> tuple[int, datetime] | None:
         return row.seq, as_utc(row.updated)
 
 
+def ledger_moved(engine) -> int:
+    """Where `analytics --follow` last put a loss into the ledger ahead of the job's run (0: never): a page
+    reads the ledger again when this moves, as when the job's position does."""
+    with Session(engine) as s:
+        row = s.get(JobOffset, LEDGER_TAIL)
+        return row.seq if row else 0
+
+
 QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats,
            abandoned_batches, capture_interruptions)
 
@@ -130,7 +139,7 @@ class Reader:
 
     def __init__(self, engine):
         self.engine = engine
-        for query in QUERIES:
+        for query in (*QUERIES, ledger_moved):
             setattr(self, query.__name__, functools.partial(query, engine))
 
 
@@ -147,6 +156,9 @@ class ReaderAcross:
     def job_position(self) -> tuple[int, datetime] | None:
         found = [p for p in (r.job_position() for r in self.readers.values()) if p is not None]
         return (sum(seq for seq, _ in found), min(t for _, t in found)) if found else None
+
+    def ledger_moved(self) -> int:
+        return sum(r.ledger_moved() for r in self.readers.values())
 
     def _across(self, name: str, *args, **kwargs) -> pd.DataFrame:
         frames = []

@@ -58,6 +58,7 @@ class AbandonedBatch(SQLModel, table=True):
     stream_updates: int
     other_abandonments: int
     gaps_nearby: int
+    provisional: bool = False  # written as the log had it, before the job's run counted its context (ledger_tail)
 
 
 class CaptureInterruption(SQLModel, table=True):
@@ -123,6 +124,7 @@ EVENTS_SOURCE = "events"  # the analytics job's offset in job_offsets: the event
 # Past the offset, up to here the log was checked to hold nothing but the collector's heartbeat:
 # History is level with it, though those heartbeats reach the raw events only with the next run.
 HEARTBEATS_CHECKED = "events: heartbeats only"
+LEDGER_TAIL = "events: losses as they came"  # the last loss or retraction `analytics --follow` put in the ledger
 
 
 class JobOffset(SQLModel, table=True):

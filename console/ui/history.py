@@ -104,6 +104,27 @@ CSV_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stre
               "capture_interruptions")
 
 
+CONTEXT_COLUMNS = ("leader_elections", "stream_updates", "other_abandonments", "gaps_nearby")
+NOT_COUNTED = "…"  # a provisional row's context: not counted yet, which 0 would misstate
+
+
+def ledger_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ledger for the eye: a provisional row's context cells say it is not counted yet; the flag
+    itself goes (the cells say it)."""
+    out = frame.drop(columns=["provisional"], errors="ignore")
+    if "provisional" in frame and frame["provisional"].any():
+        marked = frame["provisional"].astype(bool).to_numpy()
+        for column in CONTEXT_COLUMNS:
+            out[column] = [NOT_COUNTED if m else str(v) for m, v in zip(marked, out[column])]
+    return out
+
+
+def provisional_text(frame: pd.DataFrame) -> str:
+    n = int(frame["provisional"].sum()) if "provisional" in frame else 0
+    return (f" {count(n)} of the lost batches came in since the job's last run: their context ({NOT_COUNTED}) is "
+            "counted at its next." if n else "")
+
+
 def freshness_text(position: tuple[int, datetime] | None, live_seq: int, clock: Clock) -> str:
     """"history up to <the job's last run>, N events behind Live", from the job's offset and Live's."""
     if position is None:
@@ -200,7 +221,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                              self._stats, sizing_mode="stretch_width"), sizing_mode="stretch_width"),
             "### Abandoned batches", self._lost, sizing_mode="stretch_width")
         self._shown: dict[str, pd.DataFrame] = {}
-        self._read_at: tuple[int, datetime] | None | bool = False  # the job's position the tables were read at
+        self._read_at: object = False  # (the job's position, the ledger's) the tables were read at
         self._on_csv_table()
 
     def _bounds(self) -> tuple[datetime, datetime]:
@@ -213,8 +234,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         committed since they were read (a page left open while History fills must not say "0")."""
         if self.history is None:
             return
-        position = self.history.job_position()
-        self.freshness = freshness_text(position, self.live_seq() if self.live_seq else 0, self.clock)
+        position = self.history.job_position(), self.history.ledger_moved()
+        self.freshness = freshness_text(position[0], self.live_seq() if self.live_seq else 0, self.clock)
         if position != self._read_at:
             self.read()
 
@@ -224,8 +245,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     def read(self) -> None:
         """What the chosen dates hold, from SQLite (local and quick: the web reads it for its first answer)."""
         if self.history is not None:
-            self._read_at = self.history.job_position()
-            self.freshness = freshness_text(self._read_at, self.live_seq() if self.live_seq else 0, self.clock)
+            self._read_at = self.history.job_position(), self.history.ledger_moved()
+            self.freshness = freshness_text(self._read_at[0], self.live_seq() if self.live_seq else 0, self.clock)
         if self.history is None:
             self.summary = f"**History unavailable**: {self.problem or 'no SQLite database'}"
             return
@@ -257,7 +278,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             stats = shown(stats, self.clock, durations=("mean_seconds",))
             stats["stream"] = _streams(stats)
             self._stats.value = stats
-            lost = shown(self._shown["abandoned_batches"], self.clock)
+            lost = ledger_frame(shown(self._shown["abandoned_batches"], self.clock))
             lost["investigate"] = [incident_link(b, s) for b, s in zip(lost["batch_id"], _systems(lost))]
             lost["stream"] = _streams(lost)
             self._lost.value = lost
@@ -267,7 +288,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "
                             f"({count(lost_msgs)} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}"
                             + (f"; the plots show {extent[0]:%Y-%m-%d %H:00} to {extent[1]:%Y-%m-%d %H:00} UTC, "
-                               "the hours with data" if extent else ""))
+                               "the hours with data" if extent else "")
+                            + provisional_text(self._shown["abandoned_batches"]))
 
     @param.depends("dates", watch=True)
     def _on_dates(self) -> None:

@@ -22,7 +22,7 @@ from console.domain.live_model import LiveModel
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.ui.formatting import Clocked, coroutine, put, shown, tabulator
-from console.ui.history import incident_link
+from console.ui.history import incident_link, ledger_frame
 from console.ui.live import active_frame, recent_frame
 from console.ui.streams import limits_markdown
 
@@ -154,10 +154,11 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             if self.model is not None:  # Live's tables, of this stream (so without its column)
                 put(self._live, recent_frame(self.model, clock=self.clock, stream=self.stream).drop(columns=["stream"]))
                 put(self._active, active_frame(self.model, stream=self.stream).drop(columns=["stream"]))
-            if self.history is not None and (position := self.history.job_position()) != self._week_of:
+            position = (self.history.job_position(), self.history.ledger_moved()) if self.history is not None else None
+            if self.history is not None and position != self._week_of:
                 now = datetime.now(timezone.utc)
                 week = self.history.abandoned_batches(now - WEEK, now, stream=self.stream)
-                week = shown(week.drop(columns=["stream"]), self.clock)
+                week = ledger_frame(shown(week.drop(columns=["stream"]), self.clock))
                 week["investigate"] = [incident_link(b) for b in week["batch_id"]]
                 put(self._week, week)
                 self._week_of = position

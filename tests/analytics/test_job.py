@@ -239,6 +239,11 @@ async def test_follow_runs_as_soon_as_events_arrive_not_on_its_timer(server, cli
                 return session.exec(select(AbandonedBatch).where(AbandonedBatch.batch_id == "followed")).first()
 
         await eventually(in_history, timeout=120, what="the abandonment in History, long before the 600 s timer")
+
+        async def counted():  # the provisional row (console/analytics/ledger_tail.py) the run's own replaced
+            return (row := await in_history()) is not None and not row.provisional
+
+        await eventually(counted, timeout=120, what="the run's own row, with its context")
         assert log_text().count("analytics:") == 2, log_text()  # one run for it, none on the timer
     finally:
         job.terminate()

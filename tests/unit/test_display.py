@@ -73,3 +73,17 @@ def test_bars_stack_the_reasons_of_a_slot_in_one_glyphs_rows():
     rows = list(zip(data["t"], data["reason"], data["bottom"], data["top"], data["ids"]))
     assert rows == [("10:00", "timeout", 0, 1, "a"), ("10:01", "timeout", 0, 3, "b, c"), ("10:01", "gap", 3, 5, "b, c")]
     assert data["color"] == [REASON_COLORS["timeout"]] * 2 + [REASON_COLORS["gap"]]
+
+
+def test_a_provisional_ledger_row_says_its_context_is_not_counted_yet_never_zero():
+    from console.ui.history import NOT_COUNTED, ledger_frame, provisional_text
+
+    frame = pd.DataFrame({"batch_id": ["a", "b"], "leader_elections": [2, 0], "stream_updates": [0, 0],
+                          "other_abandonments": [1, 0], "gaps_nearby": [0, 0], "provisional": [False, True]})
+    shown_frame = ledger_frame(frame)
+    assert "provisional" not in shown_frame
+    assert shown_frame.iloc[0].tolist() == ["a", "2", "0", "1", "0"]
+    assert shown_frame.iloc[1].tolist() == ["b", NOT_COUNTED, NOT_COUNTED, NOT_COUNTED, NOT_COUNTED]
+    assert "1 of the lost batches came in since the job's last run" in provisional_text(frame)
+    settled = frame.assign(provisional=False)
+    assert ledger_frame(settled)["leader_elections"].tolist() == [2, 0] and provisional_text(settled) == ""
