@@ -37,6 +37,7 @@ FOLLOWED = (*LOST_KINDS, EventKind.LOSS_RETRACTED)
 BACKLOG = 100_000  # at start, no further back than this many sequences: older losses wait for the job
 RETRACTIONS_KEPT = 10_000  # batches whose retraction is remembered for a loss that comes after it
 WRITE_AT_MOST = 1_000  # records in one transaction
+QUEUED_AT_MOST = 100_000  # records waiting for the writer (a flood of forged ones): past it, left to the job
 
 
 def provisional_row(seq: int, event: BatchEvent) -> dict | None:
@@ -70,13 +71,14 @@ class Retractions:
 
 
 class LedgerTail:
-    """The thread; `start()`, then `stop()`. `rows_written` and `skipped` for a report."""
+    """The thread; `start()`, then `stop()`. `rows_written`, `skipped` and `left` for a report."""
 
     def __init__(self, source: SourceOptions, db_path):
         self.source, self.engine = source, sqlite.open_db(db_path)
         self.retractions = Retractions()
         self.rows_written = 0
         self.skipped = 0  # records that are not events the collector signed
+        self.left = 0  # records not queued (QUEUED_AT_MOST waiting): their losses come with the job's run
         self._queue: asyncio.Queue[RawRecord] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Event | None = None
@@ -92,19 +94,26 @@ class LedgerTail:
         self._thread.join(timeout=10)
 
     async def _follow(self) -> None:
-        self._loop, self._done, queue = asyncio.get_running_loop(), asyncio.Event(), asyncio.Queue[RawRecord]()
-        self._queue = queue
+        self._loop, self._done = asyncio.get_running_loop(), asyncio.Event()
+        self._queue = queue = asyncio.Queue[RawRecord](QUEUED_AT_MOST)
         options = self.source
         writer = asyncio.create_task(self._write(queue))
         try:
             await follow_subjects(options.connection, options.stream,
                                   [f"{options.prefix}.{kind.value}.>" for kind in FOLLOWED],
                                   lambda last: max(sqlite.offset(self.engine, EVENTS_SOURCE) + 1, last - BACKLOG, 1),
-                                  queue.put_nowait, self._done)
+                                  self._queued, self._done)
         except Exception as e:  # History still fills, at the job's pace
             log.warning("analytics --follow: losses reach History at each run only (%r)", e)
         finally:
             writer.cancel()
+
+    def _queued(self, record: RawRecord) -> None:
+        assert self._queue is not None
+        try:
+            self._queue.put_nowait(record)
+        except asyncio.QueueFull:
+            self.left += 1
 
     async def _write(self, queue: asyncio.Queue[RawRecord]) -> None:
         while True:

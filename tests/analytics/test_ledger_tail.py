@@ -45,6 +45,24 @@ def test_a_retraction_overrules_a_fast_loss_at_or_before_it_and_is_kept_within_b
     assert not kept.overrules(fast)  # the oldest went
 
 
+def test_a_flood_past_what_may_wait_is_left_to_the_job_not_held(tmp_path, monkeypatch):
+    from console.analytics import ledger_tail
+    from console.broker.log_reader import RawRecord
+
+    monkeypatch.setattr(ledger_tail, "QUEUED_AT_MOST", 3)
+    tail = LedgerTail(SourceOptions(event_key=KEY), tmp_path / "console.db")
+
+    async def flood():
+        tail._queue = asyncio.Queue(ledger_tail.QUEUED_AT_MOST)
+        for seq in range(10):
+            tail._queued(RawRecord(seq, b"{}", None, NOW))
+        return tail._queue.qsize()
+
+    assert asyncio.run(flood()) == 3 and tail.left == 7
+    tail.write([RawRecord(1, b"{" * 100_000, {"Nats-Msg-Id": "x"}, NOW), RawRecord(2, b"\x00", None, NOW)])
+    assert tail.skipped == 2 and ledger(tail.engine) == {}  # unsigned, deep, binary: counted, nothing written
+
+
 def ledger(engine) -> dict[str, AbandonedBatch]:
     with Session(engine) as s:
         return {row.event_id: row for row in s.exec(select(AbandonedBatch)).all()}
