@@ -121,8 +121,8 @@ def ledger_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 def provisional_text(frame: pd.DataFrame) -> str:
     n = int(frame["provisional"].sum()) if "provisional" in frame else 0
-    return (f" {count(n)} of the lost batches came in since the job's last run: their context ({NOT_COUNTED}) is "
-            "counted at its next." if n else "")
+    return (f". {count(n)} of the lost batches came in since the job's last run: their context ({NOT_COUNTED}) is "
+            "counted at its next" if n else "")
 
 
 def freshness_text(position: tuple[int, datetime] | None, live_seq: int, clock: Clock) -> str:
