@@ -37,6 +37,7 @@ FOLLOWED = (*LOST_KINDS, EventKind.LOSS_RETRACTED)
 BACKLOG = 100_000  # at start, no further back than this many sequences: older losses wait for the job
 RETRACTIONS_KEPT = 10_000  # batches whose retraction is remembered for a loss that comes after it
 WRITE_AT_MOST = 1_000  # records in one transaction
+RETRY_EVERY = 5  # seconds between tries to follow the event log while it cannot be
 QUEUED_AT_MOST = 100_000  # records waiting for the writer (a flood of forged ones): past it, left to the job
 
 
@@ -98,13 +99,24 @@ class LedgerTail:
         self._queue = queue = asyncio.Queue[RawRecord](QUEUED_AT_MOST)
         options = self.source
         writer = asyncio.create_task(self._write(queue))
+        said = False
         try:
-            await follow_subjects(options.connection, options.stream,
-                                  [f"{options.prefix}.{kind.value}.>" for kind in FOLLOWED],
-                                  lambda last: max(sqlite.offset(self.engine, EVENTS_SOURCE) + 1, last - BACKLOG, 1),
-                                  self._queued, self._done)
-        except Exception as e:  # History still fills, at the job's pace
-            log.warning("analytics --follow: losses reach History at each run only (%r)", e)
+            while not self._done.is_set():
+                try:  # from past the job's offset each time: what is read again is put once all the same
+                    await follow_subjects(options.connection, options.stream,
+                                          [f"{options.prefix}.{kind.value}.>" for kind in FOLLOWED],
+                                          lambda last: max(sqlite.offset(self.engine, EVENTS_SOURCE) + 1,
+                                                           last - BACKLOG, 1),
+                                          self._queued, self._done)
+                except Exception as e:  # no server yet, no event log yet (a fresh `up`): asked again
+                    if not said:
+                        log.warning("analytics --follow: losses reach History at each run until the event log "
+                                    "can be followed (%r); trying again every %d s", e, RETRY_EVERY)
+                        said = True
+                    try:
+                        await asyncio.wait_for(self._done.wait(), RETRY_EVERY)
+                    except asyncio.TimeoutError:
+                        pass
         finally:
             writer.cancel()
 

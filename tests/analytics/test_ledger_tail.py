@@ -2,6 +2,7 @@
 into a real event log, the tail's provisional rows in real SQLite, then a real Spark run that replaces them."""
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import nats
@@ -130,3 +131,22 @@ async def test_losses_are_in_the_ledger_within_seconds_then_the_job_s_rows_repla
         assert {e for e, r in found.items() if r.provisional} == {"late-1"}
     finally:
         again.stop()
+
+
+async def test_a_tail_started_before_the_event_log_exists_follows_it_once_it_does(server, tmp_path, monkeypatch):
+    """A fresh `up` starts the analytics part beside the collector that makes the event log."""
+    from console.analytics import ledger_tail
+
+    monkeypatch.setattr(ledger_tail, "RETRY_EVERY", 0.2)
+    source = replace(SourceOptions.parse({"servers": server.url, SPARK_EVENT_KEY: KEY.decode()}),
+                     stream="LATE_EVENTS", prefix="late.events")
+    tail = LedgerTail(source, tmp_path / "console.db").start()
+    try:
+        async with await nats.connect(server.url) as nc:
+            log = EventLog.over(nc, EventLogSettings(key=KEY, stream="LATE_EVENTS", subject_prefix="late.events"))
+            await log.ensure()
+            await log.append([BatchEvent("late-log-1", EventKind.ATOMIC_ABANDONED, NOW, "JOBA", "b", reason="timeout")])
+        found = await eventually(asked(ledger, tail.engine), lambda rows: "late-log-1" in rows, what="followed")
+        assert found["late-log-1"].provisional
+    finally:
+        tail.stop()
