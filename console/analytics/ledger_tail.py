@@ -26,8 +26,8 @@ from datetime import datetime
 
 from console.analytics.source import SourceOptions
 from console.broker.log_reader import RawRecord, follow_subjects
-from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, MalformedEvent, \
-    verified_event
+from console.domain.events import LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, MalformedEvent, verified_event
+from console.domain.live_model import loss_kind_and_reason
 from console.storage import ledger, sqlite
 from console.storage.tables import EVENTS_SOURCE
 
@@ -46,10 +46,9 @@ def provisional_row(seq: int, event: BatchEvent) -> dict | None:
     stream the event does not name."""
     if event.kind not in LOST_KINDS or not event.stream or event.stream == UNKNOWN_STREAM:
         return None
+    kind, reason = loss_kind_and_reason(event)  # the reason as the job keeps it: none is none, not "unknown"
     return {"event_id": event.event_id, "time": event.time, "stream": event.stream, "batch_id": event.batch_id,
-            "kind": "atomic" if event.kind in ATOMIC_KINDS else "fast",
-            "reason": "dropped" if event.kind is EventKind.FAST_DROPPED else event.reason,
-            "account": event.account, "unverified": bool(event.unverified),
+            "kind": kind, "reason": reason, "account": event.account, "unverified": bool(event.unverified),
             "publisher": event.publisher.line() if event.publisher else None, "log_seq": seq}
 
 

@@ -64,12 +64,13 @@ async def first_seq_on(settings: ConnectionSettings, stream: str, subjects: list
         await nc.close()
 
 
-async def _ordered_consumer(js: JetStreamContext, subject: str, stream: str, start: int
-                            ) -> JetStreamContext.PushSubscription:
-    # a consumer request can time out while a cluster elects leaders: it is asked again
-    # a config each time it is asked: nats-py fills in the one it is given
-    return await asked_again(lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=ConsumerConfig(
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)))
+async def _ordered_consumer(js: JetStreamContext, subject: str, stream: str, start: int,
+                            cb: Callable[[Msg], Awaitable[None]] | None = None) -> JetStreamContext.PushSubscription:
+    # a consumer request can time out while a cluster elects leaders: it is asked again, with a config
+    # each time (nats-py fills in the one it is given: two consumers given one delivered each other's records)
+    return await asked_again(lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, cb=cb,
+                                                  config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                                                        opt_start_seq=start)))
 
 
 async def read_range(settings: ConnectionSettings, stream: str, subject: str, first: int, last: int,
@@ -122,12 +123,7 @@ async def follow_subjects(settings: ConnectionSettings, stream: str, subjects: l
             on_record(RawRecord(msg.metadata.sequence.stream, msg.data, msg.headers, msg.metadata.timestamp))
 
         for subject in subjects:
-            def subscribe(subject: str = subject) -> Awaitable[JetStreamContext.PushSubscription]:
-                # a config each: nats-py fills in the one it is given (its inbox, its filter), and two
-                # consumers given one delivered each other's records or none
-                config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first)
-                return js.subscribe(subject, stream=stream, ordered_consumer=True, config=config, cb=each)
-            await asked_again(subscribe)
+            await _ordered_consumer(js, subject, stream, first, each)
         await done.wait()
     finally:
         await nc.close()

@@ -134,7 +134,8 @@ class TapReader:
         if self.grading is not None:
             self.grading.fast_message(msg)
         try:
-            events, batch = self.state.tracker.observe_publish(msg.subject, msg.reply, now())
+            where = FastReplySubject.parse(msg.reply)
+            events, batch = self.state.tracker.observe_publish(msg.subject, where, now())
         except MalformedInput as e:
             if self.grading is not None:  # a subject the server refuses is graded, so named (only from the
                 self.publishers.saw(msg.reply)  # publish side: a forged reply would make a question each)
@@ -148,13 +149,11 @@ class TapReader:
                 self.state.tracker.set_stream(batch.batch_id, stream)
                 if self.grading is not None:
                     self.grading.grader.set_stream(batch.batch_id, stream)
-        if batch is not None:
-            self.intake.kept.saw(batch.batch_id, FastReplySubject.parse(msg.reply).seq, batch.stream, msg.subject,
+        # a batch that ended is still given its messages while its loss waits for them: a loaded collector
+        # reads the replies ahead of the publish side
+        if batch is not None or self.intake.kept.wants(where.batch_id):
+            self.intake.kept.saw(where.batch_id, where.seq, batch.stream if batch else None, msg.subject,
                                  msg.headers, msg.data, now())
-        elif self.intake.kept.wants((where := FastReplySubject.parse(msg.reply)).batch_id):
-            # its end was read first (a loaded collector reads the replies ahead of the publish side): the
-            # lost batch's last messages are still its own
-            self.intake.kept.saw(where.batch_id, where.seq, None, msg.subject, msg.headers, msg.data, now())
 
     async def _follow_reply(self, reply: str, batch: str, stream: str, arrival: int) -> None:
         """A first message's reply tells a 10210 (the batch never opened): its publisher connection's

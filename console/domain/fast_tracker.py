@@ -170,11 +170,10 @@ class FastBatchTracker:
             raise MalformedReply("an empty reply on a $FI subject")
         return events
 
-    def observe_publish(self, subject: str, reply: str, now: datetime) -> tuple[list[BatchEvent], TrackedBatch | None]:
-        """One message of the publish side (opt-in tap): keeps a quiet batch alive and learns its subject.
-        Returns the events and the batch it touched (None: not tracked). Raises InvalidReplySubject
-        for the caller to count."""
-        where = FastReplySubject.parse(reply)
+    def observe_publish(self, subject: str, where: FastReplySubject, now: datetime
+                        ) -> tuple[list[BatchEvent], TrackedBatch | None]:
+        """One message of the publish side (opt-in tap), its reply subject parsed: keeps a quiet batch alive
+        and learns its subject. Returns the events and the batch it touched (None: not tracked)."""
         batch = self.batches.get(where.batch_id)
         events: list[BatchEvent] = []
         if batch is None:

@@ -60,9 +60,16 @@ class ActiveBatch:
     system: str = ""
 
 
+def loss_kind_and_reason(event: BatchEvent) -> tuple[str, str | None]:
+    """A loss's batch kind (atomic | fast) and its reason as its event gives it ("dropped" for an inferred
+    drop); the analytics job's rule too (console.analytics.transforms.with_abandonment_reason)."""
+    return ("atomic" if event.kind in ATOMIC_KINDS else "fast",
+            "dropped" if event.kind is EventKind.FAST_DROPPED else event.reason)
+
+
 def lost_batch(event: BatchEvent, system: str = "") -> LostBatch:
-    kind = "atomic" if event.kind in ATOMIC_KINDS else "fast"
-    reason = "dropped" if event.kind is EventKind.FAST_DROPPED else (event.reason or "unknown")
+    kind, reason = loss_kind_and_reason(event)
+    reason = reason or "unknown"
     return LostBatch(event.time, event.stream, event.batch_id, reason, kind, event.event_id, event.unverified,
                      event.source, event.publisher.line() if event.publisher else None, event.probable_stream, system,
                      event.cluster)

@@ -130,6 +130,11 @@ def ledger_moved(engine) -> int:
         return row.seq if row else 0
 
 
+def ledger_position(engine) -> tuple[tuple[int, datetime] | None, int]:
+    """What a page's ledger was read at: the job's position and where `--follow` last put a loss."""
+    return job_position(engine), ledger_moved(engine)
+
+
 QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats,
            abandoned_batches, capture_interruptions)
 
@@ -139,7 +144,7 @@ class Reader:
 
     def __init__(self, engine):
         self.engine = engine
-        for query in (*QUERIES, ledger_moved):
+        for query in (*QUERIES, ledger_moved, ledger_position):
             setattr(self, query.__name__, functools.partial(query, engine))
 
 
@@ -159,6 +164,9 @@ class ReaderAcross:
 
     def ledger_moved(self) -> int:
         return sum(r.ledger_moved() for r in self.readers.values())
+
+    def ledger_position(self) -> tuple[tuple[int, datetime] | None, int]:
+        return self.job_position(), self.ledger_moved()
 
     def _across(self, name: str, *args, **kwargs) -> pd.DataFrame:
         frames = []

@@ -234,19 +234,24 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         committed since they were read (a page left open while History fills must not say "0")."""
         if self.history is None:
             return
-        position = self.history.job_position(), self.history.ledger_moved()
-        self.freshness = freshness_text(position[0], self.live_seq() if self.live_seq else 0, self.clock)
+        position = self.history.ledger_position()
         if position != self._read_at:
-            self.read()
+            self.read(position)
+        else:
+            self._say_freshness(position)
 
     async def reload(self) -> None:
         self.read()
 
-    def read(self) -> None:
-        """What the chosen dates hold, from SQLite (local and quick: the web reads it for its first answer)."""
+    def _say_freshness(self, position) -> None:
+        self.freshness = freshness_text(position[0], self.live_seq() if self.live_seq else 0, self.clock)
+
+    def read(self, position=None) -> None:
+        """What the chosen dates hold, from SQLite (local and quick: the web reads it for its first answer);
+        `position`: the ledger's, just asked."""
         if self.history is not None:
-            self._read_at = self.history.job_position(), self.history.ledger_moved()
-            self.freshness = freshness_text(self._read_at[0], self.live_seq() if self.live_seq else 0, self.clock)
+            self._read_at = position if position is not None else self.history.ledger_position()
+            self._say_freshness(self._read_at)
         if self.history is None:
             self.summary = f"**History unavailable**: {self.problem or 'no SQLite database'}"
             return

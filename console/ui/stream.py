@@ -79,7 +79,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
-        self._week_of: object = ()  # the job position the week was read at (None: before the first run)
+        self._week_of: object = ()  # the ledger position the week was read at (console.storage.history.ledger_position)
         self._head = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._settings = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._limits = pn.pane.Markdown("", sizing_mode="stretch_width")
@@ -154,8 +154,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             if self.model is not None:  # Live's tables, of this stream (so without its column)
                 put(self._live, recent_frame(self.model, clock=self.clock, stream=self.stream).drop(columns=["stream"]))
                 put(self._active, active_frame(self.model, stream=self.stream).drop(columns=["stream"]))
-            position = (self.history.job_position(), self.history.ledger_moved()) if self.history is not None else None
-            if self.history is not None and position != self._week_of:
+            if self.history is not None and (position := self.history.ledger_position()) != self._week_of:
                 now = datetime.now(timezone.utc)
                 week = self.history.abandoned_batches(now - WEEK, now, stream=self.stream)
                 week = ledger_frame(shown(week.drop(columns=["stream"]), self.clock))
