@@ -16,7 +16,7 @@
    compared round by round; and the grader's memory after 10,000 and 100,000 publishers.
 2. A burst of abandoned atomic batches: time until a bare nats-py subscriber has received every
    advisory, and until every event is in the event log.
-3. A flood of malformed `$FI` replies, the same number to the collector's inbox and to the bare
+3. Floods of `$FI` replies (malformed, one body repeated or each different; forged acks), the same number to the collector's inbox and to the bare
    tap's: each one's seconds to get through them and messages per CPU-second (the collector parses,
    counts, quarantines at its bounded rate and skips each one).
 The collector signs every event it writes (its event key in the run's data directory).
@@ -39,6 +39,7 @@ import uuid
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import nats
 from nats.js.api import StorageType, StreamConfig
@@ -216,9 +217,19 @@ async def real_loss(nc, watch: EventWatch) -> float:
     return await asyncio.wait_for(logged, 60) - await asyncio.wait_for(heard, 60)
 
 
-async def malformed_flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int
-                          ) -> tuple[dict[str, tuple[float, float]], float]:
-    """Seconds until each tap got through `size` malformed replies, and its messages per CPU-second;
+# A flood's bodies, the i-th: one malformed body sent again and again (what a broken or hostile client
+# sends at its highest rate), a malformed body different each time (so nothing read before helps), and
+# replies well formed for batches nobody published (forged: each one a batch the tracker could take on).
+FLOODS = {
+    "malformed, one body repeated": lambda i: b'{"type":"ack","seq":"not a number","msgs":10}',
+    "malformed, every body different": lambda i: b'{"type":"ack","seq":"n%d","msgs":10}' % i,
+    "forged acks of batches never published": lambda i: b'{"type":"ack","seq":%d,"msgs":10}' % (i % 1000),
+}
+
+
+async def flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int, body: Callable[[int], bytes], tag: str
+                ) -> tuple[dict[str, tuple[float, float]], float]:
+    """Seconds until each tap got through `size` replies of the flood, and its messages per CPU-second;
     and how long a real loss sent halfway through took to reach the log. The collector's progress
     shows in its status (every 5 s), the bare tap's when asked (SIGUSR1)."""
     bare = procs["bare tap"]
@@ -226,10 +237,10 @@ async def malformed_flood(nc, watch: EventWatch, procs: dict, pids: dict, size: 
     start_bare = int(bare.stdout.readline())
     before = {who: cpu_seconds(pids[who]) for who in ("bare tap", "collector")}
     start_collector, start = dict(watch.tapped), time.perf_counter()  # only _INBOX's collector grows
-    bad = b'{"type":"ack","seq":"not a number","msgs":10}'
     for i in range(size):
-        await nc.publish(f"_INBOX.flood.f{i}.10.ok.1.0.$FI", bad)
-        await nc.publish(f"{BARE_PREFIX}.flood.f{i}.10.ok.1.0.$FI", bad)
+        bad = body(i)
+        await nc.publish(f"_INBOX.{tag}.f{i}.10.ok.1.0.$FI", bad)
+        await nc.publish(f"{BARE_PREFIX}.{tag}.f{i}.10.ok.1.0.$FI", bad)
         if i == size // 2:
             loss = asyncio.create_task(real_loss(nc, watch))
         if i % 2000 == 0:
@@ -289,7 +300,8 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
                   file=sys.stderr)
         bare, logged, seen, stored = await abandonment_burst(nc, watch, abandonments)
         starved = (tmp / "collector.log").read_text().count("back to nice")
-        flood, loss_seconds = await malformed_flood(nc, watch, procs, pids, flood_size)
+        floods = {name: await flood(nc, watch, procs, pids, flood_size, body, f"flood{n}")
+                  for n, (name, body) in enumerate(FLOODS.items())}
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -324,13 +336,14 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     print(f"{'  all events in the event log':<52}{logged:>12.3f}")
     print(f"{'  event log / bare subscriber (target <= 2)':<52}{logged / bare:>12.3f}")
     print(f"{'  advisories received / events stored':<52}{f'{seen} / {stored}':>12}")
-    print(f"\n{f'flood of {flood_size:,} malformed $FI replies':<52}{'seconds':>12}{'msgs/CPU-s':>14}")
-    for who in ("bare tap", "collector"):
-        seconds, per_cpu = flood[who]
-        print(f"{'  ' + who:<52}{seconds:>12.2f}{per_cpu:>14,.0f}")
-    print(f"{'  collector / bare tap, msgs per CPU-second':<52}{flood['collector'][1] / flood['bare tap'][1]:>26.3f}"
-          " (target >= 0.5)")
-    print(f"{'  a real gap sent halfway: its publisher to the log':<52}{loss_seconds:>12.2f} (target <= 1)")
+    for name, (rates_of, loss_seconds) in floods.items():
+        print(f"\n{f'flood of {flood_size:,} $FI replies: {name}':<52}{'seconds':>12}{'msgs/CPU-s':>14}")
+        for who in ("bare tap", "collector"):
+            seconds, per_cpu = rates_of[who]
+            print(f"{'  ' + who:<52}{seconds:>12.2f}{per_cpu:>14,.0f}")
+        print(f"{'  collector / bare tap, msgs per CPU-second':<52}"
+              f"{rates_of['collector'][1] / rates_of['bare tap'][1]:>26.3f} (target >= 0.5)")
+        print(f"{'  a real gap sent halfway: its publisher to the log':<52}{loss_seconds:>12.2f} (target <= 1)")
 
 
 def grader_memory() -> list[tuple[int, int, int]]:
@@ -359,7 +372,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--abandonments", type=int, default=1000)
-    parser.add_argument("--flood", type=int, default=100_000, help="malformed replies in the flood")
+    parser.add_argument("--flood", type=int, default=100_000, help="replies in each flood")
     parser.add_argument("--bare-tap", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_tap:

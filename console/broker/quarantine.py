@@ -10,6 +10,7 @@ in a stream that refuses new ones once full (`BATCH_CONSOLE_QUARANTINE_FIRST`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ class Quarantine:
         self._tokens = settings.per_second
         self._refilled = time.monotonic()
         self._first: dict[str, int] = {}  # reason -> inputs kept apart
+        self._keeping: set[asyncio.Task[None]] = set()  # copies on their way (offer_nowait)
 
     async def ensure(self) -> None:
         """Create the stream if it is missing; an existing one is left as the operator set it."""
@@ -96,17 +98,34 @@ class Quarantine:
         self._first[reason] = (seen or 0) + 1
         return True
 
-    async def offer(self, source: str, reason: str, subject: str, data: bytes) -> None:
-        """One refused input: kept apart when it is among the first of its reason, and among the newest
-        while under the rate; otherwise only counted (fire and forget: a lost entry costs only the copy)."""
+    def admit(self, reason: str) -> tuple[bool, bool] | None:
+        """Which copies of a refused input to keep (among the first of its reason, among the newest
+        under the rate), or None: then it is only counted."""
         if not self.available:
             self.not_kept += 1
-            return
+            return None
         first = self._first_of_its_reason(reason)
         newest = self._take_token()
         if not (first or newest):
             self.not_kept += 1
-            return
+            return None
+        return first, newest
+
+    async def offer(self, source: str, reason: str, subject: str, data: bytes) -> None:
+        """One refused input: kept apart when it is among the first of its reason, and among the newest
+        while under the rate; otherwise only counted (fire and forget: a lost entry costs only the copy)."""
+        if (copies := self.admit(reason)) is not None:
+            await self._keep(copies, source, reason, subject, data)
+
+    def offer_nowait(self, source: str, reason: str, subject: str, data: bytes) -> None:
+        """offer, for a reader's hot path: what is only counted costs no await; a copy is kept by a task."""
+        if (copies := self.admit(reason)) is not None:
+            task = asyncio.get_running_loop().create_task(self._keep(copies, source, reason, subject, data))
+            self._keeping.add(task)
+            task.add_done_callback(self._keeping.discard)
+
+    async def _keep(self, copies: tuple[bool, bool], source: str, reason: str, subject: str, data: bytes) -> None:
+        first, newest = copies
         headers = {REASON: _header_value(reason), SOURCE: source, ORIGINAL_SUBJECT: _header_value(subject)}
         body = bytes(data[: self.settings.max_body])
         try:

@@ -109,12 +109,12 @@ class AdvisoryReader:
                 raise MalformedInput(f"timestamp in the future ({event.time:%Y-%m-%d %H:%M:%S}Z)")
             return event
         except MalformedInput as e:
-            await self.intake.reject("advisory", e.reason, msg)
+            self.intake.reject("advisory", e.reason, msg)
         except IgnoredAdvisory as e:
             self.intake.ignored.add(e.kind)
         except Exception as e:  # a bug meeting odd input: the input is skipped, never the loop
             log.exception("advisory not readable")
-            await self.intake.reject("advisory", f"unreadable ({type(e).__name__})", msg)
+            self.intake.reject("advisory", f"unreadable ({type(e).__name__})", msg)
         return None
 
     async def _on_system_advisory(self, msg: Inbound) -> None:

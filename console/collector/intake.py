@@ -26,6 +26,6 @@ class Intake:
             self.state.learn(events)
         self.writer.put(self.kept.with_messages(events), source)
 
-    async def reject(self, source: str, reason: str, msg: Inbound) -> None:
+    def reject(self, source: str, reason: str, msg: Inbound) -> None:
         self.rejected.add(f"{source}: {reason}")
-        await self.quarantine.offer(source, reason, msg.subject, msg.data)
+        self.quarantine.offer_nowait(source, reason, msg.subject, msg.data)

@@ -60,6 +60,7 @@ class StatusReport:
             errors=dict(self.errors), ignored=dict(intake.ignored), quarantined=self.quarantine.kept,
             not_quarantined=self.quarantine.not_kept, advisory_lag=lag, advisories_durable=self.advisories.durable,
             batches_tracked=len(tracker.batches), batches_untracked=tracker.untracked,
+            batches_not_graded=self.taps.grading.grader.not_graded if self.taps.grading else 0,
             batches_refused_by_prefix=dict(tracker.refused), batch_timeout=tracker.batch_timeout,
             batch_timeout_source=self.state.batch_timeout_source, queued=self.writer.queued,
             problems=tuple(self.problems), notes=tuple(self.notes), loops=self.loops.status(),

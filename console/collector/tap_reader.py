@@ -87,10 +87,13 @@ class TapReader:
         if elected_leader(event) is not None and event.stream:
             self.state.tracker.leader_elected(event.stream, now())  # the tap's clock: the refusals are timed by it
 
-    async def _on_tap(self, msg: Inbound, cluster: str | None = None) -> None:
+    def _on_tap(self, msg: Inbound, cluster: str | None = None) -> None:
         self.tapped += 1
         self._last_tap = time.monotonic()
         tracker = self.state.tracker
+        if (reason := tracker.refused_before(msg.data)) is not None:  # a flood's body, read once
+            self.intake.reject(FI_TAP, reason, msg)
+            return
         try:
             if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
                 events = tracker.no_responders(msg.subject, now())
@@ -101,11 +104,11 @@ class TapReader:
         except MalformedInput as e:
             if self.grading is not None and not isinstance(e, MalformedReply):  # a subject the server refused
                 self.grading.reply(msg)  # is evidence; a body that is no reply is not
-            await self.intake.reject(FI_TAP, e.reason, msg)
+            self.intake.reject(FI_TAP, e.reason, msg)
             return
         except Exception as e:  # a bug meeting odd input: the input is skipped, never the tap
             log.exception("tapped reply not readable")
-            await self.intake.reject(FI_TAP, f"unreadable ({type(e).__name__})", msg)
+            self.intake.reject(FI_TAP, f"unreadable ({type(e).__name__})", msg)
             return
         if self.grading is not None:
             self.grading.reply(msg)
@@ -122,7 +125,7 @@ class TapReader:
                 try:
                     self.state.atomic.observe(stream, msg.batch_headers, now(), msg.reply)
                 except MalformedInput as e:
-                    await self.intake.reject(PUBLISH_TAP, e.reason, msg)
+                    self.intake.reject(PUBLISH_TAP, e.reason, msg)
                     return
                 self.intake.kept.saw(msg.batch_headers["Nats-Batch-Id"], int(msg.batch_headers["Nats-Batch-Sequence"]),
                                      stream, msg.subject, msg.headers, msg.data, now())
@@ -139,7 +142,7 @@ class TapReader:
         except MalformedInput as e:
             if self.grading is not None:  # a subject the server refuses is graded, so named (only from the
                 self.publishers.saw(msg.reply)  # publish side: a forged reply would make a question each)
-            await self.intake.reject(PUBLISH_TAP, e.reason, msg)
+            self.intake.reject(PUBLISH_TAP, e.reason, msg)
             return
         if events:
             self.publishers.saw(msg.reply)  # a start seen: who publishes it, asked while its inbox is there

@@ -51,8 +51,13 @@ class InvalidReplySubject(MalformedInput):
         self.subject = subject
 
 
+_set = object.__setattr__  # a frozen dataclass's fields, set once by parse
+
+
 def server_flow(requested: str | int) -> int:
     """The flow the server reads from the subject: <= 0 or not a number gives 10, above 65535 gives 65535."""
+    if type(requested) is str and requested.isdigit() and requested.isascii() and len(requested) <= 5:
+        return min(int(requested), MAX_FLOW) or DEFAULT_FLOW  # the subject's usual case, without a try
     try:
         flow = int(requested)
     except (TypeError, ValueError):
@@ -131,9 +136,12 @@ class FastReplySubject:
                     and _NOT_IN_TOKEN.search(batch_id) is None and seq_s.isascii() and seq_s.isdigit()
                     and len(seq_s) <= 19 and (seq := int(seq_s)) <= INT64_MAX and _seq_fits(seq, op)):
                 found = object.__new__(cls)  # every field checked above: __post_init__'s checks again are waste
-                for name, value in (("prefix", prefix), ("batch_id", batch_id), ("flow", server_flow(flow_s)),
-                                    ("gap_mode", gap_mode), ("seq", seq), ("op", op)):
-                    object.__setattr__(found, name, value)
+                _set(found, "prefix", prefix)
+                _set(found, "batch_id", batch_id)
+                _set(found, "flow", server_flow(flow_s))
+                _set(found, "gap_mode", gap_mode)
+                _set(found, "seq", seq)
+                _set(found, "op", op)
                 return found
         return cls._parse_slowly(subject)
 

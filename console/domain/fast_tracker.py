@@ -5,8 +5,8 @@ elections, and calls tick() every interval. Memory is bounded: a batch is forgot
 outcome, and the outcome is remembered (bounded) so late replies neither repeat nor contradict it.
 A tracked batch is never evicted to admit another: past `max_batches`, or past a quarter of them
 under one reply prefix (one publisher, or one forger), a new batch is not tracked (counted in
-`untracked`, and per prefix in `refused`), but its start, gaps, errors and outcome are still
-reported, since those need no state.
+`untracked`, and per prefix in `refused`), but its gaps, errors and outcome are still reported, since
+those need no state, and its start too, up to ten a second (a forger's new ids would be a flood of events).
 
 Losses the server does not advertise are inferred, and an inference that a later reply
 contradicts is retracted (LOSS_RETRACTED):
@@ -32,7 +32,7 @@ from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
 from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject
 from console.domain.wire import Tally
-from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, to_reply
+from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Reply, to_reply
 
 
 @dataclass
@@ -94,6 +94,9 @@ RETRACTABLE = ("dropped", "lost")
 
 # The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
 # Digits bounded so the values stay in int64 and in the flow range without another check.
+UNTRACKED_STARTS_SAID = 10  # a second at most: the starts of batches not tracked said as events
+REMEMBERED_BODY = 512  # bytes: a refused body up to this long is remembered with its reason
+REMEMBERED_BODIES = 1024  # at most (so at most 512 KiB), forgotten all at once when full
 _PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
 
 
@@ -111,6 +114,8 @@ class FastBatchTracker:
         self.lost: dict[str, LostFast] = {}  # 10208 seen, FAST_LOST not yet emitted
         self.elections: dict[str, datetime] = {}  # stream -> its last leader election
         self.refused_after_end = 0  # 10208s for batches whose outcome was already known
+        self._refused_bodies: dict[bytes, str] = {}  # body -> why it is no reply (refused_before)
+        self._untracked_second, self._untracked_said = 0, 0  # starts of batches not tracked said this second
 
     def leader_elected(self, stream: str, when: datetime) -> None:
         latest = max(when, self.elections.pop(stream, when))
@@ -118,18 +123,36 @@ class FastBatchTracker:
         if len(self.elections) > self.max_batches:
             del self.elections[next(iter(self.elections))]
 
+    def refused_before(self, data: bytes) -> str | None:
+        """Why a body of these bytes was refused lately, if it was: a flood repeats its body, and the tap
+        skips it without reading it again (the reason is the body's alone, read before the subject)."""
+        return self._refused_bodies.get(data)
+
+    def _read(self, data: bytes) -> Reply:
+        try:
+            return to_reply(data)
+        except MalformedReply as e:
+            if len(data) <= REMEMBERED_BODY:
+                if len(self._refused_bodies) >= REMEMBERED_BODIES:
+                    self._refused_bodies.clear()
+                self._refused_bodies[bytes(data)] = e.reason
+            raise
+
     def observe(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
         """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
         # Fast path, most of the traffic at low flows: a plain flow ack of a batch already tracked
         # (its subject was validated when the batch was first seen).
-        if (plain := _PLAIN_ACK.fullmatch(data)) is not None and 1 <= int(plain[2]) <= MAX_FLOW:
+        reply: Reply
+        if (plain := _PLAIN_ACK.fullmatch(data)) is not None and 1 <= (msgs := int(plain[2])) <= MAX_FLOW:
+            reply = FlowAck(int(plain[1]), msgs)  # as to_reply reads it, without reading it again
             tokens = subject.rsplit(".", 6)
             if len(tokens) == 7 and tokens[6] == "$FI" and (known := self.batches.get(tokens[1])) is not None:
                 events: list[BatchEvent] = []
-                self._on_ack(known, FlowAck(int(plain[1]), int(plain[2])), now, events)
+                self._on_ack(known, reply, now, events)
                 return events
+        else:
+            reply = self._read(data)  # the body first: one that is no reply is forged, whatever its subject
         where = FastReplySubject.parse(subject)
-        reply = to_reply(data)
         refusal = reply if isinstance(reply, (ApiError, FlowError)) else None
         code = reply.err_code if isinstance(reply, ApiError) else reply.error.err_code if isinstance(reply, FlowError) else None
         if code == UNKNOWN_BATCH:
@@ -181,6 +204,8 @@ class FastBatchTracker:
                 return events, None
             # Granted flow is not known until the first ack; a different grant shows as a flow change.
             batch = self._admit(where, where.flow, now)
+            if batch is None and not self._says_untracked(now):
+                return events, None
             events.append(self._event(where, now, EventKind.FAST_STARTED, "started", batch, flow=where.flow,
                                       previous_flow=where.flow, detail=f"seen publishing on {subject}"
                                       + ("" if batch else " (not tracked: tracker full)")))
@@ -334,6 +359,16 @@ class FastBatchTracker:
         self._per_prefix[where.prefix] += 1
         return batch
 
+    def _says_untracked(self, now: datetime) -> bool:
+        """Whether the start of a batch not tracked is an event: at most UNTRACKED_STARTS_SAID a second, the
+        rest only counted. A start carries no loss, and a forger's flood of new batch ids would otherwise
+        be a flood of events, filling the writer's queue ahead of real ones."""
+        second = int(now.timestamp())
+        if second != self._untracked_second:
+            self._untracked_second, self._untracked_said = second, 0
+        self._untracked_said += 1
+        return self._untracked_said <= UNTRACKED_STARTS_SAID
+
     def _forget(self, batch_id: str) -> None:
         if (batch := self.batches.pop(batch_id, None)) is not None:
             self._per_prefix[batch.prefix] -= 1
@@ -342,6 +377,8 @@ class FastBatchTracker:
 
     def _track(self, where: FastReplySubject, ack: FlowAck, now: datetime, events: list[BatchEvent]) -> TrackedBatch | None:
         batch = self._admit(where, ack.msgs, now)
+        if batch is None and not self._says_untracked(now):
+            return None
         joined_late = where.op is not FastOp.START
         detail = "first seen mid-batch" if joined_late else None
         if batch is None:

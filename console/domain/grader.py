@@ -12,7 +12,7 @@ subject the server refuses (an id too long, a start at another sequence) is itse
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, Mapping
@@ -74,6 +74,11 @@ class Grader:
         self.changed: set[str] = set()  # clients whose verdict changed since verdicts() was last asked
         self._refusals: OrderedDict[str, list[int]] = OrderedDict()  # prefix -> [second, count, seconds over]
         self.graded = 0  # batches folded
+        # As the tracker: a reply prefix (one publisher, or one forger) holds at most a quarter of the batches
+        # graded; a new batch past that, seen only in replies, is not graded (counted)
+        self.max_per_prefix = max(1, max_batches // 4)
+        self._per_prefix: Counter[str] = Counter()
+        self.not_graded = 0
 
     # -- the fast-ingest reply side ----------------------------------------------------------
 
@@ -102,6 +107,9 @@ class Grader:
         except MalformedReply:
             return False  # not a reply: evidence of nothing (and no batch made for it)
         new = ("fast", bid[:MAX_ID]) not in self.batches
+        if new and self._per_prefix[prefix] >= self.max_per_prefix:  # one forger's new ids crowd out no one
+            self.not_graded += 1
+            return False
         batch = self._fast(bid, prefix, now, ON_REPLIES)
         batch.last_reply = now
         self._subject(batch, prefix, flow, gap)
@@ -293,13 +301,17 @@ class Grader:
 
     def _admit(self, key: tuple[str, str], batch: Graded) -> Graded:
         self.batches[key] = batch
+        self._per_prefix[batch.prefix] += 1
         while len(self.batches) > self.max_batches:
             old_key, old = next(iter(self.batches.items()))
             self._fold(old_key, old)
         return batch
 
     def _fold(self, key: tuple[str, str], batch: Graded) -> None:
-        self.batches.pop(key, None)
+        if self.batches.pop(key, None) is not None:
+            self._per_prefix[batch.prefix] -= 1
+            if not self._per_prefix[batch.prefix]:
+                del self._per_prefix[batch.prefix]
         if not batch.results:
             return
         self.graded += 1

@@ -36,6 +36,7 @@ class CollectorStatus:
     advisories_durable: bool = False
     batches_tracked: int = 0
     batches_untracked: int = 0
+    batches_not_graded: int = 0  # new batches past their reply prefix's share of the conformance grader
     batches_refused_by_prefix: dict[str, int] = field(default_factory=dict)
     batch_timeout: float = 10.0
     batch_timeout_source: str = ""

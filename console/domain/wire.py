@@ -31,8 +31,11 @@ class MalformedInput(ValueError):
     what = "input"
 
     def __init__(self, reason: str, shown: str | None = None):
-        super().__init__(f"malformed {self.what} ({reason})" + (f": {shown!r}" if shown else ""))
-        self.reason = reason
+        super().__init__(reason)
+        self.reason, self.shown = reason, shown
+
+    def __str__(self) -> str:  # said when asked: a flood's every refusal is made, few are ever shown
+        return f"malformed {self.what} ({self.reason})" + (f": {self.shown!r}" if self.shown else "")
 
 
 _JSON = json.JSONDecoder()

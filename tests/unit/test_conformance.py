@@ -278,3 +278,15 @@ def test_a_batch_is_folded_under_the_client_the_servers_name_when_their_answer_i
     assert g.graded == 1 and [v.publisher for v in g.verdicts()] == [APP]
     g.tick(at(40))  # never answered: folded as unknown past the bound
     assert g.graded == 2 and [v.key for v in g.verdicts()] == ["(publisher unknown)"]
+
+
+def test_one_forgers_flood_of_new_batch_ids_takes_a_quarter_of_the_grader_and_crowds_out_no_one():
+    g = Grader(batch_timeout=1.0, max_batches=40)
+    g.fast_message(fast("real", 1, 0, prefix="_INBOX.real"), at(0))  # a real publisher's batch, its publish side seen
+    for i in range(1000):  # forged starts' acks under one prefix, as fast as one client sends them
+        g.reply(fast(f"f{i}", 1, 0, prefix="_INBOX.forger"), ack(0), at(0))
+    assert sum(1 for b in g.batches.values() if b.prefix == "_INBOX.forger") == 10
+    assert g.not_graded == 990 and ("fast", "real") in g.batches  # not evicted by the flood
+    g.fold_all()
+    assert not g._per_prefix  # every batch folded is uncounted: the share frees as batches end
+    assert g.reply(fast("later", 1, 0, prefix="_INBOX.forger"), ack(0), at(1)) is True

@@ -171,11 +171,42 @@ def test_past_the_cap_batches_are_counted_and_outcomes_still_reported():
 def test_bad_input_raises_for_the_caller_to_count():
     tracker = FastBatchTracker()
     with pytest.raises(InvalidReplySubject):
-        tracker.observe("_INBOX.not.a.reply", b"{}", at(0))
+        tracker.observe("_INBOX.not.a.reply", b'{"type":"ack","seq":0,"msgs":10}', at(0))
     with pytest.raises(MalformedReply):
         tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", b"garbage", at(0))
     with pytest.raises(MalformedReply):
         tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", b"", at(0))
+
+
+def test_a_body_that_is_no_reply_is_refused_as_such_whatever_its_subject_and_remembered():
+    tracker = FastBatchTracker()
+    body = b'{"type":"ack","seq":"not a number","msgs":10}'
+    assert tracker.refused_before(body) is None
+    with pytest.raises(MalformedReply) as refused:  # no server sends it: forged, not evidence of a bad subject
+        tracker.observe("_INBOX.not.a.reply", body, at(0))
+    assert tracker.refused_before(body) == refused.value.reason == "'seq' is not an integer in 0..9223372036854775807"
+    assert tracker.refused_before(b'{"type":"ack","seq":1,"msgs":10}') is None
+    long = b'{"type":"nope","pad":"' + b"x" * 600 + b'"}'
+    with pytest.raises(MalformedReply):
+        tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", long, at(0))
+    assert tracker.refused_before(long) is None  # only short bodies are remembered: at most 512 KiB in all
+    for i in range(3000):
+        with pytest.raises(MalformedReply):
+            tracker.observe("_INBOX.p.b.10.ok.1.0.$FI", b"bad %d" % i, at(0))
+    assert len(tracker._refused_bodies) <= 1024
+
+
+def test_a_flood_of_new_batch_ids_past_the_cap_is_counted_and_said_ten_times_a_second():
+    tracker = FastBatchTracker(max_batches=4)  # a quarter of them under one prefix: one batch
+    said = []
+    for i in range(1000):  # a forger's acks for batches nobody published, one prefix, within one second
+        said += tracker.observe(f"_INBOX.forger.b{i}.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(i / 2000))
+    assert set(tracker.batches) == {"b0"} and tracker.untracked == 999
+    assert [e.detail for e in said] == [None] + ["not tracked: tracker full"] * 10
+    more = tracker.observe("_INBOX.forger.late.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(1.5))
+    assert [e.detail for e in more] == ["not tracked: tracker full"]  # a new second
+    [gap] = tracker.observe("_INBOX.forger.b500.10.ok.5.1.$FI", b'{"type":"gap","last_seq":3,"seq":5}', at(1.6))
+    assert (gap.kind, gap.lost) == (EventKind.FAST_GAP, 2)  # a loss needs no state: always said
 
 
 def test_events_round_trip_through_json():
