@@ -218,3 +218,34 @@ async def test_the_taps_are_not_paced_while_replies_wait_for_their_turn(client, 
     await wait_until(lambda: taps.subs.backlog() == 0, 10, "the replies handled")
     taps._last_tap = time.monotonic()
     assert taps.paces() and len(seen) == PACED_UP_TO + 500
+
+
+async def test_a_forgers_flood_of_new_batch_ids_crowds_no_real_loss_out_of_the_event_log(server, client):
+    """Each forged ack of a new batch id past the forger's share of the tracker was an event ("not tracked:
+    tracker full"): a flood of them filled the writer's queue, and real events were refused behind it."""
+    conn = await nats.connect(server.url)
+    c = Collector(conn, CollectorSettings(batch_timeout=TEST_LIMITS.timeout, status_every=0.5, tick_every=0.1,
+                                          max_tracked_batches=40, max_queued_events=200))
+    await c.start()
+    try:
+        await client.jetstream().add_stream(StreamConfig(name="FORGED", subjects=["forged.>"], allow_batched=True))
+        for i in range(5000):  # one client's forged starts, each acked, under one inbox prefix
+            await client.publish(f"_INBOX.forger.f{i}.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}')
+        batch = FastBatch(client, flow=10, gap_mode="fail")  # then a real loss
+        for i in range(20):
+            if i == 10:
+                batch.skip_seq()
+            try:
+                await batch.add("forged.x", b"x")
+            except Exception:
+                break
+        await wait_until(lambda: c.taps.tapped >= 5000, 30, "the flood read")
+        events = await events_for(client, {batch.batch_id}, lambda es: any(e.kind is EventKind.FAST_GAP for e in es))
+        assert [e.lost for e in events if e.kind is EventKind.FAST_GAP] == [1]
+        status = await c.status()
+        assert "event queue full" not in status.rejected
+        assert status.batches_untracked >= 4990 and status.batches_tracked <= 40
+        assert status.events_written < 200  # 10 starts of the forger's ten tracked, and ten a second said
+    finally:
+        await c.stop()
+        await conn.close()
