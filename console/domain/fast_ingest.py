@@ -102,6 +102,19 @@ def check_seq_for_op(seq: int, op: FastOp) -> None:
     raise ValueError(f"seq {seq} does not fit op {int(op)}")
 
 
+def well_formed(parts: list[str]) -> bool:
+    """Whether a reply subject split from the right (`rsplit(".", 6)`) is one the server takes, by a few
+    string checks: what FastReplySubject.parse reads without going token by token."""
+    if len(parts) != 7 or parts[6] != FI_SUFFIX:
+        return False
+    prefix, batch_id, _, gap_s, seq_s, op_s, _ = parts
+    op = _OPS.get(op_s)
+    return (op is not None and gap_s in _GAP_MODES and prefix != "" and prefix[0] != "." and prefix[-1] != "."
+            and ".." not in prefix and 0 < len(batch_id) <= MAX_BATCH_ID_LEN and _NOT_IN_TOKEN.search(batch_id) is None
+            and seq_s.isascii() and seq_s.isdigit() and len(seq_s) <= 19 and int(seq_s) <= INT64_MAX
+            and _seq_fits(int(seq_s), op))
+
+
 @dataclass(frozen=True, slots=True)
 class FastReplySubject:
     prefix: str
@@ -128,21 +141,16 @@ class FastReplySubject:
         A well-formed one takes a few string checks (a flood of them is the tap's hot path); anything
         else is read token by token to say what is wrong."""
         parts = subject.rsplit(".", 6)
-        if len(parts) == 7 and parts[6] == FI_SUFFIX:
+        if well_formed(parts):
             prefix, batch_id, flow_s, gap_s, seq_s, op_s, _ = parts
-            gap_mode, op = _GAP_MODES.get(gap_s), _OPS.get(op_s)
-            if (gap_mode is not None and op is not None and prefix and prefix[0] != "." and prefix[-1] != "."
-                    and ".." not in prefix and 0 < len(batch_id) <= MAX_BATCH_ID_LEN
-                    and _NOT_IN_TOKEN.search(batch_id) is None and seq_s.isascii() and seq_s.isdigit()
-                    and len(seq_s) <= 19 and (seq := int(seq_s)) <= INT64_MAX and _seq_fits(seq, op)):
-                found = object.__new__(cls)  # every field checked above: __post_init__'s checks again are waste
-                _set(found, "prefix", prefix)
-                _set(found, "batch_id", batch_id)
-                _set(found, "flow", server_flow(flow_s))
-                _set(found, "gap_mode", gap_mode)
-                _set(found, "seq", seq)
-                _set(found, "op", op)
-                return found
+            found = object.__new__(cls)  # every field checked: __post_init__'s checks again are waste
+            _set(found, "prefix", prefix)
+            _set(found, "batch_id", batch_id)
+            _set(found, "flow", server_flow(flow_s))
+            _set(found, "gap_mode", _GAP_MODES[gap_s])
+            _set(found, "seq", int(seq_s))
+            _set(found, "op", _OPS[op_s])
+            return found
         return cls._parse_slowly(subject)
 
     @classmethod

@@ -30,7 +30,7 @@ from typing import Any
 
 from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
-from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject
+from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject, well_formed
 from console.domain.wire import Tally
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Reply, to_reply
 
@@ -150,6 +150,8 @@ class FastBatchTracker:
                 events: list[BatchEvent] = []
                 self._on_ack(known, reply, now, events)
                 return events
+            if self._counted_untracked(tokens, now):
+                return []
         else:
             reply = self._read(data)  # the body first: one that is no reply is forged, whatever its subject
         where = FastReplySubject.parse(subject)
@@ -358,6 +360,19 @@ class FastBatchTracker:
         self.batches[where.batch_id] = batch
         self._per_prefix[where.prefix] += 1
         return batch
+
+    def _counted_untracked(self, tokens: list[str], now: datetime) -> bool:
+        """A plain ack of a new batch with no room for it, its start not to be said (a forger's flood of new
+        ids, past its share): counted as the whole reading would count it, at a fraction of the cost."""
+        prefix, batch_id = tokens[0], tokens[1]
+        if (len(self.batches) < self.max_batches and self._per_prefix[prefix] < self.max_per_prefix) \
+                or batch_id in self.closed or batch_id in self.lost or not well_formed(tokens):
+            return False
+        if self._untracked_said < UNTRACKED_STARTS_SAID or int(now.timestamp()) != self._untracked_second:
+            return False  # its start is said: read in full
+        self.untracked += 1
+        self.refused.add(prefix[:100])
+        return True
 
     def _says_untracked(self, now: datetime) -> bool:
         """Whether the start of a batch not tracked is an event: at most UNTRACKED_STARTS_SAID a second, the

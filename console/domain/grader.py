@@ -97,6 +97,10 @@ class Grader:
             known.acked = max(known.acked, int(plain[1]))
             known.granted = int(plain[2]) or known.granted
             return False
+        new = ("fast", bid[:MAX_ID]) not in self.batches
+        if new and self._per_prefix[prefix] >= self.max_per_prefix:  # one forger's new ids crowd out no one
+            self.not_graded += 1
+            return False
         if not (seq_s.isascii() and seq_s.isdigit()) or len(seq_s) > 18:
             return False
         seq = int(seq_s)
@@ -106,10 +110,6 @@ class Grader:
             reply = to_reply(data) if plain is None else FlowAck(int(plain[1]), int(plain[2]))
         except MalformedReply:
             return False  # not a reply: evidence of nothing (and no batch made for it)
-        new = ("fast", bid[:MAX_ID]) not in self.batches
-        if new and self._per_prefix[prefix] >= self.max_per_prefix:  # one forger's new ids crowd out no one
-            self.not_graded += 1
-            return False
         batch = self._fast(bid, prefix, now, ON_REPLIES)
         batch.last_reply = now
         self._subject(batch, prefix, flow, gap)

@@ -205,6 +205,9 @@ def test_a_flood_of_new_batch_ids_past_the_cap_is_counted_and_said_ten_times_a_s
     assert [e.detail for e in said] == [None] + ["not tracked: tracker full"] * 10
     more = tracker.observe("_INBOX.forger.late.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(1.5))
     assert [e.detail for e in more] == ["not tracked: tracker full"]  # a new second
+    with pytest.raises(InvalidReplySubject):  # past its share, a subject the server refuses is still refused
+        tracker.observe("_INBOX.forger.b9.10.ok.1.9.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(1.7))
+    assert tracker.untracked == 1000
     [gap] = tracker.observe("_INBOX.forger.b500.10.ok.5.1.$FI", b'{"type":"gap","last_seq":3,"seq":5}', at(1.6))
     assert (gap.kind, gap.lost) == (EventKind.FAST_GAP, 2)  # a loss needs no state: always said
 
