@@ -161,10 +161,14 @@ class Collector:
         self.publishers.account = self.advisories.account = await own_account(self.nc) if self.system_nc is not None \
             else None
         await self._tap_every_cluster()
-        reading = [await self.advisories.start(self._subs), await self.taps.start()]
+        # The taps first, in place on the server: whoever sees the advisory consumer (what tests and `up` wait
+        # on) may publish at once, and a fast batch published before its tap was there would never be seen
+        tapping = await self.taps.start()
+        await flush(self.nc)
+        reading = [tapping, await self.advisories.start(self._subs)]
         if self.advisories.problem:
             self.report.problems.append(self.advisories.problem)
-        await flush(self.nc)  # started means tapping: the server has every subscription
+        await flush(self.nc)  # started means reading: the server has every subscription
         self._writer = self.loops.start("writer", self.writer.run, lambda: self._stopping)
         self.loops.forget("writer")  # it waits for work; stuck writes are what Health watches
         self._tasks += [task for task in reading if task is not None]

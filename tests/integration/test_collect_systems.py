@@ -97,15 +97,25 @@ async def test_conformance_reports_every_systems_clients_under_its_name(tmp_path
                                        "--format", "json", "--connect-timeout", "2"],
                                       capture_output=True, text=True, timeout=60)
 
+            last: list[subprocess.CompletedProcess] = []
+
             def graded() -> subprocess.CompletedProcess | None:
                 # Each system's batches reach the event log on their own; a verdict counts once both have.
-                done = report(both)
+                last[:] = [done := report(both)]
                 if done.returncode != 0:
                     return None
                 found = json.loads(done.stdout)["systems"]
                 return done if all(found[s]["clients"] for s in found) else None
 
-            done = poll_until(graded, 60, "a verdict on each system's clients", every=1.0)
+            def how_it_stands() -> str:
+                try:
+                    clients = {name: len(s["clients"]) for name, s in json.loads(last[0].stdout)["systems"].items()}
+                except (IndexError, ValueError, KeyError, TypeError):
+                    clients = last[0].stdout[-500:] if last else None
+                return (f"no verdict on each system's clients: the last report exited {last[0].returncode if last else None}"
+                        f" with clients {clients}; the collector said:\n{log.read_text()[-4000:]}")
+
+            done = poll_until(graded, 60, how_it_stands, every=1.0)
             found = json.loads(done.stdout)["systems"]
             assert set(found) == {"eu", "us"}
             assert all(c["conforms"] for s in found for c in found[s]["clients"])
