@@ -124,6 +124,11 @@ class Quarantine:
             self._keeping.add(task)
             task.add_done_callback(self._keeping.discard)
 
+    async def settled(self, within: float = 2.0) -> None:
+        """The copies on their way (offer_nowait) kept, or `within` seconds gone: before a stop."""
+        if self._keeping:
+            await asyncio.wait(list(self._keeping), timeout=within)
+
     async def _keep(self, copies: tuple[bool, bool], source: str, reason: str, subject: str, data: bytes) -> None:
         first, newest = copies
         headers = {REASON: _header_value(reason), SOURCE: source, ORIGINAL_SUBJECT: _header_value(subject)}

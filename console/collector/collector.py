@@ -249,6 +249,7 @@ class Collector:
             await self.writer.end()  # only now: nothing else can enqueue
             await _ended([self._writer])
             self._writer = None
+        await self.quarantine.settled()
         for connection in self._tap_connections:
             await close(connection)
         self._tap_connections.clear()
