@@ -219,11 +219,13 @@ async def real_loss(nc, watch: EventWatch) -> float:
 
 # A flood's bodies, the i-th: one malformed body sent again and again (what a broken or hostile client
 # sends at its highest rate), a malformed body different each time (so nothing read before helps), and
-# replies well formed for batches nobody published (forged: each one a batch the tracker could take on).
+# replies well formed for batches nobody published (forged): acks (each one a batch the tracker could take
+# on) and gaps (each one a loss, said without state).
 FLOODS = {
     "malformed, one body repeated": lambda i: b'{"type":"ack","seq":"not a number","msgs":10}',
     "malformed, every body different": lambda i: b'{"type":"ack","seq":"n%d","msgs":10}' % i,
     "forged acks of batches never published": lambda i: b'{"type":"ack","seq":%d,"msgs":10}' % (i % 1000),
+    "forged gaps of batches never published": lambda i: b'{"type":"gap","last_seq":1,"seq":%d}' % (2 + i % 1000),
 }
 
 

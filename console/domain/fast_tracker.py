@@ -94,6 +94,8 @@ RETRACTABLE = ("dropped", "lost")
 
 # The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
 # Digits bounded so the values stay in int64 and in the flow range without another check.
+UNTRACKED_SAID_PER_PREFIX = 100  # a second: events of batches not tracked, under one reply prefix
+UNTRACKED_SAID = 1_000  # a second, under every prefix
 UNTRACKED_STARTS_SAID = 10  # a second at most: the starts of batches not tracked said as events
 REMEMBERED_BODY = 512  # bytes: a refused body up to this long is remembered with its reason
 REMEMBERED_BODIES = 1024  # at most (so at most 512 KiB), forgotten all at once when full
@@ -116,6 +118,9 @@ class FastBatchTracker:
         self.refused_after_end = 0  # 10208s for batches whose outcome was already known
         self._refused_bodies: dict[bytes, str] = {}  # body -> why it is no reply (refused_before)
         self._untracked_second, self._untracked_said = 0, 0  # starts of batches not tracked said this second
+        self.unsaid = Tally()  # reply prefix -> replies of batches not tracked, past their rate: counted (_unsaid)
+        self._said_second, self._said_in_all = 0, 0
+        self._said_per_prefix: Counter[str] = Counter()
 
     def leader_elected(self, stream: str, when: datetime) -> None:
         latest = max(when, self.elections.pop(stream, when))
@@ -154,6 +159,8 @@ class FastBatchTracker:
                 return []
         else:
             reply = self._read(data)  # the body first: one that is no reply is forged, whatever its subject
+            if isinstance(reply, (FlowGap, FlowError, PubAck, ApiError)) and self._unsaid(subject, now):
+                return []
         where = FastReplySubject.parse(subject)
         refusal = reply if isinstance(reply, (ApiError, FlowError)) else None
         code = reply.err_code if isinstance(reply, ApiError) else reply.error.err_code if isinstance(reply, FlowError) else None
@@ -372,6 +379,29 @@ class FastBatchTracker:
             return False  # its start is said: read in full
         self.untracked += 1
         self.refused.add(prefix[:100])
+        return True
+
+    def _unsaid(self, subject: str, now: datetime) -> bool:
+        """A reply other than an ack (a gap, an error, a commit, a refusal) of a batch the tracker knows
+        nothing of is said as an event without state, so a forger's flood of them would be a flood of losses
+        in the event log, filling the writer's queue ahead of real ones: past UNTRACKED_SAID_PER_PREFIX a
+        second under its reply prefix, or UNTRACKED_SAID in all, it is only counted (`unsaid`, by prefix).
+        A real publisher's batch is tracked from its first ack, and nothing of it is ever held back."""
+        tokens = subject.rsplit(".", 6)
+        if len(tokens) != 7:
+            return False
+        prefix, batch_id = tokens[0], tokens[1]
+        if batch_id in self.batches or batch_id in self.closed or batch_id in self.lost or not well_formed(tokens):
+            return False
+        second = int(now.timestamp())
+        if second != self._said_second:
+            self._said_second, self._said_in_all = second, 0
+            self._said_per_prefix.clear()
+        if self._said_in_all < UNTRACKED_SAID and self._said_per_prefix[prefix] < UNTRACKED_SAID_PER_PREFIX:
+            self._said_in_all += 1
+            self._said_per_prefix[prefix] += 1
+            return False
+        self.unsaid.add(prefix[:100])
         return True
 
     def _says_untracked(self, now: datetime) -> bool:

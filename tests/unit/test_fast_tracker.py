@@ -231,3 +231,28 @@ def test_a_flood_under_one_prefix_takes_only_its_share_and_a_real_batch_is_track
     attributed = next(e for e in real if e.kind is EventKind.FAST_ATTRIBUTED)
     gap = next(e for e in real if e.kind is EventKind.FAST_GAP)
     assert gap.stream is None and attributed.stream is not None  # the gap went out under no stream
+
+
+def test_a_forgers_flood_of_losses_of_batches_never_tracked_is_said_100_times_a_second_and_counted():
+    tracker = FastBatchTracker()
+    gap = b'{"type":"gap","last_seq":1,"seq":5}'
+    said = []
+    for i in range(5000):  # forged gaps under one prefix, within one second: each would be a loss in the log
+        said += tracker.observe(f"_INBOX.forger.g{i}.10.ok.5.1.$FI", gap, at(i / 10_000))
+    assert len(said) == 100 and all(e.kind is EventKind.FAST_GAP for e in said)
+    assert tracker.unsaid == {"_INBOX.forger": 4900}
+    [other] = tracker.observe("_INBOX.someone.x.10.ok.5.1.$FI", gap, at(0.6))  # another prefix has its own share
+    assert other.kind is EventKind.FAST_GAP
+    assert len(tracker.observe("_INBOX.forger.late.10.ok.5.1.$FI", gap, at(1.2))) == 1  # a new second
+    # a batch tracked from its first ack: nothing of it is held back, whatever the flood
+    tracker.observe("_INBOX.forger.real.10.ok.1.0.$FI", b'{"type":"ack","seq":0,"msgs":10}', at(1.3))
+    for i in range(200):
+        tracker.observe(f"_INBOX.forger.f{i}.10.ok.5.1.$FI", gap, at(1.4))
+    [real] = tracker.observe("_INBOX.forger.real.10.ok.12.1.$FI", b'{"type":"gap","last_seq":11,"seq":12}', at(1.5))
+    assert (real.kind, real.batch_id, real.lost) == (EventKind.FAST_GAP, "real", 1)
+    with pytest.raises(InvalidReplySubject):  # a subject the server refuses is refused, not counted here
+        tracker.observe("_INBOX.forger.bad.10.ok.5.9.$FI", gap, at(1.6))
+    unknown = b'{"error":{"code":404,"err_code":10208,"description":"batch unknown"},"stream":"S","seq":0}'
+    for i in range(300):  # forged 10208s: no state past the share either
+        tracker.observe(f"_INBOX.refuser.u{i}.10.ok.5.1.$FI", unknown, at(2.1))
+    assert len(tracker.lost) == 100 and tracker.unsaid["_INBOX.refuser"] == 200
