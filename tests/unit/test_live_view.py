@@ -59,3 +59,14 @@ def test_status_says_when_the_collector_was_starved_of_cpu():
     assert "collector starved of CPU 2x" in status_text(model, "connected", None, NOW)
     model.apply(BatchEvent("st2", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps({"cpu": None})))
     assert "starved" not in status_text(model, "connected", None, NOW)
+
+
+def test_status_says_a_flood_of_losses_of_batches_never_seen_to_start_was_held_back():
+    model = LiveModel()
+    status = {"unsaid_by_prefix": {"_INBOX.forger\u0007<b>": 4900, "_INBOX.other": 2}}
+    model.apply(BatchEvent("st", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps(status)))
+    text = status_text(model, "connected", None, NOW)
+    assert "held back 4,902 replies of batches never seen to start" in text
+    assert "most from _INBOX.forger?<b>" in text  # printable; the Str pane escapes what is left
+    model.apply(BatchEvent("st2", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps({})))
+    assert "held back" not in status_text(model, "connected", None, NOW)
