@@ -36,12 +36,15 @@ def by_stream(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
 
 
 def by_publisher(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
-    """Per publisher (its connection's name and client, as objectives name it): batches lost, by kind."""
+    """Per publisher (its connection's name and client, as objectives name it): batches lost, by kind. The
+    ledger's rows of the job's runs only, as History's hourly tables count: a provisional row (put as the
+    event log had it, ahead of the runs) is counted once the run that covers it has written its own."""
     a = AbandonedBatch
     rows: dict[str, dict[str, int]] = defaultdict(lambda: {"atomic": 0, "fast": 0})
     with Session(engine) as s:
         for publisher, kind, n in s.exec(select(a.publisher, a.kind, func.count()).where(
-                col(a.time) >= start, col(a.time) < end).group_by(a.publisher, a.kind)):
+                col(a.time) >= start, col(a.time) < end, col(a.provisional).is_(False))
+                .group_by(a.publisher, a.kind)):
             key = (publisher or "").split(", ")[0] or "(publisher not known)"
             rows[key]["atomic" if kind == "atomic" else "fast"] += int(n or 0)
     return sorted(({"publisher": p, **c} for p, c in rows.items()), key=lambda r: (-(r["atomic"] + r["fast"]),
