@@ -91,10 +91,14 @@ def standalone_cluster(tmp: Path, worker_memory: str = "1g") -> Iterator[tuple[s
                                 SPARK_DAEMON_MEMORY="256m")
 
     def registered() -> bool:
+        # The worker's own word first: the master's UI may have moved off the port picked for it (Spark takes
+        # the next one when that is taken), and a loaded master answers its UI late (CI once waited 120 s)
+        if "Successfully registered with master" in worker_log.read_text(errors="replace"):
+            return True
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=2) as reply:
                 return json.load(reply).get("aliveworkers", 0) >= 1
-        except OSError:
+        except (OSError, ValueError):
             return False
 
     try:
