@@ -90,16 +90,39 @@ ACK_DUE_MARGIN = 2.0  # silence longer than this many ack intervals means an ack
 SLOW_GIVE_UP = 600.0  # seconds a silent batch that cannot be judged stays tracked
 ELECTION_SLACK = timedelta(seconds=1)  # the election advisory and the last good reply race
 RETRACTABLE = ("dropped", "lost")
-
-
-# The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
-# Digits bounded so the values stay in int64 and in the flow range without another check.
 UNTRACKED_SAID_PER_PREFIX = 100  # a second: events of batches not tracked, under one reply prefix
 UNTRACKED_SAID = 1_000  # a second, under every prefix
 UNTRACKED_STARTS_SAID = 10  # a second at most: the starts of batches not tracked said as events
 REMEMBERED_BODY = 512  # bytes: a refused body up to this long is remembered with its reason
 REMEMBERED_BODIES = 1024  # at most (so at most 512 KiB), forgotten all at once when full
+
+# The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
+# Digits bounded so the values stay in int64 and in the flow range without another check.
 _PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
+
+
+class PerSecond:
+    """At most `in_all` a second by the caller's clock, and at most `per_key` of them under one key."""
+
+    def __init__(self, in_all: int, per_key: int | None = None):
+        self.in_all, self.per_key = in_all, per_key
+        self._second, self._taken = 0, 0
+        self._by_key: Counter[str] = Counter()
+
+    def left(self, now: datetime, key: str = "") -> bool:
+        second = int(now.timestamp())
+        if second != self._second:
+            self._second, self._taken = second, 0
+            self._by_key.clear()
+        return self._taken < self.in_all and (self.per_key is None or self._by_key[key] < self.per_key)
+
+    def take(self, now: datetime, key: str = "") -> bool:
+        if not self.left(now, key):
+            return False
+        self._taken += 1
+        if self.per_key is not None:
+            self._by_key[key] += 1
+        return True
 
 
 class FastBatchTracker:
@@ -117,10 +140,9 @@ class FastBatchTracker:
         self.elections: dict[str, datetime] = {}  # stream -> its last leader election
         self.refused_after_end = 0  # 10208s for batches whose outcome was already known
         self._refused_bodies: dict[bytes, str] = {}  # body -> why it is no reply (refused_before)
-        self._untracked_second, self._untracked_said = 0, 0  # starts of batches not tracked said this second
+        self._starts_said = PerSecond(UNTRACKED_STARTS_SAID)  # starts of batches not tracked, said as events
+        self._losses_said = PerSecond(UNTRACKED_SAID, UNTRACKED_SAID_PER_PREFIX)  # their losses, by reply prefix
         self.unsaid = Tally()  # reply prefix -> replies of batches not tracked, past their rate: counted (_unsaid)
-        self._said_second, self._said_in_all = 0, 0
-        self._said_per_prefix: Counter[str] = Counter()
 
     def leader_elected(self, stream: str, when: datetime) -> None:
         latest = max(when, self.elections.pop(stream, when))
@@ -368,15 +390,19 @@ class FastBatchTracker:
         self._per_prefix[where.prefix] += 1
         return batch
 
+    def _unknown(self, tokens: list[str]) -> bool:
+        """Whether a reply subject split from the right is well formed and names a batch the tracker knows
+        nothing of: neither tracked, nor ended, nor lost."""
+        return len(tokens) == 7 and tokens[1] not in self.batches and tokens[1] not in self.closed \
+            and tokens[1] not in self.lost and well_formed(tokens)
+
     def _counted_untracked(self, tokens: list[str], now: datetime) -> bool:
         """A plain ack of a new batch with no room for it, its start not to be said (a forger's flood of new
         ids, past its share): counted as the whole reading would count it, at a fraction of the cost."""
-        prefix, batch_id = tokens[0], tokens[1]
+        prefix = tokens[0]
         if (len(self.batches) < self.max_batches and self._per_prefix[prefix] < self.max_per_prefix) \
-                or batch_id in self.closed or batch_id in self.lost or not well_formed(tokens):
+                or not self._unknown(tokens) or self._starts_said.left(now):  # said: read in full
             return False
-        if self._untracked_said < UNTRACKED_STARTS_SAID or int(now.timestamp()) != self._untracked_second:
-            return False  # its start is said: read in full
         self.untracked += 1
         self.refused.add(prefix[:100])
         return True
@@ -388,31 +414,16 @@ class FastBatchTracker:
         second under its reply prefix, or UNTRACKED_SAID in all, it is only counted (`unsaid`, by prefix).
         A real publisher's batch is tracked from its first ack, and nothing of it is ever held back."""
         tokens = subject.rsplit(".", 6)
-        if len(tokens) != 7:
+        if not self._unknown(tokens) or self._losses_said.take(now, tokens[0]):
             return False
-        prefix, batch_id = tokens[0], tokens[1]
-        if batch_id in self.batches or batch_id in self.closed or batch_id in self.lost or not well_formed(tokens):
-            return False
-        second = int(now.timestamp())
-        if second != self._said_second:
-            self._said_second, self._said_in_all = second, 0
-            self._said_per_prefix.clear()
-        if self._said_in_all < UNTRACKED_SAID and self._said_per_prefix[prefix] < UNTRACKED_SAID_PER_PREFIX:
-            self._said_in_all += 1
-            self._said_per_prefix[prefix] += 1
-            return False
-        self.unsaid.add(prefix[:100])
+        self.unsaid.add(tokens[0][:100])
         return True
 
     def _says_untracked(self, now: datetime) -> bool:
         """Whether the start of a batch not tracked is an event: at most UNTRACKED_STARTS_SAID a second, the
         rest only counted. A start carries no loss, and a forger's flood of new batch ids would otherwise
         be a flood of events, filling the writer's queue ahead of real ones."""
-        second = int(now.timestamp())
-        if second != self._untracked_second:
-            self._untracked_second, self._untracked_said = second, 0
-        self._untracked_said += 1
-        return self._untracked_said <= UNTRACKED_STARTS_SAID
+        return self._starts_said.take(now)
 
     def _forget(self, batch_id: str) -> None:
         if (batch := self.batches.pop(batch_id, None)) is not None:

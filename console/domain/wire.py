@@ -52,12 +52,13 @@ def load_object(data: bytes | str, error: type[MalformedInput] = MalformedInput,
     makes a float) is read again by the standard library."""
     if len(data) > max_bytes:
         raise error(f"larger than {max_bytes} bytes")
-    try:
-        obj = orjson.loads(data)
-        if _BIG_NUMBER.search(data if isinstance(data, bytes) else data.encode(errors="surrogatepass")):
-            obj = _standard(data, error)
-    except (ValueError, TypeError):  # orjson's JSONDecodeError is a ValueError
+    if _BIG_NUMBER.search(data if isinstance(data, bytes) else data.encode(errors="surrogatepass")):
         obj = _standard(data, error)
+    else:
+        try:
+            obj = orjson.loads(data)
+        except (ValueError, TypeError):  # orjson's JSONDecodeError is a ValueError
+            obj = _standard(data, error)
     if not isinstance(obj, dict):
         raise error("not a JSON object")
     return obj

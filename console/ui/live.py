@@ -15,6 +15,7 @@ from bokeh.plotting import figure
 
 from console.domain.display import Clock, count, duration, md
 from console.domain.events import WHY_UNKNOWN
+from console.domain.fast_tracker import UNTRACKED_SAID_PER_PREFIX
 from console.domain.live_model import LiveModel
 from console.domain.reasons import in_order
 from console.domain.wire import printable
@@ -168,7 +169,7 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
     if status and status.unsaid_by_prefix:  # a flood of losses of batches never seen to start: likely forged
         most = max(status.unsaid_by_prefix.items(), key=lambda item: item[1])[0]
         parts.append(f"held back {count(sum(status.unsaid_by_prefix.values()))} replies of batches never seen to "
-                     f"start (over 100 a second from one inbox; most from {printable(most, 60)})")
+                     f"start (over {UNTRACKED_SAID_PER_PREFIX} a second from one inbox; most from {printable(most, 60)})")
     if status and (starved := (status.cpu or {}).get("left_idle_starved")):
         parts.append(f"collector starved of CPU {starved}x (host saturated)")
     if problem:
