@@ -1,6 +1,7 @@
 """The collector's cost and speed, side by side in one run against one embedded nats-server.
 
     .venv/bin/python bench/collector.py [--rounds 100] [--messages 40000] [--abandonments 1000]
+    .venv/bin/python bench/collector.py --rounds 0 --floods "forged acks"   # one flood alone, quickly
 
 1. A fast-ingest publisher at flow 10 (the most acks per message), with and without the
    collector (`batch-console collect`, its own process) tapping it: the publisher's msgs/s,
@@ -260,7 +261,8 @@ async def flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int, body:
             await loss)
 
 
-async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, abandonments: int, flood_size: int) -> None:
+async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, abandonments: int, flood_size: int,
+              flood_kinds: str) -> None:
     nc = await nats.connect(server.url)
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="FASTBENCH", subjects=["fast.bench"], storage=StorageType.FILE, allow_batched=True))
@@ -300,15 +302,20 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
                     equal.append((await watch.acks_of(batch.batch_id), batch.acks))
             print(f"  round {r + 1}: " + ", ".join(f"{who} {rates[who][-1]:,.0f}" for who in order) + " msgs/s",
                   file=sys.stderr)
-        bare, logged, seen, stored = await abandonment_burst(nc, watch, abandonments)
-        starved = (tmp / "collector.log").read_text().count("back to nice")
+        if rounds:
+            bare, logged, seen, stored = await abandonment_burst(nc, watch, abandonments)
+            starved = (tmp / "collector.log").read_text().count("back to nice")
         floods = {name: await flood(nc, watch, procs, pids, flood_size, body, f"flood{n}")
-                  for n, (name, body) in enumerate(FLOODS.items())}
+                  for n, (name, body) in enumerate(FLOODS.items()) if flood_kinds in name}
     finally:
         for proc in procs.values():
             proc.terminate()
             proc.wait(timeout=20)
         await nc.close()
+
+    if not rounds:  # the floods alone: a quick look at the collector under them
+        print_floods(floods, flood_size)
+        return
 
     def ratios(who: str) -> list[float]:  # each round's own: the machine's drift cancels within a round
         return [t / a for t, a in zip(rates[who], rates["alone"])]
@@ -338,6 +345,10 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     print(f"{'  all events in the event log':<52}{logged:>12.3f}")
     print(f"{'  event log / bare subscriber (target <= 2)':<52}{logged / bare:>12.3f}")
     print(f"{'  advisories received / events stored':<52}{f'{seen} / {stored}':>12}")
+    print_floods(floods, flood_size)
+
+
+def print_floods(floods: dict[str, tuple[dict[str, tuple[float, float]], float]], flood_size: int) -> None:
     for name, (rates_of, loss_seconds) in floods.items():
         print(f"\n{f'flood of {flood_size:,} $FI replies: {name}':<52}{'seconds':>12}{'msgs/CPU-s':>14}")
         for who in ("bare tap", "collector"):
@@ -375,13 +386,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--abandonments", type=int, default=1000)
     parser.add_argument("--flood", type=int, default=100_000, help="replies in each flood")
+    parser.add_argument("--floods", default="", metavar="WORDS", help="only the floods whose name holds these words")
     parser.add_argument("--bare-tap", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_tap:
         asyncio.run(bare_tap(args.bare_tap, PACE))
         return
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
-        asyncio.run(run(server, Path(tmp), args.rounds, args.messages, args.abandonments, args.flood))
+        asyncio.run(run(server, Path(tmp), args.rounds, args.messages, args.abandonments, args.flood, args.floods))
 
 
 if __name__ == "__main__":

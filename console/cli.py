@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import os
 import json
 import logging
@@ -412,6 +413,7 @@ async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry
                                                                error_cb=on_error),
                               kept=KeptMessages(runtime.masking, runtime.decoders))
         await collector.start()
+        gc.freeze()  # what started is kept for good: a full collection under a flood of replies need not walk it
         log.info("%scollecting into %s (advisories %s; batch timeout %gs, %s)", said, runtime.event_log.stream,
                  f"durable via {collector.advisory_stream}" if collector.advisories_durable else "LIVE ONLY",
                  collector.tracker.batch_timeout, collector.batch_timeout_source)

@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.client import JetStreamContext
 
 from console.broker.connection import Connection, asked_again
-from console.broker.replies import is_no_responders
+from console.broker.replies import NO_RESPONDERS_STATUS, is_no_responders
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.atomic_tracker import BATCH_ID, KEPT_HEADERS
 from console.errors import CaptureRefusedError
@@ -69,6 +69,38 @@ def inbound(msg: Msg) -> Inbound:
     batch = {k: headers[k] for k in KEPT_HEADERS if k in headers} if BATCH_ID in headers else {}
     return Inbound(msg.subject, msg.data, msg.reply or None, is_no_responders(msg), batch,
                    getattr(msg, "arrival", 0), tuple(headers.items()))
+
+
+def _readers_of(nc: Connection) -> dict[int, Reader] | None:
+    """Readers this connection hands messages to as it parses them, by subscription id: a reply is read in
+    the wire's order with no message object, queue or task between the socket and its reader (a flood of
+    replies costs the tap what it costs a bare subscriber, not twice that). None where nats-py reads
+    otherwise than this expects: its subscriptions' own tasks then hand them over."""
+    readers: dict[int, Reader] | None = getattr(nc, "_console_readers", None)
+    if readers is not None or not callable(getattr(nc, "_process_msg", None)) \
+            or not isinstance(getattr(nc, "_subs", None), dict) or not isinstance(getattr(nc, "stats", None), dict) \
+            or not isinstance(getattr(nc, "_sid", None), int):
+        return readers
+    readers = {}
+    through, subs, stats = nc._process_msg, nc._subs, nc.stats
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        if (reader := readers.get(sid)) is None or sid not in subs:  # another's, or unsubscribed: nats-py's way
+            await through(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # nats-py passes None too
+            return
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        status = (await nc._process_headers(headers) if headers else None) or {}  # a 503 status, on a reply
+        try:
+            reader(Inbound(subject.decode(), data, reply.decode() if reply else None,
+                           status.get("Status") == NO_RESPONDERS_STATUS and not data, _NO_HEADERS,
+                           next(_arrivals), tuple(status.items())))
+        except Exception:  # the reader's bug: its message is skipped, never the connection's read loop
+            log.exception("a reader failed on a message of %s", subject[:200])
+
+    setattr(nc, "_process_msg", process_msg)
+    setattr(nc, "_console_readers", readers)
+    return readers
 
 
 class DurableAdvisories:
@@ -145,15 +177,30 @@ class Subscriptions:
         """Messages the server has sent that wait, read, for their handler."""
         return sum(sub.pending_msgs for sub in self._subs)
 
-    async def tap_fast_replies(self, nc: Connection, prefix: str, reader: Reader, queue: str = "") -> None:
+    async def read(self, nc: Connection, subject: str, reader: Reader, queue: str = "", queued: bool = False) -> None:
+        """A reader that never waits is handed each message as the connection parses it: in the wire's order,
+        with no message object, queue or task in between. `queued`: through nats-py's queue and task, as a
+        handler's messages go, so that it keeps its place among those (which wait in their queues)."""
+        async def on_msg(msg: Msg) -> None:  # queued, or where nats-py cannot hand them over as it reads them
+            reader(inbound(msg))
+
+        readers = None if queued else _readers_of(nc)
+        if readers is None:
+            await self._subscribe(nc, subject, on_msg, queue)
+            return
+        expected = nc._sid + 1  # the id subscribe takes before it first waits: no message comes before its reader
+        readers[expected] = reader
+        await self._subscribe(nc, subject, on_msg, queue)
+        if (sid := self._subs[-1]._id) != expected:  # another nats-py: in place now, and no other's reader
+            readers[sid] = readers.pop(expected)
+
+    async def tap_fast_replies(self, nc: Connection, prefix: str, reader: Reader, queue: str = "",
+                               queued: bool = False) -> None:
         """Every fast-ingest reply under an inbox prefix: `_INBOX` replies have 7 tokens, `_INBOX.<nuid>` ones 8.
         queue: in a supercluster, one tap per cluster in one queue group, so that the server hands each reply
         to the tap in the cluster it is published in and none crosses a gateway to be heard."""
-        async def on_msg(msg: Msg) -> None:  # a reader that never waits: a flood's reply costs no second coroutine
-            reader(inbound(msg))
-
         for depth in (5, 6):
-            await self._subscribe(nc, ".".join([prefix] + ["*"] * depth + ["$FI"]), on_msg, queue)
+            await self.read(nc, ".".join([prefix] + ["*"] * depth + ["$FI"]), reader, queue, queued)
 
     async def drain(self, within: float) -> None:
         """Unsubscribe, then handle what the server sent before; after `within` seconds, stop waiting."""

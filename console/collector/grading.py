@@ -43,8 +43,8 @@ class Grading:
 
     # What the taps hand over, as they handle it; graded in the order the server sent it (see ArrivalMsg).
 
-    def reply(self, msg: Inbound) -> None:
-        self._pending.append((msg.arrival, REPLY, msg))
+    def reply(self, msg: Inbound) -> None:  # its parts, not the message: a tuple of them is no work for the GC
+        self._pending.append((msg.arrival, REPLY, msg.subject, msg.data, msg.no_responders))
 
     def fast_message(self, msg: Inbound) -> None:
         self._pending.append((msg.arrival, FAST, msg))
@@ -77,7 +77,7 @@ class Grading:
         for item in ready:
             what = item[1]
             if what is REPLY:
-                g.reply(item[2].subject, item[2].data, at, item[2].no_responders)
+                g.reply(item[2], item[3], at, item[4])
             elif what is FAST:
                 g.fast_message(item[2].reply, at)
             elif what is ATOMIC:

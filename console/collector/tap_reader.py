@@ -28,6 +28,8 @@ from console.domain.wire import MalformedInput, Tally
 log = logging.getLogger(__name__)
 
 PACED_UP_TO = 1_000  # replies waiting for their turn past which the taps are not paced: behind, not keeping up
+CLOCK_EVERY = 0.001  # seconds: the replies read within one share one time (a flood's reply need not make its own)
+PACED_UP_TO_BYTES = 64 * 1024  # of replies read in one pass, past which the taps are not paced: behind as well
 
 
 class TapReader:
@@ -39,21 +41,27 @@ class TapReader:
         self.loops, self.errors, self.stopping = loops, errors, stopping
         self.state = intake.state
         self.tapped = 0  # $FI replies received
+        self._tapped_bytes, self._bytes_at_pass = 0, 0
         # In a supercluster: a tap connection in each cluster (its own among them), all in one queue group
         # (Collector.start): each reply is heard in the cluster it is published in, with that cluster's name
         self.clusters: dict[str, Connection] = {}
         self.queue = ""
         self._last_tap = 0.0
+        self._now, self._clock_read = now(), 0.0  # the replies' time, and when it was read (monotonic)
         self._streams_by_subject: dict[str, str | None] = {}
 
     async def start(self) -> asyncio.Task[None] | None:
         """Subscribes; the pacer's task, when pacing is asked for."""
-        await self.subs.follow(self.nc, LEADER_ELECTIONS, self._on_election)
+        # Read as the connection parses them, in the wire's order (an election comes before the refusals it
+        # causes); queued like the publish side's messages when that is tapped, whose handler waits (a
+        # batch's message comes before its reply, and a reply read at once would overtake it).
+        queued = bool(self.settings.tap_publish_subjects)
+        await self.subs.read(self.nc, LEADER_ELECTIONS, self._on_election, queued=queued)
         taps = self.clusters.items() if len(self.clusters) > 1 else [(None, self.nc)]
         for cluster, nc in taps:
             for prefix in self.settings.inbox_prefixes:
                 await self.subs.tap_fast_replies(nc, prefix, functools.partial(self._on_tap, cluster=cluster),
-                                                 self.queue if cluster else "")
+                                                 self.queue if cluster else "", queued)
         for subject in self.settings.tap_publish_subjects:
             await self.subs.follow(self.nc, subject, self._on_publish_side)
         if self.settings.pace_ms > 0:
@@ -65,7 +73,9 @@ class TapReader:
             self.loops.beat("pacer")
             # "Recently", not "since my last pass": after sleep(0) this task resumes before the
             # reads that arrived during the pause have been handled.
-            if self.paces():
+            paces = self.paces()
+            self._bytes_at_pass = self._tapped_bytes
+            if paces:
                 time.sleep(self.settings.pace_ms / 1000)  # deliberate: see CollectorSettings.pace_ms
                 await asyncio.sleep(0)
             else:
@@ -73,12 +83,13 @@ class TapReader:
 
     def paces(self) -> bool:
         """Whether the next pass pauses: while replies flow, but never while events wait to be written (a
-        loss must reach the log at once), nor while replies wait, read, for their turn (a flood: a loss
-        among them is behind every one)."""
+        loss must reach the log at once), nor while replies wait, read, for their turn, nor after a pass that
+        read more than a light load's (a flood: a loss among them is behind every one; the taps read as the
+        connection parses, so what waits for them waits in the socket)."""
         return time.monotonic() - self._last_tap < 0.1 and self.intake.writer.queued == 0 and \
-            self.subs.backlog() < PACED_UP_TO
+            self.subs.backlog() < PACED_UP_TO and self._tapped_bytes - self._bytes_at_pass < PACED_UP_TO_BYTES
 
-    async def _on_election(self, msg: Inbound) -> None:
+    def _on_election(self, msg: Inbound) -> None:
         """Only for the tracker; the durable capture stores the advisory (and counts it if it is bad)."""
         try:
             event = advisory_to_event(msg.data)
@@ -89,18 +100,21 @@ class TapReader:
 
     def _on_tap(self, msg: Inbound, cluster: str | None = None) -> None:
         self.tapped += 1
-        self._last_tap = time.monotonic()
+        self._tapped_bytes += len(msg.data) + len(msg.subject)
+        if (t := time.monotonic()) - self._clock_read >= CLOCK_EVERY:
+            self._now, self._clock_read = now(), t
+        self._last_tap = t
         tracker = self.state.tracker
         if (reason := tracker.refused_before(msg.data)) is not None:  # a flood's body, read once
             self.intake.reject(FI_TAP, reason, msg)
             return
         try:
             if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
-                events = tracker.no_responders(msg.subject, now())
+                events = tracker.no_responders(msg.subject, self._now)
                 if not events:
                     self.intake.ignored.add("no responders")
             else:
-                events = tracker.observe(msg.subject, msg.data, now())
+                events = tracker.observe(msg.subject, msg.data, self._now)
         except MalformedInput as e:
             if self.grading is not None and not isinstance(e, MalformedReply):  # a subject the server refused
                 self.grading.reply(msg)  # is evidence; a body that is no reply is not

@@ -82,14 +82,15 @@ def check_batch_id(batch_id: str) -> None:
         raise ValueError(f"batch id {batch_id!r} must be one subject token (no '.', '*', '>' or white space)")
 
 
-def _seq_fits(seq: int, op: FastOp) -> bool:
-    """check_seq_for_op's rules as a test, for the reply tap's hot path (no exception to make)."""
-    return seq == 1 if op is FastOp.START else seq > 1 if op is FastOp.APPEND or op is FastOp.EOB else seq >= 1
+# The sequences each op may carry, by the op's token: the server's rules tying the sequence to the operation.
+_SEQS_OF_OP = {token: (1, 1) if op is FastOp.START else (2, INT64_MAX) if op in (FastOp.APPEND, FastOp.EOB)
+               else (1, INT64_MAX) for token, op in _OPS.items()}
 
 
 def check_seq_for_op(seq: int, op: FastOp) -> None:
     """The server's rules tying the sequence to the operation."""
-    if _seq_fits(seq, op):
+    low, high = _SEQS_OF_OP[str(int(op))]
+    if low <= seq <= high:
         return
     if seq < 1:
         raise ValueError(f"seq {seq} is below 1")
@@ -108,11 +109,10 @@ def well_formed(parts: list[str]) -> bool:
     if len(parts) != 7 or parts[6] != FI_SUFFIX:
         return False
     prefix, batch_id, _, gap_s, seq_s, op_s, _ = parts
-    op = _OPS.get(op_s)
-    return (op is not None and gap_s in _GAP_MODES and prefix != "" and prefix[0] != "." and prefix[-1] != "."
+    seqs = _SEQS_OF_OP.get(op_s)
+    return (seqs is not None and gap_s in _GAP_MODES and prefix != "" and prefix[0] != "." and prefix[-1] != "."
             and ".." not in prefix and 0 < len(batch_id) <= MAX_BATCH_ID_LEN and _NOT_IN_TOKEN.search(batch_id) is None
-            and seq_s.isascii() and seq_s.isdigit() and len(seq_s) <= 19 and int(seq_s) <= INT64_MAX
-            and _seq_fits(int(seq_s), op))
+            and seq_s.isascii() and seq_s.isdigit() and len(seq_s) <= 19 and seqs[0] <= int(seq_s) <= seqs[1])
 
 
 @dataclass(frozen=True, slots=True)

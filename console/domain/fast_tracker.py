@@ -22,17 +22,16 @@ contradicts is retracted (LOSS_RETRACTED):
 
 from __future__ import annotations
 
-import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
 from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject, well_formed
 from console.domain.wire import Tally
-from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Reply, to_reply
+from console.domain.replies import PLAIN_ACK, ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Reply, to_reply
 
 
 @dataclass
@@ -96,9 +95,6 @@ UNTRACKED_STARTS_SAID = 10  # a second at most: the starts of batches not tracke
 REMEMBERED_BODY = 512  # bytes: a refused body up to this long is remembered with its reason
 REMEMBERED_BODIES = 1024  # at most (so at most 512 KiB), forgotten all at once when full
 
-# The server's flow ack, byte for byte (nats-server 2.14+). Anything else takes the full parser.
-# Digits bounded so the values stay in int64 and in the flow range without another check.
-_PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
 
 
 class PerSecond:
@@ -106,13 +102,14 @@ class PerSecond:
 
     def __init__(self, in_all: int, per_key: int | None = None):
         self.in_all, self.per_key = in_all, per_key
-        self._second, self._taken = 0, 0
+        self._since = self._until = datetime.min.replace(tzinfo=timezone.utc)  # the second counted in
+        self._taken = 0
         self._by_key: Counter[str] = Counter()
 
     def left(self, now: datetime, key: str = "") -> bool:
-        second = int(now.timestamp())
-        if second != self._second:
-            self._second, self._taken = second, 0
+        if not self._since <= now < self._until:  # another second
+            self._since = now.replace(microsecond=0)
+            self._until, self._taken = self._since + timedelta(seconds=1), 0
             self._by_key.clear()
         return self._taken < self.in_all and (self.per_key is None or self._by_key[key] < self.per_key)
 
@@ -170,15 +167,15 @@ class FastBatchTracker:
         # Fast path, most of the traffic at low flows: a plain flow ack of a batch already tracked
         # (its subject was validated when the batch was first seen).
         reply: Reply
-        if (plain := _PLAIN_ACK.fullmatch(data)) is not None and 1 <= (msgs := int(plain[2])) <= MAX_FLOW:
-            reply = FlowAck(int(plain[1]), msgs)  # as to_reply reads it, without reading it again
+        if (plain := PLAIN_ACK.fullmatch(data)) is not None and 1 <= (msgs := int(plain[2])) <= MAX_FLOW:
             tokens = subject.rsplit(".", 6)
-            if len(tokens) == 7 and tokens[6] == "$FI" and (known := self.batches.get(tokens[1])) is not None:
+            if len(tokens) == 7 and (known := self.batches.get(tokens[1])) is not None and tokens[6] == "$FI":
                 events: list[BatchEvent] = []
-                self._on_ack(known, reply, now, events)
+                self._on_ack(known, FlowAck(int(plain[1]), msgs), now, events)  # as to_reply reads it
                 return events
             if self._counted_untracked(tokens, now):
                 return []
+            reply = FlowAck(int(plain[1]), msgs)
         else:
             reply = self._read(data)  # the body first: one that is no reply is forged, whatever its subject
             if isinstance(reply, (FlowGap, FlowError, PubAck, ApiError)) and self._unsaid(subject, now):
@@ -400,7 +397,7 @@ class FastBatchTracker:
         """A plain ack of a new batch with no room for it, its start not to be said (a forger's flood of new
         ids, past its share): counted as the whole reading would count it, at a fraction of the cost."""
         prefix = tokens[0]
-        if (len(self.batches) < self.max_batches and self._per_prefix[prefix] < self.max_per_prefix) \
+        if (len(self.batches) < self.max_batches and self._per_prefix.get(prefix, 0) < self.max_per_prefix) \
                 or not self._unknown(tokens) or self._starts_said.left(now):  # said: read in full
             return False
         self.untracked += 1

@@ -11,7 +11,6 @@ subject the server refuses (an id too long, a start at another sequence) is itse
 
 from __future__ import annotations
 
-import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,7 +19,7 @@ from typing import Callable, Mapping
 from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE
 from console.domain.conformance import MAX_EXAMPLES, ClientVerdict, Example, Tallies, client_key
 from console.domain.publisher import Publisher
-from console.domain.replies import ApiError, FlowAck, FlowError, MalformedReply, PubAck, Reply, to_reply
+from console.domain.replies import PLAIN_ACK, ApiError, FlowAck, FlowError, MalformedReply, PubAck, Reply, to_reply
 from console.domain.statements import hooked
 from console.domain.statements.base import (
     BACKOFF_RATE, ON_PUBLISH_SIDE, ON_REPLIES, TOO_MANY_FAST, UNKNOWN_BATCH, Graded,
@@ -34,7 +33,6 @@ LINGER = timedelta(seconds=3)  # an ended batch is kept this long for the refusa
 ASKING_AT_MOST = timedelta(seconds=30)  # and up to this long while who published it is still being asked
 QUIET = timedelta(seconds=5)  # a batch without news this long (and 3 batch timeouts) is folded as it stands
 MAX_ID = 128  # longer ids are kept cut (an id over 64 is already a failure)
-_PLAIN_ACK = re.compile(rb'\{"type":"ack","seq":(\d{1,18}),"msgs":(\d{1,5})\}')
 Resolve = Callable[[str, str, str], Publisher | None]  # (kind, reply prefix, batch id) -> who
 Asking = Callable[[str, str, str], bool]  # (kind, reply prefix, batch id) -> who it is still being asked
 # Each hook's statements, once: the grader calls a statement only where it grades something
@@ -90,7 +88,7 @@ class Grader:
         prefix, bid, flow, gap, seq_s, op = tokens[:6]
         if not bid:
             return False
-        plain = _PLAIN_ACK.fullmatch(data) if not no_responders else None
+        plain = PLAIN_ACK.fullmatch(data) if not no_responders else None
         if plain is not None and op == "1" and (known := self.batches.get(("fast", bid))) is not None:
             known.last = known.last_reply = now  # the hot path: one plain ack of a batch already graded
             known.answered = True

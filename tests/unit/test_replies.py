@@ -1,6 +1,11 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from console.domain import replies
 from console.domain.codes import ERROR_CODES
+from console.domain.fast_ingest import MAX_FLOW
+from console.domain.wire import load_object
 from console.domain.server_versions import ServerRelease
 from console.domain.replies import ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Staged, to_reply
 
@@ -90,3 +95,31 @@ def test_each_code_a_publisher_is_told_about_raises_its_own_error_from_the_one_t
     assert type(batch_server_error(10176, "atomic publish batch is incomplete")) is BatchIncompleteError
     assert type(batch_server_error(10211, "batch publish too many inflight", 429)) is TooManyInflightError
     assert type(batch_server_error(10071, "wrong last sequence: 4")) is BatchServerError  # outside the table
+
+
+_NUMBER = st.one_of(st.integers(-5, 2**64).map(str), st.from_regex(r"0[0-9]{1,3}", fullmatch=True),
+                    st.sampled_from(["", "1e3", "1.0", '"1"', "-0", "99999", "65535", "65536", "9" * 19]))
+
+
+def _full_read(data: bytes):
+    try:
+        return replies._decode(load_object(data, MalformedReply))
+    except MalformedReply:
+        return "refused"
+
+
+@given(_NUMBER, _NUMBER)
+@settings(max_examples=400, deadline=None)
+def test_the_servers_plain_acks_and_gaps_read_without_the_json_parser_as_with_it(first, second):
+    """The tap's fast readers of the server's ack and gap (PLAIN_ACK, PLAIN_GAP) take only what the JSON
+    parser reads, and read it as it does: a leading zero, a sign, a fraction or a number past int64 is the
+    full parser's to refuse or read."""
+    gap = b'{"type":"gap","last_seq":%s,"seq":%s}' % (first.encode(), second.encode())
+    try:
+        fast = to_reply(gap)
+    except MalformedReply:
+        fast = "refused"
+    assert fast == _full_read(gap)
+    ack = b'{"type":"ack","seq":%s,"msgs":%s}' % (first.encode(), second.encode())
+    if (plain := replies.PLAIN_ACK.fullmatch(ack)) is not None and 1 <= int(plain[2]) <= MAX_FLOW:
+        assert FlowAck(int(plain[1]), int(plain[2])) == _full_read(ack)
