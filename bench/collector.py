@@ -90,12 +90,14 @@ class EventWatch:
         self.expect_abandoned = 0
         self.tapped: dict[str, int] = {}  # collector instance -> replies tapped, from its status
         self.gaps: dict[str, asyncio.Future] = {}  # batch id -> when its gap reached the log
+        self.kinds: Counter[str] = Counter()  # events stored, by kind
 
     async def start(self):
         self.sub = await self.nc.subscribe(f"{self.prefix}.>", cb=self._on_event)
 
     async def _on_event(self, msg):
         event = event_from_json(msg.data)
+        self.kinds[event.kind.value] += 1
         if event.kind is EventKind.FAST_PROGRESS:
             self.acks[event.batch_id] += event.acks
         elif event.kind is EventKind.FAST_COMMITTED:
@@ -231,7 +233,7 @@ FLOODS = {
 
 
 async def flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int, body: Callable[[int], bytes], tag: str
-                ) -> tuple[dict[str, tuple[float, float]], float]:
+                ) -> tuple[dict[str, tuple[float, float]], float, Counter[str]]:
     """Seconds until each tap got through `size` replies of the flood, and its messages per CPU-second;
     and how long a real loss sent halfway through took to reach the log. The collector's progress
     shows in its status (every 5 s), the bare tap's when asked (SIGUSR1)."""
@@ -240,10 +242,11 @@ async def flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int, body:
     start_bare = int(bare.stdout.readline())
     before = {who: cpu_seconds(pids[who]) for who in ("bare tap", "collector")}
     start_collector, start = dict(watch.tapped), time.perf_counter()  # only _INBOX's collector grows
+    kinds_before = Counter(watch.kinds)
     for i in range(size):
         bad = body(i)
-        await nc.publish(f"_INBOX.{tag}.f{i}.10.ok.1.0.$FI", bad)
-        await nc.publish(f"{BARE_PREFIX}.{tag}.f{i}.10.ok.1.0.$FI", bad)
+        await nc.publish(f"_INBOX.{tag}.{tag}f{i}.10.ok.1.0.$FI", bad)  # ids of its own: no other flood's
+        await nc.publish(f"{BARE_PREFIX}.{tag}.{tag}f{i}.10.ok.1.0.$FI", bad)
         if i == size // 2:
             loss = asyncio.create_task(real_loss(nc, watch))
         if i % 2000 == 0:
@@ -258,7 +261,7 @@ async def flood(nc, watch: EventWatch, procs: dict, pids: dict, size: int, body:
                 done["bare tap"] = time.perf_counter() - start
         await asyncio.sleep(0.2)
     return ({who: (seconds, size / (cpu_seconds(pids[who]) - before[who])) for who, seconds in done.items()},
-            await loss)
+            await loss, watch.kinds - kinds_before)
 
 
 async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, abandonments: int, flood_size: int,
@@ -348,8 +351,8 @@ async def run(server: EmbeddedServer, tmp: Path, rounds: int, messages: int, aba
     print_floods(floods, flood_size)
 
 
-def print_floods(floods: dict[str, tuple[dict[str, tuple[float, float]], float]], flood_size: int) -> None:
-    for name, (rates_of, loss_seconds) in floods.items():
+def print_floods(floods: dict[str, tuple[dict[str, tuple[float, float]], float, Counter[str]]], flood_size: int) -> None:
+    for name, (rates_of, loss_seconds, kinds) in floods.items():
         print(f"\n{f'flood of {flood_size:,} $FI replies: {name}':<52}{'seconds':>12}{'msgs/CPU-s':>14}")
         for who in ("bare tap", "collector"):
             seconds, per_cpu = rates_of[who]
@@ -357,6 +360,8 @@ def print_floods(floods: dict[str, tuple[dict[str, tuple[float, float]], float]]
         print(f"{'  collector / bare tap, msgs per CPU-second':<52}"
               f"{rates_of['collector'][1] / rates_of['bare tap'][1]:>26.3f} (target >= 0.5)")
         print(f"{'  a real gap sent halfway: its publisher to the log':<52}{loss_seconds:>12.2f} (target <= 1)")
+        print(f"{'  events stored meanwhile':<52}{sum(kinds.values()):>12,} "
+              f"({', '.join(f'{kind} {n:,}' for kind, n in kinds.most_common(4))})")
 
 
 def grader_memory() -> list[tuple[int, int, int]]:

@@ -23,8 +23,9 @@ from console.domain.events import (
     KeyTally,
     MalformedEvent,
     RecentIds,
-    event_from_json,
+    dump_record,
     key_mismatch,
+    refusal,
     verified_event,
 )
 from console.domain.signing import SIGNATURE, signature
@@ -48,16 +49,6 @@ class Appended:
     refused: list[tuple[BatchEvent, str]] = field(default_factory=list)
     retry: list[BatchEvent] = field(default_factory=list)
     error: BaseException | None = None  # the last transient failure, for the log
-
-
-def refusal(body: bytes) -> str | None:
-    """Why this event must not be stored: the readers would refuse it (its stream name makes the
-    subject and its id the Nats-Msg-Id header, so their checks are among the readers')."""
-    try:
-        event_from_json(body)
-    except MalformedEvent as e:
-        return f"readers would refuse it: {e.reason}"
-    return None
 
 
 def _permanent(error: BaseException) -> bool:
@@ -131,9 +122,10 @@ class EventLog:
         prefix = self.settings.subject_prefix
         sent = []
         for event in events:
-            body = event.to_json()
-            if (problem := refusal(body)) is not None:
-                result.refused.append((event, problem))
+            record = event.to_record()
+            body = dump_record(record)
+            if (problem := refusal(record, len(body))) is not None:  # its stream name makes the subject, and
+                result.refused.append((event, f"readers would refuse it: {problem}"))  # its id the Nats-Msg-Id
                 continue
             headers = {MSG_ID: event.event_id}
             if self.settings.key is not None:

@@ -21,7 +21,6 @@ import logging
 import time
 from collections import OrderedDict
 from typing import Callable
-from dataclasses import replace
 
 from console.broker.connection import Connection
 from console.broker.server_info import NoAnswer, ask_connz
@@ -145,7 +144,7 @@ class Publishers:
             if future is not None and event.publisher is None:
                 publisher = future.result() if future.done() else await self._answer(future)
                 if publisher is not None:
-                    event = replace(event, publisher=publisher)
+                    event = event.but(publisher=publisher)
             out.append(self._with_probable_stream(event))
         return out
 
@@ -169,7 +168,7 @@ class Publishers:
                 self._streams.popitem(last=False)
             return event
         probable = self._streams.get(connection)
-        return replace(event, probable_stream=probable) if probable else event
+        return event.but(probable_stream=probable) if probable else event
 
     def _take_token(self) -> bool:
         now = time.monotonic()

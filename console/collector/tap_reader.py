@@ -8,7 +8,6 @@ import asyncio
 import functools
 import logging
 import time
-from dataclasses import replace
 from typing import Callable
 
 from console.broker.capture import LEADER_ELECTIONS, Inbound, Subscriptions, stream_of_subject
@@ -28,7 +27,6 @@ from console.domain.wire import MalformedInput, Tally
 log = logging.getLogger(__name__)
 
 PACED_UP_TO = 1_000  # replies waiting for their turn past which the taps are not paced: behind, not keeping up
-CLOCK_EVERY = 0.001  # seconds: the replies read within one share one time (a flood's reply need not make its own)
 PACED_UP_TO_BYTES = 64 * 1024  # of replies read in one pass, past which the taps are not paced: behind as well
 
 
@@ -47,7 +45,6 @@ class TapReader:
         self.clusters: dict[str, Connection] = {}
         self.queue = ""
         self._last_tap = 0.0
-        self._now, self._clock_read = now(), 0.0  # the replies' time, and when it was read (monotonic)
         self._streams_by_subject: dict[str, str | None] = {}
 
     async def start(self) -> asyncio.Task[None] | None:
@@ -101,20 +98,18 @@ class TapReader:
     def _on_tap(self, msg: Inbound, cluster: str | None = None) -> None:
         self.tapped += 1
         self._tapped_bytes += len(msg.data) + len(msg.subject)
-        if (t := time.monotonic()) - self._clock_read >= CLOCK_EVERY:
-            self._now, self._clock_read = now(), t
-        self._last_tap = t
+        self._last_tap = time.monotonic()
         tracker = self.state.tracker
         if (reason := tracker.refused_before(msg.data)) is not None:  # a flood's body, read once
             self.intake.reject(FI_TAP, reason, msg)
             return
         try:
             if msg.no_responders:  # no stream answered: a lost message of a tracked batch, else nothing
-                events = tracker.no_responders(msg.subject, self._now)
+                events = tracker.no_responders(msg.subject, now())
                 if not events:
                     self.intake.ignored.add("no responders")
             else:
-                events = tracker.observe(msg.subject, msg.data, self._now)
+                events = tracker.observe(msg.subject, msg.data, now())
         except MalformedInput as e:
             if self.grading is not None and not isinstance(e, MalformedReply):  # a subject the server refused
                 self.grading.reply(msg)  # is evidence; a body that is no reply is not
@@ -128,7 +123,7 @@ class TapReader:
             self.grading.reply(msg)
         if events:
             self.publishers.saw(msg.subject)
-            self.intake.put([replace(e, cluster=cluster) for e in events] if cluster else events, FI_TAP)
+            self.intake.put([e.but(cluster=cluster) for e in events] if cluster else events, FI_TAP)
 
     async def _on_publish_side(self, msg: Inbound) -> None:
         if msg.batch_headers:  # an atomic batch's message: open until its commit

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
 
 from console.broker.eventlog import Appended, EventLog
 from console.broker.quarantine import Quarantine
@@ -44,7 +43,7 @@ class EventWriter:
     def put(self, events: list[BatchEvent], source: str) -> None:
         for event in events:
             try:
-                self._queue.put_nowait(replace(event, source=source))
+                self._queue.put_nowait(event.but(source=source))
             except asyncio.QueueFull:
                 self.rejected.add("event queue full")
 

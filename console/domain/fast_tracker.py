@@ -61,9 +61,9 @@ class TrackedBatch:
             return None
         messages = self.last_ack[0] - self.first_ack[0]
         seconds = (self.last_ack[1] - self.first_ack[1]).total_seconds()
-        if messages <= 0 or seconds <= 0:
+        if messages <= 0 or seconds < 0:
             return None
-        return self.flow / (messages / seconds)
+        return 0.0 if seconds == 0 else self.flow / (messages / seconds)  # 0: faster than the clock tells
 
 
 @dataclass

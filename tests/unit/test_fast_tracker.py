@@ -86,6 +86,15 @@ def test_a_batch_silent_past_the_timeout_when_its_rate_said_an_ack_was_due_is_in
     assert tracker.batches == {}
 
 
+def test_acks_faster_than_the_clock_tells_are_a_rate_and_silence_after_them_a_drop():
+    """Two acks read at one instant (a coarse clock, or both in one read of the socket): not a rate unknown."""
+    tracker = FastBatchTracker(batch_timeout=10)
+    ack(tracker, "burst", 0, 0, flow=5)
+    ack(tracker, "burst", 5, 0, flow=5)
+    assert tracker.batches["burst"].ack_interval() == 0
+    assert [e.kind for e in said(tracker.tick(at(10.5)))] == [EventKind.FAST_DROPPED]
+
+
 def test_a_slow_producer_is_slow_not_dropped_and_goes_on_without_any_loss():
     """flow 100, a message every 0.5 s: an ack every 50 s, and the server never drops it."""
     tracker = FastBatchTracker(batch_timeout=10)

@@ -206,3 +206,37 @@ def test_a_search_time_is_a_time_none_or_refused(text):
     assert moment is None if not text.strip() else isinstance(moment, datetime)
     if text == "2026-11-26T10:00:00Z":
         assert moment == datetime(2026, 11, 26, 10, tzinfo=timezone.utc)
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(EVENT_KEYS), json_values, max_size=4))
+@example({"first_lost_seq": 12})
+@example({"detail": "x" * (64 * 1024)})
+@example({"stream": "a b"})
+def test_the_writers_check_refuses_what_readers_would_refuse(over):
+    """The event log's writer checks an event's record as readers will read its JSON, without reading it back."""
+    from console.domain.events import dump_record, refusal
+
+    record = {**EVENT, **over}
+    body = dump_record(record)
+    try:
+        event_from_json(body)
+        readable = True
+    except MalformedEvent:
+        readable = False
+    assert (refusal(record, len(body)) is None) == readable
+
+
+def test_a_copy_with_changes_is_replaces_and_knows_its_fields():
+    from dataclasses import fields, replace
+
+    event = BatchEvent("e.1", EventKind.FAST_GAP, datetime(2026, 11, 27, tzinfo=timezone.utc), "S", "b", seq=5,
+                       first_lost_seq=3, lost=2, detail="lone \ud800 surrogate")
+    for field, value in (("source", "fi_tap"), ("cluster", "c1"), ("stream", None), ("inferred", True)):
+        assert event.but(**{field: value}) == replace(event, **{field: value})
+    copy = event.but(cluster="c2")
+    assert [getattr(copy, f.name) for f in fields(BatchEvent) if f.name != "cluster"] == \
+        [getattr(event, f.name) for f in fields(BatchEvent) if f.name != "cluster"] and event.cluster is None
+    with pytest.raises(TypeError):
+        event.but(clutser="typo")
+    assert event_from_json(event.to_json()) == event  # a text orjson will not write goes by the standard library
