@@ -88,16 +88,17 @@ class Grader:
         prefix, bid, flow, gap, seq_s, op = tokens[:6]
         if not bid:
             return False
+        known = self.batches.get(("fast", bid[:MAX_ID]))
+        new = known is None
+        if new and self._per_prefix.get(prefix, 0) >= self.max_per_prefix:  # one forger's new ids crowd out
+            self.not_graded += 1  # no one (and are counted before their body is read)
+            return False
         plain = PLAIN_ACK.fullmatch(data) if not no_responders else None
-        if plain is not None and op == "1" and (known := self.batches.get(("fast", bid))) is not None:
+        if plain is not None and op == "1" and known is not None and len(bid) <= MAX_ID:
             known.last = known.last_reply = now  # the hot path: one plain ack of a batch already graded
             known.answered = True
             known.acked = max(known.acked, int(plain[1]))
             known.granted = int(plain[2]) or known.granted
-            return False
-        new = ("fast", bid[:MAX_ID]) not in self.batches
-        if new and self._per_prefix[prefix] >= self.max_per_prefix:  # one forger's new ids crowd out no one
-            self.not_graded += 1
             return False
         if not (seq_s.isascii() and seq_s.isdigit()) or len(seq_s) > 18:
             return False
