@@ -14,6 +14,7 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
+from console.broker.acks import Acknowledged
 from console.broker.streams import StreamSpec, ensure_stream
 from console.config import EventLogSettings
 from console.domain.events import (
@@ -51,17 +52,13 @@ class Appended:
     error: BaseException | None = None  # the last transient failure, for the log
 
 
-def _permanent(error: BaseException) -> bool:
-    """The server refused this message itself (a 4xx): sending it again cannot help."""
-    return isinstance(error, nats.js.errors.APIError) and error.code is not None and 400 <= error.code < 500
-
-
 class EventLog:
     def __init__(self, js: JetStreamContext, settings: EventLogSettings = EventLogSettings()):
         self.js = js
         self.settings = settings
         self.skipped = Tally()  # records read and dropped, by reason: never a stall, never a failed run
         self.keys = KeyTally()  # whether the collector's statuses verify with this reader's key
+        self._acked: Acknowledged | None = None  # appends' acknowledgements (their connection's, when first used)
 
     @classmethod
     def over(cls, nc: Client, settings: EventLogSettings = EventLogSettings()) -> EventLog:
@@ -120,7 +117,7 @@ class EventLog:
         """Store events. Each is stored, found a duplicate, refused for good, or left to retry."""
         result = Appended()
         prefix = self.settings.subject_prefix
-        sent = []
+        sent: list[tuple[BatchEvent, tuple[str, bytes, dict[str, str]]]] = []
         for event in events:
             record = event.to_record()
             body = dump_record(record)
@@ -130,31 +127,29 @@ class EventLog:
             headers = {MSG_ID: event.event_id}
             if self.settings.key is not None:
                 headers[SIGNATURE] = signature(self.settings.key, body)
-            try:
-                future = await self.js.publish_async(event.subject(prefix), body, headers=headers)
-            except Exception as e:  # not even sent (reconnecting, buffer full): retry it
-                result.retry.append(event)
-                result.error = e
-                continue
-            sent.append((event, future))
+            sent.append((event, (event.subject(prefix), body, headers)))
         if not sent:
             return result
+        if self._acked is None:
+            self._acked = Acknowledged(self.js._nc, self.settings.stream)
         # Bounded: a reconnect can leave a publish unanswered; it is retried, its id dedupes it.
-        done, _ = await asyncio.wait([f for _, f in sent], timeout=self.settings.append_timeout)
-        for event, future in sent:
-            if future not in done:
-                future.cancel()
+        answers = await self._acked.publish([message for _, message in sent], self.settings.append_timeout)
+        for (event, _), answer in zip(sent, answers):
+            if isinstance(answer, BaseException):  # not even sent (reconnecting, buffer full): retry it
                 result.retry.append(event)
-            elif (error := future.exception()) is None:
-                if future.result().duplicate:
+                result.error = answer
+            elif answer is None:
+                result.retry.append(event)
+            elif answer.error is None:
+                if answer.duplicate:
                     result.duplicates += 1
                 else:
                     result.stored += 1
-            elif _permanent(error):
-                result.refused.append((event, f"the event log refused it: {error}"))
+            elif answer.permanent:
+                result.refused.append((event, f"the event log refused it: {answer.error}"))
             else:
                 result.retry.append(event)
-                result.error = error
+                result.error = RuntimeError(answer.error)
         return result
 
     async def last_seq(self) -> int:
