@@ -13,6 +13,10 @@ from console.broker.connection import Connection
 from console.domain.replies import ApiError, MalformedReply, PubAck, to_reply
 
 
+class NotStored(Exception):
+    """The server did not say it stored a message; why, for whoever sends it again."""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What the server said of one message: stored (a duplicate of one stored before, or not), or why not."""

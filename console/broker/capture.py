@@ -17,7 +17,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.client import JetStreamContext
 
-from console.broker.connection import Connection, asked_again
+from console.broker.connection import Connection, asked_again, repaired
 from console.broker.replies import NO_RESPONDERS_STATUS, is_no_responders
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.atomic_tracker import BATCH_ID, KEPT_HEADERS
@@ -88,6 +88,8 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
         if (reader := readers.get(sid)) is None or sid not in subs:  # another's, or unsubscribed: nats-py's way
             await through(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # nats-py passes None too
             return
+        if not (subject.isascii() and reply.isascii()):
+            subject, reply = repaired(nc, subject, reply)
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
         status = (await nc._process_headers(headers) if headers else None) or {}  # a 503 status, on a reply
@@ -206,6 +208,8 @@ class Subscriptions:
         """Unsubscribe, then handle what the server sent before; after `within` seconds, stop waiting."""
         give_up_at = asyncio.get_running_loop().time() + within
         for sub in self._subs:
+            if (readers := getattr(sub._conn, "_console_readers", None)) is not None:
+                readers.pop(sub._id, None)  # what is left comes nats-py's way, to be handled below
             try:
                 await asyncio.wait_for(sub.drain(), max(0.1, give_up_at - asyncio.get_running_loop().time()))  # type: ignore[no-untyped-call]  # nats-py leaves drain unannotated
             except (asyncio.TimeoutError, nats.errors.Error):

@@ -87,12 +87,57 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
     options = {"error_cb": error_cb, **connect_options(settings), **overrides}
     log.info("connecting to %s", settings.describe())
     if give_up_after is None:
-        return await nats.connect(**options)
+        return guarded(await nats.connect(**options))
     try:
-        return await asyncio.wait_for(nats.connect(**options), give_up_after)
+        return guarded(await asyncio.wait_for(nats.connect(**options), give_up_after))
     except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
         why = f"no answer within {give_up_after:g}s" if isinstance(e, asyncio.TimeoutError) else str(e) or type(e).__name__
         raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None
+
+
+NOT_UTF8 = "_console_not_utf8"  # the connection's count of messages repaired by guarded()
+
+
+def guarded(nc: Client) -> Client:
+    """The connection, its read loop kept from a message whose subject or reply subject is not UTF-8. Any
+    client may publish one, and nats-py, decoding it, ends the read loop of every connection subscribed to
+    it: the connection still says it is connected, and reads nothing more. Such a subject is read with
+    U+FFFD for the bytes that are not UTF-8 (counted: not_utf8()), so the message reaches whoever subscribed,
+    whose own checks refuse it as any other malformed input, and a JetStream consumer's sequence goes on
+    (an ordered consumer that missed it would start again at it, forever)."""
+    through = getattr(nc, "_process_msg", None)
+    if not callable(through) or hasattr(nc, NOT_UTF8):
+        return nc
+    setattr(nc, NOT_UTF8, 0)
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        if not (subject.isascii() and reply.isascii()):
+            subject, reply = repaired(nc, subject, reply)
+        await through(sid, subject, reply, data, headers)
+
+    setattr(nc, "_process_msg", process_msg)
+    return nc
+
+
+def not_utf8(nc: Client) -> int:
+    """Messages whose subject or reply subject the connection read with U+FFFD (guarded)."""
+    return int(getattr(nc, NOT_UTF8, 0))
+
+
+def repaired(nc: Client, subject: bytes, reply: bytes) -> tuple[bytes, bytes]:
+    """A message's subject and reply, each UTF-8: as they are, or (counted, and said now and then) with U+FFFD
+    in place of the bytes that are not."""
+    try:
+        subject.decode(), reply.decode()
+        return subject, reply
+    except UnicodeDecodeError:
+        pass
+    count = not_utf8(nc) + 1
+    setattr(nc, NOT_UTF8, count)
+    if count in (1, 10, 100) or count % 10_000 == 0:
+        log.warning("%d message(s) whose subject or reply is not UTF-8 (the latest on %r): read with U+FFFD in "
+                    "place of the bytes that are not", count, subject[:100])
+    return subject.decode("utf-8", "replace").encode(), reply.decode("utf-8", "replace").encode()
 
 
 # What the rest of the console may ask of a connection it holds; nats-py's own methods are called

@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
-from console.broker.acks import Acknowledged
+from console.broker.acks import Acknowledged, NotStored
 from console.broker.streams import StreamSpec, ensure_stream
 from console.config import EventLogSettings
 from console.domain.events import (
@@ -149,7 +149,7 @@ class EventLog:
                 result.refused.append((event, f"the event log refused it: {answer.error}"))
             else:
                 result.retry.append(event)
-                result.error = RuntimeError(answer.error)
+                result.error = NotStored(answer.error)
         return result
 
     async def last_seq(self) -> int:

@@ -132,7 +132,7 @@ class BatchEvent:
         """The event as its JSON holds it: only the fields set."""
         out: dict[str, Any] = {}
         for key, value in zip(_FIELDS, _values(self)):
-            if value is None or value is False:  # False: `inferred` and `unverified`, the flags' default
+            if value is None or (value is False and key in _FLAGS):  # a flag is written only when raised
                 continue
             if isinstance(value, Publisher):
                 value = value.to_dict()
@@ -161,6 +161,7 @@ class BatchEvent:
 
 _FIELDS = tuple(BatchEvent.__dataclass_fields__)
 _FIELD_SET = frozenset(_FIELDS)
+_FLAGS = frozenset({"inferred", "unverified"})
 _values = attrgetter(*_FIELDS)
 
 

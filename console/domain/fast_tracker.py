@@ -96,7 +96,6 @@ REMEMBERED_BODY = 512  # bytes: a refused body up to this long is remembered wit
 REMEMBERED_BODIES = 1024  # at most (so at most 512 KiB), forgotten all at once when full
 
 
-
 class PerSecond:
     """At most `in_all` a second by the caller's clock, and at most `per_key` of them under one key."""
 

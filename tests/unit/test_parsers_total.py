@@ -240,3 +240,9 @@ def test_a_copy_with_changes_is_replaces_and_knows_its_fields():
     with pytest.raises(TypeError):
         event.but(clutser="typo")
     assert event_from_json(event.to_json()) == event  # a text orjson will not write goes by the standard library
+
+
+def test_a_false_that_is_no_flag_reads_back_false():
+    event = BatchEvent("e.2", EventKind.FAST_COMMITTED, datetime(2026, 11, 27, tzinfo=timezone.utc), "S", "b", eob=False)
+    assert b'"eob":false' in event.to_json() and event_from_json(event.to_json()).eob is False
+    assert b"inferred" not in event.to_json()  # a flag's default is not written
