@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from console.broker.audit_log import Witness
-from console.broker.connection import Connection, is_connected
+from console.broker.connection import Connection, is_connected, not_utf8
 from console.broker.quarantine import Quarantine
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.health import Health, Loops
@@ -20,6 +20,9 @@ from console.collector.writer import EventWriter
 from console.domain.events import BatchEvent, EventKind
 from console.domain.status import CollectorStatus
 from console.domain.wire import Tally
+
+
+NOT_UTF8_REASON = "subject not UTF-8 (read with U+FFFD)"
 
 
 @dataclass
@@ -53,10 +56,14 @@ class StatusReport:
         clock = time.monotonic()
         unhealthy = self.health.verdict(clock, lag, self.loops.stale(clock), self.writer.queued)
         intake, tracker = self.taps.intake, self.state.tracker
+        rejected = dict(intake.rejected)
+        connections = {id(nc): nc for nc in (self.nc, *self.taps.clusters.values())}.values()
+        if repaired := sum(not_utf8(nc) for nc in connections):  # read, and refused by their readers' checks
+            rejected[NOT_UTF8_REASON] = repaired
         return CollectorStatus(
             instance=self.instance, alive_s=round(clock - self.started, 1), connected=is_connected(self.nc),
             healthy=not unhealthy, unhealthy=tuple(unhealthy), events_written=self.writer.events_written,
-            replies_tapped=self.taps.tapped, duplicates=self.writer.duplicates, rejected=dict(intake.rejected),
+            replies_tapped=self.taps.tapped, duplicates=self.writer.duplicates, rejected=rejected,
             errors=dict(self.errors), ignored=dict(intake.ignored), quarantined=self.quarantine.kept,
             not_quarantined=self.quarantine.not_kept, advisory_lag=lag, advisories_durable=self.advisories.durable,
             batches_tracked=len(tracker.batches), batches_untracked=tracker.untracked,

@@ -66,3 +66,30 @@ async def test_an_ordered_consumer_reads_on_past_one(nats_server):
         assert not_utf8(nc) == 1
     finally:
         await nc.close()
+
+
+async def test_the_collector_counts_them_and_goes_on_tapping(nats_server):
+    from console.broker.fast import FastBatch
+    from console.collector.collector import Collector
+    from console.collector.status import NOT_UTF8_REASON
+    from console.config import CollectorSettings
+    from console.domain.events import EventKind
+    from tests.waits import events_for
+
+    nc = await connect(ConnectionSettings(servers=(nats_server.url,)))
+    await nc.jetstream().add_stream(StreamConfig(name="UTF8_FAST", subjects=["utf8fast.>"], allow_batched=True))
+    collector = Collector(nc, CollectorSettings(tick_every=0.1))
+    await collector.start()
+    try:
+        await _raw(nats_server.url, b"PUB _INBOX.\xff.b1.10.ok.2.1.$FI 2\r\n{}\r\n",
+                   b"PUB $JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.\xff 2\r\n{}\r\n")
+        batch = FastBatch(nc, flow=10)
+        for _ in range(5):
+            await batch.add("utf8fast.x", b"x")
+        await batch.commit_eob()
+        await events_for(nc, {batch.batch_id}, lambda es: any(e.kind is EventKind.FAST_COMMITTED for e in es))
+        status = await collector.status()
+        assert status.rejected.get(NOT_UTF8_REASON, 0) >= 2 and status.connected, status.rejected
+    finally:
+        await collector.stop()
+        await nc.close()
