@@ -21,6 +21,7 @@ from console.domain.display import count, size, yes_no
 from console.domain.live_model import LiveModel
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
+from console.domain.wire import stream_name_problem
 from console.ui.formatting import Clocked, coroutine, put, shown, tabulator
 from console.ui.history import incident_link, ledger_frame
 from console.ui.live import active_frame, recent_frame
@@ -97,6 +98,13 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         self._show_head()
         self.refresh()  # what the live model and History hold shows before the server answers
 
+    @param.depends("stream", watch=True)
+    def _refuse_a_name_no_stream_has(self) -> None:
+        """The URL is kept in step with the page after it is made, and the browser's query can arrive then,
+        unchecked (the page was made with the checked one): a name no stream can have is no stream shown."""
+        if self.stream and stream_name_problem(self.stream) is not None:
+            self.stream = ""
+
     def _show_head(self) -> None:
         if not self.stream:
             self._head.object = "## Stream\nOpen a stream from its name on any page, or give `?name=`."
@@ -112,6 +120,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         e = html.escape
         self._show_head()
         if not self.stream:
+            self._settings.object = self._limits.object = self._tap_cost.object = ""  # a refused name's, if any
             return
         self.refresh()
         try:
