@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.client import JetStreamContext
 
 from console.broker.connection import Connection, asked_again, repaired
-from console.broker.replies import NO_RESPONDERS_STATUS, is_no_responders
+from console.broker.replies import is_no_responders, no_responders
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.atomic_tracker import BATCH_ID, KEPT_HEADERS
 from console.errors import CaptureRefusedError
@@ -95,7 +95,7 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
         status = (await nc._process_headers(headers) if headers else None) or {}  # a 503 status, on a reply
         try:
             reader(Inbound(subject.decode(), data, reply.decode() if reply else None,
-                           status.get("Status") == NO_RESPONDERS_STATUS and not data, _NO_HEADERS,
+                           no_responders(status, data), _NO_HEADERS,
                            next(_arrivals), tuple(status.items())))
         except Exception:  # the reader's bug: its message is skipped, never the connection's read loop
             log.exception("a reader failed on a message of %s", subject[:200])

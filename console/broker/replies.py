@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from nats.aio.msg import Msg
 
 from console.domain.replies import ApiError, MalformedReply, Reply, to_reply
@@ -11,7 +13,12 @@ NO_RESPONDERS_STATUS = "503"
 
 
 def is_no_responders(msg: Msg) -> bool:
-    return (msg.headers or {}).get("Status") == NO_RESPONDERS_STATUS and not msg.data
+    return no_responders(msg.headers, msg.data)
+
+
+def no_responders(headers: Mapping[str, str] | None, data: bytes) -> bool:
+    """A 503 status without a body: no stream listened on the subject."""
+    return (headers or {}).get("Status") == NO_RESPONDERS_STATUS and not data
 
 
 def reply_of(msg: Msg) -> Reply:

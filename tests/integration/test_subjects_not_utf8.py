@@ -2,25 +2,14 @@
 every connection subscribed to it. The console's connections (connection.guarded) read it with U+FFFD in
 place of the bytes that are not UTF-8, count it, and go on; readers refuse it as any other malformed input."""
 
-import asyncio
 
 from nats.js.api import StreamConfig
 
 from console.broker.capture import Inbound, Subscriptions
 from console.broker.connection import connect, not_utf8
 from console.config import ConnectionSettings
+from tests.raw_protocol import send_raw
 from tests.waits import wait_until
-
-
-async def _raw(url: str, *lines: bytes) -> None:
-    """Protocol lines as given, from a client of the account (nats-py's own publish would refuse them)."""
-    host, port = url.removeprefix("nats://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    await reader.readline()  # INFO
-    writer.write(b'CONNECT {"verbose":false,"headers":true}\r\n' + b"".join(lines) + b"PING\r\n")
-    await writer.drain()
-    assert (await reader.readline()).startswith(b"PONG")
-    writer.close()
 
 
 async def test_a_subscription_goes_on_reading_past_a_subject_that_is_not_utf8(nats_server):
@@ -35,7 +24,7 @@ async def test_a_subscription_goes_on_reading_past_a_subject_that_is_not_utf8(na
         await nc.subscribe("utf8.*", cb=on_msg)
         await Subscriptions().tap_fast_replies(nc, "_UTF8", tapped.append)
         await nc.flush()
-        await _raw(nats_server.url, b"PUB utf8.\xff\xfe 3\r\nbad\r\n", b"PUB utf8.x utf8.\xc3 5\r\nreply\r\n",
+        await send_raw(nats_server.url, b"PUB utf8.\xff\xfe 3\r\nbad\r\n", b"PUB utf8.x utf8.\xc3 5\r\nreply\r\n",
                    b"PUB _UTF8.b\xff.10.ok.2.1.$FI 3\r\nbad\r\n", b"PUB utf8.\xc3\xa9 4\r\nutf8\r\n",
                    b"PUB utf8.after 5\r\nafter\r\n", b"PUB _UTF8.b.10.ok.2.1.$FI 5\r\nafter\r\n")
         await wait_until(lambda: b"after" in heard and len(tapped) == 2, what="the messages after the hostile ones")
@@ -58,7 +47,7 @@ async def test_an_ordered_consumer_reads_on_past_one(nats_server):
     try:
         await js.add_stream(StreamConfig(name="UTF8_JS", subjects=["utf8js.>"]))
         await js.publish("utf8js.first", b"first")
-        await _raw(nats_server.url, b"PUB utf8js.\xff 3\r\nbad\r\n")
+        await send_raw(nats_server.url, b"PUB utf8js.\xff 3\r\nbad\r\n")
         await js.publish("utf8js.last", b"last")
         await js.subscribe("utf8js.>", ordered_consumer=True, cb=on_msg)
         await wait_until(lambda: len(read) >= 3, what="all three, in order")
@@ -81,7 +70,7 @@ async def test_the_collector_counts_them_and_goes_on_tapping(nats_server):
     collector = Collector(nc, CollectorSettings(tick_every=0.1))
     await collector.start()
     try:
-        await _raw(nats_server.url, b"PUB _INBOX.\xff.b1.10.ok.2.1.$FI 2\r\n{}\r\n",
+        await send_raw(nats_server.url, b"PUB _INBOX.\xff.b1.10.ok.2.1.$FI 2\r\n{}\r\n",
                    b"PUB $JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.\xff 2\r\n{}\r\n")
         batch = FastBatch(nc, flow=10)
         for _ in range(5):

@@ -1,12 +1,12 @@
 """The `$FI` taps read as the connection parses (console.broker.capture._readers_of): in the wire's order,
 a 503 status told as one, a reader's failure costing its message only, and nothing after a drain."""
 
-import asyncio
 import logging
 
 import nats
 
 from console.broker.capture import Inbound, Subscriptions
+from tests.raw_protocol import hpub, send_raw
 from tests.waits import wait_until
 
 PREFIX = "_TAPREAD"
@@ -39,27 +39,14 @@ async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_que
         await tap.close()
 
 
-async def _raw_hpub(url: str, subject: str, header: bytes, payload: bytes = b"") -> None:
-    """A message with the header bytes as given: a status line nats-py's publish cannot write."""
-    host, port = url.removeprefix("nats://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    await reader.readline()  # INFO
-    writer.write(b'CONNECT {"verbose":false,"headers":true}\r\n')
-    writer.write(b"HPUB %s %d %d\r\n%s%s\r\nPING\r\n" % (subject.encode(), len(header), len(header) + len(payload),
-                                                          header, payload))
-    await writer.drain()
-    assert (await reader.readline()).startswith(b"PONG")
-    writer.close()
-
-
 async def test_a_503_status_on_a_reply_is_told_as_no_responders(nats_server, nc):
     """The server sends its own 503 to the publisher alone, so what a tap hears with one was written by a
     client: read as the server's would be, for the tracker to weigh (it counts only a tracked batch's)."""
     heard: list[Inbound] = []
     tap, _ = await _tapped(nats_server.url, heard.append)
     try:
-        await _raw_hpub(nats_server.url, f"{PREFIX}.b503.10.ok.2.1.$FI", b"NATS/1.0 503\r\n\r\n")
-        await _raw_hpub(nats_server.url, f"{PREFIX}.b503.10.ok.3.1.$FI", b"NATS/1.0 503\r\n\r\n", b"body")
+        await send_raw(nats_server.url, hpub(f"{PREFIX}.b503.10.ok.2.1.$FI", b"NATS/1.0 503\r\n\r\n"))
+        await send_raw(nats_server.url, hpub(f"{PREFIX}.b503.10.ok.3.1.$FI", b"NATS/1.0 503\r\n\r\n", b"body"))
         await nc.publish(f"{PREFIX}.b503.10.ok.4.1.$FI", b"")  # an empty body without a status: not a 503
         await wait_until(lambda: len(heard) == 3, what="the two statuses and the empty reply")
         statuses = {m.subject.split(".")[-3]: m.no_responders for m in heard}
