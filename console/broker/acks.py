@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from dataclasses import dataclass, field
 
 from console.broker.capture import Inbound, Subscriptions
 from console.broker.connection import Connection
 from console.domain.replies import ApiError, MalformedReply, PubAck, to_reply
+from console.domain.wire import MalformedInput, stream_name
 
 
 class NotStored(Exception):
@@ -35,9 +37,27 @@ class _Call:
     all_in: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def answer_of(msg: Inbound, stream: str | None = None) -> Answer:
+STORED = Answer()
+
+
+def plain_pub_ack(stream: str) -> re.Pattern[bytes] | None:
+    """The bytes of the server's PubAck of a message `stream` stored, as it writes it with no domain and no
+    duplicate: read at once, as the JSON parser would read it. None for a name its JSON would escape."""
+    if not (stream.isascii() and stream.isprintable()) or '"' in stream or "\\" in stream:
+        return None
+    try:
+        stream_name(stream)  # one a PubAck can name
+    except MalformedInput:
+        return None
+    return re.compile(rb'\{"stream":"' + re.escape(stream.encode()) + rb'","seq":(?:0|[1-9][0-9]{0,17})\}')
+
+
+def answer_of(msg: Inbound, stream: str | None = None, plain: re.Pattern[bytes] | None = None) -> Answer:
     """The server's acknowledgement read totally: anything but a PubAck (of `stream`, when given) or the
-    server's error is no answer it gave (a retry, never a message taken for stored)."""
+    server's error is no answer it gave (a retry, never a message taken for stored). `plain`: `stream`'s
+    plain_pub_ack."""
+    if plain is not None and not msg.no_responders and plain.fullmatch(msg.data) is not None:
+        return STORED
     if msg.no_responders:
         return Answer(error="no responders: no stream took the message")
     try:
@@ -60,6 +80,7 @@ class Acknowledged:
 
     def __init__(self, nc: Connection, stream: str | None = None):
         self.nc, self.stream = nc, stream  # the stream that must acknowledge, when one
+        self._plain = plain_pub_ack(stream) if stream is not None else None  # its usual PubAck, read at once
         self._inbox: str | None = None
         self._subs = Subscriptions()
         self._tokens = itertools.count()
@@ -108,7 +129,7 @@ class Acknowledged:
         token = msg.subject[len(self._inbox or ""):]
         if (call := self._calls.pop(token, None)) is None:  # late, after its caller gave up, or no answer of ours
             return
-        call.answers[token] = answer_of(msg, self.stream)
+        call.answers[token] = answer_of(msg, self.stream, self._plain)
         call.out -= 1
         if not call.out:
             call.all_in.set()

@@ -92,11 +92,15 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
             subject, reply = repaired(nc, subject, reply)
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
-        status = (await nc._process_headers(headers) if headers else None) or {}  # a 503 status, on a reply
+        if headers:  # a 503 status, on a reply
+            status = await nc._process_headers(headers) or {}
+            msg = Inbound(subject.decode(), data, reply.decode() if reply else None, no_responders(status, data),
+                          _NO_HEADERS, next(_arrivals), tuple(status.items()))
+        else:  # nearly every reply
+            msg = Inbound(subject.decode(), data, reply.decode() if reply else None, False, _NO_HEADERS,
+                          next(_arrivals))
         try:
-            reader(Inbound(subject.decode(), data, reply.decode() if reply else None,
-                           no_responders(status, data), _NO_HEADERS,
-                           next(_arrivals), tuple(status.items())))
+            reader(msg)
         except Exception:  # the reader's bug: its message is skipped, never the connection's read loop
             log.exception("a reader failed on a message of %s", subject[:200])
 

@@ -60,6 +60,7 @@ class Quarantine:
         self.available = False
         self._tokens = settings.per_second
         self._refilled = time.monotonic()
+        self._empty_until = 0.0  # no token before then
         self._first: dict[str, int] = {}  # reason -> inputs kept apart
         self._keeping: set[asyncio.Task[None]] = set()  # copies on their way (offer_nowait)
 
@@ -82,9 +83,13 @@ class Quarantine:
 
     def _take_token(self) -> bool:
         now = time.monotonic()
-        self._tokens = min(self.settings.per_second, self._tokens + (now - self._refilled) * self.settings.per_second)
+        if now < self._empty_until:  # a flood past the rate: told by one comparison
+            return False
+        rate = self.settings.per_second
+        self._tokens = min(rate, self._tokens + (now - self._refilled) * rate)
         self._refilled = now
         if self._tokens < 1:
+            self._empty_until = now + (1 - self._tokens) / rate if rate > 0 else float("inf")
             return False
         self._tokens -= 1
         return True

@@ -24,7 +24,7 @@ def now() -> datetime:
 class BatchState:
     def __init__(self, nc: Connection, batch_timeout: float, batch_timeout_source: str, max_batches: int,
                  errors: Tally):
-        self.tracker = FastBatchTracker(batch_timeout, max_batches)
+        self.tracker = FastBatchTracker(batch_timeout, max_batches, clock=now)
         self.batch_timeout_source = batch_timeout_source
         self.atomic = AtomicWatch(nc, batch_timeout, max_batches, errors)
         self._stream_events: asyncio.Queue[BatchEvent] = asyncio.Queue(10_000)

@@ -109,7 +109,7 @@ class TapReader:
                 if not events:
                     self.intake.ignored.add("no responders")
             else:
-                events = tracker.observe(msg.subject, msg.data, now())
+                events = tracker.observe(msg.subject, msg.data)  # its clock, once the body is read
         except MalformedInput as e:
             if self.grading is not None and not isinstance(e, MalformedReply):  # a subject the server refused
                 self.grading.reply(msg)  # is evidence; a body that is no reply is not

@@ -134,7 +134,9 @@ class BatchEvent:
         for key, value in zip(_FIELDS, _values(self)):
             if value is None or (value is False and key in _FLAGS):  # a flag is written only when raised
                 continue
-            if isinstance(value, Publisher):
+            if type(value) in _PLAIN:  # most of them, told at once
+                pass
+            elif isinstance(value, Publisher):
                 value = value.to_dict()
             elif isinstance(value, datetime):
                 value = value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
@@ -162,6 +164,7 @@ class BatchEvent:
 _FIELDS = tuple(BatchEvent.__dataclass_fields__)
 _FIELD_SET = frozenset(_FIELDS)
 _FLAGS = frozenset({"inferred", "unverified"})
+_PLAIN = frozenset({str, int, bool})  # written as they are (a str subclass, an Enum, is not among them)
 _values = attrgetter(*_FIELDS)
 
 

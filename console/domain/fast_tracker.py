@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 
 from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
@@ -122,8 +122,10 @@ class PerSecond:
 
 
 class FastBatchTracker:
-    def __init__(self, batch_timeout: float = 10.0, max_batches: int = 10_000, progress_interval: float = 1.0):
+    def __init__(self, batch_timeout: float = 10.0, max_batches: int = 10_000, progress_interval: float = 1.0,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
         self.batch_timeout = batch_timeout
+        self.clock = clock  # observe's time when none is given: read once the body is, not for a malformed one
         self.max_batches = max_batches
         self.progress_interval = progress_interval
         self.batches: dict[str, TrackedBatch] = {}
@@ -161,12 +163,14 @@ class FastBatchTracker:
                 self._refused_bodies[bytes(data)] = e.reason
             raise
 
-    def observe(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
-        """One tapped reply. Raises InvalidReplySubject or MalformedReply for the caller to count."""
+    def observe(self, subject: str, data: bytes, now: datetime | None = None) -> list[BatchEvent]:
+        """One tapped reply, read at `now` (the clock's, when None). Raises InvalidReplySubject or
+        MalformedReply for the caller to count."""
         # Fast path, most of the traffic at low flows: a plain flow ack of a batch already tracked
         # (its subject was validated when the batch was first seen).
         reply: Reply
         if (plain := PLAIN_ACK.fullmatch(data)) is not None and 1 <= (msgs := int(plain[2])) <= MAX_FLOW:
+            now = now or self.clock()
             tokens = subject.rsplit(".", 6)
             if len(tokens) == 7 and (known := self.batches.get(tokens[1])) is not None and tokens[6] == "$FI":
                 events: list[BatchEvent] = []
@@ -177,6 +181,7 @@ class FastBatchTracker:
             reply = FlowAck(int(plain[1]), msgs)
         else:
             reply = self._read(data)  # the body first: one that is no reply is forged, whatever its subject
+            now = now or self.clock()
             if isinstance(reply, (FlowGap, FlowError, PubAck, ApiError)) and self._unsaid(subject, now):
                 return []
         where = FastReplySubject.parse(subject)
@@ -251,12 +256,15 @@ class FastBatchTracker:
         """Fold pending acks into progress events; judge batches silent past the timeout; report
         10208 losses once their refusals have stopped (or the commit was refused)."""
         events: list[BatchEvent] = []
+        # two instants, not two differences a batch: a tick looks at every batch tracked (10,000 at most)
+        progress_due, timed_out = now - timedelta(seconds=self.progress_interval), now - timedelta(seconds=self.batch_timeout)
         for batch_id, batch in list(self.batches.items()):
-            idle = (now - batch.last_seen).total_seconds()
-            if (now - batch.last_progress).total_seconds() >= self.progress_interval or idle > self.batch_timeout:
-                events += self._flush_progress(batch, now)
-            if idle <= self.batch_timeout:
+            if batch.last_seen >= timed_out:
+                if batch.last_progress <= progress_due:
+                    events += self._flush_progress(batch, now)
                 continue
+            idle = (now - batch.last_seen).total_seconds()
+            events += self._flush_progress(batch, now)
             if self._ack_was_due(batch, idle):
                 self._forget(batch_id)
                 self._close(batch_id, "dropped")

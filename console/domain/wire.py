@@ -9,6 +9,7 @@ oversized bodies). Numbers are bounded by what the protocol allows and what ever
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -76,8 +77,13 @@ def _standard(data: bytes | str, error: type[MalformedInput]) -> Any:
 def bounded_int(value: object, key: str, low: int = 0, high: int = INT64_MAX,
                 error: type[MalformedInput] = MalformedInput) -> int:
     if type(value) is not int or not low <= value <= high:
-        raise error(f"{key!r} is not an integer in {low}..{high}")
+        raise error(_not_an_integer(key, low, high))
     return value
+
+
+@functools.lru_cache(maxsize=256)
+def _not_an_integer(key: str, low: int, high: int) -> str:  # made once: a flood of wrong numbers asks it for each
+    return f"{key!r} is not an integer in {low}..{high}"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

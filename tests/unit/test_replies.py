@@ -123,3 +123,29 @@ def test_the_servers_plain_acks_and_gaps_read_without_the_json_parser_as_with_it
     ack = b'{"type":"ack","seq":%s,"msgs":%s}' % (first.encode(), second.encode())
     if (plain := replies.PLAIN_ACK.fullmatch(ack)) is not None and 1 <= int(plain[2]) <= MAX_FLOW:
         assert FlowAck(int(plain[1]), int(plain[2])) == _full_read(ack)
+
+
+_STREAMS = st.one_of(st.sampled_from(["BATCH_CONSOLE_EVENTS", "S", "a-b", "Ünï", 'q"t', "b\\s", "sp ace", "x.y", ""]),
+                     st.text(max_size=8))
+
+
+@given(_STREAMS, _STREAMS, _NUMBER, st.sampled_from(["", ',"duplicate":true', ',"domain":"hub"', ' ']))
+@settings(max_examples=400, deadline=None)
+def test_the_event_logs_plain_pub_ack_reads_as_the_json_parser_reads_it(expected, named, seq, tail):
+    """The event log's acknowledgements: a stream's plain PubAck, read at once, is stored exactly when
+    the full reading says so (a name its JSON would escape, or one no stream has, is the parser's)."""
+    from console.broker.acks import STORED, answer_of, plain_pub_ack
+    from console.broker.capture import Inbound
+
+    if (plain := plain_pub_ack(expected)) is None:
+        return
+    body = b'{"stream":%s,"seq":%s%s}' % (json_text(named), seq.encode(), tail.encode())
+    fast = answer_of(Inbound("_INBOX.x.1", body), expected, plain)
+    assert fast == answer_of(Inbound("_INBOX.x.1", body), expected)
+    if fast is STORED:
+        assert _full_read(body) == PubAck(expected, int(seq))
+
+
+def json_text(value: str) -> bytes:
+    import json
+    return json.dumps(value, ensure_ascii=False).encode()
