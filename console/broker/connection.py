@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import ssl
+import struct
+import termios
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar, overload
 
@@ -93,6 +96,21 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
     except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
         why = f"no answer within {give_up_after:g}s" if isinstance(e, asyncio.TimeoutError) else str(e) or type(e).__name__
         raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None
+
+
+def unread_bytes(nc: Client) -> int | None:
+    """What the server has sent that this connection has not read yet, in the kernel's receive buffer: a
+    reader that keeps up leaves next to nothing there. None where it cannot be told (no TCP socket to ask)."""
+    transport = getattr(nc, "_transport", None)
+    writer = getattr(transport, "_bare_io_writer", None) or getattr(transport, "_io_writer", None)
+    sock = writer.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return None
+    try:
+        unread: int = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (OSError, ValueError, AttributeError):
+        return None
+    return unread
 
 
 NOT_UTF8 = "_console_not_utf8"  # the connection's count of messages repaired by guarded()

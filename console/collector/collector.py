@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from dataclasses import replace
@@ -24,7 +25,7 @@ from typing import Awaitable, Callable
 
 from console.broker.admin import list_streams
 from console.broker.capture import Subscriptions, stream_cluster
-from console.broker.connection import Connection, close, connected_to, flush, identity
+from console.broker.connection import Connection, close, connected_to, flush, identity, unread_bytes
 from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, clusters_of, own_account, read_varz
@@ -34,7 +35,7 @@ from console.collector.grading import Grading
 from console.collector.health import Health, Loops
 from console.collector.intake import Intake
 from console.collector.kept import WAIT_AT_MOST, KeptMessages
-from console.collector.priority import CpuMode, CpuPriority
+from console.collector.priority import BEHIND_BYTES, CpuMode, CpuPriority
 from console.collector.publishers import Publishers
 from console.collector.atomic_watch import AtomicWatch
 from console.collector.state import BatchState, now
@@ -107,6 +108,7 @@ class Collector:
         self.taps = TapReader(nc, settings, self.intake, self.publishers, self._subs, self.loops, self.errors,
                               stopping, self.grading)
         self.cpu = CpuPriority(CpuMode(settings.cpu)) if settings.cpu else None
+        self._tick_due = math.inf  # when the ticker is next due (the CPU watcher reads it from its thread)
         self.report = StatusReport(nc, self.advisories, self.taps, self.state, self.writer, self.quarantine,
                                    self.publishers, self.loops, self.health, self.errors, self.cpu,
                                    instance=self.report_instance)
@@ -152,7 +154,7 @@ class Collector:
 
     async def start(self) -> None:
         if self.cpu is not None:
-            self.cpu.apply()
+            self.cpu.apply(due=lambda: self._tick_due, behind=self._taps_behind)
         self.report.notes[:] = await self.log.ensure()
         for note in self.report.notes:
             log.info("event log: %s", note)
@@ -294,17 +296,20 @@ class Collector:
         found = self.publishers.lookup("atomic", prefix, batch_id)
         return "" if found is None else found.budget_key()
 
+    def _taps_behind(self) -> bool:
+        """Whether a tap connection has far more from the server than it has read: behind a flood."""
+        taps = [self.nc, *self.taps.clusters.values()]
+        return any((unread_bytes(nc) or 0) >= BEHIND_BYTES for nc in taps)
+
     async def _tick_loop(self) -> None:
         # The first totals a period after the start: they are a baseline, and in a supercluster the stream
         # list crosses a gateway (measured in tests/integration/test_supercluster.py)
         last_status, last_totals = 0.0, time.monotonic()
         while not self._stopping:
             self.loops.beat("ticker")
-            due = time.monotonic() + self.settings.tick_every
+            self._tick_due = time.monotonic() + self.settings.tick_every  # how late it runs: the CPU's watcher
             await asyncio.sleep(self.settings.tick_every)
-            if self.cpu is not None:
-                clock = time.monotonic()
-                self.cpu.on_tick(clock - due, clock)
+            self._tick_due = math.inf  # its work is no lateness
             self.state.tick(self.intake.put)
             if kept := self.intake.kept.tick(now(), timedelta(seconds=self.state.tracker.batch_timeout +
                                                              KEPT_PAST_TIMEOUT)):

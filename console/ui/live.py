@@ -170,11 +170,18 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
         most = max(status.unsaid_by_prefix.items(), key=lambda item: item[1])[0]
         parts.append(f"held back {count(sum(status.unsaid_by_prefix.values()))} replies of batches never seen to "
                      f"start (over {UNTRACKED_SAID_PER_PREFIX} a second from one inbox; most from {printable(most, 60)})")
-    if status and (starved := (status.cpu or {}).get("left_idle_starved")):
+    if status and (starved := _times((status.cpu or {}).get("left_idle_starved"))):
         parts.append(f"collector starved of CPU {starved}x (host saturated)")
+    if status and (behind := _times((status.cpu or {}).get("took_back_behind"))):
+        parts.append(f"collector fell behind the server {behind}x (a flood?) and took its CPU priority back")
     if problem:
         parts.append(problem)
     return " · ".join(parts)
+
+
+def _times(value: object) -> int:
+    """A count from the collector's status, or 0 for anything that is none."""
+    return value if type(value) is int and value > 0 else 0
 
 
 class LivePage(Clocked, pn.viewable.Viewer):

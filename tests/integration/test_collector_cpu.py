@@ -121,3 +121,68 @@ async def test_without_cap_sys_nice_the_collector_never_enters_the_idle_class(na
         assert "could not be left again" in log_path.read_text()
     finally:
         stop(proc)
+
+
+@can_leave_idle
+def test_behind_a_flood_the_collector_takes_its_priority_back_and_gives_it_up_a_minute_after():
+    seen = []
+
+    def on_a_thread_of_its_own():  # scheduling and niceness are per thread: the test process is untouched
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        cpu = CpuPriority("adaptive")
+        cpu.apply()
+        for behind, now in [(True, 0.0), (True, 30.0), (False, 80.0), (False, 91.0)]:
+            cpu.on_tick(0.0, now, behind)
+            seen.append((os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)))
+        seen.append((before, cpu.status()))
+
+    thread = threading.Thread(target=on_a_thread_of_its_own)
+    thread.start()
+    thread.join()
+    before, status = seen[4]
+    taken_back = before if os.geteuid() == 0 else NICE  # lowering a nice needs CAP_SYS_NICE
+    # behind: out of the idle class at its first nice; a minute after the last tick behind, idle at nice 10
+    assert seen[:4] == [(os.SCHED_OTHER, taken_back)] * 3 + [(os.SCHED_IDLE, NICE)]
+    assert status["took_back_behind"] == 1 and status["now"] == "idle class"
+
+
+@can_leave_idle
+async def test_a_flood_that_leaves_the_collector_behind_gives_it_its_priority_back_and_loses_no_real_gap(
+        nats_server, nc, make_stream, tmp_path):
+    from tests.raw_protocol import send_raw
+
+    _, subject = await make_stream(allow_batched=True)
+    log_path = tmp_path / "collect.log"
+    proc = start_collector(nats_server.url, log_path)
+    hogs = []
+    try:
+        await started(proc, log_path)
+        gaps: set[str] = set()
+
+        async def on_gap(msg):
+            gaps.add(event_from_json(msg.data).batch_id)
+
+        await nc.subscribe("batch_console.events.fast_gap.>", cb=on_gap)
+        # the cores busy at normal priority, as a flooding client keeps them: nice 10 alone falls behind
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        body = b'{"type":"gap","last_seq":1,"seq":2}'
+        flood = [b"PUB _INBOX.flood.f%d.10.ok.2.1.$FI %d\r\n%s\r\n" % (i, len(body), body) for i in range(300_000)]
+        await send_raw(nats_server.url, *flood)
+        await wait_until(lambda: "took its priority back" in log_path.read_text(), 30, "the collector behind")
+        if os.geteuid() == 0:
+            assert os.getpriority(os.PRIO_PROCESS, proc.pid) < NICE
+        for hog in hogs:
+            hog.kill()
+        batch = FastBatch(nc, flow=10, gap_mode="fail")  # a real gap, sent behind the flood
+        try:
+            for i in range(20):
+                if i == 10:
+                    batch.skip_seq()
+                await batch.add(f"{subject}.x", b"x")
+        except Exception:
+            pass
+        await wait_until(lambda: batch.batch_id in gaps, 60, "the real gap logged")
+    finally:
+        for hog in hogs:
+            hog.kill()
+        stop(proc)

@@ -61,6 +61,17 @@ def test_status_says_when_the_collector_was_starved_of_cpu():
     assert "starved" not in status_text(model, "connected", None, NOW)
 
 
+def test_status_says_when_the_collector_fell_behind_and_took_its_priority_back():
+    model = LiveModel()
+    status = {"cpu": {"mode": "adaptive", "now": "nice 0", "left_idle_starved": 0, "took_back_behind": 3, "note": ""}}
+    model.apply(BatchEvent("st", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps(status)))
+    text = status_text(model, "connected", None, NOW)
+    assert "collector fell behind the server 3x" in text and "starved" not in text
+    status["cpu"]["took_back_behind"] = "3<script>"  # a forged status: a count that is no count is not said
+    model.apply(BatchEvent("st2", EventKind.COLLECTOR_STATUS, NOW, detail=json.dumps(status)))
+    assert "behind" not in status_text(model, "connected", None, NOW)
+
+
 def test_status_says_a_flood_of_losses_of_batches_never_seen_to_start_was_held_back():
     model = LiveModel()
     status = {"unsaid_by_prefix": {"_INBOX.forger\u0007<b>": 4900, "_INBOX.other": 2}}
