@@ -35,6 +35,16 @@ def stop(proc: subprocess.Popen) -> None:
     assert proc.wait(timeout=30) == 0
 
 
+def busy_cores(count: int) -> list[subprocess.Popen]:
+    """Busy loops at normal priority, as a saturated host or a flooding client keeps its cores."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def idle_cores(hogs: list[subprocess.Popen]) -> None:
+    for hog in hogs:
+        hog.kill()
+
+
 @can_leave_idle
 def test_a_collector_per_system_makes_its_process_nice_10_once_and_a_stopping_one_takes_it_back():
     seen = []
@@ -78,8 +88,7 @@ def test_adaptive_priority_leaves_the_idle_class_when_late_and_tries_it_again_a_
 async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_server, nc, make_stream, tmp_path):
     _, subject = await make_stream(allow_batched=True)
     log_path = tmp_path / "collect.log"
-    proc = start_collector(nats_server.url, log_path)
-    hogs = []
+    proc, hogs = start_collector(nats_server.url, log_path), []
     try:
         await started(proc, log_path)
         assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
@@ -95,7 +104,7 @@ async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_ser
 
         await nc.subscribe("batch_console.events.>", cb=on_event)
         # Every core busy at normal priority: the idle class alone would starve the collector.
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+        hogs = busy_cores(2 * (os.cpu_count() or 1))
         batch = FastBatch(nc, flow=10)
         for _ in range(49_999):
             await batch.add(f"{subject}.x", b"x" * 64)
@@ -105,8 +114,7 @@ async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_ser
         await wait_until(lambda: "back to nice 10" in log_path.read_text(), 30, "the collector left the idle class")
         assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER
     finally:
-        for hog in hogs:
-            hog.kill()
+        idle_cores(hogs)
         stop(proc)
 
 
@@ -153,8 +161,7 @@ async def test_a_flood_that_leaves_the_collector_behind_gives_it_its_priority_ba
 
     _, subject = await make_stream(allow_batched=True)
     log_path = tmp_path / "collect.log"
-    proc = start_collector(nats_server.url, log_path)
-    hogs = []
+    proc, hogs = start_collector(nats_server.url, log_path), []
     try:
         await started(proc, log_path)
         gaps: set[str] = set()
@@ -164,15 +171,14 @@ async def test_a_flood_that_leaves_the_collector_behind_gives_it_its_priority_ba
 
         await nc.subscribe("batch_console.events.fast_gap.>", cb=on_gap)
         # the cores busy at normal priority, as a flooding client keeps them: nice 10 alone falls behind
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        hogs = busy_cores(os.cpu_count() or 1)
         body = b'{"type":"gap","last_seq":1,"seq":2}'
         flood = [b"PUB _INBOX.flood.f%d.10.ok.2.1.$FI %d\r\n%s\r\n" % (i, len(body), body) for i in range(300_000)]
         await send_raw(nats_server.url, *flood)
         await wait_until(lambda: "took its priority back" in log_path.read_text(), 30, "the collector behind")
         if os.geteuid() == 0:
             assert os.getpriority(os.PRIO_PROCESS, proc.pid) < NICE
-        for hog in hogs:
-            hog.kill()
+        idle_cores(hogs)
         batch = FastBatch(nc, flow=10, gap_mode="fail")  # a real gap, sent behind the flood
         try:
             for i in range(20):
@@ -183,6 +189,5 @@ async def test_a_flood_that_leaves_the_collector_behind_gives_it_its_priority_ba
             pass
         await wait_until(lambda: batch.batch_id in gaps, 60, "the real gap logged")
     finally:
-        for hog in hogs:
-            hog.kill()
+        idle_cores(hogs)
         stop(proc)
