@@ -17,6 +17,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.client import JetStreamContext
 
+from console.broker import wire_in
 from console.broker.connection import Connection, asked_again, repaired
 from console.broker.replies import is_no_responders, no_responders
 from console.broker.streams import StreamSpec, ensure_stream
@@ -84,16 +85,15 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
     readers = {}
     through, subs, stats = nc._process_msg, nc._subs, nc.stats
 
-    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        if (reader := readers.get(sid)) is None or sid not in subs:  # another's, or unsubscribed: nats-py's way
-            await through(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # nats-py passes None too
-            return
+    def read_now(sid: int, subject: bytes, reply: bytes, data: bytes, status: dict[str, str] | None = None) -> bool:
+        """The message to its reader, if a reader of this connection's subscribes to it."""
+        if (reader := readers.get(sid)) is None or sid not in subs:  # another's, or unsubscribed
+            return False
         if not (subject.isascii() and reply.isascii()):
             subject, reply = repaired(nc, subject, reply)
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
-        if headers:  # a 503 status, on a reply
-            status = await nc._process_headers(headers) or {}
+        if status:  # a 503 status, on a reply
             msg = Inbound(subject.decode(), data, reply.decode() if reply else None, no_responders(status, data),
                           _NO_HEADERS, next(_arrivals), tuple(status.items()))
         else:  # nearly every reply
@@ -103,9 +103,16 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
             reader(msg)
         except Exception:  # the reader's bug: its message is skipped, never the connection's read loop
             log.exception("a reader failed on a message of %s", subject[:200])
+        return True
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        status = (await nc._process_headers(headers) or {}) if headers and sid in readers else None
+        if not read_now(sid, subject, reply, data, status):  # nats-py's way
+            await through(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # nats-py passes None too
 
     setattr(nc, "_process_msg", process_msg)
     setattr(nc, "_console_readers", readers)
+    wire_in.install(nc, read_now)  # and its MSG lines read without nats-py's parser where it can
     return readers
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import socket
 import ssl
 import struct
 import termios
@@ -98,19 +99,21 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
         raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None
 
 
-def unread_bytes(nc: Client) -> int | None:
-    """What the server has sent that this connection has not read yet, in the kernel's receive buffer: a
-    reader that keeps up leaves next to nothing there. None where it cannot be told (no TCP socket to ask)."""
+def unread(nc: Client) -> tuple[int, int] | None:
+    """What the server has sent that this connection has not read yet, in the kernel's receive buffer, and
+    that buffer's size now (the kernel grows it for a reader that keeps up, so a starved one may have a small
+    one, full): a reader that keeps up leaves next to nothing there. None where it cannot be told."""
     transport = getattr(nc, "_transport", None)
     writer = getattr(transport, "_bare_io_writer", None) or getattr(transport, "_io_writer", None)
     sock = writer.get_extra_info("socket") if writer is not None else None
     if sock is None:
         return None
     try:
-        unread: int = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        waiting: int = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        size: int = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
     except (OSError, ValueError, AttributeError):
         return None
-    return unread
+    return waiting, size
 
 
 NOT_UTF8 = "_console_not_utf8"  # the connection's count of messages repaired by guarded()

@@ -25,7 +25,7 @@ from typing import Awaitable, Callable
 
 from console.broker.admin import list_streams
 from console.broker.capture import Subscriptions, stream_cluster
-from console.broker.connection import Connection, close, connected_to, flush, identity, unread_bytes
+from console.broker.connection import Connection, close, connected_to, flush, identity, unread
 from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, clusters_of, own_account, read_varz
@@ -297,9 +297,12 @@ class Collector:
         return "" if found is None else found.budget_key()
 
     def _taps_behind(self) -> bool:
-        """Whether a tap connection has far more from the server than it has read: behind a flood."""
-        taps = [self.nc, *self.taps.clusters.values()]
-        return any((unread_bytes(nc) or 0) >= BEHIND_BYTES for nc in taps)
+        """Whether a tap connection has far more from the server than it has read (BEHIND_BYTES, or half its
+        receive buffer, which the kernel keeps small for a reader that never kept up): behind a flood."""
+        for nc in [self.nc, *self.taps.clusters.values()]:
+            if (found := unread(nc)) is not None and found[0] >= min(BEHIND_BYTES, found[1] // 2):
+                return True
+        return False
 
     async def _tick_loop(self) -> None:
         # The first totals a period after the start: they are a baseline, and in a supercluster the stream

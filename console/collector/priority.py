@@ -34,6 +34,7 @@ LATE = 0.25  # seconds an event-loop tick may be late before the collector count
 WATCH_EVERY = 0.1  # seconds between the watcher's looks
 RETRY_IDLE = 60.0
 BEHIND_BYTES = 1 << 20  # unread from the server past which the collector is behind (about 15,000 replies)
+BEHIND_LOOKS = 3  # looks in a row that find it behind before it takes its priority back (not a burst's)
 
 
 class CpuMode(str, Enum):
@@ -82,6 +83,7 @@ class CpuPriority:
         self.behind = 0  # times it took its priority back, behind a flood
         self.taken_back = False
         self._behind_at = 0.0
+        self._behind_looks = 0
         self._thread = 0  # the event loop's, once applied
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -119,11 +121,13 @@ class CpuPriority:
                 log.exception("CPU priority watcher")
 
     def on_tick(self, lateness: float, now: float, behind: bool = False) -> None:
-        """`behind`: the server has sent far more than the collector has read (BEHIND_BYTES)."""
-        if behind:
+        """`behind`: the server has sent far more than the collector has read (BEHIND_BYTES), BEHIND_LOOKS
+        looks in a row before it counts."""
+        self._behind_looks = self._behind_looks + 1 if behind else 0
+        if self._behind_looks >= BEHIND_LOOKS:
             self._take_back(now)
         elif self.taken_back:
-            if now - self._behind_at >= RETRY_IDLE:
+            if not behind and now - self._behind_at >= RETRY_IDLE:
                 self._give_up_again()
         elif self.idle and lateness > LATE:
             _set_policy(os.SCHED_OTHER, self._thread)
@@ -131,7 +135,7 @@ class CpuPriority:
             self.starved += 1
             log.warning("ran %.2fs late in the idle class (the host is saturated): back to nice %d for %ds",
                         lateness, NICE, RETRY_IDLE)
-        elif not self.idle and self.starved and now - self._left_at >= RETRY_IDLE:
+        elif not self.idle and self.starved and not behind and now - self._left_at >= RETRY_IDLE:
             self._enter_idle()
 
     def _take_back(self, now: float) -> None:
@@ -148,8 +152,8 @@ class CpuPriority:
             _set_nice(min(self._nice_before, NICE), self._thread)
         except OSError:  # not allowed here: out of the idle class, at nice 10
             pass
-        log.warning("behind the server by over %d bytes (a flood?): took its priority back, now nice %d, until a "
-                    "minute after", BEHIND_BYTES, os.getpriority(os.PRIO_PROCESS, self._thread))
+        log.warning("behind the server (a flood?): took its priority back, now nice %d, until a minute after",
+                    os.getpriority(os.PRIO_PROCESS, self._thread))
 
     def _give_up_again(self) -> None:
         self.taken_back = False
