@@ -6,8 +6,9 @@ message: about 2.9 us a reply, a third of what the collector spent on each in a 
 line with one find and one split and hands the payload to `read_now` (a reader's, at once, in the wire's
 order; False: not one of ours, then nats-py's `_process_msg` as its parser would). Everything else (HMSG,
 PING, INFO, +OK, -ERR, a line that is not what the server writes) goes to nats-py's own parser from where
-it stands, and so does all that follows until its buffer is empty again. A message not all here yet is held
-until the next read, up to MAX_HELD; a longer one is nats-py's to gather (its buffer grows in place).
+it stands, with the rest of that read; the next read takes up what it left at a line's start. A message not
+all here yet is held until the next read, up to MAX_HELD; a longer one is nats-py's to gather (its buffer
+grows in place).
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ def install(nc: Any, read_now: ReadNow) -> bool:
 
     async def parse(data: bytes = b"") -> None:
         nonlocal held
-        if ps.buf or ps.state != idle:  # nats-py is within something: it goes on from there
+        if ps.state != idle:  # nats-py is within a message's payload: it goes on from there
             await original_parse(data)
             return
+        if ps.buf:  # what nats-py began to gather starts at a line: read on from it here (a HMSG, a PING
+            data = bytes(ps.buf) + data  # given to it a read ago, is not every read after it nats-py's)
+            ps.buf.clear()
         buf, held = (held + data if held else bytes(data)), b""
         pos, end, partial = 0, len(buf), False
         while pos < end:

@@ -81,3 +81,29 @@ async def test_any_split_of_the_stream_reads_the_same_and_a_reset_forgets_what_w
         await asyncio.wait_for(conn.flush(), 5)
     finally:
         await conn.close()
+
+
+async def test_after_nats_py_read_a_header_message_the_next_read_is_this_ones_again(nats_server):
+    """A status (HMSG) from a pull request every second would otherwise leave a flood's reads with nats-py: it
+    keeps what it began to gather, and under a flood its buffer is never empty."""
+    conn, heard, _, _ = await _reading(nats_server.url)
+    try:
+        fast_sid = next(sid for sid, sub in conn._subs.items() if sub.subject == "fast.>")
+        through_nats_py = []
+        process_msg = conn._process_msg
+
+        async def counted(sid, subject, reply, data, headers):
+            if sid == fast_sid:
+                through_nats_py.append(subject)
+            await process_msg(sid, subject, reply, data, headers)
+
+        conn._process_msg = counted
+        header = b"NATS/1.0 408 Request Timeout\r\n\r\n"
+        first = b"HMSG fast.status %d %d %d\r\n%s\r\n" % (fast_sid, len(header), len(header), header)
+        flood = b"".join(b"MSG fast.%d %d 2\r\nok\r\n" % (i, fast_sid) for i in range(100))
+        await conn._ps.parse(first + flood[:-7])  # nats-py takes the status and all after it, and holds a part
+        await conn._ps.parse(flood[-7:] + flood)  # read here again, from the part it held
+        assert [m.subject for m in heard] == ["fast.status"] + [f"fast.{i}" for i in range(100)] * 2
+        assert len(through_nats_py) == 100  # the status and the first read's messages (its last one held)
+    finally:
+        await conn.close()
