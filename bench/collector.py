@@ -87,6 +87,7 @@ class EventWatch:
         self.acks: Counter[str] = Counter()
         self.committed: dict[str, asyncio.Event] = {}
         self.abandoned = 0
+        self.abandoned_ids: set[str] = set()
         self.all_abandoned = asyncio.Event()
         self.expect_abandoned = 0
         self.tapped: dict[str, int] = {}  # collector instance -> replies tapped, from its status
@@ -110,7 +111,9 @@ class EventWatch:
             found = self.gaps.setdefault(event.batch_id, asyncio.get_running_loop().create_future())
             if not found.done():
                 found.set_result(time.perf_counter())
-        elif event.kind is EventKind.ATOMIC_ABANDONED and event.stream == "BURST":
+        elif event.kind is EventKind.ATOMIC_ABANDONED and event.stream == "BURST" \
+                and event.event_id not in self.abandoned_ids:  # each collector publishes it; the log keeps one
+            self.abandoned_ids.add(event.event_id)
             self.abandoned += 1
             if self.abandoned >= self.expect_abandoned:
                 self.all_abandoned.set()

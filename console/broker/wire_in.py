@@ -75,7 +75,7 @@ def install(nc: Any, read_now: ReadNow) -> bool:
             if stop + 2 > end:
                 partial = True
                 break
-            if buf[stop:stop + 2] != b"\r\n":
+            if not buf.startswith(b"\r\n", stop):
                 break  # not what the server writes: nats-py's to refuse
             number, payload, pos = int(sid), buf[start:stop], stop + 2
             if not read_now(number, subject, reply, payload):
