@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterable
 
 from sqlalchemy import event, insert
+from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, SQLModel, create_engine, delete, tuple_
 
 from console.config import private_dir
@@ -23,9 +24,21 @@ def open_db(path: str | Path):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=10000")
 
-    SQLModel.metadata.create_all(engine)
-    _add_missing_columns(engine)
+    _make_schema(engine)
     return engine
+
+
+def _make_schema(engine, tries: int = 50) -> None:
+    """The tables and columns missing, made. The parts `up` starts open a fresh file at once: each looks,
+    then makes what it found missing, and a table or column another part made in between is looked at again."""
+    for attempt in range(tries):
+        try:
+            SQLModel.metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except OperationalError as e:
+            if attempt == tries - 1 or not ("already exists" in str(e) or "duplicate column" in str(e)):
+                raise
 
 
 def _add_missing_columns(engine) -> None:
