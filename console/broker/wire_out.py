@@ -17,6 +17,8 @@ import re
 from nats.aio.client import Client
 
 _UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")  # nats-py's publish refuses whitespace and controls too
+_PLAIN_HEADER = re.compile(r"[A-Za-z0-9-]+")  # a key nats-py writes as it is
+_PLAIN_VALUE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\r\n\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?")  # a value too
 _FIELDS = ("_pending", "_pending_data_size", "_flush_queue", "_max_pending_size", "_max_payload", "stats")
 
 
@@ -92,4 +94,31 @@ class AtomicOutgoing(_Outgoing):
         header = b"%b%d\r\n\r\n" % (self._head, seq)
         if self._append(b"HPUB %b %d %d\r\n%b%b\r\n" % (subject_bytes, len(header), len(header) + len(payload),
                                                              header, payload), len(payload)):
+            await self._flush()
+
+
+class HeadedOutgoing(_Outgoing):
+    """Messages each with a reply and headers of its own (the event log's appends: an id and a signature)."""
+
+    MAX_SUBJECTS = 1024  # subjects checked once each (a log's: one a kind and stream)
+
+    def __init__(self, nc: Client):
+        super().__init__(nc)
+        self._checked: dict[str, bytes] = {}
+
+    async def send(self, subject: str, payload: bytes, reply: str, headers: dict[str, str]) -> None:
+        """As `nc.publish(subject, payload, reply, headers)`; headers whose key or value nats-py would
+        rewrite (white space about them, a line break) go through it."""
+        nc = self.nc
+        subject_bytes = self._checked.get(subject)
+        if subject_bytes is None and subject and not _UNSAFE.search(subject) and len(self._checked) < self.MAX_SUBJECTS:
+            subject_bytes = self._checked[subject] = subject.encode()
+        if subject_bytes is None or not self.direct or not nc.is_connected or len(payload) > nc._max_payload \
+                or not reply or _UNSAFE.search(reply) or not all(_PLAIN_HEADER.fullmatch(k) and _PLAIN_VALUE.fullmatch(v)
+                                                                 for k, v in headers.items()):
+            await nc.publish(subject, payload, reply=reply, headers=headers)
+            return
+        header = b"NATS/1.0\r\n%b\r\n" % b"".join(b"%b: %b\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
+        if self._append(b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject_bytes, reply.encode(), len(header),
+                                                              len(header) + len(payload), header, payload), len(payload)):
             await self._flush()

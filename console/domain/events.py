@@ -139,7 +139,7 @@ class BatchEvent:
             elif isinstance(value, Publisher):
                 value = value.to_dict()
             elif isinstance(value, datetime):
-                value = value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+                value = _utc_text(value)
             elif isinstance(value, Enum):
                 value = value.value
             out[key] = value
@@ -152,8 +152,8 @@ class BatchEvent:
         """A copy with these fields changed: dataclasses.replace's, without its cost (it runs a frozen
         __init__ of every field again, the most of an event's cost in the collector's writer)."""
         copy = object.__new__(BatchEvent)
-        for key, value in zip(_FIELDS, _values(self)):
-            object.__setattr__(copy, key, value)
+        for slot, value in zip(_SLOTS, _values(self)):
+            slot.__set__(copy, value)
         for key, value in changes.items():
             if key not in _FIELD_SET:
                 raise TypeError(f"BatchEvent has no field {key!r}")
@@ -163,9 +163,24 @@ class BatchEvent:
 
 _FIELDS = tuple(BatchEvent.__dataclass_fields__)
 _FIELD_SET = frozenset(_FIELDS)
+_SLOTS = tuple(getattr(BatchEvent, key) for key in _FIELDS)  # each field's slot, set past the frozen guard
 _FLAGS = frozenset({"inferred", "unverified"})
 _PLAIN = frozenset({str, int, bool})  # written as they are (a str subclass, an Enum, is not among them)
 _values = attrgetter(*_FIELDS)
+
+
+_last_time: tuple[datetime | None, str] = (None, "")
+
+
+def _utc_text(time: datetime) -> str:
+    """A time as the event's JSON holds it; the last one's text again for the same time (a tick's events
+    share theirs)."""
+    global _last_time
+    if (last := _last_time)[0] is time:  # read once: another thread may set it meanwhile
+        return last[1]
+    text = time.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    _last_time = (time, text)
+    return text
 
 
 def dump_record(record: dict[str, Any]) -> bytes:

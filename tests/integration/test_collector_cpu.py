@@ -84,6 +84,7 @@ def test_adaptive_priority_leaves_the_idle_class_when_late_and_tries_it_again_a_
     assert seen[4]["left_idle_starved"] == 1 and seen[4]["now"] == "idle class"
 
 
+@pytest.mark.alone  # it keeps every core busy on purpose: beside the parallel run it would starve the others
 @can_leave_idle
 async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_server, nc, make_stream, tmp_path):
     _, subject = await make_stream(allow_batched=True)
@@ -157,6 +158,7 @@ def test_behind_a_flood_the_collector_takes_its_priority_back_and_gives_it_up_a_
     assert status["took_back_behind"] == 1 and status["now"] == "idle class"
 
 
+@pytest.mark.alone  # as above: the cores busy on purpose
 @can_leave_idle
 async def test_a_flood_that_leaves_the_collector_behind_gives_it_its_priority_back_and_loses_no_real_gap(
         nats_server, nc, make_stream, tmp_path):
