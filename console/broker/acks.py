@@ -57,10 +57,10 @@ def answer_of(msg: Inbound, stream: str | None = None, plain: re.Pattern[bytes] 
     """The server's acknowledgement read totally: anything but a PubAck (of `stream`, when given) or the
     server's error is no answer it gave (a retry, never a message taken for stored). `plain`: `stream`'s
     plain_pub_ack."""
-    if plain is not None and not msg.no_responders and plain.fullmatch(msg.data) is not None:
-        return STORED
     if msg.no_responders:
         return Answer(error="no responders: no stream took the message")
+    if plain is not None and plain.fullmatch(msg.data) is not None:
+        return STORED
     try:
         reply = to_reply(msg.data)
     except MalformedReply as e:

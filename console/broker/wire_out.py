@@ -23,22 +23,25 @@ _FIELDS = ("_pending", "_pending_data_size", "_flush_queue", "_max_pending_size"
 
 
 class _Outgoing:
+    MAX_SUBJECTS = 1024  # subjects checked once each (a batch's one; the event log's, one a kind and stream)
+
     def __init__(self, nc: Client):
         self.nc = nc
         self.direct = all(hasattr(nc, f) for f in _FIELDS)  # else every message through nc.publish
-        self._subject: str | None = None
-        self._subject_bytes = b""
+        self._checked: dict[str, bytes] = {}  # subject -> its bytes, found safe
 
     def _writable(self, subject: str, payload: bytes) -> bytes | None:
         """The subject's bytes when this message may go straight to the buffer; None: through nc.publish."""
         nc = self.nc
         if not self.direct or not nc.is_connected or len(payload) > nc._max_payload:
             return None
-        if subject != self._subject:
+        if (found := self._checked.get(subject)) is None:
             if not subject or _UNSAFE.search(subject):
                 return None  # nats-py's publish raises its own BadSubjectError
-            self._subject, self._subject_bytes = subject, subject.encode()
-        return self._subject_bytes
+            found = subject.encode()
+            if len(self._checked) < self.MAX_SUBJECTS:
+                self._checked[subject] = found
+        return found
 
     def _append(self, command: bytes, payload_size: int) -> bool:
         """The command in nats-py's buffer; True when its flusher is to be woken or waited for."""
@@ -100,23 +103,12 @@ class AtomicOutgoing(_Outgoing):
 class HeadedOutgoing(_Outgoing):
     """Messages each with a reply and headers of its own (the event log's appends: an id and a signature)."""
 
-    MAX_SUBJECTS = 1024  # subjects checked once each (a log's: one a kind and stream)
-
-    def __init__(self, nc: Client):
-        super().__init__(nc)
-        self._checked: dict[str, bytes] = {}
-
     async def send(self, subject: str, payload: bytes, reply: str, headers: dict[str, str]) -> None:
         """As `nc.publish(subject, payload, reply, headers)`; headers whose key or value nats-py would
         rewrite (white space about them, a line break) go through it."""
-        nc = self.nc
-        subject_bytes = self._checked.get(subject)
-        if subject_bytes is None and subject and not _UNSAFE.search(subject) and len(self._checked) < self.MAX_SUBJECTS:
-            subject_bytes = self._checked[subject] = subject.encode()
-        if subject_bytes is None or not self.direct or not nc.is_connected or len(payload) > nc._max_payload \
-                or not reply or _UNSAFE.search(reply) or not all(_PLAIN_HEADER.fullmatch(k) and _PLAIN_VALUE.fullmatch(v)
-                                                                 for k, v in headers.items()):
-            await nc.publish(subject, payload, reply=reply, headers=headers)
+        if (subject_bytes := self._writable(subject, payload)) is None or not reply or _UNSAFE.search(reply) \
+                or not all(_PLAIN_HEADER.fullmatch(k) and _PLAIN_VALUE.fullmatch(v) for k, v in headers.items()):
+            await self.nc.publish(subject, payload, reply=reply, headers=headers)
             return
         header = b"NATS/1.0\r\n%b\r\n" % b"".join(b"%b: %b\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
         if self._append(b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject_bytes, reply.encode(), len(header),

@@ -299,7 +299,7 @@ class Collector:
     def _taps_behind(self) -> bool:
         """Whether a tap connection has far more from the server than it has read (BEHIND_BYTES, or half its
         receive buffer, which the kernel keeps small for a reader that never kept up): behind a flood."""
-        for nc in [self.nc, *self.taps.clusters.values()]:
+        for nc in self.taps.connections():
             if (found := unread(nc)) is not None and found[0] >= min(BEHIND_BYTES, found[1] // 2):
                 return True
         return False

@@ -57,8 +57,7 @@ class StatusReport:
         unhealthy = self.health.verdict(clock, lag, self.loops.stale(clock), self.writer.queued)
         intake, tracker = self.taps.intake, self.state.tracker
         rejected = dict(intake.rejected)
-        connections = {id(nc): nc for nc in (self.nc, *self.taps.clusters.values())}.values()
-        if repaired := sum(not_utf8(nc) for nc in connections):  # read, and refused by their readers' checks
+        if repaired := sum(not_utf8(nc) for nc in self.taps.connections()):  # read, and refused by their readers' checks
             rejected[NOT_UTF8_REASON] = repaired
         return CollectorStatus(
             instance=self.instance, alive_s=round(clock - self.started, 1), connected=is_connected(self.nc),

@@ -47,6 +47,10 @@ class TapReader:
         self._last_tap = 0.0
         self._streams_by_subject: dict[str, str | None] = {}
 
+    def connections(self) -> list[Connection]:
+        """Each connection the taps read from, once (its own cluster's is the collector's)."""
+        return list({id(nc): nc for nc in (self.nc, *self.clusters.values())}.values())
+
     async def start(self) -> asyncio.Task[None] | None:
         """Subscribes; the pacer's task, when pacing is asked for."""
         # Read as the connection parses them, in the wire's order (an election comes before the refusals it
