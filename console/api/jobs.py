@@ -37,7 +37,10 @@ def _whole(value: object) -> object:
 def _number(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError("a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int no float holds (JSON's 1 and 400 zeros): refused, not a 500
+        raise ValueError("a number a float holds") from None
 
 
 Whole = Annotated[int, BeforeValidator(_whole)]

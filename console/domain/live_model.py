@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 from console.domain.conformance import Verdicts
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
+from console.domain.fast_tracker import SLOW_GIVE_UP
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
 
@@ -24,6 +25,9 @@ ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.F
 OPENING_KINDS = (EventKind.FAST_STARTED, EventKind.FAST_PROGRESS, EventKind.FAST_FLOW_CHANGED, EventKind.FAST_GAP)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # a batch not heard from yet sorts oldest
+# Past its batch timeout and this, a batch the collector tracks has been said slow or dropped: one still
+# quiet is one it does not track (a gap of a batch whose start it never saw, or a forger's), not active.
+QUIET_GRACE = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class LiveModel:
         self.retracted = 0  # losses a later reply showed were not losses
         self.warnings: deque[BatchEvent] = deque(maxlen=20)  # streams whose open atomic batches were dropped unseen
         self.blind_windows: deque[tuple[datetime, datetime, str]] = deque(maxlen=20)  # (from, to, why): see capture_watch
+        self.quiet_retired = 0  # active batches left out once quiet past what the collector would judge
         self.rejected: Counter[str] = Counter()  # stream -> fast batches refused for too many in flight (429)
         self.version = 0  # bumps on every change: views redraw only when it moved
         self._ended: deque[str] = deque(maxlen=1000)  # late events of these do not reopen them
@@ -123,6 +128,7 @@ class LiveModel:
                 self.collector, self.collector_seen = CollectorStatus.from_json(event.detail or ""), event.time
             except MalformedInput:
                 pass
+            self._retire_quiet(self.last_event)
             return
         if event.kind in LOST_KINDS:
             self._keep_lost(lost_batch(event, self.system))
@@ -218,6 +224,19 @@ class LiveModel:
             batch.gaps += 1
             batch.lost += event.lost or 0
             batch.gap_points.append((event.time, event.seq, event.lost))
+
+    def _retire_quiet(self, now: datetime) -> None:
+        """Out of the active list: batches not heard from since the collector would have judged them
+        (a status comes every few seconds, so this runs when nothing else happens too)."""
+        timeout = self.collector.batch_timeout if self.collector else 10.0
+        timeout = timeout if 1 <= timeout <= 3600 else 10.0  # a status is read from the wire: any number
+        quiet = now - timedelta(seconds=timeout) - QUIET_GRACE
+        given_up = quiet - timedelta(seconds=SLOW_GIVE_UP)  # a slow batch is forgotten, unsaid, after this
+        for batch_id, batch in list(self.active.items()):
+            if (batch.last_event or EPOCH) < (given_up if batch.slow else quiet):
+                del self.active[batch_id]
+                self.quiet_retired += 1
+                self.version += 1
 
     # -- reads for the views ---------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any
 from console.domain.wire import MalformedInput, load_object
 
 MAX_STATUS = 64 * 1024
+MAX_NUMBER = 2**53  # any count or duration past this was not written by a collector
 
 
 class MalformedStatus(MalformedInput):
@@ -76,16 +77,16 @@ def _typed(name: str, kind: str, value: Any) -> Any:
     """The JSON value as the field's type; MalformedStatus when it is not that."""
     if kind == "str" and isinstance(value, str):
         return value[:1000]
-    if kind in ("int", "int | None") and type(value) is int and value >= 0:
+    if kind in ("int", "int | None") and type(value) is int and 0 <= value <= MAX_NUMBER:
         return value
-    if kind == "float" and type(value) in (int, float) and value >= 0:
+    if kind == "float" and type(value) in (int, float) and 0 <= value <= MAX_NUMBER:  # not inf, nan or 1e400
         return float(value)
     if kind == "bool" and type(value) is bool:
         return value
     if kind == "tuple[str, ...]" and isinstance(value, list):
         return tuple(str(v)[:300] for v in value[:50])
     if kind == "dict[str, int]":
-        if isinstance(value, dict) and all(type(v) is int and v >= 0 for v in value.values()):
+        if isinstance(value, dict) and all(type(v) is int and 0 <= v <= MAX_NUMBER for v in value.values()):
             return {str(k)[:200]: v for k, v in value.items()}
     elif kind.startswith("dict[str, ") and isinstance(value, dict):
         return value

@@ -50,7 +50,7 @@ class StreamBatchSettings:
 
 def _seconds(nanos: Any) -> float:
     """A duration of the API (nanoseconds) in seconds; 0 for none."""
-    return nanos / 1e9 if isinstance(nanos, (int, float)) and nanos > 0 else 0.0
+    return nanos / 1e9 if isinstance(nanos, (int, float)) and 0 < nanos < 2**63 else 0.0  # the API's int64
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,8 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     ("PATCH", "/streams/TEAM_A", ["allow_batched"], 422),
     ("PATCH", "/streams/TEAM_A", {"persist_mode": "fast"}, 422),
     ("PATCH", "/streams/NO_SUCH", {"allow_batched": True}, 404),
+    ("POST", "/searches", {"stream": "TEAM_A", "max_seconds": 10**400}, 422),  # no float holds it: was a 500
+    ("POST", "/searches", {"stream": "TEAM_A", "max_scanned": 1e308}, 422),
 ])
 def test_hostile_parameters_are_refused_as_problems_never_a_5xx(console, method, path, body, status):
     answer = call(console, method, path, json=body)

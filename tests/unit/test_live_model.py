@@ -225,3 +225,39 @@ def test_a_loss_in_a_supercluster_keeps_its_cluster_and_live_shows_it():
     frame = recent_frame(model)
     assert list(frame["cluster"]) == ["west"] and list(frame.columns)[-2:] == ["cluster", "investigate"]
     assert "cluster" not in recent_frame(LiveModel()).columns  # one cluster: no column
+
+
+def status(seconds, detail="{}"):
+    return BatchEvent(f"status.{seconds}", EventKind.COLLECTOR_STATUS, at(seconds), detail=detail)
+
+
+def test_a_batch_heard_only_from_a_gap_leaves_the_active_list_once_quiet_and_a_slow_one_stays():
+    """A gap of a batch the collector never saw start (a forger's, or one whose start it missed) is a loss,
+    said; the batch is active while heard from, not for ever: a tracked one is said slow or dropped once
+    silent past the batch timeout, so one still quiet after that is not tracked."""
+    model = LiveModel()
+    model.apply(status(0, '{"batch_timeout": 5}'))
+    model.apply(BatchEvent("g", EventKind.FAST_GAP, at(1), None, "forged", gap_mode="ok", seq=10, first_lost_seq=1, lost=9))
+    model.apply(BatchEvent("p", EventKind.FAST_PROGRESS, at(1), None, "slow", gap_mode="ok", flow=10, seq=10, acks=1))
+    model.apply(BatchEvent("sl", EventKind.FAST_SLOW, at(7), None, "slow", gap_mode="ok", flow=10, seq=10))
+    model.apply(BatchEvent("p2", EventKind.FAST_PROGRESS, at(14), None, "live", gap_mode="ok", flow=10, seq=10, acks=1))
+    model.apply(status(15, '{"batch_timeout": 5}'))
+    assert set(model.active) == {"forged", "slow", "live"}  # 14 s quiet: the timeout (5) and the grace (10) not yet
+    model.apply(status(17, '{"batch_timeout": 5}'))
+    assert set(model.active) == {"slow", "live"} and model.quiet_retired == 1
+    model.apply(status(30, '{"batch_timeout": 5}'))
+    assert set(model.active) == {"slow"}  # the slow one: until the collector forgets it unsaid (600 s)
+    model.apply(status(30 + 600, '{"batch_timeout": 5}'))
+    assert model.active == {} and model.quiet_retired == 3
+    model.apply(BatchEvent("g2", EventKind.FAST_GAP, at(700), None, "forged", gap_mode="ok", seq=20, first_lost_seq=11, lost=9))
+    assert set(model.active) == {"forged"}  # quiet is not ended: heard from again, active again
+
+
+def test_a_status_with_any_batch_timeout_retires_by_a_sane_one():
+    model = LiveModel()
+    model.apply(BatchEvent("g", EventKind.FAST_GAP, at(0), None, "b", gap_mode="ok", seq=10, first_lost_seq=1, lost=9))
+    for i, timeout in enumerate(["1e308", "0", "1e-300", "1" + "0" * 400, "Infinity", "NaN"]):
+        model.apply(status(10 + i, '{"batch_timeout": %s}' % timeout))
+        assert "b" in model.active, timeout  # 10 s and the grace: not quiet yet, whatever the status says
+    model.apply(status(21))
+    assert model.active == {}

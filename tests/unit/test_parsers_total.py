@@ -151,6 +151,10 @@ STATUS_KEYS = ["instance", "healthy", "unhealthy", "rejected", "events_written",
 
 @SETTINGS
 @given(bodies(STATUS_KEYS, {"instance": "c1", "events_written": 3}))
+@example('{"batch_timeout": 1' + "0" * 400 + "}")  # an int no float holds: was an OverflowError
+@example('{"batch_timeout": Infinity}')
+@example('{"batch_timeout": NaN}')
+@example('{"events_written": 1' + "0" * 400 + "}")
 def test_collector_statuses_read_back_or_are_malformed(body):
     from console.domain.status import CollectorStatus
 
