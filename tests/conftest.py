@@ -60,9 +60,23 @@ def pytest_itemcollected(item):
 
 
 def pytest_collection_modifyitems(items):
-    """Browser tests last: pytest-playwright's session loop breaks pytest-asyncio tests after it (each
-    parallel worker takes the groups in this order, so the browser tests are its last too)."""
-    items.sort(key=lambda item: "/tests/ui/" in str(item.path))
+    """The order the parallel workers take the groups in: the longest first (every Spark test on one
+    session, every cluster one at a time), then the browser groups spread among the others in proportion,
+    so that three browsers and their consoles are not all drawing at once at the end while the cores idle
+    at the start, when most tests wait on a server or a timer. (tests/ui/conftest.py stops Playwright at
+    each module's end, so a worker can take an asyncio test after a browser one.)"""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(item.get_closest_marker("xdist_group").args[0], []).append(item)
+    first = [name for name in LONGEST_GROUPS if name in groups]
+    browser = [name for name in groups if name not in first and "/tests/ui/" in str(groups[name][0].path)]
+    other = [name for name in groups if name not in first and name not in browser]
+    spread = sorted(browser + other, key=lambda name: (browser.index(name) + 0.5) / len(browser) if name in browser
+                    else (other.index(name) + 0.5) / len(other))
+    items[:] = [item for name in first + spread for item in groups[name]]
+
+
+LONGEST_GROUPS = ("spark", "cluster")
 
 
 def _group(item) -> str:

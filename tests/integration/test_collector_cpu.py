@@ -86,7 +86,7 @@ def test_adaptive_priority_leaves_the_idle_class_when_late_and_tries_it_again_a_
 
 @pytest.mark.alone  # it keeps every core busy on purpose: beside the parallel run it would starve the others
 @can_leave_idle
-async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_server, nc, make_stream, tmp_path):
+async def test_a_starved_collector_leaves_the_idle_class_and_misses_no_ack(nats_server, nc, make_stream, tmp_path):
     _, subject = await make_stream(allow_batched=True)
     log_path = tmp_path / "collect.log"
     proc, hogs = start_collector(nats_server.url, log_path), []
@@ -112,7 +112,9 @@ async def test_starved_collector_goes_back_to_nice_10_and_misses_no_ack(nats_ser
         await batch.commit(f"{subject}.x", b"x")
         await asyncio.wait_for(committed.wait(), 60)
         assert acks[batch.batch_id] == batch.acks
-        await wait_until(lambda: "back to nice 10" in log_path.read_text(), 30, "the collector left the idle class")
+        # Starved (late on its clock), or behind (the server's bytes piling up unread): whichever it saw first.
+        await wait_until(lambda: any(said in log_path.read_text() for said in ("back to nice 10", "took its priority back")),
+                         30, "the collector left the idle class")
         assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER
     finally:
         idle_cores(hogs)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import expect, sync_playwright
 
 from tests.processes import CLI, free_port, wait_collecting, wait_http
 from tests.waits import poll_until
@@ -29,14 +29,46 @@ def browser_type_launch_args(browser_type_launch_args):
     }
 
 
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args):
-    """scripts/screenshots.sh asks for the dark theme once: the frame's cookie, set before any page."""
+# Playwright and its browser for one module at a time, not the session: its sync API keeps an event loop
+# marked running in the thread while it is started, so a pytest-asyncio test after a browser test on the
+# same worker could not run ("Cannot run the event loop while another loop is running"). Stopped at each
+# module's end, the worker takes any group next: the browser tests need not all wait for the last.
+@pytest.fixture(scope="module")
+def playwright(_pw_api_request_contexts):
+    pw = sync_playwright().start()
+    if _pw_api_request_contexts:
+        _pw_api_request_contexts.instrument(pw)
+    yield pw
+    pw.stop()
+
+
+@pytest.fixture(scope="module")
+def browser_type(playwright, browser_name):
+    return getattr(playwright, browser_name)
+
+
+@pytest.fixture(scope="module")
+def launch_browser(browser_type_launch_args, browser_type):
+    return lambda **kwargs: browser_type.launch(**{**browser_type_launch_args, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def browser(launch_browser):
+    launched = launch_browser()
+    yield launched
+    launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser_context_args():
+    """Nothing but what scripts/screenshots.sh asks for once, the dark theme: the frame's cookie, set before
+    any page (pytest-playwright's own reads --device, --base-url and --video, which no test here takes,
+    from a Playwright of the session's)."""
     if os.environ.get("BATCH_CONSOLE_SCREENSHOT_THEME") != "dark":
-        return browser_context_args
+        return {}
     cookie = {"name": "bc_theme", "value": "dark", "domain": "127.0.0.1", "path": "/", "expires": -1,
               "httpOnly": False, "secure": False, "sameSite": "Strict"}
-    return {**browser_context_args, "storage_state": {"cookies": [cookie], "origins": []}}
+    return {"storage_state": {"cookies": [cookie], "origins": []}}
 
 
 @pytest.fixture(scope="session")
