@@ -3,7 +3,7 @@ page reads a dataclass (StreamBatchSettings, Finding), the API answers that same
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 from fastapi import Path
@@ -12,6 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from console.domain.checks import Finding
 
 MAX_PAGE = 1000
+EARLIEST_TIME, LATEST_TIME = datetime(1900, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 
 def _rfc3339(value: object) -> object:
@@ -19,9 +20,14 @@ def _rfc3339(value: object) -> object:
     if not isinstance(value, str) or len(value) > 64 or "T" not in value.upper():
         raise ValueError("a time as RFC 3339 writes it: 2026-11-27T10:00:00Z")
     try:
-        return datetime.fromisoformat(value.upper().replace(":60", ":59"))  # a leap second, one earlier
+        moment = datetime.fromisoformat(value.upper().replace(":60", ":59"))  # a leap second, one earlier
     except ValueError:
         raise ValueError("a time as RFC 3339 writes it: 2026-11-27T10:00:00Z") from None
+    if moment.tzinfo is None:
+        raise ValueError("a time with its offset, as RFC 3339 writes it: 2026-11-27T10:00:00Z")
+    # Before 1900 reads as 1900, after 9000 as 9000 (nothing the console holds is outside): a window of
+    # days either side of it is still a time (year 1 less a week was a 500)
+    return min(max(moment, EARLIEST_TIME), LATEST_TIME)
 
 
 Time = Annotated[datetime, BeforeValidator(_rfc3339)]
