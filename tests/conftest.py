@@ -71,9 +71,8 @@ def pytest_collection_modifyitems(items):
     first = [name for name in LONGEST_GROUPS if name in groups]
     browser = [name for name in groups if name not in first and "/tests/ui/" in str(groups[name][0].path)]
     other = [name for name in groups if name not in first and name not in browser]
-    spread = sorted(browser + other, key=lambda name: (browser.index(name) + 0.5) / len(browser) if name in browser
-                    else (other.index(name) + 0.5) / len(other))
-    items[:] = [item for name in first + spread for item in groups[name]]
+    place = {name: (i + 0.5) / len(names) for names in (browser, other) for i, name in enumerate(names)}
+    items[:] = [item for name in first + sorted(place, key=place.__getitem__) for item in groups[name]]
 
 
 LONGEST_GROUPS = ("spark", "cluster")

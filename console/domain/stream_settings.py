@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from console.domain.wire import INT64_MAX
+
 REQUIRED_LEVEL_KEY = "_nats.req.level"
 ATOMIC_API_LEVEL = 2  # nats-server 2.12
 BATCHED_API_LEVEL = 4  # nats-server 2.14 (ADR-50 says 3; the server records 4)
@@ -50,7 +52,7 @@ class StreamBatchSettings:
 
 def _seconds(nanos: Any) -> float:
     """A duration of the API (nanoseconds) in seconds; 0 for none."""
-    return nanos / 1e9 if isinstance(nanos, (int, float)) and 0 < nanos < 2**63 else 0.0  # the API's int64
+    return nanos / 1e9 if isinstance(nanos, (int, float)) and 0 < nanos <= INT64_MAX else 0.0
 
 
 @dataclass(frozen=True)
