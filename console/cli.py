@@ -27,8 +27,8 @@ from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.collector.kept import KeptMessages
 from console.config import (
-    EMBEDDED_SYSTEM_USER, KEY_WAIT, SERVER_READY, SYSTEM_PASSWORD_FILE, Settings, add_flags, beside_up, load,
-    Watched, private_dir, private_file, spark_options,
+    EMBEDDED_SYSTEM_USER, KEY_WAIT, METRICS_FD_ENV, SERVER_READY, SYSTEM_PASSWORD_FILE, Settings, add_flags,
+    beside_up, load, Watched, private_dir, private_file, spark_options,
 )
 from console.domain.audit import CLI
 from console.domain.fast_ingest import GapMode
@@ -460,7 +460,7 @@ def _serve_metrics(metrics, settings: Settings) -> None:
     from console.alerting.metrics import serve_metrics
 
     try:
-        server = serve_metrics(metrics, settings.alerting.metrics_port)
+        server = serve_metrics(metrics, settings.alerting.metrics_port, inherited=os.environ.get(METRICS_FD_ENV))
     except OSError as e:  # not NATS: the port is taken
         raise ConfigError(f"cannot serve /metrics on 127.0.0.1:{settings.alerting.metrics_port}: {e}") from None
     print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)

@@ -754,6 +754,7 @@ def private_dir(path: Path) -> Path:
 
 SERVER_READY = "ready.json"  # in the embedded server's store: its URLs, written once it runs
 UP_FILE = "up.json"  # in the data directory: every URL a running `up` chose, for the commands run beside it
+METRICS_FD_ENV = "BATCH_CONSOLE_METRICS_LISTENER_FD"  # the socket `up` listens on for its alerts part's /metrics
 SYSTEM_PASSWORD_FILE = "system.password"  # in the embedded server's store: its system account user's (0600)
 EMBEDDED_SYSTEM_USER = "system"
 

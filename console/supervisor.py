@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, UP_FILE, AlertingSettings, AnalyticsSettings,
-                            ConnectionSettings, Settings, SystemAccountSettings, child_env, embedded_system_password,
-                            env_name, host_in_url, private_dir, private_file)
+from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_FILE, AlertingSettings,
+                            AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings, child_env,
+                            embedded_system_password, env_name, host_in_url, private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConfigError, ConsoleError
 
@@ -52,6 +52,7 @@ class Part:
     started_at: float = 0.0
     last_exit: str | None = None
     log_from: int = 0  # where this start's output begins in the log, which keeps every start's
+    pass_fds: tuple[int, ...] = ()  # the supervisor's sockets each start inherits
 
     def start(self) -> None:
         self.restart_at, self.started_at = None, time.monotonic()
@@ -59,7 +60,7 @@ class Part:
         self.log_from = log.seek(0, os.SEEK_END)
         self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True,  # Ctrl-C reaches the supervisor, not each part
-                                     preexec_fn=_ended_with_the_supervisor)
+                                     preexec_fn=_ended_with_the_supervisor, pass_fds=self.pass_fds)
         log.close()
 
     @property
@@ -118,6 +119,7 @@ class Supervisor:
         self.parts: list[Part] = []
         self.embedded = "connection.servers" not in settings.given and not self.systems
         self._stopping = False
+        self._metrics_listener: socket.socket | None = None
 
     def _say_where_alerts_go(self) -> None:
         from console.alerting.rules_file import load_rules, rules_path
@@ -134,8 +136,9 @@ class Supervisor:
     def say(self, text: str) -> None:
         print(f"[up] {text}", file=self.out, flush=True)
 
-    def _part(self, name: str, args: list[str]) -> Part:
-        part = Part(name, args, self.logs / f"{name}.log", self._env)
+    def _part(self, name: str, args: list[str], env: dict[str, str] | None = None,
+              pass_fds: tuple[int, ...] = ()) -> Part:
+        part = Part(name, args, self.logs / f"{name}.log", env or self._env, pass_fds=pass_fds)
         self.parts.append(part)
         part.start()
         self.say(f"{name}: {part.state}, log {part.log_path}")
@@ -169,9 +172,14 @@ class Supervisor:
         self._part("analytics", ["analytics"])
         metrics_port = self.settings.alerting.metrics_port
         if metrics_port is None:  # up gives the alerts part one: beside the web console's, or any free one
-            metrics_port = _metrics_port(web.port + 1 if web.port else 0)
+            self._metrics_listener = _metrics_listener(web.port + 1 if web.port else 0)
+            metrics_port = self._metrics_listener.getsockname()[1]
         self._env[env_name(AlertingSettings, "metrics_port")] = str(metrics_port)  # like every setting: not on argv
-        self._part("alerts", ["alerts"])
+        if self._metrics_listener is not None:  # bound here and held: no other process takes it between
+            fd = self._metrics_listener.fileno()  # up's choice and the part's bind, or while it restarts
+            self._part("alerts", ["alerts"], {**self._env, METRICS_FD_ENV: str(fd)}, (fd,))
+        else:
+            self._part("alerts", ["alerts"])
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
         if self.settings.demo.canary or self.settings.demo.demo:  # the demo shows every page with something on it
@@ -261,16 +269,16 @@ class Supervisor:
             self.say(f"{part.name}: stopped")
         self._write_states()  # up.json says each part's state after the stop, not the last one seen running
         (self.settings.data.data_dir / UP_FILE).unlink(missing_ok=True)
+        if self._metrics_listener is not None:
+            self._metrics_listener.close()
 
 
-def _metrics_port(preferred: int) -> int:
-    """`preferred` if it is free on the loopback, else one that is: a taken port would have the alerts
-    part fail at every restart, and the URL up prints must be the one it serves."""
+def _metrics_listener(preferred: int) -> socket.socket:
+    """A socket listening on `preferred` if it is free on the loopback, else on one that is: a taken port
+    would have the alerts part fail at every restart, and the URL up prints must be the one it serves."""
     for port in (preferred, 0) if preferred else (0,):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
+        try:
+            return socket.create_server(("127.0.0.1", port))
+        except OSError:
+            continue
     raise ConsoleError("no free port on 127.0.0.1 for the alerts part's /metrics")

@@ -8,6 +8,7 @@ series keeps its rendered name and labels, so a scrape only writes the values.""
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -199,10 +200,29 @@ def render(*systems: Metrics) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def _listener(inherited: str | None, address: str, port: int) -> socket.socket | None:
+    if inherited is None or not (inherited.isascii() and inherited.isdigit()) or len(inherited) > 6:
+        return None
+    try:
+        sock = socket.socket(fileno=int(inherited))
+    except OSError:  # not an open socket
+        return None
+    try:
+        if sock.type == socket.SOCK_STREAM and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) \
+                and sock.getsockname()[:2] == (address, port):
+            return sock
+    except OSError:
+        pass
+    sock.detach()  # not ours to close
+    return None
+
+
 def serve_metrics(metrics: Metrics | Callable[[], list[Metrics]], port: int,
-                  address: str = "127.0.0.1") -> ThreadingHTTPServer:
+                  address: str = "127.0.0.1", inherited: str | None = None) -> ThreadingHTTPServer:
     """GET /metrics on address:port (0: a free port), in a thread of its own; .shutdown() stops it. Of
-    several systems, `metrics` gives each system's (those open now)."""
+    several systems, `metrics` gives each system's (those open now). `inherited`: the number of a socket
+    the supervisor listens on for us (`up` holds the port it printed across our restarts), used when it
+    is a listening TCP socket on that address and port; anything else is ignored and the port bound."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -219,6 +239,14 @@ def serve_metrics(metrics: Metrics | Callable[[], list[Metrics]], port: int,
         def log_message(self, *_):
             pass
 
-    server = ThreadingHTTPServer((address, port), Handler)
+    listener = _listener(inherited, address, port)
+    if listener is None:
+        server = ThreadingHTTPServer((address, port), Handler)
+    else:
+        server = ThreadingHTTPServer(listener.getsockname(), Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = listener
+        server.server_address = listener.getsockname()
+        server.server_name, server.server_port = address, server.server_address[1]
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -195,7 +195,14 @@ def reconnects(nc: Client) -> int:
 
 
 async def flush(nc: Client, timeout: float = 2.0) -> None:
-    """Every subscription and publish so far is in place on the server."""
+    """Every subscription and publish so far is in place on the server. nats-py (2.16) writes a flush's
+    PING straight to its socket, ahead of the commands it still holds for its flusher task (the SUB just
+    made): that PING's PONG could come back before the server had the SUB, and a message published then
+    was not the subscriber's (a loaded host's tap missed a batch's first reply). What it holds goes first."""
+    pending = getattr(nc, "_pending", None)
+    if pending and isinstance(pending, list) and nc.is_connected and nc._transport is not None:
+        nc._transport.writelines(pending[:])  # as its flusher would, at once: no await until the PING
+        nc._pending, nc._pending_data_size = [], 0
     await nc.flush(timeout=timeout)  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds as a float
 
 

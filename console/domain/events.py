@@ -8,6 +8,7 @@ makes the same id and the event log's Nats-Msg-Id dedup drops the copy.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from operator import attrgetter
 from datetime import datetime, timezone
@@ -184,11 +185,27 @@ def _utc_text(time: datetime) -> str:
 
 
 def dump_record(record: dict[str, Any]) -> bytes:
-    """A record's JSON, compact; the standard library's where orjson refuses (a lone surrogate in a text)."""
+    """A record's JSON, compact; the standard library's where orjson refuses (a lone surrogate in a text) or
+    where it would write null for a number that is not finite: the record's Infinity or NaN is written as
+    the standard library writes it, which readers read back as it was (and refuse or keep as `refusal`
+    says), never turned into a null that reads as no value."""
     try:
-        return orjson.dumps(record)
+        body = orjson.dumps(record)
+        if b"null" not in body or not _non_finite(record):  # a record holds no None: a null is a number
+            return body
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(record, separators=(",", ":")).encode()
+        pass
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _non_finite(value: object, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth < 64 and isinstance(value, dict):
+        return any(_non_finite(v, depth + 1) for v in value.values())
+    if depth < 64 and isinstance(value, (list, tuple)):
+        return any(_non_finite(v, depth + 1) for v in value)
+    return False
 
 
 STREAM_LEADER_ELECTED = "stream_leader_elected"  # a context event's detail for that advisory

@@ -11,6 +11,7 @@ import nats.aio.client
 import pytest
 from nats.js.api import StreamConfig
 
+from console.broker.connection import flush
 from console.broker.fast import FastBatch
 from console.collector.collector import Collector
 from console.config import CollectorSettings
@@ -132,7 +133,7 @@ async def test_a_question_a_stalled_server_does_not_answer_in_time_is_asked_agai
         sys_nc = await connect_as(server, "sys", "sys-secret")
         py = await connect_as(server, "app", "app-secret", name="stalled-py")
         await py.subscribe("_INBOX.stalled.>")
-        await py.flush()
+        await flush(py)
         publishers = Publishers(sys_nc, "APP", answer_within=0.3)
         os.kill(server.pid, signal.SIGSTOP)
         try:  # stopped once every thread is: a thread on another core answers for a moment after the signal

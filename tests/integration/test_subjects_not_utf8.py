@@ -6,7 +6,7 @@ place of the bytes that are not UTF-8, count it, and go on; readers refuse it as
 from nats.js.api import StreamConfig
 
 from console.broker.capture import Inbound, Subscriptions
-from console.broker.connection import connect, not_utf8
+from console.broker.connection import connect, flush, not_utf8
 from console.config import ConnectionSettings
 from tests.raw_protocol import send_raw
 from tests.waits import wait_until
@@ -23,7 +23,7 @@ async def test_a_subscription_goes_on_reading_past_a_subject_that_is_not_utf8(na
     try:
         await nc.subscribe("utf8.*", cb=on_msg)
         await Subscriptions().tap_fast_replies(nc, "_UTF8", tapped.append)
-        await nc.flush()
+        await flush(nc)
         await send_raw(nats_server.url, b"PUB utf8.\xff\xfe 3\r\nbad\r\n", b"PUB utf8.x utf8.\xc3 5\r\nreply\r\n",
                    b"PUB _UTF8.b\xff.10.ok.2.1.$FI 3\r\nbad\r\n", b"PUB utf8.\xc3\xa9 4\r\nutf8\r\n",
                    b"PUB utf8.after 5\r\nafter\r\n", b"PUB _UTF8.b.10.ok.2.1.$FI 5\r\nafter\r\n")

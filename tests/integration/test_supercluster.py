@@ -16,6 +16,7 @@ import pytest
 from nats.js.api import Placement, StreamConfig
 
 from console.broker.atomic import AtomicBatch
+from console.broker.connection import flush
 from console.broker.fast import FastBatch
 from console.domain.events import EventKind
 from tests.conftest import TEST_LIMITS
@@ -108,7 +109,7 @@ async def test_a_supercluster_is_tapped_in_each_cluster(supercluster: Superclust
             pulled.append(msg.subject)
 
         await bare.subscribe("_INBOX.*.*.*.*.*.*.$FI", cb=pull)
-        await bare.flush()
+        await flush(bare)
         plain = await _gateway_traffic_for(sc, _fast(clients["west"], "west", "sc-plain-west", gap=False))
         acks = MESSAGES // 10
         assert len(pulled) >= acks

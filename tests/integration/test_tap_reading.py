@@ -1,11 +1,13 @@
 """The `$FI` taps read as the connection parses (console.broker.capture._readers_of): in the wire's order,
 a 503 status told as one, a reader's failure costing its message only, and nothing after a drain."""
 
+import asyncio
 import logging
 
 import nats
 
 from console.broker.capture import Inbound, Subscriptions
+from console.broker.connection import flush
 from tests.raw_protocol import hpub, send_raw
 from tests.waits import wait_until
 
@@ -16,8 +18,20 @@ async def _tapped(url: str, reader) -> tuple[nats.aio.client.Client, Subscriptio
     tap = await nats.connect(url)
     subs = Subscriptions()
     await subs.tap_fast_replies(tap, PREFIX, reader)
-    await tap.flush()
+    await flush(tap)  # nats-py's own flush can be answered before the server has the SUBs
     return tap, subs
+
+
+async def _until(tap, condition, what: str, heard) -> None:
+    """wait_until, saying on failure what the tap heard and whether its connection still reads."""
+    try:
+        await wait_until(condition, what=what)
+    except AssertionError as e:  # a lost reply, a late one, or a read loop that ended (nats-py logs and stops)
+        task = tap._reading_task
+        ended = task is not None and task.done()
+        raise AssertionError(f"{e}: heard {list(heard)[:10]}, connected {tap.is_connected}, "
+                             f"read {tap.stats['in_msgs']}, read loop ended {ended}"
+                             f"{f' with {task.exception()!r}' if ended and not task.cancelled() else ''}") from None
 
 
 async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_queue(nats_server, nc):
@@ -29,7 +43,7 @@ async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_que
         for i, body in enumerate(bodies):  # both depths: `_INBOX.x` replies have 7 tokens, `_INBOX.<nuid>.x` 8
             await nc.publish(f"{PREFIX}.{'c.' if i % 2 else ''}b1.10.ok.{10 * (i + 1)}.1.$FI", body)
         await nc.flush()
-        await wait_until(lambda: len(heard) == len(bodies), what="every reply read")
+        await _until(tap, lambda: len(heard) == len(bodies), "every reply read", heard)
         assert [m.data for m in heard] == bodies
         assert [m.arrival for m in heard] == sorted(m.arrival for m in heard) and heard[0].arrival > 0
         assert heard[1].subject == f"{PREFIX}.c.b1.10.ok.20.1.$FI" and heard[0].reply is None
@@ -48,7 +62,7 @@ async def test_a_503_status_on_a_reply_is_told_as_no_responders(nats_server, nc)
         await send_raw(nats_server.url, hpub(f"{PREFIX}.b503.10.ok.2.1.$FI", b"NATS/1.0 503\r\n\r\n"))
         await send_raw(nats_server.url, hpub(f"{PREFIX}.b503.10.ok.3.1.$FI", b"NATS/1.0 503\r\n\r\n", b"body"))
         await nc.publish(f"{PREFIX}.b503.10.ok.4.1.$FI", b"")  # an empty body without a status: not a 503
-        await wait_until(lambda: len(heard) == 3, what="the two statuses and the empty reply")
+        await _until(tap, lambda: len(heard) == 3, "the two statuses and the empty reply", heard)
         statuses = {m.subject.split(".")[-3]: m.no_responders for m in heard}
         assert statuses == {"2": True, "3": False, "4": False}  # a 503 with a body is no "no responders"
         assert dict(heard[0].headers).get("Status") == "503"
@@ -71,11 +85,7 @@ async def test_a_reader_that_fails_costs_its_message_not_the_connection(nats_ser
                 await nc.publish(f"{PREFIX}.bf.10.ok.2.1.$FI", body)
             await nc.publish(f"{PREFIX}.bf.10.ok.2.1.$FI", b"\xff\xfe not utf-8 either")
             await nc.flush()
-            try:
-                await wait_until(lambda: len(heard) >= 3, what="the replies around the failing one")
-            except AssertionError as e:  # what was heard and logged, to tell a lost reply from a late one
-                raise AssertionError(f"{e}: heard {heard}, logged {caplog.text[-500:]!r}, "
-                                     f"connected {tap.is_connected}, read {tap.stats['in_msgs']}") from None
+            await _until(tap, lambda: len(heard) >= 3, "the replies around the failing one", heard)
         assert heard == [b"before", b"after", b"\xff\xfe not utf-8 either"]
         assert tap.is_connected and "a reader failed" in caplog.text
     finally:
@@ -91,13 +101,47 @@ async def test_after_a_drain_the_reader_hears_nothing_and_other_subscriptions_go
         others.append(msg.data)
 
     await tap.subscribe("plain.subject", cb=other)
+    await flush(tap)
     try:
         await nc.publish(f"{PREFIX}.bd.10.ok.2.1.$FI", b"one")
-        await wait_until(lambda: heard == [b"one"], what="the first reply")
+        await _until(tap, lambda: heard == [b"one"], "the first reply", heard)
         await subs.drain(within=5)
         await nc.publish(f"{PREFIX}.bd.10.ok.3.1.$FI", b"two")
         await nc.publish("plain.subject", b"still read")
-        await wait_until(lambda: others == [b"still read"], what="the other subscription's message")
+        await _until(tap, lambda: others == [b"still read"], "the other subscription's message", others)
         assert heard == [b"one"]  # the tap's reply came first on the wire: read at once, had it come
     finally:
         await tap.close()
+
+
+async def test_a_flush_says_the_server_has_the_subscriptions_made_before_it(nats_server):
+    """nats-py writes a flush's PING straight to its socket while a SUB just made still waits for its
+    flusher task: the server can answer the PING before it has read the SUB. The console's flush writes
+    what nats-py holds first. Seen here on the wire, through a relay that keeps what the client sent."""
+    host, port = nats_server.url.removeprefix("nats://").rsplit(":", 1)
+    sent = bytearray()
+
+    async def pipe(reader, writer, keep: bool) -> None:
+        while data := await reader.read(65536):
+            if keep:
+                sent.extend(data)
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    async def relay(client_reader, client_writer) -> None:
+        server_reader, server_writer = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(pipe(client_reader, server_writer, True), pipe(server_reader, client_writer, False),
+                             return_exceptions=True)
+
+    proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+    conn = await nats.connect(f"nats://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+    try:
+        for i in range(20):
+            await conn.subscribe(f"in.place.{i}")
+            await flush(conn)
+            last_sub, last_ping = sent.rfind(b"SUB in.place.%d " % i), sent.rfind(b"PING\r\n")
+            assert 0 <= last_sub < last_ping, f"SUB {i} after the flush's PING: {bytes(sent[-200:])!r}"
+    finally:
+        await conn.close()
+        proxy.close()

@@ -7,6 +7,7 @@ import asyncio
 import nats
 
 from console.broker.capture import Inbound, Subscriptions
+from console.broker.connection import flush
 from console.broker.wire_in import MAX_HELD
 from tests.raw_protocol import hpub, send_raw
 from tests.waits import wait_until
@@ -23,7 +24,7 @@ async def _reading(url: str) -> tuple[nats.aio.client.Client, list[Inbound], lis
         others.append((msg.subject, msg.reply, msg.data, dict(msg.headers or {})))
 
     await conn.subscribe("slow.>", cb=other)
-    await conn.flush()
+    await flush(conn)
     return conn, heard, others, subs
 
 

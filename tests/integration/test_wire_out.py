@@ -10,6 +10,7 @@ import asyncio
 import nats.errors
 import pytest
 
+from console.broker.connection import flush
 from console.broker.wire_out import AtomicOutgoing, FastOutgoing, HeadedOutgoing
 
 PAYLOADS = [b"", b"x", b"\r\nPUB evil 1\r\n", b"\x00" * 300, bytes(range(256)) * 40, "é€".encode()]
@@ -26,7 +27,7 @@ async def received(nc, send) -> list[tuple]:
             done.set()
 
     sub = await nc.subscribe("wire.>", cb=on)
-    await nc.flush()
+    await flush(nc)
     for subject in SUBJECTS:
         for seq, payload in enumerate(PAYLOADS, start=2):
             await send(subject, payload, seq)

@@ -217,6 +217,8 @@ def test_a_search_time_is_a_time_none_or_refused(text):
 @example({"first_lost_seq": 12})
 @example({"detail": "x" * (64 * 1024)})
 @example({"stream": "a b"})
+@example({"stream": float("inf")})
+@example({"publisher": {"name": float("nan")}})
 def test_the_writers_check_refuses_what_readers_would_refuse(over):
     """The event log's writer checks an event's record as readers will read its JSON, without reading it back."""
     from console.domain.events import dump_record, refusal

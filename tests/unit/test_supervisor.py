@@ -1,5 +1,10 @@
 """`up`'s restart policy, and the port it picks for the alerts part's metrics."""
 
+import socket
+import urllib.request
+
+import pytest
+
 from console.supervisor import Part
 
 
@@ -12,15 +17,50 @@ def test_up_backs_off_from_one_second_to_a_minute_and_never_gives_a_part_up(tmp_
     assert waits == [1, 2, 4, 8, 16, 32, 60, 60, 60]
 
 
-def test_the_metrics_port_beside_the_webs_is_taken_only_when_free():
-    import socket
-
-    from console.supervisor import _metrics_port
+def test_the_metrics_port_beside_the_webs_is_taken_only_when_free_and_held_from_then_on():
+    from console.supervisor import _metrics_listener
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         taken = held.getsockname()[1]
-        other = _metrics_port(taken)
-        assert other != taken and other > 0
-    assert _metrics_port(taken) == taken  # free again: the one beside the web's
+        with _metrics_listener(taken) as other:
+            assert other.getsockname()[1] not in (taken, 0)
+    with _metrics_listener(taken) as mine:  # free again: the one beside the web's, and nobody else's now
+        assert mine.getsockname()[1] == taken
+        with socket.socket() as late, pytest.raises(OSError):
+            late.bind(("127.0.0.1", taken))
+
+
+def _get(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return answer.status
+
+
+def test_the_alerts_part_serves_on_the_socket_up_holds_and_binds_its_own_for_anything_else(tmp_path):
+    from console.alerting.metrics import Metrics, serve_metrics
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = serve_metrics(Metrics(), port, inherited=str(listener.fileno()))
+    try:
+        assert server.socket.fileno() == listener.fileno() and _get(port) == 200
+    finally:
+        server.shutdown()
+        server.server_close()  # the part's copy: in a process of its own, up's stays open
+        listener.detach()
+    other = socket.create_server(("127.0.0.1", 0))  # a socket, listening, on another port
+    a_file = open(tmp_path / "f", "w")
+    unbound = socket.socket()
+    for given in ("abc", "-1", "99999999", "1\n", "٣", "", str(a_file.fileno()), str(other.fileno()),
+                  str(unbound.fileno()), "0" * 1000):
+        server = serve_metrics(Metrics(), 0, inherited=given)
+        try:
+            assert server.socket.fileno() not in (other.fileno(), unbound.fileno())
+            assert server.server_port not in (0, port)
+            assert _get(server.server_port) == 200
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert other.fileno() >= 0 and unbound.fileno() >= 0 and not a_file.closed  # none of them closed
+    other.close(), unbound.close(), a_file.close()
