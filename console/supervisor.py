@@ -170,16 +170,14 @@ class Supervisor:
         if "analytics.driver_memory" not in self.settings.given:  # beside every other part, on one machine
             self._env[env_name(AnalyticsSettings, "driver_memory")] = UP_DRIVER_MEMORY
         self._part("analytics", ["analytics"])
-        metrics_port = self.settings.alerting.metrics_port
+        metrics_port, handed = self.settings.alerting.metrics_port, ()
         if metrics_port is None:  # up gives the alerts part one: beside the web console's, or any free one
+            # bound here and held: nobody takes it between up's choice and the part's bind, or while it restarts
             self._metrics_listener = _metrics_listener(web.port + 1 if web.port else 0)
             metrics_port = self._metrics_listener.getsockname()[1]
+            handed = (self._metrics_listener.fileno(),)
         self._env[env_name(AlertingSettings, "metrics_port")] = str(metrics_port)  # like every setting: not on argv
-        if self._metrics_listener is not None:  # bound here and held: no other process takes it between
-            fd = self._metrics_listener.fileno()  # up's choice and the part's bind, or while it restarts
-            self._part("alerts", ["alerts"], {**self._env, METRICS_FD_ENV: str(fd)}, (fd,))
-        else:
-            self._part("alerts", ["alerts"])
+        self._part("alerts", ["alerts"], {**self._env, METRICS_FD_ENV: str(handed[0])} if handed else None, handed)
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
         if self.settings.demo.canary or self.settings.demo.demo:  # the demo shows every page with something on it

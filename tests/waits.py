@@ -25,14 +25,15 @@ async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: flo
             await asyncio.sleep(0.05)
 
 
-async def wait_until(condition, timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_until(condition, timeout: float = 10.0, what="condition") -> None:
     """Poll a cheap, in-process condition until it holds. Time the test process itself was not run (a
     0.01 s sleep that took seconds, on a host with every core busy) is not counted against the condition:
-    the bytes it waits for are then still unread in the socket, not late."""
+    the bytes it waits for are then still unread in the socket, not late. `what` may be a callable, to say
+    how things stand at the end (as poll_until's)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not condition():
-        assert loop.time() < deadline, f"{what} not met in time"
+        assert loop.time() < deadline, f"{what() if callable(what) else what} not met in time"
         before = loop.time()
         await asyncio.sleep(0.01)
         if (stalled := loop.time() - before - 0.01) > 0.5:

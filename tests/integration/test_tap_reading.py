@@ -22,16 +22,15 @@ async def _tapped(url: str, reader) -> tuple[nats.aio.client.Client, Subscriptio
     return tap, subs
 
 
-async def _until(tap, condition, what: str, heard) -> None:
-    """wait_until, saying on failure what the tap heard and whether its connection still reads."""
-    try:
-        await wait_until(condition, what=what)
-    except AssertionError as e:  # a lost reply, a late one, or a read loop that ended (nats-py logs and stops)
+def _said(what: str, tap, heard):
+    """What a wait on the tap says when it fails: what it heard, and whether its connection still reads (a
+    lost reply, a late one, or a read loop that ended: nats-py logs and stops)."""
+    def state() -> str:
         task = tap._reading_task
         ended = task is not None and task.done()
-        raise AssertionError(f"{e}: heard {list(heard)[:10]}, connected {tap.is_connected}, "
-                             f"read {tap.stats['in_msgs']}, read loop ended {ended}"
-                             f"{f' with {task.exception()!r}' if ended and not task.cancelled() else ''}") from None
+        return (f"{what} (heard {list(heard)[:10]}, connected {tap.is_connected}, read {tap.stats['in_msgs']}, "
+                f"read loop ended {ended}{f' with {task.exception()!r}' if ended and not task.cancelled() else ''})")
+    return state
 
 
 async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_queue(nats_server, nc):
@@ -43,7 +42,7 @@ async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_que
         for i, body in enumerate(bodies):  # both depths: `_INBOX.x` replies have 7 tokens, `_INBOX.<nuid>.x` 8
             await nc.publish(f"{PREFIX}.{'c.' if i % 2 else ''}b1.10.ok.{10 * (i + 1)}.1.$FI", body)
         await nc.flush()
-        await _until(tap, lambda: len(heard) == len(bodies), "every reply read", heard)
+        await wait_until(lambda: len(heard) == len(bodies), what=_said("every reply read", tap, heard))
         assert [m.data for m in heard] == bodies
         assert [m.arrival for m in heard] == sorted(m.arrival for m in heard) and heard[0].arrival > 0
         assert heard[1].subject == f"{PREFIX}.c.b1.10.ok.20.1.$FI" and heard[0].reply is None
@@ -62,7 +61,7 @@ async def test_a_503_status_on_a_reply_is_told_as_no_responders(nats_server, nc)
         await send_raw(nats_server.url, hpub(f"{PREFIX}.b503.10.ok.2.1.$FI", b"NATS/1.0 503\r\n\r\n"))
         await send_raw(nats_server.url, hpub(f"{PREFIX}.b503.10.ok.3.1.$FI", b"NATS/1.0 503\r\n\r\n", b"body"))
         await nc.publish(f"{PREFIX}.b503.10.ok.4.1.$FI", b"")  # an empty body without a status: not a 503
-        await _until(tap, lambda: len(heard) == 3, "the two statuses and the empty reply", heard)
+        await wait_until(lambda: len(heard) == 3, what=_said("the two statuses and the empty reply", tap, heard))
         statuses = {m.subject.split(".")[-3]: m.no_responders for m in heard}
         assert statuses == {"2": True, "3": False, "4": False}  # a 503 with a body is no "no responders"
         assert dict(heard[0].headers).get("Status") == "503"
@@ -85,7 +84,7 @@ async def test_a_reader_that_fails_costs_its_message_not_the_connection(nats_ser
                 await nc.publish(f"{PREFIX}.bf.10.ok.2.1.$FI", body)
             await nc.publish(f"{PREFIX}.bf.10.ok.2.1.$FI", b"\xff\xfe not utf-8 either")
             await nc.flush()
-            await _until(tap, lambda: len(heard) >= 3, "the replies around the failing one", heard)
+            await wait_until(lambda: len(heard) >= 3, what=_said("the replies around the failing one", tap, heard))
         assert heard == [b"before", b"after", b"\xff\xfe not utf-8 either"]
         assert tap.is_connected and "a reader failed" in caplog.text
     finally:
@@ -104,11 +103,12 @@ async def test_after_a_drain_the_reader_hears_nothing_and_other_subscriptions_go
     await flush(tap)
     try:
         await nc.publish(f"{PREFIX}.bd.10.ok.2.1.$FI", b"one")
-        await _until(tap, lambda: heard == [b"one"], "the first reply", heard)
+        await wait_until(lambda: heard == [b"one"], what=_said("the first reply", tap, heard))
         await subs.drain(within=5)
         await nc.publish(f"{PREFIX}.bd.10.ok.3.1.$FI", b"two")
         await nc.publish("plain.subject", b"still read")
-        await _until(tap, lambda: others == [b"still read"], "the other subscription's message", others)
+        await wait_until(lambda: others == [b"still read"],
+                         what=_said("the other subscription's message", tap, others))
         assert heard == [b"one"]  # the tap's reply came first on the wire: read at once, had it come
     finally:
         await tap.close()
