@@ -363,8 +363,7 @@ async def collect_async(settings: Settings) -> int:
         if settings.collector.cpu == "adaptive":  # one collector's idle class would slow the others down
             log.info("several systems: the collectors run at nice 10 (--cpu low), not in the idle class by turns")
             settings = replace(settings, collector=replace(settings.collector, cpu="low"))
-        await asyncio.gather(*(_collect_one(settings.of_system(s), stop, f"system {s.name}: ", retry=True)
-                               for s in systems))
+        await asyncio.gather(*(_collect_kept(settings.of_system(s), stop, f"system {s.name}: ") for s in systems))
     log.info("collector stopped")
     return 0
 
@@ -386,6 +385,25 @@ async def _opened(settings: Settings, stop: asyncio.Event, said: str, retry: boo
             try:
                 await asyncio.wait_for(stop.wait(), wait)
                 return None
+            except asyncio.TimeoutError:
+                wait = min(wait * 2, 30.0)
+
+
+async def _collect_kept(settings: Settings, stop: asyncio.Event, said: str) -> None:
+    """One of several systems' collectors, started again (with a growing pause up to 30 s) whatever ended it:
+    a server that takes the connection and then answers nothing, or nonsense, costs its own system alone."""
+    wait = 1.0
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            await _collect_one(settings, stop, said, retry=True)
+        except Exception as e:  # noqa: BLE001  # any failure of one system's collector: the others go on
+            if time.monotonic() - started > 60:
+                wait = 1.0
+            log.warning("%sthe collector stopped (%s): started again in %gs; the other systems go on meanwhile",
+                        said, str(e)[:300] or type(e).__name__, wait)
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
             except asyncio.TimeoutError:
                 wait = min(wait * 2, 30.0)
 
@@ -656,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = beside_up(settings)
         logging.basicConfig(level=logging.DEBUG if settings.log.verbose else logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request, with its URL as given
         redact_logs(settings)
         return run(args.command, settings, args)
     except ConsoleError as e:

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 Connection = Client  # what the rest of the console holds: a connection made here
 NatsError = nats.errors.Error  # what a NATS call may raise, for code outside broker/ to catch
 
+from console.broker import server_guard
 from console.config import ConnectionSettings, open_to_others
 from console.errors import ConfigError, NatsUnreachableError
 
@@ -90,12 +91,19 @@ async def connect(settings: ConnectionSettings, *, give_up_after: float | None =
 
     options = {"error_cb": error_cb, **connect_options(settings), **overrides}
     log.info("connecting to %s", settings.describe())
+    nc = server_guard.guard(Client())  # one hostile server costs its own system alone
     if give_up_after is None:
-        return guarded(await nats.connect(**options))
+        await nc.connect(**options)
+        return guarded(nc)
     try:
-        return guarded(await asyncio.wait_for(nats.connect(**options), give_up_after))
+        await asyncio.wait_for(nc.connect(**options), give_up_after)
+        return guarded(nc)
     except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
-        why = f"no answer within {give_up_after:g}s" if isinstance(e, asyncio.TimeoutError) else str(e) or type(e).__name__
+        last = nc.last_error  # what each try met, while nats-py tried again until the time was up
+        await close_quietly(nc)
+        why = str(e) or type(e).__name__
+        if isinstance(e, asyncio.TimeoutError):
+            why = f"no answer within {give_up_after:g}s" + (f" ({str(last)[:200]})" if last else "")
         raise NatsUnreachableError(f"cannot reach NATS at {settings.describe()}: {why}") from None
 
 
@@ -214,7 +222,18 @@ async def publish(nc: Client, subject: str, body: bytes, headers: dict[str, str]
 
 async def close(nc: Client | None) -> None:
     if nc is not None and not nc.is_closed:
+        try:
+            await nc.close()
+        except OSError as e:  # its socket lost while it flushed: closed all the same
+            log.debug("a connection's socket was lost as it closed: %r", e)
+
+
+async def close_quietly(nc: Client) -> None:
+    """A connection given up on while it was being made: its reconnecting tasks ended, whatever it says."""
+    try:
         await nc.close()
+    except Exception as e:  # noqa: BLE001  # a half-made connection may fail to close; it is dropped either way
+        log.debug("a connection given up on did not close cleanly: %r", e)
 
 
 async def cancelled(task: asyncio.Task[Any], every: float = 0.2) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import time
-import urllib.request
 from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from nats.aio.client import Client
@@ -38,13 +37,42 @@ async def read_varz(system_nc: Client | None, monitor_url: str | None) -> tuple[
     return None
 
 
-async def varz_from_monitor(monitor_url: str, timeout: float = 3.0) -> dict[str, Any]:
-    def get() -> dict[str, Any]:
-        with urllib.request.urlopen(f"{monitor_url.rstrip('/')}/varz", timeout=timeout) as reply:
-            varz = json.load(reply)
-        return varz if isinstance(varz, dict) else {}
+MONITOR_MOST = 4 << 20  # bytes of a monitoring answer read at most (a real /varz is a few KiB)
 
-    return await asyncio.to_thread(get)
+
+class MonitorRefused(Exception):
+    """A monitoring answer that is not one: too slow, too large, a redirect, not JSON."""
+
+
+async def varz_from_monitor(monitor_url: str, timeout: float = 3.0) -> dict[str, Any]:
+    """/varz from the monitoring port, whole within `timeout` (a server that drips its answer is cut off
+    then) and at most MONITOR_MOST bytes; redirects are not followed (the URL is the operator's, not the
+    server's to change)."""
+    import httpx
+
+    async def get() -> bytes:
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            async with client.stream("GET", f"{monitor_url.rstrip('/')}/varz") as reply:
+                if reply.status_code != 200:
+                    raise MonitorRefused(f"answered {reply.status_code}")
+                body = bytearray()
+                async for chunk in reply.aiter_raw():
+                    body += chunk
+                    if len(body) > MONITOR_MOST:
+                        raise MonitorRefused(f"an answer past {MONITOR_MOST:,} bytes")
+                return bytes(body)
+
+    try:
+        body = await asyncio.wait_for(get(), timeout)
+    except asyncio.TimeoutError:
+        raise MonitorRefused(f"no whole answer within {timeout:g}s") from None
+    except httpx.HTTPError as e:
+        raise MonitorRefused(f"{type(e).__name__}: {str(e)[:200]}") from None
+    try:
+        varz = json.loads(body)
+    except ValueError as e:
+        raise MonitorRefused(f"not JSON: {str(e)[:100]}") from None
+    return varz if isinstance(varz, dict) else {}
 
 
 async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> dict[str, Any]:

@@ -54,6 +54,9 @@ class AvroDecoder(Decoder):
         except Exception as e:
             raise DecodeError(f"not an Avro schema: {type(e).__name__}: {str(e)[:200]}") from None
         self.name = self.schema.get("name", self.schema.get("type")) if isinstance(self.schema, dict) else "schema"
+        from console.decoders.avro_bounds import needs_walk
+
+        self.walk_first = needs_walk(self.schema)  # items of no size, or decimals: their cost told first
 
     def describe(self) -> str:
         return f"avro {self.name}"
@@ -71,6 +74,10 @@ class AvroDecoder(Decoder):
                 raise DecodeError(f"written with another schema (fingerprint {data[2:10].hex()}, this one's "
                                   f"{self.fingerprint.hex()})")
             data = data[10:]
+        if self.walk_first:
+            from console.decoders.avro_bounds import walk
+
+            walk(data, self.schema)
         body = io.BytesIO(data)
         value = schemaless_reader(body, self.schema)
         if body.tell() != len(data):

@@ -92,8 +92,11 @@ class Masking:
             for path in fields:
                 document = _mask(document, path)
             mark = ((MASKED_AS, "json"),) if decode is not None else ()
-            return _headers(headers, masked_headers) + mark, json.dumps(document, ensure_ascii=False,
-                                                                       default=_as_json).encode()
+            try:
+                body = json.dumps(document, ensure_ascii=False, default=_as_json).encode()
+            except (ValueError, TypeError, RecursionError):  # a number past int's text limit, a value JSON has not:
+                return _headers(headers, masked_headers), MASK.encode()  # masked whole, the others go on
+            return _headers(headers, masked_headers) + mark, body
 
         return apply
 
