@@ -120,7 +120,7 @@ class _Reader:
             elif kind == "array":
                 self._blocks(lambda: self.datum(schema.get("items"), depth + 1))
             elif kind == "map":
-                self._blocks(lambda: (self.skip(self.long()), self.datum(schema.get("values"), depth + 1)))
+                self._blocks(lambda: self._entry(schema.get("values"), depth + 1))
             elif kind == "fixed":
                 self.skip(int(schema.get("size", 0)))
             elif kind == "enum":
@@ -143,6 +143,10 @@ class _Reader:
             self.skip(self.long())
         else:
             raise DecodeError(f"not avro: a type the schema does not name: {str(schema)[:40]}")
+
+    def _entry(self, values: Any, depth: int) -> None:
+        self.skip(self.long())  # the key
+        self.datum(values, depth)
 
     def _blocks(self, item: Any) -> None:
         while (n := self.long()) != 0:
