@@ -346,7 +346,7 @@ async def _audit_one(settings: Settings, start: datetime | None, verify: bool) -
         print(f"BROKEN at record {seq}: {why}" if seq else f"BROKEN: {why}", file=sys.stderr)
     if checked.unsafe:
         print(f"UNSAFE: {checked.unsafe}", file=sys.stderr)
-    print(f"{checked.counted()}; chain {'intact' if checked.intact else 'BROKEN'}",
+    print(f"{checked.counted()}; chain {'intact' if checked.intact else 'BROKEN'}{checked.aged()}",
           file=sys.stderr)
     return 1 if verify and not checked.intact else 0
 

@@ -328,6 +328,16 @@ class WebSettings:
     mcp: bool = setting(False, "serve MCP (streamable HTTP) at /mcp beside the API, for the API's tokens", switch=True)
     mcp_writes: bool = setting(False, "with --mcp: the tools that change the server too (edit_stream, mute_rule, "
                                       "unmute_rule), each an audited action", switch=True)
+    refusals_every: float = setting(60.0, "seconds over which refusals of callers without a valid token are counted "
+                                          "into one audit record (the first of a quiet spell is written at once)",
+                                    parse=lambda text: _bounded_seconds(text, 1.0, 3600.0))
+
+
+def _bounded_seconds(text: str, least: float, most: float) -> float:
+    value = float(text)
+    if not least <= value <= most:  # also refuses nan and inf
+        raise ValueError(f"seconds: from {least:g} to {most:g}")
+    return value
 
 
 def _minutes(text: str) -> float:

@@ -30,7 +30,7 @@ API = "/api/v1"
 def make_api(fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | None = None) -> FastAPI:
     api = FastAPI(title="JetStream Batch Console API", version="1", openapi_url=f"{API}/openapi.json", docs_url=None,
                   redoc_url=None, description=__doc__)
-    ctx = Context(fleet, Callers(fleet, tokens, access_tokens))
+    ctx = Context(fleet, Callers(fleet, tokens, access_tokens, fleet.settings.web.refusals_every))
     api.state.callers = ctx.callers  # the MCP endpoint checks its tokens as the API does
     api.include_router(reads(ctx), prefix=API)
     api.include_router(changes(ctx), prefix=API)

@@ -15,6 +15,7 @@ from fastapi import Request
 from console.actions import Actions
 from console.api.oidc_tokens import AccessTokenRefused, AccessTokens
 from console.api.problems import Problem
+from console.api.refusals import WINDOW, Refusals
 from console.api.tokens import PREFIX, TokenStore
 from console.domain.audit import Actor
 from console.domain.roles import Grants
@@ -78,15 +79,21 @@ class Callers:
     """Who calls, from a bearer token: the dependency every route names (`await callers(request)`), and
     what the MCP endpoint asks of a token (`identify`). Every refusal is audited."""
 
-    def __init__(self, fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | None = None):
+    def __init__(self, fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | None = None,
+                 refusals_window: float = WINDOW):
         self.fleet, self.tokens, self.access_tokens = fleet, tokens, access_tokens
         self.buckets = Buckets()
+        self.refusals = Refusals(self._note, refusals_window)
 
-    async def refused(self, actor: Actor, method: str, path: str, why: str) -> None:
-        """A refusal, in the first system's audit trail (an unknown caller acts on no system yet)."""
+    async def _note(self, actor: Actor, action: str, target: str, detail: str) -> None:
         runtime = self.fleet.runtime()
         if runtime is not None:
-            await runtime.actions(actor, Grants(())).note(method, path, "refused: unauthenticated", why)
+            await runtime.actions(actor, Grants(())).note(action, target, "refused: unauthenticated", detail)
+
+    async def refused(self, actor: Actor, method: str, path: str, why: str) -> None:
+        """A refusal, counted; in the first system's audit trail (an unknown caller acts on no system yet) at
+        once when it is a quiet minute's first, else in the minute's summary (console.api.refusals)."""
+        await self.refusals.refused(actor, method, path, why)
 
     async def __call__(self, request: Request) -> Caller:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")

@@ -225,7 +225,20 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
     mcp = server(api, writes, token_verifier=Verifier(),
                  auth=AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=AnyHttpUrl(f"{url}/mcp"),
                                    validate_token_resource=False))  # the verifier checks an audience itself
-    return mcp.streamable_http_app(stateless_http=True, json_response=True, host=host), mcp.session_manager
+    app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=host)
+
+    async def audited(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A call to /mcp without a bearer token is refused by MCP's own middleware: counted here as every
+        other refusal of a caller without a token."""
+        if scope.get("type") == "http" and scope.get("path") == "/mcp":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not given.lower().startswith(b"bearer ") or not given[7:].strip():
+                client = scope.get("client") or ("", 0)
+                agent = dict(scope.get("headers") or []).get(b"user-agent", b"").decode("latin-1")[:200]
+                await callers.refused(Actor("mcp (no token)", str(client[0]), agent), "mcp", "/mcp", "no bearer token")
+        await app(scope, receive, send)
+
+    return audited, mcp.session_manager
 
 
 def run(url: str, token: str, writes: bool = False) -> None:

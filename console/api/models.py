@@ -170,6 +170,7 @@ class VerifyOut(BaseModel):
     first: datetime | None
     last: datetime | None
     breaks: list[str]
+    aged_out: int = 0  # the oldest records, gone at the trail's limit (not erased: the trail lets them go)
 
 
 class HealthOut(BaseModel):

@@ -174,7 +174,8 @@ def reads(ctx: Context) -> APIRouter:
         times = [r.time for _, r in checked.records]
         return VerifyOut(intact=checked.intact, records=len(checked.records), written=checked.written,
                          unsafe=checked.unsafe, first=min(times, default=None),
-                         last=max(times, default=None), breaks=[f"{seq}: {why}" for seq, why in checked.breaks])
+                         last=max(times, default=None), breaks=[f"{seq}: {why}" for seq, why in checked.breaks],
+                         aged_out=checked.aged_out)
 
     @api.get("/conformance", tags=["conformance"])
     async def conformance(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[dict]:

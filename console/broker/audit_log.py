@@ -203,8 +203,8 @@ class AuditLog:
         seen = next((chain_hash(item.body) for item in stored if witnessed and item.seq == witnessed.seq), None)
         if witnessed is not None and witnessed.seq and (why := await self._against(witnessed, last, seen)) \
                 and not any(why in said for _, said in checked.breaks):
-            checked = Checked(checked.records, [*checked.breaks, (0, f"{why} (the collector's signed status saw "
-                                                                   f"record {witnessed.seq})")])
+            checked = replace(checked, breaks=[*checked.breaks, (0, f"{why} (the collector's signed status saw "
+                                                                    f"record {witnessed.seq})")])
         if self.checkpoint is None:
             return checked
         for _, why in checked.breaks:
@@ -213,4 +213,5 @@ class AuditLog:
         known = {why for _, why in checked.breaks}
         kept = [(0, f"{why} (found {found:%Y-%m-%d %H:%M} UTC)") for found, why in self.checkpoint.erasures()
                 if why not in known]
-        return Checked(checked.records, kept + checked.breaks, head.written if head else 0, self.unsafe)
+        return Checked(checked.records, kept + checked.breaks, head.written if head else 0, self.unsafe,
+                       aged_out=checked.aged_out)

@@ -132,6 +132,12 @@ class Checked:
     written: int = 0  # records the console wrote to this trail (its checkpoint's count; 0: not known)
     unsafe: str | None = None  # why the trail's stream can be erased quietly, when it can
     systems: tuple[str, ...] = ()  # several NATS systems' trails read as one (across): each record's system
+    aged_out: int = 0  # the oldest records, gone past the trail's limit of KEPT as it was made to let them go
+
+    def aged(self) -> str:
+        """"; N older record(s) aged out ..." when the trail let records go at its limit, else ""."""
+        return (f"; {self.aged_out:,} older record(s) aged out of the trail's limit of {KEPT:,} (the oldest kept is "
+                f"record {self.aged_out + 1:,})") if self.aged_out else ""
 
     @classmethod
     def across(cls, trails: Mapping[str, Checked]) -> Checked:
@@ -142,7 +148,8 @@ class Checked:
         unsafe = "; ".join(f"{name}: {c.unsafe}" for name, c in trails.items() if c.unsafe)
         return cls([(seq, r) for _, _, seq, r in rows],
                    [(seq, f"system {name}: {why}") for name, c in trails.items() for seq, why in c.breaks],
-                   sum(c.written for c in trails.values()), unsafe or None, tuple(name for _, name, _, _ in rows))
+                   sum(c.written for c in trails.values()), unsafe or None, tuple(name for _, name, _, _ in rows),
+                   sum(c.aged_out for c in trails.values()))
 
     @property
     def intact(self) -> bool:
@@ -226,4 +233,4 @@ def check(stored: list[Stored], key: bytes, first_seq: int, last_seq: int, head:
         records.append((item.seq, record))
     if last_seq >= expected_seq:
         breaks.append((expected_seq, f"records {expected_seq}..{last_seq} were removed"))
-    return Checked(records, breaks)
+    return Checked(records, breaks, aged_out=min(first_seq, oldest) - 1 if first_seq <= last_seq else 0)

@@ -77,7 +77,7 @@ def chain_text(checked: Checked) -> str:
     unsafe = f"<br>**UNSAFE:** {html.escape(checked.unsafe)}" if checked.unsafe else ""
     if checked.intact:
         return (f"Chain intact: {checked.counted()}, each signed and following the one "
-                f"before, none erased.{unsafe}")
+                f"before, none erased{html.escape(checked.aged())}.{unsafe}")
     shown = "; ".join(f"record {seq}: {html.escape(why)}" if seq else html.escape(why)
                       for seq, why in checked.breaks[:10])
     more = f" and {len(checked.breaks) - 10} more" if len(checked.breaks) > 10 else ""

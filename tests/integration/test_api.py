@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import time
 
 import httpx
 import pytest
@@ -16,13 +18,14 @@ from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
+from console.config import WebSettings, env_name
 from tests.api_console import PROBLEM, SECRET, call, running_console
 from tests.waits import poll_until
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
-    with running_console(tmp_path_factory.mktemp("api")) as found:
+    with running_console(tmp_path_factory.mktemp("api"), env={env_name(WebSettings, "refusals_every"): "2"}) as found:
         yield found
 
 
@@ -50,10 +53,53 @@ def test_every_endpoint_refuses_a_call_without_a_valid_token_and_audits_it(conso
                 answer = call(console, method.upper(), concrete, who, json={} if method == "patch" else None)
                 assert answer.status_code == 401, (method, path, who, answer.text)
                 assert answer.headers["content-type"].startswith(PROBLEM) and answer.json()["status"] == 401
-    trail = call(console, "GET", "/audit?limit=1000").json()
-    refused = [r for r in trail["records"] if r["outcome"] == "refused: unauthenticated"]
-    assert {r["user"] for r in refused} >= {"api (no token)", "api (unknown token)", "token:gone", "token:brief"}
-    assert trail["intact"], trail["breaks"]
+    def refusals() -> list[dict]:
+        trail = call(console, "GET", "/audit?limit=1000").json()
+        assert trail["intact"], trail["breaks"]
+        return [r for r in trail["records"] if r["outcome"] == "refused: unauthenticated"]
+
+    def who_was_refused() -> set[str]:  # each summary's callers, and the records written at once
+        return {r["user"] for r in refusals()} | {who for r in refusals() if r["detail"].startswith("{")
+                                                  for who in json.loads(r["detail"])["by_who"]}
+
+    poll_until(lambda: who_was_refused() >= {"api (no token)", "api (unknown token)", "token:gone", "token:brief"},
+               30, "every kind of refusal recorded")
+
+
+def test_refusals_without_a_token_are_counted_in_one_record_a_window_and_displace_no_record(console):
+    """3,000 calls without a token (586 a second were seen, each a record) add a record or two, never 3,000."""
+    def refusal_records() -> list[dict]:
+        return [r for r in call(console, "GET", "/audit?limit=1000").json()["records"]
+                if r["outcome"] == "refused: unauthenticated"]
+
+    poll_until(lambda: not console_busy_refusing(console), 30, "a quiet window")
+    before = {(r["time"], r["detail"]) for r in refusal_records()}
+    started = time.monotonic()
+    with httpx.Client(timeout=30) as client:
+        statuses = {client.get(console.url + "/systems").status_code for _ in range(3000)}
+    took = time.monotonic() - started
+    assert statuses == {401}
+
+    def added() -> list[dict]:
+        return [r for r in refusal_records() if (r["time"], r["detail"]) not in before]
+
+    def counted() -> int:
+        return sum(json.loads(r["detail"])["refusals"] if r["detail"].startswith("{") else 1 for r in added())
+
+    poll_until(lambda: counted() >= 3000, 30, "every refusal counted")
+    assert counted() == 3000, added()
+    windows = took / 2 + 2  # the first of each window at once, the rest of it in one summary (2 s here)
+    assert len(added()) <= 2 * windows, (len(added()), took)
+
+
+def console_busy_refusing(console) -> bool:
+    """Whether a refusal record was written in the last 3 s (a window of 2 s may still be counting)."""
+    from datetime import datetime, timedelta, timezone
+
+    records = call(console, "GET", "/audit?limit=50").json()["records"]
+    recent = datetime.now(timezone.utc) - timedelta(seconds=3)
+    return any(r["outcome"] == "refused: unauthenticated" and datetime.fromisoformat(r["time"]) > recent
+               for r in records)
 
 
 def test_an_edit_goes_through_the_actions_as_a_pages_does(console):

@@ -44,6 +44,19 @@ def test_a_removed_record_is_a_hole_and_a_break_in_the_chain():
     assert (4, "does not follow the record before it") in breaks
 
 
+def test_records_aged_out_at_the_trails_limit_are_said_and_records_erased_past_it_break_the_chain():
+    from dataclasses import replace
+
+    from console.domain.audit import KEPT
+
+    erased = check([replace(s, seq=s.seq + 10) for s in chain(5)], KEY, 11, 15)  # a trail of 15 keeps them all
+    assert not erased.intact and erased.aged_out == 0  # so 1..10 were erased, not aged out
+    at_limit = check([replace(s, seq=s.seq + KEPT + 5) for s in chain(5)], KEY, KEPT + 6, KEPT + 10,
+                     read_from=KEPT + 6)
+    assert at_limit.aged_out == 10 and "10 older record(s) aged out of the trail's limit" in at_limit.aged()
+    assert check(chain(5), KEY, 1, 5).aged() == ""
+
+
 def test_the_newest_record_removed_is_found_from_the_streams_last_sequence():
     assert check(chain(5)[:4], KEY, 1, 5).breaks == [(5, "records 5..5 were removed")]
 
