@@ -248,7 +248,7 @@ def serve(settings: Settings) -> None:
     url_state = ":" not in web.address
     fleet = loop.run_sync(open_fleet)
     from console.api.app import make_api
-    from console.api.bridge import AsgiHandler
+    from console.api.bridge import MAX_REQUEST_BODY, AsgiHandler
     from console.api.docs import DocsHandler
     from console.api.oidc_tokens import AccessTokens
     from console.api.tokens import TokenStore
@@ -272,6 +272,7 @@ def serve(settings: Settings) -> None:
         websocket_origin=websocket_origins(web.address, web.port),
         **({**auth, "cookie_secret": cookie_secret} if auth else {}),
         title="JetStream Batch Console",
+        http_server_kwargs={"max_body_size": MAX_REQUEST_BODY},  # past it, a request is refused before it is read
         # the API beside the pages, on their port: its own tokens, never the pages' cookies
         extra_patterns=[(r"/api/v1/docs", DocsHandler, {"app": api}), (r"/api/v1/.*", AsgiHandler, {"app": api}),
                         *mcp_patterns(api, settings, loop)],

@@ -49,6 +49,7 @@ class Console:
     nats: str
     tokens: dict[str, str]
     data: Path
+    web_pid: int = 0
 
 
 def token(data: Path, roles: Path, *args: str) -> str:
@@ -96,7 +97,7 @@ def running_console(tmp: Path, *serve_args: str, alerts: bool = False, env: dict
         try:
             wait_http(f"http://127.0.0.1:{port}/api/v1/openapi.json", procs[1], tmp / "web.log")
             asyncio.run(seed(server.url, procs[0]))
-            yield Console(f"http://127.0.0.1:{port}/api/v1", server.url, tokens, data)
+            yield Console(f"http://127.0.0.1:{port}/api/v1", server.url, tokens, data, procs[1].pid)
         finally:
             for proc in procs:
                 proc.terminate()

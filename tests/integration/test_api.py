@@ -174,6 +174,48 @@ def test_a_time_out_of_the_ages_reads_as_the_earliest_or_latest_one(console):
         assert answer.status_code in (200, 404), (path, answer.status_code, answer.text[:300])  # 404: no history yet
 
 
+def test_a_body_past_the_limit_is_refused_before_it_is_read_and_the_web_answers_others_meanwhile(console):
+    """Six 90 MiB POSTs without a token grew the web by 1 GiB: each is refused by its Content-Length now."""
+    import socket
+    import threading
+
+    import psutil
+
+    web = psutil.Process(console.web_pid)
+    before = web.memory_info().rss
+    host, port = console.url.removeprefix("http://").split("/")[0].split(":")
+    answers: list[bytes] = []
+
+    def post_huge(path: str) -> None:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {90 << 20}\r\n\r\n".encode())
+            try:
+                chunk = b"x" * (1 << 20)
+                for _ in range(90):
+                    sock.sendall(chunk)
+            except OSError:  # refused and closed before all of it was sent: as it should
+                pass
+            try:
+                answers.append(sock.recv(4096))
+            except OSError:
+                answers.append(b"")
+
+    senders = [threading.Thread(target=post_huge, args=(path,)) for path in
+               ["/api/v1/searches"] * 3 + ["/mcp", "/login", "/"]]
+    for sender in senders:
+        sender.start()
+    started = time.monotonic()
+    other = call(console, "GET", "/systems", "admin")  # a second client, answered meanwhile
+    assert other.status_code == 200 and time.monotonic() - started < 1.0
+    for sender in senders:
+        sender.join(60)
+    assert all(a.startswith((b"HTTP/1.1 413", b"HTTP/1.1 400")) or a == b"" for a in answers), answers  # 400:
+    # Tornado's own answer past the web's 1 MiB for every path, as it refuses to read on
+    assert sum(a.startswith(b"HTTP/1.1 413") for a in answers) >= 3  # the API's: said, before reading
+    assert web.memory_info().rss - before < 64 << 20, (before >> 20, web.memory_info().rss >> 20)
+
+
 def test_a_body_too_large_and_a_flood_of_calls_are_refused(console):
     big = httpx.patch(console.url + "/streams/TEAM_A", content=b"{" + b" " * 70_000 + b"}", timeout=30,
                       headers={"Authorization": f"Bearer {console.tokens['viewer']}", "Content-Type": "application/json"})
