@@ -497,8 +497,13 @@ class Settings:
                        given=self.given | named)  # the file's, whatever a running `up` beside it chose
 
     def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:
-        """The event log's settings with the key; `make` for the collector, which makes a missing one."""
-        return self.event_log.keyed(self.data.data_dir, make, wait)
+        """The event log's settings with the key; `make` for the collector, which makes a missing one. Of a
+        systems file's system, the key is that system's own (system_key): a record signed for one system's log
+        does not verify in another's, into which any client of that account could copy it."""
+        keyed = self.event_log.keyed(self.data.data_dir, make, wait)
+        if self.fleet.name == DEFAULT_SYSTEM or keyed.key is None:
+            return keyed
+        return replace(keyed, key=system_key(keyed.key, self.fleet.name, keyed.stream))
 
     def notify_targets(self) -> NotifyTargets:
         """Where alerts may be sent: the allow-lists, and the console's own and reply subjects, never."""
@@ -701,6 +706,16 @@ def host_in_url(address: str) -> str:
 
 
 EVENT_KEY_ENV = env_name(EventLogSettings, "key")
+
+
+def system_key(key: bytes, system: str, stream: str) -> bytes:
+    """The key that signs one system's records (its event log's and its audit trail's): the console's key bound
+    to the system's name and its log's stream, so a record copied from another system's log is not its."""
+    import hashlib
+    import hmac
+
+    bound = hmac.new(key, b"batch-console system\x00" + system.encode() + b"\x00" + stream.encode(), hashlib.sha256)
+    return bound.hexdigest().encode()
 
 
 def event_key(key_file: str | os.PathLike[str] | None = None, data_dir: str | os.PathLike[str] | None = None,

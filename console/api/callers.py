@@ -34,6 +34,11 @@ class Caller:
     grants: Callable[[], Grants]
     expiry: datetime | None
     actor: Actor
+    owner: str = ""  # whose jobs are whose: a token's own id (a name can be revoked and given again), a user
+
+    @property
+    def owns(self) -> str:
+        return self.owner or self.name
 
     @property
     def role(self) -> str:
@@ -136,4 +141,5 @@ class Callers:
         if found.expired(datetime.now(timezone.utc)):
             raise Unauthenticated(who, f"token {found.name} expired at {found.expires}")
         role = found.role
-        return Caller(who, lambda: self.fleet.roles().grants(role), found.expiry, Actor(who, address, agent)), found.rate
+        return (Caller(who, lambda: self.fleet.roles().grants(role), found.expiry, Actor(who, address, agent),
+                       owner=f"token#{found.digest[:32]}"), found.rate)

@@ -83,10 +83,10 @@ def changes(ctx: Context) -> APIRouter:
         try:
             query = SearchQuery(**search.model_dump())
         except ValueError as e:  # SearchRefused: the expression, a filter, a name past 255 bytes: the job says
-            job_id = jobs.refused(who.name, f"search refused: {e}")
+            job_id = jobs.refused(who.owns, f"search refused: {e}")
         else:
-            job_id = jobs.start(who.name, query, who.actions(runtime))
-        found = jobs.of(who.name, job_id)
+            job_id = jobs.start(who.owns, query, who.actions(runtime))
+        found = jobs.of(who.owns, job_id)
         assert found is not None
         return found.out(job_id)
 
@@ -99,7 +99,7 @@ def changes(ctx: Context) -> APIRouter:
         own_job(job_id, who).cancel = True
 
     def own_job(job_id: str, who: Caller):
-        found = jobs.of(who.name, job_id)
+        found = jobs.of(who.owns, job_id)
         if found is None:
             raise Problem(404, "No such search", "none of this caller's searches has this id")
         return found

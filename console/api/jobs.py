@@ -1,7 +1,8 @@
 """Searches as jobs for the API: POST starts one (the action search.run, as the Search page's, with its
 limits and its masking for the token's role), GET reads its progress and the matches so far, DELETE
-cancels it. A job is its token's: another token is told there is none. Ended jobs are kept a while,
-the newest MAX_JOBS at most."""
+cancels it. A job is its caller's (a token's own id, not its name, which can be given again after a revoke):
+another is told there is none. Ended jobs are kept a while, within bounds for each caller and for all, so no
+caller's jobs push out another's or fill the web's memory."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ from console.actions import Actions
 from console.commands import RunSearch
 from console.domain.search import Found, SearchProgress, SearchQuery
 
-MAX_JOBS = 100
-KEPT_FOR = 600.0  # seconds an ended job's matches are kept for its token to read
+MAX_JOBS = 100  # in the console, of every caller
+MAX_JOBS_EACH = 10  # of one caller (a token, a user): its own oldest go first, never another's
+KEPT_FOR = 600.0  # seconds an ended job's matches are kept for its caller to read
+MAX_KEPT_EACH = 16 << 20  # bytes of matches (payloads and headers) kept for one caller's ended jobs
+MAX_KEPT = 64 << 20  # bytes of matches kept for every caller's ended jobs
+CAPPED = f"stopped: its matches reached {MAX_KEPT_EACH >> 20} MiB, what the console keeps of one caller's searches"
+DROPPED = "its matches were let go to keep the console's memory: read a search's matches when it ends, or search again"
 
 
 def _whole(value: object) -> object:
@@ -88,12 +94,18 @@ class Job:
     cancel: bool = False
     refused: str = ""
     ended_at: float | None = None
+    dropped: bool = False
+    capped: bool = False  # its matches reached MAX_KEPT_EACH: stopped there
+
+    def kept(self) -> int:
+        """Bytes its matches hold."""
+        return sum(len(f.data) + sum(len(k) + len(v) for k, v in f.headers) + len(f.subject) for f in self.matches)
 
     def out(self, job_id: str) -> SearchOut:
         state: Literal["running", "done", "cancelled", "refused"] = "refused" if self.refused else \
-            "cancelled" if self.cancel and self.ended_at else "done" if self.ended_at else "running"
+            "cancelled" if self.cancel and self.ended_at and not self.capped else "done" if self.ended_at else "running"
         return SearchOut(id=job_id, state=state, scanned=self.progress.scanned, matched=self.progress.matched,
-                         stopped_by=self.progress.stopped_by, detail=self.refused,
+                         stopped_by=self.progress.stopped_by, detail=self.refused or (DROPPED if self.dropped else CAPPED if self.capped else ""),
                          matches=[MatchOut(seq=f.seq, subject=f.subject, time=f.time, headers=list(f.headers),
                                            data_base64=base64.b64encode(f.data).decode()) for f in self.matches])
 
@@ -105,25 +117,40 @@ class Jobs:
     def refused(self, token: str, why: str) -> str:
         """A search that cannot run (an expression that does not compile, a name the server refuses): a job
         that says so, as a search refused while it runs does."""
-        self._forget()
+        self._forget(token)
         job_id = secrets.token_urlsafe(12)
         self._jobs[job_id] = Job(token, None, refused=why[:500], ended_at=time.monotonic())
         return job_id
 
     def start(self, token: str, query: SearchQuery, actions: Actions) -> str:
-        self._forget()
+        self._forget(token)
         job_id = secrets.token_urlsafe(12)
         job = self._jobs[job_id] = Job(token, query)
 
         def progress(state: SearchProgress) -> None:
             job.progress = state
 
+        kept = [0]
+
+        def keep(found: Found) -> bool:
+            """Kept while the job's matches are within its caller's budget; past it the search is stopped."""
+            size = len(found.data) + sum(len(k) + len(v) for k, v in found.headers) + len(found.subject)
+            if kept[0] + size > MAX_KEPT_EACH:
+                job.capped = job.cancel = True
+                return False
+            kept[0] += size
+            return True
+
+        def on_each(found: Found) -> None:
+            if keep(found):
+                job.matches.append(found)
+
         async def run() -> None:
             try:
-                on_match = job.matches.append if query.direction == "oldest" else None  # newest: ordered at the end
+                on_match = on_each if query.direction == "oldest" else None  # newest: ordered at the end
                 matches, job.progress = await actions.run(RunSearch(query, progress, lambda: job.cancel, on_match))
                 if on_match is None:  # oldest first, they came one by one; newest first, ordered only now
-                    job.matches = matches
+                    job.matches = [found for found in matches if keep(found)]
             except Exception as e:  # refused (role, busy, a bad expression): said in the job
                 job.refused = str(e)[:500] or type(e).__name__
             finally:
@@ -133,13 +160,45 @@ class Jobs:
         return job_id
 
     def of(self, token: str, job_id: str) -> Job | None:
+        self._forget()
         job = self._jobs.get(job_id)
         return job if job is not None and job.token == token else None
 
-    def _forget(self) -> None:
+    def _forget(self, starting: str | None = None) -> None:
+        """Ended jobs past KEPT_FOR go; `starting`: whose job is about to start, room made for it among its
+        own (and, with the console full, among the caller's with the most); matches past the byte budgets
+        are let go, the oldest ended first, each job saying so."""
         now = time.monotonic()
         for job_id in [j for j, job in self._jobs.items() if job.ended_at and now - job.ended_at > KEPT_FOR]:
             del self._jobs[job_id]
-        while len(self._jobs) >= MAX_JOBS:
-            oldest = next(iter(self._jobs))
-            self._jobs.pop(oldest).cancel = True
+        if starting is not None:
+            while sum(job.token == starting for job in self._jobs.values()) >= MAX_JOBS_EACH:
+                self._drop_oldest(starting)
+            while len(self._jobs) >= MAX_JOBS:
+                counts: dict[str, int] = {}
+                for job in self._jobs.values():
+                    counts[job.token] = counts.get(job.token, 0) + 1
+                self._drop_oldest(max(counts, key=lambda t: counts[t]))
+        self._within_budgets()
+
+    def _drop_oldest(self, token: str) -> None:
+        """The caller's oldest ended job, else its oldest running one (cancelled)."""
+        own = [(j, job) for j, job in self._jobs.items() if job.token == token]
+        job_id, job = next(((j, job) for j, job in own if job.ended_at), own[0])
+        job.cancel = True
+        del self._jobs[job_id]
+
+    def _within_budgets(self) -> None:
+        ended = [job for job in self._jobs.values() if job.ended_at and job.matches]
+        sizes = {id(job): job.kept() for job in ended}
+        each: dict[str, int] = {}
+        for job in ended:
+            each[job.token] = each.get(job.token, 0) + sizes[id(job)]
+        total = sum(each.values())
+        for job in ended:  # oldest first
+            if total <= MAX_KEPT and each[job.token] <= MAX_KEPT_EACH:
+                continue
+            if each[job.token] > MAX_KEPT_EACH or total > MAX_KEPT:
+                each[job.token] -= sizes[id(job)]
+                total -= sizes[id(job)]
+                job.matches, job.dropped = [], True

@@ -1,5 +1,5 @@
-"""The search service under the search.run command: one search at a time per actor (a browser
-session), a bound per process; each stops when asked, or when the actor's session ends; payloads
+"""The search service under the search.run command: one search at a time per user (its browser sessions, a
+token's calls), a bound per process; each stops when asked, or when the actor's session ends; payloads
 masked for whoever asks."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Searches:
         """decoders: the operator's decoders file as read here (the masking's); each search's worker reads
         the same file again, by its name."""
         self._connection, self._masking, self._decoders = connection, masking, decoders
-        self._running: set[int] = set()  # the actors (id of their Actions) whose search runs now
+        self._running: set[str] = set()  # the users (a token's name, a signed-in user) whose search runs now
 
     async def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
                        cancelled: Callable[[], bool], on_match: Callable[[Found], None] | None
@@ -38,13 +38,14 @@ class Searches:
 
         decoders = self._decoders()
         shown = self._masking().shown(query.stream, asker.payloads(query.stream), pick(decoders))
-        if id(asker) in self._running:
-            raise BusyError("a search of this session is running: cancel it or wait for it first")
+        whose = asker.actor.user or str(id(asker))  # a user's sessions, a token's calls: one search at a time,
+        if whose in self._running:  # so no one caller holds every slot and refuses everyone else
+            raise BusyError(f"a search of {whose[:80]} is running: cancel it or wait for it first")
         if len(self._running) >= MAX_SEARCHES:
             raise BusyError(f"the console runs {MAX_SEARCHES} searches already: try again when one ends")
-        self._running.add(id(asker))
+        self._running.add(whose)
         try:
             return await search(self._connection(), query, progress, lambda: cancelled() or asker.ended, shown,
                                 on_match, decoders.source if decoders is not None else None)
         finally:
-            self._running.discard(id(asker))
+            self._running.discard(whose)

@@ -12,6 +12,7 @@ import json
 import time
 
 import httpx
+import nats
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -265,6 +266,55 @@ def test_a_search_job_runs_as_the_search_page_does_masked_and_its_tokens_alone(c
     assert refused["state"] == "refused" and "where" in refused["detail"].lower() or "expression" in refused["detail"]
     records = call(console, "GET", "/audit?limit=1000").json()["records"]
     assert any(r["action"] == "search.run" and r["user"] == "token:viewer-bot" for r in records)
+
+
+def test_search_jobs_are_bounded_per_caller_and_owned_by_the_tokens_id_not_its_name(console):
+    from tests.api_console import token
+
+    roles = console.data.parent / "roles.toml"
+    slow = {"stream": "TEAM_A", "where": "payload.n >= 0", "max_scanned": 1_000_000}
+
+    def state(who: str, job: str) -> dict:
+        return call(console, "GET", f"/searches/{job}", who).json()
+
+    # one caller holds one slot: its second search is refused, and another caller still gets the other slot
+    kept = call(console, "POST", "/searches", "admin", json={"stream": "TEAM_A"}).json()["id"]
+    poll_until(lambda: state("admin", kept)["state"] == "done", 30, "admin's search")
+    for _ in range(15):  # another caller's many jobs push out its own, never admin's
+        call(console, "POST", "/searches", "viewer", json={"stream": "TEAM_A", "where": "payload.("})
+    assert state("admin", kept)["state"] == "done" and state("admin", kept)["matched"] == 3
+
+    # a token revoked and made again under the same name is another caller: the old one's jobs are not its
+    first = token(console.data, roles, "create", "--name", "reused", "--role", "viewer")
+    headers = {"Authorization": f"Bearer {first}"}
+    job = httpx.post(console.url + "/searches", json=slow, headers=headers, timeout=30).json()["id"]
+    token(console.data, roles, "revoke", "reused")
+    second = token(console.data, roles, "create", "--name", "reused", "--role", "viewer")
+    again = httpx.get(console.url + f"/searches/{job}", headers={"Authorization": f"Bearer {second}"}, timeout=30)
+    assert again.status_code == 404, again.text
+
+
+async def test_a_callers_search_matches_are_kept_within_its_budget(console):
+    """Six jobs of large payloads grew the web by 550 MiB: a caller's matches stop at 16 MiB, said."""
+    import psutil
+
+    nc = await nats.connect(console.nats)
+    js = nc.jetstream()
+    await js.add_stream(name="BIGPAY", subjects=["bigpay"])
+    for i in range(40):
+        await js.publish("bigpay", bytes([65 + i % 26]) * 900_000)
+    await nc.close()
+    web = psutil.Process(console.web_pid)
+    before = web.memory_info().rss
+    for _ in range(6):
+        job = call(console, "POST", "/searches", "operator" if "operator" in console.tokens else "admin",
+                   json={"stream": "BIGPAY", "max_matches": 1000}).json()["id"]
+        poll_until(lambda: call(console, "GET", f"/searches/{job}", "admin").json()["state"] != "running", 60,
+                   "the search")
+        done = call(console, "GET", f"/searches/{job}", "admin").json()
+        assert done["detail"].startswith("stopped: its matches reached 16 MiB") and len(done["matches"]) <= 18, \
+            (done["detail"], len(done["matches"]))
+    assert web.memory_info().rss - before < 200 << 20, (before >> 20, web.memory_info().rss >> 20)
 
 
 def test_conformance_and_history_answer_as_their_pages(console):

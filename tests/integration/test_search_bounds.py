@@ -149,8 +149,10 @@ async def test_one_search_a_session_and_a_bound_on_searches_in_the_process(big, 
                    for s in sessions[:MAX_SEARCHES]]
         while len(workers()) < MAX_SEARCHES:
             await asyncio.sleep(0.05)
-        with pytest.raises(BusyError, match="a search of this session is running"):
+        with pytest.raises(BusyError, match="a search of user0 is running"):
             await runtime.search(sessions[0], slow)
+        with pytest.raises(BusyError, match="a search of user1 is running"):  # the same user from another session,
+            await runtime.search(runtime.actions(Actor("user1", "10.0.0.9")), slow)  # a token's next call: not a slot
         with pytest.raises(BusyError, match=f"runs {MAX_SEARCHES} searches already"):
             await runtime.search(sessions[-1], slow)
         stop[0] = True
