@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable
 
-from console.broker.canary import delete_streams, lead_on, nodes_and_streams, one_batch
+from console.broker.canary import delete_streams, lead_on, nodes_and_streams, one_batch, tampering
 from console.broker.connection import Connection, NatsError
 from console.broker.eventlog import EventLog
 from console.domain.canary import KINDS, CanaryResult, ms_text, stream_for
@@ -49,14 +49,19 @@ async def one_round(nc: Connection, options: CanaryOptions, run: CanaryRun) -> l
         except (NatsError, asyncio.TimeoutError):
             if not run.nodes:
                 raise
-    results = []
+    results: list[CanaryResult] = []
     for node in run.nodes:
         try:
             led = await lead_on(nc, node, clustered=len(run.nodes) > 1)
         except (NatsError, asyncio.TimeoutError):
             led = False
         for kind in KINDS:
-            results.append(await one_batch(nc, options.system, node, kind, options.messages, options.timeout, not led))
+            result = await one_batch(nc, options.system, node, kind, options.messages, options.timeout, not led)
+            try:  # judged on its own stream first: a failure through a stream someone else changed is not the node's
+                changed = await tampering(nc, node) if result.failed or result.led_elsewhere or not results else None
+            except (NatsError, asyncio.TimeoutError):
+                changed = None
+            results.append(replace(result, tampered=changed) if changed else result)
     run.rounds += 1
     run.results = results
     return results

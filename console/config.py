@@ -41,6 +41,7 @@ MIN_EVENT_KEY = 16  # characters
 MIN_KEY_SYMBOLS = 6  # different characters: "aaaaaaaaaaaaaaaa" is no secret
 SPARK_EVENT_KEY = "event_secret"  # the data source's option for the event key; Spark redacts "secret" keys
 KEY_WAIT = 30.0  # seconds a reading part waits for the collector starting beside it to make the event key
+SPARK_EVENT_SYSTEM = "event_system"  # the system whose log it reads (a systems file's): records signed for it
 SPARK_KEY_SOURCE = "event_key_source"  # where that key came from, for the error a wrong key makes
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
@@ -222,6 +223,7 @@ class EventLogSettings:
     duplicate_window: float = 600.0
     append_timeout: float = 10.0
     key_source: str = ""  # where the key came from, for an error that says which key did not verify
+    system: str | None = None  # a systems file's system whose log this is: its records are signed for it
 
     def keyed(self, data_dir: str | os.PathLike[str] | None, make: bool = True, wait: float = 0.0) -> EventLogSettings:
         """With the key resolved: key_file, else the key given, else DATA_DIR/event.key (made when
@@ -498,12 +500,10 @@ class Settings:
 
     def keyed_event_log(self, make: bool = True, wait: float = 0.0) -> EventLogSettings:
         """The event log's settings with the key; `make` for the collector, which makes a missing one. Of a
-        systems file's system, the key is that system's own (system_key): a record signed for one system's log
-        does not verify in another's, into which any client of that account could copy it."""
+        systems file's system, with its name: its records are signed for it (console.domain.signing), and one
+        signed for another system, copied into its log by a client of its account, is refused."""
         keyed = self.event_log.keyed(self.data.data_dir, make, wait)
-        if self.fleet.name == DEFAULT_SYSTEM or keyed.key is None:
-            return keyed
-        return replace(keyed, key=system_key(keyed.key, self.fleet.name, keyed.stream))
+        return keyed if self.fleet.name == DEFAULT_SYSTEM else replace(keyed, system=self.fleet.name)
 
     def notify_targets(self) -> NotifyTargets:
         """Where alerts may be sent: the allow-lists, and the console's own and reply subjects, never."""
@@ -685,7 +685,8 @@ def spark_options(settings: Settings) -> dict[str, str]:
 
 
 def _keyed_options(event_log: EventLogSettings) -> dict[str, str]:
-    return {SPARK_EVENT_KEY: (event_log.key or b"").decode(), SPARK_KEY_SOURCE: event_log.key_source}
+    return {SPARK_EVENT_KEY: (event_log.key or b"").decode(), SPARK_KEY_SOURCE: event_log.key_source,
+            **({SPARK_EVENT_SYSTEM: event_log.system} if event_log.system else {})}
 
 
 def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
@@ -706,16 +707,6 @@ def host_in_url(address: str) -> str:
 
 
 EVENT_KEY_ENV = env_name(EventLogSettings, "key")
-
-
-def system_key(key: bytes, system: str, stream: str) -> bytes:
-    """The key that signs one system's records (its event log's and its audit trail's): the console's key bound
-    to the system's name and its log's stream, so a record copied from another system's log is not its."""
-    import hashlib
-    import hmac
-
-    bound = hmac.new(key, b"batch-console system\x00" + system.encode() + b"\x00" + stream.encode(), hashlib.sha256)
-    return bound.hexdigest().encode()
 
 
 def event_key(key_file: str | os.PathLike[str] | None = None, data_dir: str | os.PathLike[str] | None = None,

@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 
 from panel.auth import BasicAuthProvider, BasicLoginHandler
 from panel.io.resources import CDN_DIST
-from tornado.escape import url_escape
 from tornado.web import RequestHandler
 
 log = logging.getLogger(__name__)
@@ -114,6 +113,20 @@ def page(handler: RequestHandler, status: int, title: str, text: str, link: str 
                    f"<p>{html.escape(text)}</p>{more}")
 
 
+SIGN_IN_ERRORS = {"invalid": "Invalid username or password",
+                  "throttled": "Your sign-in was not tried: too many failed sign-ins from your address. Try again in "
+                               "{wait} s (each try before then makes the wait longer)"}
+MAX_WAIT_SAID = 86_400
+
+
+def sign_in_error(code: str, wait: str) -> str:
+    """What the sign-in page says for the `error` its own redirect named: one of its own texts, never the
+    URL's (a link to /login?error=ANY TEXT showed that text on the console's own page)."""
+    text = SIGN_IN_ERRORS.get(code, "")
+    seconds = int(wait) if wait.isascii() and wait.isdigit() and len(wait) <= 6 else 0
+    return text.format(wait=min(seconds, MAX_WAIT_SAID) or "a few")
+
+
 class Sessions:
     """Password sign-ins as the server knows them: a copied cookie stops working at sign-out."""
 
@@ -145,7 +158,8 @@ def guarded_login(password: str, sessions: Sessions, console_url: str | None) ->
             self.set_cookie(NEXT_COOKIE, safe_next(self.get_argument("next", "/")),
                             **cookie_flags(self, console_url))
             self.write(self._login_template.render(login_endpoint=self._login_endpoint,
-                                                   errormessage=self.get_argument("error", "")[:200],
+                                                   errormessage=sign_in_error(self.get_argument("error", ""),
+                                                                              self.get_argument("wait", "")),
                                                    PANEL_CDN=CDN_DIST))
 
         def post(self) -> None:
@@ -155,11 +169,10 @@ def guarded_login(password: str, sessions: Sessions, console_url: str | None) ->
                             failures.by_client[client].failures, wait)
                 failures.add(client, now)  # a guesser that does not wait makes its own wait longer
                 wait = failures.wait(client, now)
-                return self._again(f"Too many failed sign-ins from your address: try again in {math.ceil(wait)} s "
-                                   "(each failed try makes the wait longer)")
+                return self._again("throttled", math.ceil(wait))
             if not password_matches(self.get_argument("password", ""), password):
                 failures.add(client, now)
-                return self._again("Invalid username or password")
+                return self._again("invalid")
             failures.succeeded(client)
             user = self.get_argument("username", "")[:256] or "?"
             flags = cookie_flags(self, console_url)
@@ -168,8 +181,8 @@ def guarded_login(password: str, sessions: Sessions, console_url: str | None) ->
             self.clear_cookie("is_guest")
             self.redirect(safe_next(self.get_cookie(NEXT_COOKIE, "/")))
 
-        def _again(self, why: str) -> None:
-            self.redirect(f"{self._login_endpoint}?error={url_escape(why)}")
+        def _again(self, why: str, wait: int = 0) -> None:
+            self.redirect(f"{self._login_endpoint}?error={why}" + (f"&wait={wait}" if wait else ""))
 
     return GuardedLoginHandler
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 from console.config import EVENT_KEY_ENV, EVENT_KEY_FILE, SECTIONS, Settings, specs
 
 HIDDEN = "***"
-QUIET = ("py4j",)  # its DEBUG lines are the JVM protocol itself, options and all
+QUIET = ("py4j",)
+API_TOKEN = re.compile(r"bct_[A-Za-z0-9_-]{16,}")  # console.api.tokens' shape: PREFIX and 32 random bytes
+QUERY_SECRET = re.compile(r"([?&;](?:access_token|id_token|refresh_token|token|api_key|apikey|key|password|passwd|"
+                          r"secret|client_secret|code|auth|authorization)=)[^&;\s]+", re.IGNORECASE)  # its DEBUG lines are the JVM protocol itself, options and all
 
 
 def secret_values(settings: Settings) -> list[str]:
@@ -43,6 +47,8 @@ class Redactor(logging.Filter):
     def hide(self, text: str) -> str:
         for secret in self.secrets:
             text = text.replace(secret, HIDDEN)
+        if "bct_" in text or "=" in text:  # a token sent by mistake in a URL: the web's access log writes it
+            text = QUERY_SECRET.sub(rf"\1{HIDDEN}", API_TOKEN.sub(f"bct_{HIDDEN}", text))
         return text
 
     def filter(self, record: logging.LogRecord) -> bool:

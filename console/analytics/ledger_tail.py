@@ -141,7 +141,7 @@ class LedgerTail:
         rows, retracted = [], []
         for record in records:
             try:
-                event = verified_event(self.source.event_key, record.data, record.headers)
+                event = verified_event(self.source.event_key, record.data, record.headers, self.source.event_system)
             except MalformedEvent:
                 self.skipped += 1
                 continue

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from console.analytics.schema import EVENT_SCHEMA, skipped_row, to_row
-from console.config import SPARK_EVENT_KEY, SPARK_KEY_SOURCE, ConnectionSettings
+from console.config import SPARK_EVENT_KEY, SPARK_EVENT_SYSTEM, SPARK_KEY_SOURCE, ConnectionSettings
 from console.errors import ConfigError
 
 
@@ -47,6 +47,7 @@ class SourceOptions:
     idle_timeout: float = 5.0
     event_key: bytes | None = field(default=None, repr=False)  # records it does not verify are skipped
     key_source: str = ""  # where the key came from, for the error a wrong key makes
+    event_system: str | None = None  # a systems file's system whose log it reads: records signed for another skipped
 
     @property
     def subject(self) -> str:
@@ -69,6 +70,7 @@ class SourceOptions:
                 idle_timeout=float(get("idle_timeout") or cls.idle_timeout),
                 event_key=get(SPARK_EVENT_KEY).encode() if get(SPARK_EVENT_KEY) else None,
                 key_source=get(SPARK_KEY_SOURCE) or "",
+                event_system=get(SPARK_EVENT_SYSTEM) or None,
             )
         except ValueError as e:
             raise ConfigError(f"jetstream source: {e}") from None
@@ -83,6 +85,8 @@ class SourceOptions:
             options["end_seq"] = str(self.end_seq)
         if self.event_key:
             options[SPARK_EVENT_KEY] = self.event_key.decode()
+        if self.event_system:
+            options[SPARK_EVENT_SYSTEM] = self.event_system
         return options
 
 
@@ -119,7 +123,8 @@ async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:
     for record in await read_range(options.connection, options.stream, options.subject, part.first, part.last,
                                    options.idle_timeout):
         try:
-            rows.append(to_row(record.seq, verified_event(options.event_key, record.data, record.headers)))
+            rows.append(to_row(record.seq, verified_event(options.event_key, record.data, record.headers,
+                                                                   options.event_system)))
         except MalformedEvent as e:
             rows.append(skipped_row(record.seq, e.reason, record.stored))
     return rows

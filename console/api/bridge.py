@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
+import tornado.http1connection
 import tornado.web
 
 MAX_BODY = 64 * 1024  # a batch-settings change is a few dozen bytes
@@ -33,7 +34,9 @@ class AsgiHandler(tornado.web.RequestHandler):
         if not declared.isdigit() or int(declared) > MAX_BODY:
             self._refuse()
             return
-        self.request.connection.set_max_body_size(MAX_BODY)  # a chunked body past it ends the connection
+        connection = self.request.connection
+        if isinstance(connection, tornado.http1connection.HTTP1Connection):  # a chunked body past it ends it
+            connection.set_max_body_size(MAX_BODY)
 
     def data_received(self, chunk: bytes) -> None:
         if self._too_large:

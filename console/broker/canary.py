@@ -28,14 +28,73 @@ class CanaryRefused(ConsoleError):
     """A stream of the canary's name that the canary did not make: it is never written to."""
 
 
+def _spec(node: str) -> StreamSpec:
+    return StreamSpec(stream_for(node), (f"{subject_for(node)}.>",), allow_atomic=True, allow_batched=True,
+                      max_msgs=MAX_MSGS, max_age=MAX_AGE, description="batch-console canary: deleted when the canary stops",
+                      metadata={MARK: node})
+
+
+# What the canary's batches rest on, as it made its stream: (field, the value it set; None: the server's default
+# of "no limit" or "off", which the server reports as -1, 0, False or nothing).
+def _made(node: str) -> dict[str, object]:
+    return {"subjects": [f"{subject_for(node)}.>"], "allow_atomic": True, "allow_batched": True,
+            "max_msgs": MAX_MSGS, "max_age": MAX_AGE, "sealed": None, "max_bytes": None, "max_msg_size": None,
+            "max_msgs_per_subject": None, "no_ack": None, "mirror": None, "sources": None, "discard": "old",
+            "deny_delete": None, "deny_purge": None}
+
+
+async def tampering(nc: Client, node: str) -> str | None:
+    """What someone other than the canary changed of the node's canary stream (its settings that a batch
+    rests on, or the stream gone), put back where the stream still bears the canary's mark; None when it is
+    as the canary made it. Any client of the account may change it: a canary that failed through it said
+    a healthy node was failing."""
+    js, name = nc.jetstream(), stream_for(node)
+    try:
+        config = (await js.stream_info(name)).config
+    except nats.js.errors.NotFoundError:
+        try:
+            await _ensure(nc, node)
+            return f"stream {name} deleted; made again"
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+            return f"stream {name} deleted; not made again: {str(e)[:80]}"
+    changed = []
+    for key, made in _made(node).items():
+        value = getattr(config, key, None)
+        value = getattr(value, "value", value)  # an enum as the server writes it
+        if made is None:
+            if value not in (None, -1, 0, False, []):
+                changed.append(f"{key}={str(value)[:60]}")
+        elif value != made:
+            changed.append(f"{key}={str(value)[:60]}")
+    if (config.metadata or {}).get(MARK) != node:
+        changed.append("the canary's mark")
+    if not changed:
+        return None
+    said = f"stream {name} changed: {', '.join(changed)}"[:280]
+    if (config.metadata or {}).get(MARK) == node:
+        try:
+            if config.sealed:  # a sealed stream stays sealed: made again
+                await js.delete_stream(name)
+                await _ensure(nc, node)
+            else:
+                await js.update_stream(_spec(node).config(config.num_replicas or 1))
+            said += "; put back"
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, CanaryRefused) as e:
+            said += f"; not put back: {str(e)[:80]}"
+    else:  # deleted, or made again by someone else: made again where none is, never written to otherwise
+        try:
+            await _ensure(nc, node)
+            said += "; made again"
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, CanaryRefused) as e:
+            said += f"; not made again: {str(e)[:80]}"
+    return said
+
+
 async def _ensure(nc: Client, node: str) -> tuple[str, bool]:
     """The node's canary stream (made if missing), and whether this call made it; CanaryRefused for a
     stream of that name without the canary's mark."""
     name = stream_for(node)
-    ensured = await ensure_stream(nc, StreamSpec(name, (f"{subject_for(node)}.>",), allow_atomic=True,
-                                                 allow_batched=True, max_msgs=MAX_MSGS, max_age=MAX_AGE,
-                                                 description="batch-console canary: deleted when the canary stops",
-                                                 metadata={MARK: node}))
+    ensured = await ensure_stream(nc, _spec(node))
     if (ensured.config.metadata or {}).get(MARK) != node:
         raise CanaryRefused(f"stream {name} exists and the canary did not make it: nothing is written to it")
     return name, ensured.created

@@ -29,7 +29,7 @@ from console.domain.events import (
     refusal,
     verified_event,
 )
-from console.domain.signing import SIGNATURE, signature
+from console.domain.signing import SIGNATURE, SYSTEM, signature
 from console.domain.wire import Tally
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class EventLog:
         """One record of the log, or None (counted) when it is not a console event the collector signed
         under its own id, or when its id is among those `seen` by this read (a replay)."""
         try:
-            event = verified_event(self.settings.key, data, headers)
+            event = verified_event(self.settings.key, data, headers, self.settings.system)
         except MalformedEvent as e:
             self.skipped.add(e.reason)
             self.keys.take(None, e.reason)
@@ -126,7 +126,9 @@ class EventLog:
                 continue
             headers = {MSG_ID: event.event_id}
             if self.settings.key is not None:
-                headers[SIGNATURE] = signature(self.settings.key, body)
+                headers[SIGNATURE] = signature(self.settings.key, body, self.settings.system)
+                if self.settings.system is not None:
+                    headers[SYSTEM] = self.settings.system
             sent.append((event, (event.subject(prefix), body, headers)))
         if not sent:
             return result

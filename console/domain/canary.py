@@ -18,6 +18,7 @@ SUBJECT = "_batch_console.canary"
 MARK = "batch_console.canary"  # the metadata key of a stream the canary made: the only streams it writes to
 MAX_MS = 3_600_000
 _NODE = re.compile(r"[^A-Za-z0-9_-]")
+FIELDS = {"system", "node", "kind", "first_ack_ms", "commit_ms", "lost", "sent", "error", "led_elsewhere"}
 
 
 def ms_text(value: float | None, missing: str = "") -> str:
@@ -45,16 +46,17 @@ class CanaryResult:
     sent: int
     error: str | None = None
     led_elsewhere: bool = False  # the stream's leader was not the node (it was moved back after)
+    tampered: str | None = None  # what someone else changed of the canary's stream: then nothing of the node is told
 
     @property
     def failed(self) -> bool:
-        """Not committed, or messages of it not stored."""
-        return self.commit_ms is None or self.lost > 0
+        """Not committed, or messages of it not stored, through a stream as the canary made it."""
+        return self.tampered is None and (self.commit_ms is None or self.lost > 0)
 
     def to_json(self) -> dict[str, object]:
         return {"system": self.system, "node": self.node, "kind": self.kind, "first_ack_ms": self.first_ack_ms,
                 "commit_ms": self.commit_ms, "lost": self.lost, "sent": self.sent, "error": self.error,
-                "led_elsewhere": self.led_elsewhere}
+                "led_elsewhere": self.led_elsewhere, "tampered": self.tampered}
 
     def event(self, instance: str, time: datetime, stream: str) -> BatchEvent:
         return BatchEvent(f"canary.{instance}.{time.timestamp():.3f}.{self.kind}.{self.node}"[:200], EventKind.CANARY,
@@ -64,7 +66,7 @@ class CanaryResult:
 def canary_result(event: BatchEvent) -> CanaryResult:
     """A CANARY event's result. Raises MalformedEvent for anything else."""
     found = load_object(event.detail or "", MalformedEvent)
-    if set(found) != {"system", "node", "kind", "first_ack_ms", "commit_ms", "lost", "sent", "error", "led_elsewhere"}:
+    if set(found) - {"tampered"} != FIELDS:  # "tampered" is new: a result written before it has none
         raise MalformedEvent("a canary result has other fields")
     if found["kind"] not in KINDS or type(found["led_elsewhere"]) is not bool:
         raise MalformedEvent("a canary result's kind is atomic or fast")
@@ -75,7 +77,9 @@ def canary_result(event: BatchEvent) -> CanaryResult:
                         bounded_int(found["sent"], "sent", 0, 1_000_000, MalformedEvent),
                         None if found["error"] is None else bounded_text(found["error"], "error", MAX_TEXT,
                                                                          MalformedEvent),
-                        found["led_elsewhere"])
+                        found["led_elsewhere"],
+                        None if found.get("tampered") is None else bounded_text(found["tampered"], "tampered", MAX_TEXT,
+                                                                                MalformedEvent))
 
 
 def _ms(value: object) -> float | None:
@@ -96,6 +100,14 @@ class NodeHealth:
     failed: int  # not committed, or lost messages
     slowest_commit_ms: float | None
     led_elsewhere: int = 0  # batches sent while the node could not take its canary stream's leadership back
+    tampered: tuple[str, ...] = ()  # what someone else changed of its canary stream, as each result said
+
+    def tampering(self) -> str | None:
+        """Evidence that someone other than the canary changed or deleted the node's canary stream, or None."""
+        if not self.tampered:
+            return None
+        return (f"node {self.node}: its canary stream was changed by someone else for {len(self.tampered)} of "
+                f"{self.results} canary batches ({self.tampered[-1]}): they say nothing of the node")
 
     def finding(self, slow_ms: float) -> tuple[str, str] | None:
         """(severity, evidence) when the node's canaries fail, are slow, or the node cannot lead its canary
@@ -116,6 +128,7 @@ def node_health(results: list[CanaryResult]) -> list[NodeHealth]:
     for r in results:
         by_node.setdefault((r.system, r.node), []).append(r)
     return [NodeHealth(system, node, len(rs), sum(1 for r in rs if r.failed),
-                       max((r.commit_ms for r in rs if r.commit_ms is not None), default=None),
-                       sum(1 for r in rs if r.led_elsewhere))
+                       max((r.commit_ms for r in rs if r.commit_ms is not None and r.tampered is None), default=None),
+                       sum(1 for r in rs if r.led_elsewhere and r.tampered is None),
+                       tuple(r.tampered for r in rs if r.tampered is not None))
             for (system, node), rs in sorted(by_node.items())]

@@ -333,6 +333,14 @@ def _canaries(f: Facts, t: Threshold) -> Found:
             yield None, (f"system {health.system}, " if health.system != "default" else "") + evidence, severity
 
 
+def _canary_streams_changed(f: Facts, t: Threshold) -> Found:
+    from console.domain.canary import node_health
+
+    for health in node_health(list(f.canaries or ())):
+        if (evidence := health.tampering()) is not None:
+            yield None, (f"system {health.system}, " if health.system != "default" else "") + evidence, None
+
+
 CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_001", "a batch kind the server cannot take", "critical",
           "Upgrade the server to 2.14 or later for fast ingest (API level 4), or switch allow_batched off: every "
@@ -397,6 +405,11 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_032", "a node whose canary batches fail or are slow", "warning",
           "Look at the node first (its log, /varz, /jsz, its disk and routes): a publisher there meets what the canary "
           "met. The Canary page has every node's times.", ("canaries",), _canaries, {"slow_ms": 1000}),
+    Check("BATCH_033", "a canary stream changed by someone other than the canary", "warning",
+          "A client of the account changed or deleted a BATCH_CONSOLE_CANARY_* stream (the canary put its settings "
+          "back where it could): its batches then say nothing of the node. Find who in the server's account, and "
+          "deny others $JS.API.STREAM.UPDATE.BATCH_CONSOLE_CANARY_> and $JS.API.STREAM.DELETE.BATCH_CONSOLE_CANARY_>.",
+          ("canaries",), _canary_streams_changed),
 )}
 
 

@@ -364,14 +364,15 @@ def key_mismatch(source: str) -> str:
             "BATCH_CONSOLE_DATA_DIR) at the collector's data directory's event.key")
 
 
-def verified_event(key: bytes | None, data: bytes, headers: dict[str, str] | None) -> BatchEvent:
+def verified_event(key: bytes | None, data: bytes, headers: dict[str, str] | None,
+                   system: str | None = None) -> BatchEvent:
     """One record of the event log as its reader must take it, total: MalformedEvent when it is not
-    an event the collector signed (with `key`), or when it is stored under another identity than the
-    one it carries. The signature covers the body and the body holds the event id; the log dedups on
+    an event the collector signed (with `key`, for `system` where it reads a systems file's system's log),
+    or when it is stored under another identity than the one it carries. The signature covers the body and the body holds the event id; the log dedups on
     the Nats-Msg-Id header, so a copy republished under a new message id is a replay, never an event."""
     from console.domain.signing import forgery
 
-    if key is not None and (forged := forgery(key, data, headers)):
+    if key is not None and (forged := forgery(key, data, headers, system)):
         if forged.endswith("bad signature") and _is_status(data):
             raise MalformedEvent(STATUS_UNVERIFIED)
         raise MalformedEvent(forged)

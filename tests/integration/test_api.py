@@ -217,6 +217,14 @@ def test_a_body_past_the_limit_is_refused_before_it_is_read_and_the_web_answers_
     assert web.memory_info().rss - before < 64 << 20, (before >> 20, web.memory_info().rss >> 20)
 
 
+def test_a_token_sent_in_the_query_string_is_refused_and_never_written_to_the_web_log(console):
+    admin = console.tokens["admin"]
+    for name in ("token", "access_token", "api_key"):
+        assert httpx.get(f"{console.url}/systems?{name}={admin}", timeout=30).status_code == 401
+    web_log = (console.data.parent / "web.log").read_text()
+    assert "/systems?token=***" in web_log and admin not in web_log and admin[4:20] not in web_log
+
+
 def test_a_body_too_large_and_a_flood_of_calls_are_refused(console):
     big = httpx.patch(console.url + "/streams/TEAM_A", content=b"{" + b" " * 70_000 + b"}", timeout=30,
                       headers={"Authorization": f"Bearer {console.tokens['viewer']}", "Content-Type": "application/json"})

@@ -90,6 +90,51 @@ async def test_a_stream_of_its_name_it_did_not_make_is_never_written_to(server, 
         await nc.close()
 
 
+TAMPERINGS = {"allow_atomic off": dict(allow_atomic=False), "a tiny max_msg_size": dict(max_msg_size=1),
+              "sealed": dict(sealed=True), "another subject": dict(subjects=["not.the.canary"])}
+
+
+@pytest.mark.parametrize("how", [*TAMPERINGS, "deleted"])
+async def test_a_canary_stream_changed_by_someone_else_is_tampering_never_a_failing_node(server, how):
+    """Any client of the account can change the canary's stream: its batches then fail, and BATCH_032 paged
+    critical for a healthy node. They are said as tampering now (BATCH_033), and the stream put back."""
+    from dataclasses import replace
+
+    from console.domain.checks import CHECKS, Facts, evaluate
+
+    nc = await nats.connect(server.url)
+    run = CanaryRun()
+    try:
+        node = nc._server_info["server_name"]
+        first = await one_round(nc, CanaryOptions(), run)
+        assert [r.failed for r in first] == [False, False] and all(r.tampered is None for r in first)
+        js, name = nc.jetstream(), stream_for(node)
+        if how == "deleted":
+            await js.delete_stream(name)
+        else:
+            await js.update_stream(replace((await js.stream_info(name)).config, **TAMPERINGS[how]))
+        hit = await one_round(nc, CanaryOptions(), run)
+        assert hit[0].tampered is not None and not any(r.failed for r in hit), hit
+        health = node_health(hit)
+        assert health[0].failed == 0 and health[0].tampering() is not None
+        report = evaluate(Facts(canaries=tuple(hit)), codes=("BATCH_032", "BATCH_033"))
+        assert {f.code for f in report.findings} == {"BATCH_033"}, report.findings
+        assert CHECKS["BATCH_033"].severity == "warning"
+        if how != "deleted":  # put back where it still bears the canary's mark; a deleted one is made again
+            config = (await js.stream_info(name)).config
+            assert config.allow_atomic and not config.sealed and config.subjects == [f"_batch_console.canary.{node}.>"]
+        run.nodes = []  # looked for again: a deleted stream is made again
+        again = await one_round(nc, CanaryOptions(), run)
+        assert [r.failed for r in again] == [False, False] and all(r.tampered is None for r in again), again
+    finally:
+        for made in run.made:
+            try:
+                await nc.jetstream().delete_stream(made)
+            except nats.js.errors.NotFoundError:
+                pass
+        await nc.close()
+
+
 async def test_the_continuous_canary_logs_its_results_keeps_to_its_limits_and_cleans_up(server, tmp_path):
     proc = subprocess.Popen([CLI, "canary", "--server", server.url, "--data-dir", str(tmp_path), "--every", "1",
                              "--messages", "100"], stdout=subprocess.PIPE, stderr=open(tmp_path / "canary.log", "w"),

@@ -82,6 +82,7 @@ def test_every_read_tool_answers_as_the_tokens_role_and_changes_nothing(console,
     assert json.loads(found["conformance"]) == [] and json.loads(found["history"]) == []  # no analytics run here
     search = json.loads(found["search"])
     assert search["state"] == "done" and search["matched"] == 2 and SECRET not in found["search"]
+    assert search["untrusted"].startswith("the matches' subjects") and all("headers" not in m for m in search["matches"])
     team = asyncio.run(way(console, "team", {"streams": {}, "incident": {"batch_id": "api-loss"},
                                             "search": {"stream": "OTHER"}, "losses": {}}))
     assert '"OTHER"' not in team["streams"] and team["incident"].startswith("refused (404")

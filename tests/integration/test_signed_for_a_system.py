@@ -12,7 +12,7 @@ import subprocess
 import nats
 
 from console.broker.server import EmbeddedServer
-from console.config import system_key
+from console.domain.signing import SIGNATURE, SYSTEM, forgery, signature
 from tests.conftest import TEST_LIMITS
 from tests.fleet import abandon, systems_text
 from tests.processes import CLI
@@ -21,10 +21,16 @@ from tests.waits import collector_ready, events_for, poll_until
 EVENTS = "BATCH_CONSOLE_EVENTS"
 
 
-def test_the_system_key_differs_by_system_and_stream():
-    key = b"k" * 40
-    keys = {system_key(key, s, stream) for s in ("alpha", "bravo") for stream in (EVENTS, "OTHER")}
-    assert len(keys) == 4 and key not in keys
+def test_a_signature_names_its_system_and_holds_only_for_it():
+    key, body = b"k" * 40, b'{"event_id": "x"}'
+    for_alpha = {SIGNATURE: signature(key, body, "alpha"), SYSTEM: "alpha"}
+    assert forgery(key, body, for_alpha, "alpha") is None and forgery(key, body, for_alpha) is None  # any system's
+    assert forgery(key, body, for_alpha, "bravo") == "forged: signed for another system"
+    assert forgery(key, body, {SIGNATURE: for_alpha[SIGNATURE]}, "bravo") == "forged: bad signature"  # name stripped
+    assert forgery(key, body, {**for_alpha, SYSTEM: "bravo"}, "bravo") == "forged: bad signature"  # name changed
+    assert forgery(key, body, {SIGNATURE: signature(key, body)}, "bravo") is None  # signed for no system: as before
+    for hostile in ("", "x" * 65):
+        assert forgery(key, body, {**for_alpha, SYSTEM: hostile}, "alpha") == "forged: a system name that is none"
 
 
 async def test_a_record_copied_from_another_systems_log_is_refused_there(tmp_path):

@@ -91,6 +91,29 @@ def test_a_throttled_address_is_told_so_and_for_how_long(console, tmp_path):
     with serving(nats_url, tmp_path, "--basic-auth", "correct horse") as (host, port, _):
         for _ in range(4):
             sign_in(host, port, "/", "guess")
-        where, _ = sign_in(host, port, "/")  # the right password, while throttled
-        said = urllib.parse.unquote_plus(where)
-        assert "Too many failed sign-ins" in said and "try again in" in said and "Invalid" not in said, said
+        where, _ = sign_in(host, port, "/")  # the right password, while throttled: not tried, and said so
+        assert "error=throttled" in where and "wait=" in where, where
+        page = page_text(host, port, where)
+        assert "was not tried: too many failed sign-ins" in page and "Try again in" in page, page[-800:]
+        assert "Invalid" not in page
+
+
+@pytest.mark.parametrize("error", ["<script>alert(1)</script>", "Your password expired: sign in at evil.example",
+                                   "invalid&wait=999999999999", "\x1b[2J", "x" * 5000])
+def test_the_sign_in_page_says_only_its_own_words_whatever_the_url_says(console, tmp_path, error):
+    nats_url, _ = console
+    with serving(nats_url, tmp_path, "--basic-auth", "correct horse") as (host, port, _):
+        page = page_text(host, port, "/login?error=" + urllib.parse.quote(error, safe=""))
+        assert "evil.example" not in page and "<script>alert" not in page and "x" * 100 not in page
+        assert "Invalid username" not in page  # not even a known code's text, unless it is the code itself
+        known = page_text(host, port, "/login?error=invalid&wait=999999999999")
+        assert "Invalid username or password" in known and "999999999999" not in known
+
+
+def page_text(host: str, port: int, path: str) -> str:
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request("GET", path)
+    reply = conn.getresponse()
+    text = reply.read().decode("utf-8", "replace")
+    conn.close()
+    return text

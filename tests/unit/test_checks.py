@@ -50,6 +50,8 @@ FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where
     "BATCH_031": dict(budgets=(BudgetStatus("orders", "messages", 1e-5, timedelta(days=28), Counts(30, 1_000_000),
                                             {}, datetime(2026, 11, 27, tzinfo=timezone.utc)),)),
     "BATCH_032": dict(canaries=(CanaryResult("default", "n2", "fast", 3.0, None, 10, 10, "timeout"),)),
+    "BATCH_033": dict(canaries=(CanaryResult("default", "n2", "atomic", 3.0, None, 10, 10, "10199 allow_atomic off",
+                                             tampered="stream BATCH_CONSOLE_CANARY_N2 changed: allow_atomic=False"),)),
 }
 # A fact that fires one check may be the premise of another (an old server also has known defects)
 ALSO = {"BATCH_001": {"BATCH_020"}, "BATCH_006": {"BATCH_009"}}
