@@ -37,6 +37,7 @@ class CanaryRun:
     results: list[CanaryResult] = field(default_factory=list)  # the last round's
     made: list[str] = field(default_factory=list)  # the canary streams this run made (and deletes)
     nodes: list[str] = field(default_factory=list)  # as last found
+    last_seq: dict[str, int] = field(default_factory=dict)  # each node's canary stream's last sequence, as last seen
 
 
 async def one_round(nc: Connection, options: CanaryOptions, run: CanaryRun) -> list[CanaryResult]:
@@ -58,7 +59,8 @@ async def one_round(nc: Connection, options: CanaryOptions, run: CanaryRun) -> l
         for kind in KINDS:
             result = await one_batch(nc, options.system, node, kind, options.messages, options.timeout, not led)
             try:  # judged on its own stream first: a failure through a stream someone else changed is not the node's
-                changed = await tampering(nc, node) if result.failed or result.led_elsewhere or not results else None
+                changed = await tampering(nc, node, run.last_seq, result.sent - result.lost, result.failed,
+                                          result.error)
             except (NatsError, asyncio.TimeoutError):
                 changed = None
             results.append(replace(result, tampered=changed) if changed else result)

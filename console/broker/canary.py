@@ -43,21 +43,34 @@ def _made(node: str) -> dict[str, object]:
             "deny_delete": None, "deny_purge": None}
 
 
-async def tampering(nc: Client, node: str) -> str | None:
+TOO_MANY_OPEN = ("[10210]", "[10211]")  # the canary holds one batch open at a time: the others are someone else's
+
+
+async def tampering(nc: Client, node: str, seen: dict[str, int], stored: int, failed: bool,
+                    error: str | None = None) -> str | None:
     """What someone other than the canary changed of the node's canary stream (its settings that a batch
-    rests on, or the stream gone), put back where the stream still bears the canary's mark; None when it is
-    as the canary made it. Any client of the account may change it: a canary that failed through it said
-    a healthy node was failing."""
+    rests on, or the stream gone; and, when the batch failed, messages written to it by others since the
+    canary's last look: `seen`, its stream's last sequence then, by node, kept up here), put back where the
+    stream still bears the canary's mark; None when it is as the canary made it. Any client of the account may
+    change it: a canary that failed through it said a healthy node was failing."""
     js, name = nc.jetstream(), stream_for(node)
     try:
-        config = (await js.stream_info(name)).config
+        info = await js.stream_info(name)
     except nats.js.errors.NotFoundError:
+        seen.pop(node, None)
         try:
             await _ensure(nc, node)
             return f"stream {name} deleted; made again"
         except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
             return f"stream {name} deleted; not made again: {str(e)[:80]}"
+    config, last, before = info.config, info.state.last_seq, seen.get(node)
+    seen[node] = last
     changed = []
+    if failed and before is not None and last > before + stored:
+        changed.append(f"{last - before - stored:,} message(s) written to it by another client")
+    if failed and error and any(code in error for code in TOO_MANY_OPEN):
+        changed.append("refused for batches others hold open (on its stream, or past the server's limit: "
+                       "BATCH_007 and BATCH_008 tell which)")
     for key, made in _made(node).items():
         value = getattr(config, key, None)
         value = getattr(value, "value", value)  # an enum as the server writes it

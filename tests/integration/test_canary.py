@@ -135,6 +135,34 @@ async def test_a_canary_stream_changed_by_someone_else_is_tampering_never_a_fail
         await nc.close()
 
 
+async def test_a_canary_batch_refused_for_others_batches_on_its_stream_is_tampering(server):
+    """Another client's fast batches on the canary's own subject fill the stream's in-flight limit (5 here):
+    the canary's fast batch is refused, and that says nothing of the node."""
+    from console.broker.fast import FastBatch
+    from console.domain.canary import subject_for
+
+    nc = await nats.connect(server.url)
+    run = CanaryRun()
+    theirs: list[FastBatch] = []
+    try:
+        node = nc._server_info["server_name"]
+        assert not any(r.failed for r in await one_round(nc, CanaryOptions(), run))
+        for _ in range(5):
+            batch = FastBatch(nc, flow=100)
+            await batch.add(f"{subject_for(node)}.theirs", b"x")
+            theirs.append(batch)
+        hit = await one_round(nc, CanaryOptions(timeout=2.0), run)
+        fast = next(r for r in hit if r.kind == "fast")
+        assert fast.error and fast.tampered and "refused for batches others hold open" in fast.tampered, fast
+        assert not any(r.failed for r in hit) and node_health(hit)[0].failed == 0
+    finally:
+        for batch in theirs:
+            await batch.close()
+        for made in run.made:
+            await nc.jetstream().delete_stream(made)
+        await nc.close()
+
+
 async def test_the_continuous_canary_logs_its_results_keeps_to_its_limits_and_cleans_up(server, tmp_path):
     proc = subprocess.Popen([CLI, "canary", "--server", server.url, "--data-dir", str(tmp_path), "--every", "1",
                              "--messages", "100"], stdout=subprocess.PIPE, stderr=open(tmp_path / "canary.log", "w"),
