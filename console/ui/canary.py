@@ -98,15 +98,19 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
         rows = []
         for (node, kind), (when, r) in sorted(last.items()):
             slow = r.commit_ms is not None and r.commit_ms > self.slow_ms
-            state = "FAILED" if r.failed else "slow" if slow else "led elsewhere" if r.led_elsewhere else "well"
+            state = "stream changed by someone else" if r.tampered else "FAILED" if r.failed else "slow" if slow \
+                else "led elsewhere" if r.led_elsewhere else "well"
             rows.append({"node": node, "kind": kind, "state": state,
                          "first ack ms": ms_text(r.first_ack_ms), "commit ms": ms_text(r.commit_ms), "lost": r.lost,
-                         "when": self.clock.when(when), "error": r.error or ""})
+                         "when": self.clock.when(when), "error": r.tampered or r.error or ""})
         self.rows = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
         self._table.value = self.rows
         bad = sorted(node for node, finding in sick.items() if finding is not None)
+        changed = sorted({r.node for _, r in last.values() if r.tampered})
         self.state = (f"{len({n for n, _ in last})} node(s), the last round {self.clock.when(max(w for w, _ in found))}; "
-                      + (f"**failing or slow: {', '.join(bad)}**" if bad else "every node well"))
+                      + (f"**failing or slow: {', '.join(bad)}**" if bad else "every node well")
+                      + (f"; **canary stream changed by someone else on {', '.join(changed)}** (BATCH_033): those "
+                         "batches say nothing of the node" if changed else ""))
         drawn = [(when, r) for when, r in found if r.commit_ms is not None]
         colors = {node: Category10_10[i % 10] for i, node in enumerate(sorted({r.node for _, r in drawn}))}
         self._source.data = {"t": [w for w, _ in drawn], "ms": [r.commit_ms for _, r in drawn],

@@ -122,7 +122,7 @@ async def test_each_stream_fires_its_check_and_nagios_reads_the_exit_code(deploy
     # objectives and no canary here: those two checks say they could not run
     unchecked = {u["code"]: u["why"] for u in report["unchecked"]}
     assert unchecked.pop("BATCH_030", UNREAD["nonconforming"]) == UNREAD["nonconforming"]
-    assert unchecked == {"BATCH_031": UNREAD["budgets"], "BATCH_032": UNREAD["canaries"]}
+    assert unchecked == {"BATCH_031": UNREAD["budgets"], "BATCH_032": UNREAD["canaries"], "BATCH_033": UNREAD["canaries"]}
     # One text for the alert, the Incident view and the check about the same loss: the shipped rule's
     [timeouts] = [f for f in report["findings"] if f["code"] == "BATCH_006"]
     assert timeouts["remedy"] == remedies()[("lost_batches", "timeout")]

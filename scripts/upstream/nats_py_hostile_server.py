@@ -1,6 +1,6 @@
 """nats-py trusts what a server sends: a report for nats-py, with its reproduction.
 
-    .venv/bin/python scripts/repro/nats_py_hostile_server.py
+    .venv/bin/python scripts/upstream/nats_py_hostile_server.py
 
 What happens (nats-py 2.16.0, plain `nats.connect`, no console code): a server whose INFO is
 - `INFO []`: `AttributeError: 'list' object has no attribute 'get'` out of `connect()` (not a
