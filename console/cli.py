@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from console.broker.cluster import EmbeddedCluster
 from console.export import FORMATS
@@ -253,12 +253,46 @@ async def demo_async(settings: Settings) -> int:
     stop = stop_on_signals()  # its connection says what it is wherever a publisher is named: its faults are meant
     named = replace(settings, connection=replace(settings.connection, name=DEMO_CLIENT))
     async with await Runtime.open(named) as runtime:
-        demo = asyncio.create_task(run_demo(runtime.nc, every=settings.demo.demo_every, rounds=settings.demo.demo_rounds))
+        async def first_round_seen() -> int:
+            await collector_reading(runtime, stop)  # round 1's losses are the collector's to see, as every other's
+            return await run_demo(runtime.nc, every=settings.demo.demo_every, rounds=settings.demo.demo_rounds)
+
+        demo = asyncio.create_task(first_round_seen())
         await asyncio.wait([demo, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         await cancelled(demo)
     if not demo.cancelled() and demo.exception():
         raise demo.exception()
     return 0
+
+
+COLLECTOR_WAIT = 120.0  # seconds the demo waits for a collector to say it is reading before it publishes anyway
+
+
+async def collector_reading(runtime: Runtime, stop: asyncio.Event) -> None:
+    """Until a collector has written a status since this was asked: a collector writes its first status once
+    every tap and the advisory reader are in place, so what is published after it is seen. Published before
+    it (as `up --demo` did), round 1's losses appeared nowhere. After COLLECTOR_WAIT, said, and on."""
+    from console.broker.eventlog import EventLog
+    from console.domain.events import EventKind
+
+    since = datetime.now(timezone.utc)
+    log_ = EventLog.over(runtime.nc, runtime.event_log)
+    deadline = time.monotonic() + COLLECTOR_WAIT
+    while not stop.is_set():
+        try:
+            found = await log_.window(since, datetime.now(timezone.utc) + timedelta(seconds=5),
+                                      kind_filter=f"{EventKind.COLLECTOR_STATUS.value}.>", idle_timeout=0.5)
+        except Exception as e:  # noqa: BLE001  # no event log yet (the collector makes it): looked at again
+            log.debug("no collector status read yet: %s", e)
+            found = []
+        if found:
+            log.info("the collector is reading: the demo starts")
+            return
+        if time.monotonic() > deadline:
+            log.warning("no collector status in %gs: the demo starts without one (its losses may go unseen)",
+                        COLLECTOR_WAIT)
+            return
+        await asyncio.sleep(0.5)
 
 
 async def probe_async(settings: Settings, args: argparse.Namespace) -> int:
