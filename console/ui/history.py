@@ -109,14 +109,21 @@ NOT_COUNTED = "…"  # a provisional row's context: not counted yet, which 0 wou
 
 
 def ledger_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The ledger for the eye: a provisional row's context cells say it is not counted yet; the flag
-    itself goes (the cells say it)."""
+    """The ledger for the eye: the context cells of a row the analytics job has not counted yet (flagged
+    provisional, or with no count: a row read from another system's tables, a table of an older job) say
+    so, never "NaN"; the flag itself goes (the cells say it)."""
     out = frame.drop(columns=["provisional"], errors="ignore")
-    if "provisional" in frame and frame["provisional"].any():
-        marked = frame["provisional"].astype(bool).to_numpy()
-        for column in CONTEXT_COLUMNS:
-            out[column] = [NOT_COUNTED if m else str(v) for m, v in zip(marked, out[column])]
+    marked = (frame["provisional"].fillna(True).astype(bool).to_numpy() if "provisional" in frame
+              else [False] * len(frame))
+    for column in CONTEXT_COLUMNS:
+        if column in out:
+            out[column] = [NOT_COUNTED if m or _missing(v) else str(int(v)) if isinstance(v, float) else str(v)
+                           for m, v in zip(marked, out[column])]
     return out
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value is pd.NA
 
 
 def provisional_text(frame: pd.DataFrame) -> str:

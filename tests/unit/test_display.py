@@ -86,4 +86,17 @@ def test_a_provisional_ledger_row_says_its_context_is_not_counted_yet_never_zero
     assert shown_frame.iloc[1].tolist() == ["b", NOT_COUNTED, NOT_COUNTED, NOT_COUNTED, NOT_COUNTED]
     assert "1 of the lost batches came in since the job's last run" in provisional_text(frame)
     settled = frame.assign(provisional=False)
-    assert ledger_frame(settled)["leader_elections"].tolist() == [2, 0] and provisional_text(settled) == ""
+    assert ledger_frame(settled)["leader_elections"].tolist() == ["2", "0"] and provisional_text(settled) == ""
+
+
+def test_a_ledger_row_with_no_context_count_says_not_counted_never_nan():
+    """History showed "NaN" in the context columns of rows the job had not covered (the stream page said "…")."""
+    from console.ui.history import NOT_COUNTED, ledger_frame
+
+    frame = pd.DataFrame({"batch_id": ["a", "b", "c"], "leader_elections": [1.0, float("nan"), None],
+                          "stream_updates": [0.0, float("nan"), None], "other_abandonments": [3.0, None, None],
+                          "gaps_nearby": [0.0, float("nan"), None]})
+    shown_frame = ledger_frame(frame)
+    assert shown_frame.iloc[0].tolist() == ["a", "1", "0", "3", "0"]
+    assert shown_frame.iloc[1].tolist()[1:] == [NOT_COUNTED] * 4 and shown_frame.iloc[2].tolist()[1:] == [NOT_COUNTED] * 4
+    assert "nan" not in shown_frame.to_csv().lower()
