@@ -624,12 +624,38 @@ def file_stamp(path: Path | None) -> tuple[str, int, int] | None:
     return (str(path), info.st_mtime_ns, info.st_size) if info is not None else None
 
 
+BESIDE_UP_DATA = ("mask_rules", "no_payloads", "objectives", "decoders")  # what a command beside `up` reads as up does
+
+
+def data_settings_of(settings: Settings) -> dict[str, Any]:
+    """The data settings `up` was given that a command beside it must read alike (files as absolute paths)."""
+    found: dict[str, Any] = {}
+    for name in BESIDE_UP_DATA:
+        value = getattr(settings.data, name)
+        if value is not None and value is not False:
+            found[name] = str(Path(value).resolve()) if isinstance(value, Path) else value
+    return found
+
+
 def beside_up(settings: Settings) -> Settings:
     """The settings of a command run with the data directory of a running `up`: the NATS URL, the
-    monitoring URL and the embedded server's system user that `up` chose, each unless given."""
+    monitoring URL and the embedded server's system user that `up` chose, and the data settings it was given
+    (decoders, masking rules, objectives: a search beside `up --decoders FILE` read no payload as up's did),
+    each unless given."""
     up = running_up(settings.data.data_dir)
     if up is None:
         return settings
+    data = settings.data
+    given_data = up.get("data") if isinstance(up.get("data"), dict) else {}
+    for name in BESIDE_UP_DATA:
+        value = given_data.get(name)
+        if f"data.{name}" in settings.given or value is None:
+            continue
+        if name == "no_payloads" and type(value) is bool:
+            data = replace(data, no_payloads=value)
+        elif name != "no_payloads" and isinstance(value, str) and 0 < len(value) <= 4096 and "\x00" not in value:
+            data = replace(data, **{name: Path(value)})
+    settings = replace(settings, data=data)
     connection, system = settings.connection, settings.system
     if "connection.servers" not in settings.given and isinstance(up.get("nats"), str):
         connection = replace(connection, servers=(up["nats"],))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
+NO_DECODER = "payload is null: the message is not JSON and no decoder reads this stream (give --decoders FILE): "
 STOP_AFTER = 0.25  # seconds past the limit before an evaluation that did not end is killed
 POLL = 0.1  # seconds between looks at `cancelled` while the worker evaluates
 MAX_ANSWER = 1 << 20
@@ -169,7 +170,8 @@ def _serve() -> None:
                 if predicate.matches(message_context(subject, seq, stored, headers, data, needs, decode)):
                     matched.append(n)
             except PredicateError as e:
-                errors.append((n, str(e)))
+                errors.append((n, (NO_DECODER if decoder is None and (needs is None or "payload" in needs)
+                                   and data.lstrip()[:1] not in (b"{", b"[") else "") + str(e)))
             except DecodeError as e:
                 errors.append((n, f"not decoded: {e.reason}"))
         else:

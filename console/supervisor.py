@@ -18,7 +18,8 @@ from pathlib import Path
 
 from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_FILE, AlertingSettings,
                             AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings, child_env,
-                            embedded_system_password, env_name, host_in_url, private_dir, private_file)
+                            data_settings_of, embedded_system_password, env_name, host_in_url, private_dir,
+                            private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConfigError, ConsoleError
 
@@ -192,11 +193,13 @@ class Supervisor:
         self._say_where_alerts_go()
 
     def _write_urls(self, nats_url: str, console_url: str, metrics_port: int) -> None:
-        """DATA_DIR/up.json: every URL this `up` chose, for the commands run beside it (config.beside_up)."""
+        """DATA_DIR/up.json: every URL this `up` chose and the data settings it was given (its decoders, masking
+        rules, objectives), for the commands run beside it (config.beside_up)."""
         env, path = self._env, self.settings.data.data_dir / UP_FILE
         found = {"pid": os.getpid(), "nats": nats_url, "monitor": env.get(env_name(ConnectionSettings, "monitor_url")),
                  "console": console_url, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
-                 "system_user": env.get(env_name(SystemAccountSettings, "system_user")) if self.embedded else None}
+                 "system_user": env.get(env_name(SystemAccountSettings, "system_user")) if self.embedded else None,
+                 "data": data_settings_of(self.settings)}
         temp = private_file(path.with_suffix(".tmp"))
         temp.write_text(json.dumps(found))
         temp.replace(path)

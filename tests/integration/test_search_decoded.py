@@ -97,6 +97,17 @@ def test_a_search_matches_what_a_plain_decode_and_scan_keeps(decoded, stream, wh
         done.stderr[-500:]  # message N + 1: counted with its reason, and the search went on past it
 
 
+def test_a_search_without_the_decoders_says_why_a_payload_predicate_is_not_evaluable(decoded):
+    """Beside `up --decoders FILE` a search read no decoder and said a CEL type error ("mixing int with uint")
+    that sent the operator the wrong way: it says now that no decoder reads the stream."""
+    url, tmp = decoded
+    done = subprocess.run([CLI, "search", "ORD_PB", "--server", url, "--data-dir", str(tmp), "--where",
+                           "payload.customer.id == 4711", "--max-matches", "10"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout == "", done.stderr[-500:]
+    assert "no decoder reads this stream" in done.stderr and "--decoders" in done.stderr, done.stderr[-800:]
+
+
 def test_a_decoders_file_with_an_error_stops_the_search_with_its_line(decoded):
     url, tmp = decoded
     bad = tmp / "bad.toml"
