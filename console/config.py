@@ -645,17 +645,18 @@ def beside_up(settings: Settings) -> Settings:
     up = running_up(settings.data.data_dir)
     if up is None:
         return settings
-    data = settings.data
-    given_data = up.get("data") if isinstance(up.get("data"), dict) else {}
+    found = up.get("data")
+    given_data: dict[str, Any] = found if isinstance(found, dict) else {}
+    changes: dict[str, Any] = {}
     for name in BESIDE_UP_DATA:
         value = given_data.get(name)
         if f"data.{name}" in settings.given or value is None:
             continue
         if name == "no_payloads" and type(value) is bool:
-            data = replace(data, no_payloads=value)
+            changes[name] = value
         elif name != "no_payloads" and isinstance(value, str) and 0 < len(value) <= 4096 and "\x00" not in value:
-            data = replace(data, **{name: Path(value)})
-    settings = replace(settings, data=data)
+            changes[name] = Path(value)
+    settings = replace(settings, data=replace(settings.data, **changes))
     connection, system = settings.connection, settings.system
     if "connection.servers" not in settings.given and isinstance(up.get("nats"), str):
         connection = replace(connection, servers=(up["nats"],))
