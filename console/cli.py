@@ -27,7 +27,7 @@ from console.broker.server import BatchLimits, EmbeddedServer
 from console.collector.collector import Collector
 from console.collector.kept import KeptMessages
 from console.config import (
-    EMBEDDED_SYSTEM_USER, KEY_WAIT, METRICS_FD_ENV, SERVER_READY, SYSTEM_PASSWORD_FILE, Settings, add_flags,
+    EMBEDDED_SYSTEM_USER, KEY_WAIT, METRICS_FD_ENV, SERVER_READY, SYSTEM_PASSWORD_FILE, UP_DRIVER_MEMORY, Settings, add_flags,
     beside_up, load, Watched, private_dir, private_file, spark_options,
 )
 from console.domain.audit import CLI
@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="the whole console under one supervisor (the embedded nats-server unless "
                                         "--server names an existing NATS)")
     add_flags(up, *WITH_EVENT_LOG, "system", "collector", "analytics", "web", "access", "embedded", "demo",
-              "alerting", "checks", "fleet", defaults={"analytics.follow": True})
+              "alerting", "checks", "fleet", defaults={"analytics.follow": True,
+                                                       "analytics.driver_memory": UP_DRIVER_MEMORY})
 
     demo = commands.add_parser("demo", help="demo traffic: every batch outcome, on demo streams it creates")
     add_flags(demo, *CONNECTED, "demo.demo_every", "demo.demo_rounds",
@@ -106,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "at once (default: %(default)s)")
 
     mcp = commands.add_parser("mcp", help="an MCP server (stdio) for assistants: read-only tools over a running "
-                                          "console's /api/v1, with the token in BATCH_CONSOLE_API_TOKEN")
+                                          "console's /api/v1, with the token in BATCH_CONSOLE_API_TOKEN",
+                              description="An MCP server (stdio) for assistants over a running console's /api/v1. "
+                                          "The API token (batch-console token create) is read from "
+                                          "$BATCH_CONSOLE_API_TOKEN, never from a flag: a command line is anyone's "
+                                          "to read in ps.")
     mcp.add_argument("--api-url", default="http://127.0.0.1:8050", help="the console's URL (default: %(default)s)")
     mcp.add_argument("--writes", action="store_true", help="also the tools that change the server (edit_stream, "
                                                            "mute_rule, unmute_rule), each an audited action of the API")
@@ -345,7 +350,24 @@ async def canary_async(settings: Settings, args: argparse.Namespace) -> int:
     results = [r for found in await asyncio.gather(*(one(each) for each in systems)) for r in found]
     print(as_json_lines(results) if args.format == "json" else as_text(results))
     reached = len({r.system for r in results}) == len(systems)
-    return 1 if not reached or any(r.failed for r in results) else 0
+    return canary_exit(results, reached)
+
+
+def canary_exit(results: list, reached: bool) -> int:
+    """As `check` exits (Nagios' codes): 2 when a node's canaries fail, 1 when one is slow, led elsewhere or its
+    canary stream was changed by someone else, 3 when a system was not reached, else 0."""
+    from console.domain.canary import node_health
+    from console.domain.checks import CHECKS
+
+    slow_ms = CHECKS["BATCH_032"].thresholds["slow_ms"]
+    worst = 0
+    for health in node_health(results):
+        found = health.finding(slow_ms)
+        if found is not None:
+            worst = max(worst, 2 if found[0] == "critical" else 1)
+        if health.tampering() is not None:
+            worst = max(worst, 1)
+    return worst if reached or worst == 2 else 3
 
 
 async def audit_async(settings: Settings, since: str | None, verify: bool) -> int:
@@ -597,6 +619,14 @@ async def _reachable(settings: Settings) -> None:
     await close(await connect(settings.connection, give_up_after=settings.connection.connect_timeout))
 
 
+def utc(when: str) -> str:
+    """A token's time as `token list` says it: to the second, in UTC, and saying so."""
+    try:
+        return datetime.fromisoformat(when).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return when[:32]
+
+
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     from console.api.tokens import TokenStore
     from console.domain.alert_rules import RulesError, duration
@@ -606,9 +636,9 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "list":
         now = datetime.now(timezone.utc)
         for t in store.tokens().values():
-            state = f"revoked {t.revoked}" if t.revoked else "EXPIRED" if t.expired(now) else \
-                f"until {t.expires}" if t.expires else "until revoked"
-            print(f"{t.name:<24} {t.role:<16} {t.rate:>6g}/s  created {t.created[:19]}  {state}")
+            state = f"revoked {utc(t.revoked)}" if t.revoked else "EXPIRED" if t.expired(now) else \
+                f"until {utc(t.expires)}" if t.expires else "until revoked"
+            print(f"{t.name:<24} {t.role:<16} {t.rate:>6g}/s  created {utc(t.created)}  {state}")
         return 0
     if args.action == "revoke":
         if not args.name:

@@ -41,6 +41,9 @@ MIN_EVENT_KEY = 16  # characters
 MIN_KEY_SYMBOLS = 6  # different characters: "aaaaaaaaaaaaaaaa" is no secret
 SPARK_EVENT_KEY = "event_secret"  # the data source's option for the event key; Spark redacts "secret" keys
 KEY_WAIT = 30.0  # seconds a reading part waits for the collector starting beside it to make the event key
+# The analytics JVM's heap at most under up: the whole console stays under 2.5 GiB resident on one machine
+# (README, "Memory and CPU"); a backlog of millions of events wants BATCH_CONSOLE_DRIVER_MEMORY=4g.
+UP_DRIVER_MEMORY = "1500m"
 SPARK_EVENT_SYSTEM = "event_system"  # the system whose log it reads (a systems file's): records signed for it
 SPARK_KEY_SOURCE = "event_key_source"  # where that key came from, for the error a wrong key makes
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_FILE, AlertingSettings,
-                            AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings, child_env,
+from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_DRIVER_MEMORY, UP_FILE,
+                            AlertingSettings, AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings,
+                            child_env,
                             data_settings_of, embedded_system_password, env_name, host_in_url, private_dir,
                             private_file)
 from console.demo import DEMO_SUBJECTS
@@ -36,9 +37,6 @@ def _ended_with_the_supervisor() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-# The analytics JVM's heap at most under up: the whole console stays under 2.5 GiB resident on one machine
-# (README, "Memory and CPU"); a backlog of millions of events wants BATCH_CONSOLE_DRIVER_MEMORY=4g.
-UP_DRIVER_MEMORY = "1500m"
 
 
 @dataclass

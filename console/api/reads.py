@@ -82,9 +82,10 @@ def reads(ctx: Context) -> APIRouter:
     @api.get("/checks", response_model=ChecksOut, tags=["checks"])
     async def checks(who: Caller = ctx.caller, system: str | None = SYSTEM) -> ChecksOut:
         """The health checks as the alerts part last evaluated them: the Checks page's findings."""
-        found, when, unchecked = ctx.runtime_of(system).alerts.findings()
+        runtime = ctx.runtime_of(system)
+        found, when, unchecked = runtime.alerts.findings()
         findings = [Finding(f["code"], f["severity"], f["title"], f["evidence"], f["remedy"], f["stream"] or None,
-                            system) for f in found if who.reads(f["stream"] or None)]
+                            runtime.system.name) for f in found if who.reads(f["stream"] or None)]
         worst = max((f.severity for f in findings), key=SEVERITIES.index, default="ok")
         return ChecksOut(status=worst, evaluated=when, findings=findings,
                          unchecked=[{"code": c, "why": w} for c, w in unchecked])

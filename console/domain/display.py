@@ -89,6 +89,11 @@ def count(n: int | float | None) -> str:
     return f"{int(n):,}"
 
 
+def counted(n: int, what: str, plural: str | None = None) -> str:
+    """'1 consumer', '2 consumers', '1,000 messages'."""
+    return f"{count(n)} {what if n == 1 else plural or what + 's'}"
+
+
 def size(n_bytes: int | None) -> str:
     """'512 B', '1.5 KiB', '20 MiB'."""
     if n_bytes is None:

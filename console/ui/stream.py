@@ -17,7 +17,7 @@ import panel as pn
 import param
 
 from console.domain.batch_limits import edit_risks
-from console.domain.display import count, size, yes_no
+from console.domain.display import count, counted, size, yes_no
 from console.domain.live_model import LiveModel
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
@@ -53,7 +53,8 @@ def placement_markdown(p: StreamPlacement) -> str:
         f"| {yes_no(s.allow_atomic)} | {yes_no(s.allow_batched)} | {e(s.persist_mode)} | R{s.replicas} | {e(s.retention)} | "
         f"{s.required_api_level if s.required_api_level is not None else '-'} |",
         "",
-        f"Runs on {where}; holds {count(p.messages)} messages ({size(p.bytes)}), {count(s.consumers or 0)} consumers.",
+        f"Runs on {where}; holds {counted(p.messages or 0, 'message')} ({size(p.bytes)}), "
+        f"{counted(s.consumers or 0, 'consumer')}.",
     ])
 
 

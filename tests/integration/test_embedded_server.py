@@ -16,6 +16,7 @@ async def test_server_picks_a_free_port_and_keeps_it_across_a_restart(tmp_path):
         info = await nc.jetstream().account_info()
         assert info.streams == 0
         await nc.close()
+        assert oct(server.log_path.stat().st_mode & 0o777) == "0o600"  # as every other log of the console
     assert not server.running()
 
 

@@ -142,7 +142,8 @@ def test_up_gives_its_collector_the_system_account_and_the_commands_beside_it_it
     found = json.loads((data / "up.json").read_text())
     assert found["nats"] == nats_url and found["console"] + "/" == web_url and found["monitor"].startswith("http://")
     assert found["metrics"].endswith("/metrics") and found["system_user"] == "system"
-    for private in (data / "nats" / "nats-server.conf", data / "nats" / "system.password", data / "up.json"):
+    for private in (data / "nats" / "nats-server.conf", data / "nats" / "system.password", data / "up.json",
+                    data / "nats" / "nats-server.log"):
         assert oct(private.stat().st_mode & 0o777) == "0o600", private
     poll_until(lambda: "the system account's /varz" in (data / "logs" / "collector.log").read_text(), 30,
                "the collector did not read the limits through the system account")

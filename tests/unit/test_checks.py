@@ -204,3 +204,17 @@ def test_a_notebooks_checks_rows_are_plain_values_and_the_table_marks_them_up():
     page.read()
     assert list(page.rows[page.rows.severity == "critical"].stream) == ["ORDERS"]
     assert "<a " in page._table.value.stream[0] and "<b " in page._table.value.severity[0]
+
+
+@pytest.mark.parametrize("results, reached, code", [
+    ((CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), True, 0),
+    ((CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10, led_elsewhere=True),), True, 1),  # was 0
+    ((CanaryResult("default", "n1", "atomic", 2.0, 4000.0, 0, 10),), True, 1),
+    ((CanaryResult("default", "n1", "fast", 3.0, None, 10, 10, "timeout"),), True, 2),
+    ((CanaryResult("default", "n1", "fast", 3.0, None, 10, 10, "x", tampered="stream changed"),), True, 1),
+    ((CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), False, 3),
+])
+def test_canary_once_exits_as_check_does(results, reached, code):
+    from console.cli import canary_exit
+
+    assert canary_exit(list(results), reached) == code

@@ -100,3 +100,11 @@ def test_a_ledger_row_with_no_context_count_says_not_counted_never_nan():
     assert shown_frame.iloc[0].tolist() == ["a", "1", "0", "3", "0"]
     assert shown_frame.iloc[1].tolist()[1:] == [NOT_COUNTED] * 4 and shown_frame.iloc[2].tolist()[1:] == [NOT_COUNTED] * 4
     assert "nan" not in shown_frame.to_csv().lower()
+
+
+def test_a_count_agrees_with_its_noun():
+    from console.domain.display import counted
+
+    assert [counted(n, "consumer") for n in (0, 1, 2, 1000)] == ["0 consumers", "1 consumer", "2 consumers",
+                                                                "1,000 consumers"]
+    assert counted(1, "batch", "batches") == "1 batch" and counted(3, "batch", "batches") == "3 batches"
