@@ -95,11 +95,12 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
         self._table.value = self.rows
         spent = [s for s in self._statuses if s.spent is not None]
         labels = [f"{s.objective} · {s.measure}" for s in spent]
-        self._plot.y_range.factors = labels
-        self._plot.x_range.end = max([1.1] + [1.05 * (s.spent or 0) for s in spent])
-        self._source.data = {"label": labels, "spent": [s.spent for s in spent],
-                             "color": ["#c92a2a" if (s.spent or 0) >= 1 else "#e67700" if s.burning else "#2b8a3e"
-                                       for s in spent]}
+        with pn.io.hold():  # one change for the browser, on the page's first load too (an async one)
+            self._plot.y_range.factors = labels
+            self._plot.x_range.end = max([1.1] + [1.05 * (s.spent or 0) for s in spent])
+            self._source.data = {"label": labels, "spent": [s.spent for s in spent],
+                                 "color": ["#c92a2a" if (s.spent or 0) >= 1 else "#e67700" if s.burning else "#2b8a3e"
+                                           for s in spent]}
         self._show_losses()
 
     def refresh(self) -> None:

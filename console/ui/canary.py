@@ -113,8 +113,9 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
                          "batches say nothing of the node" if changed else ""))
         drawn = [(when, r) for when, r in found if r.commit_ms is not None]
         colors = {node: Category10_10[i % 10] for i, node in enumerate(sorted({r.node for _, r in drawn}))}
-        self._source.data = {"t": [w for w, _ in drawn], "ms": [r.commit_ms for _, r in drawn],
-                             "node": [r.node[:40] for _, r in drawn], "color": [colors[r.node] for _, r in drawn]}
+        with pn.io.hold():  # sent to the browser as one change, wherever it is made (the page's first load too)
+            self._source.data = {"t": [w for w, _ in drawn], "ms": [r.commit_ms for _, r in drawn],
+                                 "node": [r.node[:40] for _, r in drawn], "color": [colors[r.node] for _, r in drawn]}
 
     def __panel__(self):
         return self._layout

@@ -22,6 +22,17 @@ DRAWN = """() => {
 }"""
 
 
+RANGED = """() => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.data && m.data.ms && m.data.ms.length > 0)
+        for (const f of doc.all_models)
+          if (f.x_range && f.x_range.start !== null && f.x_range.start !== undefined && !isNaN(f.x_range.start))
+            return true;
+  return false;
+}"""
+
+
 @pytest.fixture(scope="module")
 def canary_web(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("canary")
@@ -59,3 +70,5 @@ def test_before_a_canary_the_page_says_how_and_with_one_each_node_is_shown(canar
     expect(page.locator("canvas").first).to_be_visible()
     page.wait_for_function(DRAWN, timeout=30_000)  # the commit times are in the plot's data
     page.screenshot(path=screenshots / "canary.png", full_page=True)
+    page.goto(url + "canary")  # opened with results already there: drawn from its first load (it was blank,
+    page.wait_for_function(RANGED, timeout=8_000)  # "could not set initial ranges", until a refresh 10 s on)
