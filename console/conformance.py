@@ -19,7 +19,8 @@ MARK = {PASS: "pass", FAIL: "FAIL", UNCONFIRMED: "fail?", NOT_OBSERVED: "-", CAN
 
 def _verdict_line(v: ClientVerdict) -> str:
     failing, unconfirmed = v.failing, v.unconfirmed
-    state = f"does not conform: fails {', '.join(failing)}" if failing else "conforms (no statement failed)"
+    state = f"does not conform: fails {', '.join(failing)}" if failing else "no statement failed" if unconfirmed \
+        else f"{v.verdict()} (no statement failed)"
     if unconfirmed:
         state += (f"; unconfirmed: {', '.join(unconfirmed)} (only replies on its inbox say so, which any client of "
                   "the account can publish: tap the publish side to confirm)")
@@ -82,7 +83,7 @@ def markdown(verdicts: list[ClientVerdict]) -> str:
         p = v.publisher
         out += [f"## {_cell(v.name)}", "",
                 f"- client library: {_cell(' '.join(x for x in (p.lang, p.version) if x) or 'unknown') if p else 'unknown'}",
-                f"- verdict: **{'does not conform' if v.failing else 'conforms'}** ({v.batches} batches, "
+                f"- verdict: **{v.verdict()}** ({v.batches} batches, "
                 f"{v.since} .. {v.until})", "",
                 "| statement | result | passed | failed | what was seen |", "|---|---|---|---|---|"]
         for sid, s in STATEMENTS.items():

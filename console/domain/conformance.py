@@ -82,6 +82,16 @@ class ClientVerdict:
     def failing(self) -> list[str]:
         return [s for s in STATEMENTS if self.status(s) == FAIL]
 
+    def verdict(self) -> str:
+        """What every face says of it: "conforms" only when no statement is one the console cannot tell without
+        the publish side (a demo of deliberate faults, each in what cannot be told, was called conforming)."""
+        if self.failing:
+            return "does not conform"
+        if self.unconfirmed:
+            return "unconfirmed failures"
+        untold = sum(1 for sid in STATEMENTS if self.status(sid) == CANNOT_TELL)
+        return f"no failure seen; {untold} cannot be told" if untold else "conforms"
+
     @property
     def unconfirmed(self) -> list[str]:
         """Statements only replies on its inbox say it fails: not a verdict against it, said as such."""

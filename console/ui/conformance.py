@@ -104,7 +104,9 @@ def conformance_line(v: ClientVerdict) -> str:
     """The publisher's verdict in a sentence of HTML, linked to its row of the report."""
     link = f'<a href="/conformance?client={quote(v.key, safe="")}">conformance report</a>'
     if not v.failing:
-        return f"its client conforms to ADR-50 over {v.batches} graded batch(es) ({link})"
+        said = v.verdict()
+        said = "conforms to ADR-50" if said == "conforms" else f"shows no ADR-50 failure ({said.split('; ')[-1]})"
+        return f"its client {said} over {v.batches} graded batch(es) ({link})"
     failing = ", ".join(f"{sid} {html.escape(STATEMENTS[sid].title)}" for sid in v.failing)
     return f'its client <b style="color:#c92a2a">does not conform to ADR-50</b>: {failing} ({link})'
 
@@ -120,7 +122,7 @@ def _mark(status: str) -> str:
 
 
 def _matrix_row(v: ClientVerdict) -> dict:
-    verdict = "does not conform" if v.failing else "unconfirmed failures" if v.unconfirmed else "conforms"
+    verdict = v.verdict()
     failing = ", ".join([*v.failing, *(f"{sid}?" for sid in v.unconfirmed)])
     return {"client": v.name, "verdict": verdict, "failing": failing, "batches": v.batches,
             **{sid: _mark(v.status(sid)) for sid in STATEMENTS}}
