@@ -53,6 +53,8 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown("## Conformance of batch publishers to ADR-50"), pn.pane.Markdown(self.param.state),
             pn.Row(w.TextInput.from_param(self.param.client, name="client", width=260),
                    w.Checkbox.from_param(self.param.failing_only, name="only clients that fail")),
+            pn.pane.Markdown("Client, verdict and failing stay in view; the statements' columns scroll sideways "
+                             "(each id is explained below the tables)."),
             self._matrix, pn.pane.Markdown("### Failures"), self._failures,
             pn.pane.Markdown(f"<small>{legend}. pass / FAIL / fail? unconfirmed: only replies on the client's inbox "
                              "say so, and any client of the account can publish there / - not observed / ? cannot "
@@ -137,10 +139,12 @@ def _failure_rows(v: ClientVerdict, when) -> list[dict]:
             continue
         s = STATEMENTS[sid]
         for e in v.results[sid].examples:
-            rows.append({"client": v.name, "statement": f"{sid} {s.title}", "ADR-50": f"{s.section}: {s.adr}",
+            # what was seen and where to look first; the ADR's own words, the longest, last
+            rows.append({"client": v.name, "statement": f"{sid} {s.title}",
                          "seen": e.detail + (" (unconfirmed: rests on replies alone)"
                                              if v.status(sid) == UNCONFIRMED else ""), "batch": incident_link(e.batch_id) and
                          f'{incident_link(e.batch_id)} <code>{html.escape(e.batch_id[:24])}</code>',
                          "stream": stream_cell(e.stream) if e.stream else "",
-                         "when": when(datetime.fromisoformat(e.time.replace("Z", "+00:00")))})
+                         "when": when(datetime.fromisoformat(e.time.replace("Z", "+00:00"))),
+                         "ADR-50": f"{s.section}: {s.adr}"})
     return rows

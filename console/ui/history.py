@@ -122,6 +122,16 @@ def ledger_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+DECIDED_ON = ("time", "stream", "reason", "kind", "investigate", "publisher", "batch_id")  # at 1280 px, in view
+
+
+def decisions_first(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ledger's columns an operator decides on first (what was lost, why, by whom, where to look), the
+    context after: at 1280 px "investigate" and the publisher were past the table's 2,228 px edge."""
+    first = [c for c in DECIDED_ON if c in frame]
+    return frame[first + [c for c in frame.columns if c not in first]]
+
+
 def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and value != value) or value is pd.NA
 
@@ -209,7 +219,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._stats = tabulator(pd.DataFrame(), height=160, **table)
         self._lost = tabulator(pd.DataFrame(), height=300,
                                           formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
-                                          **table)
+                                          frozen_columns=["time", "stream"], widths={"publisher": 360}, **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
@@ -226,7 +236,10 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
                    pn.Column("### Fast-batch outcomes", self._outcomes, "### Mean time between abandonments",
                              self._stats, sizing_mode="stretch_width"), sizing_mode="stretch_width"),
-            "### Abandoned batches", self._lost, sizing_mode="stretch_width")
+            "### Abandoned batches",
+            pn.pane.Markdown("Each batch's reason, publisher and incident first; its context (what happened around "
+                             "it) to the right: the table scrolls sideways where it is wider than the page."),
+            self._lost, sizing_mode="stretch_width")
         self._shown: dict[str, pd.DataFrame] = {}
         self._read_at: object = False  # (the job's position, the ledger's) the tables were read at
         self._on_csv_table()
@@ -289,11 +302,12 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             self._outcomes.value = shown(self._shown["fast_outcomes"], self.clock)
             stats = shown(stats, self.clock, durations=("mean_seconds",))
             stats["stream"] = _streams(stats)
-            self._stats.value = stats
+            first = [c for c in ("stream", "mean_seconds", "abandonments") if c in stats]  # the mean in view
+            self._stats.value = stats[first + [c for c in stats.columns if c not in first]]
             lost = ledger_frame(shown(self._shown["abandoned_batches"], self.clock))
             lost["investigate"] = [incident_link(b, s) for b, s in zip(lost["batch_id"], _systems(lost))]
             lost["stream"] = _streams(lost)
-            self._lost.value = lost
+            self._lost.value = decisions_first(lost)
             self._blind.object = blind_windows_text(self._shown["capture_interruptions"], self.clock)
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0

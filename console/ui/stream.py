@@ -23,7 +23,7 @@ from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import stream_name_problem
 from console.ui.formatting import Clocked, coroutine, put, shown, tabulator
-from console.ui.history import incident_link, ledger_frame
+from console.ui.history import decisions_first, incident_link, ledger_frame
 from console.ui.live import active_frame, recent_frame
 from console.ui.streams import limits_markdown
 
@@ -169,7 +169,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
                 week = self.history.abandoned_batches(now - WEEK, now, stream=self.stream)
                 week = ledger_frame(shown(week.drop(columns=["stream"]), self.clock))
                 week["investigate"] = [incident_link(b) for b in week["batch_id"]]
-                put(self._week, week)
+                put(self._week, decisions_first(week))
                 self._week_of = position
 
     def __panel__(self):

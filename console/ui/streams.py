@@ -18,7 +18,8 @@ from console.ui.controls import checkbox, keep_choice, permitted
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
-COLUMNS = ["name", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources", "required_api_level"]
+# The API level beside the name: a kind the server cannot take is decided on first (last, a scrollbar hid it)
+COLUMNS = ["name", "required_api_level", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources"]
 
 
 def streams_frame(streams: list[StreamBatchSettings]) -> pd.DataFrame:

@@ -103,7 +103,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-results"  # pytest-playw
 HEALTH_RULES = {"collector silent"}
 # The columns an operator decides on, wherever a table has them: each must be in view at 1280 px.
 WITHOUT_TABLES = {"/probe", "/replay"}  # a form; Replay shows messages as cards
-KEY_COLUMNS = ("state", "severity", "verdict", "failing", "stream", "reason", "outcome")
+KEY_COLUMNS = ("state", "severity", "verdict", "failing", "stream", "reason", "outcome", "investigate", "publisher",
+               "API level", "mean time between")
 
 
 def key_columns_in_view_and_no_text_cut(page, path: str) -> None:
