@@ -19,7 +19,9 @@ from console.ui.controls import download, exports, permitted, refusals
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import stream_cell
 
-COLUMNS = ["record", "time", "user", "address", "action", "stream", "target", "outcome", "detail", "change", "agent"]
+# Who did what to which stream and how it ended first, in view at 1280 px; the long texts (a search's filters in
+# its detail, the change) after them, the address last (action and stream were cut, outcome past a detail's JSON)
+COLUMNS = ["record", "time", "user", "action", "stream", "outcome", "target", "detail", "change", "address", "agent"]
 ANY = "(any)"
 
 
@@ -118,7 +120,8 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         w = pn.widgets
         html_cells = {c: {"type": "html"} for c in COLUMNS if c not in ("record", "time")}
-        self._table = tabulator(self.records, height=420, formatters=html_cells, hidden_columns=["agent"])
+        self._table = tabulator(self.records, height=420, formatters=html_cells, hidden_columns=["agent"],
+                                widths={"detail": 320, "change": 240, "target": 200})
         self._download = w.FileDownload(callback=self.download, filename="audit.csv", label="Download CSV",
                                         button_type="light", width=160, align="end")
         cannot = permitted([self._download], self.may(ExportTable))

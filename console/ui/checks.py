@@ -17,7 +17,8 @@ from console.ui.formatting import Clocked, put, tabulator
 from console.ui.history import stream_cell
 
 # What an operator decides on first, then the long texts: at 1280 px the times stay in view
-COLUMNS = ["severity", "code", "stream", "check", "first seen", "last seen", "evidence", "remedy"]
+# What is wrong, where, and what to do in view at 1280 px (with a system's column too): the times after
+COLUMNS = ["severity", "code", "stream", "check", "evidence", "remedy", "first seen", "last seen"]
 ANY = "(any)"
 Stored = tuple[list[dict], "datetime | None", list[tuple[str, str]]]
 
