@@ -37,16 +37,8 @@ from console.broker.server import EmbeddedServer  # noqa: E402
 from console.decoders import DecodeError  # noqa: E402
 from console.decoders.avro_decoder import AvroDecoder  # noqa: E402
 from console.decoders.cbor_decoder import CborDecoder  # noqa: E402
+from tests.decoders.orders import zigzag  # noqa: E402
 from tests.processes import CLI, free_port, wait_http  # noqa: E402
-
-
-def zigzag(n: int) -> bytes:
-    n, out = (n << 1) ^ (n >> 63), b""
-    while True:
-        low, n = n & 0x7F, n >> 7
-        if not n:
-            return out + bytes([low])
-        out += bytes([low | 0x80])
 
 
 def timed(decode, data: bytes) -> float:

@@ -85,3 +85,13 @@ def as_cbor(o: dict[str, Any]) -> bytes:
     import cbor2
 
     return cbor2.dumps(o)
+
+
+def zigzag(n: int) -> bytes:
+    """An Avro long as the binary encoding writes it (zig-zag, then variable length): for data written by hand."""
+    n, out = (n << 1) ^ (n >> 63), b""
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([low])
+        out += bytes([low | 0x80])

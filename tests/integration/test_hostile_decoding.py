@@ -18,21 +18,13 @@ from nats.js.api import StreamConfig
 from console.decoders import DecodeError
 from console.decoders.avro_decoder import AvroDecoder
 from console.decoders.cbor_decoder import CborDecoder
+from tests.decoders.orders import zigzag
 from tests.processes import CLI
 
 GOOD = 20
 NULLS_SCHEMA = {"type": "record", "name": "Nulls", "fields": [
     {"name": "id", "type": "long"}, {"name": "gaps", "type": {"type": "array", "items": "null"}},
     {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}}]}
-
-
-def zigzag(n: int) -> bytes:
-    n, out = (n << 1) ^ (n >> 63), b""
-    while True:
-        low, n = n & 0x7F, n >> 7
-        if not n:
-            return out + bytes([low])
-        out += bytes([low | 0x80])
 
 
 def avro(i: int, nulls: int = 2, price: bytes = b"\x04\xd2") -> bytes:
