@@ -122,7 +122,8 @@ def ledger_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-DECIDED_ON = ("time", "stream", "reason", "kind", "investigate", "publisher", "batch_id")  # at 1280 px, in view
+# at 1280 px, in view (a system first, where several systems' ledgers are read as one)
+DECIDED_ON = ("system", "time", "stream", "reason", "kind", "investigate", "publisher", "batch_id")
 
 
 def decisions_first(frame: pd.DataFrame) -> pd.DataFrame:
@@ -219,7 +220,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._stats = tabulator(pd.DataFrame(), height=160, **table)
         self._lost = tabulator(pd.DataFrame(), height=300,
                                           formatters={"investigate": {"type": "html"}, "stream": {"type": "html"}},
-                                          frozen_columns=["time", "stream"], widths={"publisher": 360}, **table)
+                                          frozen_columns=["system", "time", "stream"], widths={"publisher": 360},
+                                          **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
