@@ -125,3 +125,18 @@ def test_several_systems_trails_read_as_one_keep_each_records_system_and_name_ea
     frame = audit_frame(merged, Clock())
     assert list(frame.columns[:2]) == ["record", "system"] and list(frame["system"]) == ["eu", "us", "eu"]
     assert "system" not in audit_frame(eu, Clock()).columns
+
+
+def test_an_attempt_with_no_outcome_yet_is_said_as_running_or_ended_never_as_a_failure():
+    """The continuous canary writes canary.run's outcome when it stops: while it ran the page said 'attempted:
+    no outcome recorded', which read as a failure."""
+    from console.domain.audit import Checked
+    from console.ui.audit import NO_OUTCOME_YET, audit_frame
+    from console.ui.formatting import Clock
+
+    started = AuditRecord(AT, Actor("canary", "", ""), "canary.run", "every node", "attempted")
+    done = AuditRecord(AT, Actor("alice", "", ""), "stream.edit", "S", "attempted")
+    applied = AuditRecord(AT, Actor("alice", "", ""), "stream.edit", "S", "accepted")
+    frame = audit_frame(Checked([(1, started), (2, done), (3, applied)], []), Clock())
+    assert frame["outcome"].tolist() == ["accepted", NO_OUTCOME_YET]
+    assert "running" in NO_OUTCOME_YET and "no outcome recorded" not in NO_OUTCOME_YET
