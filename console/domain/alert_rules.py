@@ -189,7 +189,8 @@ def rule_toml(rule: Rule) -> str:
 
 NO_TARGET = ("No rule has a notify target: alerts show on the Alerts page and in /metrics, and nothing is sent. "
              "To send them: allow the receivers (--webhook-hosts HOST or --notify-subjects PREFIX, or their "
-             "BATCH_CONSOLE_ twins), then add notify = [\"webhook:https://HOST/...\"] or [\"nats:PREFIX.x\"] to a rule.")
+             "BATCH_CONSOLE_ twins), then add `notify = [\"webhook:https://HOST/...\"]` or `[\"nats:PREFIX.x\"]` to a "
+             "rule.")  # in code spans: HOST is a placeholder, never a link the Alerts page draws
 
 
 def without_targets(rules: list[Rule]) -> str | None:

@@ -298,3 +298,15 @@ def test_metrics_of_several_systems_render_each_metric_once_each_sample_with_its
     assert text.count("# TYPE batch_console_lost_batches counter") == 1
     for name in ("eu", "us"):
         assert f'batch_console_lost_batches_total{{system="{name}",stream="S",kind="atomic",reason="timeout"}} 1.0' in text
+
+
+def test_the_hint_for_rules_without_targets_draws_no_link_to_a_placeholder_host():
+    """The Alerts page drew `https://HOST/` as a link: the placeholder is in a code span now."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    from console.domain.alert_rules import NO_TARGET
+
+    drawn = MarkdownIt("commonmark").enable("linkify").render(html.escape(NO_TARGET, quote=False))
+    assert "<a " not in drawn and "<code>notify = [&quot;webhook:https://HOST/...&quot;]</code>" in drawn
