@@ -70,9 +70,11 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
                                  formatters={"stream": {"type": "html"}, "batch": {"type": "html"},
                                              "incident": {"type": "html"}})
         self._losses_title = pn.pane.Markdown("")
+        self._drawn = pn.Column(pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"), visible=False,
+                                sizing_mode="stretch_width")  # an empty frame said nothing: shown once it has a bar
         self._problem = pn.pane.Str("", visible=False, sizing_mode="stretch_width", css_classes=["bc-problem"])
         self._layout = pn.Column(pn.pane.Markdown("## Loss budgets"), self._problem, pn.pane.Markdown(self.param.state),
-                                 self._table, pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"),
+                                 self._table, self._drawn,
                                  self._losses_title, self._losses, sizing_mode="stretch_width")
 
     def read(self) -> None:
@@ -96,6 +98,7 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
         spent = [s for s in self._statuses if s.spent is not None]
         labels = [f"{s.objective} · {s.measure}" for s in spent]
         with pn.io.hold():  # one change for the browser, on the page's first load too (an async one)
+            self._drawn.visible = bool(spent)  # drawn once a measure has a budget spent to draw
             self._plot.y_range.factors = labels
             self._plot.x_range.end = max([1.1] + [1.05 * (s.spent or 0) for s in spent])
             self._source.data = {"label": labels, "spent": [s.spent for s in spent],

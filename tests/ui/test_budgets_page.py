@@ -118,6 +118,11 @@ def test_without_objectives_the_page_says_how_to_give_them(budgets_web, page):
     page.goto(without + "budgets")
     expect(page.get_by_text("No loss objectives")).to_be_visible(timeout=30_000)
     expect(page.get_by_text("lost_messages_per_million = 10")).to_be_visible()
+    drawn = """() => { let n = 0; const walk = (root) => { for (const c of root.querySelectorAll('canvas'))
+        if (c.getBoundingClientRect().height > 0) n++; for (const el of root.querySelectorAll('*'))
+        if (el.shadowRoot) walk(el.shadowRoot); }; walk(document); return n; }"""
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(drawn) == 0  # no empty plot frame beside the words
 
 
 def test_the_api_says_what_the_page_says_to_each_role_and_refuses_what_it_must(budgets_web):
