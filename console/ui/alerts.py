@@ -83,7 +83,10 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
                         pn.pane.Markdown(self.param.result)]
         self._layout = pn.Column(
             pn.pane.Markdown("## Alerts"), self._problem, pn.pane.Markdown("### Firing now"), self._firing,
-            pn.Row(pn.Column(pn.pane.Markdown("### Rules"), self._rules, sizing_mode="stretch_width"),
+            pn.Row(pn.Column(pn.pane.Markdown("### Rules"),
+                             pn.pane.Markdown("Each rule's name, state and severity first; its conditions and targets "
+                                              "to the right: the table scrolls sideways beside the editor."),
+                             self._rules, sizing_mode="stretch_width"),
                    pn.Column(*controls, width=420) if controls else pn.Spacer(width=0), sizing_mode="stretch_width"),
             pn.pane.Markdown("### Sent"), self._sent, pn.pane.Markdown("### Deliveries"), self._deliveries,
             sizing_mode="stretch_width")
