@@ -12,10 +12,10 @@ from pathlib import Path
 from console.config import EVENT_KEY_ENV, EVENT_KEY_FILE, SECTIONS, Settings, specs
 
 HIDDEN = "***"
-QUIET = ("py4j",)
+QUIET = ("py4j",)  # its DEBUG lines are the JVM protocol itself, options and all
 API_TOKEN = re.compile(r"bct_[A-Za-z0-9_-]{16,}")  # console.api.tokens' shape: PREFIX and 32 random bytes
 QUERY_SECRET = re.compile(r"([?&;](?:access_token|id_token|refresh_token|token|api_key|apikey|key|password|passwd|"
-                          r"secret|client_secret|code|auth|authorization)=)[^&;\s]+", re.IGNORECASE)  # its DEBUG lines are the JVM protocol itself, options and all
+                          r"secret|client_secret|code|auth|authorization)=)[^&;\s]+", re.IGNORECASE)
 
 
 def secret_values(settings: Settings) -> list[str]:

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_DRIVER_MEMORY, UP_FILE,
                             AlertingSettings, AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings,
-                            child_env,
-                            data_settings_of, embedded_system_password, env_name, host_in_url, private_dir,
-                            private_file)
+                            child_env, data_settings_of, embedded_system_password, env_name, host_in_url,
+                            private_dir, private_file)
 from console.demo import DEMO_SUBJECTS
 from console.errors import ConfigError, ConsoleError
 

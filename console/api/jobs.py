@@ -84,6 +84,11 @@ class SearchOut(BaseModel):
     matches: list[MatchOut]
 
 
+def match_size(found: Found) -> int:
+    """Bytes one match holds: its payload, headers and subject."""
+    return len(found.data) + sum(len(k) + len(v) for k, v in found.headers) + len(found.subject)
+
+
 @dataclass
 class Job:
     token: str
@@ -99,7 +104,7 @@ class Job:
 
     def kept(self) -> int:
         """Bytes its matches hold."""
-        return sum(len(f.data) + sum(len(k) + len(v) for k, v in f.headers) + len(f.subject) for f in self.matches)
+        return sum(map(match_size, self.matches))
 
     def out(self, job_id: str) -> SearchOut:
         state: Literal["running", "done", "cancelled", "refused"] = "refused" if self.refused else \
@@ -134,7 +139,7 @@ class Jobs:
 
         def keep(found: Found) -> bool:
             """Kept while the job's matches are within its caller's budget; past it the search is stopped."""
-            size = len(found.data) + sum(len(k) + len(v) for k, v in found.headers) + len(found.subject)
+            size = match_size(found)
             if kept[0] + size > MAX_KEPT_EACH:
                 job.capped = job.cancel = True
                 return False

@@ -245,10 +245,11 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
         """A call to /mcp without a bearer token is refused by MCP's own middleware: counted here as every
         other refusal of a caller without a token."""
         if scope.get("type") == "http" and scope.get("path") == "/mcp":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"")
             if not given.lower().startswith(b"bearer ") or not given[7:].strip():
                 client = scope.get("client") or ("", 0)
-                agent = dict(scope.get("headers") or []).get(b"user-agent", b"").decode("latin-1")[:200]
+                agent = headers.get(b"user-agent", b"").decode("latin-1")[:200]
                 await callers.refused(Actor("mcp (no token)", str(client[0]), agent), "mcp", "/mcp", "no bearer token")
         await app(scope, receive, send)
 

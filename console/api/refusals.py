@@ -33,7 +33,6 @@ class _Window:
     reasons: Counter[str] = field(default_factory=Counter)
     others: int = 0
     total: int = 0
-    said_first: bool = False
 
 
 # (actor, action, target, detail): how a refusal's record is written (console.api.callers: the first system's trail)
@@ -48,31 +47,23 @@ class Refusals:
         self._write, self.window = write, window
         self._current: _Window | None = None
         self._flusher: asyncio.Task[None] | None = None
-        self.counted = 0  # every refusal, for the status
 
     async def refused(self, actor: Actor, action: str, target: str, why: str) -> None:
-        self.counted += 1
         now = time.monotonic()
         current = self._current
         if current is not None and now - current.started >= self.window:
             await self.flush()
             current = None
         if current is None:  # a quiet minute's first refusal: written now, as it was
-            self._current = _Window(now, said_first=True)
+            self._current = _Window(now)
             self._schedule()
             await self._write(actor, action, target, why[:MAX_TEXT])
             return
-        address = actor.address[:MAX_TEXT] or "-"
-        if address in current.by_address or len(current.by_address) < MOST_TRACKED:
-            current.by_address[address] += 1
-        else:
+        if not _counted(current.by_address, actor.address or "-", MOST_TRACKED):
             current.others += 1
-        if why[:MAX_TEXT] in current.reasons or len(current.reasons) < ADDRESSES_SAID:
-            current.reasons[why[:MAX_TEXT]] += 1
-        if actor.user[:MAX_TEXT] in current.by_who or len(current.by_who) < ADDRESSES_SAID:
-            current.by_who[actor.user[:MAX_TEXT]] += 1
-        if action[:MAX_TEXT] in current.by_action or len(current.by_action) < ADDRESSES_SAID:
-            current.by_action[action[:MAX_TEXT]] += 1
+        _counted(current.reasons, why, ADDRESSES_SAID)
+        _counted(current.by_who, actor.user, ADDRESSES_SAID)
+        _counted(current.by_action, action, ADDRESSES_SAID)
         current.total += 1
 
     def _schedule(self) -> None:
@@ -104,5 +95,11 @@ class Refusals:
         except Exception as e:  # noqa: BLE001  # the trail not reachable now: the count is said in the log instead
             log.warning("refusals of unauthenticated callers not recorded (%s): %s", e, json.dumps(detail)[:500])
 
-    async def close(self) -> None:
-        await self.flush()
+
+def _counted(counter: Counter[str], key: str, most: int) -> bool:
+    """One more of `key` (bounded in length) while the counter holds fewer than `most` keys or has it already."""
+    key = key[:MAX_TEXT]
+    if key in counter or len(counter) < most:
+        counter[key] += 1
+        return True
+    return False

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from console.config import private_file
 from console.errors import EmbeddedServerError
 
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
@@ -125,9 +126,7 @@ class EmbeddedServer:
         os.chmod(self.config_path, 0o600)
         self.config_path.write_text(self._config())
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        # Owner-only too, as every other log: nats-server makes its log 0640, and keeps the mode of one that is
-        os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        os.chmod(self.log_path, 0o600)
+        private_file(self.log_path)  # 0600 as every other log: nats-server makes its own 0640, keeps an existing one's
         self._proc = proc = subprocess.Popen(
             [str(self.binary), "-c", str(self.config_path), "-l", str(self.log_path)],
             stdin=subprocess.DEVNULL,

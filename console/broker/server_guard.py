@@ -103,7 +103,3 @@ def guard(nc: Client) -> Client:
     nc._process_info = guarded_info  # type: ignore[method-assign]  # the same seam
     ps.parse = guarded_parse  # type: ignore[method-assign]  # the parser itself, at the same seam
     return nc
-
-
-def was_guarded(nc: Client) -> bool:
-    return bool(getattr(nc, GUARDED, False))
