@@ -56,7 +56,8 @@ def as_json(verdicts: list[ClientVerdict]) -> str:
                         "passes": s.passes, "fails": s.fails, "evidence": list(s.evidence)}
                        for s in STATEMENTS.values()],
         "clients": [{"client": v.key, "publisher": v.publisher.to_dict() if v.publisher else None,
-                     "conforms": not v.failing, "unconfirmed": v.unconfirmed, "batches": v.batches,
+                     "conforms": not v.failing, "verdict": v.verdict(), "unconfirmed": v.unconfirmed,
+                     "batches": v.batches,
                      "publish_side": v.publish_side,
                      "since": v.since, "until": v.until,
                      "results": {sid: {"status": v.status(sid),

@@ -203,3 +203,10 @@ def test_a_commands_settings_take_a_running_ups_urls_and_nothing_from_a_file_tha
     assert (chosen.servers, chosen.monitor_url) == (("nats://127.0.0.1:4333",), "http://127.0.0.1:8333")
     given = load(environ={"BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_CONSOLE_SERVER": "nats://127.0.0.2:4222"})
     assert beside_up(given).connection.servers == ("nats://127.0.0.2:4222",)  # what is given wins
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "3601", "nan", "inf", "-1", "abc", "1e400", "6\x000", " " * 300])
+def test_refusals_every_takes_seconds_from_one_to_an_hour_and_nothing_else(value):
+    with pytest.raises(SystemExit):
+        parse(["serve", "--refusals-every", value], {})
+    assert parse(["serve", "--refusals-every", "2"], {}).web.refusals_every == 2.0

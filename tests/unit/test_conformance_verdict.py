@@ -19,3 +19,14 @@ def test_no_failure_with_statements_that_cannot_be_told_is_not_called_conforming
     assert verdict(False).verdict() == f"no failure seen; {len(UNTOLD)} cannot be told"
     assert verdict(True).verdict() == "conforms"  # seen on the publish side: nothing is beyond telling
     assert verdict(False, next(iter(STATEMENTS))).verdict() == "does not conform"
+
+
+def test_the_cli_report_says_the_same_verdict_as_the_page():
+    import json
+
+    from console.conformance import as_json, markdown
+
+    blind = verdict(False)
+    said = json.loads(as_json([blind]))["clients"][0]
+    assert said["verdict"] == blind.verdict() and said["conforms"] is True  # "conforms": no failure, as before
+    assert f"**{blind.verdict()}**" in markdown([blind])
