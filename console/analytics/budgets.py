@@ -1,6 +1,6 @@
 """What the loss budgets count, per 5-minute bucket, stream and publisher: messages stored (the stream's
 last sequence moved, from the collector's stream totals), messages stored by fast batches (their
-PubAck's count), messages lost (gaps, refusals), batches seen (fast starts; atomic batches the publish
+PubAck's count), messages lost (gaps, refusals, and every message of a lost atomic batch), batches seen (fast starts; atomic batches the publish
 side saw open) and batches lost (the losses that stand). console.domain.budgets sums these over an
 objective's windows.
 
@@ -24,8 +24,11 @@ FAST_STARTED = EventKind.FAST_STARTED.value
 FAST_END_KINDS = tuple(kind.value for kind in FAST_ENDS)
 TOTALS_JSON = ("struct<instance:string, last_seq:map<string,bigint>, atomic:map<string,bigint>, "
                "atomic_publishers:map<string,map<string,array<bigint>>>>")
+KEPT = EventKind.BATCH_MESSAGES.value
+ATOMIC_LOST = EventKind.ATOMIC_LOST.value
 COUNTS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted", "atomic_batches",
-          "atomic_stored", "publisher_uncounted")
+          "atomic_stored", "publisher_uncounted", "atomic_unsized")
+MAX_BATCH_MESSAGES = 1_000_000  # a count past this in the log is not a batch's: left uncounted
 
 
 def bucket(col: str = "time") -> Column:
@@ -88,9 +91,25 @@ def budget_counts(events: DataFrame) -> DataFrame:
         F.countDistinct("batch_id").cast("long").alias("lost_batches"),
         total(atomic_loss & F.col("_counted").isNull(), F.lit(1), "atomic_uncounted"),
         total(atomic_loss & F.col("_counted_by").isNull(), F.lit(1), "publisher_uncounted"))
-    parts = [stored, atomic, *atomic_by, seen, lost]
+    parts = [stored, atomic, *atomic_by, seen, lost, _atomic_messages_lost(events, standing.filter(atomic_loss))]
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part, allowMissingColumns=True)
     return union.groupBy("bucket", "stream", "publisher").agg(
         *[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in COUNTS])
+
+
+def _atomic_messages_lost(events: DataFrame, atomic_losses: DataFrame) -> DataFrame:
+    """An atomic batch lost stores none of its messages: each counts as lost, as many as the publish side
+    saw it send (its kept messages' highest sequence, or the sequence an ATOMIC_LOST names). A loss whose
+    messages nobody counted (the publish side not tapped) is `atomic_unsized`: its objective's message
+    rate cannot be known."""
+    seq = F.col("batch_seq")  # the event's own `seq` (the table's `seq` is the log's)
+    sized = events.filter(F.col("kind") == KEPT).filter(seq.between(1, MAX_BATCH_MESSAGES)) \
+        .groupBy("batch_id").agg(F.max(seq).alias("_kept"))
+    own = F.when((F.col("kind") == ATOMIC_LOST) & seq.between(1, MAX_BATCH_MESSAGES), seq)
+    per_batch = atomic_losses.join(sized, "batch_id", "left").groupBy("bucket", "stream", "publisher", "batch_id") \
+        .agg(F.max(F.coalesce(F.col("_kept"), own)).alias("_sent"))
+    return per_batch.groupBy("bucket", "stream", "publisher").agg(
+        F.coalesce(F.sum("_sent"), F.lit(0)).cast("long").alias("lost_messages"),
+        F.sum(F.when(F.col("_sent").isNull(), 1).otherwise(0)).cast("long").alias("atomic_unsized"))

@@ -134,7 +134,7 @@ class Counts:
 
     lost: int = 0
     total: int = 0  # published: stored plus lost (messages), or seen (batches)
-    known: bool = True  # False: the total could not be counted (atomic batches without the publish side)
+    known: bool = True  # False: not counted (atomic batches, or a lost one's messages, without the publish side)
 
 
 def burn_rate(counts: Counts, allowed: float) -> float | None:
@@ -177,6 +177,7 @@ class CountRow:
     atomic_batches: int = 0  # a publisher's atomic batches (rows of one publisher; a stream's are in batches)
     atomic_stored: int = 0  # the messages their commits stored
     publisher_uncounted: int = 0  # atomic losses of this publisher, whose atomic batches nobody counted
+    atomic_unsized: int = 0  # atomic losses whose messages nobody counted (the publish side not tapped)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,8 @@ def state_of(status: BudgetStatus) -> str:
     """What an on-call engineer reads first: spent, burning (on which pair), not known, or within."""
     used = status.spent
     if not status.counts.known:
-        return "not known: atomic batches not counted (tap the publish side)"
+        what = "a lost atomic batch's messages" if status.measure == "messages" else "atomic batches"
+        return f"not known: {what} not counted (tap the publish side)"
     if used is None:
         return "not known: nothing published in the window"
     if used >= 1:
@@ -234,7 +236,7 @@ def counts_of(objective: Objective, measure: str, rows: list[CountRow]) -> Count
     if measure == "messages":
         lost = sum(r.lost_messages for r in mine)
         stored = sum(r.fast_stored + r.atomic_stored if by_publisher else r.stored for r in mine)
-        return Counts(lost, stored + lost)
+        return Counts(lost, stored + lost, known=not any(r.atomic_unsized for r in mine))
     lost = sum(r.lost_batches for r in mine)
     seen = sum(r.batches + (r.atomic_batches if by_publisher else 0) for r in mine)
     uncounted = sum(r.publisher_uncounted if by_publisher else r.atomic_uncounted for r in mine)

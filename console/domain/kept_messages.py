@@ -49,10 +49,13 @@ class ShownMessage:
 
 
 def kept_event(loss: BatchEvent, messages: list[KeptMessage]) -> BatchEvent:
-    """The event that keeps `messages` beside `loss` (one id per loss: a second write is the same event)."""
+    """The event that keeps `messages` beside `loss` (one id per loss: a second write is the same event).
+    Its `seq` is the highest batch sequence the publish side saw: of an atomic batch, the messages it
+    sent, every one of them lost with it (the loss budgets count them)."""
     detail = json.dumps({m.place: m.to_dict() for m in messages}, separators=(",", ":"))
     return BatchEvent(f"{loss.event_id}.messages", EventKind.BATCH_MESSAGES, loss.time, loss.stream, loss.batch_id,
-                      detail=detail, account=loss.account, cluster=loss.cluster)
+                      seq=max((m.seq for m in messages), default=None), detail=detail, account=loss.account,
+                      cluster=loss.cluster)
 
 
 def kept_messages(event: BatchEvent) -> tuple[KeptMessage, ...]:

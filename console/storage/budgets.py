@@ -15,7 +15,7 @@ from console.storage import sqlite
 from console.storage.tables import AbandonedBatch, BudgetCount, BudgetStatusRow, FastBatchSummary
 
 COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted",
-                 "atomic_batches", "atomic_stored", "publisher_uncounted")
+                 "atomic_batches", "atomic_stored", "publisher_uncounted", "atomic_unsized")
 
 
 def replace_counts(session: Session, days: list[tuple[datetime, datetime]], rows) -> None:

@@ -96,6 +96,7 @@ class BudgetCount(SQLModel, table=True):
     atomic_batches: int = 0  # a publisher's atomic batches, as the publish side saw them open
     atomic_stored: int = 0  # the messages their commits stored
     publisher_uncounted: int = 0  # atomic losses of a publisher whose atomic batches nobody counted
+    atomic_unsized: int = 0  # atomic losses whose messages nobody counted
 
 
 class BudgetStatusRow(SQLModel, table=True):

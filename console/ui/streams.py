@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import logging
 
 import pandas as pd
 import panel as pn
@@ -20,6 +21,8 @@ from console.ui.history import stream_cell
 
 # The API level beside the name: a kind the server cannot take is decided on first (last, a scrollbar hid it)
 COLUMNS = ["name", "required_api_level", "allow_atomic", "allow_batched", "persist_mode", "replicas", "mirror", "sources"]
+
+log = logging.getLogger(__name__)
 
 
 def streams_frame(streams: list[StreamBatchSettings]) -> pd.DataFrame:
@@ -176,7 +179,11 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         return updated
 
     async def _on_apply(self, _event) -> None:
-        await self.apply()
+        try:
+            await self.apply()
+        except Exception as e:  # said beside the form: a click never ends in silence
+            log.exception("applying the settings of %s failed", self.stream)
+            self.result = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
 
     def __panel__(self):
         return self._layout

@@ -47,6 +47,11 @@ lost_messages_per_million = 10
 lost_batches_per_thousand = 2
 
 [[objective]]
+name = "messages nobody counted"
+streams = ["BUD_B"]
+lost_messages_per_million = 10
+
+[[objective]]
 name = "an uncounted publisher"
 streams = ["BUD_C"]
 publishers = ["ledger*"]
@@ -56,6 +61,7 @@ OBJECTIVES = parse_objectives(OBJECTIVES_TEXT)
 HOURS = 21 * 24
 PER_HOUR = 10_000
 BILLING, LEDGER = "billing (go 1.41)", "ledger (java 2.20)"
+DROPS = (10, 200, 400)  # the hours a fast batch is dropped
 ATOMIC_PER_HOUR, ATOMIC_SIZE = 6, 50  # billing's atomic batches an hour, and the messages each stores
 
 
@@ -76,14 +82,20 @@ def three_weeks(now: datetime) -> tuple[list[BatchEvent], dict[str, float]]:
     for h, n in lost:
         events.append(BatchEvent(f"gap.{h}", EventKind.FAST_GAP, start + timedelta(hours=h, minutes=30), "BUD_A",
                                  f"b{h}x0", gap_mode="ok", seq=5 + n, first_lost_seq=5, lost=n))
-    for h in (10, 200, 400):
+    for h in DROPS:
         events.append(BatchEvent(f"drop.{h}", EventKind.FAST_DROPPED, start + timedelta(hours=h, minutes=40),
                                  "BUD_A", f"b{h}x1", inferred=True))
     events.append(BatchEvent("ab.1", EventKind.ATOMIC_ABANDONED, start + timedelta(hours=300), "BUD_B", "atomic-1",
                              reason="timeout"))
-    for h, who in ((50, BILLING), (150, BILLING), (250, BILLING), (260, LEDGER)):  # each publisher's atomic losses
-        events.append(BatchEvent(f"ab.c.{h}", EventKind.ATOMIC_ABANDONED, start + timedelta(hours=h, minutes=10), "BUD_C",
-                                 f"atomic-c-{h}", reason="timeout", publisher=_publisher(who)))
+    for h, who in ((50, BILLING), (150, BILLING), (260, LEDGER)):  # each publisher's atomic losses
+        at = start + timedelta(hours=h, minutes=10)
+        events.append(BatchEvent(f"ab.c.{h}", EventKind.ATOMIC_ABANDONED, at, "BUD_C", f"atomic-c-{h}", reason="timeout",
+                                 publisher=_publisher(who)))
+        if who == BILLING:  # the messages the publish side saw it send, kept beside the loss
+            events.append(BatchEvent(f"ab.c.{h}.messages", EventKind.BATCH_MESSAGES, at, "BUD_C", f"atomic-c-{h}",
+                                     seq=ATOMIC_SIZE, detail="{}"))
+    events.append(BatchEvent("lost.c.250", EventKind.ATOMIC_LOST, start + timedelta(hours=250), "BUD_C", "atomic-c-250",
+                             reason="leader_change", seq=20, inferred=True, publisher=_publisher(BILLING)))
     stored = HOURS * PER_HOUR  # the first sample is the baseline
     lost_messages = sum(n for _, n in lost)
     batches = (HOURS + 1) * 4
@@ -129,8 +141,11 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
     assert unknown.known is False and unknown.spent is None  # BUD_B's atomic batches: nobody counted them
     billing = rows[("billing's atomic batches", "batches")]  # its own atomic batches, from the publish side
     assert billing.lost == 3 and abs(billing.spent - truth["billing"]) <= 0.01 * truth["billing"], billing
-    billed = rows[("billing's atomic batches", "messages")]
-    assert billed.lost == 0 and billed.total == truth["billing stored"] and billed.spent == 0.0
+    billed = rows[("billing's atomic batches", "messages")]  # every message of its lost batches, as sent
+    assert billed.lost == 2 * ATOMIC_SIZE + 20 and billed.total == truth["billing stored"] + billed.lost, billed
+    assert billed.known and billed.spent > 0
+    unsized = rows[("messages nobody counted", "messages")]  # BUD_B's atomic loss: its messages nobody saw
+    assert unsized.known is False and unsized.spent is None
     ledger = rows[("an uncounted publisher", "batches")]
     assert ledger.known is False and ledger.spent is None  # a loss of its, and none of its batches counted
     written = {(r["objective"], r["measure"]): r
@@ -141,14 +156,16 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
     await _totals_alone(spark, server, now, settings)  # a run of stream totals alone moves the budgets, not History
     after = {(r.objective, r.measure): r for r in status_rows(engine)}
     assert after[("orders", "messages")].total == messages.total + 5_000
-    month = now.strftime("%Y-%m")
+    dropped = [now - timedelta(hours=HOURS - h, minutes=-40) for h in DROPS]
+    month = dropped[-1].strftime("%Y-%m")  # a month with a drop in it, whatever the day the test runs
     report = month_report(list(OBJECTIVES), engine, month)
     start, end = month_bounds(month)
+    drops = sum(start <= t < end for t in dropped)
     history = Reader(engine)
     assert report.lost_batches == int(history.abandonments_by_stream(start, end)["batches"].sum())
     assert report.lost_messages == int(history.gaps_by_hour(start, end)["lost"].sum())
     [orders] = [r for r in report.streams if r["stream"] == "BUD_A"]
-    assert orders["fast"] == 3 and orders["stored"] == sum(
+    assert orders["fast"] == drops and orders["stored"] == sum(
         r.stored for r in count_rows(engine, start, end) if r.stream == "BUD_A")
     (tmp_path / "objectives.toml").write_text(OBJECTIVES_TEXT)
     for fmt in ("markdown", "html"):

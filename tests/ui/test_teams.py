@@ -145,6 +145,7 @@ def edit_stream(page: Page, team: Team, may: bool) -> None:
         page.get_by_role("button", name="Apply").click()
         expect(page.get_by_text(f"Applied to {stream}.")).to_be_visible(timeout=15_000)
         return
+    expect(page.get_by_text("The server's batch limits")).to_be_visible(timeout=30_000)  # its first reading done
     expect(page.get_by_text("Not for you: the role")).to_be_visible()
     expect(page.get_by_role("button", name="Apply")).to_be_disabled()
     crafted_click(page, "Apply")
