@@ -165,9 +165,9 @@ SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", 
 
 
 def live(runtime: Runtime, actions: Actions, **params) -> LivePage:
-    """Follows the runtime's live state; refreshed in the current session every refresh_ms."""
-    alerts = runtime.alerts
-    return LivePage.following(runtime.live, alerts_firing=lambda: len(alerts.firing()), **params)
+    """Follows the runtime's live state; refreshed in the current session every refresh_ms. The alerts
+    firing are counted once, in the frame's header (a second count in the status line told another number)."""
+    return LivePage.following(runtime.live, **params)
 
 
 def streams(runtime: Runtime, actions: Actions, **params) -> StreamsPage:
@@ -338,13 +338,10 @@ def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformanceP
 
 
 def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:
-    """Every system's losses, each with its system; the status line says each system's state."""
-
-    def firing() -> int:
-        return sum(len(runtime.alerts.firing()) for runtime in fleet.runtimes().values())
-
+    """Every system's losses, each with its system; the status line says each system's state (the alerts
+    firing are counted in the frame's header)."""
     return LivePage.across(lambda: {name: runtime.live for name, runtime in fleet.runtimes().items()},
-                           lambda: dict(fleet.unreached), alerts_firing=firing, **params)
+                           lambda: dict(fleet.unreached), **params)
 
 
 class Unreached(pn.viewable.Viewer):
@@ -369,7 +366,7 @@ def badges(fleet: Fleet, shown: str | None = None) -> list[Badge]:
     if not fleet.several:
         runtime = fleet.runtime()
         return _badges(runtime) if runtime is not None else [Badge("NATS connecting", "bad")]
-    found = []
+    found, firing, now = [], 0, datetime.now(timezone.utc)
     for name in fleet.names:
         runtime = fleet.runtime(name)
         if runtime is None:
@@ -378,11 +375,20 @@ def badges(fleet: Fleet, shown: str | None = None) -> list[Badge]:
                                banner=f"system {name} is not reachable ({why}); tried again, the others are shown"))
             continue
         connection = runtime.live.connection
-        found.append(Badge(f"{name}: {connection}", "ok" if connection == "connected" else "bad"))
+        if shown is not None:
+            found.append(Badge(f"{name}: {connection}", "ok" if connection == "connected" else "bad"))
+        else:  # "All systems": each system's collector beside its connection, the worst of the two its colour
+            collector = runtime.live.model.collector_state(now)
+            level = "bad" if connection != "connected" or collector == "silent" else \
+                "ok" if collector == "alive" else "warn"
+            found.append(Badge(f"{name}: {connection}, collector {collector}", level))
+        firing += len(runtime.alerts.firing())
     runtime = fleet.runtime(shown) if shown is not None else None
     if runtime is not None:
         found += [b for b in _badges(runtime) if not b.label.startswith("NATS ")]
-    elif fleet.read_only:
+        return found
+    found.append(_firing_badge(firing))  # every system's, on "All systems"
+    if fleet.read_only:
         found.append(Badge("read-only", "info"))
     return found
 
@@ -396,11 +402,14 @@ def _badges(runtime: Runtime) -> list[Badge]:
         found.append(Badge(f"EVENT KEY {'MISSING' if state.key_missing else 'WRONG'}", "bad", banner=problem))
     collector = state.model.collector_state(now)
     found.append(Badge(f"collector {collector}", {"silent": "bad", "alive": "ok"}.get(collector, "warn")))
-    firing = len(runtime.alerts.firing())
-    found.append(Badge(f"{count(firing)} alert{'s' if firing != 1 else ''} firing", "bad" if firing else "ok"))
+    found.append(_firing_badge(len(runtime.alerts.firing())))
     if runtime.read_only:
         found.append(Badge("read-only", "info"))
     return found
+
+
+def _firing_badge(firing: int) -> Badge:
+    return Badge(f"{count(firing)} alert{'s' if firing != 1 else ''} firing", "bad" if firing else "ok")
 
 
 TABLE = (

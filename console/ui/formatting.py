@@ -83,14 +83,14 @@ def stacked(slots: list, counts: dict[str, list[int]], ids: list[str]) -> dict[s
     return data
 
 
-def stacked_bars(plot, source, slot: timedelta, time_format: str) -> None:
-    """Draw `stacked` rows on `plot`, each bar over its slot (t is the slot's start), a legend item per
-    reason present, tooltips with the batch ids."""
+def stacked_bars(plot, source, slot: timedelta, time_format: str, zone: str = "UTC") -> None:
+    """Draw `stacked` rows on `plot`, each bar over its slot (t is the slot's start, written in `zone`),
+    a legend item per reason present, tooltips with the batch ids."""
     ms = slot.total_seconds() * 1000
     plot.vbar(x=dodge("t", ms / 2, range=plot.x_range), bottom="bottom", top="top", width=ms * 0.9, color="color",
               legend_field="reason", source=source)
     outside(plot, hides=False)
-    plot.add_tools(HoverTool(tooltips=[("at", f"@t{{{time_format}}} UTC"), ("reason", "@reason"),
+    plot.add_tools(HoverTool(tooltips=[("at", f"@t{{{time_format}}} {zone}"), ("reason", "@reason"),
                                        ("batches", "@batches"), ("batch ids", "@ids")], formatters={"@t": "datetime"}))
 
 

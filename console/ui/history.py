@@ -58,15 +58,33 @@ def stream_cell(stream: str | None, probable: str | None = None, system: str | N
     return f'<a href="/stream?name={quote(stream, safe="")}{in_system(system)}">{html.escape(stream)}</a>'
 
 
-def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.DataFrame | None = None) -> dict[str, list]:
+def wall(moments, clock: Clock) -> list:
+    """Times as the reader's clock reads them, for a plot's axis (Bokeh draws every time as UTC): the
+    same instants, written in the clock's zone."""
+    if clock.is_utc:
+        return list(moments)
+    stamps = (pd.Timestamp(t) for t in moments)
+    return [(t if t.tzinfo else t.tz_localize(timezone.utc)).tz_convert(clock.zone).tz_localize(None) for t in stamps]
+
+
+def _hours(start: datetime, end: datetime) -> pd.DatetimeIndex:
+    """The UTC hours the history's rows are counted by, over [start, end) (a day of a zone half an hour
+    off UTC begins inside one)."""
+    return pd.date_range(start.replace(minute=0, second=0, microsecond=0), end, freq="h", inclusive="left",
+                         tz=timezone.utc)
+
+
+def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.DataFrame | None = None,
+                clock: Clock = Clock()) -> dict[str, list]:
     """One column per reason over every hour of the range (missing hours are zeros), and the first
     batch ids of each hour from `lost` (time, batch_id) for the tooltips."""
-    hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
+    hours = _hours(start, end)
     wide = (frame.astype({"batches": float}).pivot_table(index="hour", columns="reason", values="batches", aggfunc="sum")
             .reindex(hours).fillna(0))
     pairs = [] if lost is None else zip(lost["time"], lost["batch_id"])
-    ids = ids_by_slot(((t.to_pydatetime(), b) for t, b in pairs), start, timedelta(hours=1), len(hours))
-    return stacked(list(hours), {reason: list(wide[reason]) for reason in wide.columns}, ids)
+    ids = ids_by_slot(((t.to_pydatetime(), b) for t, b in pairs), hours[0] if len(hours) else start,
+                      timedelta(hours=1), len(hours))
+    return stacked(wall(hours, clock), {reason: list(wide[reason]) for reason in wide.columns}, ids)
 
 
 def data_extent(*hours: pd.Series, now: datetime | None = None) -> tuple[datetime, datetime] | None:
@@ -79,12 +97,12 @@ def data_extent(*hours: pd.Series, now: datetime | None = None) -> tuple[datetim
     return found.min() - timedelta(hours=1), min(found.max() + timedelta(hours=2), this_hour + timedelta(hours=1))
 
 
-def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime) -> dict[str, list]:
+def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime, clock: Clock = Clock()) -> dict[str, list]:
     """Gaps and lost messages per hour (bars), the missing hours zeros, no hour after the current one."""
     end = min(end, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
-    hours = pd.date_range(start, end, freq="h", inclusive="left", tz=timezone.utc)
+    hours = _hours(start, end)
     wide = frame.groupby("hour")[["gaps", "lost"]].sum().reindex(hours).astype(float).fillna(0)  # systems summed
-    return {"t": list(hours), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
+    return {"t": wall(hours, clock), "gaps": [int(v) for v in wide["gaps"]], "lost": [int(v) for v in wide["lost"]]}
 
 
 PLOT_TITLES = ("Abandoned batches per hour, by reason", "Fast-ingest gaps and lost messages per hour")
@@ -175,7 +193,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     history = param.Parameter(doc="The history queries (console.storage.history.Reader); None when there are none",
                               precedence=-1)
     problem = param.String(default=None, allow_None=True, doc="Why there is no history, shown instead of it")
-    dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (UTC)")
+    dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (in the clock's zone)")
     summary = param.String(default="", doc="What the chosen dates hold, in one line")
     live_seq = param.Callable(default=None, doc="Returns the last event-log sequence Live has (0: none yet)")
     freshness = param.String(default="", doc="How far History reaches, and how far it trails Live")
@@ -188,17 +206,18 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     def __init__(self, **params):
         params.setdefault("dates", last_week())
         super().__init__(**params)
-        self._range = pn.widgets.DateRangePicker.from_param(self.param.dates, name="dates (UTC)")
+        self._range = pn.widgets.DateRangePicker.from_param(self.param.dates, name=f"dates ({self.clock.label})")
         self._summary = pn.pane.Markdown(self.param.summary)
         self._freshness = pn.pane.Markdown(self.param.freshness)
         self._bars = ColumnDataSource(hourly_bars(pd.DataFrame(columns=["hour", "reason", "batches"]),
-                                                  *self._bounds()))
-        self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds()))
+                                                  *self._bounds(), clock=self.clock))
+        self._gaps = ColumnDataSource(gap_lines(pd.DataFrame(columns=["hour", "gaps", "lost"]), *self._bounds(),
+                                                clock=self.clock))
         # One explicit range for both plots: a DataRange1d would fit every zero-filled hour of the week.
-        self._hours = Range1d(*self._bounds())
+        self._hours = Range1d(*wall(self._bounds(), self.clock))
         bars = figure(title=PLOT_TITLES[0], x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None, x_range=self._hours)
-        stacked_bars(bars, self._bars, timedelta(hours=1), "%Y-%m-%d %H:00")
+        stacked_bars(bars, self._bars, timedelta(hours=1), "%Y-%m-%d %H:00", self.clock.label)
         gaps = figure(title=PLOT_TITLES[1], x_axis_type="datetime", height=260,
                       sizing_mode="stretch_width", toolbar_location=None, x_range=self._hours)
         hour_ms = 3_600_000
@@ -211,7 +230,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         for plot in (bars, gaps):
             clock_axis(plot)
         self._plots = (bars, gaps)
-        gaps.add_tools(HoverTool(tooltips=[("hour", "@t{%Y-%m-%d %H:00} UTC"), ("gaps", "@gaps"),
+        gaps.add_tools(HoverTool(tooltips=[("hour", f"@t{{%Y-%m-%d %H:00}} {self.clock.label}"), ("gaps", "@gaps"),
                                            ("lost messages", "@lost")], formatters={"@t": "datetime"}))
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
         self._streams = tabulator(pd.DataFrame(columns=["stream"]), height=220,
@@ -247,9 +266,15 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._on_csv_table()
 
     def _bounds(self) -> tuple[datetime, datetime]:
+        """The chosen days' bounds, from the first's midnight to the one after the last, in the clock's
+        zone (in UTC)."""
         first, last = self.dates
-        return (datetime.combine(first, time(), timezone.utc),
-                datetime.combine(last + timedelta(days=1), time(), timezone.utc))
+        return tuple(datetime.combine(day, time(), self.clock.zone).astimezone(timezone.utc)  # type: ignore[return-value]
+                     for day in (first, last + timedelta(days=1)))
+
+    def _days(self) -> tuple[str, str]:
+        first, last = self.dates
+        return f"{first:%Y-%m-%d}", f"{last:%Y-%m-%d}"
 
     def refresh(self) -> None:
         """For a timer: the freshness line (one row); the tables again only once an analytics run has
@@ -291,13 +316,13 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         }
         stats = h.stream_stats()
         with pn.io.hold():
-            self._bars.data = hourly_bars(by_hour, start, end, self._shown["abandoned_batches"])
-            self._gaps.data = gap_lines(gaps, start, end)
+            self._bars.data = hourly_bars(by_hour, start, end, self._shown["abandoned_batches"], self.clock)
+            self._gaps.data = gap_lines(gaps, start, end, self.clock)
             extent = data_extent(by_hour["hour"], gaps["hour"])  # where the data is, not a week of empty axis
             for plot, title, frame in zip(self._plots, PLOT_TITLES, (by_hour, gaps)):
                 plot.title.text = title if len(frame) else f"{title}: none in these dates" + (
                     "" if self.history.job_position() else " (the analytics job has not run yet)")
-            self._hours.start, self._hours.end = extent or (start, end)
+            self._hours.start, self._hours.end = wall(extent or (start, end), self.clock)
             by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
             by_stream["stream"] = _streams(by_stream)
             self._streams.value = by_stream
@@ -314,9 +339,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
             self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "
-                            f"({count(lost_msgs)} messages lost) from {start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}"
-                            + (f"; the plots show {extent[0]:%Y-%m-%d %H:00} to {extent[1]:%Y-%m-%d %H:00} UTC, "
-                               "the hours with data" if extent else "")
+                            f"({count(lost_msgs)} messages lost) from {' to '.join(self._days())}"
+                            + (f"; the plots show {self.clock.when(extent[0], seconds=False)} to "
+                               f"{self.clock.when(extent[1], seconds=False)}, the hours with data" if extent else "")
                             + provisional_text(self._shown["abandoned_batches"]))
 
     @param.depends("dates", watch=True)
@@ -326,9 +351,8 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("csv_table", "export_format", watch=True)
     def _on_csv_table(self) -> None:
-        start, end = self._bounds()
-        self._download.filename = (f"{self.csv_table}-{start:%Y%m%d}-{end - timedelta(days=1):%Y%m%d}."
-                                   f"{self.export_format}")
+        first, last = (day.replace("-", "") for day in self._days())
+        self._download.filename = f"{self.csv_table}-{first}-{last}.{self.export_format}"
         self._download.label = f"Download {FORMATS[self.export_format].label}"
 
     def frame(self, table: str) -> pd.DataFrame:
@@ -337,8 +361,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
 
     def export_command(self) -> ExportTable:
         """The chosen table as shown for the chosen dates, in the chosen format, with the filters that made it."""
-        start, end = self._bounds()
-        first, last = f"{start:%Y-%m-%d}", f"{end - timedelta(days=1):%Y-%m-%d}"
+        first, last = self._days()
         frame = self.frame(self.csv_table)
         return ExportTable(self.csv_table, f"{first}..{last}", self.export_format, frame.to_dict("records"),
                            list(frame.columns), {"table": self.csv_table, "from": first, "to": last})

@@ -22,6 +22,7 @@ from console.widgets import delta_frame
 from tests.conftest import TEST_LIMITS
 from tests.fleet import abandon, metrics_text, run_apart, systems_text
 from tests.processes import CLI, free_port, probe, wait_http
+from tests.ui.columns import key_columns_in_view_and_no_text_cut
 from tests.waits import collector_ready, poll_until
 
 HOSTILE_SYSTEMS = ["nope", "x" * 5000, "eu\n", "eu\x00", "../eu", "<script>alert(1)</script>", "EU", " eu"]
@@ -117,6 +118,8 @@ def test_live_shows_every_systems_losses_and_each_system_alone(fleet, page):
     assert [i["batch_id"] for i in api.get("/losses", params={"system": "us"}).json()["items"]] == ["fleet-us"]
     assert {s["name"]: s["reachable"] for s in api.get("/systems").json()} == {"eu": True, "us": True, "gone": False}
 
+    key_columns_in_view_and_no_text_cut(page, "/")  # two systems' tables at 1280 px: what is decided on, in view
+
     page.goto(fleet.url + "?system=us")  # one system: its losses alone, and the links keep to it
     expect(rows.filter(has_text="fleet-us")).to_have_count(1, timeout=30_000)
     expect(rows.filter(has_text="fleet-eu")).to_have_count(0)
@@ -197,6 +200,14 @@ def test_alerts_and_audit_show_every_system_each_row_with_its_system(fleet, page
     for name in ("eu", "us"):
         expect(firing.filter(has_text=f"FLEET_{name.upper()}").first.get_by_role("gridcell").first) \
             .to_have_text(name, timeout=60_000)
+    # "All systems": every system's alerts counted once, in the header, and each system's collector
+    badges = page.get_by_role("banner").get_by_role("status")
+    expect(badges.filter(has_text=re.compile(r"^([2-9]|\d\d+) alerts firing$"))).to_have_count(1, timeout=30_000)
+    for name in ("eu", "us"):
+        expect(badges.filter(has_text=f"{name}: connected, collector alive")).to_have_count(1)
+    page.goto(fleet.url)
+    expect(page.get_by_text(re.compile("^gone: NOT REACHABLE", re.M))).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(re.compile("ALERTS FIRING"))).to_have_count(0)  # no second count in Live's status line
 
     page.goto(fleet.url + "audit")  # the edit on us (an earlier test of this module), with its system
     edit = page.get_by_role("row").filter(has_text="stream.edit").filter(has_text="SHARED")

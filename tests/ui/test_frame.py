@@ -52,6 +52,8 @@ def test_the_dark_theme_and_local_times_survive_a_reload(console, browser):
         expect(row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d JST"), timeout=30_000)
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert sum(map(int, re.findall(r"\d+", background)[:3])) < 150, background  # dark
+        page.goto(web_url + "history")  # its days are the reader's too, not UTC's beside local times
+        expect(page.get_by_text(f"dates ({LOCAL_ZONE})")).to_be_visible(timeout=30_000)
     finally:
         context.close()
 

@@ -108,3 +108,23 @@ def test_a_count_agrees_with_its_noun():
     assert [counted(n, "consumer") for n in (0, 1, 2, 1000)] == ["0 consumers", "1 consumer", "2 consumers",
                                                                 "1,000 consumers"]
     assert counted(1, "batch", "batches") == "1 batch" and counted(3, "batch", "batches") == "3 batches"
+
+
+def test_history_in_the_readers_zone_reads_its_days_and_draws_its_hours_there():
+    """Local-time mode: the dates picked are the reader's days, the plots' hours the reader's clock (a
+    table in local time beside a plot and a date filter in UTC read as two different days)."""
+    from datetime import date
+
+    from console.ui.history import HistoryPage, gap_lines, wall
+
+    kolkata = Clock.named("Asia/Kolkata")  # half an hour off UTC: a day starts inside a UTC hour
+    page = HistoryPage(history=None, dates=(date(2026, 11, 21), date(2026, 11, 21)), clock=kolkata)
+    assert page._bounds() == (datetime(2026, 11, 20, 18, 30, tzinfo=timezone.utc),
+                              datetime(2026, 11, 21, 18, 30, tzinfo=timezone.utc))
+    assert page._range.name == "dates (Asia/Kolkata)"
+    assert page._hours.start == datetime(2026, 11, 21, 0, 0)  # the reader's midnight on the axis
+    assert HistoryPage(history=None, dates=(date(2026, 11, 21), date(2026, 11, 21)))._range.name == "dates (UTC)"
+    frame = pd.DataFrame({"hour": [pd.Timestamp("2026-11-20 18:00", tz="UTC")], "gaps": [2], "lost": [5]})
+    drawn = gap_lines(frame, *page._bounds(), clock=kolkata)
+    assert drawn["t"][0] == pd.Timestamp("2026-11-20 23:30") and drawn["gaps"][0] == 2  # its UTC hour, counted
+    assert wall([T], Clock()) == [T]
