@@ -15,9 +15,11 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import nats
 from playwright.sync_api import expect
 
 from console.pages import PAGES
+from tests.fleet import run_apart
 from tests.processes import CLI
 from tests.ui.columns import key_columns_in_view_and_no_text_cut
 from tests.ui.test_up import data_dir, up  # noqa: F401 (the fixture)
@@ -36,7 +38,7 @@ def firing_in_metrics(metrics_url: str) -> set[str]:
 
 
 def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  # noqa: F811
-    _, log, web_url, _ = up
+    _, log, web_url, nats_url = up
     data = data_dir(log)
     verified = cli(data, "audit", "--verify")  # before anyone has done anything
     assert verified.returncode == 0 and "chain intact" in verified.stderr, verified.stderr
@@ -85,6 +87,7 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
 
     follow_every_link(page, web_url)
     the_cli_and_the_pages_agree(page, web_url, data)
+    the_streams_page_says_what_the_server_holds(page, web_url, nats_url)
     kept = ARTIFACTS / "first-hour"
     kept.mkdir(parents=True, exist_ok=True)
     for path, title in PAGES.items():
@@ -151,6 +154,33 @@ def the_cli_and_the_pages_agree(page, web_url: str, data) -> None:
         expect(shown).to_be_visible(timeout=30_000)
         return f"{found['status'].upper()}: {len(found['findings'])} finding(s)" in shown.inner_text()
     poll_until(checks_agree, 120, "the Checks page and `check` never agreed")
+
+
+async def _stream_configs(nats_url: str) -> dict[str, dict]:
+    """Every stream's config as the server answers $JS.API.STREAM.INFO (its JSON, read here, not by the console)."""
+    nc = await nats.connect(nats_url)
+    try:
+        names = json.loads((await nc.request("$JS.API.STREAM.NAMES", b"{}", timeout=10)).data)["streams"]
+        return {name: json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=10)).data)["config"]
+                for name in names}
+    finally:
+        await nc.close()
+
+
+def the_streams_page_says_what_the_server_holds(page, web_url: str, nats_url: str) -> None:
+    """Each stream's row on the Streams page, cell by cell, is the server's config of it."""
+    configs = run_apart(_stream_configs(nats_url))
+    page.goto(web_url + "streams")
+    expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+    for name, config in configs.items():
+        level = (config.get("metadata") or {}).get("_nats.req.level", "")
+        expected = [name, level, str(bool(config.get("allow_atomic"))).lower(),
+                    str(bool(config.get("allow_batched"))).lower(), config.get("persist_mode") or "default",
+                    str(config["num_replicas"]), str("mirror" in config).lower(), str(len(config.get("sources") or []))]
+        row = page.get_by_role("row").filter(has=page.get_by_role("link", name=name, exact=True))
+        expect(row.first).to_be_visible(timeout=30_000)
+        cells = [c.strip() for c in row.first.get_by_role("gridcell").all_inner_texts()]
+        assert cells[:len(expected)] == expected, (name, cells, config)
 
 
 def the_notebooks_run_beside_up(data) -> None:
