@@ -26,7 +26,10 @@ from console.commands import COMMANDS
 from console.broker import names
 from console.domain.display import count, md
 from console.investigate import advice, shown_messages
+from console.domain.audit import Checked
 from console.fleet import Fleet
+from console.queries.sight import Sight
+from console.queries.streams import SeenAdmin
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
@@ -38,7 +41,7 @@ from console.ui.search import SearchPage
 from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
-from console.ui.live import LivePage
+from console.ui.live import LivePage, seen
 from console.ui.probe import ProbePage
 from console.ui.replay import ReplayPage
 from console.ui.stream import StreamPage, replay_link
@@ -164,22 +167,39 @@ SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", 
                  "max_scanned", "max_matches", "max_seconds")
 
 
+def _sight(actions: Actions) -> Sight:
+    """What the page's user is shown: the one rule of every face (console.queries.sight)."""
+    return Sight(lambda: actions.grants)
+
+
+def _admin(runtime: Runtime, actions: Actions):
+    """The runtime's streams as the user sees them: another team's are absent, as if there were none."""
+    sees = _sight(actions).limit
+    return runtime.admin if sees is None else SeenAdmin(runtime.admin, sees)
+
+
+def _history(reader, actions: Actions):
+    sees = _sight(actions).limit
+    return reader if reader is None or sees is None else reader.seen_by(sees)
+
+
 def live(runtime: Runtime, actions: Actions, **params) -> LivePage:
     """Follows the runtime's live state; refreshed in the current session every refresh_ms. The alerts
     firing are counted once, in the frame's header (a second count in the status line told another number)."""
-    return LivePage.following(runtime.live, **params)
+    return LivePage.following(runtime.live, sees=_sight(actions).limit, **params)
 
 
 def streams(runtime: Runtime, actions: Actions, **params) -> StreamsPage:
-    return StreamsPage(admin=runtime.admin, limits=runtime.batch_limits, actions=actions, **params)
+    return StreamsPage(admin=_admin(runtime, actions), limits=runtime.batch_limits, actions=actions, **params)
 
 
 def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
     """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
     from console.decoders.rules import described
 
-    return StreamPage(details=runtime.admin.stream, limits=runtime.batch_limits, server=runtime.admin.server,
-                      model=runtime.live.model, history=runtime.history,
+    sees = _sight(actions).limit
+    return StreamPage(details=_admin(runtime, actions).stream, limits=runtime.batch_limits, server=runtime.admin.server,
+                      model=seen(runtime.live.model, sees), history=_history(runtime.history, actions),
                       decoders=lambda name: described(runtime.decoders, name), **params)
 
 
@@ -187,7 +207,7 @@ def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
     from console.decoders.rules import decode_message, pick
 
     masking, decoders = runtime.masking, runtime.decoders
-    return ReplayPage(admin=runtime.admin, actions=actions,
+    return ReplayPage(admin=_admin(runtime, actions), actions=actions,
                       mask=lambda stream, headers, data, subject="": masking.apply(
                           stream, headers, data, actions.payloads(stream), subject, pick(decoders)),
                       decode=lambda stream, m: decode_message(decoders, stream, m.subject, dict(m.headers), m.payload),
@@ -195,7 +215,7 @@ def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
 
 
 def history(runtime: Runtime, actions: Actions, **params) -> HistoryPage:
-    return HistoryPage(history=runtime.history, problem=runtime.history_problem,
+    return HistoryPage(history=_history(runtime.history, actions), problem=runtime.history_problem,
                        live_seq=lambda: runtime.live.last_seq,
                        export=actions.run, may=actions.allowed, **params)
 
@@ -209,10 +229,16 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
         level = actions.payloads(incident.loss.stream or "")
         return shown_messages(incident, level, runtime.masking, runtime.decoders)
 
-    return IncidentPage(**{"find": runtime.find_incident, "replay_link": to_replay, "advice": advice,
+    sight = _sight(actions)
+
+    async def find(*args, **kwargs):  # another team's batch: as if there were none
+        found = await runtime.find_incident(*args, **kwargs)
+        return found if found is None or sight.sees(found.loss.stream) else None
+
+    return IncidentPage(**{"find": find, "replay_link": to_replay, "advice": advice,
                            "messages": messages,
                            "verdicts": runtime.verdicts,
-                           "peek": runtime.live.model.find_lost,
+                           "peek": seen(runtime.live.model, sight.limit).find_lost,
                            "export": actions.run, "may": actions.allowed,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
@@ -229,9 +255,22 @@ def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
     return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, actions=actions, **params)
 
 
+def _seen_trail(read: Callable[[datetime | None], Awaitable[Checked]], recent: Callable, sight: Sight):
+    """An audit trail's reads as the user sees them: the records of streams it does not see are absent."""
+
+    async def trail(since: datetime | None) -> Checked:
+        return sight.audit(await read(since))
+
+    def recently(since: datetime | None):
+        found = recent(since)
+        return None if found is None else (found[0], sight.audit(found[1]))
+
+    return trail, recently
+
+
 def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
-    return AuditPage(trail=runtime.audit.read, recent=runtime.audit.recent, export=actions.run, may=actions.allowed,
-                     **params)
+    trail, recent = _seen_trail(runtime.audit.read, runtime.audit.recent, _sight(actions))
+    return AuditPage(trail=trail, recent=recent, export=actions.run, may=actions.allowed, **params)
 
 
 def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
@@ -253,8 +292,15 @@ def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
                       may=actions.allowed, **params)
 
 
+def _seen_findings(findings: Callable[[], tuple], sight: Sight) -> Callable[[], tuple]:
+    def seen_findings() -> tuple:
+        found, when, skipped = findings()
+        return sight.keep(found, lambda f: f.get("stream")), when, skipped
+    return seen_findings
+
+
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
-    return ChecksPage(findings=runtime.alerts.findings, **params)
+    return ChecksPage(findings=_seen_findings(runtime.alerts.findings, _sight(actions)), **params)
 
 
 def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
@@ -273,7 +319,7 @@ def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
     runtimes = fleet.runtimes()
     readers = {name: r.history for name, r in runtimes.items() if r.history is not None}
     problems = "; ".join(f"{name}: {r.history_problem}" for name, r in runtimes.items() if r.history is None)
-    return HistoryPage(history=ReaderAcross(readers) if readers else None, problem=problems or None,
+    return HistoryPage(history=_history(ReaderAcross(readers), actions) if readers else None, problem=problems or None,
                        live_seq=lambda: sum(r.live.last_seq for r in runtimes.values()),
                        export=actions.run, may=actions.allowed, **params)
 
@@ -291,13 +337,12 @@ def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
         unchecked += [(name, f"not reachable ({why})") for name, why in fleet.unreached.items()]
         return found, min(times, default=None), unchecked
 
-    return ChecksPage(findings=findings, by_system=True, **params)
+    return ChecksPage(findings=_seen_findings(findings, _sight(actions)), by_system=True, **params)
 
 
 def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
     """Every system's audit trail, each record with its system and each chain checked on its own; a trail
     that cannot be read is a break (nothing of it is vouched for)."""
-    from console.domain.audit import Checked
 
     async def trail(since: datetime | None) -> Checked:
         runtimes = fleet.runtimes()
@@ -313,7 +358,8 @@ def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
             return None
         return min(at for at, _ in found.values()), Checked.across({name: c for name, (_, c) in found.items()})
 
-    return AuditPage(trail=trail, recent=recent, export=actions.run, may=actions.allowed, **params)
+    seen_trail, seen_recent = _seen_trail(trail, recent, _sight(actions))
+    return AuditPage(trail=seen_trail, recent=seen_recent, export=actions.run, may=actions.allowed, **params)
 
 
 def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
@@ -341,7 +387,7 @@ def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:
     """Every system's losses, each with its system; the status line says each system's state (the alerts
     firing are counted in the frame's header)."""
     return LivePage.across(lambda: {name: runtime.live for name, runtime in fleet.runtimes().items()},
-                           lambda: dict(fleet.unreached), **params)
+                           lambda: dict(fleet.unreached), sees=_sight(actions).limit, **params)
 
 
 class Unreached(pn.viewable.Viewer):

@@ -21,6 +21,7 @@ from console.domain.audit import Actor
 from console.domain.roles import Grants
 from console.errors import ConfigError
 from console.fleet import Fleet
+from console.queries.sight import Sight
 from console.runtime import Runtime
 
 ACCESS_TOKEN_RATE = 20.0  # calls a second an access token's user may make (twice as many at once)
@@ -47,10 +48,14 @@ class Caller:
     def actions(self, runtime: Runtime) -> Actions:
         return runtime.actions(self.actor, self.grants, self.expiry)
 
+    @property
+    def sight(self) -> Sight:
+        """What it is shown: the one rule every face applies (console.queries.sight)."""
+        return Sight(self.grants)
+
     def reads(self, stream: str | None) -> bool:
-        """Whether its roles act on this stream (a role limited to TEAM_* reads nothing of another);
-        what concerns no stream, every role reads."""
-        return stream is None or any(r.acts_on(stream) for r in self.grants().roles)
+        """Whether it sees this stream (a role limited to TEAM_* reads nothing of another)."""
+        return self.sight.sees(stream)
 
 
 class Buckets:

@@ -137,7 +137,7 @@ def changes(ctx: Context) -> APIRouter:
                            format: ExportFormatName = FORMAT) -> Response:
         """The audit trail from `since` (its beginning by default), as the Audit page downloads it."""
         runtime = ctx.runtime_of(system)
-        frame = audit_frame(await audit_read(runtime, since), Clock())
+        frame = audit_frame(who.sight.audit(await audit_read(runtime, since)), Clock())
         first, last = _dates(since, None, None)
         command = ExportTable("audit", f"{first}..{last}", format, frame.to_dict("records"), list(frame.columns),
                               {"table": "audit", "from": first, "to": last})

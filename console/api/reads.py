@@ -162,7 +162,7 @@ def reads(ctx: Context) -> APIRouter:
     async def audit(who: Caller = ctx.caller, system: str | None = SYSTEM, since: Time | None = None,
                     limit: int = Query(500, ge=1, le=MAX_PAGE)) -> AuditOut:
         """The audit trail, newest first, and whether the chain of the records read holds."""
-        checked = await audit_read(ctx.runtime_of(system), since)
+        checked = who.sight.audit(await audit_read(ctx.runtime_of(system), since))
         records = [AuditRecordOut(seq=seq, time=r.time, user=r.actor.user, address=r.actor.address, action=r.action,
                                   target=r.target, outcome=r.outcome, detail=r.detail)
                    for seq, r in reversed(checked.records[-limit:])]
@@ -216,8 +216,8 @@ def history_rows(runtime: Runtime, table: str, who: Caller, since: datetime | No
         raise Problem(404, "No history yet", "the analytics job has not written this system's tables")
     end = until or datetime.now(timezone.utc)
     start = since or end - timedelta(days=HISTORY_DAYS)
-    rows = json.loads(getattr(reader, table)(start, end).to_json(orient="records", date_format="iso"))
-    return [r for r in rows if who.reads(r.get("stream") or None)]
+    frame = who.sight.rows(getattr(reader, table)(start, end))
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
 
 
 async def audit_read(runtime: Runtime, since: datetime | None) -> Checked:

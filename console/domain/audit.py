@@ -71,7 +71,7 @@ class AuditRecord:
     @property
     def stream(self) -> str:
         """The stream the action touched, for filtering ('' when it was none)."""
-        touches = self.action.startswith(("stream.", "message.", "consumer.", "probe."))
+        touches = self.action.startswith(("stream.", "message.", "consumer.", "probe.", "search.", "export.search"))
         return self.target.split("/", 1)[0].split(" ", 1)[0] if touches else ""
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Callable
 
-from console.domain.live_model import ActiveBatch, EPOCH, LiveModel, LostBatch
+from console.domain.live_model import ALL, EPOCH, ActiveBatch, LiveModel, LostBatch, Sees
 
 
 class LiveAcross:
@@ -26,27 +26,28 @@ class LiveAcross:
     def active(self) -> dict[tuple[str, str], ActiveBatch]:
         return {(name, batch_id): b for name, model in self.models().items() for batch_id, b in model.active.items()}
 
-    def newest_first(self, limit: int = 100, per_stream: int = 10) -> list[LostBatch]:
-        found = (b for model in self.models().values() for b in model.newest_first(limit, per_stream))
+    def newest_first(self, limit: int = 100, per_stream: int = 10, sees: Sees = ALL) -> list[LostBatch]:
+        found = (b for model in self.models().values() for b in model.newest_first(limit, per_stream, sees))
         return heapq.nlargest(limit, found, key=lambda b: b.time)
 
     def lost_on(self, stream: str, limit: int = 100) -> list[LostBatch]:
         found = (b for model in self.models().values() for b in model.lost_on(stream, limit))
         return heapq.nlargest(limit, found, key=lambda b: b.time)
 
-    def active_newest_first(self) -> list[ActiveBatch]:
-        return sorted(self.active.values(), key=lambda b: b.last_event or EPOCH, reverse=True)
+    def active_newest_first(self, sees: Sees = ALL) -> list[ActiveBatch]:
+        return sorted((b for b in self.active.values() if sees(b.stream)), key=lambda b: b.last_event or EPOCH,
+                      reverse=True)
 
-    def counts_by_reason(self, now: datetime, within: timedelta) -> Counter[str]:
+    def counts_by_reason(self, now: datetime, within: timedelta, sees: Sees = ALL) -> Counter[str]:
         total: Counter[str] = Counter()
         for model in self.models().values():
-            total.update(model.counts_by_reason(now, within))
+            total.update(model.counts_by_reason(now, within, sees))
         return total
 
-    def per_interval(self, now: datetime, interval: timedelta, intervals: int) -> dict[str, list[int]]:
+    def per_interval(self, now: datetime, interval: timedelta, intervals: int, sees: Sees = ALL) -> dict[str, list[int]]:
         series: dict[str, list[int]] = {}
         for model in self.models().values():
-            for reason, counts in model.per_interval(now, interval, intervals).items():
+            for reason, counts in model.per_interval(now, interval, intervals, sees).items():
                 summed = series.setdefault(reason, [0] * intervals)
                 for i, n in enumerate(counts):
                     summed[i] += n

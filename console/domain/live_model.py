@@ -12,12 +12,19 @@ import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from console.domain.conformance import Verdicts
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
 from console.domain.fast_tracker import SLOW_GIVE_UP
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
+
+Sees = Callable[[str | None], bool]  # whether a reader sees a stream (console.queries.sight)
+
+
+def ALL(stream: str | None) -> bool:
+    return True
 
 ENDED_KINDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED, EventKind.FAST_LOST,
                EventKind.FAST_REJECTED)
@@ -90,7 +97,8 @@ class LiveModel:
         self.max_streams = max_streams
         # (order applied, loss), newest last in each: equal times are ordered by arrival
         self._lost: dict[tuple[str | None, str, str | None], deque[tuple[int, LostBatch]]] = {}
-        self._per_second: dict[int, Counter[str]] = {}  # epoch second -> reason -> losses
+        # epoch second -> (stream, reason) -> losses: a reader limited to some streams counts theirs alone
+        self._per_second: dict[int, Counter[tuple[str | None, str]]] = {}
         self.window = window
         self.max_active = max_active
         self.active: dict[str, ActiveBatch] = {}
@@ -156,7 +164,7 @@ class LiveModel:
             del self._lost[min(self._lost, key=lambda k: self._lost[k][-1][1].time)]
         self._lost.setdefault(key, deque(maxlen=self.recent_per_stream)).append((self.events_applied, lost))
         second = int(lost.time.timestamp())
-        self._per_second.setdefault(second, Counter())[lost.reason] += 1
+        self._per_second.setdefault(second, Counter())[lost.stream, lost.reason] += 1
         newest = self.last_event or lost.time
         horizon = int(newest.timestamp() - self.window.total_seconds()) - 1
         if len(self._per_second) > self.window.total_seconds() + 60:
@@ -173,6 +181,11 @@ class LiveModel:
                                     maxlen=self.recent_per_stream)
             target = self._lost.setdefault((stream, key[1], key[2]), deque(maxlen=self.recent_per_stream))
             target.extend((self.events_applied, replace(b, stream=stream)) for b in moved)
+            for b in moved:  # counted under its stream from now on
+                counts = self._per_second.get(int(b.time.timestamp()))
+                if counts and counts[None, b.reason] > 0:
+                    counts[None, b.reason] -= 1
+                    counts[stream, b.reason] += 1
 
     def _retract(self, batch_id: str) -> None:
         """A fast batch reported lost was not: out of the lists and the counts. It may come back as active."""
@@ -183,8 +196,8 @@ class LiveModel:
             self._lost[key] = deque(((o, b) for o, b in entries if b not in gone), maxlen=entries.maxlen)
             for b in gone:
                 counts = self._per_second.get(int(b.time.timestamp()))
-                if counts and counts[b.reason] > 0:
-                    counts[b.reason] -= 1
+                if counts and counts[key[0], b.reason] > 0:
+                    counts[key[0], b.reason] -= 1
                 self.retracted += 1
         if batch_id in self._ended:
             self._ended.remove(batch_id)
@@ -240,23 +253,27 @@ class LiveModel:
 
     # -- reads for the views ---------------------------------------------------------------
 
-    def counts_by_reason(self, now: datetime, within: timedelta) -> Counter[str]:
-        """Losses by reason between now - within and now: counts, whatever the flood."""
+    def counts_by_reason(self, now: datetime, within: timedelta, sees: Sees = ALL) -> Counter[str]:
+        """Losses by reason between now - within and now (of the streams `sees`): counts, whatever the flood."""
         low, high = (now - within).timestamp(), now.timestamp()
         total: Counter[str] = Counter()
         for second, counts in self._per_second.items():
             if low <= second <= high:
-                total.update(counts)
+                for (stream, reason), n in counts.items():
+                    if sees(stream):
+                        total[reason] += n
         return +total
 
-    def active_newest_first(self) -> list[ActiveBatch]:
-        """Active fast batches, the most recently heard from first."""
-        return sorted(self.active.values(), key=lambda b: b.last_event or EPOCH, reverse=True)
+    def active_newest_first(self, sees: Sees = ALL) -> list[ActiveBatch]:
+        """Active fast batches (a running one's stream is not named yet: every reader's), the most
+        recently heard from first."""
+        return sorted((b for b in self.active.values() if sees(b.stream)), key=lambda b: b.last_event or EPOCH,
+                      reverse=True)
 
-    def newest_first(self, limit: int = 100, per_stream: int = 10) -> list[LostBatch]:
-        """The newest lost batches, at most per_stream from each stream and kind, so that a flood on
-        one stream leaves room for the others."""
-        candidates = (entry for lost in self._lost.values() for entry in list(lost)[-per_stream:])
+    def newest_first(self, limit: int = 100, per_stream: int = 10, sees: Sees = ALL) -> list[LostBatch]:
+        """The newest lost batches (of the streams `sees`), at most per_stream from each stream and kind,
+        so that a flood on one stream leaves room for the others."""
+        candidates = (entry for key, lost in self._lost.items() if sees(key[0]) for entry in list(lost)[-per_stream:])
         return [b for _, b in heapq.nlargest(limit, candidates, key=lambda entry: (entry[1].time, entry[0]))]
 
     def lost_on(self, stream: str, limit: int = 100) -> list[LostBatch]:
@@ -272,16 +289,17 @@ class LiveModel:
         found = [b for lost in self._lost.values() for _, b in lost if b.batch_id == batch_id]
         return max(found, key=lambda b: b.time, default=None)
 
-    def per_interval(self, now: datetime, interval: timedelta, intervals: int) -> dict[str, list[int]]:
-        """reason -> counts per interval, oldest interval first, ending at now."""
+    def per_interval(self, now: datetime, interval: timedelta, intervals: int, sees: Sees = ALL) -> dict[str, list[int]]:
+        """reason -> counts per interval (of the streams `sees`), oldest interval first, ending at now."""
         start = (now - interval * intervals).timestamp()
         width = interval.total_seconds()
         series: dict[str, list[int]] = {}
         for second, counts in self._per_second.items():
             slot = int((second - start) // width)
             if 0 <= slot < intervals:
-                for reason, n in counts.items():
-                    series.setdefault(reason, [0] * intervals)[slot] += n
+                for (stream, reason), n in counts.items():
+                    if n and sees(stream):
+                        series.setdefault(reason, [0] * intervals)[slot] += n
         return series
 
     def freshness(self, now: datetime) -> timedelta | None:

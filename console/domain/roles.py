@@ -86,6 +86,15 @@ class Grants:
         where = ", ".join(sorted({glob for r in holding for glob in r.streams}))
         return f"{self.names} may {action} only on streams {where}, not on {stream}"
 
+    def sees(self, stream: str | None) -> bool:
+        """Whether these roles see `stream` at all (its name, settings, losses, findings, history rows and
+        audit records): a role sees the streams it acts on, and what concerns no stream every role sees."""
+        return stream is None or any(r.acts_on(stream) for r in self.roles)
+
+    @property
+    def sees_every_stream(self) -> bool:
+        return any("*" in r.streams for r in self.roles)
+
     def on_system(self, system: str) -> Grants:
         """These roles as they hold on one system of a systems file (a role limited to others: none)."""
         return Grants(tuple(r for r in self.roles if _matches(system, r.systems)))

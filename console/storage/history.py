@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from typing import Callable
 
 import pandas as pd
 from sqlalchemy import func
@@ -29,58 +30,88 @@ def _frame(session: Session, query, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(list(session.exec(query)), columns=columns)
 
 
+Sees = Callable[[str | None], bool]  # whether the reader sees a stream (console.queries.sight): None, every one
+
+
+def _seen(frame: pd.DataFrame, sees: Sees | None) -> pd.DataFrame:
+    if sees is None or frame.empty:
+        return frame
+    return frame[[sees(s or None) for s in frame["stream"]]].reset_index(drop=True)
+
+
+def _summed(frame: pd.DataFrame, sees: Sees, by: list[str], sums: dict[str, str]) -> pd.DataFrame:
+    """Per-stream rows of the streams the reader sees, summed over them as the query would have."""
+    seen = _seen(frame, sees)
+    return seen.groupby(by, as_index=False, sort=False).agg(sums)[[*by, *sums]] if len(seen) else \
+        pd.DataFrame(columns=[*by, *sums])
+
+
 def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
     for column in columns:  # written in UTC; SQLite may hand them back without a zone
         frame[column] = pd.to_datetime(frame[column], utc=True).astype("datetime64[ns, UTC]")
     return frame
 
 
-def abandonments_by_hour(engine, start: datetime, end: datetime) -> pd.DataFrame:
-    """hour, reason, batches: summed over streams."""
+def abandonments_by_hour(engine, start: datetime, end: datetime, sees: Sees | None = None) -> pd.DataFrame:
+    """hour, reason, batches: summed over streams (those the reader sees)."""
     h = AbandonmentHourly
     with Session(engine) as s:
+        if sees is not None:
+            q = select(h.hour, h.stream, h.reason, h.batches).where(h.hour >= start, h.hour < end).order_by(h.hour)
+            return _utc(_summed(_frame(s, q, ["hour", "stream", "reason", "batches"]), sees, ["hour", "reason"],
+                                {"batches": "sum"}), "hour")
         q = (select(h.hour, h.reason, func.sum(h.batches)).where(h.hour >= start, h.hour < end)
              .group_by(h.hour, h.reason).order_by(h.hour))
         return _utc(_frame(s, q, ["hour", "reason", "batches"]), "hour")
 
 
-def abandonments_by_stream(engine, start: datetime, end: datetime) -> pd.DataFrame:
+def abandonments_by_stream(engine, start: datetime, end: datetime, sees: Sees | None = None) -> pd.DataFrame:
     """stream, kind, reason, batches; the most abandoned streams first."""
     h = AbandonmentHourly
     total = func.sum(h.batches)
     with Session(engine) as s:
         q = (select(h.stream, h.kind, h.reason, total).where(h.hour >= start, h.hour < end)
              .group_by(h.stream, h.kind, h.reason).order_by(total.desc(), h.stream))
-        return _frame(s, q, ["stream", "kind", "reason", "batches"])
+        return _seen(_frame(s, q, ["stream", "kind", "reason", "batches"]), sees)
 
 
-def gaps_by_hour(engine, start: datetime, end: datetime) -> pd.DataFrame:
+def gaps_by_hour(engine, start: datetime, end: datetime, sees: Sees | None = None) -> pd.DataFrame:
     g = GapHourly
     with Session(engine) as s:
+        if sees is not None:
+            q = select(g.hour, g.stream, g.gaps, g.lost).where(g.hour >= start, g.hour < end).order_by(g.hour)
+            return _utc(_summed(_frame(s, q, ["hour", "stream", "gaps", "lost"]), sees, ["hour"],
+                                {"gaps": "sum", "lost": "sum"}), "hour")
         q = (select(g.hour, func.sum(g.gaps), func.sum(g.lost)).where(g.hour >= start, g.hour < end)
              .group_by(g.hour).order_by(g.hour))
         return _utc(_frame(s, q, ["hour", "gaps", "lost"]), "hour")
 
 
-def fast_outcomes(engine, start: datetime, end: datetime) -> pd.DataFrame:
+def fast_outcomes(engine, start: datetime, end: datetime, sees: Sees | None = None) -> pd.DataFrame:
     b = FastBatchSummary
     with Session(engine) as s:
+        if sees is not None:
+            q = select(b.outcome, b.stream, b.lost).where(b.started >= start, b.started < end)
+            frame = _seen(_frame(s, q, ["outcome", "stream", "lost"]), sees).assign(batches=1)
+            found = frame.groupby("outcome", as_index=False).agg({"batches": "sum", "lost": "sum"})
+            return found.sort_values("batches", ascending=False, ignore_index=True)[["outcome", "batches", "lost"]]
         q = (select(b.outcome, func.count(), func.sum(b.lost)).where(b.started >= start, b.started < end)
              .group_by(b.outcome).order_by(func.count().desc()))
         return _frame(s, q, ["outcome", "batches", "lost"])
 
 
-def stream_stats(engine) -> pd.DataFrame:
+def stream_stats(engine, sees: Sees | None = None) -> pd.DataFrame:
     """Per stream: abandonments in all, first and last, mean time between them."""
     st = StreamAbandonmentStats
     with Session(engine) as s:
         frame = _frame(s, select(st.stream, st.abandonments, st.first, st.last, st.mean_seconds)
                        .order_by(st.abandonments.desc()), ["stream", "abandonments", "first", "last", "mean_seconds"])
-    return _utc(frame, "first", "last")
+    return _utc(_seen(frame, sees), "first", "last")
 
 
 def abandoned_batches(engine, start: datetime | None = None, end: datetime | None = None,
-                      batch_id: str | None = None, limit: int = 500, stream: str | None = None) -> pd.DataFrame:
+                      batch_id: str | None = None, limit: int = 500, stream: str | None = None,
+                      sees: Sees | None = None) -> pd.DataFrame:
     """The newest lost batches in a range (of one stream), or every record of one batch id."""
     a = AbandonedBatch
     q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.unverified, a.leader_elections, a.stream_updates,
@@ -97,7 +128,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
         frame = _frame(s, q.order_by(a.time.desc()).limit(limit),
                        ["time", "stream", "batch_id", "kind", "reason", "unverified", "leader_elections",
                         "stream_updates", "other_abandonments", "gaps_nearby", "publisher", "provisional"])
-    return _utc(frame, "time")
+    return _utc(_seen(frame, sees), "time")
 
 
 def capture_interruptions(engine, start: datetime, end: datetime) -> pd.DataFrame:
@@ -137,15 +168,22 @@ def ledger_position(engine) -> tuple[tuple[int, datetime] | None, int]:
 
 QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats,
            abandoned_batches, capture_interruptions)
+BY_STREAM = (abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)
 
 
 class Reader:
-    """The queries above bound to one database, for pages and notebooks: `reader.gaps_by_hour(start, end)`."""
+    """The queries above bound to one database, for pages and notebooks: `reader.gaps_by_hour(start, end)`;
+    `sees`: of the streams the reader sees alone (console.queries.sight), every row and sum."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, sees: Sees | None = None):
         self.engine = engine
         for query in (*QUERIES, ledger_moved, ledger_position):
-            setattr(self, query.__name__, functools.partial(query, engine))
+            bound = functools.partial(query, engine, sees=sees) if sees is not None and query in BY_STREAM else \
+                functools.partial(query, engine)
+            setattr(self, query.__name__, bound)
+
+    def seen_by(self, sees: Sees) -> Reader:
+        return Reader(self.engine, sees)
 
 
 class ReaderAcross:
@@ -157,6 +195,9 @@ class ReaderAcross:
         self.readers = readers
         for query in QUERIES[1:]:
             setattr(self, query.__name__, functools.partial(self._across, query.__name__))
+
+    def seen_by(self, sees: Sees) -> ReaderAcross:
+        return ReaderAcross({name: reader.seen_by(sees) for name, reader in self.readers.items()})
 
     def job_position(self) -> tuple[int, datetime] | None:
         found = [p for p in (r.job_position() for r in self.readers.values()) if p is not None]

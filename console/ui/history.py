@@ -269,8 +269,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         """The chosen days' bounds, from the first's midnight to the one after the last, in the clock's
         zone (in UTC)."""
         first, last = self.dates
-        return tuple(datetime.combine(day, time(), self.clock.zone).astimezone(timezone.utc)  # type: ignore[return-value]
-                     for day in (first, last + timedelta(days=1)))
+        start, end = (datetime.combine(day, time(), self.clock.zone).astimezone(timezone.utc)
+                      for day in (first, last + timedelta(days=1)))
+        return start, end
 
     def _days(self) -> tuple[str, str]:
         first, last = self.dates

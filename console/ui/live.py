@@ -16,15 +16,23 @@ from bokeh.plotting import figure
 from console.domain.display import Clock, count, duration, md
 from console.domain.events import WHY_UNKNOWN
 from console.domain.fast_tracker import UNTRACKED_SAID_PER_PREFIX
-from console.domain.live_model import LiveModel
+from console.domain.live_model import LiveModel, Sees
 from console.domain.reasons import in_order
 from console.domain.wire import printable
 from console.ui.formatting import WRAPPED, Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
+from console.queries.live import SeenLive
 from console.ui.history import incident_link, stream_cell
 
 if TYPE_CHECKING:
     from console.broker.live_state import LiveState
     from console.domain.live_across import LiveAcross
+
+
+def seen(model, sees: Sees | None):
+    """The model as a reader limited to some streams sees it (`sees`), or whole."""
+    return model if sees is None else SeenLive(model, sees)
+
+
 COLUMNS = {"time": "object", "stream": "object", "batch_id": "object", "reason": "object", "kind": "object",
            "publisher": "object", "investigate": "object"}
 
@@ -247,9 +255,10 @@ class LivePage(Clocked, pn.viewable.Viewer):
         return max(hour_ago, min(first - INTERVAL * 5, now - MIN_WINDOW)), now
 
     @classmethod
-    def following(cls, state: LiveState, **params) -> LivePage:
-        """A page on the process's live state, refreshed every `refresh_ms` in the current session."""
-        page = cls(model=state.model, connection=lambda: state.connection,
+    def following(cls, state: LiveState, sees: Sees | None = None, **params) -> LivePage:
+        """A page on the process's live state, refreshed every `refresh_ms` in the current session; `sees`:
+        of the streams a reader sees alone."""
+        page = cls(model=seen(state.model, sees), connection=lambda: state.connection,
                    problem=lambda: state.key_problem or state.problem,
                    skipped=lambda: state.skipped, **params)
         page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
@@ -257,7 +266,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
 
     @classmethod
     def across(cls, states: Callable[[], dict[str, LiveState]], unreached: Callable[[], dict[str, str]],
-               **params) -> LivePage:
+               sees: Sees | None = None, **params) -> LivePage:
         """A page on several systems' live states (those reached so far), each loss with its system; the
         status line says each system's state, and those not reached."""
         from console.domain.live_across import LiveAcross
@@ -269,10 +278,11 @@ class LivePage(Clocked, pn.viewable.Viewer):
             return "\n".join(lines)
 
         def notices(clock: Clock) -> str:
-            found = ((name, notices_html(state.model, clock)) for name, state in states().items())
+            found = ((name, notices_html(seen(state.model, sees), clock)) for name, state in states().items())
             return "".join(f"<b>{html.escape(name)}</b>{said}" for name, said in found if said)
 
-        page = cls(model=LiveAcross(lambda: {name: state.model for name, state in states().items()}), by_system=True,
+        page = cls(model=seen(LiveAcross(lambda: {name: state.model for name, state in states().items()}), sees),
+                   by_system=True,
                    status=status, notices=notices, **params)
         page.timer = pn.state.add_periodic_callback(page.refresh, period=page.refresh_ms)
         return page

@@ -19,6 +19,7 @@ import param
 from console.domain.batch_limits import edit_risks
 from console.domain.display import count, counted, size, yes_no
 from console.domain.live_model import LiveModel
+from console.queries.live import SeenLive
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import stream_name_problem
@@ -73,7 +74,8 @@ class StreamPage(Clocked, pn.viewable.Viewer):
     limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
     server = coroutine("async () -> ServerRelease: the server's release, for what it is known to get wrong",
                        default=None, precedence=-1)
-    model = param.ClassSelector(class_=LiveModel, default=None, doc="The live model, shared by sessions", precedence=-1)
+    model = param.ClassSelector(class_=(LiveModel, SeenLive), default=None, precedence=-1,
+                                doc="The live model, shared by sessions (as the reader sees it)")
     history = param.Parameter(default=None, doc="The history queries, or None", precedence=-1)
     placement = param.Parameter(default=None, doc="The stream as the server last described it (StreamPlacement)")
     decoders = param.Callable(default=None, allow_refs=False,

@@ -22,6 +22,7 @@ from console.pages import PAGES
 from tests.fleet import run_apart
 from tests.processes import CLI
 from tests.ui.columns import key_columns_in_view_and_no_text_cut
+from tests.ui.reading import page_text
 from tests.ui.test_up import data_dir, up  # noqa: F401 (the fixture)
 from tests.waits import poll_until
 
@@ -74,7 +75,7 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
 
     page.goto(web_url)  # every one of the demo's losses has its stream and its publisher, the dropped one too
     expect(page.get_by_role("row").filter(has_text="dropped").first).to_contain_text("DEMO_INGEST", timeout=90_000)
-    shown = page.inner_text("body")
+    shown = page_text(page)
     assert "(unknown)" not in shown and "publisher unknown" not in shown
 
     page.get_by_role("link", name="DEMO_ORDERS").first.click()  # a stream's name goes to its page
@@ -98,7 +99,7 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     assert not firing_in_metrics(metrics) & HEALTH_RULES  # no part of a healthy console is said to be sick
     page.goto(web_url + "alerts")
     expect(page.get_by_role("row").filter(has_text=RULE).first).to_be_visible(timeout=30_000)
-    assert "(unknown)" not in page.inner_text("body")
+    assert "(unknown)" not in page_text(page)
     the_notebooks_run_beside_up(data)
     assert cli(data, "audit", "--verify").returncode == 0  # the mutes are in it, and it still holds
 
@@ -126,7 +127,7 @@ def follow_every_link(page, web_url: str) -> None:
             else:
                 summary = page.get_by_text(re.compile(re.escape(query["batch"][0]) + r".*(lost|ended|abandon)"))
                 expect(summary.first).to_be_visible(timeout=30_000)
-                assert "No lost batch" not in page.inner_text("body"), href
+                assert "No lost batch" not in page_text(page), href
 
 
 def the_cli_and_the_pages_agree(page, web_url: str, data) -> None:
