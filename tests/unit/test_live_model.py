@@ -261,3 +261,28 @@ def test_a_status_with_any_batch_timeout_retires_by_a_sane_one():
         assert "b" in model.active, timeout  # 10 s and the grace: not quiet yet, whatever the status says
     model.apply(status(21))
     assert model.active == {}
+
+
+def test_a_reader_limited_to_some_streams_counts_and_lists_theirs_alone():
+    """console.queries: Live through a team's sight. Its counts and bars are its streams' (another team's
+    flood is not in them), a loss named later joins its stream's count, a retraction leaves it."""
+    from console.domain.roles import Grants, Role
+    from console.queries.live import SeenLive
+    from console.queries.sight import Sight
+
+    sight = Sight(Grants((Role("team", frozenset({"search.run"}), streams=("TEAM*",)),)))
+    model = LiveModel()
+    for i in range(5):
+        model.apply(abandoned(i, i, "timeout", stream="OTHER"))
+    model.apply(abandoned(10, 10, "large", stream="TEAM_A"))
+    model.apply(BatchEvent("f.d", EventKind.FAST_DROPPED, at(11), None, "f-later", inferred=True))
+    team = SeenLive(model, sight.limit)
+    assert [b.batch_id for b in team.newest_first()] == ["f-later", "a10"]  # a loss no stream is named for: everyone's
+    model.apply(BatchEvent("f.a", EventKind.FAST_ATTRIBUTED, at(12), "OTHER", "f-later"))  # it was OTHER's
+    now = at(60)
+    assert [b.batch_id for b in team.newest_first()] == ["a10"]
+    assert team.counts_by_reason(now, timedelta(hours=1)) == Counter({"large": 1})
+    assert team.per_interval(now, timedelta(minutes=1), 1) == {"large": [1]}
+    assert model.counts_by_reason(now, timedelta(hours=1)) == Counter({"timeout": 5, "large": 1, "dropped": 1})
+    assert team.find_lost("a0") is None and team.find_lost("a10") is not None and team.lost_on("OTHER") == []
+    assert Sight(Grants((Role("all", frozenset()),))).limit is None  # every stream: nothing to filter
