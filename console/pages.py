@@ -28,6 +28,7 @@ from console.domain.display import count, md
 from console.investigate import advice, shown_messages
 from console.domain.audit import Checked
 from console.fleet import Fleet
+from console.queries.alerts import SeenAlerts
 from console.queries.sight import Sight
 from console.queries.streams import SeenAdmin
 from console.runtime import Runtime
@@ -251,8 +252,13 @@ def probe(runtime: Runtime, actions: Actions, **params) -> ProbePage:
     return ProbePage(run=run, may=actions.allowed, **params)
 
 
+def _alerts(view, actions: Actions):
+    sees = _sight(actions).limit
+    return view if sees is None else SeenAlerts(view, sees)
+
+
 def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
-    return AlertsPage(view=runtime.alerts, read_only=runtime.read_only, actions=actions, **params)
+    return AlertsPage(view=_alerts(runtime.alerts, actions), read_only=runtime.read_only, actions=actions, **params)
 
 
 def _seen_trail(read: Callable[[datetime | None], Awaitable[Checked]], recent: Callable, sight: Sight):
@@ -276,12 +282,22 @@ def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
 def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
     from console.services.budgets import spenders
 
-    def losses(name: str) -> list[dict]:
-        objective = next((o for o in runtime.objectives if o.name == name), None)
-        history = runtime.history
-        return [] if objective is None or history is None else spenders(objective, history.engine)
+    sight = _sight(actions)
 
-    return BudgetsPage(statuses=runtime.budgets, losses=losses, problem=lambda: runtime.objectives_file.error, **params)
+    def losses(name: str) -> list[dict]:
+        objective = next((o for o in runtime.objectives if o.name == name and sight.sees_objective(o)), None)
+        history = runtime.history
+        return [] if objective is None or history is None else \
+            sight.keep(spenders(objective, history.engine), lambda r: r["stream"])
+
+    def statuses():  # the objectives whose streams the user sees, as the API's /budgets
+        found = runtime.budgets()
+        if found is None:
+            return None
+        mine = {o.name for o in runtime.objectives if sight.sees_objective(o)}
+        return [s for s in found if s.objective in mine]
+
+    return BudgetsPage(statuses=statuses, losses=losses, problem=lambda: runtime.objectives_file.error, **params)
 
 
 def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
@@ -364,7 +380,7 @@ def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
 
 def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
     """Every system's alerts firing, sent and delivered, each with its system; the one rules file."""
-    return AlertsPage(view=fleet.alerts(), read_only=fleet.read_only, actions=actions, **params)
+    return AlertsPage(view=_alerts(fleet.alerts(), actions), read_only=fleet.read_only, actions=actions, **params)
 
 
 def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:

@@ -117,7 +117,7 @@ def reads(ctx: Context) -> APIRouter:
         """Each loss objective's measures now, as the Budgets page shows them (those whose streams the
         caller's roles read)."""
         runtime = ctx.runtime_of(system)
-        mine = {o.name for o in runtime.objectives if all(who.reads(glob) for glob in o.streams)}
+        mine = {o.name for o in runtime.objectives if who.sight.sees_objective(o)}
         found = await asyncio.to_thread(runtime.budgets) or []
         return [BudgetOut(objective=s.objective, measure=s.measure, state=state_of(s),
                           allowed_per_million=s.allowed * 1e6, window_days=s.window.days, lost=s.counts.lost,
@@ -131,8 +131,7 @@ def reads(ctx: Context) -> APIRouter:
         from console.services.budgets import spenders
 
         runtime = ctx.runtime_of(system)
-        found = next((o for o in runtime.objectives if o.name == objective and all(who.reads(g) for g in o.streams)),
-                     None)
+        found = next((o for o in runtime.objectives if o.name == objective and who.sight.sees_objective(o)), None)
         history = runtime.history
         if found is None or history is None:
             raise Problem(404, "No such objective", f"no objective {objective[:100]!r} the caller may read")

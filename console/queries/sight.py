@@ -10,6 +10,7 @@ from typing import Callable, Iterable, TypeVar
 import pandas as pd
 
 from console.domain.audit import Checked
+from console.domain.budgets import Objective
 from console.domain.roles import Grants
 
 T = TypeVar("T")
@@ -30,6 +31,10 @@ class Sight:
     def limit(self) -> Callable[[str | None], bool] | None:
         """The predicate a read filters by, or None when this reader sees every stream (nothing to filter)."""
         return None if self.grants.sees_every_stream else self.sees
+
+    def sees_objective(self, objective: Objective) -> bool:
+        """A loss objective is seen when every stream glob it names is (its counts sum those streams)."""
+        return all(self.sees(glob) for glob in objective.streams)
 
     def keep(self, items: Iterable[T], stream: Callable[[T], str | None]) -> list[T]:
         """The items whose stream this reader sees."""

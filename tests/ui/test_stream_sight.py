@@ -24,7 +24,7 @@ actions = ["search.run", "export.*"]
 streams = ["SIGHT_TEAM*"]
 """
 TEAM, OTHER = "SIGHT_TEAM", "SIGHT_OTHER"
-PAGES = ("", "streams", "checks", "history", "audit")
+PAGES = ("", "streams", "checks", "history", "audit", "alerts", "budgets")
 
 
 @pytest.fixture(scope="module")
