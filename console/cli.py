@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="who asked the console to change what, and when: the audit trail, "
                                               "its chain checked")
-    add_flags(audit, *WITH_EVENT_LOG, "fleet")
+    add_flags(audit, *WITH_EVENT_LOG, "fleet", "access.roles", "access.local_role")
     audit.add_argument("--since", help="only the records of this last while (30m, 12h, 7d); the chain is checked "
                                        "from the first of them")
     audit.add_argument("--verify", action="store_true", help="exit 1 when the chain is broken: a record removed, "
@@ -392,8 +392,12 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
 
 
 async def _audit_one(settings: Settings, start: datetime | None, verify: bool) -> int:
+    from console.queries.sight import Sight
+
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
-        checked = await runtime.audit.read(start)
+        whole = await runtime.audit.read(start)
+        # its records as the local role is shown them (the chain's verdict is the whole trail's)
+        checked = Sight(runtime.actions(CLI).grants).audit(whole)
     for seq, r in checked.records:
         diff = "".join(f" {k}: {a} -> {b}" for k, (a, b) in r.diff.items())
         print(f"{seq:>7} {r.time:%Y-%m-%d %H:%M:%S} {r.actor.user} {r.actor.address or '-'} {r.action} {r.target} "

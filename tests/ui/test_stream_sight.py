@@ -50,7 +50,7 @@ def team_console(console, data_dir, tmp_path_factory):
                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{port}/", web, log)
-        yield f"http://127.0.0.1:{port}/", token.stdout.split()[-1], admin_url, batches
+        yield f"http://127.0.0.1:{port}/", token.stdout.split()[-1], admin_url, batches, (nats_url, data_dir, roles)
     finally:
         web.terminate()
         web.wait(timeout=20)
@@ -67,7 +67,7 @@ def shown(page, url: str, wait_for: str | None) -> str:
 
 
 def test_a_team_role_sees_its_streams_alone_on_every_page(team_console, browser):
-    team_url, _, admin_url, batches = team_console
+    team_url, _, admin_url, batches, _ = team_console
     page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     # the admin's console shows both streams: the data is there
     assert OTHER in shown(page, admin_url, batches[OTHER]) and TEAM in shown(page, admin_url + "audit", OTHER)
@@ -84,7 +84,7 @@ def test_a_team_role_sees_its_streams_alone_on_every_page(team_console, browser)
 
 
 def test_a_team_token_reads_its_streams_alone_through_the_api(team_console):
-    team_url, token, _, batches = team_console
+    team_url, token, _, batches, _ = team_console
     api = httpx.Client(base_url=team_url + "api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     records = api.get("/audit").json()["records"]
     assert any(r["target"].startswith(TEAM) for r in records), records
@@ -93,3 +93,17 @@ def test_a_team_token_reads_its_streams_alone_through_the_api(team_console):
     assert exported.status_code == 200 and TEAM in exported.text and OTHER not in exported.text
     assert {s["name"] for s in api.get("/streams").json()} & {TEAM, OTHER} == {TEAM}
     assert OTHER not in api.get("/losses").text and batches[TEAM] in api.get("/losses").text
+
+
+def test_the_cli_as_a_team_role_lists_its_streams_audit_records_alone(team_console):
+    nats_url, data_dir, roles = team_console[-1]
+
+    def audit(*role: str) -> subprocess.CompletedProcess:
+        return subprocess.run([CLI, "audit", "--server", nats_url, "--data-dir", data_dir, "--roles", str(roles), *role],
+                              capture_output=True, text=True, timeout=120)
+
+    team, admin = audit("--local-role", "team-viewer"), audit()
+    assert team.returncode == admin.returncode == 0, team.stderr
+    assert f"search.run {OTHER}" in admin.stdout and f"search.run {TEAM}" in admin.stdout
+    assert f"search.run {TEAM}" in team.stdout and OTHER not in team.stdout
+    assert "chain intact" in team.stderr  # the verdict is the whole trail's
