@@ -22,8 +22,8 @@ from console.domain.display import Clock
 from console.domain.search import SearchQuery
 from console.domain.stream_settings import StreamBatchSettings, diff_settings
 from console.export import format_named
+from console.queries.audit import audit_frame
 from console.runtime import Runtime
-from console.ui.audit import audit_frame
 
 FORMAT = Query("csv", description="csv, jsonl or parquet: as the pages' downloads")
 

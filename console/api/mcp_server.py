@@ -19,6 +19,7 @@ from console.api.callers import Callers, Unauthenticated
 from console.api.problems import Problem
 from console.domain.audit import Actor
 from console.errors import ConfigError
+from console.queries.history import HistoryTable
 
 MAX_ANSWER = 200_000  # characters of an answer handed to the assistant
 MAX_URL = 2048
@@ -137,9 +138,8 @@ def server(api: ConsoleApi, writes: bool = False, **settings: Any):
         return await api.get("/conformance", system=system)
 
     @mcp.tool()
-    async def history(table: Literal["abandoned_batches", "abandonments_by_hour", "abandonments_by_stream",
-                                     "gaps_by_hour", "fast_outcomes", "capture_interruptions"],
-                      since: str | None = None, until: str | None = None, system: str | None = None) -> str:
+    async def history(table: HistoryTable, since: str | None = None, until: str | None = None,
+                      system: str | None = None) -> str:
         """One of History's tables (JSON rows), the last week unless since/until (RFC 3339) say otherwise."""
         return await api.get(f"/history/{table}", since=since, until=until, system=system)
 

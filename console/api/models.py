@@ -10,6 +10,7 @@ from fastapi import Path
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from console.domain.checks import Finding
+from console.queries.history import HistoryTable  # noqa: F401 (the names every face takes, from one place)
 
 MAX_PAGE = 1000
 EARLIEST_TIME, LATEST_TIME = datetime(1900, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc)
@@ -39,8 +40,6 @@ OBJECTIVE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=100)]
 JOB = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{16}$")]  # a search's id (console/api/jobs.py)
 HISTORY_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
                   "fast_outcomes", "capture_interruptions")
-HistoryTable = Literal["abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
-                       "fast_outcomes", "capture_interruptions"]
 ExportFormatName = Literal["csv", "jsonl", "parquet"]
 
 

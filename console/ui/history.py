@@ -19,6 +19,7 @@ from console.domain.display import Clock, count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
 from console.domain.wire import stream_name_problem
 from console.export import FORMATS
+from console.queries.history import HISTORY_TABLES
 from console.ui.controls import download, exports, permitted, refusals
 from console.ui.formatting import (
     Clocked,
@@ -118,8 +119,7 @@ def blind_windows_text(windows: pd.DataFrame, clock: Clock = Clock()) -> str:
     return "\n".join(lines) + more
 
 
-CSV_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour", "fast_outcomes",
-              "capture_interruptions")
+CSV_TABLES = HISTORY_TABLES
 
 
 CONTEXT_COLUMNS = ("leader_elections", "stream_updates", "other_abandonments", "gaps_nearby")

@@ -109,7 +109,7 @@ def test_several_systems_trails_read_as_one_keep_each_records_system_and_name_ea
     from datetime import timedelta
 
     from console.domain.audit import Checked
-    from console.ui.audit import audit_frame
+    from console.queries.audit import audit_frame
     from console.domain.display import Clock
 
     def record(minutes: int, target: str) -> AuditRecord:
@@ -131,7 +131,7 @@ def test_an_attempt_with_no_outcome_yet_is_said_as_running_or_ended_never_as_a_f
     """The continuous canary writes canary.run's outcome when it stops: while it ran the page said 'attempted:
     no outcome recorded', which read as a failure."""
     from console.domain.audit import Checked
-    from console.ui.audit import NO_OUTCOME_YET, audit_frame
+    from console.queries.audit import NO_OUTCOME_YET, audit_frame
     from console.ui.formatting import Clock
 
     started = AuditRecord(AT, Actor("canary", "", ""), "canary.run", "every node", "attempted")
