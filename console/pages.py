@@ -422,12 +422,13 @@ class Unreached(pn.viewable.Viewer):
         return self._said
 
 
-def badges(fleet: Fleet, shown: str | None = None) -> list[Badge]:
+def badges(fleet: Fleet, shown: str | None = None, actions: Actions | None = None) -> list[Badge]:
     """The status the frame's header shows on every page: of the one system, or, of several, each
-    system's in a word (one not reached in full, on every page) and the shown one's in detail."""
+    system's in a word (one not reached in full, on every page) and the shown one's in detail. The
+    alerts firing counted are those of the streams the page's user sees (`actions`)."""
     if not fleet.several:
         runtime = fleet.runtime()
-        return _badges(runtime) if runtime is not None else [Badge("NATS connecting", "bad")]
+        return _badges(runtime, actions) if runtime is not None else [Badge("NATS connecting", "bad")]
     found, firing, now = [], 0, datetime.now(timezone.utc)
     for name in fleet.names:
         runtime = fleet.runtime(name)
@@ -444,10 +445,10 @@ def badges(fleet: Fleet, shown: str | None = None) -> list[Badge]:
             level = "bad" if connection != "connected" or collector == "silent" else \
                 "ok" if collector == "alive" else "warn"
             found.append(Badge(f"{name}: {connection}, collector {collector}", level))
-        firing += len(runtime.alerts.firing())
+        firing += len(_firing(runtime, actions))
     runtime = fleet.runtime(shown) if shown is not None else None
     if runtime is not None:
-        found += [b for b in _badges(runtime) if not b.label.startswith("NATS ")]
+        found += [b for b in _badges(runtime, actions) if not b.label.startswith("NATS ")]
         return found
     found.append(_firing_badge(firing))  # every system's, on "All systems"
     if fleet.read_only:
@@ -455,7 +456,11 @@ def badges(fleet: Fleet, shown: str | None = None) -> list[Badge]:
     return found
 
 
-def _badges(runtime: Runtime) -> list[Badge]:
+def _firing(runtime: Runtime, actions: Actions | None) -> list:
+    return (runtime.alerts if actions is None else _alerts(runtime.alerts, actions)).firing()
+
+
+def _badges(runtime: Runtime, actions: Actions | None = None) -> list[Badge]:
     now = datetime.now(timezone.utc)
     state = runtime.live
     connection = state.connection
@@ -464,7 +469,7 @@ def _badges(runtime: Runtime) -> list[Badge]:
         found.append(Badge(f"EVENT KEY {'MISSING' if state.key_missing else 'WRONG'}", "bad", banner=problem))
     collector = state.model.collector_state(now)
     found.append(Badge(f"collector {collector}", {"silent": "bad", "alive": "ok"}.get(collector, "warn")))
-    found.append(_firing_badge(len(runtime.alerts.firing())))
+    found.append(_firing_badge(len(_firing(runtime, actions))))
     if runtime.read_only:
         found.append(Badge("read-only", "info"))
     return found

@@ -155,7 +155,7 @@ class App:
             systems = Systems(tuple(self.fleet.names), shown, chosen, across=spec.across is not None)
             if shown is not None:
                 name_the_system(page, shown)
-        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.fleet, shown), prefs, who, systems)
+        frame = Frame(page, nav, spec.path, lambda: pages.badges(self.fleet, shown, actions), prefs, who, systems)
         attach(pn.state.curdoc, static_html(frame))  # what the page holds, painted before the scripts run
         _every(frame.refresh)
         return frame

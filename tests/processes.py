@@ -21,7 +21,8 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
+            # a loaded two-core machine answers a first page in 2-7 s: a shorter wait never saw the answer
+            with urllib.request.urlopen(url, timeout=15) as reply:
                 if reply.status == 200:
                     return
         except OSError:

@@ -46,3 +46,20 @@ def test_the_audit_trail_through_a_teams_sight_keeps_its_records_and_those_of_no
     assert [seq for seq, _ in seen.records] == [1, 3] and seen.systems == ("eu", "eu")
     assert TEAM.keep([{"stream": "OTHER"}, {"stream": None}, {"stream": "TEAM_A"}], lambda f: f["stream"]) == \
         [{"stream": None}, {"stream": "TEAM_A"}]
+
+
+def test_the_alerts_through_a_teams_sight_fire_and_send_for_its_streams_alone(tmp_path):
+    from console.alerting.view import AlertsView
+    from console.queries.alerts import SeenAlerts
+    from console.storage.alert_state import AlertStore
+
+    db = tmp_path / "console.db"
+    store = AlertStore(db)
+    store.save_firing({("lost", "TEAM_A"): (HOUR, HOUR), ("lost", "OTHER"): (HOUR, HOUR), ("silent", ""): (HOUR, HOUR)})
+    for stream in ("TEAM_A", "OTHER"):
+        store.add_notice(HOUR, f'{{"rule": "lost", "stream": "{stream}", "status": "firing"}}')
+        store.add_delivery(HOUR, rule="lost", stream=stream, status="firing", target="ops", ok=True, answer="200")
+    view = SeenAlerts(AlertsView(tmp_path, None, db), TEAM.sees)
+    assert sorted((rule, stream) for rule, stream, _ in view.firing()) == [("lost", "TEAM_A"), ("silent", "")]
+    assert [n["stream"] for n in view.notices()] == ["TEAM_A"] and [d["stream"] for d in view.deliveries()] == ["TEAM_A"]
+    assert len(AlertsView(tmp_path, None, db).firing()) == 3  # the view itself: every stream's
