@@ -175,13 +175,11 @@ def _sight(actions: Actions) -> Sight:
 
 def _admin(runtime: Runtime, actions: Actions):
     """The runtime's streams as the user sees them: another team's are absent, as if there were none."""
-    sees = _sight(actions).limit
-    return runtime.admin if sees is None else SeenAdmin(runtime.admin, sees)
+    return _sight(actions).through(runtime.admin, SeenAdmin)
 
 
 def _history(reader, actions: Actions):
-    sees = _sight(actions).limit
-    return reader if reader is None or sees is None else reader.seen_by(sees)
+    return _sight(actions).through(reader, lambda shared, sees: shared.seen_by(sees))
 
 
 def live(runtime: Runtime, actions: Actions, **params) -> LivePage:
@@ -253,8 +251,7 @@ def probe(runtime: Runtime, actions: Actions, **params) -> ProbePage:
 
 
 def _alerts(view, actions: Actions):
-    sees = _sight(actions).limit
-    return view if sees is None else SeenAlerts(view, sees)
+    return _sight(actions).through(view, SeenAlerts)
 
 
 def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
@@ -292,10 +289,7 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 
     def statuses():  # the objectives whose streams the user sees, as the API's /budgets
         found = runtime.budgets()
-        if found is None:
-            return None
-        mine = {o.name for o in runtime.objectives if sight.sees_objective(o)}
-        return [s for s in found if s.objective in mine]
+        return None if found is None else sight.statuses(found, runtime.objectives)
 
     return BudgetsPage(statuses=statuses, losses=losses, problem=lambda: runtime.objectives_file.error, **params)
 

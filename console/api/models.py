@@ -38,8 +38,6 @@ BATCH = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=64)]
 RULE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=200)]
 OBJECTIVE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=100)]
 JOB = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{16}$")]  # a search's id (console/api/jobs.py)
-HISTORY_TABLES = ("abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
-                  "fast_outcomes", "capture_interruptions")
 ExportFormatName = Literal["csv", "jsonl", "parquet"]
 
 

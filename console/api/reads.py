@@ -117,12 +117,12 @@ def reads(ctx: Context) -> APIRouter:
         """Each loss objective's measures now, as the Budgets page shows them (those whose streams the
         caller's roles read)."""
         runtime = ctx.runtime_of(system)
-        mine = {o.name for o in runtime.objectives if who.sight.sees_objective(o)}
-        found = await asyncio.to_thread(runtime.budgets) or []
+        every = await asyncio.to_thread(runtime.budgets) or []
+        found = who.sight.statuses(every, runtime.objectives)
         return [BudgetOut(objective=s.objective, measure=s.measure, state=state_of(s),
                           allowed_per_million=s.allowed * 1e6, window_days=s.window.days, lost=s.counts.lost,
                           total=s.counts.total, known=s.counts.known, spent=s.spent, remaining=s.remaining,
-                          burn_rates=s.burns, as_of=s.as_of) for s in found if s.objective in mine]
+                          burn_rates=s.burns, as_of=s.as_of) for s in found]
 
     @api.get("/budgets/{objective}/losses", response_model=list[BudgetLossOut], tags=["budgets"])
     async def budget_losses(objective: OBJECTIVE, who: Caller = ctx.caller, system: str | None = SYSTEM,

@@ -5,12 +5,12 @@ losses, findings, history rows or audit records. Every face asks this one rule, 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 import pandas as pd
 
 from console.domain.audit import Checked
-from console.domain.budgets import Objective
+from console.domain.budgets import BudgetStatus, Objective
 from console.domain.roles import Grants
 
 T = TypeVar("T")
@@ -32,9 +32,20 @@ class Sight:
         """The predicate a read filters by, or None when this reader sees every stream (nothing to filter)."""
         return None if self.grants.sees_every_stream else self.sees
 
+    def through(self, shared: Any, view: Callable[[Any, Callable[[str | None], bool]], Any]) -> Any:
+        """A shared reader (the admin, History, the alerts) as this reader sees it, `view(shared, sees)`; the
+        shared one itself when it sees every stream (nothing to filter) or there is none."""
+        sees = self.limit
+        return shared if shared is None or sees is None else view(shared, sees)
+
     def sees_objective(self, objective: Objective) -> bool:
         """A loss objective is seen when every stream glob it names is (its counts sum those streams)."""
         return all(self.sees(glob) for glob in objective.streams)
+
+    def statuses(self, found: list[BudgetStatus], objectives: Iterable[Objective]) -> list[BudgetStatus]:
+        """The budget statuses of the objectives this reader sees."""
+        mine = {o.name for o in objectives if self.sees_objective(o)}
+        return [s for s in found if s.objective in mine]
 
     def keep(self, items: Iterable[T], stream: Callable[[T], str | None]) -> list[T]:
         """The items whose stream this reader sees."""
