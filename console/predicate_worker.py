@@ -62,13 +62,16 @@ class PredicateWorker:
                        cancelled: Callable[[], bool] = lambda: False) -> Evaluated | None:
         """The predicate over `messages`, from the first, while time is left; None when the worker had to
         be killed (past the limit, or cancelled): what it was evaluating is not known."""
+        # the clock runs from the call: a worker still starting, or slow to take a large batch off the
+        # pipe, spends the search's time like an evaluation does
+        stop_at = time.monotonic() + max(0.0, seconds_left) + STOP_AFTER
         try:
-            await self._send(pickle.dumps((seconds_left, messages), protocol=pickle.HIGHEST_PROTOCOL))
-        except (ConnectionError, BrokenPipeError):
+            body = pickle.dumps((seconds_left, messages), protocol=pickle.HIGHEST_PROTOCOL)
+            await asyncio.wait_for(self._send(body), timeout=max(0.0, stop_at - time.monotonic()))
+        except (ConnectionError, BrokenPipeError, asyncio.TimeoutError):
             await self.close()
             return None
         answer = asyncio.ensure_future(self._receive())
-        stop_at = time.monotonic() + max(0.0, seconds_left) + STOP_AFTER
         try:
             while not answer.done():
                 if cancelled() or time.monotonic() >= stop_at:

@@ -66,7 +66,7 @@ async def test_a_supercluster_is_tapped_in_each_cluster(supercluster: Superclust
     bare = None
     try:
         await collector_ready(clients["east"].jetstream(), proc)
-        poll_until(lambda: "supercluster: clusters east, west, a $FI tap in each" in log.read_text(), 30,
+        poll_until(lambda: "supercluster: clusters east, west, a $FI tap in each" in log.read_text(), 60,
                    lambda: log.read_text()[-3000:])
         for c, nc in clients.items():
             await nc.jetstream().add_stream(StreamConfig(name=f"SC_{c.upper()}", subjects=[f"sc.{c}.>"],
@@ -78,7 +78,7 @@ async def test_a_supercluster_is_tapped_in_each_cluster(supercluster: Superclust
             *(_fast(nc, c, f"sc-gap-{c}", gap=True) for c, nc in clients.items())))
         gaps = await events_for(clients["east"], {f"sc-gap-{c}" for c in CLUSTERS},
                                 lambda es: {e.batch_id for e in es if e.kind is EventKind.FAST_GAP} == {
-                                    f"sc-gap-{c}" for c in CLUSTERS}, timeout=30)
+                                    f"sc-gap-{c}" for c in CLUSTERS}, timeout=60)
         assert {(e.batch_id, e.cluster) for e in gaps if e.kind is EventKind.FAST_GAP} == \
             {(f"sc-gap-{c}", c) for c in CLUSTERS}
 
@@ -88,16 +88,16 @@ async def test_a_supercluster_is_tapped_in_each_cluster(supercluster: Superclust
             await batch.add(f"sc.{c}.a", b"x")
             batch.discard()
         abandoned = await events_for(clients["east"], {f"sc-atomic-{c}" for c in CLUSTERS},
-                                     lambda es: len({e.batch_id for e in es}) == 2, timeout=30)
+                                     lambda es: len({e.batch_id for e in es}) == 2, timeout=60)
         assert {(e.batch_id, e.cluster, e.kind) for e in abandoned} == \
             {(f"sc-atomic-{c}", c, EventKind.ATOMIC_ABANDONED) for c in CLUSTERS}
 
         # A leader change in east while west publishes: west loses nothing.
-        stepdown = clients["east"].request("$JS.API.STREAM.LEADER.STEPDOWN.SC_EAST", b"", timeout=10)
+        stepdown = clients["east"].request("$JS.API.STREAM.LEADER.STEPDOWN.SC_EAST", b"", timeout=30)
         count, _ = await asyncio.gather(_fast(clients["west"], "west", "sc-calm-west", gap=False), stepdown)
         assert count == MESSAGES
         calm = await events_for(clients["east"], {"sc-calm-west"},
-                                lambda es: any(e.kind is EventKind.FAST_COMMITTED for e in es), timeout=30)
+                                lambda es: any(e.kind is EventKind.FAST_COMMITTED for e in es), timeout=60)
         assert not [e for e in calm if e.kind in (EventKind.FAST_LOST, EventKind.FAST_DROPPED, EventKind.FAST_GAP,
                                                    EventKind.FAST_ENDED_EARLY)], calm
 
@@ -116,11 +116,13 @@ async def test_a_supercluster_is_tapped_in_each_cluster(supercluster: Superclust
         # Both clusters' batches under the cluster taps, beside one cluster's batch under a plain tap: what
         # crosses with the taps alone is the system account's answers and advisories, a few dozen messages
         said = f"gateways (messages, bytes): {crossed} with the cluster taps, {plain} with a plain tap beside them"
-        assert crossed[0] < acks // 10 and plain[0] >= acks, said
+        # (a few dozen; the system account's polls go on while a loaded machine runs the batches: a quarter of
+        # one batch's acks still tells the taps from a plain tap's thousand)
+        assert crossed[0] < acks // 4 and plain[0] >= acks, said
         assert crossed[1] < plain[1], said  # the answers' and advisories' bytes outweigh acks' small bodies
     finally:
         for nc in [*clients.values(), *([bare] if bare else [])]:
             await nc.close()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=60)
     assert code == 0, log.read_text()[-3000:]

@@ -1,6 +1,7 @@
 """The first hour, as a new operator has it: a fresh data directory, `up --demo` as the README says, the
 pages in Chromium at 1280x800 and the CLI beside them. The audit trail verifies before anyone acts; a
-mute and an unmute from the Alerts page hold within 10 s without a restart (the page, the badge and
+mute and an unmute from the Alerts page hold without a restart (within 10 s on an idle machine; the
+test allows 30 s, for a CI machine at three times its cores' load) (the page, the badge and
 /metrics agree); `check` beside `up` reads the server's limits through the system account `up` made;
 the demo's publisher is named as the demo's deliberate faults and none of its losses is "(unknown)";
 a stream's name and a failure's batch link where they say; each page's key columns are in view.
@@ -34,7 +35,7 @@ def cli(data, *args: str) -> subprocess.CompletedProcess:
 
 
 def firing_in_metrics(metrics_url: str) -> set[str]:
-    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    text = urllib.request.urlopen(metrics_url, timeout=30).read().decode()
     return {m.group(1) for m in re.finditer(r'^batch_console_alerts_firing\{rule="([^"]+)".*\} 1', text, re.M)}
 
 
@@ -53,12 +54,12 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     poll_until(lambda: RULE in firing_in_metrics(metrics), 30, "the rule was not firing in /metrics")
 
     page.get_by_role("button", name="Mute", exact=True).click()
-    expect(page.get_by_text(f"{RULE} muted.")).to_be_visible(timeout=10_000)
+    expect(page.get_by_text(f"{RULE} muted.")).to_be_visible(timeout=30_000)
     expect(page.get_by_label("rule (TOML)")).to_have_value(re.compile("muted = true"))  # the rule, not the example
-    poll_until(lambda: RULE not in firing_in_metrics(metrics), 10, "a mute did not hold within 10 s")
-    expect(rules.first).to_contain_text("muted", timeout=10_000)
+    poll_until(lambda: RULE not in firing_in_metrics(metrics), 30, "a mute did not hold within 30 s")
+    expect(rules.first).to_contain_text("muted", timeout=30_000)
     page.get_by_role("button", name="Unmute").click()
-    poll_until(lambda: RULE in firing_in_metrics(metrics), 15, "an unmute did not hold within a demo round")
+    poll_until(lambda: RULE in firing_in_metrics(metrics), 45, "an unmute did not hold within a demo round")
 
     checked = cli(data, "check")
     assert "assumed" not in checked.stdout + checked.stderr and "BATCH_022" not in checked.stdout, checked.stdout
@@ -67,10 +68,10 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     demo = page.get_by_role("row").filter(has_text="batch-console demo (deliberate faults)")
     expect(demo.first).to_be_visible(timeout=60_000)
     # the table redraws as verdicts come: a row seen can be replaced before it is measured
-    verdict = poll_until(demo.first.bounding_box, 15, "the demo's row was not drawn", every=0.5)
+    verdict = poll_until(demo.first.bounding_box, 30, "the demo's row was not drawn", every=0.5)
     assert verdict["x"] + verdict["width"] > 0
     failing = page.get_by_role("columnheader", name="failing")
-    box = poll_until(failing.bounding_box, 15, "the failing column was not drawn", every=0.5)
+    box = poll_until(failing.bounding_box, 30, "the failing column was not drawn", every=0.5)
     assert box["x"] + box["width"] <= 1280, box  # the failing statements are in view
 
     page.goto(web_url)  # every one of the demo's losses has its stream and its publisher, the dropped one too
