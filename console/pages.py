@@ -27,6 +27,7 @@ from console.broker import names
 from console.domain.display import count, md
 from console.investigate import advice, shown_messages
 from console.domain.audit import Checked
+from console.domain.conformance import Verdicts
 from console.fleet import Fleet
 from console.queries.alerts import SeenAlerts
 from console.queries.sight import Sight
@@ -236,7 +237,7 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
 
     return IncidentPage(**{"find": find, "replay_link": to_replay, "advice": advice,
                            "messages": messages,
-                           "verdicts": runtime.verdicts,
+                           "verdicts": sight.seen_verdicts(runtime.verdicts),
                            "peek": seen(runtime.live.model, sight.limit).find_lost,
                            "export": actions.run, "may": actions.allowed,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
@@ -318,8 +319,20 @@ def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
                       export=actions.run, may=actions.allowed, **params)
 
 
+def _conformance(verdicts: Callable[[], Awaitable[Verdicts]], recent: Callable[[], Verdicts | None],
+                 actions: Actions, **params) -> ConformancePage:
+    """The Conformance page of what the user sees: another team's streams' example batches left out."""
+    sight = _sight(actions)
+
+    def seen_recent() -> Verdicts | None:
+        found = recent()
+        return None if found is None else sight.verdicts(found)
+
+    return ConformancePage(verdicts=sight.seen_verdicts(verdicts), recent=seen_recent, **params)
+
+
 def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:
-    return ConformancePage(verdicts=runtime.verdicts, recent=runtime.verdicts.recent, **params)
+    return _conformance(runtime.verdicts, runtime.verdicts.recent, actions, **params)
 
 
 def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
@@ -379,7 +392,6 @@ def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
 
 def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:
     """Every system's clients, each named with its system; a system whose log cannot be read is left out."""
-    from console.domain.conformance import Verdicts
 
     async def verdicts() -> Verdicts:
         runtimes = fleet.runtimes()
@@ -390,7 +402,7 @@ def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformanceP
         found = {name: v for name, r in fleet.runtimes().items() if (v := r.verdicts.recent()) is not None}
         return Verdicts.across(found) if found else None
 
-    return ConformancePage(verdicts=verdicts, recent=recent, **params)
+    return _conformance(verdicts, recent, actions, **params)
 
 
 def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:

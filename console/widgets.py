@@ -42,7 +42,9 @@ from console.ui.audit import AuditPage
 from console.ui.conformance import ConformancePage
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
-from console.ui.live import LivePage
+from console.queries.sight import Sight
+from console.queries.streams import SeenAdmin
+from console.ui.live import LivePage, seen
 from console.ui.replay import ReplayPage
 from console.ui.streams import StreamsPage
 
@@ -58,7 +60,6 @@ def systems(settings: Settings | None = None) -> list[str]:
 class NotebookConsole:
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
-        self.admin = runtime.admin
         self.data_dir = runtime.settings.data.system_dir  # its console.db and delta/ (of a systems file's system, its own)
 
     @classmethod
@@ -108,9 +109,21 @@ class NotebookConsole:
         return self.runtime.live
 
     @property
+    def admin(self):
+        """The server's streams as the local role sees them (StreamAdmin's reads; another team's stream is
+        answered as one that does not exist)."""
+        return self.sight.through(self.runtime.admin, SeenAdmin)
+
+    @property
+    def sight(self) -> Sight:
+        """What this notebook is shown: the local role's streams (every face's one rule)."""
+        return Sight(lambda: self.actions.grants)
+
+    @property
     def history_reader(self):
-        """The SQLite history's queries (`.abandonments_by_stream(start, end)`), or None."""
-        return self.runtime.history
+        """The SQLite history's queries (`.abandonments_by_stream(start, end)`) of the streams the local role
+        sees, or None."""
+        return self.sight.through(self.runtime.history, lambda history, sees: history.seen_by(sees))
 
     async def caught_up(self, timeout: float = 30.0) -> int:
         """Waits until the live state has applied every event logged so far; returns how many it applied."""
@@ -131,7 +144,7 @@ class NotebookConsole:
         return dict(self.runtime.live.log.skipped)
 
     def lost_batches(self, limit: int = 100) -> list[LostBatch]:
-        return self.runtime.live.model.newest_first(limit)
+        return seen(self.runtime.live.model, self.sight.limit).newest_first(limit)
 
     def live(self, refresh_ms: int = 500) -> LivePage:
         return pages.live(self.runtime, self.actions, refresh_ms=refresh_ms)
@@ -140,7 +153,8 @@ class NotebookConsole:
         return await self.page("/streams")
 
     async def find_incident(self, batch_id: str) -> Incident | None:
-        return await self.runtime.find_incident(batch_id)
+        found = await self.runtime.find_incident(batch_id)
+        return found if found is None or self.sight.sees(found.loss.stream) else None
 
     async def incident(self, batch_id: str) -> IncidentPage:
         return await self.page("/incident", batch_id=batch_id, replay_link=lambda incident: None)
@@ -187,7 +201,7 @@ class NotebookConsole:
         """Each loss objective's measures now (`--objectives`): `.spent`, `.remaining`, `.burns` (window -> burn
         rate), `.burning` (the workbook pair it burns on, or None); [] without objectives or history. The
         page: `await console.page("/budgets")`."""
-        return self.runtime.budgets() or []
+        return self.sight.statuses(self.runtime.budgets() or [], self.runtime.objectives)
 
     async def canaries(self, minutes: float = 60.0) -> list[tuple[datetime, CanaryResult]]:
         """The canary batches of the last `minutes` (`batch-console canary`), oldest first: (when, result)

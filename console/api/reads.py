@@ -180,7 +180,7 @@ def reads(ctx: Context) -> APIRouter:
     @api.get("/conformance", tags=["conformance"])
     async def conformance(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[dict]:
         """Each batch publisher's verdict on ADR-50's statements, as `batch-console conformance --format json`."""
-        verdicts = await ctx.runtime_of(system).verdicts()
+        verdicts = who.sight.verdicts(await ctx.runtime_of(system).verdicts())
         return [{"client": v.name, "key": v.key, "conforms": not v.failing, "verdict": v.verdict(),
                  "failing": list(v.failing),
                  "batches": v.batches, "since": v.since, "until": v.until} for v in verdicts.report()]

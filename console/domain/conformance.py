@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from console.domain.publisher import Publisher, publisher_from_dict
 from console.domain.statements import STATEMENTS
@@ -202,6 +202,18 @@ class Verdicts:
                 key = f"{system}/{verdict.key}"
                 merged._latest[key] = (time, replace(verdict, key=key, system=system))
         return merged
+
+    def withholding(self, sees: Callable[[str | None], bool]) -> Verdicts:
+        """These verdicts as a reader limited to some streams has them: a client's verdict is the client's
+        (its counts span streams and name none), its example batches on streams the reader does not see
+        are left out."""
+        kept = Verdicts(self.max_clients)
+        kept.malformed = self.malformed
+        for key, (time, verdict) in self._latest.items():
+            results = {sid: replace(t, examples=[e for e in t.examples if sees(e.stream)])
+                       for sid, t in verdict.results.items()}
+            kept._latest[key] = (time, replace(verdict, results=results))
+        return kept
 
     def __len__(self) -> int:
         return len(self._latest)

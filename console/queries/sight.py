@@ -5,12 +5,13 @@ losses, findings, history rows or audit records. Every face asks this one rule, 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import pandas as pd
 
 from console.domain.audit import Checked
 from console.domain.budgets import BudgetStatus, Objective
+from console.domain.conformance import Verdicts
 from console.domain.roles import Grants
 
 T = TypeVar("T")
@@ -71,3 +72,14 @@ class Sight:
         systems = tuple(checked.systems[i] for i in kept) if checked.systems else ()
         return replace(checked, records=[checked.records[i] for i in kept], systems=systems)
 
+
+    def verdicts(self, found: Verdicts) -> Verdicts:
+        """The clients' verdicts, their example batches on streams this reader does not see left out."""
+        return found if self.grants.sees_every_stream else found.withholding(self.sees)
+
+    def seen_verdicts(self, read: Callable[[], Awaitable[Verdicts]]) -> Callable[[], Awaitable[Verdicts]]:
+        """A reader of verdicts (a page's, the API's) as this reader sees them."""
+
+        async def verdicts() -> Verdicts:
+            return self.verdicts(await read())
+        return verdicts

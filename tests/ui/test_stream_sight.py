@@ -24,7 +24,7 @@ actions = ["search.run", "export.*"]
 streams = ["SIGHT_TEAM*"]
 """
 TEAM, OTHER = "SIGHT_TEAM", "SIGHT_OTHER"
-PAGES = ("", "streams", "checks", "history", "audit", "alerts", "budgets")
+PAGES = ("", "streams", "checks", "history", "audit", "alerts", "budgets", "conformance")
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +107,43 @@ def test_the_cli_as_a_team_role_lists_its_streams_audit_records_alone(team_conso
     assert f"search.run {OTHER}" in admin.stdout and f"search.run {TEAM}" in admin.stdout
     assert f"search.run {TEAM}" in team.stdout and OTHER not in team.stdout
     assert "chain intact" in team.stderr  # the verdict is the whole trail's
+
+
+def test_a_notebook_as_a_team_role_reads_its_streams_alone(team_console, monkeypatch):
+    """The notebook's reads (losses, a batch's incident, the streams, History's queries) through the same
+    rule, beside a notebook of the admin over the same server and data (which reads both)."""
+    import asyncio
+
+    from console.config import AccessSettings, env_name
+    from console.widgets import NotebookConsole
+
+    batches = team_console[3]
+    nats_url, data_dir, roles = team_console[-1]
+    monkeypatch.setenv(env_name(AccessSettings, "roles"), str(roles))
+
+    async def read(role: str) -> dict:
+        monkeypatch.setenv(env_name(AccessSettings, "local_role"), role)
+        console = await NotebookConsole.connect(nats_url, data_dir=data_dir)
+        try:
+            await console.caught_up()
+            return {"lost": {b.stream for b in console.lost_batches(1000)},
+                    "incident": {s: await console.find_incident(batches[s]) is not None for s in (TEAM, OTHER)},
+                    "streams": {s.name for s in await console.admin.streams()} & {TEAM, OTHER},
+                    "other stream": await _refused(console.admin.stream(OTHER))}
+        finally:
+            await console.close()
+
+    admin, team = asyncio.run(read("admin")), asyncio.run(read("team-viewer"))
+    assert admin["lost"] >= {TEAM, OTHER} and admin["incident"] == {TEAM: True, OTHER: True}, admin
+    assert admin["streams"] == {TEAM, OTHER} and admin["other stream"] is None
+    assert OTHER not in team["lost"] and TEAM in team["lost"], team
+    assert team["incident"] == {TEAM: True, OTHER: False} and team["streams"] == {TEAM}
+    assert team["other stream"] == "stream not found: " + OTHER
+
+
+async def _refused(read) -> str | None:
+    try:
+        await read
+    except Exception as e:  # noqa: BLE001 - what the notebook's user is told
+        return str(e)
+    return None

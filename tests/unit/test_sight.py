@@ -63,3 +63,25 @@ def test_the_alerts_through_a_teams_sight_fire_and_send_for_its_streams_alone(tm
     assert sorted((rule, stream) for rule, stream, _ in view.firing()) == [("lost", "TEAM_A"), ("silent", "")]
     assert [n["stream"] for n in view.notices()] == ["TEAM_A"] and [d["stream"] for d in view.deliveries()] == ["TEAM_A"]
     assert len(AlertsView(tmp_path, None, db).firing()) == 3  # the view itself: every stream's
+
+
+def test_a_clients_verdict_through_a_teams_sight_keeps_its_examples_of_streams_it_sees():
+    from console.domain.conformance import ClientVerdict, Example, Tallies, Verdicts, client_key
+    from console.domain.events import BatchEvent, EventKind
+    from console.domain.publisher import Publisher
+
+    app = Publisher(name="orders", lang="python3", version="2.16.0", account="APP")
+    examples = [Example("b-team", "TEAM_A", "2026-11-25T12:00:00Z", "message 99 after the end"),
+                Example("b-other", "OTHER", "2026-11-25T12:00:01Z", "message 99 after the end"),
+                Example("b-unknown", None, "2026-11-25T12:00:02Z", "an ack past the end")]
+    verdict = ClientVerdict(client_key(app), app, 3, False, {"F09": Tallies(0, 3, examples)},
+                            "2026-11-25T12:00:00Z", "2026-11-25T12:01:00Z")
+    read = Verdicts()
+    read.apply(BatchEvent("v1", EventKind.CONFORMANCE, HOUR, None, "conformance", detail=verdict.to_json()))
+    [seen] = TEAM.verdicts(read).report()
+    assert [e.batch_id for e in seen.results["F09"].examples] == ["b-team", "b-unknown"]
+    assert seen.failing == ["F09"] and seen.batches == 3  # the client's verdict is the client's
+    [whole] = read.report()  # the shared read is not changed by a reader's view of it
+    assert len(whole.results["F09"].examples) == 3
+    everyone = Sight(Grants((Role("admin", frozenset({"*"}), streams=("*",)),)))
+    assert everyone.verdicts(read) is read
