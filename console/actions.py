@@ -113,7 +113,7 @@ class Actions:
         except Exception as e:
             await self._record(name, target, "failed", repr(e), diff)
             raise
-        await self._record(name, target, "accepted", "", diff)
+        await self._record(name, target, "accepted", command.said(result), diff)
         return result
 
     async def _write_ahead(self, name: str, target: str, diff: dict[str, list[Any]] | None) -> None:

@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     canary.add_argument("--timeout", type=float, default=5.0, help="seconds a batch waits for each reply")
     canary.add_argument("--format", choices=["text", "json"], default="text")
 
+    from console.maintain import add_parser as maintain_parser
+
+    maintain_parser(commands)
+
     report = commands.add_parser("report", help="a month's losses per loss objective, stream and publisher, from the "
                                                 "analytics tables (History's numbers): Markdown, or HTML with plots")
     add_flags(report, "data")
@@ -793,6 +797,10 @@ def run(command: str, settings: Settings, args: argparse.Namespace) -> int:
         return asyncio.run(run_search(settings, args))
     if command == "canary":
         return asyncio.run(canary_async(settings, args))
+    if command == "maintain":
+        from console.maintain import run_maintain
+
+        return asyncio.run(run_maintain(settings, args))
     if command == "report":
         from console.report import run_report
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from console.domain.messages import FetchResult, StoredMessage
     from console.domain.search import Found, SearchProgress, SearchQuery
     from console.domain.stream_settings import StreamBatchSettings
+    from console.broker.maintenance import Move
+    from console.domain.maintenance import Plan
     from console.probe import ProbeOptions, ProbeReport
 
 T = TypeVar("T")
@@ -92,6 +94,10 @@ class Command(Generic[T]):
 
     def diff(self) -> dict[str, list[Any]] | None:
         return None
+
+    def said(self, result: T) -> str:
+        """What its audit record says of an accepted outcome ("": nothing beyond it)."""
+        return ""
 
     async def execute(self, services: Services, asker: Actions) -> T:
         raise NotImplementedError
@@ -234,6 +240,38 @@ class RunCanary(Command["CanaryRun"]):
         from console.canary import run_canary
 
         return await run_canary(required(services.connection, "connection")(), self.options, self.log, self.stopping)
+
+
+@dataclass
+class DrainNode(Command["list[Move]"]):
+    """Every leadership off one node, batch-safely (console.broker.maintenance.drain), under the lease."""
+
+    name, role, changes_server = "maintain.drain", "admin", True
+    records = "the node; the plan's verdict, the leaderships moved and the batches open at a step"
+    plan: Plan
+    time_box: float
+    batch_timeout: float
+    progress: Callable[[str], None] = lambda _: None
+
+    @property
+    def target(self) -> str:
+        return self.plan.node
+
+    def said(self, result: list[Move]) -> str:
+        from console.broker.maintenance import moves_summary
+
+        return f"plan {self.plan.verdict}; " + moves_summary(result)
+
+    async def execute(self, services: Services, asker: Actions) -> list[Move]:
+        from console.broker.maintenance import Lease, drain
+
+        nc = required(services.connection, "connection")()
+        lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
+        try:
+            return await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
+                               read_only=False, said=self.progress)
+        finally:
+            await lease.release()
 
 
 @dataclass

@@ -25,6 +25,7 @@ from console.actions import Actions
 from console.commands import COMMANDS
 from console.broker import names
 from console.domain.display import count, md
+from console.domain.maintenance import node_name
 from console.investigate import advice, shown_messages
 from console.domain.audit import Checked
 from console.domain.conformance import Verdicts
@@ -44,6 +45,7 @@ from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
 from console.ui.incident import IncidentPage
 from console.ui.live import LivePage, seen
+from console.ui.maintenance import MaintenancePage
 from console.ui.probe import ProbePage
 from console.ui.replay import ReplayPage
 from console.ui.stream import StreamPage, replay_link
@@ -164,7 +166,7 @@ URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream,
              "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag,
              "subject": _label, "end_seq": _int, "since": _start_time, "until": _start_time, "where": _expression,
              "newest_first": _flag, "max_scanned": _int, "max_matches": _int, "max_seconds": _number,
-             "objective": _label}
+             "objective": _label, "node": node_name}
 SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", "where", "newest_first",
                  "max_scanned", "max_matches", "max_seconds")
 
@@ -293,6 +295,24 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
         return None if found is None else sight.statuses(found, runtime.objectives)
 
     return BudgetsPage(statuses=statuses, losses=losses, problem=lambda: runtime.objectives_file.error, **params)
+
+
+def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
+    from console.broker.maintenance import make_plan, server_names
+    from console.commands import DrainNode
+    from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
+
+    timeout = runtime.settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
+
+    async def plan_for(node: str):
+        return await make_plan(runtime.nc, node_name(node), runtime.system_nc, timeout, timeout)
+
+    async def drain(plan, progress):  # the groups read again at the moment asked: a plan can be minutes old
+        fresh = await make_plan(runtime.nc, plan.node, runtime.system_nc, timeout, 0)
+        return await actions.run(DrainNode(fresh, timeout, timeout, progress))
+
+    return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=plan_for,
+                           drain=drain, read_only=runtime.read_only, may=actions.allowed, **params)
 
 
 def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
@@ -500,6 +520,7 @@ TABLE = (
     Page("/conformance", "Conformance", conformance, {"client": "client", "failing_only": "failing"},
          across=conformance_across),
     Page("/probe", "Probe", probe, changes_the_server=True),
+    Page("/maintenance", "Maintenance", maintenance, {"node": "node"}, changes_the_server=True),
     Page("/audit", "Audit", audit, {"user": "user", "action": "action", "stream": "stream"}, across=audit_across),
     Page("/stream", None, stream, {"stream": "name"}),
 )

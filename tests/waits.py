@@ -12,14 +12,15 @@ import nats.js.errors
 from console.broker.eventlog import EventLog
 
 
-async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
-    """A collector is ready once its durable advisory consumer exists; fails early if its process died."""
+async def collector_ready(js, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    """A collector is ready once its durable advisory consumer exists; fails early if its process died. An
+    answer that does not come in time (a cluster busy electing the stream's leader) counts as not yet."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
             await js.consumer_info("BATCH_CONSOLE_ADVISORIES", "batch-console-collector")
             return
-        except nats.js.errors.NotFoundError:
+        except (nats.js.errors.NotFoundError, nats.errors.TimeoutError):
             assert proc is None or proc.poll() is None, "the collector process exited"
             assert asyncio.get_running_loop().time() < deadline, "the collector did not become ready"
             await asyncio.sleep(0.05)

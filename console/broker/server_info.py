@@ -14,7 +14,6 @@ from nats.aio.msg import Msg
 from console.domain.publisher import MAX_CONNECTIONS, MalformedPublisher, Publisher, publishers_from_connz
 from console.domain.wire import Tally
 
-DEFAULT_BATCH_TIMEOUT = 10.0  # seconds; /varz omits max_batch_timeout when it is the default
 VARZ_SUBJECT = "$SYS.REQ.SERVER.PING.VARZ"
 CONNZ_SUBJECT = "$SYS.REQ.SERVER.PING.CONNZ"
 

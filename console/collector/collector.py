@@ -28,7 +28,8 @@ from console.broker.capture import Subscriptions, stream_cluster
 from console.broker.connection import Connection, close, connected_to, flush, identity, unread
 from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
-from console.broker.server_info import DEFAULT_BATCH_TIMEOUT, clusters_of, own_account, read_varz
+from console.broker.server_info import clusters_of, own_account, read_varz
+from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.capture_watch import CaptureWatch
 from console.collector.grading import Grading

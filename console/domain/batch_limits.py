@@ -10,12 +10,13 @@ from console.domain.display import count, duration
 from console.domain.server_versions import DEFAULTS_KNOWN_SINCE, ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 
+DEFAULT_BATCH_TIMEOUT = 10.0  # seconds an idle batch is kept when the server's configuration does not say
 # /varz jetstream.limits -> the server config's jetstream.limits.batch knob. One knob sets both kinds;
 # /varz omits a knob left at its default, and the defaults differ by kind.
 KNOBS = {"max_batch_timeout": "timeout", "max_batch_inflight_per_stream": "max_inflight_per_stream",
          "max_batch_inflight_total": "max_inflight_total", "max_batch_size": "max_msgs"}
 DEFAULTS = {  # (atomic, fast); None: no limit
-    "max_batch_timeout": (10.0, 10.0),
+    "max_batch_timeout": (DEFAULT_BATCH_TIMEOUT, DEFAULT_BATCH_TIMEOUT),
     "max_batch_inflight_per_stream": (50, 1000),
     "max_batch_inflight_total": (1000, 50_000),
     "max_batch_size": (1000, None),

@@ -209,6 +209,9 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     await probe.start()
     canary = await notebook.page("/canary")
     await canary.run_now()
+    node = (await notebook.page("/maintenance")).nodes  # the one server's name
+    maintenance = await notebook.page("/maintenance", node=(await node())[0])
+    await maintenance.run_drain()
     replay = await notebook.replay(stream)
     replay.consumer, replay.max_messages = "ops", 4
     fetched = await replay.fetch()
@@ -234,7 +237,7 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     search.export_format = "jsonl"
     await search.download()
     return {"stream.edit": stream, "probe.run": f"{stream}_P atomic x3", "consumer.fetch": f"{stream}/ops",
-            "canary.run": "default once x10",
+            "canary.run": "default once x10", "maintain.drain": "",
             **{ANSWERS[kind].name: f"{stream}/" for kind in Ack},
             "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
             "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,

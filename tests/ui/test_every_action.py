@@ -62,6 +62,9 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
     def no_probe_route() -> None:
         assert page.goto(read_only_url + "probe").status == 404
 
+    def no_maintenance_route() -> None:
+        assert page.goto(read_only_url + "maintenance").status == 404
+
     def no_durable_consumer() -> None:  # no fetch from `ops`, hence no message to ack, nak, term or extend
         page.goto(read_only_url + "replay?stream=XA_RO&consumer=ops")
         expect(page.get_by_label("consumer")).to_contain_text("peek")
@@ -89,7 +92,7 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
         assert buttons("canary", "Canary") == buttons("checks", "Checks")
 
     how = {"stream.edit": crafted_apply, "probe.run": no_probe_route, "consumer.fetch": no_durable_consumer,
-           "canary.run": no_canary_control,
+           "canary.run": no_canary_control, "maintain.drain": no_maintenance_route,
            **{ANSWERS[kind].name: no_durable_consumer for kind in Ack},
            "alert_rule.save": no_rule_controls, "alert_rule.mute": no_rule_controls,
            "alert_rule.unmute": no_rule_controls}

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import nats
+import pytest
 from playwright.sync_api import expect
 
 from console.pages import PAGES
@@ -39,6 +40,7 @@ def firing_in_metrics(metrics_url: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r'^batch_console_alerts_firing\{rule="([^"]+)".*\} 1', text, re.M)}
 
 
+@pytest.mark.timeout(600)  # every page, the CLI and the notebooks: past the suite's 300 s on a loaded 2-core machine
 def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  # noqa: F811
     _, log, web_url, nats_url = up
     data = data_dir(log)

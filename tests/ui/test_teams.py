@@ -149,7 +149,7 @@ def edit_stream(page: Page, team: Team, may: bool) -> None:
     expect(page.get_by_text("Not for you: the role")).to_be_visible()
     expect(page.get_by_role("button", name="Apply")).to_be_disabled()
     crafted_click(page, "Apply")
-    expect(page.get_by_text("stream.edit is refused")).to_be_visible(timeout=15_000)
+    expect(page.get_by_text("stream.edit is refused")).to_be_visible(timeout=30_000)
 
 
 def run_probe(page: Page, team: Team, may: bool) -> None:
@@ -163,7 +163,7 @@ def run_probe(page: Page, team: Team, may: bool) -> None:
         return
     expect(page.get_by_text("Not for you")).to_be_visible()
     crafted_click(page, "Publish probe")
-    expect(page.get_by_text("probe.run is refused")).to_be_visible(timeout=15_000)
+    expect(page.get_by_text("probe.run is refused")).to_be_visible(timeout=30_000)
 
 
 def run_canary(page: Page, team: Team, may: bool) -> None:
@@ -174,7 +174,24 @@ def run_canary(page: Page, team: Team, may: bool) -> None:
         return
     expect(page.get_by_text("Not for you")).to_be_visible(timeout=15_000)
     crafted_click(page, "Run a round now")
-    expect(page.get_by_text("canary.run is refused")).to_be_visible(timeout=15_000)
+    expect(page.get_by_text("canary.run is refused")).to_be_visible(timeout=30_000)
+
+
+def drain_node(page: Page, team: Team, may: bool) -> None:
+    """The console's one server, planned and drained: nothing to move (a single server leads no group)."""
+    page.goto(team.web_url + "maintenance")
+    server = page.get_by_label("server")
+    expect(server.locator("option")).not_to_have_count(0, timeout=30_000)
+    node = server.input_value()
+    page.get_by_role("button", name="Plan", exact=True).click()
+    expect(page.get_by_text(f"{node}: SAFE")).to_be_visible(timeout=60_000)
+    if may:
+        page.get_by_role("button", name=f"Drain {node}").click()
+        expect(page.get_by_text(f"{node} drained: moved 0 of 0")).to_be_visible(timeout=60_000)
+        return
+    expect(page.get_by_text("Not for you")).to_be_visible(timeout=15_000)
+    crafted_click(page, f"Drain {node}")
+    expect(page.get_by_text("maintain.drain is refused")).to_be_visible(timeout=30_000)
 
 
 def fetch(page: Page, team: Team, may: bool, stream: str = "") -> None:
@@ -258,6 +275,7 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "alert_rule.mute": rule_action("Mute", "team rule muted."),
     "alert_rule.unmute": rule_action("Unmute", "team rule unmuted."),
     "export.csv": export_csv, "export.report": export_report, "search.run": search, "export.search": export_search,
+    "maintain.drain": drain_node,
     "canary.run": run_canary,  # last: the answers above act on the messages the fetch left on its page
 }
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer

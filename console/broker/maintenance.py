@@ -1,0 +1,324 @@
+"""Maintenance on the wire: the cluster's groups as the server reports them, a tap on the publish side of
+the streams a node leads (their open batches), batch-safe leader step-downs, and the lease that keeps
+two maintenances from overlapping (a key in the console's own KV bucket; see the README's "Maintenance
+protocol")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Awaitable, Callable
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import ClusterInfo, KeyValueConfig
+from nats.js.kv import KeyValue
+
+from console.broker import names
+from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, plan
+from console.errors import ConsoleError, ReadOnlyError, Refusal
+
+log = logging.getLogger(__name__)
+LEASE_BUCKET, LEASE_KEY = "BATCH_CONSOLE_MAINTENANCE", "lease"
+LEASE_TTL = 30.0  # seconds a lease outlives the console that holds it (renewed every LEASE_TTL / 3)
+MOVED_WITHIN = 15.0  # seconds a new leader is waited for after a step-down
+QUIET_POLL = 0.02  # seconds between looks for a quiet moment on a stream
+MOVES_AT_ONCE = 8  # streams waited for and stepped down at the same time
+
+
+class MaintenanceRefused(ConsoleError):
+    """A maintenance that must not start (or go on): why, in the operator's words."""
+
+
+async def read_groups(nc: Client, consumers: bool = True) -> list[Group]:
+    """Every stream's Raft group (and its consumers') as the server reports them."""
+    js = nc.jetstream()
+    found = []
+    for info in await js.streams_info():
+        name = info.config.name or ""
+        found.append(_group(name, None, info.cluster))
+        if consumers and info.cluster is not None and info.state.consumer_count:
+            for c in await js.consumers_info(name):
+                found.append(_group(name, c.name, c.cluster))
+    return found
+
+
+def _group(stream: str, consumer: str | None, cluster: ClusterInfo | None) -> Group:
+    if cluster is None:  # a single server: no groups, nothing moves
+        return Group(stream, consumer, None, ())
+    peers = tuple((r.name or "?", bool(r.current), bool(r.offline)) for r in (cluster.replicas or []))
+    return Group(stream, consumer, cluster.leader, peers)
+
+
+async def read_meta(system_nc: Client | None) -> tuple[str | None, tuple[tuple[str, bool, bool], ...]]:
+    """The meta leader and its followers, from the system account (None without one)."""
+    if system_nc is None:
+        return None, ()
+    inbox = system_nc.new_inbox()
+    answers: list[dict[str, Any]] = []
+    sub = await system_nc.subscribe(inbox, cb=None)
+    try:
+        await system_nc.publish("$SYS.REQ.SERVER.PING.JSZ", b"{}", reply=inbox)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and len(answers) < 64:
+            try:
+                msg = await sub.next_msg(timeout=max(0.05, deadline - time.monotonic()))
+            except nats.errors.TimeoutError:
+                break
+            try:
+                answers.append(json.loads(msg.data))
+            except ValueError:
+                continue
+    finally:
+        await sub.unsubscribe()
+    for answer in answers:
+        meta = ((answer.get("data") or {}) if isinstance(answer, dict) else {}).get("meta_cluster") or {}
+        if isinstance(meta, dict) and isinstance(meta.get("leader"), str) and meta["leader"]:
+            peers = tuple((str(r.get("name", "?")), bool(r.get("current")), bool(r.get("offline")))
+                          for r in meta.get("replicas") or [] if isinstance(r, dict))
+            return meta["leader"], peers
+    return None, ()
+
+
+@dataclass
+class Tap:
+    """The publish side of some streams: every message published on their subjects, fed to OpenBatches."""
+
+    nc: Client
+    batches: OpenBatches
+    started: float = field(default_factory=time.monotonic)
+    _subs: list[Subscription] = field(default_factory=list)
+
+    @classmethod
+    async def on(cls, nc: Client, streams: list[str], timeout: timedelta) -> Tap:
+        tap = cls(nc, OpenBatches(timeout))
+        js = nc.jetstream()
+        for stream in streams:
+            subjects = (await js.stream_info(names.stream(stream))).config.subjects or []
+            for subject in subjects:
+                tap._subs.append(await nc.subscribe(subject, cb=tap._for(stream)))
+        await nc.flush()
+        return tap
+
+    def _for(self, stream: str) -> Callable[[Msg], Awaitable[None]]:
+        async def seen(msg: Msg) -> None:
+            self.batches.see(stream, msg.reply, msg.headers, datetime.now(timezone.utc))
+        return seen
+
+    @property
+    def watched(self) -> float:
+        return time.monotonic() - self.started
+
+    async def close(self) -> None:
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass
+
+
+async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeout: float,
+                    watch: float = 2.0) -> Plan:
+    """What taking `node` out would do, changing nothing: its groups read from the server, the batches open
+    on the streams it leads watched for `watch` seconds."""
+    groups = await read_groups(nc)
+    meta_leader, meta_peers = await read_meta(system_nc)
+    led = sorted({g.stream for g in groups if g.leader == node and g.consumer is None})
+    open_now: list[OpenBatch] = []
+    if watch > 0 and led:
+        tap = await Tap.on(nc, led, timedelta(seconds=batch_timeout))
+        try:
+            await asyncio.sleep(watch)  # a batch open now shows on its next message, within the batch timeout
+            open_now = tap.batches.all(datetime.now(timezone.utc))
+        finally:
+            await tap.close()
+    return plan(node, groups, meta_leader, open_now, watch if led else 0, meta_peers, connected_to(nc))
+
+
+def connected_to(nc: Client) -> str | None:
+    """The name of the server this connection is on (its INFO's server_name)."""
+    name = (nc._server_info or {}).get("server_name")
+    return name if isinstance(name, str) and name else None
+
+
+async def server_names(nc: Client, system_nc: Client | None) -> list[str]:
+    """The servers of this system by name: those its streams' groups name, the meta group's, this one."""
+    groups = await read_groups(nc, consumers=False)
+    leader, peers = await read_meta(system_nc)
+    found = {n for g in groups for n in g.members()} | {p[0] for p in peers} | ({leader} if leader else set())
+    here = connected_to(nc)
+    return sorted(found | ({here} if here else set()))
+
+
+@dataclass(frozen=True)
+class Move:
+    """One leadership moved off the node: what waited, for how long, and what was open at the step."""
+
+    group: str
+    waited: float  # seconds waited for a quiet moment
+    at_risk: tuple[OpenBatch, ...]  # batches still open when the time box ended: named before the step
+    new_leader: str | None
+    error: str | None = None
+
+
+class Lease:
+    """One maintenance at a time per account: a key in the console's KV bucket, created (never overwritten)
+    by the console that starts one, renewed while it runs, deleted at its end; a console killed midway
+    leaves it to expire after LEASE_TTL seconds."""
+
+    def __init__(self, kv: KeyValue, revision: int, holder: str):
+        self._kv, self._revision, self.holder = kv, revision, holder
+        self._renewing: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def take(cls, nc: Client, holder: str, node: str, replicas: int = 1) -> Lease:
+        """replicas: 3 on a cluster of three or more, so the lease outlives the node under maintenance."""
+        js = nc.jetstream()
+        try:
+            kv = await js.key_value(LEASE_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await js.create_key_value(KeyValueConfig(bucket=LEASE_BUCKET, history=1, ttl=LEASE_TTL, replicas=replicas,
+                                                          description="batch-console: the maintenance lease"))
+        body = json.dumps({"holder": holder[:200], "node": node,
+                           "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
+        try:
+            revision = await kv.create(LEASE_KEY, body)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise MaintenanceRefused("another maintenance is under way: " + await _holder(kv)) from None
+        lease = cls(kv, revision, holder)
+        lease._renewing = asyncio.ensure_future(lease._renew(body))
+        return lease
+
+    async def _renew(self, body: bytes) -> None:
+        while True:
+            await asyncio.sleep(LEASE_TTL / 3)
+            try:
+                self._revision = await self._kv.update(LEASE_KEY, body, last=self._revision)
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+                log.warning("the maintenance lease was not renewed: %r", e)
+
+    async def release(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+        try:
+            await self._kv.delete(LEASE_KEY, last=self._revision)
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+            log.warning("the maintenance lease was not released (it expires in %g s): %r", LEASE_TTL, e)
+
+
+async def _holder(kv: KeyValue) -> str:
+    try:
+        entry = await kv.get(LEASE_KEY)
+        said = json.loads(entry.value or b"{}")
+        return f"{str(said.get('holder'))[:200]} on {str(said.get('node'))[:128]} since {str(said.get('since'))[:40]}"
+    except (nats.js.errors.Error, ValueError, AttributeError):
+        return "its holder could not be read"
+
+
+async def step_down(nc: Client, group: Group, preferred: str | None) -> None:
+    """The group's leader steps down, to `preferred` where the server takes a placement (2.11 and later)."""
+    subject = (f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(group.stream)}" if group.consumer is None else
+               f"$JS.API.CONSUMER.LEADER.STEPDOWN.{names.stream(group.stream)}.{group.consumer}")
+    body = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
+    reply = await nc.request(subject, body, timeout=5)
+    answer = json.loads(reply.data or b"{}")
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        e = answer["error"]
+        raise Refusal(e.get("code", 0), e.get("err_code", 0), str(e.get("description", ""))[:300])
+
+
+async def leader_of(nc: Client, group: Group) -> str | None:
+    js = nc.jetstream()
+    info = await (js.stream_info(group.stream) if group.consumer is None else js.consumer_info(group.stream, group.consumer))
+    return info.cluster.leader if info.cluster else None
+
+
+async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeout: float, read_only: bool,
+                said: Callable[[str], None] = lambda _: None) -> list[Move]:
+    """Every leadership off `node`, batch-safely: each stream's at a moment when no batch is open on it
+    (waited for up to `time_box` seconds; a batch open then is named before the step), then its consumers'.
+    The node keeps serving as a follower.
+
+    The tap sees a batch begun before it on the batch's next message; one that sends none within the
+    batch timeout is abandoned by the server. So the streams are watched for one batch timeout before the
+    first step: from then on every open batch is known."""
+    if read_only:
+        raise ReadOnlyError("read-only mode: no leadership is moved")
+    if plan_.refusals:
+        raise MaintenanceRefused("; ".join(plan_.refusals))
+    streams = [g for g in plan_.leads if g.consumer is None and g.replicas > 1]
+    tap = await Tap.on(nc, [g.stream for g in streams], timedelta(seconds=batch_timeout))
+    moves: list[Move] = []
+    try:
+        if streams:
+            said(f"watching {len(streams)} stream(s) for open batches for {batch_timeout:g} s (the batch timeout)")
+            await asyncio.sleep(batch_timeout)
+        at_once = asyncio.Semaphore(MOVES_AT_ONCE)
+
+        async def move(group: Group) -> None:
+            async with at_once:
+                moves.append(await _move(nc, node, group, tap, time_box))
+                said(_move_line(moves[-1]))
+
+        # each stream as soon as it is quiet: one busy stream holds no other back
+        await asyncio.gather(*(move(g) for g in streams))
+        for group in [g for g in plan_.leads if g.consumer is not None and g.replicas > 1]:
+            await move(group)
+    finally:
+        await tap.close()
+    return moves
+
+
+async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
+    started = time.monotonic()
+    at_risk: list[OpenBatch] = []
+    if group.consumer is None:
+        while (open_now := tap.batches.on(group.stream, datetime.now(timezone.utc))) and \
+                time.monotonic() - started < time_box:
+            await asyncio.sleep(QUIET_POLL)
+        at_risk = open_now
+    waited = time.monotonic() - started
+    preferred = next((name for name, current, offline in group.peers if name != node and current and not offline), None)
+    try:
+        await step_down(nc, group, preferred)
+    except (Refusal, nats.errors.Error, asyncio.TimeoutError, ValueError) as e:
+        return Move(group.name, waited, tuple(at_risk), None, str(e)[:300] or type(e).__name__)
+    deadline = time.monotonic() + MOVED_WITHIN
+    leader = None
+    while time.monotonic() < deadline:
+        try:
+            leader = await leader_of(nc, group)
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+            leader = None
+        if leader and leader != node:
+            return Move(group.name, waited, tuple(at_risk), leader)
+        await asyncio.sleep(0.1)
+    return Move(group.name, waited, tuple(at_risk), leader, f"still led by {leader or 'no one'} after {MOVED_WITHIN:g} s")
+
+
+def _move_line(m: Move) -> str:
+    where = f"to {m.new_leader}" if m.error is None else f"NOT MOVED: {m.error}"
+    risk = f"; {len(m.at_risk)} batch(es) still open at the step: " + ", ".join(
+        f"{b.kind} {b.batch_id}" for b in m.at_risk[:10]) if m.at_risk else ""
+    return f"{m.group}: moved {where} after {m.waited:.2f} s waiting for a quiet moment{risk}"
+
+
+def moves_text(moves: list[Move]) -> str:
+    return "\n".join(_move_line(m) for m in moves)
+
+
+def moves_summary(moves: list[Move], most: int = 1000) -> str:
+    """The moves in a line an audit record holds (at most `most` characters)."""
+    moved = sum(1 for m in moves if m.error is None)
+    risk = [f"{b.kind} {b.batch_id} on {b.stream}" for m in moves for b in m.at_risk]
+    failed = [f"{m.group}: {m.error}" for m in moves if m.error is not None]
+    text = f"moved {moved} of {len(moves)} leadership(s); {len(risk)} batch(es) open at a step" + \
+        (f" ({', '.join(risk)})" if risk else "") + (f"; not moved: {'; '.join(failed)}" if failed else "")
+    return text if len(text) <= most else text[:most - 1] + "…"

@@ -1,0 +1,205 @@
+"""Maintenance of one node, decided before anything moves: what taking it out would do (the leaderships
+it holds, the groups that would lose quorum, the batches open on the streams it leads) and a verdict.
+Pure: the broker reads the cluster and taps the streams; this decides.
+
+Batch-safe means a stream's leadership moves only between batches: the server drops every atomic
+batch open on a stream whose leader changes, and ends a fail-mode fast batch with a gap. OpenBatches
+follows the batches published on a stream, from the publish side (every message of an atomic batch
+carries Nats-Batch-Id, its last Nats-Batch-Commit; a fast batch's reply subject says start, append and
+commit), so the console can wait for a moment when none is open."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Mapping
+
+from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID
+from console.domain.fast_ingest import FI_SUFFIX, FastOp, FastReplySubject, InvalidReplySubject
+from console.domain.wire import MalformedInput
+
+SAFE, WAIT, REFUSED = "safe", "wait", "refused"
+MAX_OPEN = 10_000  # batches followed at most on one tap: a flood of batch ids forgets the oldest
+MAX_NODE_NAME = 128
+
+
+class NotANode(MalformedInput):
+    what = "server name"
+
+
+def node_name(text: object) -> str:
+    """A server name as an operator gives it: printable, no white space, at most MAX_NODE_NAME."""
+    if not isinstance(text, str) or not 0 < len(text) <= MAX_NODE_NAME or not text.isprintable() \
+            or any(c.isspace() for c in text):
+        raise NotANode("not a server name: printable, no spaces, 1 to 128 characters", repr(text)[:80])
+    return text
+
+
+@dataclass(frozen=True)
+class Group:
+    """A stream, or one of its consumers: a Raft group, its leader and its peers."""
+
+    stream: str
+    consumer: str | None
+    leader: str | None
+    peers: tuple[tuple[str, bool, bool], ...]  # (server, current, offline) of the followers
+
+    @property
+    def name(self) -> str:
+        return self.stream if self.consumer is None else f"{self.stream} > {self.consumer}"
+
+    @property
+    def replicas(self) -> int:
+        return 1 + len(self.peers)
+
+    def members(self) -> set[str]:
+        return {n for n in (self.leader, *(p[0] for p in self.peers)) if n}
+
+    def healthy_without(self, node: str) -> int:
+        """The members that would still vote with `node` out: the leader and the current, online followers."""
+        up = [self.leader] if self.leader and self.leader != node else []
+        return len(up) + sum(1 for name, current, offline in self.peers if name != node and current and not offline)
+
+
+@dataclass(frozen=True)
+class OpenBatch:
+    stream: str
+    batch_id: str
+    kind: str  # "atomic" or "fast"
+    messages: int
+    first: datetime
+    last: datetime
+
+
+@dataclass
+class OpenBatches:
+    """The batches open on tapped streams, from their publish side. A batch is forgotten at its commit,
+    or once silent past `timeout` (the server abandons it then)."""
+
+    timeout: timedelta
+    _open: dict[tuple[str, str, str], OpenBatch] = field(default_factory=dict)
+    malformed: int = 0
+
+    def see(self, stream: str, reply: str | None, headers: Mapping[str, str] | None, at: datetime) -> None:
+        batch_id = (headers or {}).get(BATCH_ID)
+        if batch_id:  # any client writes it: shown escaped, as long as the server's longest
+            shown = batch_id[:64] if batch_id[:64].isprintable() else repr(batch_id[:64])[1:-1][:64]
+            self._seen((stream, "atomic", shown), BATCH_COMMIT in (headers or {}), at)
+        elif reply and reply.endswith("." + FI_SUFFIX):
+            try:
+                fast = FastReplySubject.parse(reply)
+            except InvalidReplySubject:
+                self.malformed += 1
+                return
+            if fast.op is not FastOp.PING:
+                self._seen((stream, "fast", fast.batch_id), fast.op in (FastOp.COMMIT, FastOp.EOB), at)
+
+    def _seen(self, key: tuple[str, str, str], ends: bool, at: datetime) -> None:
+        known = self._open.pop(key, None)
+        if ends:
+            return
+        stream, kind, batch_id = key
+        self._open[key] = OpenBatch(stream, batch_id, kind, (known.messages if known else 0) + 1,
+                                    known.first if known else at, at)
+        while len(self._open) > MAX_OPEN:
+            del self._open[next(iter(self._open))]
+
+    def on(self, stream: str, now: datetime) -> list[OpenBatch]:
+        """The batches open on `stream` now (those silent past the timeout are gone: abandoned)."""
+        self._forget(now)
+        return [b for (s, _, _), b in self._open.items() if s == stream]
+
+    def all(self, now: datetime) -> list[OpenBatch]:
+        self._forget(now)
+        return list(self._open.values())
+
+    def _forget(self, now: datetime) -> None:
+        for key in [k for k, b in self._open.items() if now - b.last > self.timeout]:
+            del self._open[key]
+
+
+@dataclass(frozen=True)
+class Plan:
+    node: str
+    nodes: tuple[str, ...]  # every server the cluster's groups name
+    leads: tuple[Group, ...]  # the groups the node leads: streams first, then consumers
+    member_of: int  # groups it holds a replica of
+    meta_leader: str | None  # None: not known (no system account)
+    open_batches: tuple[OpenBatch, ...]  # on the streams it leads, seen while the plan watched
+    watched: float  # seconds the streams were watched for open batches
+    refusals: tuple[str, ...]  # why it must not be taken out now
+    waits: tuple[str, ...]  # what a drain waits for
+    notes: tuple[str, ...]  # what is unavailable while it is out, and what cannot be told
+
+    @property
+    def verdict(self) -> str:
+        return REFUSED if self.refusals else WAIT if self.waits else SAFE
+
+    def to_dict(self) -> dict[str, object]:
+        return {"node": self.node, "verdict": self.verdict, "refusals": list(self.refusals), "waits": list(self.waits),
+                "notes": list(self.notes), "nodes": list(self.nodes), "meta_leader": self.meta_leader,
+                "member_of": self.member_of, "watched_seconds": self.watched,
+                "leads": [{"stream": g.stream, "consumer": g.consumer, "replicas": g.replicas} for g in self.leads],
+                "open_batches": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind, "messages": b.messages,
+                                  "first": b.first.isoformat(), "last": b.last.isoformat()}
+                                 for b in self.open_batches]}
+
+
+def plan(node: str, groups: list[Group], meta_leader: str | None, open_batches: list[OpenBatch], watched: float,
+         meta_peers: tuple[tuple[str, bool, bool], ...] = (), connected: str | None = None) -> Plan:
+    """What taking `node` out would do. Refused: a node no group names, one already down or behind, a
+    replicated group that would lose its quorum. Wait: batches open on the streams it leads.
+    connected: the server the console is connected to (a single server's groups name none)."""
+    nodes = sorted({n for g in groups for n in g.members()} | {p[0] for p in meta_peers} |
+                   ({meta_leader} if meta_leader else set()) | ({connected} if connected else set()))
+    leads = sorted((g for g in groups if g.leader == node), key=lambda g: (g.consumer is not None, g.name))
+    member = [g for g in groups if node in g.members()]
+    refusals, waits, notes = [], [], []
+    if node not in nodes:
+        refusals.append(f"{node} is not a server of this cluster (its groups name {', '.join(nodes) or 'none'})")
+    behind = sorted({g.name for g in member for name, current, offline in g.peers
+                     if name == node and (offline or not current)})
+    if behind:
+        refusals.append(f"{node} is down or behind already in {len(behind)} group(s): {', '.join(behind[:5])}")
+    for g in member:
+        if g.replicas > 1 and g.healthy_without(node) < g.replicas // 2 + 1:
+            refusals.append(f"{g.name} (R{g.replicas}) would lose its quorum: "
+                            f"{g.healthy_without(node)} of {g.replicas} would be left current")
+    if meta_peers:
+        healthy = (1 if meta_leader and meta_leader != node else 0) + sum(
+            1 for name, current, offline in meta_peers if name != node and current and not offline)
+        size = 1 + len(meta_peers)
+        if healthy < size // 2 + 1:
+            refusals.append(f"the meta group would lose its quorum: {healthy} of {size} left current")
+    by_stream: dict[str, int] = {}
+    for b in open_batches:
+        by_stream[b.stream] = by_stream.get(b.stream, 0) + 1
+    for stream, n in sorted(by_stream.items()):
+        waits.append(f"{n} batch(es) open on {stream}: its leadership moves once they end (or the time box does)")
+    for g in leads:
+        if g.replicas == 1 and g.consumer is None:
+            notes.append(f"{g.stream} has one replica, on {node}: it is unavailable while {node} is out")
+    if meta_leader is None:
+        notes.append("the meta leader is not known: give the system account to read it and move it last")
+    elif meta_leader == node:
+        notes.append(f"{node} is the meta leader: it moves last")
+    return Plan(node, tuple(nodes), tuple(leads), len(member), meta_leader, tuple(open_batches), watched,
+                tuple(refusals), tuple(waits), tuple(notes))
+
+
+def plan_text(p: Plan) -> str:
+    lines = [f"maintenance of {p.node}: {p.verdict.upper()}"]
+    lines += [f"  refused: {r}" for r in p.refusals]
+    lines += [f"  waits for: {w}" for w in p.waits]
+    streams = [g for g in p.leads if g.consumer is None]
+    consumers = [g for g in p.leads if g.consumer is not None]
+    lines.append(f"  leads {len(streams)} stream(s) and {len(consumers)} consumer(s); a replica in {p.member_of} "
+                 f"group(s); the cluster's servers: {', '.join(p.nodes) or 'none'}")
+    lines += [f"    stream {g.stream} (R{g.replicas})" for g in streams]
+    lines += [f"    consumer {g.name} (R{g.replicas})" for g in consumers]
+    lines.append(f"  meta leader: {p.meta_leader or 'not known'}")
+    lines.append(f"  batches open on its streams, watched {p.watched:g} s: {len(p.open_batches)}")
+    lines += [f"    {b.kind} {b.batch_id} on {b.stream}: {b.messages} message(s) seen, last at "
+              f"{b.last.isoformat(timespec='milliseconds')}" for b in p.open_batches]
+    lines += [f"  note: {n}" for n in p.notes]
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""`batch-console maintain`: plan a node's maintenance (what taking it out would do, changing nothing) and
+drain it (every leadership off it, batch-safely, under the lease; an audited admin's action)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from console.config import Settings
+from console.domain.audit import CLI
+from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
+from console.domain.maintenance import REFUSED, node_name, plan_text
+from console.errors import ConfigError
+from console.runtime import Runtime
+
+def add_parser(commands) -> None:
+    from console.config import add_flags
+
+    maintain = commands.add_parser("maintain", help="a node's maintenance without losing a batch: `plan NODE` says "
+                                                    "what taking it out would do; `drain NODE` moves every leadership "
+                                                    "off it between batches (exit 1 refused or not all moved)")
+    add_flags(maintain, "connection", "data", "event_log", "system", "collector.batch_timeout", "access.roles",
+              "access.local_role")
+    maintain.add_argument("step", choices=["plan", "drain"])
+    maintain.add_argument("node", type=_node, help="the server's name (server_name in its configuration)")
+    maintain.add_argument("--format", choices=["text", "json"], default="text")
+    maintain.add_argument("--watch", type=_seconds(0.0, 600), default=None,
+                          help="seconds `plan` watches the streams it leads for open batches (default: the batch "
+                               "timeout, within which every open batch sends a message or is abandoned)")
+    maintain.add_argument("--time-box", type=_seconds(0.0, 600), default=None,
+                          help="seconds a drain waits, on each stream, for no batch to be open (default: the "
+                               "batch timeout); a batch still open then is named before the step")
+
+
+def _node(text: str) -> str:
+    from console.domain.maintenance import NotANode
+
+    try:
+        return node_name(text)
+    except NotANode as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seconds(low: float, high: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{low:g} to {high:g} seconds")
+        return value
+    return parse
+
+
+async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
+    from console.broker.maintenance import MaintenanceRefused, make_plan
+    from console.commands import DrainNode
+
+    if settings.systems():
+        raise ConfigError("maintain works on one system: give its --server (a systems file names several)")
+    timeout = settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
+        watch = timeout if args.watch is None else args.watch
+        # a drain watches the streams itself, for a batch timeout, before its first step
+        plan = await make_plan(runtime.nc, args.node, runtime.system_nc, timeout, watch if args.step == "plan" else 0)
+        if args.step == "plan":
+            print(json.dumps(plan.to_dict()) if args.format == "json" else plan_text(plan))
+            return 1 if plan.verdict == REFUSED else 0
+        print(plan_text(plan), file=sys.stderr)
+        if plan.verdict == REFUSED:
+            print(f"batch-console: maintain drain {args.node} refused: nothing moved", file=sys.stderr)
+            return 1
+        time_box = timeout if args.time_box is None else args.time_box
+        try:
+            moves = await runtime.actions(CLI).run(DrainNode(plan, time_box, timeout,
+                                                             lambda line: print(line, file=sys.stderr, flush=True)))
+        except MaintenanceRefused as e:
+            print(f"batch-console: maintain drain {args.node} refused: {e}", file=sys.stderr)
+            return 1
+        if args.format == "json":
+            print(json.dumps([{"group": m.group, "waited_seconds": round(m.waited, 3), "new_leader": m.new_leader,
+                               "error": m.error, "at_risk": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind}
+                                                             for b in m.at_risk]} for m in moves]))
+        return 0 if all(m.error is None for m in moves) else 1

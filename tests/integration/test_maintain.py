@@ -1,0 +1,177 @@
+"""`batch-console maintain` on a real three-node cluster: the plan says what the server's own reports say
+(the streams and consumers the node leads), a name that is not a server's is refused; a drain moves
+every leadership off the node and waits, on a stream, for the atomic batch open there to commit (it
+commits: nothing lost), under the lease that refuses a second maintenance; a batch held past the time
+box is named before the step and its loss follows; each drain is one audited action."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+
+import nats
+import pytest
+from nats.js.api import ConsumerConfig, StreamConfig
+
+from console.broker.atomic import AtomicBatch
+from console.broker.maintenance import Lease
+from console.config import event_key
+from console.errors import BatchError
+from tests.conftest import CLUSTER_LIMITS
+from tests.processes import CLI
+from tests.waits import eventually
+
+pytestmark = pytest.mark.cluster
+STREAMS = ("MT_A", "MT_B", "MT_C")
+
+
+def maintain(cluster, data_dir, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, "maintain", *args, "--server", cluster.url, "--data-dir", str(data_dir),
+                           "--batch-timeout", str(CLUSTER_LIMITS.timeout)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_maintain(cluster, data_dir, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([CLI, "maintain", *args, "--server", cluster.url, "--data-dir", str(data_dir),
+                             "--batch-timeout", str(CLUSTER_LIMITS.timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+async def led(cluster):
+    """Three R3 streams (and a durable consumer on the first), every one led by the same node: its name."""
+    nc = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    for name in STREAMS:
+        await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], num_replicas=3,
+                                         allow_atomic=True, allow_batched=True))
+    await js.add_consumer("MT_A", ConsumerConfig(durable_name="ops"))
+    node = (await js.stream_info("MT_A")).cluster.leader
+    for name in STREAMS:
+        await _lead(nc, name, node)
+    try:
+        yield nc, node
+    finally:
+        for name in STREAMS:
+            await js.delete_stream(name)
+        await nc.close()
+
+
+async def _lead(nc, stream: str, node: str) -> None:
+    js = nc.jetstream()
+    for _ in range(100):
+        if (await js.stream_info(stream)).cluster.leader == node:
+            return
+        try:
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
+                             json.dumps({"placement": {"preferred": node}}).encode(), timeout=5)
+        except nats.errors.Error:
+            pass
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{stream} is not led by {node}")
+
+
+async def leaders(nc) -> dict[str, str]:
+    js = nc.jetstream()
+    return {name: (await js.stream_info(name)).cluster.leader for name in STREAMS}
+
+
+async def test_the_plan_says_what_the_server_reports_and_refuses_a_name_that_is_not_a_server(led, cluster, tmp_path):
+    nc, node = led
+    batch = AtomicBatch(nc, batch_id="mt-plan")  # open on MT_A all the while the plan watches
+    await batch.add("mt_a.x", b"0")
+    planning = asyncio.ensure_future(asyncio.to_thread(maintain, cluster, tmp_path, "plan", node, "--format", "json"))
+    while not planning.done():
+        await batch.add("mt_a.x", b"x")
+        await asyncio.sleep(0.5)
+    done = await planning
+    assert (await batch.commit("mt_a.x", b"end")).count > 2  # a plan changes nothing
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["verdict"] == "wait" and [(b["stream"], b["batch_id"], b["kind"]) for b in plan["open_batches"]] == \
+        [("MT_A", "mt-plan", "atomic")], plan
+    js = nc.jetstream()
+    truth = {(s.config.name, None) for s in await js.streams_info() if s.cluster and s.cluster.leader == node}
+    for s in await js.streams_info():
+        if s.cluster and s.state.consumer_count:
+            truth |= {(s.config.name, c.name) for c in await js.consumers_info(s.config.name)
+                      if c.cluster and c.cluster.leader == node}
+    assert {(g["stream"], g["consumer"]) for g in plan["leads"]} == truth
+    assert {(s, None) for s in STREAMS} <= truth  # the fixture's streams are among them
+    assert set(plan["nodes"]) == {"n1", "n2", "n3"} and not plan["refusals"]
+
+    other = await asyncio.to_thread(maintain, cluster, tmp_path, "plan", "n9")
+    assert other.returncode == 1 and "REFUSED" in other.stdout and "n9 is not a server of this cluster" in other.stdout
+    for hostile in ("n1\nn2", "x" * 200, "a b", "\x1b[31m"):
+        bad = await asyncio.to_thread(maintain, cluster, tmp_path, "plan", hostile)
+        assert bad.returncode == 2 and "not a server name" in bad.stderr, bad.stderr
+        assert "\x1b" not in bad.stderr
+
+
+async def test_a_drain_moves_each_leadership_between_batches_and_the_open_batch_commits(led, cluster, tmp_path):
+    nc, node = led
+    event_key(data_dir=tmp_path)  # the console's key: its audit trail is signed with it
+    batch = AtomicBatch(nc, batch_id="mt-open")
+    await batch.add("mt_a.x", b"1")  # open on MT_A, led by the node, a message every half second (as a slow
+    publishing = [True]              # publisher's batch would: idle past the batch timeout, the server abandons it)
+
+    async def keep_open() -> None:
+        while publishing[0]:
+            await batch.add("mt_a.x", b"more")
+            await asyncio.sleep(0.5)
+
+    adding = asyncio.ensure_future(keep_open())
+    consumer_led = (await nc.jetstream().consumer_info("MT_A", "ops")).cluster.leader == node
+    groups = len(STREAMS) + consumer_led  # (the consumer's leader is elected apart from its stream's)
+    drain = start_maintain(cluster, tmp_path, "drain", node, "--time-box", "60")
+    try:
+        # the other streams move once the drain has watched for a batch timeout; MT_A waits for its batch
+        now = await eventually(lambda: leaders(nc), lambda ls: node not in (ls["MT_B"], ls["MT_C"]), timeout=60,
+                               what="MT_B and MT_C moved off the node", every=0.3)
+        assert now["MT_A"] == node and drain.poll() is None  # held while its batch is open
+        await asyncio.sleep(2.0)  # a while later: still held (the time box is a minute)
+        assert (await leaders(nc))["MT_A"] == node and drain.poll() is None
+        publishing[0] = False
+        await adding
+        ack = await batch.commit("mt_a.x", b"end")
+        assert ack.count > 3  # the batch that was open is stored whole
+        out, err = await asyncio.to_thread(drain.communicate, timeout=90)
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+    assert drain.returncode == 0, err
+    assert node not in (await leaders(nc)).values()
+    assert "ops" not in {c.name for c in await nc.jetstream().consumers_info("MT_A") if c.cluster.leader == node}
+    assert "MT_A: moved to n" in err and "still open" not in err
+    trail = subprocess.run([CLI, "audit", "--server", cluster.url, "--data-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert f"maintain.drain {node}" in trail.stdout and \
+        f"moved {groups} of {groups} leadership(s); 0 batch(es) open" in trail.stdout, \
+        trail.stdout
+
+
+async def test_a_second_maintenance_is_refused_and_a_batch_past_the_time_box_is_named_then_lost(led, cluster, tmp_path):
+    nc, node = led
+    lease = await Lease.take(nc, "another console", node, replicas=3)
+    try:
+        refused = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node)
+    finally:
+        await lease.release()
+    assert refused.returncode == 1 and "another maintenance is under way: another console on " + node in refused.stderr
+    assert (await leaders(nc))["MT_A"] == node  # nothing moved
+
+    batch = AtomicBatch(nc, batch_id="mt-held")
+    await batch.add("mt_a.x", b"1")
+    started = time.monotonic()
+    draining = asyncio.ensure_future(asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--time-box", "1"))
+    while not draining.done():  # kept open past the time box
+        await batch.add("mt_a.x", b"x")
+        await asyncio.sleep(0.5)
+    done = await draining
+    assert done.returncode == 0, done.stderr
+    assert "batch(es) still open at the step: atomic mt-held" in done.stderr, done.stderr
+    assert time.monotonic() - started < 60
+    with pytest.raises(BatchError):  # named before the step, lost as named: the new leader dropped it
+        await batch.commit("mt_a.x", b"2")
