@@ -263,9 +263,13 @@ class DrainNode(Command["list[Move]"]):
         return f"plan {self.plan.verdict}; " + moves_summary(result)
 
     async def execute(self, services: Services, asker: Actions) -> list[Move]:
-        from console.broker.maintenance import Lease, drain
+        from console.broker.maintenance import Lease, MaintenanceRefused, drain
 
         nc = required(services.connection, "connection")()
+        if self.plan.refusals:
+            raise MaintenanceRefused("; ".join(self.plan.refusals))
+        if not any(g.replicas > 1 for g in self.plan.leads):  # a single server, a node that leads nothing
+            return []
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
         try:
             return await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,

@@ -33,9 +33,9 @@ def maintain(cluster, data_dir, *args: str, timeout: float = 120) -> subprocess.
                           capture_output=True, text=True, timeout=timeout)
 
 
-def start_maintain(cluster, data_dir, *args: str) -> subprocess.Popen:
+def start_maintain(cluster, data_dir, *args: str, batch_timeout: float = CLUSTER_LIMITS.timeout) -> subprocess.Popen:
     return subprocess.Popen([CLI, "maintain", *args, "--server", cluster.url, "--data-dir", str(data_dir),
-                             "--batch-timeout", str(CLUSTER_LIMITS.timeout)],
+                             "--batch-timeout", str(batch_timeout)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -104,6 +104,8 @@ async def test_the_plan_says_what_the_server_reports_and_refuses_a_name_that_is_
 
     other = await asyncio.to_thread(maintain, cluster, tmp_path, "plan", "n9")
     assert other.returncode == 1 and "REFUSED" in other.stdout and "n9 is not a server of this cluster" in other.stdout
+    drained = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", "n9")
+    assert drained.returncode == 1 and "maintain drain n9 refused: nothing moved" in drained.stderr
     for hostile in ("n1\nn2", "x" * 200, "a b", "\x1b[31m"):
         bad = await asyncio.to_thread(maintain, cluster, tmp_path, "plan", hostile)
         assert bad.returncode == 2 and "not a server name" in bad.stderr, bad.stderr
@@ -175,3 +177,39 @@ async def test_a_second_maintenance_is_refused_and_a_batch_past_the_time_box_is_
     assert time.monotonic() - started < 60
     with pytest.raises(BatchError):  # named before the step, lost as named: the new leader dropped it
         await batch.commit("mt_a.x", b"2")
+
+
+async def test_a_drain_killed_midway_moves_nothing_more_and_its_lease_expires(led, cluster, tmp_path):
+    """The console killed while it watches: nothing is paused on the server (a drain only ever steps
+    leaders down), the leaderships stay where they were, and the next maintenance starts once the lease
+    has expired."""
+    from console.broker.maintenance import LEASE_BUCKET, LEASE_KEY, LEASE_TTL
+
+    nc, node = led
+    drain = start_maintain(cluster, tmp_path, "drain", node, "--time-box", "60", batch_timeout=120)  # a long watch
+    kv = None
+    try:
+        kv = await eventually(lambda: nc.jetstream().key_value(LEASE_BUCKET), lambda kv: kv is not None, timeout=60,
+                              what="the lease bucket")
+        await eventually(lambda: kv.get(LEASE_KEY), lambda entry: entry.value, timeout=60, what="the lease taken")
+    finally:
+        drain.kill()  # while it watches for open batches: before any step
+        drain.wait(timeout=30)
+    assert set((await leaders(nc)).values()) == {node}
+    started = time.monotonic()
+    await eventually(lambda: _lease_gone(kv), lambda gone: gone, timeout=LEASE_TTL + 30, what="the lease expired",
+                     every=1.0)
+    assert time.monotonic() - started <= LEASE_TTL + 30
+    done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--time-box", "1")
+    assert done.returncode == 0, done.stderr
+    assert node not in (await leaders(nc)).values()
+
+
+async def _lease_gone(kv) -> bool:
+    import nats.js.errors
+
+    try:
+        await kv.get("lease")
+    except nats.js.errors.KeyNotFoundError:
+        return True
+    return False
