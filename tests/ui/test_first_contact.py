@@ -8,6 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import expect
 
 from console.alerting.rules_file import DEFAULT_RULES
@@ -38,6 +39,7 @@ def _metric(url: str | None, name: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
+@pytest.mark.timeout(900)  # ten whole `up` starts (a Spark JVM each): past 300 s on a loaded 2-core machine
 def test_ten_starts_of_up_page_nobody(tmp_path):
     receiver = Receiver()
     data = tmp_path / "data"

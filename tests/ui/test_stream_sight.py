@@ -113,6 +113,7 @@ def test_a_notebook_as_a_team_role_reads_its_streams_alone(team_console, monkeyp
     """The notebook's reads (losses, a batch's incident, the streams, History's queries) through the same
     rule, beside a notebook of the admin over the same server and data (which reads both)."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from console.config import AccessSettings, env_name
     from console.widgets import NotebookConsole
@@ -133,7 +134,9 @@ def test_a_notebook_as_a_team_role_reads_its_streams_alone(team_console, monkeyp
         finally:
             await console.close()
 
-    admin, team = asyncio.run(read("admin")), asyncio.run(read("team-viewer"))
+    with ThreadPoolExecutor(1) as aside:  # the module's browser keeps an event loop running in this thread
+        admin = aside.submit(asyncio.run, read("admin")).result()
+        team = aside.submit(asyncio.run, read("team-viewer")).result()
     assert admin["lost"] >= {TEAM, OTHER} and admin["incident"] == {TEAM: True, OTHER: True}, admin
     assert admin["streams"] == {TEAM, OTHER} and admin["other stream"] is None
     assert OTHER not in team["lost"] and TEAM in team["lost"], team
