@@ -273,7 +273,7 @@ class DrainNode(Command["list[Move]"]):
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
         try:
             return await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
-                               read_only=False, said=self.progress)
+                               said=self.progress)
         finally:
             await lease.release()
 

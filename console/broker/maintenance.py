@@ -23,7 +23,7 @@ from nats.js.kv import KeyValue
 
 from console.broker import names
 from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, plan
-from console.errors import ConsoleError, ReadOnlyError, Refusal
+from console.errors import ConsoleError, Refusal
 
 log = logging.getLogger(__name__)
 LEASE_BUCKET, LEASE_KEY = "BATCH_CONSOLE_MAINTENANCE", "lease"
@@ -240,7 +240,7 @@ async def leader_of(nc: Client, group: Group) -> str | None:
     return info.cluster.leader if info.cluster else None
 
 
-async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeout: float, read_only: bool,
+async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeout: float,
                 said: Callable[[str], None] = lambda _: None) -> list[Move]:
     """Every leadership off `node`, batch-safely: each stream's at a moment when no batch is open on it
     (waited for up to `time_box` seconds; a batch open then is named before the step), then its consumers'.
@@ -249,10 +249,6 @@ async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeo
     The tap sees a batch begun before it on the batch's next message; one that sends none within the
     batch timeout is abandoned by the server. So the streams are watched for one batch timeout before the
     first step: from then on every open batch is known."""
-    if read_only:
-        raise ReadOnlyError("read-only mode: no leadership is moved")
-    if plan_.refusals:
-        raise MaintenanceRefused("; ".join(plan_.refusals))
     streams = [g for g in plan_.leads if g.consumer is None and g.replicas > 1]
     tap = await Tap.on(nc, [g.stream for g in streams], timedelta(seconds=batch_timeout))
     moves: list[Move] = []
