@@ -493,7 +493,7 @@ async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry
                               open_tap=lambda servers: connect(replace(settings.connection, servers=tuple(servers)),
                                                                give_up_after=settings.connection.connect_timeout,
                                                                error_cb=on_error),
-                              kept=KeptMessages(runtime.masking, runtime.decoders))
+                              kept=KeptMessages(runtime.payloads()))
         await collector.start()
         gc.freeze()  # what started is kept for good: a full collection under a flood of replies need not walk it
         log.info("%scollecting into %s (advisories %s; batch timeout %gs, %s)", said, runtime.event_log.stream,

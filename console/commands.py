@@ -11,6 +11,7 @@ search runner) are the services' alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, M
 from console.domain.messages import Ack
 from console.domain.roles import BUILT_IN
 from console.errors import ConsoleError
-from console.decoders.rules import Decoders, decode_message, one_decoder
+from console.decoders.rules import one_decoder
+from console.domain.masking import Masking
+from console.payloads import Payloads
 from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named, found_row, search_schema, typed_row
 
 if TYPE_CHECKING:
@@ -61,7 +64,7 @@ class Services:
     connection: Callable[[], Connection] | None = None  # the one a probe publishes on now (reopened ones too)
     rules: Callable[[], RuleWriter] | None = None
     search: Searcher | None = None
-    decoders: Callable[[], Decoders | None] = lambda: None  # the operator's decoders file: exports decode with it
+    payloads: Callable[[], Payloads] = lambda: Payloads(Masking(), None)  # exports decode through it
 
 
 def required(service: S | None, name: str) -> S:
@@ -366,14 +369,14 @@ class ExportSearch(Command[Any]):
         return bounded(f"{self.query.stream} {self.fmt}{held} {json.dumps(self.query.describe(), default=str)}")
 
     async def execute(self, services: Services, asker: Actions) -> Any:
-        decoders, stream = services.decoders(), self.query.stream
-        one = one_decoder(decoders, stream) if self.fmt == "parquet" else None
+        payloads, stream = dataclasses.replace(services.payloads(), level=asker.payloads), self.query.stream
+        one = one_decoder(payloads.decoders, stream) if self.fmt == "parquet" else None
         payload_type = one.arrow_type() if one is not None else None
         schema = search_schema(payload_type) if self.fmt == "parquet" else None
         columns = (*SEARCH_COLUMNS, "raw") if payload_type is not None else SEARCH_COLUMNS
 
         def row(f: Found) -> dict[str, Any]:  # the payload as its stream's decoder reads it, where it has one
-            decoded = decode_message(decoders, stream, f.subject, dict(f.headers), f.data)
+            decoded = payloads.decoded(stream, f.subject, f.headers, f.data)
             if payload_type is None:
                 return found_row(f, decoded)
             return typed_row(f, decoded, payload_type)

@@ -26,7 +26,7 @@ from console.commands import COMMANDS
 from console.broker import names
 from console.domain.display import count, md
 from console.domain.maintenance import node_name
-from console.investigate import advice, shown_messages
+from console.investigate import advice
 from console.domain.audit import Checked
 from console.domain.conformance import Verdicts
 from console.fleet import Fleet
@@ -206,13 +206,7 @@ def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
 
 
 def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
-    from console.decoders.rules import decode_message, pick
-
-    masking, decoders = runtime.masking, runtime.decoders
-    return ReplayPage(admin=_admin(runtime, actions), actions=actions,
-                      mask=lambda stream, headers, data, subject="": masking.apply(
-                          stream, headers, data, actions.payloads(stream), subject, pick(decoders)),
-                      decode=lambda stream, m: decode_message(decoders, stream, m.subject, dict(m.headers), m.payload),
+    return ReplayPage(admin=_admin(runtime, actions), actions=actions, payloads=runtime.payloads(actions.payloads),
                       **params)
 
 
@@ -227,10 +221,6 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
     def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
-    def messages(incident):
-        level = actions.payloads(incident.loss.stream or "")
-        return shown_messages(incident, level, runtime.masking, runtime.decoders)
-
     sight = _sight(actions)
 
     async def find(*args, **kwargs):  # another team's batch: as if there were none
@@ -238,7 +228,7 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
         return found if found is None or sight.sees(found.loss.stream) else None
 
     return IncidentPage(**{"find": find, "replay_link": to_replay, "advice": advice,
-                           "messages": messages,
+                           "payloads": runtime.payloads(actions.payloads),
                            "verdicts": sight.seen_verdicts(runtime.verdicts),
                            "peek": seen(runtime.live.model, sight.limit).find_lost,
                            "export": actions.run, "may": actions.allowed,

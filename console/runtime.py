@@ -22,6 +22,7 @@ from console.commands import RunProbe, RunSearch, Services
 from console.probe import ProbeOptions, ProbeReport
 from console.errors import ConfigError, MaskingError, MissingKeyError
 from console.services.audit import AuditTrail
+from console.payloads import Payloads, masked_role
 from console.services.roles import RolesWatch
 from console.services.searches import Searches
 from console.services.verdicts import VerdictsReader
@@ -69,7 +70,7 @@ class Runtime:
                                 lambda: self._live.model.collector if self._live is not None else None,
                                 settings.fleet.name)
         self.verdicts = VerdictsReader(connection, lambda: self.event_log)
-        self.searches = Searches(connection, lambda: self.masking, lambda: self.decoders)
+        self.searches = Searches(connection, self.payloads, lambda: self.decoders)
         self.roles_file = RolesWatch(settings.access)
 
     @classmethod
@@ -172,7 +173,7 @@ class Runtime:
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         # the connection asked for at each command: a long-lived session's actions follow a reopened one
         services = Services(streams=self.admin, connection=lambda: self.nc, rules=lambda: self.alerts,
-                            search=self.searches, decoders=lambda: self.decoders)
+                            search=self.searches, payloads=self.payloads)
         try:
             return Actions(self.audit.log(), actor, self.read_only, trail_required=trail_required, grants=grants,
                            expires=expires, services=services)
@@ -248,6 +249,11 @@ class Runtime:
         if not self.objectives or history is None:
             return None
         return statuses_now(self.objectives, history.engine)
+
+    def payloads(self, level: Callable[[str], str] = masked_role) -> Payloads:
+        """The payload pipeline for a reader whose roles see `level` of each stream's payloads (Grants.payloads;
+        default: masked, as the collector keeps them)."""
+        return Payloads(self.masking, self.decoders, level)
 
     @property
     def masking(self) -> Masking:

@@ -187,10 +187,9 @@ class NotebookConsole:
         values (enums by name, bytes as bytes, int64 exact); DecodeError, with its reason, when it does not
         decode; its bytes where no decoder takes the stream (`--decoders`, BATCH_CONSOLE_DECODERS)."""
         from console.decoders import DecodeError
-        from console.decoders.rules import decode_message
 
         data = message.data if hasattr(message, "data") else message.payload
-        found = decode_message(self.runtime.decoders, stream, message.subject, dict(message.headers), data)
+        found = self.runtime.payloads(self.actions.payloads).decoded(stream, message.subject, message.headers, data)
         if found is None:
             return data
         if found.error is not None:

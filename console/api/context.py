@@ -81,10 +81,7 @@ class Context:
     @staticmethod
     def messages(runtime: Runtime, incident: Incident, who: Caller) -> list[ShownMessage]:
         """The batch's kept messages as the caller's roles see its stream's payloads."""
-        from console.investigate import shown_messages
-
-        level = who.grants().payloads(incident.loss.stream or "")
-        return shown_messages(incident, level, runtime.masking, runtime.decoders)
+        return runtime.payloads(who.grants().payloads).kept(incident)
 
     def readable(self, who: Caller, stream: str | None) -> None:
         if not who.reads(stream):

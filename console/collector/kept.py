@@ -9,10 +9,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from console.decoders.rules import Decoders, pick
 from console.domain.events import LOST_KINDS, BatchEvent, EventKind
 from console.domain.kept_messages import KEPT_BYTES, KeptMessage, kept_event
 from console.domain.masking import Masking
+from console.payloads import Payloads
 
 HELD_BYTES = 16 * 1024 * 1024  # payloads held at most, across batches: the oldest batches go first
 HELD_PAYLOAD = 64 * 1024  # of one payload: masking a field needs the message whole; past this it masks it all
@@ -48,8 +48,8 @@ class _Open:
 
 
 class KeptMessages:
-    def __init__(self, masking: Masking = Masking(), decoders: Decoders | None = None):
-        self.masking, self._decoders = masking, pick(decoders)
+    def __init__(self, payloads: Payloads = Payloads(Masking(), None)):
+        self.payloads = payloads  # at the masked level: as a masked role sees the stream's messages
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._late: OrderedDict[str, tuple[BatchEvent, datetime]] = OrderedDict()  # batch -> its loss, when read
         self._held = 0
@@ -134,7 +134,6 @@ class KeptMessages:
         field rules, is masked whole); of a batch whose stream is not known, neither headers nor payload."""
         if stream is None:
             return KeptMessage(place, seen.seq, seen.subject, (), b"", seen.size, cut=seen.size > 0)
-        headers, data = self.masking.apply(stream, seen.headers, seen.data, subject=seen.subject,
-                                           decoders=self._decoders)
+        headers, data = self.payloads.masked(stream, seen.headers, seen.data, seen.subject)
         cut = len(data) > KEPT_BYTES or (data == seen.data and seen.size > KEPT_BYTES)
         return KeptMessage(place, seen.seq, seen.subject, headers, data[:KEPT_BYTES], seen.size, cut)

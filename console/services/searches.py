@@ -13,7 +13,7 @@ from console.errors import BusyError
 if TYPE_CHECKING:
     from console.actions import Actions
     from console.decoders.rules import Decoders
-    from console.domain.masking import Masking
+    from console.payloads import Payloads
     from console.domain.search import Found, SearchProgress, SearchQuery
 
 # Searches at once in one process: each has a worker process of its own, and more than one a core
@@ -22,11 +22,11 @@ MAX_SEARCHES = max(2, os.cpu_count() or 2)
 
 
 class Searches:
-    def __init__(self, connection: Callable[[], Connection], masking: Callable[[], Masking],
+    def __init__(self, connection: Callable[[], Connection], payloads: Callable[[Callable[[str], str]], Payloads],
                  decoders: Callable[[], Decoders | None] = lambda: None):
-        """decoders: the operator's decoders file as read here (the masking's); each search's worker reads
-        the same file again, by its name."""
-        self._connection, self._masking, self._decoders = connection, masking, decoders
+        """payloads: the pipeline for a reader's level; decoders: the operator's decoders file as read here
+        (the pipeline's), whose name each search's worker reads again."""
+        self._connection, self._payloads, self._decoders = connection, payloads, decoders
         self._running: set[str] = set()  # the users (a token's name, a signed-in user) whose search runs now
 
     async def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
@@ -34,10 +34,8 @@ class Searches:
                        ) -> tuple[list[Found], SearchProgress]:
         from console.broker.search import search
 
-        from console.decoders.rules import pick
-
         decoders = self._decoders()
-        shown = self._masking().shown(query.stream, asker.payloads(query.stream), pick(decoders))
+        shown = self._payloads(asker.payloads).shown(query.stream)
         whose = asker.actor.user or str(id(asker))  # a user's sessions, a token's calls: one search at a time,
         if whose in self._running:  # so no one caller holds every slot and refuses everyone else
             raise BusyError(f"a search of {whose[:80]} is running: cancel it or wait for it first")

@@ -15,6 +15,7 @@ from bokeh.transform import dodge
 
 from console.domain.display import Clock, duration
 from console.domain.reasons import REASONS, in_order
+from console.payloads import Payloads
 
 # One color per reason, the ten strong ones first: the same on Live and History.
 REASON_COLORS = dict(zip(REASONS, Category20[20][::2] + Category20[20][1::2]))
@@ -33,6 +34,15 @@ def coroutine(doc: str, **params) -> param.Callable:
     param would call it when the page is made, to see whether it is one, and log a failure to set the
     page's parameter to its result."""
     return param.Callable(allow_refs=False, doc=doc, **params)
+
+
+def shows_payloads(page: param.Parameterized) -> Payloads:
+    """The payload pipeline a page that shows payloads was made with: never without one (closed by
+    default, so no page can show a message as stored by leaving it out)."""
+    payloads = getattr(page, "payloads", None)
+    if not isinstance(payloads, Payloads):
+        raise TypeError(f"{type(page).__name__} shows payloads: it is made with payloads=Payloads(...)")
+    return payloads
 
 
 def shown(frame: pd.DataFrame, clock: Clock, durations: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -19,7 +19,8 @@ from console.domain.kept_messages import ShownMessage
 from console.ui.conformance import conformance_line
 from console.commands import ExportReport
 from console.ui.controls import download, exports, permitted, refusals
-from console.ui.formatting import Clocked, coroutine, tabulator
+from console.payloads import Payloads
+from console.ui.formatting import Clocked, coroutine, shows_payloads, tabulator
 from console.ui.history import stream_cell
 
 Finder = Callable[[str], Awaitable[Incident | None]]
@@ -69,14 +70,15 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
-    messages = param.Callable(default=lambda incident: [],
-                              doc="Incident -> its kept first and last messages as this user may see them")
+    payloads = param.ClassSelector(class_=Payloads, default=None, precedence=-1,
+                                   doc="The payload pipeline for this page's user (required): the kept messages")
     verdicts = coroutine("async () -> Verdicts: the publishers' conformance verdicts", default=None)
     verdict = param.ClassSelector(class_=ClientVerdict, default=None, doc="The publisher's conformance verdict")
     incident = param.ClassSelector(class_=Incident, default=None, doc="What was found of the batch, or None")
 
     def __init__(self, **params):
         super().__init__(**params)
+        self._payloads = shows_payloads(self)  # the user's, fixed when the page is made
         self._search = pn.widgets.TextInput(label="batch id", value=self.batch_id)
         self._go = pn.widgets.Button(label="Investigate", button_type="primary")
         self._summary = pn.pane.HTML(self._first_look())
@@ -135,7 +137,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             + f"<br>{replay}</p>"
             + (f"<p><b>What to do</b><br>{e(todo)}</p>" if (todo := self.advice(incident)) else "")
             + f"<p><b>What the tap saw</b><br>{tap}</p>"
-            + messages_html(self.messages(incident), incident)
+            + messages_html(self._payloads.kept(incident), incident)
             + f"<p>{len(incident.context)} event(s) of this stream, leader elections and blind windows within "
             f"{incident.around.total_seconds() / 60:g} min"
             + (f"; not listed: {e('; '.join(folded_lines(incident)))}" if incident.folded else "") + "</p>")
@@ -162,7 +164,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         conformance = None if verdict is None else "conforms" if not verdict.failing else \
             "does not conform: fails " + ", ".join(verdict.failing) + " (`batch-console conformance`)"
         return incident_report(self.incident, link, self.clock, self.advice(self.incident), conformance,
-                               self.messages(self.incident))
+                               self._payloads.kept(self.incident))
 
     async def report(self) -> io.BytesIO:
         """The incident's report download (the action export.report)."""

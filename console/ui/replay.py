@@ -20,7 +20,8 @@ from console.domain.display import Clock, as_utc
 from console.domain.messages import BATCH_HEADERS, PREVIEW_BYTES, Ack, FetchResult, PullConsumer, StoredMessage, preview
 from console.errors import ConsoleError
 from console.ui.controls import keep_choice, on_system, permitted
-from console.ui.formatting import Clocked
+from console.payloads import Payloads
+from console.ui.formatting import Clocked, shows_payloads
 
 if TYPE_CHECKING:
     from console.decoders.rules import Decoded
@@ -87,15 +88,14 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     status = param.String(default="Pick a stream, then Fetch or Next.", doc="What the last action did")
     system = param.String(default="", doc="Of several NATS systems, the one this page acts on (on every button)")
     messages = param.List(default=[], doc="The messages shown (StoredMessage): the last fetch, or the batch replayed")
-    decode = param.Callable(default=None, allow_refs=False,
-                            doc="(stream, message) -> the message decoded by its stream's decoder (Decoded), or None")
-    mask = param.Callable(default=None, allow_refs=False,
-                          doc="(stream, headers, payload, subject) -> what may be shown of them (the masking rules)")
+    payloads = param.ClassSelector(class_=Payloads, default=None, precedence=-1,
+                                   doc="The payload pipeline for this page's user (required): masked, then decoded")
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
     def __init__(self, **params):
         super().__init__(**params)
+        self._payloads = shows_payloads(self)  # the user's, fixed when the page is made
         keep_choice(self, "stream")
         keep_choice(self, "consumer")
         self._consumers: dict[str, PullConsumer] = {}
@@ -273,14 +273,12 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
     def _masked(self, stream: str, m: StoredMessage) -> StoredMessage:
         """Masked before it is kept: nothing hidden ever reaches the browser or a notebook's params."""
-        if self.mask is None:
-            return m
-        headers, payload = self.mask(stream, m.headers, m.payload, m.subject)
+        headers, payload = self._payloads.masked(stream, m.headers, m.payload, m.subject)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
     def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None],
               stream: str = ""):
-        decoded = self.decode(stream or self.stream, message) if self.decode is not None else None
+        decoded = self._payloads.decoded(stream or self.stream, message.subject, message.headers, message.payload)
         self._not_decoded += bool(decoded is not None and decoded.error)
         body = pn.pane.HTML(message_html(message, self.clock, decoded), sizing_mode="stretch_width")
         if reader is None:

@@ -124,7 +124,8 @@ async def seeded_stream(console: Runtime, name: str) -> None:
 async def test_a_sealed_trail_refuses_every_action_and_nothing_changes(console):
     await seeded_stream(console, "SEALED_T")
     actions = console.actions(Actor("ann"))
-    replay = ReplayPage(admin=console.admin, actions=actions, stream="SEALED_T", consumer="ops", max_messages=1)
+    replay = ReplayPage(admin=console.admin, actions=actions, payloads=console.payloads(actions.payloads),
+                        stream="SEALED_T", consumer="ops", max_messages=1)
     await replay.reload()
     replay.consumer = "ops"
     fetched = await replay.fetch()

@@ -24,7 +24,7 @@ from console.domain.incident import build_incident, incident_report
 from console.domain.kept_messages import kept_messages
 from console.domain.masking import load_masking
 from console.domain.roles import FULL, MASKED, NONE
-from console.investigate import shown_messages
+from console.payloads import Payloads
 from tests.decoders.orders import as_protobuf, descriptor_set, order, protobuf_class
 from tests.waits import events_for
 
@@ -46,7 +46,7 @@ def as_json(i: int) -> bytes:
 
 
 async def _collecting(nc, subject: str, decoders) -> Collector:
-    kept = KeptMessages(load_masking(RULES), decoders)
+    kept = KeptMessages(Payloads(load_masking(RULES), decoders))
     collector = Collector(nc, CollectorSettings(batch_timeout=1.0, tick_every=0.1,
                                                 tap_publish_subjects=(f"{subject}.>",)), kept=kept)
     await collector.start()
@@ -88,16 +88,16 @@ async def test_an_abandoned_atomic_batch_keeps_its_first_and_last_protobuf_order
         assert incident is not None and incident.loss.kind is EventKind.ATOMIC_ABANDONED
         assert [(m.place, m.seq) for m in incident.messages] == [("first", 1), ("last", 3)]
 
-        first, last = shown_messages(incident, MASKED, load_masking(RULES), decoders)
+        first, last = Payloads(load_masking(RULES), decoders, lambda _: MASKED).kept(incident)
         assert first.about.startswith("json")  # masked when kept: JSON from then on
         shown = json.loads(first.text)
         assert shown["id"] == "o1" and shown["status"] == "SHIPPED" and shown["customer"]["id"] == 1
         assert shown["customer"]["address"]["city"] == "***" and shown["card"]["number"] == "***"
         assert dict(first.headers)["X-Customer"] == "***"
         assert json.loads(last.text)["id"] == "o3"
-        full = shown_messages(incident, FULL, load_masking(RULES), decoders)
+        full = Payloads(load_masking(RULES), decoders, lambda _: FULL).kept(incident)
         assert json.loads(full[0].text)["card"]["number"] == "***"  # what was never kept cannot be shown
-        hidden = shown_messages(incident, NONE, load_masking(RULES), decoders)
+        hidden = Payloads(load_masking(RULES), decoders, lambda _: NONE).kept(incident)
         assert all("o1" not in m.text and "o3" not in m.text and "not shown to your role" in m.text for m in hidden)
 
         report = incident_report(incident, messages=[first, last])
@@ -132,7 +132,7 @@ async def test_a_lost_fast_batch_keeps_its_first_and_last_json_orders_and_a_comm
         assert [e.batch_id for e in events if e.kind is EventKind.BATCH_MESSAGES] == [lost.batch_id]
         incident = build_incident(lost.batch_id, events)
         assert incident is not None and incident.loss.kind in LOST_KINDS
-        first, last = shown_messages(incident, MASKED, load_masking(RULES), None)
+        first, last = Payloads(load_masking(RULES), None, lambda _: MASKED).kept(incident)
         assert (first.seq, json.loads(first.text)["id"]) == (1, "o1")
         assert last.seq > 10 and json.loads(last.text)["card"]["number"] == "***"
         assert "4111-" not in incident_report(incident, messages=[first, last])

@@ -16,6 +16,7 @@ from console.domain.events import BatchEvent, EventKind, MalformedEvent
 from console.domain.incident import build_incident, incident_report, no_messages_why
 from console.domain.kept_messages import KEPT_BYTES, KeptMessage, kept_event, kept_messages
 from console.domain.masking import load_masking
+from console.payloads import Payloads
 
 T0 = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
 
@@ -36,7 +37,7 @@ def written(kept: KeptMessages, events: list[BatchEvent]) -> list[BatchEvent]:
 
 
 def test_a_lost_batch_keeps_its_first_and_last_masked_and_a_committed_one_nothing():
-    kept = KeptMessages(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\nheaders = ["x-card"]\n'))
+    kept = KeptMessages(Payloads(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\nheaders = ["x-card"]\n'), None))
     seen(kept, "b1", [2, 1, 3])  # order as the tap heard it: the lowest sequence is the first
     seen(kept, "b2")
     out = written(kept, [loss(EventKind.FAST_COMMITTED, "b2"), loss(batch="b1")])
@@ -84,7 +85,7 @@ def test_an_ok_mode_gap_keeps_them_when_the_batch_commits():
 
 
 def test_of_a_stream_not_known_nothing_but_its_subject_and_size_is_kept():
-    kept = KeptMessages(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\n'))
+    kept = KeptMessages(Payloads(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\n'), None))
     seen(kept, stream=None)
     [first, last] = kept_messages(written(kept, [loss(stream=None)])[-1])
     assert first.data == b"" and first.headers == () and first.cut and first.size > 0
@@ -96,7 +97,7 @@ def test_a_long_payload_is_cut_and_a_held_cut_one_with_field_rules_is_masked_who
     [only] = kept_messages(written(kept, [loss()])[-1])
     assert len(only.data) == KEPT_BYTES and only.cut and only.size == KEPT_BYTES * 3
     monkeypatch.setattr(kept_module, "HELD_PAYLOAD", 10)
-    masked = KeptMessages(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\n'))
+    masked = KeptMessages(Payloads(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card.number"]\n'), None))
     seen(masked, seqs=[1])
     [whole] = kept_messages(written(masked, [loss()])[-1])
     assert whole.data == b"***"
