@@ -29,7 +29,8 @@ API = "/api/v1"
 
 def make_api(fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | None = None) -> FastAPI:
     api = FastAPI(title="JetStream Batch Console API", version="1", openapi_url=f"{API}/openapi.json", docs_url=None,
-                  redoc_url=None, description=__doc__)
+                  redoc_url=None, description=__doc__,
+                  generate_unique_id_function=lambda route: route.name)  # operationId: the function's name (MCP's tools)
     ctx = Context(fleet, Callers(fleet, tokens, access_tokens, fleet.settings.web.refusals_every))
     api.state.callers = ctx.callers  # the MCP endpoint checks its tokens as the API does
     api.include_router(reads(ctx), prefix=API)

@@ -66,12 +66,14 @@ def changes(ctx: Context) -> APIRouter:
                        streams=list(saved.streams), systems=list(saved.systems))
 
     @api.post("/alerts/rules/{name}/mute", status_code=204, tags=["alerts"])
-    async def mute(name: RULE, who: Caller = ctx.caller, system: str | None = SYSTEM) -> None:
+    async def mute_rule(name: RULE, who: Caller = ctx.caller, system: str | None = SYSTEM) -> None:
+        """Mute an alert rule (the action alert_rule.mute, audited)."""
         runtime = ctx.runtime_of(system)
         await ctx.acting(who.actions(runtime).run(MuteAlertRule(known_rule(runtime, name))), "alert_rule.mute")
 
     @api.post("/alerts/rules/{name}/unmute", status_code=204, tags=["alerts"])
-    async def unmute(name: RULE, who: Caller = ctx.caller, system: str | None = SYSTEM) -> None:
+    async def unmute_rule(name: RULE, who: Caller = ctx.caller, system: str | None = SYSTEM) -> None:
+        """Unmute an alert rule (the action alert_rule.unmute, audited)."""
         runtime = ctx.runtime_of(system)
         await ctx.acting(who.actions(runtime).run(UnmuteAlertRule(known_rule(runtime, name))), "alert_rule.unmute")
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable, Literal
-from urllib.parse import quote, urlsplit
+import logging
+from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -19,7 +20,9 @@ from console.api.callers import Callers, Unauthenticated
 from console.api.problems import Problem
 from console.domain.audit import Actor
 from console.errors import ConfigError
-from console.queries.history import HistoryTable
+from console.api.mcp_tools import READS, WRITES, path_segment, operations, tool_function
+
+log = logging.getLogger("console.mcp")
 
 MAX_ANSWER = 200_000  # characters of an answer handed to the assistant
 MAX_URL = 2048
@@ -80,68 +83,22 @@ class ConsoleApi:
         return (await self.call("GET", path, **params))[1]
 
 
-def server(api: ConsoleApi, writes: bool = False, **settings: Any):
-    """The MCP server: its read tools, and the writing ones when the operator turned them on."""
+def server(api: ConsoleApi, document: dict[str, Any], writes: bool = False, **settings: Any):
+    """The MCP server: its read tools, and the writing ones when the operator turned them on, made from the
+    API's OpenAPI document (console/api/mcp_tools.py); `search`, a composition of three calls (start the job,
+    read it until it ends, mark the publishers' data as such), is the one written here."""
     from mcp.server.mcpserver import MCPServer
 
     mcp = MCPServer("jetstream-batch-console", instructions=INSTRUCTIONS + (
         " The tools edit_stream, mute_rule and unmute_rule change the console's NATS system, each audited."
         if writes else " Nothing here changes anything."), **settings)
 
-    @mcp.tool()
-    async def losses(stream: str | None = None, reason: str | None = None, kind: str | None = None,
-                     since: str | None = None, system: str | None = None, limit: int = 50) -> str:
-        """Lost batches of the last hour, newest first (JSON): stream, batch id, reason, kind, publisher."""
-        return await api.get("/losses", stream=stream, reason=reason, kind=kind, since=since, system=system,
-                             limit=max(1, min(limit, 1000)))
-
-    @mcp.tool()
-    async def incident(batch_id: str, system: str | None = None) -> str:
-        """One lost batch's incident (JSON): the loss, the batch's own events, what happened around it."""
-        return await api.get(f"/incidents/{_segment(batch_id)}", system=system)
-
-    @mcp.tool()
-    async def incident_report(batch_id: str, system: str | None = None) -> str:
-        """One lost batch's incident as a Markdown report, as the console's Incident page downloads it."""
-        return await api.get(f"/incidents/{_segment(batch_id)}/report", system=system)
-
-    @mcp.tool()
-    async def checks(system: str | None = None) -> str:
-        """The batch health checks' findings (JSON), each with its evidence and remedy."""
-        return await api.get("/checks", system=system)
-
-    @mcp.tool()
-    async def budgets(system: str | None = None) -> str:
-        """Each loss objective's budget now (JSON): lost of total over its window, the share of the budget
-        spent and left, and the burn rate over 5m .. 3d (1 spends exactly the budget)."""
-        return await api.get("/budgets", system=system)
-
-    @mcp.tool()
-    async def canary(system: str | None = None, minutes: float = 60.0) -> str:
-        """The canary batches of the last minutes (JSON): per node and kind, the time to the first ack and to
-        the commit in milliseconds, the messages lost, and whether the node led its canary stream."""
-        return await api.get("/canary", system=system, minutes=max(1.0, min(minutes, 1440.0)))
-
-    @mcp.tool()
-    async def streams(system: str | None = None) -> str:
-        """Every stream's batch settings (JSON): allow_atomic, allow_batched, persist_mode, replicas."""
-        return await api.get("/streams", system=system)
-
-    @mcp.tool()
-    async def systems() -> str:
-        """The NATS systems this console watches, and whether each is reachable (JSON)."""
-        return await api.get("/systems")
-
-    @mcp.tool()
-    async def conformance(system: str | None = None) -> str:
-        """Each batch publisher's verdict on ADR-50's statements (JSON): which it fails, over how many batches."""
-        return await api.get("/conformance", system=system)
-
-    @mcp.tool()
-    async def history(table: HistoryTable, since: str | None = None, until: str | None = None,
-                      system: str | None = None) -> str:
-        """One of History's tables (JSON rows), the last week unless since/until (RFC 3339) say otherwise."""
-        return await api.get(f"/history/{table}", since=since, until=until, system=system)
+    wanted = READS + (WRITES if writes else ())
+    found, whys = operations(document, wanted)
+    for why in whys:
+        log.warning("no MCP tool %s", why)
+    for op in found:
+        mcp.add_tool(tool_function(op, api.call), name=op.tool, description=op.description)
 
     @mcp.tool()
     async def search(stream: str, where: str = "", subject: str = "", newest_first: bool = False,
@@ -160,31 +117,10 @@ def server(api: ConsoleApi, writes: bool = False, **settings: Any):
         job = json.loads(text)["id"]
         deadline = asyncio.get_running_loop().time() + seconds + SEARCH_WAIT
         while True:
-            status, text = await api.call("GET", f"/searches/{_segment(job)}")
+            status, text = await api.call("GET", f"/searches/{path_segment(job)}")
             if status != 200 or json.loads(text)["state"] != "running" or asyncio.get_running_loop().time() > deadline:
                 return _as_untrusted(text, headers) if status == 200 else text
             await asyncio.sleep(0.2)
-
-    if writes:
-        @mcp.tool()
-        async def edit_stream(name: str, allow_atomic: bool | None = None, allow_batched: bool | None = None,
-                              persist_mode: Literal["default", "async"] | None = None, system: str | None = None) -> str:
-            """Change a stream's batch settings (the action stream.edit, audited); the server's refusal as it says it."""
-            change = {k: v for k, v in (("allow_atomic", allow_atomic), ("allow_batched", allow_batched),
-                                        ("persist_mode", persist_mode)) if v is not None}
-            return (await api.call("PATCH", f"/streams/{_segment(name)}", change, system=system))[1]
-
-        @mcp.tool()
-        async def mute_rule(name: str, system: str | None = None) -> str:
-            """Mute an alert rule (the action alert_rule.mute, audited)."""
-            status, text = await api.call("POST", f"/alerts/rules/{_segment(name)}/mute", system=system)
-            return "muted" if status == 204 else text
-
-        @mcp.tool()
-        async def unmute_rule(name: str, system: str | None = None) -> str:
-            """Unmute an alert rule (the action alert_rule.unmute, audited)."""
-            status, text = await api.call("POST", f"/alerts/rules/{_segment(name)}/unmute", system=system)
-            return "unmuted" if status == 204 else text
 
     return mcp
 
@@ -200,12 +136,6 @@ def _as_untrusted(text: str, headers: bool) -> str:
         for match in found.get("matches", []):
             match.pop("headers", None)
     return json.dumps({"untrusted": UNTRUSTED, **found}, separators=(",", ":"))
-
-
-def _segment(text: str) -> str:
-    """A path segment: the API refuses a bad name; nothing here may reach another path ("..": %2E%2E)."""
-    quoted = quote(text, safe="")
-    return quoted.replace(".", "%2E") if set(text) <= {"."} else quoted
 
 
 def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes: bool) -> tuple[Any, Any]:
@@ -236,7 +166,7 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
     api = ConsoleApi("http://console", token, transport=httpx.ASGITransport(app=api_app),
                      agent="batch-console mcp (http)")
     url = console_url.rstrip("/")
-    mcp = server(api, writes, token_verifier=Verifier(),
+    mcp = server(api, api_app.openapi(), writes, token_verifier=Verifier(),
                  auth=AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=AnyHttpUrl(f"{url}/mcp"),
                                    validate_token_resource=False))  # the verifier checks an audience itself
     app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=host)
@@ -259,4 +189,28 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
 def run(url: str, token: str, writes: bool = False) -> None:
     if not token:
         raise ConfigError("mcp: give the API token in BATCH_CONSOLE_API_TOKEN (batch-console token create)")
-    server(ConsoleApi(api_url(url), token), writes).run("stdio")
+    console = api_url(url)
+    server(ConsoleApi(console, token), api_document(console), writes).run("stdio")
+
+
+def api_document(console: str, most: int = 4 << 20) -> dict[str, Any]:
+    """The console's OpenAPI document, which its tools are made from: asked without the token, no redirect
+    followed, at most `most` bytes; a console that does not give one is a ConfigError that says so."""
+    url = console + "/api/v1/openapi.json"
+    try:
+        with httpx.Client(timeout=30, follow_redirects=False) as client, client.stream("GET", url) as answer:
+            if answer.status_code != 200:
+                raise ConfigError(f"the console at --api-url gave no API document ({answer.status_code} for {url})")
+            data = b""
+            for chunk in answer.iter_bytes():
+                data += chunk
+                if len(data) > most:
+                    raise ConfigError(f"the console's API document is past {most >> 20} MiB: not read")
+        document = json.loads(data)
+    except httpx.HTTPError as e:
+        raise ConfigError(f"the console at --api-url did not answer ({type(e).__name__})") from None
+    except (ValueError, RecursionError):
+        raise ConfigError("the console's API document is not JSON") from None
+    if not isinstance(document, dict):
+        raise ConfigError("the console's API document is not an object")
+    return document

@@ -22,7 +22,7 @@ from console.api.problems import ERRORS, Problem
 from console.domain.audit import Checked
 from console.domain.budgets import state_of
 from console.domain.checks import Finding
-from console.domain.incident import incident_report, no_messages_why, timeline
+from console.domain.incident import incident_report as markdown_report, no_messages_why, timeline
 from console.domain.live_model import LostBatch
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import EARLIEST
@@ -38,6 +38,7 @@ def reads(ctx: Context) -> APIRouter:
 
     @api.get("/systems", response_model=list[SystemOut], tags=["systems"])
     async def systems(who: Caller = ctx.caller) -> list[SystemOut]:
+        """The NATS systems this console watches, and whether each is reachable."""
         return [SystemOut(name=n, reachable=fleet.runtime(n) is not None, why=fleet.unreached.get(n))
                 for n in fleet.names]
 
@@ -73,6 +74,7 @@ def reads(ctx: Context) -> APIRouter:
 
     @api.get("/streams", response_model=list[StreamBatchSettings], tags=["streams"])
     async def streams(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[StreamBatchSettings]:
+        """Every stream's batch settings the caller's roles read: allow_atomic, allow_batched, persist_mode, replicas."""
         return [s for s in await ctx.runtime_of(system).admin.streams() if who.reads(s.name)]
 
     @api.get("/streams/{name}", response_model=StreamBatchSettings, tags=["streams"])
@@ -91,11 +93,11 @@ def reads(ctx: Context) -> APIRouter:
                          unchecked=[{"code": c, "why": w} for c, w in unchecked])
 
     @api.get("/incidents/{batch_id}/report", response_class=PlainTextResponse, tags=["incidents"])
-    async def report(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> str:
+    async def incident_report(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> str:
         """The incident's Markdown report, as the Incident page downloads it."""
         runtime = ctx.runtime_of(system)
         found = await ctx.incident(runtime, batch_id, who)
-        return incident_report(found, messages=ctx.messages(runtime, found, who))
+        return markdown_report(found, messages=ctx.messages(runtime, found, who))
 
     @api.get("/incidents/{batch_id}", tags=["incidents"])
     async def incident(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> dict:

@@ -142,9 +142,15 @@ def test_a_hostile_api_url_is_refused_at_start_and_the_token_never_shown(url):
 class _Recorder(BaseHTTPRequestHandler):
     heard: list[str] = []
     to: str = ""
+    document: bytes = b""  # the API document it gives (asked without a token), if any
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.to:
+        if self.document and self.path == "/api/v1/openapi.json":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(self.document)
+        elif self.to:
             self.send_response(307)
             self.send_header("Location", self.to + self.path)
             self.end_headers()
@@ -158,9 +164,12 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(console):
+    """A console that gives its API document, then redirects every call elsewhere; and one that redirects
+    the document too: `mcp` stops at its start, saying so."""
+    document = call(console, "GET", "/openapi.json").content
     elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), type("Elsewhere", (_Recorder,), {"heard": [], "to": ""}))
     redirecting = ThreadingHTTPServer(("127.0.0.1", 0), type("Redirecting", (_Recorder,), {
-        "heard": [], "to": f"http://127.0.0.1:{elsewhere.server_port}"}))
+        "heard": [], "to": f"http://127.0.0.1:{elsewhere.server_port}", "document": document}))
     for server in (elsewhere, redirecting):
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -168,6 +177,13 @@ def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(console):
                                        url=f"http://127.0.0.1:{redirecting.server_port}"))
         assert found["losses"].startswith("refused (307)") and found["systems"].startswith("refused (307)")
         assert elsewhere.RequestHandlerClass.heard == []  # type: ignore[attr-defined]  # the class made above
+        redirecting.RequestHandlerClass.document = b""  # type: ignore[attr-defined]
+        done = subprocess.run([CLI, "mcp", "--api-url", f"http://127.0.0.1:{redirecting.server_port}"],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "BATCH_CONSOLE_API_TOKEN": "bct_secret-never-shown"})
+        assert done.returncode != 0 and "gave no API document (307" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "bct_secret-never-shown" not in done.stdout + done.stderr
+        assert elsewhere.RequestHandlerClass.heard == []  # type: ignore[attr-defined]
     finally:
         for server in (elsewhere, redirecting):
             server.shutdown()
