@@ -12,7 +12,7 @@ from typing import Any, Callable, TypeVar
 
 from console.broker.audit_log import AuditLog, AuditUnavailable
 from console.commands import LEAST_ROLE, Command, Services
-from console.domain.audit import Actor, AuditRecord
+from console.domain.audit import Actor, AuditRecord, Outcome
 from console.domain.roles import BUILT_IN, Grants, built_in_roles
 from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 
@@ -55,16 +55,16 @@ class Actions:
         """What this user may see of `stream`'s payloads (console.domain.roles: full, masked or none)."""
         return self.grants.payloads(stream)
 
-    def _refusal(self, command: type[Command[Any]] | Command[Any], stream: str | None) -> tuple[str, str] | None:
+    def _refusal(self, command: type[Command[Any]] | Command[Any], stream: str | None) -> tuple[Outcome, str] | None:
         """(the audit outcome, why) of a refusal, or None."""
         if command.changes_server and self.read_only:
-            return "refused: read-only", "read-only mode"
+            return Outcome.READ_ONLY, "read-only mode"
         if self.ended:
-            return "refused: session expired", "the session has expired: sign in again"
+            return Outcome.SESSION_EXPIRED, "the session has expired: sign in again"
         if (why := self.grants.why_not(command.name, stream)) is not None:
-            return "refused: role", why
+            return Outcome.ROLE, why
         if self.audit is None and command.changes_server and self.trail_required:
-            return "refused: no trail", f"no audit trail: {self.why_no_audit}"
+            return Outcome.NO_TRAIL, f"no audit trail: {self.why_no_audit}"
         return None
 
     async def refused(self, command: type[Command[Any]], target: str, stream: str | None = None) -> str | None:
@@ -75,15 +75,15 @@ class Actions:
         await self._record_refusal(command.name, target, *why, None)
         return why[1]
 
-    async def note(self, name: str, target: str, outcome: str, detail: str) -> None:
+    async def note(self, name: str, target: str, outcome: Outcome, detail: str) -> None:
         """A refusal that came before any command could be named (an API call without a valid token)."""
         await self._record(name, target, outcome, detail, None)
 
-    async def _record_refusal(self, name: str, target: str, outcome: str, reason: str,
+    async def _record_refusal(self, name: str, target: str, outcome: Outcome, reason: str,
                               diff: dict[str, list[Any]] | None) -> None:
-        if outcome == "refused: no trail":
+        if outcome == Outcome.NO_TRAIL:
             return  # nothing to record it in
-        detail = "the console is read-only" if outcome == "refused: read-only" else f"{reason} (user {self.actor.user})"
+        detail = "the console is read-only" if outcome == Outcome.READ_ONLY else f"{reason} (user {self.actor.user})"
         await self._record(name, target, outcome, detail, diff)
 
     async def run(self, command: Command[T]) -> T:
@@ -93,27 +93,27 @@ class Actions:
         if (why := self._refusal(command, command.on_stream)) is not None:
             outcome, reason = why
             await self._record_refusal(name, target, outcome, reason, diff)
-            if outcome == "refused: read-only":
+            if outcome == Outcome.READ_ONLY:
                 raise ReadOnlyError(f"read-only mode: {name} is refused")
-            if outcome == "refused: no trail":
+            if outcome == Outcome.NO_TRAIL:
                 raise ReadOnlyError(f"{name} is refused: no audit trail ({self.why_no_audit})")
             raise ForbiddenError(f"{name} is refused: {reason}")
         await self._write_ahead(name, target, diff)
         try:
             result = await command.execute(self.services, self)
         except Refusal as e:
-            await self._record(name, target, "refused: server", f"{e.code} [{e.err_code}] {e.description}", diff)
+            await self._record(name, target, Outcome.SERVER, f"{e.code} [{e.err_code}] {e.description}", diff)
             raise
         except ReadOnlyError as e:
-            await self._record(name, target, "refused: read-only", str(e), diff)
+            await self._record(name, target, Outcome.READ_ONLY, str(e), diff)
             raise
         except (ConsoleError, ValueError) as e:
-            await self._record(name, target, "refused: invalid", str(e), diff)
+            await self._record(name, target, Outcome.INVALID, str(e), diff)
             raise
         except Exception as e:
-            await self._record(name, target, "failed", repr(e), diff)
+            await self._record(name, target, Outcome.FAILED, repr(e), diff)
             raise
-        await self._record(name, target, "accepted", command.said(result), diff)
+        await self._record(name, target, Outcome.ACCEPTED, command.said(result), diff)
         return result
 
     async def _write_ahead(self, name: str, target: str, diff: dict[str, list[Any]] | None) -> None:
@@ -121,14 +121,14 @@ class Actions:
         if self.audit is None:
             log.warning("not audited (%s): %s %s by %s", self.why_no_audit, name, target, self.actor.user)
             return
-        record = AuditRecord(datetime.now(timezone.utc), self.actor, name, target, "attempted", "", diff or {})
+        record = AuditRecord(datetime.now(timezone.utc), self.actor, name, target, Outcome.ATTEMPTED, "", diff or {})
         try:
             await self.audit.append(record)
         except AuditUnavailable as e:
             log.error("%s %s by %s refused: its attempt could not be recorded: %s", name, target, self.actor.user, e)
             raise AuditRefused(f"{name} is refused: the audit trail cannot record it ({e})") from None
 
-    async def _record(self, name: str, target: str, outcome: str, detail: str, diff: dict[str, list[Any]] | None) -> None:
+    async def _record(self, name: str, target: str, outcome: Outcome, detail: str, diff: dict[str, list[Any]] | None) -> None:
         if self.audit is None:
             log.warning("not audited (%s): %s %s by %s: %s", self.why_no_audit, name, target, self.actor.user, outcome)
             return

@@ -17,7 +17,7 @@ from console.api.oidc_tokens import AccessTokenRefused, AccessTokens
 from console.api.problems import Problem
 from console.api.refusals import WINDOW, Refusals
 from console.api.tokens import PREFIX, TokenStore
-from console.domain.audit import Actor
+from console.domain.audit import Actor, Outcome
 from console.domain.roles import Grants
 from console.errors import ConfigError
 from console.fleet import Fleet
@@ -98,7 +98,7 @@ class Callers:
     async def _note(self, actor: Actor, action: str, target: str, detail: str) -> None:
         runtime = self.fleet.runtime()
         if runtime is not None:
-            await runtime.actions(actor, Grants(())).note(action, target, "refused: unauthenticated", detail)
+            await runtime.actions(actor, Grants(())).note(action, target, Outcome.UNAUTHENTICATED, detail)
 
     async def refused(self, actor: Actor, method: str, path: str, why: str) -> None:
         """A refusal, counted; in the first system's audit trail (an unknown caller acts on no system yet) at

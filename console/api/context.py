@@ -10,6 +10,7 @@ from fastapi import Depends, Query
 from console.api.callers import Caller, Callers
 from console.api.problems import Problem
 from console.broker import names
+from console.domain.audit import Outcome
 from console.domain.incident import Incident
 from console.domain.kept_messages import ShownMessage
 from console.domain.stream_settings import StreamBatchSettings
@@ -60,7 +61,7 @@ class Context:
     async def one_stream(self, runtime: Runtime, name: str, who: Caller) -> StreamBatchSettings:
         """A stream's batch settings, for a caller whose roles read it (a refusal is audited)."""
         if not who.reads(name):
-            await who.actions(runtime).note("stream.read", name, "refused: role",
+            await who.actions(runtime).note("stream.read", name, Outcome.ROLE,
                                             f"role {who.role} acts on other streams (user {who.actor.user})")
             raise Problem(403, "Forbidden", f"the role {who.role} may not read stream {name}")
         try:

@@ -12,6 +12,7 @@ whose attempt cannot be stored is not taken."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -25,8 +26,27 @@ from console.domain.wire import (
 
 GENESIS = "0" * 64  # the `previous` of the first record ever written
 KEPT = 100_000  # records the trail keeps: the oldest go first, and only by count
-OUTCOMES = ("attempted", "accepted", "refused: read-only", "refused: role", "refused: session expired", "refused: server",
-            "refused: invalid", "failed", "refused: unauthenticated")
+
+
+class Outcome(enum.StrEnum):
+    """What became of an action, as its audit record says it (the text is the record's)."""
+
+    ATTEMPTED = "attempted"  # written ahead, before the action is taken
+    ACCEPTED = "accepted"
+    READ_ONLY = "refused: read-only"
+    ROLE = "refused: role"
+    SESSION_EXPIRED = "refused: session expired"
+    SERVER = "refused: server"  # the NATS server's own refusal, with its code
+    INVALID = "refused: invalid"
+    FAILED = "failed"
+    UNAUTHENTICATED = "refused: unauthenticated"
+    NO_TRAIL = "refused: no trail"  # never recorded: there is no trail to record it in
+    # never recorded either: an attempt the trail shows with no outcome after it (a long action, the continuous
+    # canary, still running, or one that ended before it could say); "no outcome recorded" read as a failure
+    NO_OUTCOME_YET = "attempted: no outcome yet (running, or it ended before it could record one)"
+
+
+OUTCOMES = tuple(o.value for o in Outcome if o not in (Outcome.NO_TRAIL, Outcome.NO_OUTCOME_YET))
 MAX_DIFF = 32  # settings a record's diff may name
 MAX_RECORD = 16 * 1024
 
@@ -58,7 +78,7 @@ class AuditRecord:
     actor: Actor
     action: str  # a command's name (console.commands.COMMANDS)
     target: str  # what it acted on: a stream, "stream/consumer seq N", a rule, a table
-    outcome: str  # one of OUTCOMES
+    outcome: Outcome
     detail: str = ""  # the server's code and text, or why it was refused
     diff: dict[str, list[object]] = field(default_factory=dict)  # setting -> [before, after], for an edit
     previous: str = GENESIS  # the hash of the record before it
@@ -110,7 +130,7 @@ def to_record(data: bytes) -> AuditRecord:
         raise e if isinstance(e, MalformedAudit) else MalformedAudit("time is not an ISO time") from None
     return AuditRecord(when,
                        Actor(actor.get("user", ""), actor.get("address", ""), actor.get("agent", "")).bounded(),
-                       _text(texts["action"], MAX_LABEL), _text(texts["target"], MAX_TEXT), texts["outcome"],
+                       _text(texts["action"], MAX_LABEL), _text(texts["target"], MAX_TEXT), Outcome(texts["outcome"]),
                        _text(texts["detail"], MAX_TEXT), {_text(k, MAX_LABEL): v for k, v in diff.items()}, previous)
 
 

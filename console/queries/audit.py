@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from console.domain.audit import AuditRecord, Checked
+from console.domain.audit import AuditRecord, Checked, Outcome
 
 # Who did what to which stream and how it ended first, in view at 1280 px; the long texts (a search's filters in
 # its detail, the change) after them, the address last (action and stream were cut, outcome past a detail's JSON)
@@ -38,19 +38,15 @@ def columns(by_system: bool) -> list[str]:
     return [COLUMNS[0], "system", *COLUMNS[1:]] if by_system else COLUMNS
 
 
-# An attempt with no outcome after it: a long action (the continuous canary records its outcome when it stops)
-# still running, or one that ended before it could say; "no outcome recorded" read as a failure while it ran
-NO_OUTCOME_YET = "attempted: no outcome yet (running, or it ended before it could record one)"
-
 
 def _folded(records: list[tuple[int, AuditRecord, str]]) -> list[tuple[int, AuditRecord, str]]:
     out: list[tuple[int, AuditRecord, str] | None] = []
     waiting: dict[tuple[str, str, str, str], list[int]] = {}  # (system, user, action, target) -> attempts' places
     for seq, r, system in records:
         key = (system, r.actor.user, r.action, r.target)
-        if r.outcome == "attempted":
+        if r.outcome == Outcome.ATTEMPTED:
             waiting.setdefault(key, []).append(len(out))
-            out.append((seq, replace(r, outcome=NO_OUTCOME_YET), system))
+            out.append((seq, replace(r, outcome=Outcome.NO_OUTCOME_YET), system))
             continue
         if waiting.get(key):
             out[waiting[key].pop(0)] = None

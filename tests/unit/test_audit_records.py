@@ -130,9 +130,11 @@ def test_several_systems_trails_read_as_one_keep_each_records_system_and_name_ea
 def test_an_attempt_with_no_outcome_yet_is_said_as_running_or_ended_never_as_a_failure():
     """The continuous canary writes canary.run's outcome when it stops: while it ran the page said 'attempted:
     no outcome recorded', which read as a failure."""
-    from console.domain.audit import Checked
-    from console.queries.audit import NO_OUTCOME_YET, audit_frame
+    from console.domain.audit import Checked, Outcome
+    from console.queries.audit import audit_frame
     from console.ui.formatting import Clock
+
+    NO_OUTCOME_YET = Outcome.NO_OUTCOME_YET
 
     started = AuditRecord(AT, Actor("canary", "", ""), "canary.run", "every node", "attempted")
     done = AuditRecord(AT, Actor("alice", "", ""), "stream.edit", "S", "attempted")
