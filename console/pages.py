@@ -288,20 +288,17 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 
 
 def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
-    from console.broker.maintenance import make_plan, server_names
+    from console.broker.maintenance import server_names
     from console.commands import DrainNode
     from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
 
     timeout = runtime.settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
 
-    async def plan_for(node: str):
-        return await make_plan(runtime.nc, node_name(node), runtime.system_nc, timeout, timeout)
-
     async def drain(plan, progress):  # the groups read again at the moment asked: a plan can be minutes old
-        fresh = await make_plan(runtime.nc, plan.node, runtime.system_nc, timeout, 0)
+        fresh = await runtime.maintenance_plan(plan.node, 0)
         return await actions.run(DrainNode(fresh, timeout, timeout, progress))
 
-    return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=plan_for,
+    return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=runtime.maintenance_plan,
                            drain=drain, read_only=runtime.read_only, may=actions.allowed, **params)
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads histo
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.decoders.rules import Decoders
+    from console.domain.maintenance import Plan
     from console.domain.masking import Masking
     from console.domain.roles import Grants, RolesFile
     from console.domain.search import SearchQuery
@@ -249,6 +250,16 @@ class Runtime:
         if not self.objectives or history is None:
             return None
         return statuses_now(self.objectives, history.engine)
+
+    async def maintenance_plan(self, node: str, watch: float | None = None) -> Plan:
+        """What taking the server `node` out would do, changing nothing (console.broker.maintenance): its groups
+        read now, the streams it leads watched `watch` seconds for open batches (default: one batch timeout)."""
+        from console.broker.maintenance import make_plan
+        from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
+        from console.domain.maintenance import node_name
+
+        timeout = self.settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
+        return await make_plan(self.nc, node_name(node), self.system_nc, timeout, timeout if watch is None else watch)
 
     def payloads(self, level: Callable[[str], str] = masked_role) -> Payloads:
         """The payload pipeline for a reader whose roles see `level` of each stream's payloads (Grants.payloads;

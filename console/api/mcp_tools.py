@@ -17,7 +17,7 @@ from urllib.parse import quote
 from pydantic import Field
 
 READS = ("losses", "incident", "incident_report", "checks", "budgets", "canary", "streams", "systems", "conformance",
-         "history")
+         "history", "maintenance_plan")
 WRITES = ("edit_stream", "mute_rule", "unmute_rule")
 METHODS = ("get", "post", "put", "patch", "delete")
 MAX_DESCRIPTION = 1000

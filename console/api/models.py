@@ -37,6 +37,7 @@ STREAM = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f.*>/\\]+$", max_length=25
 BATCH = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=64)]
 RULE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=200)]
 OBJECTIVE = Annotated[str, Path(pattern=r"^[^\x00-\x1f\x7f]+$", max_length=100)]
+NODE = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f]+$", max_length=128)]  # a server's name (domain/maintenance.py)
 JOB = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{16}$")]  # a search's id (console/api/jobs.py)
 ExportFormatName = Literal["csv", "jsonl", "parquet"]
 

@@ -15,11 +15,11 @@ from fastapi.responses import PlainTextResponse
 
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
-from console.api.models import (BATCH, MAX_PAGE, OBJECTIVE, STREAM, AuditOut, AuditRecordOut, BudgetLossOut, BudgetOut, CanaryOut,
+from console.api.models import (BATCH, MAX_PAGE, NODE, OBJECTIVE, STREAM, AuditOut, AuditRecordOut, BudgetLossOut, BudgetOut, CanaryOut,
                                 ChecksOut, HealthOut, HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time,
                                 VerifyOut)
 from console.api.problems import ERRORS, Problem
-from console.domain.audit import Checked
+from console.domain.audit import Checked, Outcome
 from console.domain.budgets import state_of
 from console.domain.checks import Finding
 from console.domain.incident import incident_report as markdown_report, no_messages_why, timeline
@@ -192,6 +192,23 @@ def reads(ctx: Context) -> APIRouter:
                       since: Time | None = None, until: Time | None = None) -> list[dict]:
         """One of History's tables, as the History page shows and downloads it (the last week by default)."""
         return history_rows(ctx.runtime_of(system), table, who, since, until)
+
+    @api.get("/maintenance/{node}/plan", tags=["maintenance"])
+    async def maintenance_plan(node: NODE, who: Caller = ctx.caller, system: str | None = SYSTEM,
+                               watch: float | None = Query(None, ge=0, le=60, description="seconds the streams the "
+                                                           "node leads are watched for open batches (default: one "
+                                                           "batch timeout)")) -> dict:
+        """What taking a server out for maintenance would do, changing nothing, as `batch-console maintain plan`:
+        its verdict (safe, wait, refused) and why, the streams and consumers it leads, the batches open on them.
+        A plan names every stream the node leads: it is read by a role that may drain nodes (maintain.drain)
+        and sees every stream; any other is refused, audited."""
+        runtime = ctx.runtime_of(system)
+        why = who.grants().why_not("maintain.drain") or (
+            "a node's plan names every stream it leads: its role sees some streams only" if who.sight.limit else None)
+        if why is not None:
+            await who.actions(runtime).note("maintain.plan", node, Outcome.ROLE, f"{why} (user {who.actor.user})")
+            raise Problem(403, "Forbidden", f"the role {who.role} may not read a node's plan: {why}"[:300])
+        return (await runtime.maintenance_plan(node, watch)).to_dict()
 
     @api.get("/health", response_model=list[HealthOut], tags=["health"])
     async def health(who: Caller = ctx.caller) -> list[HealthOut]:

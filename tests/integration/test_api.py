@@ -128,6 +128,19 @@ def test_a_role_limited_to_team_streams_reads_and_changes_no_other(console):
     assert call(console, "GET", "/incidents/api-loss", "viewer").status_code == 200
 
 
+def test_a_nodes_plan_is_read_by_a_role_that_may_drain_every_stream_and_refused_audited_to_others(console):
+    """A plan names every stream the node leads: a viewer (no maintain.drain) and a team role (some streams
+    only) are refused and audited; an admin reads the plan the command line prints, changing nothing."""
+    for who in ("viewer", "team"):
+        answer = call(console, "GET", "/maintenance/nowhere/plan?watch=0", who)
+        assert answer.status_code == 403 and answer.headers["content-type"].startswith(PROBLEM), answer.text
+    plan = call(console, "GET", "/maintenance/nowhere/plan?watch=0").json()
+    assert plan["node"] == "nowhere" and plan["verdict"] == "refused" and "not a server" in plan["refusals"][0]
+    refused = {r["user"] for r in call(console, "GET", "/audit?limit=1000").json()["records"]
+               if r["action"] == "maintain.plan" and r["outcome"] == "refused: role"}
+    assert {"token:viewer-bot", "token:team-bot"} <= refused
+
+
 def test_losses_incident_and_report_say_what_live_holds(console):
     poll_until(lambda: call(console, "GET", "/losses?stream=API_LOSS").json()["total"] == 1, 30, "the loss")
     [loss] = call(console, "GET", "/losses?stream=API_LOSS&kind=atomic").json()["items"]
@@ -156,6 +169,11 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     ("GET", "/losses?since=2026-11-27T10:00:00", None, 422),  # no offset: no time
     ("POST", "/searches", {"stream": "TEAM_A", "max_seconds": 10**400}, 422),  # no float holds it: was a 500
     ("POST", "/searches", {"stream": "TEAM_A", "max_scanned": 1e308}, 422),
+    ("GET", "/maintenance/" + "n" * 200 + "/plan", None, 422),
+    ("GET", "/maintenance/a%01b/plan", None, 422),
+    ("GET", "/maintenance/a%20b/plan", None, 422),
+    ("GET", "/maintenance/n1/plan?watch=61", None, 422),
+    ("GET", "/maintenance/n1/plan?watch=later", None, 422),
 ])
 def test_hostile_parameters_are_refused_as_problems_never_a_5xx(console, method, path, body, status):
     answer = call(console, method, path, json=body)

@@ -21,12 +21,12 @@ from tests.waits import poll_until
 from tests.processes import CLI
 
 READS = {"losses", "incident", "incident_report", "checks", "streams", "systems", "conformance", "history", "search",
-         "budgets", "canary"}
+         "budgets", "canary", "maintenance_plan"}
 WRITES = {"edit_stream", "mute_rule", "unmute_rule"}
 CALLS = {"losses": {"stream": "API_LOSS"}, "incident": {"batch_id": "api-loss"},
          "incident_report": {"batch_id": "api-loss"}, "checks": {}, "streams": {}, "systems": {}, "conformance": {},
          "history": {"table": "abandoned_batches"}, "search": {"stream": "TEAM_A", "where": "payload.n >= 1"},
-         "budgets": {}, "canary": {}}
+         "budgets": {}, "canary": {}, "maintenance_plan": {"node": "nowhere", "watch": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +87,13 @@ def test_every_read_tool_answers_as_the_tokens_role_and_changes_nothing(console,
                                             "search": {"stream": "OTHER"}, "losses": {}}))
     assert '"OTHER"' not in team["streams"] and team["incident"].startswith("refused (404")
     assert team["search"].startswith("refused (403") and '"total":0' in team["losses"]
+    assert found["maintenance_plan"].startswith("refused (403")  # a viewer may not drain: no node's plan
+    admin = asyncio.run(way(console, "admin", {"maintenance_plan": {"node": "nowhere", "watch": 0}}))
+    assert json.loads(admin["maintenance_plan"])["verdict"] == "refused"
     assert _settings(console) == before
     actions = {r["action"] for r in call(console, "GET", "/audit?limit=1000").json()["records"]
                if r["user"] in ("token:viewer-bot", "token:team-bot")}
-    assert actions <= {"search.run", "stream.read"}  # the search is an action; nothing else was done
+    assert actions <= {"search.run", "stream.read", "maintain.plan"}  # the search an action, the plan's refusal
 
 
 def test_the_writing_tools_only_when_turned_on_each_an_audited_action(console):
