@@ -27,7 +27,7 @@ from console.payloads import Payloads
 from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named, found_row, search_schema, typed_row
 
 if TYPE_CHECKING:
-    from console.actions import Actions
+    from console.domain.audit import Actor
     from console.broker.admin import StreamAdmin
     from console.broker.connection import Connection
     from console.broker.eventlog import EventLog
@@ -51,9 +51,22 @@ class RuleWriter(Protocol):
 
 
 class Searcher(Protocol):
-    def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
+    def __call__(self, asker: Asker, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
                  cancelled: Callable[[], bool], on_match: Callable[[Found], None] | None
                  ) -> Awaitable[tuple[list[Found], SearchProgress]]: ...
+
+
+class Asker(Protocol):
+    """Who asks for a command, as the command sees them (console.actions.Actions is one): whose payload level
+    holds, who is named, whether their session ended. Commands never reach back into the action layer."""
+
+    @property
+    def actor(self) -> Actor: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def payloads(self, stream: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,7 @@ class Command(Generic[T]):
         """What its audit record says of an accepted outcome ("": nothing beyond it)."""
         return ""
 
-    async def execute(self, services: Services, asker: Actions) -> T:
+    async def execute(self, services: Services, asker: Asker) -> T:
         raise NotImplementedError
 
 
@@ -131,7 +144,20 @@ class EditStream(Command["StreamBatchSettings"]):
     def diff(self) -> dict[str, list[Any]]:
         return {k: [a, b] for k, (a, b) in self.changes.items()}
 
-    async def execute(self, services: Services, asker: Actions) -> StreamBatchSettings:
+    @classmethod
+    def validate(cls, current: StreamBatchSettings, **proposal: Any) -> EditStream | None:
+        """The edit from a stream's settings as read now to a proposal of its batch settings (None: one left
+        as it is), or None when it changes nothing: the one place the Streams page and the API decide it.
+        ValueError for a setting that is not a batch setting."""
+        from console.domain.stream_settings import EDITABLE, diff_settings
+
+        if unknown := set(proposal) - set(EDITABLE):
+            raise ValueError(f"not a batch setting: {', '.join(sorted(unknown))[:100]}")
+        wanted = current.with_changes(**{k: v for k, v in proposal.items() if v is not None})
+        changes = diff_settings(current, wanted)
+        return cls(current.name, dict(changes)) if changes else None
+
+    async def execute(self, services: Services, asker: Asker) -> StreamBatchSettings:
         return await required(services.streams, "streams").apply(self.stream, **{k: b for k, (_, b) in self.changes.items()})
 
 
@@ -154,7 +180,7 @@ class FetchMessages(Command["FetchResult"]):
     def target(self) -> str:
         return f"{self.reader.stream}/{self.reader.consumer} {self.count}"
 
-    async def execute(self, services: Services, asker: Actions) -> FetchResult:
+    async def execute(self, services: Services, asker: Asker) -> FetchResult:
         return await self.reader.fetch(self.count, max_bytes=self.max_bytes, expires=self.expires)
 
 
@@ -178,7 +204,7 @@ class AnswerMessage(Command[None]):
     def target(self) -> str:
         return f"{self.stream}/{self.consumer} seq {self.message.stream_seq}"
 
-    async def execute(self, services: Services, asker: Actions) -> None:
+    async def execute(self, services: Services, asker: Asker) -> None:
         if self.reader is None or self.reader.peek:
             raise ConsoleError("only a message fetched from a durable consumer is acked")
         await self.reader.ack(self.message, self.kind)
@@ -218,7 +244,7 @@ class RunProbe(Command["ProbeReport"]):
     def target(self) -> str:
         return f"{self.options.stream} {self.options.kind} x{self.options.count}"
 
-    async def execute(self, services: Services, asker: Actions) -> ProbeReport:
+    async def execute(self, services: Services, asker: Asker) -> ProbeReport:
         from console.probe import run_probe
 
         return await run_probe(required(services.connection, "connection")(), self.options, self.progress)
@@ -239,7 +265,7 @@ class RunCanary(Command["CanaryRun"]):
         o = self.options
         return f"{o.system} " + ("once" if o.once else f"every {o.every:g}s") + f" x{o.messages}"
 
-    async def execute(self, services: Services, asker: Actions) -> CanaryRun:
+    async def execute(self, services: Services, asker: Asker) -> CanaryRun:
         from console.canary import run_canary
 
         return await run_canary(required(services.connection, "connection")(), self.options, self.log, self.stopping)
@@ -265,7 +291,7 @@ class DrainNode(Command["list[Move]"]):
 
         return f"plan {self.plan.verdict}; " + moves_summary(result)
 
-    async def execute(self, services: Services, asker: Actions) -> list[Move]:
+    async def execute(self, services: Services, asker: Asker) -> list[Move]:
         from console.broker.maintenance import Lease, MaintenanceRefused, drain
 
         nc = required(services.connection, "connection")()
@@ -294,7 +320,7 @@ class SaveAlertRule(Command[str]):
     def target(self) -> str:
         return self.rule
 
-    async def execute(self, services: Services, asker: Actions) -> str:
+    async def execute(self, services: Services, asker: Asker) -> str:
         return required(services.rules, "rules")().write_rule(self.text)
 
 
@@ -309,7 +335,7 @@ class MuteAlertRule(Command[None]):
     def target(self) -> str:
         return self.rule
 
-    async def execute(self, services: Services, asker: Actions) -> None:
+    async def execute(self, services: Services, asker: Asker) -> None:
         required(services.rules, "rules")().write_muted(self.rule, self.muted)
 
 
@@ -336,7 +362,7 @@ class RunSearch(Command[tuple[list["Found"], "SearchProgress"]]):
     def target(self) -> str:
         return bounded(f"{self.query.stream} {json.dumps(self.query.describe(), default=str)}")
 
-    async def execute(self, services: Services, asker: Actions) -> tuple[list[Found], SearchProgress]:
+    async def execute(self, services: Services, asker: Asker) -> tuple[list[Found], SearchProgress]:
         return await required(services.search, "search")(asker, self.query, self.progress, self.cancelled, self.on_match)
 
 
@@ -368,7 +394,7 @@ class ExportSearch(Command[Any]):
         held = f" {len(self.matches)} matches" if self.matches is not None else f" to {self.path}"
         return bounded(f"{self.query.stream} {self.fmt}{held} {json.dumps(self.query.describe(), default=str)}")
 
-    async def execute(self, services: Services, asker: Actions) -> Any:
+    async def execute(self, services: Services, asker: Asker) -> Any:
         payloads, stream = dataclasses.replace(services.payloads(), level=asker.payloads), self.query.stream
         one = one_decoder(payloads.decoders, stream) if self.fmt == "parquet" else None
         payload_type = one.arrow_type() if one is not None else None
@@ -417,7 +443,7 @@ class ExportTable(Command[bytes]):
     def target(self) -> str:
         return f"{self.table} {self.period}" + ("" if self.fmt == "csv" else f" {self.fmt}")
 
-    async def execute(self, services: Services, asker: Actions) -> bytes:
+    async def execute(self, services: Services, asker: Asker) -> bytes:
         return export_bytes(self.fmt, self.rows, self.columns, self.filters)
 
 
@@ -439,7 +465,7 @@ class ExportReport(Command[str]):
     def on_stream(self) -> str | None:
         return self.stream
 
-    async def execute(self, services: Services, asker: Actions) -> str:
+    async def execute(self, services: Services, asker: Asker) -> str:
         return self.report()
 
 

@@ -20,7 +20,7 @@ from console.commands import EditStream, ExportSearch, ExportTable, MuteAlertRul
 from console.domain.alert_rules import RulesError, parse_rules
 from console.domain.display import Clock
 from console.domain.search import SearchQuery
-from console.domain.stream_settings import StreamBatchSettings, diff_settings
+from console.domain.stream_settings import StreamBatchSettings
 from console.export import format_named
 from console.queries.audit import audit_frame
 from console.runtime import Runtime
@@ -38,11 +38,10 @@ def changes(ctx: Context) -> APIRouter:
         """The action stream.edit: as the Streams page's Apply, audited with the caller's name."""
         runtime = ctx.runtime_of(system)
         current = await ctx.one_stream(runtime, ctx.stream_name(name), who)
-        wanted = current.with_changes(**change.model_dump(exclude_none=True))
-        diff = diff_settings(current, wanted)
-        if not diff:
+        edit = EditStream.validate(current, **change.model_dump(exclude_none=True))
+        if edit is None:
             return current
-        return await ctx.acting(who.actions(runtime).run(EditStream(current.name, dict(diff))), "stream.edit")
+        return await ctx.acting(who.actions(runtime).run(edit), "stream.edit")
 
     def known_rule(runtime: Runtime, name: str) -> str:
         if name not in {r.name for r in runtime.alerts.rules()[0]}:

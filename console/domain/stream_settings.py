@@ -102,7 +102,9 @@ def check_change(before: StreamBatchSettings, after: StreamBatchSettings,
     return found
 
 
+EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")  # the batch settings the console edits
+
+
 def diff_settings(before: StreamBatchSettings, after: StreamBatchSettings) -> dict[str, tuple[Any, Any]]:
     """field -> (before, after) for the editable fields that change."""
-    fields = ("allow_atomic", "allow_batched", "persist_mode")
-    return {f: (getattr(before, f), getattr(after, f)) for f in fields if getattr(before, f) != getattr(after, f)}
+    return {f: (getattr(before, f), getattr(after, f)) for f in EDITABLE if getattr(before, f) != getattr(after, f)}

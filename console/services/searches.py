@@ -11,7 +11,7 @@ from console.broker.connection import Connection
 from console.errors import BusyError
 
 if TYPE_CHECKING:
-    from console.actions import Actions
+    from console.commands import Asker
     from console.decoders.rules import Decoders
     from console.payloads import Payloads
     from console.domain.search import Found, SearchProgress, SearchQuery
@@ -29,7 +29,7 @@ class Searches:
         self._connection, self._payloads, self._decoders = connection, payloads, decoders
         self._running: set[str] = set()  # the users (a token's name, a signed-in user) whose search runs now
 
-    async def __call__(self, asker: Actions, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
+    async def __call__(self, asker: Asker, query: SearchQuery, progress: Callable[[SearchProgress], None] | None,
                        cancelled: Callable[[], bool], on_match: Callable[[Found], None] | None
                        ) -> tuple[list[Found], SearchProgress]:
         from console.broker.search import search

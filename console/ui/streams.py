@@ -159,15 +159,16 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
 
     async def apply(self) -> StreamBatchSettings | None:
         """Apply the proposed settings; the updated stream, or None (result says why)."""
-        proposed = self._proposed()
-        if proposed is None:
+        current = self._streams.get(self.stream)
+        if current is None:
             return None
-        diff = diff_settings(self._streams[proposed.name], proposed)
-        if not diff:
+        edit = EditStream.validate(current, allow_atomic=self.allow_atomic, allow_batched=self.allow_batched,
+                                   persist_mode=self.persist_mode)
+        if edit is None:
             self.result = "Nothing to apply."
             return None
         try:
-            updated = await self._actions().run(EditStream(proposed.name, dict(diff)))
+            updated = await self._actions().run(edit)
         except Refusal as refused:
             self.result = f"**The server refused:** {html.escape(str(refused))}"
             return None

@@ -43,3 +43,20 @@ def test_diff_names_only_changed_batch_fields():
     before = StreamBatchSettings("S")
     after = before.with_changes(allow_batched=True, replicas=3)
     assert diff_settings(before, after) == {"allow_batched": (False, True)}
+
+
+def test_an_edit_is_decided_once_from_the_current_settings_and_a_proposal():
+    """EditStream.validate: what the Streams page and the API both run (a no-op is no edit; a setting
+    left as None stays; anything but a batch setting is refused)."""
+    import pytest
+
+    from console.commands import EditStream
+
+    current = StreamBatchSettings("ORDERS", allow_atomic=False, allow_batched=True, persist_mode="default")
+    assert EditStream.validate(current, allow_atomic=False, allow_batched=True, persist_mode="default") is None
+    assert EditStream.validate(current, allow_atomic=None) is None
+    edit = EditStream.validate(current, allow_atomic=True, allow_batched=None)
+    assert edit is not None and (edit.stream, edit.changes) == ("ORDERS", {"allow_atomic": (False, True)})
+    for hostile in ({"max_age": 1}, {"name": "OTHER"}, {"replicas": 3}):
+        with pytest.raises(ValueError, match="not a batch setting"):
+            EditStream.validate(current, **hostile)
