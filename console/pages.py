@@ -14,8 +14,7 @@ protocol:
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, runtime_checkable
 
@@ -27,6 +26,7 @@ from console.broker import names
 from console.domain.display import count, md
 from console.domain.maintenance import node_name
 from console.investigate import advice
+from console.queries import fleet as read_fleet
 from console.domain.audit import Checked
 from console.domain.conformance import Verdicts
 from console.fleet import Fleet
@@ -243,8 +243,9 @@ def probe(runtime: Runtime, actions: Actions, **params) -> ProbePage:
     return ProbePage(run=run, may=actions.allowed, **params)
 
 
-def _alerts(view, actions: Actions):
-    return _sight(actions).through(view, SeenAlerts)
+def _alerts(view, actions: Actions) -> SeenAlerts:
+    """The alerts as the user sees them, whoever it is: a page never holds the view's writers."""
+    return SeenAlerts(view, _sight(actions).limit or (lambda stream: True))
 
 
 def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
@@ -344,51 +345,23 @@ def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage
 
 def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
     """Every system's History, each row with its system (the plots sum them)."""
-    from console.storage.history import ReaderAcross
-
-    runtimes = fleet.runtimes()
-    readers = {name: r.history for name, r in runtimes.items() if r.history is not None}
-    problems = "; ".join(f"{name}: {r.history_problem}" for name, r in runtimes.items() if r.history is None)
-    return HistoryPage(history=_history(ReaderAcross(readers), actions) if readers else None, problem=problems or None,
-                       live_seq=lambda: sum(r.live.last_seq for r in runtimes.values()),
+    reader, problem = read_fleet.history(fleet.runtimes())
+    return HistoryPage(history=_history(reader, actions) if reader is not None else None, problem=problem,
+                       live_seq=lambda: sum(r.live.last_seq for r in fleet.runtimes().values()),
                        export=actions.run, may=actions.allowed, **params)
 
 
 def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
     """Every system's findings as its alerts part last evaluated them, each with its system."""
-
-    def findings():
-        found, times, unchecked = [], [], []
-        for name, runtime in fleet.runtimes().items():
-            each, when, skipped = runtime.alerts.findings()
-            found += [{**f, "system": name} for f in each]
-            times += [when] if when is not None else []
-            unchecked += [(f"{name} {code}", why) for code, why in skipped]
-        unchecked += [(name, f"not reachable ({why})") for name, why in fleet.unreached.items()]
-        return found, min(times, default=None), unchecked
-
-    return ChecksPage(findings=_seen_findings(findings, _sight(actions)), by_system=True, **params)
+    return ChecksPage(findings=_seen_findings(lambda: read_fleet.findings(fleet.runtimes(), fleet.unreached),
+                                              _sight(actions)), by_system=True, **params)
 
 
 def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
-    """Every system's audit trail, each record with its system and each chain checked on its own; a trail
-    that cannot be read is a break (nothing of it is vouched for)."""
-
-    async def trail(since: datetime | None) -> Checked:
-        runtimes = fleet.runtimes()
-        read = await asyncio.gather(*(r.audit.read(since) for r in runtimes.values()), return_exceptions=True)
-        merged = Checked.across({name: c for name, c in zip(runtimes, read) if isinstance(c, Checked)})
-        unread = [(0, f"system {name}: not read: {str(e)[:200] or type(e).__name__}")
-                  for name, e in zip(runtimes, read) if not isinstance(e, Checked)]
-        return replace(merged, breaks=[*merged.breaks, *unread]) if unread else merged
-
-    def recent(since: datetime | None):
-        found = {name: seen for name, r in fleet.runtimes().items() if (seen := r.audit.recent(since)) is not None}
-        if not found:
-            return None
-        return min(at for at, _ in found.values()), Checked.across({name: c for name, (_, c) in found.items()})
-
-    seen_trail, seen_recent = _seen_trail(trail, recent, _sight(actions))
+    """Every system's audit trail, each record with its system and each chain checked on its own."""
+    seen_trail, seen_recent = _seen_trail(lambda since: read_fleet.audit_trail(fleet.runtimes(), since),
+                                          lambda since: read_fleet.recent_audit(fleet.runtimes(), since),
+                                          _sight(actions))
     return AuditPage(trail=seen_trail, recent=seen_recent, export=actions.run, may=actions.allowed, **params)
 
 
@@ -399,17 +372,8 @@ def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
 
 def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:
     """Every system's clients, each named with its system; a system whose log cannot be read is left out."""
-
-    async def verdicts() -> Verdicts:
-        runtimes = fleet.runtimes()
-        read = await asyncio.gather(*(r.verdicts() for r in runtimes.values()), return_exceptions=True)
-        return Verdicts.across({name: v for name, v in zip(runtimes, read) if isinstance(v, Verdicts)})
-
-    def recent() -> Verdicts | None:
-        found = {name: v for name, r in fleet.runtimes().items() if (v := r.verdicts.recent()) is not None}
-        return Verdicts.across(found) if found else None
-
-    return _conformance(verdicts, recent, actions, **params)
+    return _conformance(lambda: read_fleet.verdicts(fleet.runtimes()),
+                        lambda: read_fleet.recent_verdicts(fleet.runtimes()), actions, **params)
 
 
 def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:

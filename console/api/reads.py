@@ -26,6 +26,7 @@ from console.domain.incident import incident_report as markdown_report, no_messa
 from console.domain.live_model import LostBatch
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import EARLIEST
+from console.queries import fleet as read_fleet
 from console.runtime import Runtime
 
 SEVERITIES = ("ok", "info", "warning", "critical")
@@ -54,8 +55,7 @@ def reads(ctx: Context) -> APIRouter:
                                                             "arrive")) -> LossesPage:
         """Lost batches as Live holds them (the last hour), newest first; of every system unless one is named."""
         wanted = {system: ctx.runtime_of(system)} if system else fleet.runtimes()
-        found = [b for runtime in wanted.values() for b in runtime.live.model.newest_first(limit=10_000, per_stream=50)]
-        found = [b for b in found if who.reads(b.stream) and (stream is None or b.stream == stream)
+        found = [b for b in read_fleet.losses(wanted) if who.reads(b.stream) and (stream is None or b.stream == stream)
                  and (reason is None or b.reason == reason)
                  and (kind is None or b.kind == kind) and (publisher is None or publisher in (b.publisher or ""))
                  and (since is None or b.time >= since) and (until is None or b.time < until)]

@@ -1,5 +1,7 @@
 """The alerts as one reader may see them: what fires, was sent and was delivered about a stream it does
-not see is absent (a rule, and what concerns no stream, every reader sees)."""
+not see is absent (a rule, and what concerns no stream, every reader sees). A page holds this, never the
+alerts view itself: it reads, and asks for a change through the actions; the view's writers are the
+commands' alone."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ class SeenAlerts:
     def __init__(self, view: Any, sees: Sees):
         self._view, self._sees = view, sees
 
-    def __getattr__(self, name: str) -> Any:  # the rules, a mute, a save: through the actions, as before
-        return getattr(self._view, name)
+    def rules(self) -> tuple[list, str | None]:
+        return self._view.rules()
+
+    async def save_rule(self, text: str, actions: Any) -> str:  # the action alert_rule.save
+        return await self._view.save_rule(text, actions)
+
+    async def set_muted(self, name: str, muted: bool, actions: Any) -> None:  # alert_rule.mute / unmute
+        await self._view.set_muted(name, muted, actions)
 
     def firing(self) -> list[tuple]:
         return [f for f in self._view.firing() if self._sees(f[1] or None)]

@@ -44,7 +44,7 @@ def deliveries_frame(deliveries: list[dict], clock: Clock = Clock(), several: bo
 
 
 class AlertsPage(Clocked, pn.viewable.Viewer):
-    view = param.Parameter(doc="The rules and the alerts process's state (console.alerting.view.AlertsView)",
+    view = param.Parameter(doc="The rules and the alerts as the user sees them (console.queries.alerts.SeenAlerts)",
                            precedence=-1)
     read_only = param.Boolean(default=False, doc="Show, never change")
     actions = param.Parameter(default=None, precedence=-1,

@@ -162,3 +162,17 @@ async def test_replay_says_up_front_who_may_not_fetch_keeps_unanswered_cards_on_
     await page.next()
     assert [m.payload for m in page.messages] == [b"1", b"2"]
     await page.close()
+
+
+async def test_the_alerts_page_holds_no_writer_of_the_rules_whoever_reads_it(runtime):
+    """A page changes the rules only through the actions: the view it is given reads and asks, and has
+    none of the alerts view's writers (an admin's no more than a team's)."""
+    from console import pages
+    from console.domain.audit import Actor
+
+    page = pages.alerts(runtime, runtime.actions(Actor("ops")))
+    assert not any(hasattr(page.view, name) for name in ("write_rule", "write_muted", "_write"))
+    rules, _ = page.view.rules()
+    assert isinstance(rules, list)
+    with pytest.raises(ForbiddenError):  # support may not save a rule: refused by the actions, nothing written
+        await page.view.save_rule('[[rule]]\nname = "x"\nwhen = "lost_batches"\n', page.actions)
