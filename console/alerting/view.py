@@ -139,6 +139,8 @@ class AlertsAcross:
     (changed through the first system's view, whose audit trail records it) and each system's state,
     each row with its system."""
 
+    several = True  # each row with its system
+
     def __init__(self, views: dict[str, AlertsView]):
         self.views = views
         self.first = next(iter(views.values()))

@@ -15,10 +15,9 @@ from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
 from console.domain.checks import StreamFacts, StreamPage
 from console.domain.server_versions import ServerRelease
-from console.domain.stream_settings import StreamBatchSettings
+from console.domain.stream_settings import EDITABLE, StreamBatchSettings
 from console.errors import ReadOnlyError, Refusal
 
-EDITABLE = ("allow_atomic", "allow_batched", "persist_mode")
 
 
 @dataclass(frozen=True)
@@ -92,12 +91,7 @@ class StreamAdmin:
         or hand it to the `preferred` server (by name; nats-server 2.11 and later)."""
         if self.read_only:
             raise ReadOnlyError("read-only mode: stream leaders are not stepped down")
-        request = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
-        reply = await self.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(name)}", request, timeout=5)
-        answer = json.loads(reply.data or b"{}")
-        if "error" in answer:
-            e = answer["error"]
-            raise Refusal(e.get("code", 0), e.get("err_code", 0), e.get("description", ""))
+        await leader_step_down(self.nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(name)}", preferred)
 
     async def apply(self, name: str, **changes: Any) -> StreamBatchSettings:
         """Update the stream with these batch settings; Refusal carries the server's answer."""
@@ -132,3 +126,14 @@ async def list_streams(nc: Client) -> tuple[list[StreamFacts], dict[str, str]]:
         offline.update(page.offline)
         if not page.streams or len(streams) >= page.total:
             return streams, offline
+
+
+async def leader_step_down(nc: Client, subject: str, preferred: str | None = None) -> None:
+    """A stream's or consumer's leader steps down (its STEPDOWN subject), to `preferred` where the server takes
+    a placement (2.11 and later); Refusal with the server's code and text."""
+    body = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
+    reply = await nc.request(subject, body, timeout=5)
+    answer = json.loads(reply.data or b"{}")
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        e = answer["error"]
+        raise Refusal(e.get("code", 0), e.get("err_code", 0), str(e.get("description", ""))[:300])

@@ -22,6 +22,7 @@ from nats.js.api import ClusterInfo, KeyValueConfig
 from nats.js.kv import KeyValue
 
 from console.broker import names
+from console.broker.admin import leader_step_down
 from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, plan
 from console.errors import ConsoleError, Refusal
 
@@ -224,14 +225,9 @@ async def _holder(kv: KeyValue) -> str:
 
 async def step_down(nc: Client, group: Group, preferred: str | None) -> None:
     """The group's leader steps down, to `preferred` where the server takes a placement (2.11 and later)."""
-    subject = (f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(group.stream)}" if group.consumer is None else
-               f"$JS.API.CONSUMER.LEADER.STEPDOWN.{names.stream(group.stream)}.{group.consumer}")
-    body = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
-    reply = await nc.request(subject, body, timeout=5)
-    answer = json.loads(reply.data or b"{}")
-    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
-        e = answer["error"]
-        raise Refusal(e.get("code", 0), e.get("err_code", 0), str(e.get("description", ""))[:300])
+    await leader_step_down(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(group.stream)}" if group.consumer is None
+                           else f"$JS.API.CONSUMER.LEADER.STEPDOWN.{names.stream(group.stream)}.{group.consumer}",
+                           preferred)
 
 
 async def leader_of(nc: Client, group: Group) -> str | None:
@@ -260,7 +256,7 @@ async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeo
 
         async def move(group: Group) -> None:
             async with at_once:
-                moves.append(await _move(nc, node, group, tap, time_box))
+                moves.append(await move_when_quiet(nc, node, group, tap, time_box))
                 said(_move_line(moves[-1]))
 
         # each stream as soon as it is quiet: one busy stream holds no other back
@@ -272,7 +268,9 @@ async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeo
     return moves
 
 
-async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
+async def move_when_quiet(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
+    """One leadership off `node`: a stream's at a moment no batch is open on it (up to `time_box` s), at once
+    for a consumer's; the new leader read back."""
     started = time.monotonic()
     at_risk: list[OpenBatch] = []
     if group.consumer is None:

@@ -14,6 +14,11 @@ class SeenAlerts:
     def __init__(self, view: Any, sees: Sees):
         self._view, self._sees = view, sees
 
+    @property
+    def several(self) -> bool:
+        """Several systems' alerts (each row with its system): the page shows a system column."""
+        return bool(getattr(self._view, "several", False))
+
     def rules(self) -> tuple[list, str | None]:
         return self._view.rules()
 

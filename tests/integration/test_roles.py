@@ -173,6 +173,9 @@ async def test_the_alerts_page_holds_no_writer_of_the_rules_whoever_reads_it(run
     page = pages.alerts(runtime, runtime.actions(Actor("ops")))
     assert not any(hasattr(page.view, name) for name in ("write_rule", "write_muted", "_write"))
     rules, _ = page.view.rules()
-    assert isinstance(rules, list)
+    assert isinstance(rules, list) and page.view.several is False
+    from console.alerting.view import AlertsAcross
+
+    assert pages._alerts(AlertsAcross({"a": runtime.alerts, "b": runtime.alerts}), page.actions).several is True
     with pytest.raises(ForbiddenError):  # support may not save a rule: refused by the actions, nothing written
         await page.view.save_rule('[[rule]]\nname = "x"\nwhen = "lost_batches"\n', page.actions)

@@ -1,0 +1,175 @@
+"""Leadership moves on a three-node cluster under steady atomic-batch load: the server's plain step-down
+beside the console's batch-safe move, side by side in one run.
+
+    .venv/bin/python bench/maintain.py [--moves 50] [--streams 3] [--open-ms 100] [--idle-ms 100]
+
+One publisher per R3 stream sends atomic batches of five messages without pause: each batch is open for
+about --open-ms (its messages spread over it), then the publisher is idle for --idle-ms. The same number
+of leadership moves, spread over the streams (so over the nodes), is made twice:
+1. plain step-down ($JS.API.STREAM.LEADER.STEPDOWN, as `nats stream cluster step-down` does) at once;
+2. the console's batch-safe move (console.broker.maintenance, as `maintain drain` makes each one): the
+   publish side tapped, the step taken at a moment no batch is open on the stream, time-boxed by the
+   batch timeout.
+Counted for each: batches lost (a commit the server refused: an open batch does not survive its
+stream's leader change), batches committed, and the publish stall of a move (the longest gap between
+two acks of the stream's publisher around it, p50 and p95). The publishers here do not take part in the
+maintenance (they are not told): what the batch-safe move saves is what its quiet moment saves.
+
+A benchmark, not a test: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import nats
+from nats.js.api import StreamConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from measure import percentile, until  # noqa: E402
+from console.broker.atomic import AtomicBatch  # noqa: E402
+from console.broker.cluster import EmbeddedCluster  # noqa: E402
+from console.broker.maintenance import Tap, move_when_quiet, read_groups, step_down  # noqa: E402
+from console.broker.server import BatchLimits  # noqa: E402
+from console.errors import BatchError  # noqa: E402
+from console.progress import ProgressBar  # noqa: E402
+
+LIMITS = BatchLimits(timeout=5.0)
+
+
+class Publisher:
+    """Atomic batches on one stream, back to back: each open for `open_s`, then `idle_s` without one."""
+
+    def __init__(self, nc, stream: str, open_s: float, idle_s: float):
+        self.nc, self.stream, self.open_s, self.idle_s = nc, stream, open_s, idle_s
+        self.committed = self.lost = 0
+        self.acks: list[float] = []  # when each message's publish returned (the commit's, its ack)
+        self.stopped = False
+
+    async def run(self) -> None:
+        subject = f"{self.stream.lower()}.x"
+        while not self.stopped:
+            batch = AtomicBatch(self.nc, timeout=5.0)
+            try:
+                for _ in range(4):
+                    await batch.add(subject, b"m" * 64)
+                    self.acks.append(time.perf_counter())
+                    await asyncio.sleep(self.open_s / 5)
+                await batch.commit(subject, b"last")
+                self.acks.append(time.perf_counter())
+                self.committed += 1
+            except (BatchError, nats.errors.Error, asyncio.TimeoutError):
+                self.lost += 1
+                batch.discard()
+            await asyncio.sleep(self.idle_s)
+
+    def stall_around(self, at: float, window: float = 10.0) -> float:
+        """The longest gap between two publishes from `at` on (the move's effect), within `window` s."""
+        times = [t for t in self.acks if at - 1.0 <= t <= at + window]
+        return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bool, label: str) -> tuple[int, int, list[float]]:
+    """`count` leadership moves round the streams; (lost, committed, each move's stall in ms)."""
+    lost0 = sum(p.lost for p in publishers.values())
+    committed0 = sum(p.committed for p in publishers.values())
+    tap = await Tap.on(nc, list(publishers), timedelta(seconds=LIMITS.timeout)) if batch_safe else None
+    if tap is not None:
+        await asyncio.sleep(LIMITS.timeout)  # every batch open now is seen by then (drain does the same)
+    starts: list[tuple[str, float]] = []
+    bar = ProgressBar(count, label)
+    streams = list(publishers)
+    try:
+        for i in range(count):
+            stream = streams[i % len(streams)]
+            group = await _group(nc, stream)
+            node = group.leader
+            started = time.perf_counter()
+            if tap is not None:
+                move = await move_when_quiet(nc, node, group, tap, LIMITS.timeout)
+                assert move.error is None, move.error
+            else:
+                await step_down(nc, group, None)
+                await until(lambda: _moved(nc, stream, node), 30, f"{stream} still led by {node}")
+            starts.append((stream, started))
+            bar.update(i + 1)
+            await asyncio.sleep(1.0)  # the publishers go on between moves, as between nodes of a rolling upgrade
+    finally:
+        bar.close()
+        if tap is not None:
+            await tap.close()
+    await asyncio.sleep(2 * (publishers[streams[0]].open_s + publishers[streams[0]].idle_s))  # the last batches end
+    stalls = [1000 * publishers[s].stall_around(t) for s, t in starts]
+    return (sum(p.lost for p in publishers.values()) - lost0,
+            sum(p.committed for p in publishers.values()) - committed0, stalls)
+
+
+async def _moved(nc, stream: str, node: str) -> bool:
+    try:  # during the election the stream answers nothing: not yet
+        info = await nc.jetstream().stream_info(stream)
+    except (nats.errors.Error, asyncio.TimeoutError):
+        return False
+    return bool(info.cluster and info.cluster.leader and info.cluster.leader != node)
+
+
+async def _group(nc, stream: str):
+    """The stream's group as the server reports it, once it has a leader."""
+    async def found():
+        try:
+            return next((g for g in await read_groups(nc, consumers=False) if g.stream == stream and g.leader), None)
+        except (nats.errors.Error, asyncio.TimeoutError):
+            return None
+    return await until(found, 30, f"{stream} has no leader")
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(Path(tmp), batch_limits=LIMITS) as cluster:
+        nc = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        names = [f"BENCH_MAINT_{i}" for i in range(args.streams)]
+        for name in names:
+            await until(lambda n=name: _created(nc, n), 60, f"{name} not created")
+        publishers = {n: Publisher(nc, n, args.open_ms / 1000, args.idle_ms / 1000) for n in names}
+        tasks = [asyncio.create_task(p.run()) for p in publishers.values()]
+        await asyncio.sleep(2.0)
+        results = {}
+        for label, safe in (("plain step-down", False), ("batch-safe move", True)):
+            results[label] = await moves(nc, publishers, args.moves, safe, label)
+        for p in publishers.values():
+            p.stopped = True
+        await asyncio.gather(*tasks)
+        await nc.close()
+    print(f"\n{args.moves} leadership moves over {args.streams} R3 streams, batches open {args.open_ms} ms then idle "
+          f"{args.idle_ms} ms (publishers not taking part)")
+    print(f"{'':20}{'lost':>8}{'committed':>11}{'lost %':>9}{'stall p50 ms':>14}{'stall p95 ms':>14}")
+    for label, (lost, committed, stalls) in results.items():
+        share = 100 * lost / max(1, lost + committed)
+        print(f"{label:20}{lost:>8}{committed:>11}{share:>9.2f}{percentile(stalls, 0.5):>14.0f}"
+              f"{percentile(stalls, 0.95):>14.0f}")
+    plain, safe = results["plain step-down"][0], results["batch-safe move"][0]
+    print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else ""))
+
+
+async def _created(nc, name: str) -> bool:
+    try:
+        await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], num_replicas=3,
+                                                     allow_atomic=True))
+        info = await nc.jetstream().stream_info(name)
+        return bool(info.cluster and info.cluster.leader)
+    except Exception:
+        return False
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--moves", type=int, default=50)
+    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument("--open-ms", type=int, default=100)
+    parser.add_argument("--idle-ms", type=int, default=100)
+    asyncio.run(main(parser.parse_args()))
