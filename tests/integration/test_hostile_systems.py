@@ -131,8 +131,8 @@ async def test_collect_and_serve_over_systems_go_on_with_the_good_one_beside_hos
         finally:
             for proc in (collector, web):
                 proc.send_signal(signal.SIGTERM)
-            for proc in (collector, web):
-                proc.wait(timeout=30)
+            for proc in (collector, web):  # a loaded CI machine once took past 30 s (issue 65 looks at why)
+                proc.wait(timeout=90)
         said = collect_log.read_text()
         assert "Traceback" not in said, said[-3000:]
         assert all(f"system bad_{name}: not reachable" in said for name in hostile), said[-3000:]
