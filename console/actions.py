@@ -67,14 +67,6 @@ class Actions:
             return Outcome.NO_TRAIL, f"no audit trail: {self.why_no_audit}"
         return None
 
-    async def refused(self, command: type[Command[Any]], target: str, stream: str | None = None) -> str | None:
-        """Why the action would be refused (the refusal recorded), or None: for a page that refuses
-        before it can build the command (a durable fetch on a read-only console opens no reader)."""
-        if (why := self._refusal(command, stream)) is None:
-            return None
-        await self._record_refusal(command.name, target, *why, None)
-        return why[1]
-
     async def note(self, name: str, target: str, outcome: Outcome, detail: str) -> None:
         """A refusal that came before any command could be named (an API call without a valid token)."""
         await self._record(name, target, outcome, detail, None)

@@ -11,14 +11,13 @@ search runner) are the services' alone."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
 
-from console.domain.messages import Ack
+from console.domain.messages import Ack, to_ack_metadata
 from console.domain.roles import BUILT_IN
 from console.errors import ConsoleError
 from console.decoders.rules import one_decoder
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from console.broker.connection import Connection
     from console.broker.eventlog import EventLog
     from console.canary import CanaryOptions, CanaryRun
-    from console.broker.pull import ConsumerReader
     from console.domain.messages import FetchResult, StoredMessage
     from console.domain.search import Found, SearchProgress, SearchQuery
     from console.domain.stream_settings import StreamBatchSettings
@@ -77,7 +75,8 @@ class Services:
     connection: Callable[[], Connection] | None = None  # the one a probe publishes on now (reopened ones too)
     rules: Callable[[], RuleWriter] | None = None
     search: Searcher | None = None
-    payloads: Callable[[], Payloads] = lambda: Payloads(Masking(), None)  # exports decode through it
+    # the payload pipeline for a reader's level of each stream (Grants.payloads): exports decode through it
+    payloads: Callable[[Callable[[str], str]], Payloads] = lambda level: Payloads(Masking(), None, level)
 
 
 def required(service: S | None, name: str) -> S:
@@ -167,37 +166,39 @@ class FetchMessages(Command["FetchResult"]):
 
     name, role, changes_server = "consumer.fetch", "operator", True
     records = "stream/consumer and how many messages were asked for"
-    reader: ConsumerReader
+    stream: str
+    consumer: str
     count: int
     max_bytes: int | None = None
     expires: float = 2.0
 
     @property
     def on_stream(self) -> str:
-        return self.reader.stream
+        return self.stream
 
     @property
     def target(self) -> str:
-        return f"{self.reader.stream}/{self.reader.consumer} {self.count}"
+        return f"{self.stream}/{self.consumer} {self.count}"
 
     async def execute(self, services: Services, asker: Asker) -> FetchResult:
-        return await self.reader.fetch(self.count, max_bytes=self.max_bytes, expires=self.expires)
+        reader = required(services.streams, "streams").reader(self.stream, self.consumer)
+        return await reader.fetch(self.count, max_bytes=self.max_bytes, expires=self.expires)
 
 
 @dataclass
 class AnswerMessage(Command[None]):
-    """Ack, nak, term or in-progress on one fetched message, on the consumer that delivered it."""
+    """Ack, nak, term or in-progress on one fetched message, on the consumer that delivered it: the one its
+    ack subject names, which must be the stream and consumer the command is asked (and recorded) for."""
 
     kind: ClassVar[Ack]
     role, changes_server = "operator", True
     records = "stream/consumer and the message's stream sequence"
-    reader: ConsumerReader | None
     message: StoredMessage
-    stream: str | None = None  # the message's stream, whatever the page shows now
-    consumer: str | None = None
+    stream: str
+    consumer: str
 
     @property
-    def on_stream(self) -> str | None:
+    def on_stream(self) -> str:
         return self.stream
 
     @property
@@ -205,9 +206,16 @@ class AnswerMessage(Command[None]):
         return f"{self.stream}/{self.consumer} seq {self.message.stream_seq}"
 
     async def execute(self, services: Services, asker: Asker) -> None:
-        if self.reader is None or self.reader.peek:
+        if self.message.ack_subject is None:
             raise ConsoleError("only a message fetched from a durable consumer is acked")
-        await self.reader.ack(self.message, self.kind)
+        try:
+            meta = to_ack_metadata(self.message.ack_subject)
+        except ValueError:
+            raise ConsoleError("the message's ack subject is not a JetStream one") from None
+        if (meta.stream, meta.consumer) != (self.stream, self.consumer):
+            raise ConsoleError(f"the message was delivered by {meta.stream[:100]}/{meta.consumer[:100]}, "
+                               f"not {self.stream[:100]}/{self.consumer[:100]}")
+        await required(services.streams, "streams").reader(self.stream, self.consumer).ack(self.message, self.kind)
 
 
 class AckMessage(AnswerMessage):
@@ -395,7 +403,7 @@ class ExportSearch(Command[Any]):
         return bounded(f"{self.query.stream} {self.fmt}{held} {json.dumps(self.query.describe(), default=str)}")
 
     async def execute(self, services: Services, asker: Asker) -> Any:
-        payloads, stream = dataclasses.replace(services.payloads(), level=asker.payloads), self.query.stream
+        payloads, stream = services.payloads(asker.payloads), self.query.stream
         one = one_decoder(payloads.decoders, stream) if self.fmt == "parquet" else None
         payload_type = one.arrow_type() if one is not None else None
         schema = search_schema(payload_type) if self.fmt == "parquet" else None

@@ -273,6 +273,13 @@ class CollectorSettings:
     # process of its own: the pause blocks the loop, so acks pile up and one read takes dozens of
     # them, instead of one wake-up per ack stealing CPU from the publishers being watched.
     pace_ms: float = setting(0.0, "pause between passes while tap traffic flows (0: off)", parse=float)
+
+    @property
+    def batch_timeout_or_default(self) -> float:
+        """The batch timeout given, else the server's default (what is assumed until /varz tells it)."""
+        from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
+
+        return self.batch_timeout or DEFAULT_BATCH_TIMEOUT
     no_conformance: bool = setting(False, "do not grade batch publishers against ADR-50 (the conformance report)",
                                    switch=True, flag="--no-conformance")
     quarantine_max_msgs: int = setting(10_000, "malformed inputs the quarantine stream keeps (the oldest go)", parse=int)

@@ -9,7 +9,6 @@ import sys
 
 from console.config import Settings
 from console.domain.audit import CLI
-from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
 from console.domain.maintenance import REFUSED, node_name, plan_text
 from console.errors import ConfigError
 from console.runtime import Runtime
@@ -60,7 +59,7 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
 
     if settings.systems():
         raise ConfigError("maintain works on one system: give its --server (a systems file names several)")
-    timeout = settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
+    timeout = settings.collector.batch_timeout_or_default
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
         watch = timeout if args.watch is None else args.watch
         # a drain watches the streams itself, for a batch timeout, before its first step

@@ -32,7 +32,7 @@ from console.domain.conformance import Verdicts
 from console.fleet import Fleet
 from console.queries.alerts import SeenAlerts
 from console.queries.sight import Sight
-from console.queries.streams import SeenAdmin
+from console.queries.streams import StreamReads
 from console.runtime import Runtime
 from console.ui.alerts import AlertsPage
 from console.ui.audit import AuditPage
@@ -176,9 +176,9 @@ def _sight(actions: Actions) -> Sight:
     return Sight(lambda: actions.grants)
 
 
-def _admin(runtime: Runtime, actions: Actions):
-    """The runtime's streams as the user sees them: another team's are absent, as if there were none."""
-    return _sight(actions).through(runtime.admin, SeenAdmin)
+def _admin(runtime: Runtime, actions: Actions) -> StreamReads:
+    """The runtime's streams as the user sees them, reads only: another team's are absent, as if there were none."""
+    return StreamReads(runtime.admin, _sight(actions).sees)
 
 
 def _history(reader, actions: Actions):
@@ -291,9 +291,8 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
     from console.broker.maintenance import server_names
     from console.commands import DrainNode
-    from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
 
-    timeout = runtime.settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
+    timeout = runtime.settings.collector.batch_timeout_or_default
 
     async def drain(plan, progress):  # the groups read again at the moment asked: a plan can be minutes old
         fresh = await runtime.maintenance_plan(plan.node, 0)

@@ -255,10 +255,9 @@ class Runtime:
         """What taking the server `node` out would do, changing nothing (console.broker.maintenance): its groups
         read now, the streams it leads watched `watch` seconds for open batches (default: one batch timeout)."""
         from console.broker.maintenance import make_plan
-        from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
         from console.domain.maintenance import node_name
 
-        timeout = self.settings.collector.batch_timeout or DEFAULT_BATCH_TIMEOUT
+        timeout = self.settings.collector.batch_timeout_or_default
         return await make_plan(self.nc, node_name(node), self.system_nc, timeout, timeout if watch is None else watch)
 
     def payloads(self, level: Callable[[str], str] = masked_role) -> Payloads:

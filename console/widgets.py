@@ -43,7 +43,7 @@ from console.ui.conformance import ConformancePage
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
 from console.queries.sight import Sight
-from console.queries.streams import SeenAdmin
+from console.queries.streams import StreamReads
 from console.ui.live import LivePage, seen
 from console.ui.replay import ReplayPage
 from console.ui.streams import StreamsPage
@@ -110,9 +110,9 @@ class NotebookConsole:
 
     @property
     def admin(self):
-        """The server's streams as the local role sees them (StreamAdmin's reads; another team's stream is
-        answered as one that does not exist)."""
-        return self.sight.through(self.runtime.admin, SeenAdmin)
+        """The server's streams as the local role sees them, reads only (another team's stream is answered
+        as one that does not exist); what changes the server goes through `actions`."""
+        return StreamReads(self.runtime.admin, self.sight.sees)
 
     @property
     def sight(self) -> Sight:

@@ -29,7 +29,6 @@ from console.broker.connection import Connection, close, connected_to, flush, id
 from console.broker.eventlog import EventLog
 from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.server_info import clusters_of, own_account, read_varz
-from console.domain.batch_limits import DEFAULT_BATCH_TIMEOUT
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.capture_watch import CaptureWatch
 from console.collector.grading import Grading
@@ -92,7 +91,7 @@ class Collector:
         self.rejected = Tally()
         self.writer = EventWriter(self.log, self.quarantine, self.publishers, self.health, self.rejected, self.errors,
                                   settings.max_queued_events)
-        self.state = BatchState(nc, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT,
+        self.state = BatchState(nc, settings.batch_timeout_or_default,
                                 "configured" if settings.batch_timeout else "assumed (server default)",
                                 settings.max_tracked_batches, self.errors)
         self.intake = Intake(self.writer, self.state, self.quarantine, self.rejected, kept)
@@ -104,7 +103,7 @@ class Collector:
         self.report_instance = uuid.uuid4().hex[:12]
         self._totals: asyncio.Task[None] | None = None
         self.grading = None if settings.no_conformance else \
-            Grading(self.publishers, self.report_instance, settings.batch_timeout or DEFAULT_BATCH_TIMEOUT,
+            Grading(self.publishers, self.report_instance, settings.batch_timeout_or_default,
                     settings.status_every)
         self.taps = TapReader(nc, settings, self.intake, self.publishers, self._subs, self.loops, self.errors,
                               stopping, self.grading)

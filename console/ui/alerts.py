@@ -112,7 +112,7 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
              "severity": r.severity, "within": duration_text(r.within), "at least": r.at_least, "when": r.when,
              "streams": ", ".join(r.streams) or "all", "reasons": ", ".join(r.reasons) or "all",
              "notify": ", ".join(r.notify) or "(none)"} for r in rules]))
-        several = any(len(f) > 3 for f in firing) or getattr(self.view, "several", False)  # several systems: each row's
+        several = getattr(self.view, "several", False)  # several systems' alerts: each row with its system
         system = ["system"] if several else []
         put(self._firing, pd.DataFrame([(*f[3:], f[0], stream_cell(f[1], system=f[3] if several else None),
                                          self.clock.when(f[2])) for f in firing],

@@ -74,8 +74,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     """Every choice is a param, so a notebook drives the page as a person does:
     `page.stream = "ORDERS"; result = await page.fetch()`."""
 
-    admin = param.Parameter(doc="Streams, consumers and readers on the shared connection (a StreamAdmin)",
-                            precedence=-1)
+    admin = param.Parameter(doc="The streams this page's user reads: listing, consumers, peeks, batch replay "
+                                "(console.queries.streams.StreamReads); fetches and acks are commands", precedence=-1)
     stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream read")
     consumer = param.Selector(default=PEEK, objects={PEEK_LABEL: PEEK}, check_on_set=False,
                               doc="A durable pull consumer of the stream, or PEEK for an ordered peek")
@@ -99,8 +99,9 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         keep_choice(self, "stream")
         keep_choice(self, "consumer")
         self._consumers: dict[str, PullConsumer] = {}
-        self._reader: ConsumerReader | None = None
-        self._reader_key: tuple | None = None
+        self._peek: ConsumerReader | None = None  # the ordered peek's cursor, while its choices hold
+        self._peek_key: tuple | None = None
+        self._shown_from: tuple[str, str | None] = ("", None)  # the stream and durable consumer of the cards shown
         self._messages = pn.Column(sizing_mode="stretch_width")
         self._cards: dict[int, pn.Column] = {}  # stream seq -> its card, while it awaits an answer
         self._not_decoded = 0  # of the messages shown last, those their stream's decoder could not read
@@ -161,25 +162,18 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if self.consumer not in self._consumers:
             self.consumer = PEEK
 
-    async def _open_reader(self) -> ConsumerReader | None:
-        """The cursor for the current choices; a new one (the old one closed) when they changed."""
-        if not self.stream:
-            self.status = "Pick a stream first."
-            return None
-        if self.consumer and (why := await self._actions().refused(FetchMessages, f"{self.stream}/{self.consumer}",
-                                                                   self.stream)):
-            self.status = f"{html.escape(why)}: only peeks; a fetch from a durable consumer delivers its messages"
-            return None
+    async def _open_peek(self) -> ConsumerReader | None:
+        """The peek's cursor for the current choices; a new one (the old one closed) when they changed."""
         start = self._start()
         if start is None:
             return None
-        key = (self.stream, self.consumer, self.start_seq, self.start_time)
-        if self._reader is not None and key != self._reader_key:
+        key = (self.stream, self.start_seq, self.start_time)
+        if self._peek is not None and key != self._peek_key:
             await self.close()
-        if self._reader is None:
-            self._reader = self.admin.reader(self.stream, self.consumer or None, **start)
-            self._reader_key = key
-        return self._reader
+        if self._peek is None:
+            self._peek = self.admin.peek(self.stream, **start)
+            self._peek_key = key
+        return self._peek
 
     def _start(self) -> dict | None:
         """Where a peek or a batch scan starts; None (and a message) when the time is not a time."""
@@ -191,28 +185,34 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         return {"start_seq": self.start_seq or None, "start_time": start_time}
 
     async def fetch(self, count: int | None = None) -> FetchResult | None:
-        """Fetch up to max_messages (or count) from where the cursor is; None when nothing was asked."""
-        reader = await self._open_reader()
-        if reader is None:
+        """Fetch up to max_messages (or count): from the peek's cursor, or from the durable consumer (an
+        action: it delivers its messages); None when nothing was asked."""
+        if not self.stream:
+            self.status = "Pick a stream first."
+            return None
+        stream, consumer, n = self.stream, self.consumer or None, count or self.max_messages
+        peek = None if consumer else await self._open_peek()
+        if consumer is None and peek is None:
             return None
         self.status = "Fetching…"
-        n = count or self.max_messages
-        try:  # a peek changes nothing; a fetch from a durable consumer delivers its messages: an action
-            result = await (reader.fetch(n, max_bytes=self.max_bytes or None, expires=self.expires) if reader.peek else
-                            self._actions().run(FetchMessages(reader, n, self.max_bytes or None, self.expires)))
+        try:
+            result = await (peek.fetch(n, max_bytes=self.max_bytes or None, expires=self.expires) if peek else
+                            self._actions().run(FetchMessages(stream, consumer or "", n, self.max_bytes or None,
+                                                              self.expires)))
         except ConsoleError as e:
-            self.status = f"**Error:** {html.escape(str(e))}"
+            self.status = f"**Error:** {html.escape(str(e))}" + (
+                "" if peek else " (a peek is anyone's; a fetch from a durable consumer delivers its messages)")
             return None
         except Exception as e:  # a stream deleted under the page, a lost connection
             self.status = f"**Error:** {html.escape(type(e).__name__)} {html.escape(str(e))}"
             await self.close()
             return None
-        if self.stream != reader.stream:  # the user picked another stream while this answer was on its way
-            self.status = self._left(reader.stream, len(result.messages))
-            if self._reader is reader:
+        if self.stream != stream:  # the user picked another stream while this answer was on its way
+            self.status = self._left(stream, len(result.messages))
+            if peek is not None and self._peek is peek:
                 await self.close()  # its cursor passed what was dropped: a next fetch starts afresh
             return None
-        self._show(reader.stream, reader, result.messages, keep_unanswered=count == 1)
+        self._show(stream, consumer, result.messages, keep_unanswered=count == 1)
         self.status = await self._describe(result)
         return result
 
@@ -251,17 +251,18 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         c = self._consumers.get(self.consumer)
         return f" · consumer {html.escape(c.name)}: {c.pending} pending, {c.ack_pending} awaiting ack" if c else ""
 
-    def _show(self, stream: str, reader: ConsumerReader | None, messages, keep_unanswered: bool = False) -> None:
+    def _show(self, stream: str, durable: str | None, messages, keep_unanswered: bool = False) -> None:
         """The messages read from `stream`, masked by its rules and this user's payload level for it (never
         by the page's current choice, which may have changed while they were read). keep_unanswered (Next on
         a durable consumer): the cards still awaiting an answer stay, the new one after them."""
-        consumer = self._consumers.get(reader.durable) if reader is not None else None
-        acks = reader is not None and not reader.peek and not self.admin.read_only and consumer and consumer.acks
+        consumer = self._consumers.get(durable) if durable is not None else None
+        acks = bool(consumer and consumer.acks and not self.admin.read_only)
+        self._shown_from = (stream, durable if acks else None)
         shown = [self._masked(stream, m) for m in messages[:MAX_SHOWN]]
         actions = self._actions()  # what this user may answer on this stream: the same for every card
         whys = {kind: actions.allowed(ANSWERS[kind], stream) for kind in ACK_LABELS} if acks else {}
         self._not_decoded = 0
-        cards = {m.stream_seq: self._card(reader if acks else None, m, whys, stream) for m in shown}
+        cards = {m.stream_seq: self._card(m, whys, stream, durable if acks else None) for m in shown}
         if keep_unanswered and acks:
             kept = [m for m in self.messages if m.stream_seq in self._cards and m.stream_seq not in cards]
             kept = kept[-(MAX_SHOWN - len(shown)):] if len(shown) < MAX_SHOWN else []
@@ -276,12 +277,11 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         headers, payload = self._payloads.masked(stream, m.headers, m.payload, m.subject)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
-    def _card(self, reader: ConsumerReader | None, message: StoredMessage, whys: dict[Ack, str | None],
-              stream: str = ""):
-        decoded = self._payloads.decoded(stream or self.stream, message.subject, message.headers, message.payload)
+    def _card(self, message: StoredMessage, whys: dict[Ack, str | None], stream: str, durable: str | None):
+        decoded = self._payloads.decoded(stream, message.subject, message.headers, message.payload)
         self._not_decoded += bool(decoded is not None and decoded.error)
         body = pn.pane.HTML(message_html(message, self.clock, decoded), sizing_mode="stretch_width")
-        if reader is None:
+        if durable is None:
             return pn.Column(body, styles={"border-bottom": "1px solid #ddd"}, sizing_mode="stretch_width")
         buttons = {kind: pn.widgets.Button(label=on_system(label, self.system), button_type="light")
                    for kind, label in ACK_LABELS.items()}
@@ -289,7 +289,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
                                              "; ".join(why for why in whys.values() if why) or None))
 
         async def act(kind: Ack, _event=None) -> None:
-            done, outcome.object = await self.act(kind, message, reader)
+            done, outcome.object = await self.act(kind, message, stream, durable)
             if done and kind is not Ack.IN_PROGRESS:
                 for button in buttons.values():
                     button.disabled = True
@@ -299,14 +299,15 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         return pn.Column(body, pn.Row(*buttons.values(), outcome), styles={"border-bottom": "1px solid #ddd"},
                          sizing_mode="stretch_width")
 
-    async def act(self, kind: Ack, message: StoredMessage, reader: ConsumerReader | None = None) -> tuple[bool, str]:
-        """Ack, nak, term or in-progress one fetched message (the action message.<kind>): whether the
-        server confirmed it, and what to show."""
-        reader = reader or self._reader
-        stream = reader.stream if reader else self.stream  # the message's stream, whatever the page shows now
-        consumer = reader.consumer if reader else self.consumer
-        try:
-            await self._actions().run(ANSWERS[kind](reader, message, stream, consumer))
+    async def act(self, kind: Ack, message: StoredMessage, stream: str | None = None,
+                  durable: str | None = None) -> tuple[bool, str]:
+        """Ack, nak, term or in-progress one fetched message (the action message.<kind>) on the stream and
+        consumer that delivered it (default: those of the cards shown, whatever the page shows now):
+        whether the server confirmed it, and what to show."""
+        if stream is None:
+            stream, durable = self._shown_from
+        try:  # a peek's message (no durable) is refused by the command, and the attempt recorded
+            await self._actions().run(ANSWERS[kind](message, stream, durable or ""))
         except ConsoleError as e:
             return False, f"**{html.escape(str(e))}**"
         if kind is not Ack.IN_PROGRESS:
@@ -344,7 +345,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         return replay
 
     async def close(self) -> None:
-        reader, self._reader, self._reader_key = self._reader, None, None
+        reader, self._peek, self._peek_key = self._peek, None, None
         if reader is not None:
             await reader.close()
 

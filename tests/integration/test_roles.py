@@ -179,3 +179,36 @@ async def test_the_alerts_page_holds_no_writer_of_the_rules_whoever_reads_it(run
     assert pages._alerts(AlertsAcross({"a": runtime.alerts, "b": runtime.alerts}), page.actions).several is True
     with pytest.raises(ForbiddenError):  # support may not save a rule: refused by the actions, nothing written
         await page.view.save_rule('[[rule]]\nname = "x"\nwhen = "lost_batches"\n', page.actions)
+
+
+async def test_pages_hold_stream_reads_alone_and_an_answer_acks_only_the_consumer_it_names(runtime):
+    """Replay and Streams are given the streams' reads, never the StreamAdmin: a durable fetch and an ack
+    are commands. An ack whose message's ack subject names another stream or consumer than the one asked
+    for (and recorded, and checked against the role) is refused, the other consumer's message untouched."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from console import pages
+    from console.commands import AckMessage
+    from console.domain.audit import Actor
+    from console.errors import ConsoleError
+
+    admin_actions = runtime.actions(Actor("ops"), runtime.roles.grants("admin"))
+    for page in (pages.replay(runtime, admin_actions), pages.streams(runtime, admin_actions)):
+        assert not any(hasattr(page.admin, name) for name in ("update", "update_stream", "reader", "step_down", "nc")), \
+            type(page.admin)
+    js = runtime.nc.jetstream()
+    for name in ("ACK_MINE", "ACK_OTHER"):
+        await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
+        await js.publish(f"{name.lower()}.x", b"m")
+        await js.add_consumer(name, ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT, ack_wait=60))
+    fetched = await admin_actions.run(FetchMessages("ACK_OTHER", "ops", 1, None, 1.0))
+    [other] = fetched.messages
+    for stream, consumer in (("ACK_MINE", "ops"), ("ACK_OTHER", "someone"), ("ACK_MINE", "ops\r\nPUB x 1")):
+        with pytest.raises(ConsoleError, match="was delivered by ACK_OTHER/ops|not a valid"):
+            await admin_actions.run(AckMessage(other, stream, consumer))
+    forged = replace(other, ack_subject="$JS.ACK.ACK_MINE.ops.x.1.1.0.0")  # not a number where one is
+    with pytest.raises(ConsoleError, match="not a JetStream one"):
+        await admin_actions.run(AckMessage(forged, "ACK_MINE", "ops"))
+    assert (await js.consumer_info("ACK_OTHER", "ops")).num_ack_pending == 1  # untouched
+    await admin_actions.run(AckMessage(other, "ACK_OTHER", "ops"))
+    assert (await js.consumer_info("ACK_OTHER", "ops")).num_ack_pending == 0

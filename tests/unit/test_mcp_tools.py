@@ -19,11 +19,6 @@ from console.config import load
 from console.fleet import Fleet
 
 
-@pytest.fixture(scope="module")
-def document():
-    return make_api(Fleet(load(environ={})), TokenStore(Path("/nonexistent"))).openapi()
-
-
 def test_every_allow_listed_operation_of_the_consoles_document_is_a_tool(document):
     found, whys = operations(document, READS + WRITES)
     assert [op.tool for op in found] == list(READS + WRITES) and whys == []

@@ -1,16 +1,17 @@
 """A kind named in one registry is offered the same by every face: History's tables by the page's
 download, the API, its export and MCP's tool and by the SQLite reader; export formats by the writers and
-the API; the API's reads by MCP's tools (made from its document)."""
+the API; the API's reads by MCP's tools (made from its document); the pages of the table by the web,
+its navigation and the notebook; the commands by the roles, the README and the API's writes."""
 
 import inspect
 from pathlib import Path
+
+import pytest
 from typing import get_args
 
 from console.api import changes, reads
-from console.api.app import make_api
 from console.api.mcp_tools import READS, WRITES, operations
 from console.api.models import ExportFormatName
-from console.api.tokens import TokenStore
 from console.config import load
 from console.fleet import Fleet
 from console.export import FORMATS
@@ -32,13 +33,8 @@ def test_the_export_formats_the_api_takes_are_the_writers():
     assert set(get_args(ExportFormatName)) == set(FORMATS)
 
 
-def _document() -> dict:
-    return make_api(Fleet(load(environ={})), TokenStore(Path("/nonexistent"))).openapi()
-
-
-def test_mcps_tools_take_what_the_api_takes():
+def test_mcps_tools_take_what_the_api_takes(document):
     """A tool's parameter is its operation's: History's tables and the export formats by name, the same."""
-    document = _document()
     ops = {op.tool: op for op in operations(document, READS + WRITES)[0]}
     [history_table] = [p.annotation for p in ops["history"].params if p.name == "table"]
     assert get_args(history_table) == HISTORY_TABLES
@@ -46,3 +42,39 @@ def test_mcps_tools_take_what_the_api_takes():
     assert next(p for p in export if p["name"] == "table")["schema"]["enum"] == list(HISTORY_TABLES)
     formats = next(p for p in export if p["name"] == "format")["schema"]
     assert set(formats.get("enum") or formats["anyOf"][0]["enum"]) == set(FORMATS)
+
+
+def test_every_page_of_the_table_is_served_navigated_and_made_by_a_notebook():
+    from console import pages, widgets
+    from console.serve import App
+
+    from dataclasses import replace
+
+    settings = load(environ={})
+    assert set(App(Fleet(settings)).routes()) == set(pages.BY_PATH) == {page.path for page in pages.TABLE}
+    assert list(pages.PAGES) == [page.path for page in pages.TABLE if page.title]
+    read_only = Fleet(replace(settings, web=replace(settings.web, read_only=True)))
+    assert set(App(read_only).routes()) == {page.path for page in pages.TABLE if not page.changes_the_server}
+    assert "pages.BY_PATH[path].make" in inspect.getsource(widgets.NotebookConsole.page)
+
+
+def test_every_command_is_a_role_action_named_in_the_readme_and_each_api_write_runs_one(document):
+    from console import commands
+    from console.api import changes
+    from console.domain.roles import built_in_roles
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Actions and the audit trail", 1)[1].split("\n## ", 1)[0]
+    roles = built_in_roles(commands.LEAST_ROLE)
+    for name, command in commands.COMMANDS.items():
+        assert f"`{name}`" in section, f"{name}: not in the README's list of actions"
+        assert name in roles["admin"].actions and name in roles[command.role].actions, name
+    source = inspect.getsource(changes)
+    ran = {n for n in dir(changes) if isinstance(getattr(changes, n), type)
+           and issubclass(getattr(changes, n), commands.Command)}
+    assert ran and all(getattr(changes, n).__dict__.get("name") in commands.COMMANDS for n in ran), ran
+    operation_ids = {op["operationId"] for path in document["paths"].values() for op in path.values()}
+    for tool in WRITES:  # MCP's writes: the API's operations, each running a command of the registry
+        assert tool in operation_ids, tool
+        body = source.split(f"async def {tool}(", 1)[1].split("\n    async def ", 1)[0]
+        assert ".run(" in body and any(n in body for n in ran), tool
