@@ -375,12 +375,9 @@ def canary_exit(results: list, reached: bool) -> int:
 
 
 async def audit_async(settings: Settings, since: str | None, verify: bool) -> int:
-    from console.domain.alert_rules import RulesError, duration
+    from console.domain.toml_text import duration
 
-    try:
-        start = datetime.now(timezone.utc) - duration(since, "--since", 0) if since else None
-    except RulesError as e:
-        raise ConfigError(e.reason) from None
+    start = datetime.now(timezone.utc) - duration(since, "--since", None, lambda why, _: ConfigError(why)) if since else None
     systems = settings.systems()
     if not systems:
         return await _audit_one(settings, start, verify)
@@ -637,7 +634,7 @@ def utc(when: str) -> str:
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     from console.api.tokens import TokenStore
-    from console.domain.alert_rules import RulesError, duration
+    from console.domain.toml_text import duration
     from console.services.roles import RolesWatch
 
     store = TokenStore(settings.data.data_dir)
@@ -660,10 +657,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     roles = RolesWatch(settings.access)()
     if args.role not in roles.roles:
         raise ConfigError(f"no role {args.role[:64]!r} (roles: {', '.join(sorted(roles.roles))})")
-    try:
-        expires = duration(args.expires, "--expires", None) if args.expires else None
-    except RulesError as e:
-        raise ConfigError(e.reason) from None
+    expires = duration(args.expires, "--expires", None, lambda why, _: ConfigError(why)) if args.expires else None
     made = store.create(args.token_name, args.role, expires, args.rate)
     print(f"token {args.token_name} for role {args.role}: shown once, keep it as a secret", file=sys.stderr)
     print(made)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 from typing import Any
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,14 +29,12 @@ from datetime import timedelta
 from console.domain.checks import CHECKS
 from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
-from console.domain.toml_text import FileRefused, read_toml, with_lines
+from console.domain.toml_text import FileRefused, duration, duration_text, read_toml, with_lines
 
 WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding", "budget_burn")
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted",
         "for", "systems"}
-_DURATION = re.compile(r"(\d{1,6})(s|m|h|d)")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class RulesError(FileRefused):
@@ -71,12 +68,6 @@ class Rule:
         stream_ok = not self.streams or any(fnmatch.fnmatchcase(stream or "", glob) for glob in self.streams)
         return stream_ok and (reason is None or not self.reasons or reason in self.reasons
                               or (OTHER in self.reasons and not is_known(reason)))
-
-
-def duration(text: object, key: str, line: int | None) -> timedelta:
-    if not isinstance(text, str) or not (m := _DURATION.fullmatch(text.strip())) or int(m[1]) == 0:
-        raise RulesError(f"{key} must be a duration like 30s, 5m, 1h or 1d, not {str(text)[:40]!r}", line)
-    return timedelta(seconds=int(m[1]) * _UNITS[m[2]])
 
 
 def _strings(value: object, key: str, line: int | None) -> tuple[str, ...]:
@@ -142,22 +133,14 @@ def _rule(table: dict[str, Any], line: int | None, targets: NotifyTargets) -> Ru
     if not isinstance(remedy, str) or len(remedy) > 2000:
         raise RulesError("remedy must be text (at most 2000 characters)", line)
     return Rule(
-        name=name, when=when, within=duration(table.get("within", "5m"), "within", line), at_least=at_least,
+        name=name, when=when, within=duration(table.get("within", "5m"), "within", line, RulesError), at_least=at_least,
         streams=_strings(table.get("streams", []), "streams", line),
         systems=_strings(table.get("systems", []), "systems", line),
         reasons=_strings(table.get("reasons", []), "reasons", line), severity=severity,
         notify=tuple(_target(t, line, targets) for t in _strings(table.get("notify", []), "notify", line)),
-        remedy=remedy, repeat=duration(table["repeat"], "repeat", line) if "repeat" in table else None,
-        muted=muted, pending_for=duration(table["for"], "for", line) if "for" in table else None, line=line or 0,
+        remedy=remedy, repeat=duration(table["repeat"], "repeat", line, RulesError) if "repeat" in table else None,
+        muted=muted, pending_for=duration(table["for"], "for", line, RulesError) if "for" in table else None, line=line or 0,
     )
-
-
-def duration_text(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    for unit in ("d", "h", "m"):
-        if seconds % _UNITS[unit] == 0:
-            return f"{seconds // _UNITS[unit]}{unit}"
-    return f"{seconds}s"
 
 
 def rule_toml(rule: Rule) -> str:

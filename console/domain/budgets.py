@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from console.domain.alert_rules import RulesError, duration
 from console.domain.events import COLLECTOR, BatchEvent, EventKind
-from console.domain.toml_text import FileRefused, read_toml, with_lines
+from console.domain.toml_text import FileRefused, duration, read_toml, with_lines
 
 KEYS = {"name", "streams", "publishers", "lost_messages_per_million", "lost_batches_per_thousand", "window"}
 MAX_OBJECTIVES = 200
@@ -104,10 +103,7 @@ def _objective(table: Any, line: int | None) -> Objective:
     batches = _rate(table.get("lost_batches_per_thousand"), "lost_batches_per_thousand", 1e3, line)
     if messages is None and batches is None:
         raise ObjectivesError("an objective needs lost_messages_per_million or lost_batches_per_thousand", line)
-    try:
-        window = duration(table["window"], "window", line) if "window" in table else DEFAULT_WINDOW
-    except RulesError as e:
-        raise ObjectivesError(e.reason, line) from None
+    window = duration(table["window"], "window", line, ObjectivesError) if "window" in table else DEFAULT_WINDOW
     if not timedelta(days=1) <= window <= timedelta(days=90):
         raise ObjectivesError("window must be from 1d to 90d", line)
     return Objective(name, streams, publishers, messages, batches, window, line or 0)

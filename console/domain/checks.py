@@ -11,17 +11,15 @@ import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from console.domain.batch_limits import BatchLimits, edit_risks
+from console.domain.budgets import BudgetStatus
+from console.domain.canary import CanaryResult
 from console.domain.events import FAST_ENDS, EventKind
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import MalformedInput, load_object
-
-if TYPE_CHECKING:  # budgets reads the alert rules, which read this catalogue
-    from console.domain.budgets import BudgetStatus
-    from console.domain.canary import CanaryResult
 
 SEVERITIES = ("ok", "info", "warning", "critical")  # in rising order; Nagios: ok 0, warning 1, critical 2
 METADATA_PREFIX = "batch_console.check."  # a stream's own thresholds: batch_console.check.BATCH_012.at_least = 3

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import re
 import tomllib
+from datetime import timedelta
 from typing import Any, Callable, Iterator
+
+_DURATION = re.compile(r"(\d{1,6})(s|m|h|d)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class FileRefused(ValueError):
@@ -33,3 +37,20 @@ def with_lines(text: str, name: str, tables: list[Any]) -> Iterator[tuple[Any, i
     lines: list[int | None] = [n for n, line in enumerate(text.splitlines(), 1)
                                if re.match(rf"\s*\[\[\s*{name}\s*\]\]", line)]
     return zip(tables, lines + [None] * (len(tables) - len(lines)))
+
+
+def duration(text: object, key: str, line: int | None,
+             refused: Callable[[str, int | None], Exception] = FileRefused) -> timedelta:
+    """A span written as 30s, 5m, 1h or 1d (rules, objectives, the CLI's --since); else `refused(reason, line)`."""
+    if not isinstance(text, str) or not (m := _DURATION.fullmatch(text.strip())) or int(m[1]) == 0:
+        raise refused(f"{key} must be a duration like 30s, 5m, 1h or 1d, not {str(text)[:40]!r}", line)
+    return timedelta(seconds=int(m[1]) * _UNITS[m[2]])
+
+
+def duration_text(span: timedelta) -> str:
+    """A span as duration() reads it back (in its largest whole unit)."""
+    seconds = int(span.total_seconds())
+    for unit in ("d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"

@@ -11,7 +11,8 @@ import panel as pn
 import param
 
 from console.commands import MuteAlertRule, SaveAlertRule, UnmuteAlertRule
-from console.domain.alert_rules import RulesError, duration_text, rule_toml, without_targets
+from console.domain.alert_rules import RulesError, rule_toml, without_targets
+from console.domain.toml_text import duration_text
 from console.domain.display import Clock
 from console.errors import ConsoleError
 from console.ui.controls import keep_choice, permitted

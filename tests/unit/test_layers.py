@@ -49,3 +49,45 @@ def test_every_type_ignore_in_the_console_says_why():
             for n, line in enumerate(path.read_text().splitlines(), 1)
             if "type: ignore" in line and not re.search(r"type: ignore\[[\w-]+(, *[\w-]+)*\]  # \S", line)]
     assert bare == []
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each console module's imports of another, at its top and under `if TYPE_CHECKING:` (an import made
+    for the types alone still ties the two: the type checker reads both ways)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in (ROOT / "console").rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+
+    def read(name: str, statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                read(name, node.body)
+            elif isinstance(node, ast.ImportFrom) and node.module in modules:
+                graph[name] |= {node.module} | {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+            elif isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names} & modules.keys()
+
+    for name, path in modules.items():
+        read(name, ast.parse(path.read_text()).body)
+        graph[name].discard(name)  # a package's __init__ reading its own submodules
+    return graph
+
+
+def test_no_two_modules_read_each_other_not_even_for_their_types():
+    graph = _module_imports()
+    assert graph["console.domain.checks"] >= {"console.domain.budgets"}, "the module graph was not read"
+
+    def back_to(start: str) -> list[str] | None:  # a path from start's imports back to start, if any
+        seen: set[str] = set()
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    assert [cycle for name in sorted(graph) if (cycle := back_to(name))][:1] == []
