@@ -13,14 +13,9 @@ from console.domain.maintenance import REFUSED, node_name, plan_text
 from console.errors import ConfigError
 from console.runtime import Runtime
 
-def add_parser(commands) -> None:
-    from console.config import add_flags
 
-    maintain = commands.add_parser("maintain", help="a node's maintenance without losing a batch: `plan NODE` says "
-                                                    "what taking it out would do; `drain NODE` moves every leadership "
-                                                    "off it between batches (exit 1 refused or not all moved)")
-    add_flags(maintain, "connection", "data", "event_log", "system", "collector.batch_timeout", "access.roles",
-              "access.local_role")
+def add_arguments(maintain: argparse.ArgumentParser) -> None:
+    """`maintain`'s own arguments (its settings are the CLI's to add)."""
     maintain.add_argument("step", choices=["plan", "drain"])
     maintain.add_argument("node", type=_node, help="the server's name (server_name in its configuration)")
     maintain.add_argument("--format", choices=["text", "json"], default="text")

@@ -215,6 +215,6 @@ def test_a_notebooks_checks_rows_are_plain_values_and_the_table_marks_them_up():
     ((CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), False, 3),
 ])
 def test_canary_once_exits_as_check_does(results, reached, code):
-    from console.cli import canary_exit
+    from console.cli.reports import canary_exit
 
     assert canary_exit(list(results), reached) == code

@@ -78,3 +78,15 @@ def test_every_command_is_a_role_action_named_in_the_readme_and_each_api_write_r
         assert tool in operation_ids, tool
         body = source.split(f"async def {tool}(", 1)[1].split("\n    async def ", 1)[0]
         assert ".run(" in body and any(n in body for n in ran), tool
+
+
+def test_every_subcommand_is_one_class_offered_by_the_parser_and_the_readme():
+    from console.cli import build_parser
+    from console.cli.base import SUBCOMMANDS
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    [choices] = [a.choices for a in build_parser()._subparsers._group_actions]  # type: ignore[union-attr]
+    assert list(choices) == list(SUBCOMMANDS) and len(SUBCOMMANDS) >= 17
+    for name, subcommand in SUBCOMMANDS.items():
+        assert f"batch-console {name}" in readme, name
+        assert subcommand.run.__func__ is not SUBCOMMANDS["server"].__mro__[1].run.__func__, f"{name} has no run"
