@@ -5,15 +5,17 @@ beside the console's batch-safe move, side by side in one run.
 
 One publisher per R3 stream sends atomic batches of five messages without pause: each batch is open for
 about --open-ms (its messages spread over it), then the publisher is idle for --idle-ms. The same number
-of leadership moves, spread over the streams (so over the nodes), is made twice:
+of leadership moves, spread over the streams (so over the nodes), is made three times:
 1. plain step-down ($JS.API.STREAM.LEADER.STEPDOWN, as `nats stream cluster step-down` does) at once;
 2. the console's batch-safe move (console.broker.maintenance, as `maintain drain` makes each one): the
    publish side tapped, the step taken at a moment no batch is open on the stream, time-boxed by the
-   batch timeout.
+   batch timeout; the publishers do not follow maintenance holds;
+3. the same move, the publishers following maintenance holds (console.broker.holds): no batch begins on
+   the stream from the hold to its release, after the new leader is read back.
 Counted for each: batches lost (a commit the server refused: an open batch does not survive its
 stream's leader change), batches committed, and the publish stall of a move (the longest gap between
-two acks of the stream's publisher around it, p50 and p95). The publishers here do not take part in the
-maintenance (they are not told): what the batch-safe move saves is what its quiet moment saves.
+two acks of the stream's publisher around it, p50 and p95). In 2, what the batch-safe move saves is
+what its quiet moment saves: a batch begun during the election is still lost; in 3 none begins then.
 
 A benchmark, not a test: read the ratios.
 """
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from measure import percentile, until  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.cluster import EmbeddedCluster  # noqa: E402
+from console.broker.holds import Holds  # noqa: E402
 from console.broker.maintenance import Tap, move_when_quiet, read_groups, step_down  # noqa: E402
 from console.broker.server import BatchLimits  # noqa: E402
 from console.errors import BatchError  # noqa: E402
@@ -52,11 +55,12 @@ class Publisher:
         self.committed = self.lost = 0
         self.acks: list[float] = []  # when each message's publish returned (the commit's, its ack)
         self.stopped = False
+        self.holds: Holds | None = None  # followed: no batch begins under a maintenance hold
 
     async def run(self) -> None:
         subject = f"{self.stream.lower()}.x"
         while not self.stopped:
-            batch = AtomicBatch(self.nc, timeout=5.0)
+            batch = AtomicBatch(self.nc, timeout=5.0, holds=self.holds)
             try:
                 for _ in range(4):
                     await batch.add(subject, b"m" * 64)
@@ -141,19 +145,24 @@ async def main(args: argparse.Namespace) -> None:
         results = {}
         for label, safe in (("plain step-down", False), ("batch-safe move", True)):
             results[label] = await moves(nc, publishers, args.moves, safe, label)
+        holds = await Holds.follow(nc, "bench publishers")
+        for p in publishers.values():
+            p.holds = holds
+        results["with holds"] = await moves(nc, publishers, args.moves, True, "with holds")
         for p in publishers.values():
             p.stopped = True
         await asyncio.gather(*tasks)
         await nc.close()
     print(f"\n{args.moves} leadership moves over {args.streams} R3 streams, batches open {args.open_ms} ms then idle "
-          f"{args.idle_ms} ms (publishers not taking part)")
+          f"{args.idle_ms} ms")
     print(f"{'':20}{'lost':>8}{'committed':>11}{'lost %':>9}{'stall p50 ms':>14}{'stall p95 ms':>14}")
     for label, (lost, committed, stalls) in results.items():
         share = 100 * lost / max(1, lost + committed)
         print(f"{label:20}{lost:>8}{committed:>11}{share:>9.2f}{percentile(stalls, 0.5):>14.0f}"
               f"{percentile(stalls, 0.95):>14.0f}")
-    plain, safe = results["plain step-down"][0], results["batch-safe move"][0]
-    print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else ""))
+    plain, safe, held = (results[k][0] for k in ("plain step-down", "batch-safe move", "with holds"))
+    print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else "")
+          + f"; with holds / plain: {held} / {plain}" + (f" = {held / plain:.2f}" if plain else ""))
 
 
 async def _created(nc, name: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Mapping
 import nats.errors
 from nats.aio.client import Client
 
+from console.broker.holds import Holds
 from console.broker.replies import error_of, reply_of
 from console.broker.wire_out import AtomicOutgoing
 from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, REQUIRED_API_LEVEL
@@ -36,6 +37,7 @@ class AtomicBatch:
         timeout: float = 5.0,
         wait_every: int = 0,
         max_msgs: int = SERVER_MAX_MSGS,
+        holds: Holds | None = None,
     ):
         self.batch_id = batch_id or new_batch_id()
         try:
@@ -52,6 +54,8 @@ class AtomicBatch:
         self.closed = False
         self._last_subject: str | None = None
         self._out = AtomicOutgoing(nc, self.batch_id)
+        self._holds = holds  # followed: the first message waits while a maintenance hold covers its subject
+        self.held = 0.0  # seconds the batch waited for a hold to end
 
     def _headers(self, seq: int, extra: Mapping[str, str] | None, commit: str | None = None) -> dict[str, str]:
         headers = {BATCH_ID: self.batch_id, BATCH_SEQUENCE: str(seq)}
@@ -66,6 +70,11 @@ class AtomicBatch:
             headers[BATCH_COMMIT] = commit
         return headers
 
+    async def _begin(self, subject: str) -> None:
+        """Before the first message: no batch begins while a maintenance hold covers its subject."""
+        if self.seq == 0 and not self.closed and self._holds is not None:
+            self.held = await self._holds.clear(subject)
+
     def _next_seq(self) -> int:
         if self.closed:
             raise BatchClosedError(f"batch {self.batch_id} is closed")
@@ -76,6 +85,7 @@ class AtomicBatch:
 
     async def add(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> None:
         """Stage one message. The first one (and every wait_every-th) waits for the server."""
+        await self._begin(subject)
         seq = self._next_seq()
         hdrs = self._headers(seq, headers)
         self._last_subject = subject
@@ -89,6 +99,7 @@ class AtomicBatch:
 
     async def commit(self, subject: str, payload: bytes = b"", headers: Mapping[str, str] | None = None) -> PubAck:
         """Send the last message with `Nats-Batch-Commit: 1`: it is stored, then the batch."""
+        await self._begin(subject)
         seq = self._next_seq()
         return await self._finish(subject, payload, self._headers(seq, headers, commit="1"))
 

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from console.broker.holds import Holds
 from console.broker.replies import error_of, reply_of
 from console.broker.wire_out import FastOutgoing
 from console.domain.fast_ingest import FastOp, GapMode, check_batch_id, new_batch_id, reply_prefix
@@ -95,6 +96,7 @@ class FastBatch:
         inbox_prefix: str | None = None,
         batch_id: str | None = None,
         on_problem: Callable[[FlowGap | FlowError], None] | None = None,
+        holds: Holds | None = None,
     ):
         if not 1 <= max_outstanding_acks <= 3:
             raise BatchRefusedError("max_outstanding_acks must be 1, 2 or 3")
@@ -113,6 +115,8 @@ class FastBatch:
         # server drops it while we wait for an ack that was lost.
         self.ping_interval = ping_interval or min(ack_timeout / 4, 0.5)
         self.on_problem = on_problem
+        self._holds = holds  # followed: the first message waits while a maintenance hold covers its subject
+        self.held = 0.0  # seconds the batch waited for a hold to end
         self._nc = nc
         self._inbox = inbox_prefix or connection_inbox(nc)
         self._reply_head = reply_prefix(self._inbox, self.batch_id, flow, self.gap_mode)
@@ -206,6 +210,8 @@ class FastBatch:
             await self._sub.add(self.batch_id, self._on_reply)
 
     async def _start(self, subject: str, payload: bytes, headers: dict[str, str] | None) -> None:
+        if self._holds is not None:
+            self.held = await self._holds.clear(subject)
         await self._subscribe()
         self._subject = subject
         self.seq = 1

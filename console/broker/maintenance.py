@@ -9,7 +9,8 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 
@@ -23,6 +24,8 @@ from nats.js.kv import KeyValue
 
 from console.broker import names
 from console.broker.admin import leader_step_down
+from console.broker.holds import announce
+from console.domain.holds import MAX_HOLD, Hold
 from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, plan
 from console.errors import ConsoleError, Refusal
 
@@ -95,6 +98,7 @@ class Tap:
     nc: Client
     batches: OpenBatches
     started: float = field(default_factory=time.monotonic)
+    subjects: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stream -> its subjects
     _subs: list[Subscription] = field(default_factory=list)
 
     @classmethod
@@ -103,6 +107,7 @@ class Tap:
         js = nc.jetstream()
         for stream in streams:
             subjects = (await js.stream_info(names.stream(stream))).config.subjects or []
+            tap.subjects[stream] = tuple(subjects)
             for subject in subjects:
                 tap._subs.append(await nc.subscribe(subject, cb=tap._for(stream)))
         await nc.flush()
@@ -167,6 +172,7 @@ class Move:
     at_risk: tuple[OpenBatch, ...]  # batches still open when the time box ended: named before the step
     new_leader: str | None
     error: str | None = None
+    followers: int = 0  # publishers that answered the stream's maintenance hold (console.domain.holds)
 
 
 class Lease:
@@ -269,8 +275,24 @@ async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeo
 
 
 async def move_when_quiet(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
-    """One leadership off `node`: a stream's at a moment no batch is open on it (up to `time_box` s), at once
-    for a consumer's; the new leader read back."""
+    """One leadership off `node`: a stream's at a moment no batch is open on it (up to `time_box` s), under a
+    maintenance hold (publishers that follow it begin no batch on the stream until the new leader is read
+    back), at once for a consumer's; the new leader read back."""
+    subjects = tap.subjects.get(group.stream, ()) if group.consumer is None else ()
+    if not subjects:
+        return await _move(nc, node, group, tap, time_box)
+    hold = Hold(uuid.uuid4().hex, group.stream, subjects, node, min(MAX_HOLD, time_box + MOVED_WITHIN))
+    followers = await announce(nc, hold)
+    try:
+        return replace(await _move(nc, node, group, tap, time_box), followers=followers)
+    finally:
+        try:
+            await announce(nc, hold.released())
+        except (nats.errors.Error, asyncio.TimeoutError) as e:  # the hold ends by itself within MAX_HOLD
+            log.warning("the release of %s's maintenance hold was not sent: %s", group.stream, e)
+
+
+async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
     started = time.monotonic()
     at_risk: list[OpenBatch] = []
     if group.consumer is None:
@@ -301,7 +323,8 @@ def _move_line(m: Move) -> str:
     where = f"to {m.new_leader}" if m.error is None else f"NOT MOVED: {m.error}"
     risk = f"; {len(m.at_risk)} batch(es) still open at the step: " + ", ".join(
         f"{b.kind} {b.batch_id}" for b in m.at_risk[:10]) if m.at_risk else ""
-    return f"{m.group}: moved {where} after {m.waited:.2f} s waiting for a quiet moment{risk}"
+    held = f"; {m.followers} publisher(s) held their new batches" if m.followers else ""
+    return f"{m.group}: moved {where} after {m.waited:.2f} s waiting for a quiet moment{held}{risk}"
 
 
 def moves_text(moves: list[Move]) -> str:
@@ -313,6 +336,8 @@ def moves_summary(moves: list[Move], most: int = 1000) -> str:
     moved = sum(1 for m in moves if m.error is None)
     risk = [f"{b.kind} {b.batch_id} on {b.stream}" for m in moves for b in m.at_risk]
     failed = [f"{m.group}: {m.error}" for m in moves if m.error is not None]
+    held = sum(m.followers for m in moves)
     text = f"moved {moved} of {len(moves)} leadership(s); {len(risk)} batch(es) open at a step" + \
-        (f" ({', '.join(risk)})" if risk else "") + (f"; not moved: {'; '.join(failed)}" if failed else "")
+        (f" ({', '.join(risk)})" if risk else "") + (f"; {held} hold answer(s) from publishers" if held else "") + \
+        (f"; not moved: {'; '.join(failed)}" if failed else "")
     return text if len(text) <= most else text[:most - 1] + "…"

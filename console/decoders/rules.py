@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 from console.decoders import DecodeError, Decoder, decoder_for
 from console.domain.masking import MASKED_AS
 from console.domain.toml_text import FileRefused, read_toml, with_lines
+from console.domain.subjects import subject_matches
 
 MAX_TABLES = 200
 MAX_FILE = 16 << 20  # a descriptor set or a schema read at most
@@ -72,17 +73,6 @@ class Decoders:
 
     def decoder(self, stream: str, subject: str, headers: Mapping[str, str] | None = None) -> Decoder | None:
         return next((r.decoder for r in self.for_stream(stream) if r.takes(stream, subject, headers or {})), None)
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """A NATS subject filter: `*` one token, `>` the rest (one token at least)."""
-    want, have = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(want) == len(have)
 
 
 def load_decoders(path: Path) -> Decoders:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from console.broker.maintenance import Move
 
 LEADS = ["group", "kind", "replicas"]
-MOVES = ["group", "moved to", "waited s", "open at the step", "error"]
+MOVES = ["group", "moved to", "waited s", "publishers held", "open at the step", "error"]
 
 
 class MaintenancePage(Clocked, pn.viewable.Viewer):
@@ -132,6 +132,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
             return None
         self._moves.value = pd.DataFrame(
             [{"group": m.group, "moved to": m.new_leader or "", "waited s": round(m.waited, 2),
+              "publishers held": m.followers,
               "open at the step": ", ".join(f"{b.kind} {b.batch_id}" for b in m.at_risk), "error": m.error or ""}
              for m in moves], columns=MOVES, dtype=object)
         failed = [m for m in moves if m.error is not None]

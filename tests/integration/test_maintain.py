@@ -154,6 +154,51 @@ async def test_a_drain_moves_each_leadership_between_batches_and_the_open_batch_
         trail.stdout
 
 
+async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_moves_and_loses_none(led, cluster,
+                                                                                                     tmp_path):
+    """Batches back to back on MT_B from a publisher that follows maintenance holds: the drain holds its
+    new batches while MT_B's leader moves (it answered the hold, and a batch waited for the release), and
+    none of its batches is lost; a forged hold beside it (malformed) is counted and holds nothing."""
+    from console.broker.holds import Holds
+
+    nc, node = led
+    event_key(data_dir=tmp_path)
+    publisher = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    holds = await Holds.follow(publisher, "test publisher")
+    committed, lost, held = 0, 0, []
+    running = True
+
+    async def publish() -> None:
+        nonlocal committed, lost
+        while running:
+            batch = AtomicBatch(publisher, holds=holds, timeout=5.0)
+            try:
+                for _ in range(3):
+                    await batch.add("mt_b.x", b"m")
+                    await asyncio.sleep(0.02)
+                await batch.commit("mt_b.x", b"end")
+                committed += 1
+            except (BatchError, nats.errors.Error, asyncio.TimeoutError):
+                lost += 1
+                batch.discard()
+            held.append(batch.held)
+
+    task = asyncio.ensure_future(publish())
+    try:
+        await nc.publish("batch_console.hold.MT_B", b'{"v": 1, "stream": "MT_B", "seconds": 1e400}')  # forged
+        done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--time-box", "10")
+    finally:
+        running = False
+        await task
+        await holds.close()
+        await publisher.close()
+    assert done.returncode == 0, done.stderr
+    [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("MT_B: moved to n")]
+    assert "1 publisher(s) held their new batches" in line, done.stderr
+    assert lost == 0 and committed > 0 and max(held) > 0, (lost, committed, max(held, default=0))
+    assert holds.refused == 1
+
+
 async def test_a_second_maintenance_is_refused_and_a_batch_past_the_time_box_is_named_then_lost(led, cluster, tmp_path):
     nc, node = led
     lease = await Lease.take(nc, "another console", node, replicas=3)
