@@ -27,10 +27,9 @@ from console.domain.display import count, md
 from console.domain.maintenance import node_name
 from console.investigate import advice
 from console.queries import fleet as read_fleet
-from console.domain.audit import Checked
-from console.domain.conformance import Verdicts
 from console.fleet import Fleet
 from console.queries.alerts import SeenAlerts
+from console.queries.reads import FleetReads, SystemReads
 from console.queries.sight import Sight
 from console.queries.streams import StreamReads
 from console.runtime import Runtime
@@ -181,8 +180,13 @@ def _admin(runtime: Runtime, actions: Actions) -> StreamReads:
     return StreamReads(runtime.admin, _sight(actions).sees)
 
 
-def _history(reader, actions: Actions):
-    return _sight(actions).through(reader, lambda shared, sees: shared.seen_by(sees))
+def _reads(runtime: Runtime, actions: Actions) -> SystemReads:
+    """What the page's user reads of the runtime's system (console.queries.reads: the one rule applied there)."""
+    return SystemReads(runtime, _sight(actions))
+
+
+def _reads_across(fleet: Fleet, actions: Actions) -> FleetReads:
+    return FleetReads(fleet, _sight(actions))
 
 
 def live(runtime: Runtime, actions: Actions, **params) -> LivePage:
@@ -201,7 +205,7 @@ def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
 
     sees = _sight(actions).limit
     return StreamPage(details=_admin(runtime, actions).stream, limits=runtime.batch_limits, server=runtime.admin.server,
-                      model=seen(runtime.live.model, sees), history=_history(runtime.history, actions),
+                      model=seen(runtime.live.model, sees), history=_reads(runtime, actions).history(),
                       decoders=lambda name: described(runtime.decoders, name), **params)
 
 
@@ -211,7 +215,7 @@ def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
 
 
 def history(runtime: Runtime, actions: Actions, **params) -> HistoryPage:
-    return HistoryPage(history=_history(runtime.history, actions), problem=runtime.history_problem,
+    return HistoryPage(history=_reads(runtime, actions).history(), problem=runtime.history_problem,
                        live_seq=lambda: runtime.live.last_seq,
                        export=actions.run, may=actions.allowed, **params)
 
@@ -221,16 +225,10 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
     def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
-    sight = _sight(actions)
-
-    async def find(*args, **kwargs):  # another team's batch: as if there were none
-        found = await runtime.find_incident(*args, **kwargs)
-        return found if found is None or sight.sees(found.loss.stream) else None
-
-    return IncidentPage(**{"find": find, "replay_link": to_replay, "advice": advice,
-                           "payloads": runtime.payloads(actions.payloads),
-                           "verdicts": sight.seen_verdicts(runtime.verdicts),
-                           "peek": seen(runtime.live.model, sight.limit).find_lost,
+    reads = _reads(runtime, actions)
+    return IncidentPage(**{"find": reads.incident, "replay_link": to_replay, "advice": advice,
+                           "payloads": runtime.payloads(actions.payloads), "verdicts": reads.verdicts,
+                           "peek": seen(runtime.live.model, reads.sight.limit).find_lost,
                            "export": actions.run, "may": actions.allowed,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
@@ -252,40 +250,15 @@ def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
     return AlertsPage(view=_alerts(runtime.alerts, actions), read_only=runtime.read_only, actions=actions, **params)
 
 
-def _seen_trail(read: Callable[[datetime | None], Awaitable[Checked]], recent: Callable, sight: Sight):
-    """An audit trail's reads as the user sees them: the records of streams it does not see are absent."""
-
-    async def trail(since: datetime | None) -> Checked:
-        return sight.audit(await read(since))
-
-    def recently(since: datetime | None):
-        found = recent(since)
-        return None if found is None else (found[0], sight.audit(found[1]))
-
-    return trail, recently
-
-
 def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
-    trail, recent = _seen_trail(runtime.audit.read, runtime.audit.recent, _sight(actions))
-    return AuditPage(trail=trail, recent=recent, export=actions.run, may=actions.allowed, **params)
+    reads = _reads(runtime, actions)
+    return AuditPage(trail=reads.audit, recent=reads.recent_audit, export=actions.run, may=actions.allowed, **params)
 
 
 def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
-    from console.services.budgets import spenders
-
-    sight = _sight(actions)
-
-    def losses(name: str) -> list[dict]:
-        objective = next((o for o in runtime.objectives if o.name == name and sight.sees_objective(o)), None)
-        history = runtime.history
-        return [] if objective is None or history is None else \
-            sight.keep(spenders(objective, history.engine), lambda r: r["stream"])
-
-    def statuses():  # the objectives whose streams the user sees, as the API's /budgets
-        found = runtime.budgets()
-        return None if found is None else sight.statuses(found, runtime.objectives)
-
-    return BudgetsPage(statuses=statuses, losses=losses, problem=lambda: runtime.objectives_file.error, **params)
+    reads = _reads(runtime, actions)  # the objectives whose streams the user sees, as the API's /budgets
+    return BudgetsPage(statuses=reads.budgets, losses=lambda name: reads.spenders(name) or [],
+                       problem=lambda: runtime.objectives_file.error, **params)
 
 
 def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
@@ -310,15 +283,8 @@ def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
                       may=actions.allowed, **params)
 
 
-def _seen_findings(findings: Callable[[], tuple], sight: Sight) -> Callable[[], tuple]:
-    def seen_findings() -> tuple:
-        found, when, skipped = findings()
-        return sight.keep(found, lambda f: f.get("stream")), when, skipped
-    return seen_findings
-
-
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
-    return ChecksPage(findings=_seen_findings(runtime.alerts.findings, _sight(actions)), **params)
+    return ChecksPage(findings=_reads(runtime, actions).findings, **params)
 
 
 def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
@@ -326,42 +292,29 @@ def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
                       export=actions.run, may=actions.allowed, **params)
 
 
-def _conformance(verdicts: Callable[[], Awaitable[Verdicts]], recent: Callable[[], Verdicts | None],
-                 actions: Actions, **params) -> ConformancePage:
-    """The Conformance page of what the user sees: another team's streams' example batches left out."""
-    sight = _sight(actions)
-
-    def seen_recent() -> Verdicts | None:
-        found = recent()
-        return None if found is None else sight.verdicts(found)
-
-    return ConformancePage(verdicts=sight.seen_verdicts(verdicts), recent=seen_recent, **params)
-
-
 def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:
-    return _conformance(runtime.verdicts, runtime.verdicts.recent, actions, **params)
+    """The Conformance page of what the user sees: another team's streams' example batches left out."""
+    reads = _reads(runtime, actions)
+    return ConformancePage(verdicts=reads.verdicts, recent=reads.recent_verdicts, **params)
 
 
 def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
     """Every system's History, each row with its system (the plots sum them)."""
-    reader, problem = read_fleet.history(fleet.runtimes())
-    return HistoryPage(history=_history(reader, actions) if reader is not None else None, problem=problem,
+    _, problem = read_fleet.history(fleet.runtimes())
+    return HistoryPage(history=_reads_across(fleet, actions).history(), problem=problem,
                        live_seq=lambda: sum(r.live.last_seq for r in fleet.runtimes().values()),
                        export=actions.run, may=actions.allowed, **params)
 
 
 def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
     """Every system's findings as its alerts part last evaluated them, each with its system."""
-    return ChecksPage(findings=_seen_findings(lambda: read_fleet.findings(fleet.runtimes(), fleet.unreached),
-                                              _sight(actions)), by_system=True, **params)
+    return ChecksPage(findings=_reads_across(fleet, actions).findings, by_system=True, **params)
 
 
 def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
     """Every system's audit trail, each record with its system and each chain checked on its own."""
-    seen_trail, seen_recent = _seen_trail(lambda since: read_fleet.audit_trail(fleet.runtimes(), since),
-                                          lambda since: read_fleet.recent_audit(fleet.runtimes(), since),
-                                          _sight(actions))
-    return AuditPage(trail=seen_trail, recent=seen_recent, export=actions.run, may=actions.allowed, **params)
+    reads = _reads_across(fleet, actions)
+    return AuditPage(trail=reads.audit, recent=reads.recent_audit, export=actions.run, may=actions.allowed, **params)
 
 
 def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
@@ -371,8 +324,8 @@ def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
 
 def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:
     """Every system's clients, each named with its system; a system whose log cannot be read is left out."""
-    return _conformance(lambda: read_fleet.verdicts(fleet.runtimes()),
-                        lambda: read_fleet.recent_verdicts(fleet.runtimes()), actions, **params)
+    reads = _reads_across(fleet, actions)
+    return ConformancePage(verdicts=reads.verdicts, recent=reads.recent_verdicts, **params)
 
 
 def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:

@@ -42,6 +42,7 @@ from console.ui.audit import AuditPage
 from console.ui.conformance import ConformancePage
 from console.ui.history import HistoryPage
 from console.ui.incident import IncidentPage
+from console.queries.reads import SystemReads
 from console.queries.sight import Sight
 from console.queries.streams import StreamReads
 from console.ui.live import LivePage, seen
@@ -120,10 +121,16 @@ class NotebookConsole:
         return Sight(lambda: self.actions.grants)
 
     @property
+    def reads(self) -> SystemReads:
+        """What this notebook reads (console.queries.reads): findings, budgets, the audit trail, verdicts,
+        History and incidents of the streams the local role sees."""
+        return SystemReads(self.runtime, self.sight)
+
+    @property
     def history_reader(self):
         """The SQLite history's queries (`.abandonments_by_stream(start, end)`) of the streams the local role
         sees, or None."""
-        return self.sight.through(self.runtime.history, lambda history, sees: history.seen_by(sees))
+        return self.reads.history()
 
     async def caught_up(self, timeout: float = 30.0) -> int:
         """Waits until the live state has applied every event logged so far; returns how many it applied."""
@@ -153,8 +160,7 @@ class NotebookConsole:
         return await self.page("/streams")
 
     async def find_incident(self, batch_id: str) -> Incident | None:
-        found = await self.runtime.find_incident(batch_id)
-        return found if found is None or self.sight.sees(found.loss.stream) else None
+        return await self.reads.incident(batch_id)
 
     async def incident(self, batch_id: str) -> IncidentPage:
         return await self.page("/incident", batch_id=batch_id, replay_link=lambda incident: None)
@@ -200,7 +206,7 @@ class NotebookConsole:
         """Each loss objective's measures now (`--objectives`): `.spent`, `.remaining`, `.burns` (window -> burn
         rate), `.burning` (the workbook pair it burns on, or None); [] without objectives or history. The
         page: `await console.page("/budgets")`."""
-        return self.sight.statuses(self.runtime.budgets() or [], self.runtime.objectives)
+        return self.reads.budgets() or []
 
     async def canaries(self, minutes: float = 60.0) -> list[tuple[datetime, CanaryResult]]:
         """The canary batches of the last `minutes` (`batch-console canary`), oldest first: (when, result)

@@ -15,7 +15,7 @@ from console.api.jobs import Jobs, SearchIn, SearchOut
 from console.api.models import (JOB, RULE, STREAM, BatchSettingsPatch, ExportFormatName, HistoryTable, RuleIn,
                                 RuleOut, Time)
 from console.api.problems import ERRORS, Problem
-from console.api.reads import HISTORY_DAYS, audit_read, history_rows
+from console.api.reads import HISTORY_DAYS, history_rows
 from console.commands import EditStream, ExportSearch, ExportTable, MuteAlertRule, UnmuteAlertRule
 from console.domain.alert_rules import RulesError, parse_rules
 from console.domain.display import Clock
@@ -23,6 +23,7 @@ from console.domain.search import SearchQuery
 from console.domain.stream_settings import StreamBatchSettings
 from console.export import format_named
 from console.queries.audit import audit_frame
+from console.queries.reads import SystemReads
 from console.runtime import Runtime
 
 FORMAT = Query("csv", description="csv, jsonl or parquet: as the pages' downloads")
@@ -138,7 +139,7 @@ def changes(ctx: Context) -> APIRouter:
                            format: ExportFormatName = FORMAT) -> Response:
         """The audit trail from `since` (its beginning by default), as the Audit page downloads it."""
         runtime = ctx.runtime_of(system)
-        frame = audit_frame(who.sight.audit(await audit_read(runtime, since)), Clock())
+        frame = audit_frame(await SystemReads(runtime, who.sight).audit(since), Clock())
         first, last = _dates(since, None, None)
         command = ExportTable("audit", f"{first}..{last}", format, frame.to_dict("records"), list(frame.columns),
                               {"table": "audit", "from": first, "to": last})

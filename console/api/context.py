@@ -16,6 +16,7 @@ from console.domain.kept_messages import ShownMessage
 from console.domain.stream_settings import StreamBatchSettings
 from console.errors import AuditRefused, ConsoleError, ForbiddenError, ReadOnlyError, Refusal
 from console.fleet import Fleet
+from console.queries.reads import SystemReads
 from console.runtime import Runtime
 
 T = TypeVar("T")
@@ -74,8 +75,8 @@ class Context:
             batch = names.batch_id(batch_id)
         except ValueError as e:
             raise Problem(422, "Not a batch id", str(e)[:200]) from None
-        found = await runtime.find_incident(batch)
-        if found is None or not who.reads(found.loss.stream):  # another team's: as if there were none
+        found = await SystemReads(runtime, who.sight).incident(batch)
+        if found is None:  # another team's: as if there were none
             raise Problem(404, "No such incident", f"no loss of batch {batch} in the event log")
         return found
 

@@ -19,14 +19,14 @@ from console.api.models import (BATCH, MAX_PAGE, NODE, OBJECTIVE, STREAM, AuditO
                                 ChecksOut, HealthOut, HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time,
                                 VerifyOut)
 from console.api.problems import ERRORS, Problem
-from console.domain.audit import Checked, Outcome
+from console.domain.audit import Outcome
 from console.domain.budgets import state_of
 from console.domain.checks import Finding
 from console.domain.incident import incident_report as markdown_report, no_messages_why, timeline
 from console.domain.live_model import LostBatch
 from console.domain.stream_settings import StreamBatchSettings
-from console.domain.wire import EARLIEST
 from console.queries import fleet as read_fleet
+from console.queries.reads import SystemReads
 from console.runtime import Runtime
 
 SEVERITIES = ("ok", "info", "warning", "critical")
@@ -85,9 +85,9 @@ def reads(ctx: Context) -> APIRouter:
     async def checks(who: Caller = ctx.caller, system: str | None = SYSTEM) -> ChecksOut:
         """The health checks as the alerts part last evaluated them: the Checks page's findings."""
         runtime = ctx.runtime_of(system)
-        found, when, unchecked = runtime.alerts.findings()
+        found, when, unchecked = SystemReads(runtime, who.sight).findings()
         findings = [Finding(f["code"], f["severity"], f["title"], f["evidence"], f["remedy"], f["stream"] or None,
-                            runtime.system.name) for f in found if who.reads(f["stream"] or None)]
+                            runtime.system.name) for f in found]
         worst = max((f.severity for f in findings), key=SEVERITIES.index, default="ok")
         return ChecksOut(status=worst, evaluated=when, findings=findings,
                          unchecked=[{"code": c, "why": w} for c, w in unchecked])
@@ -118,9 +118,7 @@ def reads(ctx: Context) -> APIRouter:
     async def budgets(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[BudgetOut]:
         """Each loss objective's measures now, as the Budgets page shows them (those whose streams the
         caller's roles read)."""
-        runtime = ctx.runtime_of(system)
-        every = await asyncio.to_thread(runtime.budgets) or []
-        found = who.sight.statuses(every, runtime.objectives)
+        found = await asyncio.to_thread(SystemReads(ctx.runtime_of(system), who.sight).budgets) or []
         return [BudgetOut(objective=s.objective, measure=s.measure, state=state_of(s),
                           allowed_per_million=s.allowed * 1e6, window_days=s.window.days, lost=s.counts.lost,
                           total=s.counts.total, known=s.counts.known, spent=s.spent, remaining=s.remaining,
@@ -130,16 +128,10 @@ def reads(ctx: Context) -> APIRouter:
     async def budget_losses(objective: OBJECTIVE, who: Caller = ctx.caller, system: str | None = SYSTEM,
                             limit: int = Query(100, ge=1, le=MAX_PAGE)) -> list[BudgetLossOut]:
         """The losses that spent an objective's budget over its window, newest first."""
-        from console.services.budgets import spenders
-
-        runtime = ctx.runtime_of(system)
-        found = next((o for o in runtime.objectives if o.name == objective and who.sight.sees_objective(o)), None)
-        history = runtime.history
-        if found is None or history is None:
+        rows = await asyncio.to_thread(SystemReads(ctx.runtime_of(system), who.sight).spenders, objective, limit)
+        if rows is None:
             raise Problem(404, "No such objective", f"no objective {objective[:100]!r} the caller may read")
-        rows = await asyncio.to_thread(spenders, found, history.engine, None, limit)
-        return [BudgetLossOut(**{k: r[k] for k in ("time", "stream", "batch_id", "what", "publisher")}) for r in rows
-                if who.reads(r["stream"])]
+        return [BudgetLossOut(**{k: r[k] for k in ("time", "stream", "batch_id", "what", "publisher")}) for r in rows]
 
     @api.get("/canary", response_model=list[CanaryOut], tags=["canary"])
     async def canary(who: Caller = ctx.caller, system: str | None = SYSTEM,
@@ -163,7 +155,7 @@ def reads(ctx: Context) -> APIRouter:
     async def audit(who: Caller = ctx.caller, system: str | None = SYSTEM, since: Time | None = None,
                     limit: int = Query(500, ge=1, le=MAX_PAGE)) -> AuditOut:
         """The audit trail, newest first, and whether the chain of the records read holds."""
-        checked = who.sight.audit(await audit_read(ctx.runtime_of(system), since))
+        checked = await SystemReads(ctx.runtime_of(system), who.sight).audit(since)
         records = [AuditRecordOut(seq=seq, time=r.time, user=r.actor.user, address=r.actor.address, action=r.action,
                                   target=r.target, outcome=r.outcome, detail=r.detail)
                    for seq, r in reversed(checked.records[-limit:])]
@@ -182,7 +174,7 @@ def reads(ctx: Context) -> APIRouter:
     @api.get("/conformance", tags=["conformance"])
     async def conformance(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[dict]:
         """Each batch publisher's verdict on ADR-50's statements, as `batch-console conformance --format json`."""
-        verdicts = who.sight.verdicts(await ctx.runtime_of(system).verdicts())
+        verdicts = await SystemReads(ctx.runtime_of(system), who.sight).verdicts()
         return [{"client": v.name, "key": v.key, "conforms": not v.failing, "verdict": v.verdict(),
                  "failing": list(v.failing),
                  "batches": v.batches, "since": v.since, "until": v.until} for v in verdicts.report()]
@@ -229,22 +221,13 @@ def reads(ctx: Context) -> APIRouter:
 
 def history_rows(runtime: Runtime, table: str, who: Caller, since: datetime | None,
                  until: datetime | None) -> list[dict]:
-    reader = runtime.history
+    reader = SystemReads(runtime, who.sight).history()
     if reader is None:
         raise Problem(404, "No history yet", "the analytics job has not written this system's tables")
     end = until or datetime.now(timezone.utc)
     start = since or end - timedelta(days=HISTORY_DAYS)
-    frame = who.sight.rows(getattr(reader, table)(start, end))
+    frame = getattr(reader, table)(start, end)
     return json.loads(frame.to_json(orient="records", date_format="iso"))
-
-
-async def audit_read(runtime: Runtime, since: datetime | None) -> Checked:
-    """The trail from `since` (its beginning by default); a time to come reads nothing, not a wait for it."""
-    if since is not None and since > datetime.now(timezone.utc):
-        return Checked([], [])
-    if since is not None and since < EARLIEST:  # the server's start time cannot go before it (a read hung)
-        since = None
-    return await runtime.audit.read(since)
 
 
 def _order(b: LostBatch) -> tuple[float, str, str]:

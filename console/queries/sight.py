@@ -5,7 +5,7 @@ losses, findings, history rows or audit records. Every face asks this one rule, 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 import pandas as pd
 
@@ -76,10 +76,3 @@ class Sight:
     def verdicts(self, found: Verdicts) -> Verdicts:
         """The clients' verdicts, their example batches on streams this reader does not see left out."""
         return found if self.grants.sees_every_stream else found.withholding(self.sees)
-
-    def seen_verdicts(self, read: Callable[[], Awaitable[Verdicts]]) -> Callable[[], Awaitable[Verdicts]]:
-        """A reader of verdicts (a page's, the API's) as this reader sees them."""
-
-        async def verdicts() -> Verdicts:
-            return self.verdicts(await read())
-        return verdicts

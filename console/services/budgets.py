@@ -1,27 +1,15 @@
-"""The losses that spent a loss budget, and a month's report of them (each budget as it stands now is
-console.storage.budgets.statuses_now, which the analytics job writes after a run as well)."""
+"""A month's report of the loss budgets (each budget as it stands now is console.storage.budgets.statuses_now,
+which the analytics job writes after a run as well; the losses that spent one, console.queries.reads)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import timedelta
 
 from sqlalchemy import Engine
 
 from console.domain.budgets import MEASURES, Objective, counts_of
 from console.domain.monthly_report import MonthReport, ObjectiveMonth, month_bounds
 from console.storage.budgets import count_rows
-
-
-def spenders(objective: Objective, engine: Engine, now: datetime | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """The losses that spent the objective's budget over its window, newest first: the batches it covers
-    that were lost, and the fast batches that lost messages in gaps."""
-    from console.storage.budgets import losses_in
-
-    now = now or datetime.now(timezone.utc)
-    mine = [r for r in losses_in(engine, now - objective.window, now)
-            if objective.covers(r["stream"], r["publisher"].split(", ")[0] or None)]
-    return mine[:limit]
 
 
 def month_report(objectives: list[Objective], engine: Engine, month: str) -> MonthReport:
