@@ -179,7 +179,12 @@ def plan(node: str, groups: list[Group], meta_leader: str | None, open_batches: 
     for g in leads:
         if g.replicas == 1 and g.consumer is None:
             notes.append(f"{g.stream} has one replica, on {node}: it is unavailable while {node} is out")
-    if meta_leader is None:
+    single = bool(groups) and not meta_peers and meta_leader is None and connected == node and \
+        all(g.leader is None and not g.peers for g in groups)  # a server outside any cluster: no group anywhere
+    if single:
+        notes.append(f"{node} is a single server, not a cluster: no leadership can move, so a drain has nothing "
+                     f"to do; taking it out stops every stream on it, and the batches open then are lost")
+    elif meta_leader is None:
         notes.append("the meta leader is not known: give the system account to read it and move it last")
     elif meta_leader == node:
         notes.append(f"{node} is the meta leader: it moves last")

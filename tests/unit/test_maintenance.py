@@ -35,6 +35,8 @@ def test_a_name_that_is_not_a_server_is_refused_and_a_single_server_is_known_by_
     assert "n9 is not a server of this cluster" in plan("n9", [r3("A", "n1", UP("n2"), UP("n3"))], None, [], 1).refusals[0]
     single = plan("solo", [Group("A", None, None, ())], None, [], 1, connected="solo")
     assert single.verdict == SAFE and single.nodes == ("solo",) and single.leads == ()
+    assert single.notes == ("solo is a single server, not a cluster: no leadership can move, so a drain has nothing "
+                            "to do; taking it out stops every stream on it, and the batches open then are lost",)
     for hostile in ("", "a b", "n1\n", "\x1b[2J", "x" * 129, 5, None, ["n1"]):
         with pytest.raises(NotANode):
             node_name(hostile)
