@@ -51,7 +51,7 @@ def messages_html(messages: list[ShownMessage], incident: Incident) -> str:
         parts.append(f'<div class="bc-kept" style="margin:.3rem 0 .8rem"><b>{e(m.place)}</b> · batch sequence {m.seq} · {e(m.subject)} · '
                      f'<span style="color:#666">{e(m.about)}</span>{note}'
                      + (f"<table>{rows}</table>" if rows else "")
-                     + f'<pre style="white-space:pre-wrap;max-height:16em;overflow:auto">{e(m.text)}</pre></div>')
+                     + f'<pre style="white-space:pre-wrap;overflow-wrap:anywhere;max-height:16em;overflow:auto">{e(m.text)}</pre></div>')
     return f"<p>{title}</p>" + "".join(parts)
 
 

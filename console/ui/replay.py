@@ -38,15 +38,15 @@ def message_html(m: StoredMessage, clock: Clock = Clock(), decoded: Decoded | No
     """One message, every part of it escaped; batch headers highlighted. Decoded (its stream has a
     decoder): its fields first, the raw bytes on request; not decoded: why, and the raw bytes."""
     e = html.escape
-    rows = "".join(f'<tr style="{BATCH_STYLE if k in BATCH_HEADERS else ""}"><td>{e(k)}</td><td>{e(v)}</td></tr>'
-                   for k, v in m.headers)
+    rows = "".join(f'<tr style="{BATCH_STYLE if k in BATCH_HEADERS else ""}"><td>{e(k)}</td>'
+                   f'<td style="overflow-wrap:anywhere">{e(v)}</td></tr>' for k, v in m.headers)
     p = preview(m.payload)
     about = f"{p.kind}, {p.size} bytes" + (f", first {PREVIEW_BYTES} shown" if p.truncated else "")
     batch = f' · batch <b>{e(m.batch_id)}</b> #{m.batch_seq}' if m.batch_id else ""
-    raw = f'<pre style="white-space:pre-wrap">{p.text}</pre>'
+    raw = f'<pre style="white-space:pre-wrap;overflow-wrap:anywhere">{p.text}</pre>'
     if decoded is not None and decoded.error is None:
         shown = f'<div style="color:#666">payload: {e(decoded.decoder)}, {p.size} bytes</div>' \
-                f'<pre style="white-space:pre-wrap">{e(_as_text(decoded.value))}</pre>' \
+                f'<pre style="white-space:pre-wrap;overflow-wrap:anywhere">{e(_as_text(decoded.value))}</pre>' \
                 f'<details><summary>raw ({about})</summary>{raw}</details>'
     elif decoded is not None:
         shown = (f'<div style="color:#b00" role="note">payload not decoded as {e(decoded.decoder)}: '

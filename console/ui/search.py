@@ -170,4 +170,4 @@ def _row(stream: str, f: Found, when) -> dict:
     shown = preview(f.data)
     return {"sequence": f'<a href="{e(replay)}">{f.seq}</a>', "subject": f.subject, "time": when(f.time, fraction=True),
             "batch": batch, "headers": "\n".join(f"{k}: {v}" for k, v in f.headers),
-            "payload": f'<pre style="white-space:pre-wrap;margin:0">{shown.text}</pre>'}
+            "payload": f'<pre style="white-space:pre-wrap;overflow-wrap:anywhere;margin:0">{shown.text}</pre>'}

@@ -53,3 +53,28 @@ def test_read_only_replay_peeks_without_action_buttons(console, read_only_url, p
     for action in ("Ack", "Nak", "Term", "In progress"):
         expect(page.get_by_role("button", name=action, exact=True)).to_have_count(0)
     assert nats_tool("ack-pending", nats_url, "UI_REPLAY_RO") == "0"
+
+
+def test_a_message_of_long_unbroken_tokens_stays_inside_1280_pixels(console, page):
+    """A payload of escaped JSON (no space for 5,000 characters) and a long header value: before, the page
+    grew to 3,668 px wide at 1280 (seen on up --demo's own advisory streams)."""
+    import nats
+
+    from tests.fleet import run_apart
+
+    nats_url, web_url = console
+
+    async def publish() -> None:
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        await js.add_stream(name="UI_WIDE", subjects=["ui_wide.>"])
+        await js.publish("ui_wide.x", b'{"response": "' + b"\\\"x\\\":1," * 700 + b'"}', headers={"Trace": "t" * 600})
+        await nc.close()
+
+    run_apart(publish())
+    page.set_viewport_size({"width": 1280, "height": 800})
+    open_replay(page, web_url, "UI_WIDE")
+    page.get_by_role("button", name="Fetch").click()
+    expect(page.get_by_text("1 message(s)", exact=False)).to_be_visible(timeout=15_000)
+    widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1], f"replay is {widths[0]} px wide in a {widths[1]} px window"
