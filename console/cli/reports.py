@@ -214,12 +214,12 @@ async def audit_async(settings: Settings, since: str | None, verify: bool) -> in
 
 
 async def _audit_one(settings: Settings, start: datetime | None, verify: bool) -> int:
+    from console.queries.reads import SystemReads
     from console.queries.sight import Sight
 
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
-        whole = await runtime.audit.read(start)
         # its records as the local role is shown them (the chain's verdict is the whole trail's)
-        checked = Sight(runtime.actions(CLI).grants).audit(whole)
+        checked = await SystemReads(runtime, Sight(runtime.actions(CLI).grants)).audit(start)
     for seq, r in checked.records:
         diff = "".join(f" {k}: {a} -> {b}" for k, (a, b) in r.diff.items())
         print(f"{seq:>7} {r.time:%Y-%m-%d %H:%M:%S} {r.actor.user} {r.actor.address or '-'} {r.action} {r.target} "
