@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from console.domain.holds import HOLD_PREFIX, MAX_HOLD, HeldStreams, Hold, HoldRefused, parse_hold
+from console.domain.holds import HOLD_PREFIX, HeldStreams, Hold, HoldRefused, parse_hold
 
 log = logging.getLogger(__name__)
 ANSWERS_WITHIN = 0.25  # seconds the console counts the followers' answers to a hold
@@ -62,7 +62,7 @@ class Holds:
         while (end := self.held.held_until(subject, now := time.monotonic())) is not None:
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), min(end - now, MAX_HOLD))
+                await asyncio.wait_for(self._changed.wait(), end - now)  # a hold's end is at most MAX_HOLD away
             except asyncio.TimeoutError:
                 pass
         return time.monotonic() - started
