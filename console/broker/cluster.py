@@ -14,6 +14,8 @@ from typing import Any
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.errors import EmbeddedServerError
 
+_ROUTES_LISTENING = "Listening for route connections"
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -33,14 +35,20 @@ class EmbeddedCluster:
             raise EmbeddedServerError("a cluster needs at least one node")
         self.store_dir = Path(store_dir)
         self.name = name
-        routes = [free_port(host) for _ in range(nodes)]
-        self.nodes: list[EmbeddedServer] = []
-        for i in range(nodes):
-            others = ", ".join(f'"nats://{host}:{p}"' for j, p in enumerate(routes) if j != i)
-            block = (f'server_name: "n{i + 1}"\n'
-                     f'cluster {{ name: "{name}", listen: "{host}:{routes[i]}", routes: [{others}] }}\n{extra_config}')
-            self.nodes.append(EmbeddedServer(self.store_dir / f"n{i + 1}", host=host, port=(ports or [0] * nodes)[i],
-                                             batch_limits=batch_limits, extra_config=block, binary=binary))
+        self.host = host
+        self.extra_config = extra_config
+        self.nodes = [EmbeddedServer(self.store_dir / f"n{i + 1}", host=host, port=(ports or [0] * nodes)[i],
+                                     batch_limits=batch_limits, binary=binary) for i in range(nodes)]
+        self._route_ports()
+
+    def _route_ports(self) -> None:
+        """Each node's route port (picked free now, so a clash is possible when the node binds it) and
+        its `cluster {}` block routing to the others."""
+        routes = [free_port(self.host) for _ in self.nodes]
+        for i, node in enumerate(self.nodes):
+            others = ", ".join(f'"nats://{self.host}:{p}"' for j, p in enumerate(routes) if j != i)
+            node.extra_config = (f'server_name: "n{i + 1}"\ncluster {{ name: "{self.name}", '
+                                 f'listen: "{self.host}:{routes[i]}", routes: [{others}] }}\n{self.extra_config}')
 
     @property
     def urls(self) -> list[str]:
@@ -55,10 +63,23 @@ class EmbeddedCluster:
     def batch_limits(self) -> BatchLimits:
         return self.nodes[0].batch_limits
 
-    def start(self, timeout: float = 30.0) -> EmbeddedCluster:
-        for node in self.nodes:
-            node.start(timeout)
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> EmbeddedCluster:
+        """Every node up and routed, and a meta leader that sees them all. nats-server says it is ready
+        before it binds its route port and exits when that port was taken meanwhile (another process
+        got it after free_port let it go): the cluster then goes on with the nodes left, one short of
+        its replicas. Such a start is tried again on other route ports."""
+        for attempt in range(attempts):
+            for node in self.nodes:
+                node.start(timeout)
+            if all(node.wait_logged(_ROUTES_LISTENING, timeout) for node in self.nodes):
+                break
+            self.stop()
+            if attempt == attempts - 1:
+                raise EmbeddedServerError(f"a node could not bind its route port {attempts} times; see {self.store_dir}/n*/")
+            self._route_ports()
         self.wait_for_meta_leader(timeout)
+        if not self.running():
+            raise EmbeddedServerError(f"a node exited while the cluster formed; see {self.store_dir}/n*/")
         return self
 
     def _meta(self) -> dict[str, dict[str, Any]]:

@@ -156,6 +156,19 @@ class EmbeddedServer:
                 raise EmbeddedServerError(f"nats-server not ready after {timeout}s:\n{text[-2000:]}")
             time.sleep(0.02)
 
+    def wait_logged(self, text: str, timeout: float) -> bool:
+        """Whether this run of the server logs `text` before it exits or the timeout passes."""
+        if self._proc is None:
+            return False
+        tag, deadline = f"[{self._proc.pid}]", time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(line.startswith(tag) and text in line for line in self._log_since(0).splitlines()):
+                return True
+            if not self.running():
+                return False
+            time.sleep(0.02)
+        return False
+
     def _log_since(self, offset: int) -> str:
         try:
             with self.log_path.open("rb") as f:

@@ -63,6 +63,9 @@ ENABLE = """label => {
   return false;
 }"""
 
+LIVE = """title => window.Bokeh && Bokeh.documents.some(doc => [...doc.all_models].some(model => model.title === title))"""
+PICKED = """title => window.Bokeh && Bokeh.documents.some(doc => [...doc.all_models].some(m => m.title === title && m.value))"""
+
 
 @dataclass
 class Team:
@@ -199,7 +202,10 @@ def fetch(page: Page, team: Team, may: bool, stream: str = "") -> None:
     page.goto(team.web_url + f"replay?stream={stream}")
     consumer = page.get_by_label("consumer")
     expect(consumer).to_contain_text("ops (4 pending", timeout=30_000)
+    # picked in the live document, not the inert first paint (CI: a pick lost there made the click a peek)
+    page.wait_for_function(LIVE, arg="consumer", timeout=15_000)
     consumer.select_option(index=1)
+    page.wait_for_function(PICKED, arg="consumer", timeout=15_000)
     page.get_by_label("max messages").fill("4")
     why = "may not consumer.fetch" if team.user == "vera" else "may consumer.fetch only on streams TEAM_*"
     if may:
