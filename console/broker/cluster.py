@@ -75,7 +75,8 @@ class EmbeddedCluster:
                 break
             self.stop()
             if attempt == attempts - 1:
-                raise EmbeddedServerError(f"a node could not bind its route port {attempts} times; see {self.store_dir}/n*/")
+                raise EmbeddedServerError(f"a node could not bind its route port {attempts} times; "
+                                          f"see {self.store_dir}/n*/")
             self._route_ports()
         self.wait_for_meta_leader(timeout)
         if not self.running():

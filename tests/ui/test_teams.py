@@ -63,8 +63,10 @@ ENABLE = """label => {
   return false;
 }"""
 
-LIVE = """title => window.Bokeh && Bokeh.documents.some(doc => [...doc.all_models].some(model => model.title === title))"""
-PICKED = """title => window.Bokeh && Bokeh.documents.some(doc => [...doc.all_models].some(m => m.title === title && m.value))"""
+LIVE = """title => window.Bokeh &&
+  Bokeh.documents.some(doc => [...doc.all_models].some(model => model.title === title))"""
+PICKED = """title => window.Bokeh &&
+  Bokeh.documents.some(doc => [...doc.all_models].some(model => model.title === title && model.value))"""
 
 
 @dataclass
