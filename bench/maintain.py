@@ -1,7 +1,7 @@
 """Leadership moves on a three-node cluster under steady atomic-batch load: the server's plain step-down
 beside the console's batch-safe move, side by side in one run.
 
-    .venv/bin/python bench/maintain.py [--moves 50] [--streams 3] [--open-ms 100] [--idle-ms 100]
+    .venv/bin/python bench/maintain.py [--moves 50] [--streams 3] [--open-ms 100] [--idle-ms 100] [--no-rolling]
 
 One publisher per R3 stream sends atomic batches of five messages without pause: each batch is open for
 about --open-ms (its messages spread over it), then the publisher is idle for --idle-ms. The same number
@@ -12,6 +12,9 @@ of leadership moves, spread over the streams (so over the nodes), is made three 
    batch timeout; the publishers do not follow maintenance holds;
 3. the same move, the publishers following maintenance holds (console.broker.holds): no batch begins on
    the stream from the hold to its release, after the new leader is read back.
+4. a rolling restart of the three nodes (console.broker.restart, as `maintain rolling --run` does it):
+   each node drained, then restarted with nats-server's lame duck signal (tests/restart_node.py), then
+   waited for until it is back, the publishers following holds.
 Counted for each: batches lost (a commit the server refused: an open batch does not survive its
 stream's leader change), batches committed, and the publish stall of a move (the longest gap between
 two acks of the stream's publisher around it, p50 and p95). In 2, what the batch-safe move saves is
@@ -40,11 +43,15 @@ from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.cluster import EmbeddedCluster  # noqa: E402
 from console.broker.holds import Holds  # noqa: E402
 from console.broker.maintenance import Tap, move_when_quiet, read_groups, step_down  # noqa: E402
+from console.broker.restart import rolling  # noqa: E402
 from console.broker.server import BatchLimits  # noqa: E402
+from console.domain.maintenance import restart_line  # noqa: E402
 from console.errors import BatchError  # noqa: E402
 from console.progress import ProgressBar  # noqa: E402
 
 LIMITS = BatchLimits(timeout=5.0)
+LAME_DUCK = 'lame_duck_duration: "30s"\nlame_duck_grace_period: "1s"\n'  # the shortest the server takes
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Publisher:
@@ -134,7 +141,8 @@ async def _group(nc, stream: str):
 
 
 async def main(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(Path(tmp), batch_limits=LIMITS) as cluster:
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(Path(tmp), batch_limits=LIMITS,
+                                                               extra_config=LAME_DUCK) as cluster:
         nc = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
         names = [f"BENCH_MAINT_{i}" for i in range(args.streams)]
         for name in names:
@@ -149,6 +157,9 @@ async def main(args: argparse.Namespace) -> None:
         for p in publishers.values():
             p.holds = holds
         results["with holds"] = await moves(nc, publishers, args.moves, True, "with holds")
+        restarts = []
+        if args.rolling:
+            results["rolling restart"], restarts = await rolling_restart(nc, cluster, publishers)
         for p in publishers.values():
             p.stopped = True
         await asyncio.gather(*tasks)
@@ -160,9 +171,39 @@ async def main(args: argparse.Namespace) -> None:
         share = 100 * lost / max(1, lost + committed)
         print(f"{label:20}{lost:>8}{committed:>11}{share:>9.2f}{percentile(stalls, 0.5):>14.0f}"
               f"{percentile(stalls, 0.95):>14.0f}")
+    for r in restarts:
+        print(f"  {restart_line(r)}")
     plain, safe, held = (results[k][0] for k in ("plain step-down", "batch-safe move", "with holds"))
     print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else "")
           + f"; with holds / plain: {held} / {plain}" + (f" = {held / plain:.2f}" if plain else ""))
+
+
+async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Publisher]):
+    """Every node restarted in turn in lame duck mode, as `maintain rolling` does it: (lost, committed, the
+    longest publish stall of each stream in each node's restart), and each node's restart."""
+    lost0 = sum(p.lost for p in publishers.values())
+    committed0 = sum(p.committed for p in publishers.values())
+    command = f"cd {ROOT} && {sys.executable} -m tests.restart_node {cluster.store_dir}/{{node}} --signal ldm"
+    bar = ProgressBar(len(cluster.nodes), "rolling restart")
+    done = []
+
+    def said(line: str) -> None:
+        if line.startswith("n") and ": restarted" in line or "NOT RESTARTED" in line:
+            bar.update(len(done) + 1)
+
+    starts = []
+    try:
+        for node in [f"n{i + 1}" for i in range(len(cluster.nodes))]:
+            starts.append(time.perf_counter())
+            done += await rolling(nc, None, [node], command, time_box=LIMITS.timeout, batch_timeout=LIMITS.timeout,
+                                  run_timeout=120, back_timeout=120, urls=cluster.urls, said=said)
+            assert done[-1].error is None, done[-1].error
+    finally:
+        bar.close()
+    await asyncio.sleep(2 * (publishers[next(iter(publishers))].open_s + publishers[next(iter(publishers))].idle_s))
+    stalls = [1000 * p.stall_around(t, window=60.0) for t in starts for p in publishers.values()]
+    return (sum(p.lost for p in publishers.values()) - lost0, sum(p.committed for p in publishers.values()) - committed0,
+            stalls), done
 
 
 async def _created(nc, name: str) -> bool:
@@ -181,4 +222,5 @@ if __name__ == "__main__":
     parser.add_argument("--streams", type=int, default=3)
     parser.add_argument("--open-ms", type=int, default=100)
     parser.add_argument("--idle-ms", type=int, default=100)
+    parser.add_argument("--no-rolling", dest="rolling", action="store_false", help="leave out the rolling restart")
     asyncio.run(main(parser.parse_args()))

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from console.domain.search import Found, SearchProgress, SearchQuery
     from console.domain.stream_settings import StreamBatchSettings
     from console.broker.maintenance import Move
+    from console.domain.maintenance import Restart
     from console.domain.maintenance import Plan
     from console.probe import ProbeOptions, ProbeReport
 
@@ -73,6 +74,7 @@ class Services:
 
     streams: StreamAdmin | None = None
     connection: Callable[[], Connection] | None = None  # the one a probe publishes on now (reopened ones too)
+    system_connection: Callable[[], Connection | None] | None = None  # the system account's, where given
     rules: Callable[[], RuleWriter] | None = None
     search: Searcher | None = None
     # the payload pipeline for a reader's level of each stream (Grants.payloads): exports decode through it
@@ -311,6 +313,49 @@ class DrainNode(Command["list[Move]"]):
         try:
             return await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
                                said=self.progress)
+        finally:
+            await lease.release()
+
+
+@dataclass
+class RestartNodes(Command["list[Restart]"]):
+    """Nodes restarted in turn around the operator's own command (console.broker.restart), under the lease:
+    each drained, the command run, the node waited for until it is back; the first not safe stops them.
+    The command is not recorded (it can name the operator's keys): its exit code is."""
+
+    name, role, changes_server = "maintain.restart", "admin", True
+    records = "the nodes in their order; each one's drain, the command's exit, its restart and when it was back"
+    nodes: list[str]
+    command: str
+    time_box: float
+    batch_timeout: float
+    run_timeout: float
+    back_timeout: float
+    urls: list[str]
+    servers: int  # in the cluster: the lease is replicated on three when there are
+    progress: Callable[[str], None] = lambda _: None
+
+    @property
+    def target(self) -> str:
+        return ", ".join(self.nodes)
+
+    def said(self, result: list[Restart]) -> str:
+        from console.domain.maintenance import restart_line
+
+        text = "; ".join(restart_line(r) for r in result) or "nothing restarted"
+        return text if len(text) <= 1000 else text[:999] + "…"
+
+    async def execute(self, services: Services, asker: Asker) -> list[Restart]:
+        from console.broker.maintenance import Lease
+        from console.broker.restart import rolling
+
+        nc = required(services.connection, "connection")()
+        system_nc = services.system_connection() if services.system_connection else None
+        lease = await Lease.take(nc, asker.actor.user, ",".join(self.nodes)[:200], replicas=3 if self.servers >= 3 else 1)
+        try:
+            return await rolling(nc, system_nc, self.nodes, self.command, time_box=self.time_box,
+                                 batch_timeout=self.batch_timeout, run_timeout=self.run_timeout,
+                                 back_timeout=self.back_timeout, urls=self.urls, said=self.progress)
         finally:
             await lease.release()
 

@@ -340,6 +340,9 @@ class WebSettings:
     mcp: bool = setting(False, "serve MCP (streamable HTTP) at /mcp beside the API, for the API's tokens", switch=True)
     mcp_writes: bool = setting(False, "with --mcp: the tools that change the server too (edit_stream, mute_rule, "
                                       "unmute_rule), each an audited action", switch=True)
+    restart_command: str | None = setting(None, "the command that restarts a node ({node} is its name), so an admin "
+                                                "can restart one from the Maintenance page (drained first, waited for "
+                                                "after); never typed in the browser, never shown", secret=True)
     refusals_every: float = setting(60.0, "seconds over which refusals of callers without a valid token are counted "
                                           "into one audit record (the first of a quiet spell is written at once)",
                                     parse=lambda text: _bounded_seconds(text, 1.0, 3600.0))

@@ -1,5 +1,6 @@
-"""`batch-console maintain`: plan a node's maintenance (what taking it out would do, changing nothing) and
-drain it (every leadership off it, batch-safely, under the lease; an audited admin's action)."""
+"""`batch-console maintain`: plan a node's maintenance (what taking it out would do, changing nothing),
+drain it (every leadership off it, batch-safely, under the lease; an audited admin's action), restart it
+around the operator's own command, or restart every node in turn (`rolling`)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,24 @@ import sys
 
 from console.config import Settings
 from console.domain.audit import CLI
-from console.domain.maintenance import REFUSED, node_name, plan_text
+from console.domain.maintenance import BACK_TIMEOUT, REFUSED, RUN_TIMEOUT, node_name, plan_text
 from console.errors import ConfigError
 from console.runtime import Runtime
 
 
 def add_arguments(maintain: argparse.ArgumentParser) -> None:
     """`maintain`'s own arguments (its settings are the CLI's to add)."""
-    maintain.add_argument("step", choices=["plan", "drain"])
-    maintain.add_argument("node", type=_node, help="the server's name (server_name in its configuration)")
+    maintain.add_argument("step", choices=["plan", "drain", "restart", "rolling"])
+    maintain.add_argument("node", type=_node, nargs="?",
+                          help="the server's name (server_name in its configuration); rolling takes every one")
+    maintain.add_argument("--run", metavar="COMMAND", default=None,
+                          help="restart and rolling: the command that restarts a node ({node} is its name, also in "
+                               "BATCH_CONSOLE_NODE), run by the shell; e.g. 'systemctl restart nats' or "
+                               "'kubectl delete pod {node}'")
+    maintain.add_argument("--run-timeout", type=_seconds(1.0, 3600), default=RUN_TIMEOUT,
+                          help="seconds the command may take before it is killed (default 300)")
+    maintain.add_argument("--back-timeout", type=_seconds(1.0, 3600), default=BACK_TIMEOUT,
+                          help="seconds a node may take, after the command, to be current in every group (default 300)")
     maintain.add_argument("--format", choices=["text", "json"], default="text")
     maintain.add_argument("--watch", type=_seconds(0.0, 600), default=None,
                           help="seconds `plan` watches the streams it leads for open batches (default: the batch "
@@ -54,7 +64,15 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
 
     if settings.systems():
         raise ConfigError("maintain works on one system: give its --server (a systems file names several)")
+    if (args.node is None) != (args.step == "rolling"):
+        raise ConfigError("rolling takes every node, in turn: give no NODE" if args.node else
+                          f"maintain {args.step} needs the NODE to work on")
+    if (args.run is None) == (args.step in ("restart", "rolling")):
+        raise ConfigError(f"maintain {args.step} needs --run COMMAND, the command that restarts a node" if args.run is None
+                          else "--run is for restart and rolling")
     timeout = settings.collector.batch_timeout_or_default
+    if args.step in ("restart", "rolling"):
+        return await _restart(settings, args, timeout)
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
         watch = timeout if args.watch is None else args.watch
         # a drain watches the streams itself, for a batch timeout, before its first step
@@ -78,3 +96,32 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
                                "error": m.error, "at_risk": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind}
                                                              for b in m.at_risk]} for m in moves]))
         return 0 if all(m.error is None for m in moves) else 1
+
+
+async def _restart(settings: Settings, args: argparse.Namespace, timeout: float) -> int:
+    from console.broker.maintenance import MaintenanceRefused, read_meta, server_names
+    from console.domain.maintenance import rolling_order
+    from console.commands import RestartNodes
+
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
+        servers = await server_names(runtime.nc, runtime.system_nc)
+        meta_leader, _ = await read_meta(runtime.system_nc)
+        nodes = [args.node] if args.step == "restart" else rolling_order(tuple(servers), meta_leader)
+        if args.step == "rolling" and meta_leader is None:
+            print("batch-console: the meta leader is not known (no system account): the nodes go in name order",
+                  file=sys.stderr)
+        time_box = timeout if args.time_box is None else args.time_box
+        try:
+            done = await runtime.actions(CLI).run(RestartNodes(
+                nodes, args.run, time_box, timeout, args.run_timeout, args.back_timeout, list(settings.connection.servers),
+                len(servers), lambda line: print(line, file=sys.stderr, flush=True)))
+        except MaintenanceRefused as e:
+            print(f"batch-console: maintain {args.step} refused: {e}", file=sys.stderr)
+            return 1
+        if args.format == "json":
+            print(json.dumps([r.to_dict() for r in done]))
+        else:
+            from console.domain.maintenance import restart_line
+
+            print("\n".join(restart_line(r) for r in done))
+        return 0 if len(done) == len(nodes) and all(r.error is None for r in done) else 1

@@ -263,7 +263,8 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 
 def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
     from console.broker.maintenance import server_names
-    from console.commands import DrainNode
+    from console.domain.maintenance import BACK_TIMEOUT, RUN_TIMEOUT
+    from console.commands import DrainNode, RestartNodes
 
     timeout = runtime.settings.collector.batch_timeout_or_default
 
@@ -271,8 +272,16 @@ def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage
         fresh = await runtime.maintenance_plan(plan.node, 0)
         return await actions.run(DrainNode(fresh, timeout, timeout, progress))
 
+    command = runtime.settings.web.restart_command
+
+    async def restart(node, progress):  # the command the console was started with, never one from the browser
+        servers = await server_names(runtime.nc, runtime.system_nc)
+        return await actions.run(RestartNodes([node], command or "", timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
+                                              list(runtime.settings.connection.servers), len(servers), progress))
+
     return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=runtime.maintenance_plan,
-                           drain=drain, read_only=runtime.read_only, may=actions.allowed, **params)
+                           drain=drain, restart=restart if command else None, read_only=runtime.read_only,
+                           may=actions.allowed, **params)
 
 
 def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:

@@ -173,8 +173,8 @@ class Runtime:
             grants = lambda: (given() if callable(given) else given).on_system(system)  # noqa: E731
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         # the connection asked for at each command: a long-lived session's actions follow a reopened one
-        services = Services(streams=self.admin, connection=lambda: self.nc, rules=lambda: self.alerts,
-                            search=self.searches, payloads=self.payloads)
+        services = Services(streams=self.admin, connection=lambda: self.nc, system_connection=lambda: self.system_nc,
+                            rules=lambda: self.alerts, search=self.searches, payloads=self.payloads)
         try:
             return Actions(self.audit.log(), actor, self.read_only, trail_required=trail_required, grants=grants,
                            expires=expires, services=services)

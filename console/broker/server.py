@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -79,6 +80,7 @@ class EmbeddedServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self.config_path = self.store_dir / "nats-server.conf"
         self.log_path = self.store_dir / "nats-server.log"
+        self.pid_path = self.store_dir / "nats-server.pid"
 
     @property
     def url(self) -> str:
@@ -108,6 +110,8 @@ class EmbeddedServer:
                 # A name: without one the server calls itself by its id ("Runs on NDX4Q...") on every page.
                 "" if "server_name" in self.extra_config else 'server_name: "batch-console"',
                 monitor,
+                # for the operator's own scripts (a restart command given to `maintain restart --run`)
+                f"pid_file: {json.dumps(str(self.pid_path.resolve()))}",
                 "jetstream {",
                 f"  store_dir: {json.dumps(str(self.store_dir.resolve()))}",
                 f"  {self.batch_limits.to_conf()}",
@@ -134,6 +138,8 @@ class EmbeddedServer:
             stderr=subprocess.DEVNULL,
         )
         self._wait_ready(proc, offset, timeout)
+        # the ports it picked written down: a start on this configuration by anyone else binds them again
+        self.config_path.write_text(self._config())
         return self
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int, timeout: float) -> None:
@@ -178,15 +184,32 @@ class EmbeddedServer:
             return ""
 
     def stop(self, timeout: float = 10.0) -> None:
+        """This server stopped, and one started again on its configuration by someone else (an operator's
+        restart command, `maintain restart --run`)."""
+        adopted = self._restarted_elsewhere()
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if adopted is not None:
+            try:
+                os.kill(adopted, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _restarted_elsewhere(self) -> int | None:
+        """The pid of a nats-server on this configuration that this object did not start (Linux: /proc)."""
         try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            pid = int(self.pid_path.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        ours = self._proc.pid if self._proc is not None else None
+        return pid if pid != ours and str(self.config_path).encode() in cmdline else None
 
     def wait(self) -> int | None:
         """Block until the server process exits; its exit code."""

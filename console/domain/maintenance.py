@@ -21,6 +21,7 @@ from console.domain.wire import MalformedInput
 SAFE, WAIT, REFUSED = "safe", "wait", "refused"
 MAX_OPEN = 10_000  # batches followed at most on one tap: a flood of batch ids forgets the oldest
 MAX_NODE_NAME = 128
+RUN_TIMEOUT = BACK_TIMEOUT = 300.0  # seconds a restart command may take; then the node, to be back
 
 
 class NotANode(MalformedInput):
@@ -208,3 +209,35 @@ def plan_text(p: Plan) -> str:
               f"{b.last.isoformat(timespec='milliseconds')}" for b in p.open_batches]
     lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Restart:
+    """What one node's restart did: its drain, the command's exit, whether the node was seen to restart
+    and when it was back."""
+
+    node: str
+    moved: int
+    exit_code: int | None  # None: the command did not finish within its time and was killed
+    output: tuple[str, ...]
+    seen_down: bool
+    new_id: bool | None  # a new server id on its client port; None: its client port is not known
+    back_after: float | None  # seconds from the command's start until it was current in every group
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"node": self.node, "moved": self.moved, "exit_code": self.exit_code, "seen_down": self.seen_down,
+                "new_server_id": self.new_id, "back_after_seconds": None if self.back_after is None else
+                round(self.back_after, 3), "error": self.error}
+
+
+def restart_line(r: Restart) -> str:
+    if r.error:
+        return f"{r.node}: NOT RESTARTED SAFELY: {r.error}"
+    how = "a new server id" if r.new_id else "seen down" if r.seen_down else "not seen to restart"
+    return f"{r.node}: restarted ({how}), current in every group after {r.back_after:.1f} s; {r.moved} leadership(s) moved first"
+
+
+def rolling_order(nodes: tuple[str, ...], meta_leader: str | None) -> list[str]:
+    """Followers first, the meta leader last (the meta group moves once, not once a node)."""
+    return sorted(nodes, key=lambda n: (n == meta_leader, n))

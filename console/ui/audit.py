@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import io
-from dataclasses import replace
 from datetime import datetime, time, timedelta, timezone
 
 import pandas as pd

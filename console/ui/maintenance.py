@@ -1,7 +1,8 @@
 """The Maintenance page: pick a node, see what taking it out would do (the leaderships it holds, the
 groups that would lose quorum, the batches open on its streams, a verdict), then drain it: every
 leadership moved off it between batches, as the action maintain.drain (audited; an admin's), its
-progress line by line and what it moved."""
+progress line by line and what it moved; or restart it around the command the console was started with
+(--restart-command: never one typed in the browser), as the action maintain.restart."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import pandas as pd
 import panel as pn
 import param
 
-from console.commands import DrainNode
-from console.domain.maintenance import REFUSED, NotANode, Plan, node_name
+from console.commands import DrainNode, RestartNodes
+from console.domain.maintenance import REFUSED, NotANode, Plan, node_name, restart_line
 from console.ui.controls import permitted, refusals
 from console.ui.formatting import Clocked, coroutine, tabulator
 
 if TYPE_CHECKING:
     from console.broker.maintenance import Move
+    from console.domain.maintenance import Restart
 
 LEADS = ["group", "kind", "replicas"]
 MOVES = ["group", "moved to", "waited s", "publishers held", "open at the step", "error"]
@@ -28,6 +30,8 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
     nodes = coroutine("async () -> the servers of this system, by name")
     plan_for = coroutine("async (node) -> Plan: what taking it out would do, changing nothing")
     drain = coroutine("async (plan, progress) -> [Move]: the action maintain.drain", default=None)
+    restart = coroutine("async (node, progress) -> [Restart]: the action maintain.restart (with the command the "
+                        "console was started with)", default=None)
     read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
     may = refusals()
     node = param.String(default="", doc="The server to plan for (server_name)")
@@ -44,13 +48,21 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         self._moves = tabulator(pd.DataFrame(columns=MOVES), widths={"error": 320, "open at the step": 260})
         self._plan_text = pn.pane.Markdown("")
         controls: list = [pn.Row(self._node, self._make)]
-        self._drain = None
+        self._drain = self._restart = None
         if not self.read_only and self.drain is not None:  # in read-only mode not even in the document
             self._drain = pn.widgets.Button(label="Drain", button_type="danger", width=200, disabled=True)
             self._drain.on_click(self._on_drain)
             self.status = permitted([self._drain], self.may(DrainNode))
-            controls.append(pn.Row(self._drain, pn.pane.Markdown(self.param.status, sizing_mode="stretch_width"),
+            self._restart = pn.widgets.Button(label="Restart", button_type="danger", width=200, disabled=True,
+                                              visible=self.restart is not None)
+            self._restart.on_click(self._on_restart)
+            controls.append(pn.Row(self._drain, self._restart,
+                                   pn.pane.Markdown(self.param.status, sizing_mode="stretch_width"),
                                    sizing_mode="stretch_width"))
+            if self.restart is None:
+                controls.append(pn.pane.Markdown("To restart a node from here, start the console with "
+                                                 "`--restart-command` (the command that restarts one; `{node}` is its "
+                                                 "name): drained first, then waited for until it is back."))
         self._layout = pn.Column(pn.pane.Markdown("## Maintenance"), pn.pane.Markdown(self.param.state), *controls,
                                  self._plan_text, self._leads, pn.pane.Markdown("### Moved"), self._moves,
                                  sizing_mode="stretch_width")
@@ -111,6 +123,9 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
                 "Refused by the plan: nothing can be moved" if plan.verdict == REFUSED else
                 "Drain moves every leadership off it, each stream's between batches; it keeps serving.")
             self._drain.disabled = why is not None or plan.verdict == REFUSED
+        if self._restart is not None:
+            self._restart.label = f"Restart {plan.node}"
+            self._restart.disabled = self.may(RestartNodes) is not None or plan.verdict == REFUSED
 
     async def run_drain(self) -> list[Move] | None:
         """The action maintain.drain on the last plan (the button; a notebook calls it)."""
@@ -141,6 +156,28 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
                        f"leadership(s)" + (f", **{len(failed)} not moved**" if failed else "")
                        + (f"; **{risk} batch(es) were open at a step**" if risk else "; no batch was open at a step"))
         return moves
+
+    async def run_restart(self) -> list[Restart] | None:
+        """The action maintain.restart on the last plan's node (the button; a notebook calls it)."""
+        plan = self.plan
+        if plan is None or self.restart is None:
+            self.status = "Make a plan first." if self.restart else "This console was started without --restart-command."
+            return None
+
+        def progress(line: str) -> None:
+            self.status = html.escape(line[:300])
+
+        self.status = f"Restarting {html.escape(plan.node)}: its drain first…"
+        try:
+            done = await self.restart(plan.node, progress)
+        except Exception as e:  # refused (role, read-only, lease), the server away: said here
+            self.status = f"**Not restarted:** {html.escape(str(e)[:300] or type(e).__name__)}"
+            return None
+        self.status = "; ".join(html.escape(restart_line(r)) for r in done) or "Nothing restarted."
+        return done
+
+    async def _on_restart(self, *_) -> None:
+        await self.run_restart()
 
     async def _on_plan(self, *_) -> None:
         await self.make_plan()

@@ -43,7 +43,8 @@ def outcomes(checked) -> list:
 def settings_for(url: str, data_dir: Path, read_only: bool = False) -> Settings:
     base = Settings()
     return replace(base, connection=replace(base.connection, servers=(url,)),
-                   data=DataSettings(data_dir=data_dir), web=WebSettings(read_only=read_only),
+                   data=DataSettings(data_dir=data_dir),
+                   web=WebSettings(read_only=read_only, restart_command="echo not restarted; exit 3"),
                    event_log=EventLogSettings(stream=f"EV_{data_dir.name[-8:].upper()}"))
 
 
@@ -212,6 +213,8 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     node = (await notebook.page("/maintenance")).nodes  # the one server's name
     maintenance = await notebook.page("/maintenance", node=(await node())[0])
     await maintenance.run_drain()
+    restarted = await maintenance.run_restart()  # the command the console was started with: it fails, said
+    assert restarted is None or "the command failed with exit code 3" in maintenance.status, maintenance.status
     replay = await notebook.replay(stream)
     replay.consumer, replay.max_messages = "ops", 4
     fetched = await replay.fetch()
@@ -237,7 +240,7 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     search.export_format = "jsonl"
     await search.download()
     return {"stream.edit": stream, "probe.run": f"{stream}_P atomic x3", "consumer.fetch": f"{stream}/ops",
-            "canary.run": "default once x10", "maintain.drain": "",
+            "canary.run": "default once x10", "maintain.drain": "", "maintain.restart": "",
             **{ANSWERS[kind].name: f"{stream}/" for kind in Ack},
             "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
             "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,

@@ -20,6 +20,7 @@ from console.broker.maintenance import Lease
 from console.config import event_key
 from console.errors import BatchError
 from tests.conftest import CLUSTER_LIMITS
+from tests.integration.steady import SteadyPublisher
 from tests.processes import CLI
 from tests.waits import eventually
 
@@ -165,37 +166,19 @@ async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_m
     event_key(data_dir=tmp_path)
     publisher = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     holds = await Holds.follow(publisher, "test publisher")
-    committed, lost, held = 0, 0, []
-    running = True
-
-    async def publish() -> None:
-        nonlocal committed, lost
-        while running:
-            batch = AtomicBatch(publisher, holds=holds, timeout=5.0)
-            try:
-                for _ in range(3):
-                    await batch.add("mt_b.x", b"m")
-                    await asyncio.sleep(0.02)
-                await batch.commit("mt_b.x", b"end")
-                committed += 1
-            except (BatchError, nats.errors.Error, asyncio.TimeoutError):
-                lost += 1
-                batch.discard()
-            held.append(batch.held)
-
-    task = asyncio.ensure_future(publish())
+    steady = SteadyPublisher(publisher, "mt_b.x", holds).start()
     try:
         await nc.publish("batch_console.hold.MT_B", b'{"v": 1, "stream": "MT_B", "seconds": 1e400}')  # forged
         done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--time-box", "10")
     finally:
-        running = False
-        await task
+        await steady.stop()
         await holds.close()
         await publisher.close()
     assert done.returncode == 0, done.stderr
     [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("MT_B: moved to n")]
     assert "1 publisher(s) held their new batches" in line, done.stderr
-    assert lost == 0 and committed > 0 and max(held) > 0, (lost, committed, max(held, default=0))
+    assert steady.lost == 0 and steady.committed > 0 and max(steady.held) > 0, \
+        (steady.lost, steady.committed, max(steady.held, default=0))
     assert holds.refused == 1
 
 

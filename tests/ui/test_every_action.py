@@ -93,6 +93,7 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
 
     how = {"stream.edit": crafted_apply, "probe.run": no_probe_route, "consumer.fetch": no_durable_consumer,
            "canary.run": no_canary_control, "maintain.drain": no_maintenance_route,
+           "maintain.restart": no_maintenance_route,
            **{ANSWERS[kind].name: no_durable_consumer for kind in Ack},
            "alert_rule.save": no_rule_controls, "alert_rule.mute": no_rule_controls,
            "alert_rule.unmute": no_rule_controls}

@@ -1,13 +1,15 @@
 """The Maintenance page over a real three-node cluster, in Chromium at 1280 px: the servers offered are
 the cluster's, a plan names the streams the node leads and its verdict, a drain moves them (each in
 the table, with where it went) and the node leads nothing after, as the server says; a hostile `node`
-in the URL is left out; the drain is in the audit trail."""
+in the URL is left out; the drain is in the audit trail. Then the node is restarted with the command
+serve was started with (never shown), and is back with a new server id."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import nats
@@ -52,19 +54,21 @@ def maintained(cluster, tmp_path_factory):
     node = asyncio.run(_streams(cluster.url))
     port = free_port()
     log = tmp / "web.log"
-    web = subprocess.Popen([CLI, "serve", "--server", cluster.url, "--port", str(port), "--data-dir", str(tmp)],
+    restart = f"{sys.executable} -m tests.restart_node {cluster.store_dir}/{{node}} --signal term"
+    web = subprocess.Popen([CLI, "serve", "--server", cluster.url, "--port", str(port), "--data-dir", str(tmp),
+                            "--restart-command", restart],
                            stdout=open(log, "w"), stderr=subprocess.STDOUT,
                            env={**os.environ, env_name(CollectorSettings, "batch_timeout"): str(CLUSTER_LIMITS.timeout)})
     try:
         wait_http(f"http://127.0.0.1:{port}/", web, log)
-        yield f"http://127.0.0.1:{port}/", node, tmp
+        yield f"http://127.0.0.1:{port}/", node, tmp, restart
     finally:
         web.terminate()
         web.wait(timeout=20)
 
 
 def test_a_node_is_planned_and_drained_from_the_page(maintained, cluster, browser):
-    url, node, data = maintained
+    url, node, data, restart = maintained
     page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     page.goto(url + "maintenance?node=%1b%5b31m")  # not a server name: left out, the page as without it
     server = page.get_by_label("server")
@@ -86,3 +90,10 @@ def test_a_node_is_planned_and_drained_from_the_page(maintained, cluster, browse
     trail = subprocess.run([CLI, "audit", "--server", cluster.url, "--data-dir", str(data)], capture_output=True,
                            text=True, timeout=120)
     assert f"maintain.drain {node} accepted: plan safe; moved" in trail.stdout, trail.stdout
+
+    page.get_by_role("button", name=f"Restart {node}").click()  # the command serve was started with
+    expect(page.get_by_text(f"{node}: restarted (a new server id)")).to_be_visible(timeout=120_000)
+    assert restart not in page_text(page)  # the command is never shown
+    trail = subprocess.run([CLI, "audit", "--server", cluster.url, "--data-dir", str(data)], capture_output=True,
+                           text=True, timeout=120)
+    assert f"maintain.restart {node} accepted" in trail.stdout and restart not in trail.stdout, trail.stdout
