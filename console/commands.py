@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from console.domain.search import Found, SearchProgress, SearchQuery
     from console.domain.stream_settings import StreamBatchSettings
     from console.broker.maintenance import Move
+    from console.broker.maintenance_ledger import LedgerReader
+    from console.domain.ledger_verdict import LedgerVerdict
     from console.domain.maintenance import Restart
     from console.domain.maintenance import Plan
     from console.probe import ProbeOptions, ProbeReport
@@ -291,6 +294,8 @@ class DrainNode(Command["list[Move]"]):
     time_box: float
     batch_timeout: float
     progress: Callable[[str], None] = lambda _: None
+    ledger: LedgerReader | None = None  # the loss ledger, read for the drain's window once it is done
+    verdict: LedgerVerdict | None = field(default=None, init=False)
 
     @property
     def target(self) -> str:
@@ -299,7 +304,8 @@ class DrainNode(Command["list[Move]"]):
     def said(self, result: list[Move]) -> str:
         from console.broker.maintenance import moves_summary
 
-        return f"plan {self.plan.verdict}; " + moves_summary(result)
+        ledger = f"; {self.verdict.text()}" if self.verdict else ""
+        return f"plan {self.plan.verdict}; " + moves_summary(result, 1000 - len(ledger)) + ledger
 
     async def execute(self, services: Services, asker: Asker) -> list[Move]:
         from console.broker.maintenance import Lease, MaintenanceRefused, drain
@@ -310,11 +316,19 @@ class DrainNode(Command["list[Move]"]):
         if not any(g.replicas > 1 for g in self.plan.leads):  # a single server, a node that leads nothing
             return []
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
+        started, recording = datetime.now(timezone.utc), self.ledger is not None and await self.ledger.recording()
         try:
-            return await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
-                               said=self.progress)
+            moves = await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
+                                said=self.progress)
         finally:
             await lease.release()
+        if self.ledger is not None and moves:
+            self.progress("reading the loss ledger for the drain's window (the batch timeout after it too)")
+            self.verdict = await self.ledger.verdict({g.stream for g in self.plan.leads}, started,
+                                                     datetime.now(timezone.utc), recording,
+                                                     frozenset((b.stream, b.batch_id) for m in moves for b in m.at_risk))
+            self.progress(self.verdict.text())
+        return moves
 
 
 @dataclass
@@ -334,6 +348,8 @@ class RestartNodes(Command["list[Restart]"]):
     urls: list[str]
     servers: int  # in the cluster: the lease is replicated on three when there are
     progress: Callable[[str], None] = lambda _: None
+    ledger: LedgerReader | None = None  # the loss ledger, read for the restarts' window once they are done
+    verdict: LedgerVerdict | None = field(default=None, init=False)
 
     @property
     def target(self) -> str:
@@ -343,6 +359,7 @@ class RestartNodes(Command["list[Restart]"]):
         from console.domain.maintenance import restart_line
 
         text = "; ".join(restart_line(r) for r in result) or "nothing restarted"
+        text += f"; {self.verdict.text()}" if self.verdict else ""
         return text if len(text) <= 1000 else text[:999] + "…"
 
     async def execute(self, services: Services, asker: Asker) -> list[Restart]:
@@ -352,12 +369,18 @@ class RestartNodes(Command["list[Restart]"]):
         nc = required(services.connection, "connection")()
         system_nc = services.system_connection() if services.system_connection else None
         lease = await Lease.take(nc, asker.actor.user, ",".join(self.nodes)[:200], replicas=3 if self.servers >= 3 else 1)
+        started, recording = datetime.now(timezone.utc), self.ledger is not None and await self.ledger.recording()
         try:
-            return await rolling(nc, system_nc, self.nodes, self.command, time_box=self.time_box,
+            done = await rolling(nc, system_nc, self.nodes, self.command, time_box=self.time_box,
                                  batch_timeout=self.batch_timeout, run_timeout=self.run_timeout,
                                  back_timeout=self.back_timeout, urls=self.urls, said=self.progress)
         finally:
             await lease.release()
+        if self.ledger is not None and any(r.moved or r.seen_down for r in done):  # the cluster was touched
+            self.progress("reading the loss ledger for the restarts' window (the batch timeout after it too)")
+            self.verdict = await self.ledger.verdict(None, started, datetime.now(timezone.utc), recording)
+            self.progress(self.verdict.text())
+        return done
 
 
 @dataclass

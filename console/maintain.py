@@ -11,7 +11,7 @@ import sys
 from console.config import Settings
 from console.domain.audit import CLI
 from console.domain.maintenance import BACK_TIMEOUT, REFUSED, RUN_TIMEOUT, node_name, plan_text
-from console.errors import ConfigError
+from console.errors import ConfigError, ConsoleError
 from console.runtime import Runtime
 
 
@@ -86,15 +86,18 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
             return 1
         time_box = timeout if args.time_box is None else args.time_box
         try:
-            moves = await runtime.actions(CLI).run(DrainNode(plan, time_box, timeout,
-                                                             lambda line: print(line, file=sys.stderr, flush=True)))
+            drained = DrainNode(plan, time_box, timeout, lambda line: print(line, file=sys.stderr, flush=True),
+                                _ledger(runtime, settings, timeout))
+            moves = await runtime.actions(CLI).run(drained)
         except MaintenanceRefused as e:
             print(f"batch-console: maintain drain {args.node} refused: {e}", file=sys.stderr)
             return 1
         if args.format == "json":
-            print(json.dumps([{"group": m.group, "waited_seconds": round(m.waited, 3), "new_leader": m.new_leader,
-                               "error": m.error, "at_risk": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind}
-                                                             for b in m.at_risk]} for m in moves]))
+            print(json.dumps({"moves": [{"group": m.group, "waited_seconds": round(m.waited, 3),
+                                         "new_leader": m.new_leader, "error": m.error,
+                                         "at_risk": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind}
+                                                     for b in m.at_risk]} for m in moves],
+                              "ledger": drained.verdict.to_dict() if drained.verdict else None}))
         return 0 if all(m.error is None for m in moves) else 1
 
 
@@ -112,16 +115,31 @@ async def _restart(settings: Settings, args: argparse.Namespace, timeout: float)
                   file=sys.stderr)
         time_box = timeout if args.time_box is None else args.time_box
         try:
-            done = await runtime.actions(CLI).run(RestartNodes(
-                nodes, args.run, time_box, timeout, args.run_timeout, args.back_timeout, list(settings.connection.servers),
-                len(servers), lambda line: print(line, file=sys.stderr, flush=True)))
+            restarts = RestartNodes(nodes, args.run, time_box, timeout, args.run_timeout, args.back_timeout,
+                                    list(settings.connection.servers), len(servers),
+                                    lambda line: print(line, file=sys.stderr, flush=True), _ledger(runtime, settings, timeout))
+            done = await runtime.actions(CLI).run(restarts)
         except MaintenanceRefused as e:
             print(f"batch-console: maintain {args.step} refused: {e}", file=sys.stderr)
             return 1
         if args.format == "json":
-            print(json.dumps([r.to_dict() for r in done]))
+            print(json.dumps({"restarts": [r.to_dict() for r in done],
+                              "ledger": restarts.verdict.to_dict() if restarts.verdict else None}))
         else:
             from console.domain.maintenance import restart_line
 
-            print("\n".join(restart_line(r) for r in done))
+            print("\n".join([*(restart_line(r) for r in done), *([restarts.verdict.text()] if restarts.verdict else [])]))
         return 0 if len(done) == len(nodes) and all(r.error is None for r in done) else 1
+
+
+def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float):
+    """The loss ledger's reader, or None (said) without the event key that reads it."""
+    from console.broker.eventlog import EventLog
+    from console.broker.maintenance_ledger import LedgerReader
+
+    try:
+        log = EventLog.over(runtime.nc, runtime.event_log)
+    except ConsoleError as e:
+        print(f"batch-console: the loss ledger is not read afterwards: {e}", file=sys.stderr)
+        return None
+    return LedgerReader(log, batch_timeout, settings.collector.status_every)

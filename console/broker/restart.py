@@ -201,6 +201,12 @@ async def rolling(nc: Client, system_nc: Client | None, nodes: list[str], comman
     done: list[Restart] = []
     for node in nodes:
         plan_ = await make_plan(nc, node, system_nc, batch_timeout, 0)
+        # a node just back leaves groups catching up a while: the next plan waits for them, time-boxed
+        deadline = time.monotonic() + back_timeout
+        while done and plan_.verdict == REFUSED and time.monotonic() < deadline:
+            said(f"{node}: waiting for the cluster to be whole again: {'; '.join(plan_.refusals)[:300]}")
+            await asyncio.sleep(2.0)
+            plan_ = await make_plan(nc, node, system_nc, batch_timeout, 0)
         said(plan_text(plan_))
         if plan_.verdict == REFUSED:
             done.append(Restart(node, 0, None, (), False, None, None, "refused: " + "; ".join(plan_.refusals)))

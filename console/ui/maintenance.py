@@ -154,7 +154,8 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         risk = sum(len(m.at_risk) for m in moves)
         self.status = (f"{html.escape(plan.node)} drained: moved {len(moves) - len(failed)} of {len(moves)} "
                        f"leadership(s)" + (f", **{len(failed)} not moved**" if failed else "")
-                       + (f"; **{risk} batch(es) were open at a step**" if risk else "; no batch was open at a step"))
+                       + (f"; **{risk} batch(es) were open at a step**" if risk else "; no batch was open at a step")
+                       + _ledger_said(lines))
         return moves
 
     async def run_restart(self) -> list[Restart] | None:
@@ -164,7 +165,10 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
             self.status = "Make a plan first." if self.restart else "This console was started without --restart-command."
             return None
 
+        lines: list[str] = []
+
         def progress(line: str) -> None:
+            lines.append(line)
             self.status = html.escape(line[:300])
 
         self.status = f"Restarting {html.escape(plan.node)}: its drain first…"
@@ -173,7 +177,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         except Exception as e:  # refused (role, read-only, lease), the server away: said here
             self.status = f"**Not restarted:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
-        self.status = "; ".join(html.escape(restart_line(r)) for r in done) or "Nothing restarted."
+        self.status = ("; ".join(html.escape(restart_line(r)) for r in done) or "Nothing restarted.") + _ledger_said(lines)
         return done
 
     async def _on_restart(self, *_) -> None:
@@ -187,3 +191,9 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
 
     def __panel__(self):
         return self._layout
+
+
+def _ledger_said(progress: list[str]) -> str:
+    """The loss ledger's verdict, as the action said it last, for the status line."""
+    said = next((line for line in reversed(progress) if line.startswith("the ledger")), None)
+    return f"; {html.escape(said[:400])}" if said else ""

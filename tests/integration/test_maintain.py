@@ -148,11 +148,46 @@ async def test_a_drain_moves_each_leadership_between_batches_and_the_open_batch_
     assert node not in (await leaders(nc)).values()
     assert "ops" not in {c.name for c in await nc.jetstream().consumers_info("MT_A") if c.cluster.leader == node}
     assert "MT_A: moved to n" in err and "still open" not in err
+    assert "the ledger cannot tell: no collector recorded" in err  # none runs: never "nothing lost"
     trail = subprocess.run([CLI, "audit", "--server", cluster.url, "--data-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
     assert f"maintain.drain {node}" in trail.stdout and \
         f"moved {groups} of {groups} leadership(s); 0 batch(es) open" in trail.stdout, \
         trail.stdout
+
+
+async def test_the_ledger_read_after_a_drain_says_what_was_lost_in_its_window_and_where(led, cluster, tmp_path):
+    """A collector beside the cluster: an atomic batch abandoned on a stream the node does not lead while
+    the drain runs is in the ledger's verdict as lost elsewhere; the streams moved lost nothing."""
+    from console.broker.eventlog import EventLog
+    from console.broker.maintenance_ledger import LedgerReader
+    from console.config import DataSettings, Settings
+
+    nc, node = led
+    event_key(data_dir=tmp_path)
+    js = nc.jetstream()
+    other = next(n for n in ("n1", "n2", "n3") if n != node)
+    await js.add_stream(StreamConfig(name="MT_ELSE", subjects=["mt_else.>"], num_replicas=3, allow_atomic=True))
+    await _lead(nc, "MT_ELSE", other)
+    collector = subprocess.Popen([CLI, "collect", "--server", cluster.url, "--data-dir", str(tmp_path),
+                                  "--batch-timeout", str(CLUSTER_LIMITS.timeout)],
+                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / "collector.log", "w"))
+    try:
+        ledger = LedgerReader(EventLog.over(nc, Settings(data=DataSettings(data_dir=tmp_path)).keyed_event_log(
+            make=False)), CLUSTER_LIMITS.timeout, 5.0)
+        await eventually(ledger.recording, timeout=60, what="the collector's first status in the ledger")
+        abandoned = AtomicBatch(nc, batch_id="mt-else-quiet")
+        await abandoned.add("mt_else.x", b"1")  # and no more: the server abandons it after the batch timeout
+        done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--format", "json")
+    finally:
+        collector.terminate()
+        collector.wait(timeout=60)
+        await js.delete_stream("MT_ELSE")
+    assert done.returncode == 0, done.stderr
+    verdict = json.loads(done.stdout)["ledger"]
+    assert verdict["recorded"] is True and verdict["lost"] == [] and verdict["elsewhere"] == 1, verdict
+    assert "the ledger: no batch lost on the streams touched" in done.stderr
+    assert "1 lost on other streams meanwhile" in done.stderr
 
 
 async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_moves_and_loses_none(led, cluster,

@@ -18,11 +18,12 @@ import pytest
 from nats.js.api import StreamConfig
 
 from console.broker.cluster import EmbeddedCluster
+from console.broker.maintenance import read_groups
 from console.config import ConnectionSettings, env_name, event_key
 from tests.conftest import CLUSTER_LIMITS
 from tests.integration.steady import SteadyPublisher
 from tests.processes import CLI
-from tests.waits import poll_until
+from tests.waits import eventually, poll_until
 
 pytestmark = pytest.mark.cluster
 # a lame duck closes its clients over lame_duck_duration (30 s at least) less the grace period
@@ -47,6 +48,17 @@ def maintain(cluster, data_dir, *args: str, env: dict | None = None, timeout: fl
 
 def restart_command(cluster, how: str = "ldm") -> str:
     return f"{sys.executable} -m tests.restart_node {cluster.store_dir}/{{node}} --signal {how}"
+
+
+async def settled(cluster) -> None:
+    """Every group led and each of its replicas current: a restart just before leaves some behind a
+    while, and a plan then is refused for the quorum it would risk (CI saw it)."""
+    async with await nats.connect(cluster.urls) as nc:
+        async def current() -> bool:
+            groups = await read_groups(nc)
+            return all(g.leader for g in groups) and all(up and not off for g in groups for _, up, off in g.peers)
+
+        await eventually(current, timeout=90, what="every group's replicas current", every=0.5)
 
 
 def pid(cluster, node: str) -> int:
@@ -80,7 +92,9 @@ async def test_a_node_is_drained_restarted_in_lame_duck_and_back_and_a_following
         await holds.close()
         await publisher.close()
     assert done.returncode == 0, done.stderr
-    [restart] = json.loads(done.stdout)
+    said = json.loads(done.stdout)
+    [restart] = said["restarts"]
+    assert said["ledger"]["recorded"] is False  # no collector runs here: the ledger cannot tell
     assert restart["node"] == node and restart["error"] is None and restart["new_server_id"] is True, restart
     assert restart["moved"] >= 1 and restart["back_after_seconds"] > 0
     assert "exited; starting it again" in done.stderr  # the command's own output, shown as it ran
@@ -101,6 +115,7 @@ async def test_a_command_that_fails_hangs_or_restarts_nothing_is_said_and_a_name
         restart_cluster, tmp_path):
     cluster = restart_cluster
     event_key(data_dir=tmp_path)
+    await settled(cluster)
     node = "n3"
     failed = maintain(cluster, tmp_path, "restart", node, "--run", "echo going; exit 3")
     assert failed.returncode == 1 and f"{node}: NOT RESTARTED SAFELY: the command failed with exit code 3" in \
@@ -127,10 +142,11 @@ async def test_a_command_that_fails_hangs_or_restarts_nothing_is_said_and_a_name
 async def test_a_rolling_restart_takes_every_node_in_turn_each_back_before_the_next(restart_cluster, tmp_path):
     cluster = restart_cluster
     event_key(data_dir=tmp_path)
+    await settled(cluster)
     before = {f"n{i + 1}": pid(cluster, f"n{i + 1}") for i in range(3)}
     done = maintain(cluster, tmp_path, "rolling", "--run", restart_command(cluster, "term"), "--format", "json")
     assert done.returncode == 0, done.stderr
-    restarts = json.loads(done.stdout)
+    restarts = json.loads(done.stdout)["restarts"]
     assert [r["node"] for r in restarts] == ["n1", "n2", "n3"]  # no system account: the meta leader is not known
     assert all(r["error"] is None and r["new_server_id"] for r in restarts), restarts
     assert all(pid(cluster, n) != before[n] for n in before)

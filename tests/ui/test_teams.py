@@ -53,6 +53,7 @@ VIEWER = {"search.run", "export.search", "export.csv", "export.report"}  # the m
 OPERATOR = VIEWER | {"consumer.fetch", "probe.run", "alert_rule.mute", "alert_rule.unmute",
                      *(ANSWERS[kind].name for kind in Ack)}
 MAY = {"vera": VIEWER, "otto": OPERATOR, "ada": set(ACTIONS)}
+RESTART = "echo this console restarts nothing; exit 3"
 # What a crafted client can do: the document's models are its own, so it turns a control on and clicks it
 ENABLE = """label => {
   for (const doc of Bokeh.documents) {
@@ -88,7 +89,8 @@ def serve(tmp: Path, name: str, nats_url: str, data_dir: str, issuer: str, port:
                "BATCH_CONSOLE_OIDC_CLIENT_SECRET": SECRET, "BATCH_CONSOLE_OIDC_SCOPES": "openid,profile,groups",
                "BATCH_CONSOLE_ROLES": str(rules), "BATCH_CONSOLE_RULES": str(tmp / "rules.toml"), **env}
     log = tmp / f"{name}.log"
-    proc = subprocess.Popen([CLI, "serve", "--server", nats_url, "--port", str(port), "--data-dir", data_dir],
+    proc = subprocess.Popen([CLI, "serve", "--server", nats_url, "--port", str(port), "--data-dir", data_dir,
+                             "--restart-command", RESTART],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=environ)
     procs.append(proc)
     wait_http(f"http://127.0.0.1:{port}/logout", proc, log)
@@ -182,14 +184,20 @@ def run_canary(page: Page, team: Team, may: bool) -> None:
     expect(page.get_by_text("canary.run is refused")).to_be_visible(timeout=30_000)
 
 
-def drain_node(page: Page, team: Team, may: bool) -> None:
-    """The console's one server, planned and drained: nothing to move (a single server leads no group)."""
+def planned(page: Page, team: Team) -> str:
+    """The console's one server, planned on the Maintenance page: its name."""
     page.goto(team.web_url + "maintenance")
     server = page.get_by_label("server")
     expect(server.locator("option")).not_to_have_count(0, timeout=30_000)
     node = server.input_value()
     page.get_by_role("button", name="Plan", exact=True).click()
     expect(page.get_by_text(f"{node}: SAFE")).to_be_visible(timeout=60_000)
+    return node
+
+
+def drain_node(page: Page, team: Team, may: bool) -> None:
+    """The console's one server drained: nothing to move (a single server leads no group)."""
+    node = planned(page, team)
     if may:
         page.get_by_role("button", name=f"Drain {node}").click()
         expect(page.get_by_text(f"{node} drained: moved 0 of 0")).to_be_visible(timeout=60_000)
@@ -197,6 +205,17 @@ def drain_node(page: Page, team: Team, may: bool) -> None:
     expect(page.get_by_text("Not for you")).to_be_visible(timeout=15_000)
     crafted_click(page, f"Drain {node}")
     expect(page.get_by_text("maintain.drain is refused")).to_be_visible(timeout=30_000)
+
+
+def restart_node(page: Page, team: Team, may: bool) -> None:
+    """The server restarted with the command serve was given (RESTART: it fails, and says so)."""
+    node = planned(page, team)
+    if may:
+        page.get_by_role("button", name=f"Restart {node}").click()
+        expect(page.get_by_text("the command failed with exit code 3")).to_be_visible(timeout=60_000)
+        return
+    crafted_click(page, f"Restart {node}")
+    expect(page.get_by_text("maintain.restart is refused")).to_be_visible(timeout=30_000)
 
 
 def fetch(page: Page, team: Team, may: bool, stream: str = "") -> None:
@@ -283,7 +302,7 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "alert_rule.mute": rule_action("Mute", "team rule muted."),
     "alert_rule.unmute": rule_action("Unmute", "team rule unmuted."),
     "export.csv": export_csv, "export.report": export_report, "search.run": search, "export.search": export_search,
-    "maintain.drain": drain_node,
+    "maintain.drain": drain_node, "maintain.restart": restart_node,
     "canary.run": run_canary,  # last: the answers above act on the messages the fetch left on its page
 }
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer

@@ -1,0 +1,61 @@
+"""The loss ledger read after a maintenance (console.domain.ledger_verdict): the event log's records of
+the window, once the collector has written its status past the window's end, so every batch open in it
+has been judged (abandoned, dropped, committed) by then."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta, timezone
+
+import nats.errors
+import nats.js.errors
+
+from console.broker.eventlog import EventLog
+from console.domain.events import BatchEvent, EventKind
+from console.domain.ledger_verdict import LedgerVerdict, judge
+
+SETTLE = 2.0  # seconds past the batch timeout an open batch's end takes to reach the ledger
+
+
+class LedgerReader:
+    def __init__(self, log: EventLog, batch_timeout: float, status_every: float):
+        self.log, self.batch_timeout, self.status_every = log, batch_timeout, status_every
+
+    async def recording(self, now: datetime | None = None) -> bool:
+        """Whether a collector is writing the ledger: a status of its own within three of its periods."""
+        now = now or datetime.now(timezone.utc)
+        return await self._status_between(now - timedelta(seconds=3 * self.status_every), now)
+
+    async def verdict(self, streams: set[str] | None, start: datetime, end: datetime, recorded_at_start: bool,
+                      named: frozenset[tuple[str, str]] = frozenset()) -> LedgerVerdict:
+        """The verdict over [start, end + the batch timeout]: waited for until a collector status is
+        written past it (at most the batch timeout and three status periods more); a window no
+        collector recorded is said as such."""
+        window_end = end + timedelta(seconds=self.batch_timeout + SETTLE)
+        recorded = recorded_at_start
+        if recorded:
+            deadline = time.monotonic() + self.batch_timeout + SETTLE + 3 * self.status_every
+            while not await self._status_between(window_end, datetime.now(timezone.utc)):
+                if time.monotonic() > deadline:
+                    recorded = False
+                    break
+                await asyncio.sleep(1.0)
+        events: list[BatchEvent] = []
+        if recorded:
+            try:
+                events = [e for _, e in await self.log.window(start, window_end, idle_timeout=1.0)]
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+                recorded = False  # the event log gone or away since: what it holds is not known
+        return judge(events, streams, start, window_end, recorded, named)
+
+    async def _status_between(self, start: datetime, end: datetime) -> bool:
+        """Whether a collector wrote its status between the two times (no event log: none did)."""
+        if end <= start:
+            return False
+        try:
+            found = await self.log.window(start, end, kind_filter=f"{EventKind.COLLECTOR_STATUS.value}.>",
+                                          idle_timeout=1.0)
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+            return False
+        return any(start <= e.time <= end for _, e in found)
