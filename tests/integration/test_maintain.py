@@ -203,7 +203,12 @@ async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_m
     holds = await Holds.follow(publisher, "test publisher")
     steady = SteadyPublisher(publisher, "mt_b.x", holds).start()
     try:
-        await nc.publish("batch_console.hold.MT_B", b'{"v": 1, "stream": "MT_B", "seconds": 1e400}')  # forged
+        async def forged() -> int:  # from another client, sent again until the follower's interest has reached it
+            await nc.publish("batch_console.hold.MT_B", b'{"v": 1, "stream": "MT_B", "seconds": 1e400}')
+            await nc.flush()
+            return holds.refused
+
+        await eventually(forged, lambda refused: refused >= 1, timeout=30, what="the forged hold counted", every=0.3)
         done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--time-box", "10")
     finally:
         await steady.stop()
@@ -214,7 +219,7 @@ async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_m
     assert "1 publisher(s) held their new batches" in line, done.stderr
     assert steady.lost == 0 and steady.committed > 0 and max(steady.held) > 0, \
         (steady.lost, steady.committed, max(steady.held, default=0))
-    assert holds.refused == 1
+    assert holds.refused >= 1  # counted, and it held nothing: the batches went on until the drain's own hold
 
 
 async def test_a_second_maintenance_is_refused_and_a_batch_past_the_time_box_is_named_then_lost(led, cluster, tmp_path):
