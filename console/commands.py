@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
 
@@ -316,18 +315,15 @@ class DrainNode(Command["list[Move]"]):
         if not any(g.replicas > 1 for g in self.plan.leads):  # a single server, a node that leads nothing
             return []
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
-        started, recording = datetime.now(timezone.utc), self.ledger is not None and await self.ledger.recording()
+        window = await self.ledger.open() if self.ledger is not None else None
         try:
             moves = await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
                                 said=self.progress)
         finally:
             await lease.release()
-        if self.ledger is not None and moves:
-            self.progress("reading the loss ledger for the drain's window (the batch timeout after it too)")
-            self.verdict = await self.ledger.verdict({g.stream for g in self.plan.leads}, started,
-                                                     datetime.now(timezone.utc), recording,
-                                                     frozenset((b.stream, b.batch_id) for m in moves for b in m.at_risk))
-            self.progress(self.verdict.text())
+        if window is not None and moves:
+            self.verdict = await window.verdict({g.stream for g in self.plan.leads}, self.progress,
+                                                frozenset((b.stream, b.batch_id) for m in moves for b in m.at_risk))
         return moves
 
 
@@ -369,17 +365,15 @@ class RestartNodes(Command["list[Restart]"]):
         nc = required(services.connection, "connection")()
         system_nc = services.system_connection() if services.system_connection else None
         lease = await Lease.take(nc, asker.actor.user, ",".join(self.nodes)[:200], replicas=3 if self.servers >= 3 else 1)
-        started, recording = datetime.now(timezone.utc), self.ledger is not None and await self.ledger.recording()
+        window = await self.ledger.open() if self.ledger is not None else None
         try:
             done = await rolling(nc, system_nc, self.nodes, self.command, time_box=self.time_box,
                                  batch_timeout=self.batch_timeout, run_timeout=self.run_timeout,
                                  back_timeout=self.back_timeout, urls=self.urls, said=self.progress)
         finally:
             await lease.release()
-        if self.ledger is not None and any(r.moved or r.seen_down for r in done):  # the cluster was touched
-            self.progress("reading the loss ledger for the restarts' window (the batch timeout after it too)")
-            self.verdict = await self.ledger.verdict(None, started, datetime.now(timezone.utc), recording)
-            self.progress(self.verdict.text())
+        if window is not None and any(r.moved or r.seen_down for r in done):  # the cluster was touched
+            self.verdict = await window.verdict(None, self.progress)
         return done
 
 

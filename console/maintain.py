@@ -11,7 +11,7 @@ import sys
 from console.config import Settings
 from console.domain.audit import CLI
 from console.domain.maintenance import BACK_TIMEOUT, REFUSED, RUN_TIMEOUT, node_name, plan_text
-from console.errors import ConfigError, ConsoleError
+from console.errors import ConfigError
 from console.runtime import Runtime
 
 
@@ -132,14 +132,13 @@ async def _restart(settings: Settings, args: argparse.Namespace, timeout: float)
         return 0 if len(done) == len(nodes) and all(r.error is None for r in done) else 1
 
 
+
 def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float):
     """The loss ledger's reader, or None (said) without the event key that reads it."""
-    from console.broker.eventlog import EventLog
     from console.broker.maintenance_ledger import LedgerReader
 
-    try:
-        log = EventLog.over(runtime.nc, runtime.event_log)
-    except ConsoleError as e:
-        print(f"batch-console: the loss ledger is not read afterwards: {e}", file=sys.stderr)
-        return None
-    return LedgerReader(log, batch_timeout, settings.collector.status_every)
+    ledger, why = LedgerReader.over(runtime.nc, lambda: runtime.event_log, batch_timeout,
+                                    settings.collector.status_every)
+    if why:
+        print(f"batch-console: the loss ledger is not read afterwards: {why}", file=sys.stderr)
+    return ledger

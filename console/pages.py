@@ -262,33 +262,28 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 
 
 def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
-    from console.broker.eventlog import EventLog
     from console.broker.maintenance import server_names
     from console.broker.maintenance_ledger import LedgerReader
     from console.domain.maintenance import BACK_TIMEOUT, RUN_TIMEOUT
-    from console.errors import ConsoleError
     from console.commands import DrainNode, RestartNodes
 
     timeout = runtime.settings.collector.batch_timeout_or_default
 
     def ledger() -> LedgerReader | None:  # without the event key the drain goes on, its ledger unread
-        try:
-            return LedgerReader(EventLog.over(runtime.nc, runtime.event_log), timeout,
-                                runtime.settings.collector.status_every)
-        except ConsoleError:
-            return None
+        return LedgerReader.over(runtime.nc, lambda: runtime.event_log, timeout,
+                                 runtime.settings.collector.status_every)[0]
 
     async def drain(plan, progress):  # the groups read again at the moment asked: a plan can be minutes old
-        fresh = await runtime.maintenance_plan(plan.node, 0)
-        return await actions.run(DrainNode(fresh, timeout, timeout, progress, ledger()))
+        command = DrainNode(await runtime.maintenance_plan(plan.node, 0), timeout, timeout, progress, ledger())
+        return await actions.run(command), command.verdict
 
     command = runtime.settings.web.restart_command
 
     async def restart(node, progress):  # the command the console was started with, never one from the browser
         servers = await server_names(runtime.nc, runtime.system_nc)
-        return await actions.run(RestartNodes([node], command or "", timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
-                                              list(runtime.settings.connection.servers), len(servers), progress,
-                                              ledger()))
+        restarts = RestartNodes([node], command or "", timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
+                                list(runtime.settings.connection.servers), len(servers), progress, ledger())
+        return await actions.run(restarts), restarts.verdict
 
     return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=runtime.maintenance_plan,
                            drain=drain, restart=restart if command else None, read_only=runtime.read_only,

@@ -236,10 +236,15 @@ async def step_down(nc: Client, group: Group, preferred: str | None) -> None:
                            preferred)
 
 
-async def leader_of(nc: Client, group: Group) -> str | None:
+async def read_group(nc: Client, group: Group) -> Group:
+    """The group as its leader reports it now."""
     js = nc.jetstream()
     info = await (js.stream_info(group.stream) if group.consumer is None else js.consumer_info(group.stream, group.consumer))
-    return info.cluster.leader if info.cluster else None
+    return _group(group.stream, group.consumer, info.cluster)
+
+
+async def leader_of(nc: Client, group: Group) -> str | None:
+    return (await read_group(nc, group)).leader
 
 
 async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeout: float,

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 import nats.errors
 import nats.js.errors
 
+from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
+from console.config import EventLogSettings
 from console.domain.events import BatchEvent, EventKind
 from console.domain.ledger_verdict import LedgerVerdict, judge
+from console.errors import ConsoleError
 
 SETTLE = 2.0  # seconds past the batch timeout an open batch's end takes to reach the ledger
 
@@ -21,6 +25,19 @@ SETTLE = 2.0  # seconds past the batch timeout an open batch's end takes to reac
 class LedgerReader:
     def __init__(self, log: EventLog, batch_timeout: float, status_every: float):
         self.log, self.batch_timeout, self.status_every = log, batch_timeout, status_every
+
+    @classmethod
+    def over(cls, nc: Connection, event_log: Callable[[], EventLogSettings], batch_timeout: float,
+             status_every: float) -> tuple[LedgerReader | None, str | None]:
+        """The reader of the event log `event_log()` resolves, or (None, why) without its key."""
+        try:
+            return cls(EventLog.over(nc, event_log()), batch_timeout, status_every), None
+        except ConsoleError as e:
+            return None, str(e)
+
+    async def open(self) -> LedgerWindow:
+        """A maintenance's window, from now: whether a collector is recording as it starts."""
+        return LedgerWindow(self, datetime.now(timezone.utc), await self.recording())
 
     async def recording(self, now: datetime | None = None) -> bool:
         """Whether a collector is writing the ledger: a status of its own within three of its periods."""
@@ -59,3 +76,16 @@ class LedgerReader:
         except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
             return False
         return any(start <= e.time <= end for _, e in found)
+
+
+class LedgerWindow:
+    def __init__(self, reader: LedgerReader, start: datetime, recording: bool):
+        self.reader, self.start, self.recording = reader, start, recording
+
+    async def verdict(self, streams: set[str] | None, said: Callable[[str], None],
+                      named: frozenset[tuple[str, str]] = frozenset()) -> LedgerVerdict:
+        """The verdict from the window's start to now (and the batch timeout after), said when read."""
+        said("reading the loss ledger for the window (the batch timeout after it too)")
+        verdict = await self.reader.verdict(streams, self.start, datetime.now(timezone.utc), self.recording, named)
+        said(verdict.text())
+        return verdict

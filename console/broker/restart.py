@@ -21,7 +21,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from console.broker.maintenance import drain, make_plan, read_groups, read_meta
+from console.broker.maintenance import drain, make_plan, read_group, read_groups, read_meta
 from console.domain.maintenance import REFUSED, Group, Plan, Restart, plan_text, restart_line
 
 MAX_INFO = 64 * 1024  # bytes of a server's INFO line read at most
@@ -69,23 +69,14 @@ async def member_groups(nc: Client, node: str) -> list[Group]:
     return [g for g in await read_groups(nc) if node in g.members()]
 
 
-def current_in(group: Group, node: str) -> bool:
-    return group.leader == node or any(name == node and current and not offline for name, current, offline in group.peers)
-
-
 async def _look(nc: Client, node: str, groups: list[Group]) -> bool:
     """Whether the node is current in every one of `groups`, as their leaders report it now."""
-    js = nc.jetstream()
     for g in groups:
         try:
-            info = await (js.stream_info(g.stream) if g.consumer is None else js.consumer_info(g.stream, g.consumer))
+            now = await read_group(nc, g)
         except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
             return False  # no leader to answer: the group is electing, the node not back in it yet
-        cluster = info.cluster
-        if cluster is None or cluster.leader is None:
-            continue  # a server outside any cluster: it answered, so it is up
-        if not current_in(Group(g.stream, g.consumer, cluster.leader, tuple(
-                (r.name or "", bool(r.current), bool(r.offline)) for r in cluster.replicas or [])), node):
+        if (now.leader or now.peers) and not now.current(node):  # (neither: a server outside any cluster, up)
             return False
     return True
 

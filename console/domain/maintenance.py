@@ -56,6 +56,10 @@ class Group:
     def members(self) -> set[str]:
         return {n for n in (self.leader, *(p[0] for p in self.peers)) if n}
 
+    def current(self, node: str) -> bool:
+        """Whether `node` leads the group, or follows it current and online."""
+        return self.leader == node or any(name == node and up and not off for name, up, off in self.peers)
+
     def healthy_without(self, node: str) -> int:
         """The members that would still vote with `node` out: the leader and the current, online followers."""
         up = [self.leader] if self.leader and self.leader != node else []

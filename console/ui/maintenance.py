@@ -20,6 +20,7 @@ from console.ui.formatting import Clocked, coroutine, tabulator
 
 if TYPE_CHECKING:
     from console.broker.maintenance import Move
+    from console.domain.ledger_verdict import LedgerVerdict
     from console.domain.maintenance import Restart
 
 LEADS = ["group", "kind", "replicas"]
@@ -29,9 +30,10 @@ MOVES = ["group", "moved to", "waited s", "publishers held", "open at the step",
 class MaintenancePage(Clocked, pn.viewable.Viewer):
     nodes = coroutine("async () -> the servers of this system, by name")
     plan_for = coroutine("async (node) -> Plan: what taking it out would do, changing nothing")
-    drain = coroutine("async (plan, progress) -> [Move]: the action maintain.drain", default=None)
-    restart = coroutine("async (node, progress) -> [Restart]: the action maintain.restart (with the command the "
-                        "console was started with)", default=None)
+    drain = coroutine("async (plan, progress) -> ([Move], LedgerVerdict | None): the action maintain.drain",
+                      default=None)
+    restart = coroutine("async (node, progress) -> ([Restart], LedgerVerdict | None): the action maintain.restart "
+                        "(with the command the console was started with)", default=None)
     read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
     may = refusals()
     node = param.String(default="", doc="The server to plan for (server_name)")
@@ -133,15 +135,12 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         if plan is None or self.drain is None:
             self.status = "Make a plan first."
             return None
-        lines: list[str] = []
-
         def progress(line: str) -> None:
-            lines.append(line)
-            self.status = html.escape(lines[-1][:300])
+            self.status = html.escape(line[:300])
 
         self.status = f"Draining {html.escape(plan.node)}…"
         try:
-            moves = await self.drain(plan, progress)
+            moves, verdict = await self.drain(plan, progress)
         except Exception as e:  # refused (role, read-only, lease, plan), the server away: said here
             self.status = f"**Not drained:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
@@ -155,7 +154,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         self.status = (f"{html.escape(plan.node)} drained: moved {len(moves) - len(failed)} of {len(moves)} "
                        f"leadership(s)" + (f", **{len(failed)} not moved**" if failed else "")
                        + (f"; **{risk} batch(es) were open at a step**" if risk else "; no batch was open at a step")
-                       + _ledger_said(lines))
+                       + _ledger_said(verdict))
         return moves
 
     async def run_restart(self) -> list[Restart] | None:
@@ -165,19 +164,16 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
             self.status = "Make a plan first." if self.restart else "This console was started without --restart-command."
             return None
 
-        lines: list[str] = []
-
         def progress(line: str) -> None:
-            lines.append(line)
             self.status = html.escape(line[:300])
 
         self.status = f"Restarting {html.escape(plan.node)}: its drain first…"
         try:
-            done = await self.restart(plan.node, progress)
+            done, verdict = await self.restart(plan.node, progress)
         except Exception as e:  # refused (role, read-only, lease), the server away: said here
             self.status = f"**Not restarted:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
-        self.status = ("; ".join(html.escape(restart_line(r)) for r in done) or "Nothing restarted.") + _ledger_said(lines)
+        self.status = ("; ".join(html.escape(restart_line(r)) for r in done) or "Nothing restarted.") + _ledger_said(verdict)
         return done
 
     async def _on_restart(self, *_) -> None:
@@ -193,7 +189,6 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         return self._layout
 
 
-def _ledger_said(progress: list[str]) -> str:
-    """The loss ledger's verdict, as the action said it last, for the status line."""
-    said = next((line for line in reversed(progress) if line.startswith("the ledger")), None)
-    return f"; {html.escape(said[:400])}" if said else ""
+def _ledger_said(verdict: LedgerVerdict | None) -> str:
+    """The loss ledger's verdict for the status line ('' where it was not read)."""
+    return f"; {html.escape(verdict.text()[:400])}" if verdict else ""
