@@ -316,15 +316,23 @@ class DrainNode(Command["list[Move]"]):
             return []
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
         window = await self.ledger.open() if self.ledger is not None else None
+        outcome = "interrupted"
         try:
-            moves = await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
-                                said=self.progress)
+            if window is not None:
+                await window.begin("drain", [self.plan.node], asker.actor.user, self.progress)
+            try:
+                moves = await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
+                                    said=self.progress)
+            finally:
+                await lease.release()
+            if window is not None and moves:
+                self.verdict = await window.verdict({g.stream for g in self.plan.leads}, self.progress,
+                                                    frozenset((b.stream, b.batch_id) for m in moves for b in m.at_risk))
+            outcome = self.said(moves)
+            return moves
         finally:
-            await lease.release()
-        if window is not None and moves:
-            self.verdict = await window.verdict({g.stream for g in self.plan.leads}, self.progress,
-                                                frozenset((b.stream, b.batch_id) for m in moves for b in m.at_risk))
-        return moves
+            if window is not None:
+                await window.end(self.verdict, outcome, self.progress)
 
 
 @dataclass
@@ -366,15 +374,23 @@ class RestartNodes(Command["list[Restart]"]):
         system_nc = services.system_connection() if services.system_connection else None
         lease = await Lease.take(nc, asker.actor.user, ",".join(self.nodes)[:200], replicas=3 if self.servers >= 3 else 1)
         window = await self.ledger.open() if self.ledger is not None else None
+        outcome = "interrupted"
         try:
-            done = await rolling(nc, system_nc, self.nodes, self.command, time_box=self.time_box,
-                                 batch_timeout=self.batch_timeout, run_timeout=self.run_timeout,
-                                 back_timeout=self.back_timeout, urls=self.urls, said=self.progress)
+            if window is not None:
+                await window.begin("restart", self.nodes, asker.actor.user, self.progress)
+            try:
+                done = await rolling(nc, system_nc, self.nodes, self.command, time_box=self.time_box,
+                                     batch_timeout=self.batch_timeout, run_timeout=self.run_timeout,
+                                     back_timeout=self.back_timeout, urls=self.urls, said=self.progress)
+            finally:
+                await lease.release()
+            if window is not None and any(r.moved or r.seen_down for r in done):  # the cluster was touched
+                self.verdict = await window.verdict(None, self.progress)
+            outcome = self.said(done)
+            return done
         finally:
-            await lease.release()
-        if window is not None and any(r.moved or r.seen_down for r in done):  # the cluster was touched
-            self.verdict = await window.verdict(None, self.progress)
-        return done
+            if window is not None:
+                await window.end(self.verdict, outcome, self.progress)
 
 
 @dataclass

@@ -48,6 +48,7 @@ from console.analytics.transforms import (
     capture_interruptions,
     fast_batch_summary,
     gap_hourly,
+    maintenances,
     retracted_losses,
     with_batch_stream,
     with_copy_number,
@@ -69,6 +70,7 @@ from console.storage.tables import (
     CaptureInterruption,
     FastBatchSummary,
     GapHourly,
+    Maintenance,
     StreamAbandonmentStats,
 )
 
@@ -79,7 +81,7 @@ AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "
                       "count", "account", "detail", "unverified", "publisher", "batch_seq")
 EVENT_ARROW_SCHEMA = to_arrow_schema(EVENT_SCHEMA, timezone="UTC")
 AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats",
-              "capture_interruptions", "budget_counts")
+              "capture_interruptions", "maintenances", "budget_counts")
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     with stages("aggregates"), ThreadPoolExecutor(len(jobs)) as pool:
         tables = dict(zip(jobs, pool.map(lambda plan: plan().toArrow(), jobs.values())))
     hourly_a, hourly_g, lost_table = tables["hourly abandonments"], tables["hourly gaps"], tables["abandoned"]
-    blind, counts = tables["blind windows"], tables.get("budget counts")
+    blind, kept_up, counts = tables["blind windows"], tables["maintenances"], tables.get("budget counts")
     batches = tables.get("fast batches", pa.table({"batch_id": pa.array([], pa.string())}))
     touched = batches["batch_id"].to_pylist()
     lost_rows = list(_records(lost_table))
@@ -280,6 +282,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         _put(settings, "abandonment_hourly", hourly_a, by_day)
         _put(settings, "gap_hourly", hourly_g, by_day)
         _put(settings, "capture_interruptions", blind, by_day)
+        _put(settings, "maintenances", kept_up, by_day)
         if counts is not None:
             _put(settings, "budget_counts", counts, by_day)
         if touched:
@@ -297,7 +300,8 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         ledger.settle(session, last)
         for model, column, rows in ((AbandonmentHourly, AbandonmentHourly.hour, hourly_a),
                                     (GapHourly, GapHourly.hour, hourly_g),
-                                    (CaptureInterruption, CaptureInterruption.start, blind)):
+                                    (CaptureInterruption, CaptureInterruption.start, blind),
+                                    (Maintenance, Maintenance.end, kept_up)):
             for lo, hi in day_bounds:
                 session.exec(delete(model).where(column >= lo, column < hi))
             sqlite.insert_rows(session, model, _records(rows, drop=("day",)))
@@ -312,7 +316,8 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     if settings.objectives:
         with stages("budgets"):
             _budgets(settings, engine)
-    return hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
+    return (hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
+            + kept_up.num_rows)
 
 
 def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done: int,
@@ -334,7 +339,8 @@ def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done:
             "abandoned": lambda: abandoned_batches(scope, settings.context_minutes, filled=True).filter(
                 F.to_date("time").isin(*days)),
             "blind windows": lambda: capture_interruptions(of_days()).withColumn(
-                "day", F.to_date("start").cast("string"))}
+                "day", F.to_date("start").cast("string")),
+            "maintenances": lambda: maintenances(of_days()).withColumn("day", F.to_date("end").cast("string"))}
     if settings.objectives:  # counted only for objectives: a console without them pays nothing
         jobs["budget counts"] = lambda: _counts_of_days(scope, days)
     if seen.fast:

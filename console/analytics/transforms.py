@@ -22,6 +22,7 @@ FAST_COMMITTED = EventKind.FAST_COMMITTED.value
 FAST_GAP = EventKind.FAST_GAP.value
 FAST_ERROR = EventKind.FAST_ERROR.value
 CONTEXT = EventKind.CONTEXT.value
+MAINTENANCE = EventKind.MAINTENANCE.value
 ABANDONMENT_KINDS = tuple(kind.value for kind in LOST_KINDS)
 
 
@@ -166,3 +167,22 @@ def capture_interruptions(events: DataFrame) -> DataFrame:
     return (events.filter((F.col("kind") == EventKind.CAPTURE_INTERRUPTED.value) & F.col("detail").startswith(UNTIL))
             .select("event_id", F.col("time").alias("start"), until.alias("end"), "reason")
             .filter(F.col("end").isNotNull()))
+
+
+def maintenances(events: DataFrame) -> DataFrame:
+    """The maintenances that ended (the console's own record of each, console.domain.maintenance_record):
+    event_id, start, end, action, nodes, actor, lost, unexpected, outcome. The record's JSON read as
+    Spark reads JSON, totally: a field it lacks or cannot read is null, a row without its times left out."""
+    def field(name: str, length: int = 256) -> Column:
+        return F.substring(F.get_json_object(F.col("detail"), f"$.{name}"), 1, length)
+
+    def count(name: str) -> Column:
+        return F.get_json_object(F.col("detail"), f"$.{name}").cast("long")
+
+    return (events.filter((F.col("kind") == MAINTENANCE) & (F.get_json_object(F.col("detail"), "$.phase") == "ended"))
+            .select("event_id", F.to_timestamp(field("start", 40)).alias("start"), F.col("time").alias("end"),
+                    F.substring(F.col("reason"), 1, 16).alias("action"),
+                    F.array_join(F.from_json(field("nodes", 4096), "array<string>"), ", ").alias("nodes"),
+                    field("actor").alias("actor"), count("lost").alias("lost"),
+                    count("unexpected").alias("unexpected"), field("outcome", 1024).alias("outcome"))
+            .filter(F.col("start").isNotNull() & (F.col("start") <= F.col("end"))))

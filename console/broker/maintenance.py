@@ -130,11 +130,20 @@ class Tap:
                 pass
 
 
+BEHIND_READS, BEHIND_EVERY = 5, 0.5  # a node behind in a group on every read, 2 s apart at most, is behind
+
+
 async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeout: float,
                     watch: float = 2.0) -> Plan:
     """What taking `node` out would do, changing nothing: its groups read from the server, the batches open
     on the streams it leads watched for `watch` seconds."""
     groups = await read_groups(nc)
+    for _ in range(BEHIND_READS - 1):  # a busy group's follower is a few entries behind for a moment:
+        if not any(name == node and not current and not offline  # behind is what stays behind
+                   for g in groups for name, current, offline in g.peers):
+            break
+        await asyncio.sleep(BEHIND_EVERY)
+        groups = await read_groups(nc)
     meta_leader, meta_peers = await read_meta(system_nc)
     led = sorted({g.stream for g in groups if g.leader == node and g.consumer is None})
     open_now: list[OpenBatch] = []

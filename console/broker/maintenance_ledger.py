@@ -1,6 +1,7 @@
 """The loss ledger read after a maintenance (console.domain.ledger_verdict): the event log's records of
 the window, once the collector has written its status past the window's end, so every batch open in it
-has been judged (abandoned, dropped, committed) by then."""
+has been judged (abandoned, dropped, committed) by then. The maintenance itself is written to the same
+log as it begins and as it ends (console.domain.maintenance_record)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
 from console.domain.events import BatchEvent, EventKind
 from console.domain.ledger_verdict import LedgerVerdict, judge
+from console.domain.maintenance_record import MaintenanceRecord
 from console.errors import ConsoleError
 
 SETTLE = 2.0  # seconds past the batch timeout an open batch's end takes to reach the ledger
+RECORD_TRIES = 3  # appends of a maintenance's record before it is said not written
 
 
 class LedgerReader:
@@ -81,11 +84,44 @@ class LedgerReader:
 class LedgerWindow:
     def __init__(self, reader: LedgerReader, start: datetime, recording: bool):
         self.reader, self.start, self.recording = reader, start, recording
+        self.record: MaintenanceRecord | None = None
+        self.finished: datetime | None = None  # when its steps were done: the ledger is read from then on
+
+    async def begin(self, action: str, nodes: list[str], actor: str, said: Callable[[str], None]) -> None:
+        """The maintenance's first record in the event log: a loss from now on is marked as inside it."""
+        self.record = MaintenanceRecord.begin(action, nodes, actor)
+        await self._write(self.record, said)
+
+    async def end(self, verdict: LedgerVerdict | None, outcome: str, said: Callable[[str], None]) -> None:
+        """Its last record: the window the ledger was read over and what it said (None: not read)."""
+        if self.record is None:
+            return
+        proved = verdict is not None and verdict.recorded
+        await self._write(self.record.ended(verdict.end if verdict else None,
+                                            len(verdict.lost) if proved and verdict else None,
+                                            len(verdict.unexpected) if proved and verdict else None, outcome,
+                                            self.finished), said)
+
+    async def _write(self, record: MaintenanceRecord, said: Callable[[str], None]) -> None:
+        why = "not sent"
+        for _ in range(RECORD_TRIES):  # its id dedupes a copy of a try that was stored after all
+            try:
+                done = await self.reader.log.append([record.event()])
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+                why = type(e).__name__
+                continue
+            if done.stored or done.duplicates:
+                return
+            why = done.refused[0][1] if done.refused else str(done.error or "not stored")
+            if done.refused:
+                break
+        said(f"the maintenance's {record.phase} record was not written to the event log: {why[:200]}")
 
     async def verdict(self, streams: set[str] | None, said: Callable[[str], None],
                       named: frozenset[tuple[str, str]] = frozenset()) -> LedgerVerdict:
         """The verdict from the window's start to now (and the batch timeout after), said when read."""
         said("reading the loss ledger for the window (the batch timeout after it too)")
-        verdict = await self.reader.verdict(streams, self.start, datetime.now(timezone.utc), self.recording, named)
+        self.finished = datetime.now(timezone.utc)
+        verdict = await self.reader.verdict(streams, self.start, self.finished, self.recording, named)
         said(verdict.text())
         return verdict

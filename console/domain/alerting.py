@@ -120,7 +120,8 @@ class Evaluator:
         if event.kind is EventKind.COLLECTOR_STATUS:
             self.collector_seen = max(self.collector_seen or event.time, event.time)
             return
-        if event.kind in (EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY):
+        if event.kind in (EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY,
+                          EventKind.MAINTENANCE):
             return
         if event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
             self._release(event.batch_id, event.stream)

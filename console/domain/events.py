@@ -75,6 +75,7 @@ class EventKind(str, Enum):
     BATCH_MESSAGES = "batch_messages"  # a lost batch's first and last messages from the publish side (kept_messages)
     CANARY = "canary"  # one canary batch's result (console.domain.canary; detail: its JSON)
     STREAM_TOTALS = "stream_totals"  # the streams' last sequences, and atomic batches seen (detail: its JSON; budgets)
+    MAINTENANCE = "maintenance"  # a maintenance begun or ended (console.domain.maintenance_record; detail: its JSON)
 
     def __str__(self) -> str:
         return self.value

@@ -17,6 +17,7 @@ from typing import Callable
 from console.domain.conformance import Verdicts
 from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
 from console.domain.fast_tracker import SLOW_GIVE_UP
+from console.domain.maintenance_record import MaintenanceRecord, maintenance_record
 from console.domain.status import CollectorStatus
 from console.domain.wire import MalformedInput
 
@@ -51,6 +52,7 @@ class LostBatch:
     probable_stream: str | None = None  # when stream is not known: where this publisher last published
     system: str = ""  # the NATS system whose event log said it (its model's; README, "Several NATS systems")
     cluster: str | None = None  # in a supercluster: the cluster it happened in
+    maintenance: str | None = None  # it happened inside this maintenance's window (its label)
 
 
 @dataclass
@@ -110,6 +112,7 @@ class LiveModel:
         self.retracted = 0  # losses a later reply showed were not losses
         self.warnings: deque[BatchEvent] = deque(maxlen=20)  # streams whose open atomic batches were dropped unseen
         self.blind_windows: deque[tuple[datetime, datetime, str]] = deque(maxlen=20)  # (from, to, why): see capture_watch
+        self.maintenances: dict[str, MaintenanceRecord] = {}  # by id, the newest 20: a loss inside one is marked
         self.quiet_retired = 0  # active batches left out once quiet past what the collector would judge
         self.rejected: Counter[str] = Counter()  # stream -> fast batches refused for too many in flight (429)
         self.version = 0  # bumps on every change: views redraw only when it moved
@@ -129,6 +132,9 @@ class LiveModel:
             return
         if event.kind in (EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY):  # their own pages'
             return
+        if event.kind is EventKind.MAINTENANCE:
+            self._maintenance(event)
+            return
         if event.kind is EventKind.COLLECTOR_STATUS:
             if self.collector_seen is not None and event.time < self.collector_seen:
                 return  # an older status stored late (a copy, a backlog) never overrides a newer one
@@ -139,7 +145,9 @@ class LiveModel:
             self._retire_quiet(self.last_event)
             return
         if event.kind in LOST_KINDS:
-            self._keep_lost(lost_batch(event, self.system))
+            lost = lost_batch(event, self.system)
+            inside = next((m for m in reversed(self.maintenances.values()) if m.covers(lost.time)), None)
+            self._keep_lost(replace(lost, maintenance=inside.label()) if inside else lost)
         elif event.kind is EventKind.LOSS_RETRACTED and event.batch_id:
             self._retract(event.batch_id)
             return
@@ -157,6 +165,16 @@ class LiveModel:
                 del self.rejected[min(self.rejected, key=lambda s: self.rejected[s])]
         if event.kind.value.startswith("fast_") and event.batch_id:
             self._fast(event)
+
+    def _maintenance(self, event: BatchEvent) -> None:
+        try:
+            record = maintenance_record(event)
+        except MalformedInput:
+            return
+        self.maintenances.pop(record.id, None)
+        self.maintenances[record.id] = record
+        while len(self.maintenances) > 20:
+            del self.maintenances[next(iter(self.maintenances))]
 
     def _keep_lost(self, lost: LostBatch) -> None:
         key = (lost.stream, lost.kind, lost.source)

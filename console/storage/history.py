@@ -18,6 +18,7 @@ from console.storage.tables import (
     AbandonedBatch,
     AbandonmentHourly,
     CaptureInterruption,
+    Maintenance,
     FastBatchSummary,
     GapHourly,
     LEDGER_TAIL,
@@ -140,6 +141,19 @@ def capture_interruptions(engine, start: datetime, end: datetime) -> pd.DataFram
     return _utc(frame, "start", "end")
 
 
+def maintenances(engine, start: datetime, end: datetime, sees: Sees | None = None) -> pd.DataFrame:
+    """The console's maintenances that overlap a range, newest first, with what the ledger said of each;
+    to a reader limited to some streams (`sees`) without the ledger's counts, which are over every stream."""
+    m = Maintenance
+    with Session(engine) as s:
+        frame = _frame(s, select(m.start, m.end, m.action, m.nodes, m.actor, m.lost, m.unexpected, m.outcome)
+                       .where(m.start < end, m.end >= start).order_by(m.start.desc()).limit(500),
+                       ["start", "end", "action", "nodes", "actor", "lost", "unexpected", "outcome"])
+    if sees is not None:
+        frame = frame.drop(columns=["lost", "unexpected", "outcome"])
+    return _utc(frame, "start", "end")
+
+
 def job_position(engine) -> tuple[int, datetime] | None:
     """(the last event-log sequence in History, when the job's run that took it committed), or None
     before the first run. A check that found only heartbeats past the offset counts as a run."""
@@ -167,8 +181,9 @@ def ledger_position(engine) -> tuple[tuple[int, datetime] | None, int]:
 
 
 QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats,
-           abandoned_batches, capture_interruptions)
-BY_STREAM = (abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches)
+           abandoned_batches, capture_interruptions, maintenances)
+BY_STREAM = (abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches,
+             maintenances)
 
 
 class Reader:

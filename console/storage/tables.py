@@ -71,6 +71,21 @@ class CaptureInterruption(SQLModel, table=True):
     reason: str | None = None
 
 
+class Maintenance(SQLModel, table=True):
+    """A maintenance the console did (drain, restart), as its ended record in the event log says it."""
+
+    __tablename__ = "maintenances"
+    event_id: str = Field(primary_key=True)
+    start: datetime = Field(index=True)
+    end: datetime
+    action: str
+    nodes: str | None = None
+    actor: str | None = None
+    lost: int | None = None  # batches lost on the streams touched, from the ledger; None: it could not tell
+    unexpected: int | None = None  # of those, the ones not named before a step
+    outcome: str | None = None
+
+
 class StreamAbandonmentStats(SQLModel, table=True):
     __tablename__ = "stream_abandonment_stats"
     stream: str = Field(primary_key=True)

@@ -242,6 +242,10 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                           frozen_columns=["system", "time", "stream"], widths={"publisher": 360},
                                           **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._maintenances = tabulator(pd.DataFrame(), height=160, widths={"outcome": 520}, **table)
+        self._maintenances_title = pn.pane.Markdown("### Maintenances (drains and restarts the console did)",
+                                                    visible=False)
+        self._maintenances.visible = False
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
         self._download = pn.widgets.FileDownload(callback=self.download, filename="abandoned_batches.csv",
@@ -251,7 +255,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown("## History"), pn.Row(self._range, self._csv_table, self._format, self._download),
             pn.pane.Markdown(cannot, visible=bool(cannot)),
             self._freshness,
-            self._summary, self._blind,
+            self._summary, self._blind, self._maintenances_title, self._maintenances,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
@@ -314,6 +318,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             "fast_outcomes": h.fast_outcomes(start, end),
             "abandoned_batches": h.abandoned_batches(start, end),
             "capture_interruptions": h.capture_interruptions(start, end),
+            "maintenances": h.maintenances(start, end),
         }
         stats = h.stream_stats()
         with pn.io.hold():
@@ -337,6 +342,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             lost["stream"] = _streams(lost)
             self._lost.value = decisions_first(lost)
             self._blind.object = blind_windows_text(self._shown["capture_interruptions"], self.clock)
+            kept_up = shown(self._shown["maintenances"], self.clock)
+            self._maintenances.value = kept_up
+            self._maintenances.visible = self._maintenances_title.visible = bool(len(kept_up))
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
             self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "

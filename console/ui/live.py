@@ -17,6 +17,7 @@ from console.domain.display import Clock, count, duration, md
 from console.domain.events import WHY_UNKNOWN
 from console.domain.fast_tracker import UNTRACKED_SAID_PER_PREFIX
 from console.domain.live_model import LiveModel, Sees
+from console.domain.maintenance_record import MaintenanceRecord
 from console.domain.reasons import in_order
 from console.domain.wire import printable
 from console.ui.formatting import WRAPPED, Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
@@ -48,11 +49,14 @@ def recent_frame(model: LiveModel | LiveAcross, limit: int = 100, clock: Clock =
              "batch_id": b.batch_id or "",
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
              "kind": b.kind, "publisher": b.publisher or "",
-             "investigate": incident_link(b.batch_id, where(b)), "cluster": b.cluster or ""} for b in lost]
+             "investigate": incident_link(b.batch_id, where(b)), "cluster": b.cluster or "",
+             "during maintenance": b.maintenance or ""} for b in lost]
     columns = _with_system(COLUMNS, by_system)
-    if any(b.cluster for b in lost):  # a supercluster: where each loss happened
-        columns = {**{k: v for k, v in columns.items() if k != "investigate"}, "cluster": "object",
-                   "investigate": "object"}
+    for extra, shown in (("cluster", any(b.cluster for b in lost)),  # a supercluster: where each loss happened
+                         ("during maintenance", any(b.maintenance for b in lost))):
+        if shown:
+            columns = {**{k: v for k, v in columns.items() if k != "investigate"}, extra: "object",
+                       "investigate": "object"}
     return pd.DataFrame(rows, columns=list(columns)).astype(columns)
 
 
@@ -147,6 +151,8 @@ def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
              f"be missing ({e(why)})</li>" for start, end, why in reversed(model.blind_windows)]
     items += [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
               for w in reversed(model.warnings)]
+    whole = not isinstance(model, SeenLive)  # a role limited to some streams: not the ledger's count over all
+    items += [maintenance_item(m, clock, whole) for m in reversed(list(model.maintenances.values())[-5:])]
     if model.rejected:
         refused = ", ".join(f"{stream_cell(s)} {n}" for s, n in model.rejected.most_common(10))
         items.append(f"<li>batches refused for too many in flight (429: 10211 fast, 10210 atomic): {refused}</li>")
@@ -155,6 +161,19 @@ def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
     if model.collector is not None and model.collector.publisher_note:
         items.append(f"<li>{e(model.collector.publisher_note)}: give the collector a system account user (--system-creds, or --system-user and --system-password)</li>")
     return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def maintenance_item(m: MaintenanceRecord, clock: Clock, whole: bool = True) -> str:
+    """A maintenance as a notice: under way, or its window and what the ledger said (`whole`: to a reader
+    of every stream). Escaped: the event log is anyone's to write."""
+    e = html.escape
+    if m.end is None:
+        return (f"<li><b>maintenance under way since {clock.when(m.start)}</b>: {e(m.label())}; a loss from then "
+                f"on is marked in the table</li>")
+    said = "the ledger cannot tell" if m.lost is None else f"{m.lost} batch(es) lost on the streams touched" + (
+        f", {m.unexpected} not named before a step" if m.unexpected else "")
+    return (f"<li><b>maintenance {clock.when(m.start)} to {clock.when(m.end)}</b>: {e(m.label())}"
+            + (f"; {e(said)}" if whole else "") + "</li>")
 
 
 def status_text(model: LiveModel, connection: str, problem: str | None, now: datetime, skipped: int = 0,

@@ -353,6 +353,35 @@ async def test_a_recorded_blind_window_reaches_historys_table(spark, server, cli
     assert "capture interrupted from" in text and "losses in this window may be missing (node n1 lost)" in text
 
 
+async def test_a_maintenance_reaches_historys_table_and_a_limited_reader_sees_it_without_the_ledgers_counts(
+        spark, server, client, tmp_path):
+    """The console's records of a drain (begun, ended) become one row of `maintenances`: its window, the
+    nodes, who, what the ledger said; a begun record alone is no row (it is Live's, until it ends)."""
+    from datetime import timedelta
+
+    from console.broker.eventlog import EventLog
+    from console.domain.maintenance_record import MaintenanceRecord
+    from console.storage.history import Reader
+
+    log = EventLog(client.jetstream())
+    await log.ensure()
+    begun = MaintenanceRecord.begin("drain", ["n2"], "alice")
+    ended = begun.ended(None, 1, 0, "plan safe; 3 leaderships moved")
+    other = MaintenanceRecord.begin("restart", ["n1", "n3"], "bob")  # never ended (the console killed)
+    await log.append([begun.event(), other.event(), ended.event()])
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url}))
+    await asyncio.to_thread(run_once, spark, settings)
+    reader = Reader(sqlite.open_db(settings.db_path))
+    around = (begun.start - timedelta(hours=1), begun.start + timedelta(hours=1))
+    rows = reader.maintenances(*around).to_dict("records")
+    assert [(r["action"], r["nodes"], r["actor"], r["lost"], r["unexpected"]) for r in rows] == [
+        ("drain", "n2", "alice", 1, 0)]
+    assert rows[0]["start"] == begun.start and rows[0]["end"] == ended.end
+    assert rows[0]["outcome"] == "plan safe; 3 leaderships moved"
+    limited = reader.seen_by(lambda stream: stream == "TEAM_A").maintenances(*around)
+    assert list(limited.columns) == ["start", "end", "action", "nodes", "actor"] and len(limited) == 1
+
+
 async def test_analytics_with_another_key_than_the_collectors_fails_with_exit_2_naming_the_key(
         spark, server, client, produce, tmp_path):
     """Not an empty History: the collector's statuses do not verify, so the key is wrong, and the run

@@ -10,6 +10,7 @@ import asyncio
 import json
 import subprocess
 import time
+from datetime import datetime, timezone
 
 import nats
 import pytest
@@ -162,6 +163,7 @@ async def test_the_ledger_read_after_a_drain_says_what_was_lost_in_its_window_an
     from console.broker.eventlog import EventLog
     from console.broker.maintenance_ledger import LedgerReader
     from console.config import DataSettings, Settings
+    from console.domain.maintenance_record import maintenance_record
 
     nc, node = led
     event_key(data_dir=tmp_path)
@@ -176,6 +178,7 @@ async def test_the_ledger_read_after_a_drain_says_what_was_lost_in_its_window_an
         ledger = LedgerReader(EventLog.over(nc, Settings(data=DataSettings(data_dir=tmp_path)).keyed_event_log(
             make=False)), CLUSTER_LIMITS.timeout, 5.0)
         await eventually(ledger.recording, timeout=60, what="the collector's first status in the ledger")
+        started = datetime.now(timezone.utc)
         abandoned = AtomicBatch(nc, batch_id="mt-else-quiet")
         await abandoned.add("mt_else.x", b"1")  # and no more: the server abandons it after the batch timeout
         done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--format", "json")
@@ -188,6 +191,10 @@ async def test_the_ledger_read_after_a_drain_says_what_was_lost_in_its_window_an
     assert verdict["recorded"] is True and verdict["lost"] == [] and verdict["elsewhere"] == 1, verdict
     assert "the ledger: no batch lost on the streams touched" in done.stderr
     assert "1 lost on other streams meanwhile" in done.stderr
+    records = [maintenance_record(e) for _, e in await ledger.log.window(
+        started, datetime.now(timezone.utc), kind_filter="maintenance.>", idle_timeout=1.0)]
+    assert [(r.phase, r.action, r.nodes) for r in records] == [("begun", "drain", (node,)), ("ended", "drain", (node,))]
+    assert records[1].lost == 0 and records[1].until >= records[1].end and records[0].id == records[1].id
 
 
 async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_moves_and_loses_none(led, cluster,
