@@ -7,12 +7,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Callable
 
 from console.config import Settings
 from console.domain.audit import CLI
 from console.domain.maintenance import BACK_TIMEOUT, REFUSED, RUN_TIMEOUT, node_name, plan_text
 from console.errors import ConfigError
 from console.runtime import Runtime
+
+if TYPE_CHECKING:
+    from console.actions import Actions
+    from console.broker.maintenance import Move
+    from console.domain.ledger_verdict import LedgerVerdict
+    from console.domain.maintenance import Restart
 
 
 def add_arguments(maintain: argparse.ArgumentParser) -> None:
@@ -93,10 +100,7 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
             print(f"batch-console: maintain drain {args.node} refused: {e}", file=sys.stderr)
             return 1
         if args.format == "json":
-            print(json.dumps({"moves": [{"group": m.group, "waited_seconds": round(m.waited, 3),
-                                         "new_leader": m.new_leader, "error": m.error,
-                                         "at_risk": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind}
-                                                     for b in m.at_risk]} for m in moves],
+            print(json.dumps({"moves": [m.to_dict() for m in moves],
                               "ledger": drained.verdict.to_dict() if drained.verdict else None}))
         return 0 if all(m.error is None for m in moves) else 1
 
@@ -133,12 +137,43 @@ async def _restart(settings: Settings, args: argparse.Namespace, timeout: float)
 
 
 
-def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float):
+def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float, said: Callable[[str], None] | None = None):
     """The loss ledger's reader, or None (said) without the event key that reads it."""
     from console.broker.maintenance_ledger import LedgerReader
 
     ledger, why = LedgerReader.over(runtime.nc, lambda: runtime.event_log, batch_timeout,
                                     settings.collector.status_every)
     if why:
-        print(f"batch-console: the loss ledger is not read afterwards: {why}", file=sys.stderr)
+        (said or (lambda line: print(f"batch-console: {line}", file=sys.stderr)))(
+            f"the loss ledger is not read afterwards: {why}")
     return ledger
+
+
+async def drain_node(runtime: Runtime, actions: Actions, node: str,
+                     progress: Callable[[str], None]) -> tuple[list[Move], LedgerVerdict | None]:
+    """The action maintain.drain as the page and the API run it: the node's groups read again at the
+    moment asked (a plan can be minutes old), the time box the batch timeout; (moves, the ledger's verdict)."""
+    from console.commands import DrainNode
+
+    timeout = runtime.settings.collector.batch_timeout_or_default
+    command = DrainNode(await runtime.maintenance_plan(node, 0), timeout, timeout, progress,
+                        _ledger(runtime, runtime.settings, timeout, progress))
+    return await actions.run(command), command.verdict
+
+
+async def restart_node(runtime: Runtime, actions: Actions, node: str,
+                       progress: Callable[[str], None]) -> tuple[list[Restart], LedgerVerdict | None]:
+    """The action maintain.restart as the page and the API run it, with the command the console was started
+    with (--restart-command), never one given by a browser or a caller: ConfigError without one."""
+    from console.broker.maintenance import server_names
+    from console.commands import RestartNodes
+
+    command = runtime.settings.web.restart_command
+    if not command:
+        raise ConfigError("the console was started without --restart-command: it restarts no node")
+    timeout = runtime.settings.collector.batch_timeout_or_default
+    servers = await server_names(runtime.nc, runtime.system_nc)
+    restarts = RestartNodes([node_name(node)], command, timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
+                            list(runtime.settings.connection.servers), len(servers), progress,
+                            _ledger(runtime, runtime.settings, timeout, progress))
+    return await actions.run(restarts), restarts.verdict

@@ -263,31 +263,17 @@ def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
 
 def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
     from console.broker.maintenance import server_names
-    from console.broker.maintenance_ledger import LedgerReader
-    from console.domain.maintenance import BACK_TIMEOUT, RUN_TIMEOUT
-    from console.commands import DrainNode, RestartNodes
+    from console.maintain import drain_node, restart_node
 
-    timeout = runtime.settings.collector.batch_timeout_or_default
+    def drain(plan, progress):
+        return drain_node(runtime, actions, plan.node, progress)
 
-    def ledger() -> LedgerReader | None:  # without the event key the drain goes on, its ledger unread
-        return LedgerReader.over(runtime.nc, lambda: runtime.event_log, timeout,
-                                 runtime.settings.collector.status_every)[0]
-
-    async def drain(plan, progress):  # the groups read again at the moment asked: a plan can be minutes old
-        command = DrainNode(await runtime.maintenance_plan(plan.node, 0), timeout, timeout, progress, ledger())
-        return await actions.run(command), command.verdict
-
-    command = runtime.settings.web.restart_command
-
-    async def restart(node, progress):  # the command the console was started with, never one from the browser
-        servers = await server_names(runtime.nc, runtime.system_nc)
-        restarts = RestartNodes([node], command or "", timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
-                                list(runtime.settings.connection.servers), len(servers), progress, ledger())
-        return await actions.run(restarts), restarts.verdict
+    def restart(node, progress):
+        return restart_node(runtime, actions, node, progress)
 
     return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=runtime.maintenance_plan,
-                           drain=drain, restart=restart if command else None, read_only=runtime.read_only,
-                           may=actions.allowed, **params)
+                           drain=drain, restart=restart if runtime.settings.web.restart_command else None,
+                           read_only=runtime.read_only, may=actions.allowed, **params)
 
 
 def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:

@@ -18,6 +18,7 @@ from starlette.routing import Match
 from console.api.callers import Callers
 from console.api.changes import changes
 from console.api.context import Context
+from console.api.maintenance import maintenance
 from console.api.oidc_tokens import AccessTokens
 from console.api.problems import Problem, problem
 from console.api.reads import reads
@@ -35,6 +36,7 @@ def make_api(fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | Non
     api.state.callers = ctx.callers  # the MCP endpoint checks its tokens as the API does
     api.include_router(reads(ctx), prefix=API)
     api.include_router(changes(ctx), prefix=API)
+    api.include_router(maintenance(ctx), prefix=API)
 
     @api.exception_handler(Problem)
     async def on_problem(request: Request, e: Problem) -> JSONResponse:

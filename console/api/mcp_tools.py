@@ -17,8 +17,8 @@ from urllib.parse import quote
 from pydantic import Field
 
 READS = ("losses", "incident", "incident_report", "checks", "budgets", "canary", "streams", "systems", "conformance",
-         "history", "maintenance_plan")
-WRITES = ("edit_stream", "mute_rule", "unmute_rule")
+         "history", "maintenance_plan", "maintenance_job")
+WRITES = ("edit_stream", "mute_rule", "unmute_rule", "drain_node_job", "restart_node_job")
 METHODS = ("get", "post", "put", "patch", "delete")
 MAX_DESCRIPTION = 1000
 MAX_ENUM = 64

@@ -183,6 +183,11 @@ class Move:
     error: str | None = None
     followers: int = 0  # publishers that answered the stream's maintenance hold (console.domain.holds)
 
+    def to_dict(self) -> dict[str, object]:
+        return {"group": self.group, "waited_seconds": round(self.waited, 3), "new_leader": self.new_leader,
+                "error": self.error, "publishers_held": self.followers,
+                "at_risk": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind} for b in self.at_risk]}
+
 
 class Lease:
     """One maintenance at a time per account: a key in the console's KV bucket, created (never overwritten)

@@ -141,6 +141,33 @@ def test_a_nodes_plan_is_read_by_a_role_that_may_drain_every_stream_and_refused_
     assert {"token:viewer-bot", "token:team-bot"} <= refused
 
 
+def test_a_drain_is_a_job_of_its_caller_run_through_the_action_and_its_refusals_are_said(console):
+    """POST starts the action maintain.drain (a single server: nothing can move, said, done), GET reads its
+    lines; another caller is told there is no such job; a viewer and a team role are refused at once (403,
+    audited); a name that is no server's is refused by the plan in the job; a restart without the
+    console's --restart-command is a 409: no caller gives the command."""
+    for who in ("viewer", "team"):
+        answer = call(console, "POST", "/maintenance/batch-console/drain", who)
+        assert answer.status_code == 403 and "maintain.drain" in answer.json()["detail"], answer.text
+    started = call(console, "POST", "/maintenance/batch-console/drain")
+    assert started.status_code == 202 and started.json()["state"] == "running", started.text
+    job = started.json()["id"]
+    poll_until(lambda: call(console, "GET", f"/maintenance/jobs/{job}").json()["state"] != "running", 60, "the drain")
+    done = call(console, "GET", f"/maintenance/jobs/{job}").json()
+    assert (done["state"], done["result"], done["action"]) == ("done", [], "maintain.drain"), done
+    assert call(console, "GET", f"/maintenance/jobs/{job}", "viewer").status_code == 404  # not the viewer's
+    nowhere = call(console, "POST", "/maintenance/nowhere/drain").json()["id"]
+    poll_until(lambda: call(console, "GET", f"/maintenance/jobs/{nowhere}").json()["state"] != "running", 60, "refusal")
+    refused = call(console, "GET", f"/maintenance/jobs/{nowhere}").json()
+    assert refused["state"] == "refused" and "not a server" in refused["detail"], refused
+    restart = call(console, "POST", "/maintenance/batch-console/restart")
+    assert restart.status_code == 409 and "--restart-command" in restart.json()["detail"], restart.text
+    records = call(console, "GET", "/audit?limit=1000").json()["records"]
+    drains = {(r["user"], r["outcome"]) for r in records if r["action"] == "maintain.drain"}
+    assert {("token:viewer-bot", "refused: role"), ("token:team-bot", "refused: role"),
+            ("token:admin-bot", "accepted")} <= drains, drains
+
+
 def test_losses_incident_and_report_say_what_live_holds(console):
     poll_until(lambda: call(console, "GET", "/losses?stream=API_LOSS").json()["total"] == 1, 30, "the loss")
     [loss] = call(console, "GET", "/losses?stream=API_LOSS&kind=atomic").json()["items"]
@@ -174,6 +201,12 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     ("GET", "/maintenance/a%20b/plan", None, 422),
     ("GET", "/maintenance/n1/plan?watch=61", None, 422),
     ("GET", "/maintenance/n1/plan?watch=later", None, 422),
+    ("POST", "/maintenance/a%0Ab/drain", None, 422),
+    ("POST", "/maintenance/" + "n" * 200 + "/restart", None, 422),
+    ("POST", "/maintenance/n1/drain?system=" + "s" * 100, None, 422),
+    ("GET", "/maintenance/jobs/%2E%2E%2F%2E%2E%2Faudit", None, 404),
+    ("GET", "/maintenance/jobs/" + "A" * 17, None, 422),
+    ("GET", "/maintenance/jobs/AAAAAAAAAAAAAAAA", None, 404),
 ])
 def test_hostile_parameters_are_refused_as_problems_never_a_5xx(console, method, path, body, status):
     answer = call(console, method, path, json=body)

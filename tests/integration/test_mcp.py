@@ -21,8 +21,8 @@ from tests.waits import poll_until
 from tests.processes import CLI
 
 READS = {"losses", "incident", "incident_report", "checks", "streams", "systems", "conformance", "history", "search",
-         "budgets", "canary", "maintenance_plan"}
-WRITES = {"edit_stream", "mute_rule", "unmute_rule"}
+         "budgets", "canary", "maintenance_plan", "maintenance_job"}
+WRITES = {"edit_stream", "mute_rule", "unmute_rule", "drain_node_job", "restart_node_job"}
 CALLS = {"losses": {"stream": "API_LOSS"}, "incident": {"batch_id": "api-loss"},
          "incident_report": {"batch_id": "api-loss"}, "checks": {}, "streams": {}, "systems": {}, "conformance": {},
          "history": {"table": "abandoned_batches"}, "search": {"stream": "TEAM_A", "where": "payload.n >= 1"},
@@ -110,6 +110,18 @@ def test_the_writing_tools_only_when_turned_on_each_an_audited_action(console):
     assert ("token:admin-bot", "accepted") in edits and ("token:viewer-bot", "refused: role") in edits
     assert ("token:team-bot", "refused: role") in edits
     assert call(console, "PATCH", "/streams/TEAM_A", json={"allow_batched": True}).status_code == 200
+
+
+def test_a_drain_from_mcp_is_the_apis_job_and_a_viewers_is_refused(console):
+    drain = {"drain_node_job": {"node": "batch-console"}}
+    viewer = asyncio.run(over_stdio(console, "viewer", drain, "--writes"))
+    assert viewer["drain_node_job"].startswith("refused (403")
+    admin = asyncio.run(over_stdio(console, "admin", drain, "--writes"))
+    job = json.loads(admin["drain_node_job"])
+    assert job["action"] == "maintain.drain" and job["node"] == "batch-console"
+    poll_until(lambda: call(console, "GET", f"/maintenance/jobs/{job['id']}").json()["state"] == "done", 60, "drained")
+    read = asyncio.run(over_stdio(console, "admin", {"maintenance_job": {"job_id": job["id"]}}))
+    assert json.loads(read["maintenance_job"])["state"] == "done"
 
 
 def test_a_refused_token_on_mcp_over_http_is_401_and_audited(console):
