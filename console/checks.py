@@ -23,6 +23,7 @@ from console.domain.checks import (
 )
 from console.domain.canary import CanaryResult, canary_result
 from console.domain.events import EventKind
+from console.domain.node_stops import stops_outside
 from console.domain.publisher import NO_SYSTEM_ACCOUNT
 from console.domain.status import CollectorStatus
 from console.domain.conformance import Verdicts
@@ -80,10 +81,12 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
         status = CollectorStatus.from_json(last.detail or "")
     except MalformedInput:
         return replace(facts, collector_healthy=False)
+    system_account = status.publisher_note != NO_SYSTEM_ACCOUNT
+    timeout = facts.limits.timeout if facts.limits is not None else 10.0
     return replace(facts, collector_age_s=(datetime.now(timezone.utc) - last.time).total_seconds(),
                    collector_healthy=status.healthy, collector_unhealthy=status.unhealthy,
-                   advisories_durable=status.advisories_durable,
-                   system_account=status.publisher_note != NO_SYSTEM_ACCOUNT)
+                   advisories_durable=status.advisories_durable, system_account=system_account,
+                   stops_outside=stops_outside(events, timeout) if system_account else None)
 
 
 def canaries_of(events: list) -> tuple[CanaryResult, ...] | None:

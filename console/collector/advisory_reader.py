@@ -20,6 +20,7 @@ from console.collector.writer import EventWriter, survive
 from console.config import CollectorSettings
 from console.domain.advisory_events import IgnoredAdvisory, advisory_to_event
 from console.domain.events import ACCOUNT_ADVISORY, SYSTEM_ADVISORY, BatchEvent, EventKind
+from console.domain.node_stops import SUBJECTS as STOP_SUBJECTS, node_stopped
 from console.domain.wire import MalformedInput, Tally
 from console.errors import CaptureRefusedError
 
@@ -67,6 +68,8 @@ class AdvisoryReader:
             await subs.follow(self.nc, ADVISORY_SUBJECTS, self._on_account_live_advisory)
         if self.system_nc is not None:
             await subs.follow(self.system_nc, ADVISORY_SUBJECTS, self._on_system_advisory)
+            for subject in STOP_SUBJECTS:  # a server entering lame duck mode or shutting down (BATCH_034)
+                await subs.follow(self.system_nc, subject, self._on_server_stop)
         return task
 
     async def lag(self) -> int | None:
@@ -126,6 +129,16 @@ class AdvisoryReader:
             while len(self._from_system) > SYSTEM_IDS:
                 self._from_system.pop(next(iter(self._from_system)))
             self.intake.put(await self._placed([event]), SYSTEM_ADVISORY)
+
+    async def _on_server_stop(self, msg: Inbound) -> None:
+        try:
+            event = node_stopped(msg.subject, msg.data)
+            if event.time > now() + FUTURE_SKEW:
+                raise MalformedInput(f"timestamp in the future ({event.time:%Y-%m-%d %H:%M:%S}Z)")
+        except MalformedInput as e:
+            self.intake.reject("server stop notice", e.reason, msg)
+            return
+        self.intake.put([event], SYSTEM_ADVISORY)
 
     async def _placed(self, events: list[BatchEvent]) -> list[BatchEvent]:
         """In a supercluster, each abandonment with the cluster its stream is placed in."""

@@ -17,6 +17,7 @@ from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.budgets import BudgetStatus
 from console.domain.canary import CanaryResult
 from console.domain.events import FAST_ENDS, EventKind
+from console.domain.node_stops import StopOutside
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import MalformedInput, load_object
@@ -107,6 +108,8 @@ class Facts:
     unread_why: Mapping[str, str] = field(default_factory=dict)  # a fact not read, and why, where UNREAD is not it
     budgets: tuple[BudgetStatus, ...] | None = None  # each objective's loss budget now (console.domain.budgets)
     canaries: tuple[CanaryResult, ...] | None = None  # the window's canary batches (None: no canary ran)
+    stops_outside: tuple[StopOutside, ...] | None = None  # servers stopped outside a maintenance, at a cost (None:
+    # the collector has no system account, which alone hears a server stop)
 
 
 @dataclass(frozen=True)
@@ -331,6 +334,11 @@ def _canaries(f: Facts, t: Threshold) -> Found:
             yield None, (f"system {health.system}, " if health.system != "default" else "") + evidence, severity
 
 
+def _stopped_outside(f: Facts, t: Threshold) -> Found:
+    for stop in f.stops_outside or ():
+        yield None, stop.evidence(), None
+
+
 def _canary_streams_changed(f: Facts, t: Threshold) -> Found:
     from console.domain.canary import node_health
 
@@ -408,6 +416,10 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
           "back where it could): its batches then say nothing of the node. Find who in the server's account, and "
           "deny others $JS.API.STREAM.UPDATE.BATCH_CONSOLE_CANARY_> and $JS.API.STREAM.DELETE.BATCH_CONSOLE_CANARY_>.",
           ("canaries",), _canary_streams_changed),
+    Check("BATCH_034", "a server stopped outside a console maintenance while batches were open", "warning",
+          "Restart servers with `batch-console maintain restart NODE --run COMMAND` (or `rolling`): each is drained "
+          "between batches first and the ledger read after, so an upgrade loses none. The Incident view of each "
+          "loss after the stop names its publisher.", ("stops_outside",), _stopped_outside),
 )}
 
 
@@ -418,6 +430,8 @@ UNREAD = {"nonconforming": "no conformance verdict in the window (the collector 
           "collector_healthy": "the event log was not read (no event key?)",
           "advisories_durable": "no collector status in the event log",
           "system_account": "no collector status in the event log",
+          "stops_outside": "the collector has no system account (or no status in the window): a server's stop "
+                           "notice reaches only the system account",
           "budgets": "no loss objectives (--objectives), or no analytics tables yet",
           "canaries": "no canary result in the window (batch-console canary, or up --canary)"}
 
@@ -517,7 +531,7 @@ def window_counts(events: Iterable[object]) -> dict[str, WindowCounts]:
 
 COUNTED = frozenset({EventKind.ATOMIC_ABANDONED, EventKind.FAST_GAP, *_REJECTED, *_LOST, EventKind.FAST_STARTED,
                      EventKind.FAST_ATTRIBUTED, EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.CANARY,
-                     *_ENDS})
+                     EventKind.MAINTENANCE, EventKind.NODE_STOPPED, EventKind.LOSS_RETRACTED, *_ENDS})
 KEPT_EVENTS = 200_000  # what a long-running evaluator keeps of its window at most
 
 

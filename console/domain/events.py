@@ -76,6 +76,7 @@ class EventKind(str, Enum):
     CANARY = "canary"  # one canary batch's result (console.domain.canary; detail: its JSON)
     STREAM_TOTALS = "stream_totals"  # the streams' last sequences, and atomic batches seen (detail: its JSON; budgets)
     MAINTENANCE = "maintenance"  # a maintenance begun or ended (console.domain.maintenance_record; detail: its JSON)
+    NODE_STOPPED = "node_stopped"  # a server's lame duck or shutdown notice (console.domain.node_stops; detail: its name)
 
     def __str__(self) -> str:
         return self.value
@@ -90,7 +91,7 @@ FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAS
 # What the collector says of itself, of clients, of streams and of a lost batch's messages, not of
 # batches: never in History's loss tables (the loss budgets count stream totals).
 NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS,
-               EventKind.CANARY)
+               EventKind.CANARY, EventKind.NODE_STOPPED)
 
 
 @dataclass(frozen=True, slots=True)

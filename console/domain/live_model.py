@@ -130,7 +130,8 @@ class LiveModel:
         if event.kind is EventKind.CONFORMANCE:
             self.conformance.apply(event)
             return
-        if event.kind in (EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY):  # their own pages'
+        if event.kind in (EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY,  # their own pages'
+                          EventKind.NODE_STOPPED):
             return
         if event.kind is EventKind.MAINTENANCE:
             self._maintenance(event)
