@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import timedelta
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
@@ -39,6 +42,7 @@ from nats.js.api import StreamConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from measure import percentile, until  # noqa: E402
+from raw_publisher import Outcomes, RawAtomicPublisher  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.cluster import EmbeddedCluster  # noqa: E402
 from console.broker.holds import Holds  # noqa: E402
@@ -52,6 +56,29 @@ from console.progress import ProgressBar  # noqa: E402
 LIMITS = BatchLimits(timeout=5.0)
 LAME_DUCK = 'lame_duck_duration: "30s"\nlame_duck_grace_period: "1s"\n'  # the shortest the server takes
 ROOT = Path(__file__).resolve().parents[1]
+
+
+class NatsJsPublisher(Outcomes):
+    """tests/peers/natsjs/steady.mjs on one stream's subject, not following holds: nats.js as users run it."""
+
+    def __init__(self, urls: list[str], subject: str, open_ms: int, idle_ms: int):
+        super().__init__()
+        self.proc = subprocess.Popen(["node", str(ROOT / "tests/peers/natsjs/steady.mjs"), ",".join(urls), subject,
+                                      "no-holds", str(open_ms), str(idle_ms), "5"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None and self.proc.stderr.readline().strip() == "ready"
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() in ("committed", "lost"):
+                self.outcomes.append((time.perf_counter(), line.strip() == "committed"))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
 
 
 class Publisher:
@@ -87,8 +114,12 @@ class Publisher:
         return max((b - a for a, b in zip(times, times[1:])), default=0.0)
 
 
-async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bool, label: str) -> tuple[int, int, list[float]]:
-    """`count` leadership moves round the streams; (lost, committed, each move's stall in ms)."""
+async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bool, label: str,
+                others: dict[str, list[Outcomes]]) -> Result:
+    """`count` leadership moves round the streams: the console's publishers' (lost, committed, each move's
+    stall in ms), the batches named at a step, and each other publisher's (lost, committed) in the window."""
+    window_start = time.perf_counter()
+    named = 0
     lost0 = sum(p.lost for p in publishers.values())
     committed0 = sum(p.committed for p in publishers.values())
     tap = await Tap.on(nc, list(publishers), timedelta(seconds=LIMITS.timeout)) if batch_safe else None
@@ -106,6 +137,7 @@ async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bo
             if tap is not None:
                 move = await move_when_quiet(nc, node, group, tap, LIMITS.timeout)
                 assert move.error is None, move.error
+                named += len(move.at_risk)
             else:
                 await step_down(nc, group, None)
                 await until(lambda: _moved(nc, stream, node), 30, f"{stream} still led by {node}")
@@ -118,8 +150,24 @@ async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bo
             await tap.close()
     await asyncio.sleep(2 * (publishers[streams[0]].open_s + publishers[streams[0]].idle_s))  # the last batches end
     stalls = [1000 * publishers[s].stall_around(t) for s, t in starts]
-    return (sum(p.lost for p in publishers.values()) - lost0,
-            sum(p.committed for p in publishers.values()) - committed0, stalls)
+    window = (window_start, time.perf_counter())
+    return Result(sum(p.lost for p in publishers.values()) - lost0,
+                  sum(p.committed for p in publishers.values()) - committed0, stalls, named,
+                  {kind: _summed(o.between(*window) for o in outs) for kind, outs in others.items()})
+
+
+@dataclass
+class Result:
+    lost: int
+    committed: int
+    stalls: list[float]
+    named: int = 0  # batches still open at a step (batch-safe moves), named before it
+    others: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (lost, committed)
+
+
+def _summed(pairs) -> tuple[int, int]:
+    pairs = list(pairs)
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
 async def _moved(nc, stream: str, node: str) -> bool:
@@ -149,38 +197,54 @@ async def main(args: argparse.Namespace) -> None:
             await until(lambda n=name: _created(nc, n), 60, f"{name} not created")
         publishers = {n: Publisher(nc, n, args.open_ms / 1000, args.idle_ms / 1000) for n in names}
         tasks = [asyncio.create_task(p.run()) for p in publishers.values()]
+        raw = [RawAtomicPublisher(cluster.urls, f"{n.lower()}.raw", args.open_ms / 1000, args.idle_ms / 1000)
+               for n in names]
+        tasks += [asyncio.create_task(r.run()) for r in raw]
+        natsjs = [NatsJsPublisher(cluster.urls, f"{n.lower()}.js", args.open_ms, args.idle_ms) for n in names] \
+            if args.natsjs else []
+        others: dict[str, list[Outcomes]] = {"raw protocol": list(raw), **({"nats.js": list(natsjs)} if natsjs else {})}
         await asyncio.sleep(2.0)
         results = {}
         for label, safe in (("plain step-down", False), ("batch-safe move", True)):
-            results[label] = await moves(nc, publishers, args.moves, safe, label)
+            results[label] = await moves(nc, publishers, args.moves, safe, label, others)
         holds = await Holds.follow(nc, "bench publishers")
         for p in publishers.values():
             p.holds = holds
-        results["with holds"] = await moves(nc, publishers, args.moves, True, "with holds")
+        results["with holds"] = await moves(nc, publishers, args.moves, True, "with holds", others)
         restarts = []
         if args.rolling:
-            results["rolling restart"], restarts = await rolling_restart(nc, cluster, publishers)
+            results["rolling restart"], restarts = await rolling_restart(nc, cluster, publishers, others)
         for p in publishers.values():
             p.stopped = True
+        for r in raw:
+            r.stop()
+        for j in natsjs:
+            j.stop()
         await asyncio.gather(*tasks)
         await nc.close()
     print(f"\n{args.moves} leadership moves over {args.streams} R3 streams, batches open {args.open_ms} ms then idle "
-          f"{args.idle_ms} ms")
-    print(f"{'':20}{'lost':>8}{'committed':>11}{'lost %':>9}{'stall p50 ms':>14}{'stall p95 ms':>14}")
-    for label, (lost, committed, stalls) in results.items():
-        share = 100 * lost / max(1, lost + committed)
-        print(f"{label:20}{lost:>8}{committed:>11}{share:>9.2f}{percentile(stalls, 0.5):>14.0f}"
-              f"{percentile(stalls, 0.95):>14.0f}")
+          f"{args.idle_ms} ms; beside the console's publisher on each stream (it follows holds from the third "
+          f"row on), {', '.join(others)} publisher(s) that do not")
+    kinds = list(others)
+    print(f"{'':20}{'lost':>8}{'committed':>11}{'lost %':>9}{'stall p50 ms':>14}{'stall p95 ms':>14}"
+          + "".join(f"{k + ' lost/committed':>28}" for k in kinds) + f"{'named at a step':>17}")
+    for label, r in results.items():
+        share = 100 * r.lost / max(1, r.lost + r.committed)
+        print(f"{label:20}{r.lost:>8}{r.committed:>11}{share:>9.2f}{percentile(r.stalls, 0.5):>14.0f}"
+              f"{percentile(r.stalls, 0.95):>14.0f}"
+              + "".join(f"{'%d / %d' % r.others.get(k, (0, 0)):>28}" for k in kinds) + f"{r.named:>17}")
     for r in restarts:
         print(f"  {restart_line(r)}")
-    plain, safe, held = (results[k][0] for k in ("plain step-down", "batch-safe move", "with holds"))
+    plain, safe, held = (results[k].lost for k in ("plain step-down", "batch-safe move", "with holds"))
     print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else "")
           + f"; with holds / plain: {held} / {plain}" + (f" = {held / plain:.2f}" if plain else ""))
 
 
-async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Publisher]):
+async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Publisher],
+                          others: dict[str, list[Outcomes]]):
     """Every node restarted in turn in lame duck mode, as `maintain rolling` does it: (lost, committed, the
     longest publish stall of each stream in each node's restart), and each node's restart."""
+    window_start = time.perf_counter()
     lost0 = sum(p.lost for p in publishers.values())
     committed0 = sum(p.committed for p in publishers.values())
     command = f"cd {ROOT} && {sys.executable} -m tests.restart_node {cluster.store_dir}/{{node}} --signal ldm"
@@ -202,8 +266,10 @@ async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Pu
         bar.close()
     await asyncio.sleep(2 * (publishers[next(iter(publishers))].open_s + publishers[next(iter(publishers))].idle_s))
     stalls = [1000 * p.stall_around(t, window=60.0) for t in starts for p in publishers.values()]
-    return (sum(p.lost for p in publishers.values()) - lost0, sum(p.committed for p in publishers.values()) - committed0,
-            stalls), done
+    window = (window_start, time.perf_counter())
+    return Result(sum(p.lost for p in publishers.values()) - lost0,
+                  sum(p.committed for p in publishers.values()) - committed0, stalls,
+                  others={kind: _summed(o.between(*window) for o in outs) for kind, outs in others.items()}), done
 
 
 async def _created(nc, name: str) -> bool:
@@ -223,4 +289,6 @@ if __name__ == "__main__":
     parser.add_argument("--open-ms", type=int, default=100)
     parser.add_argument("--idle-ms", type=int, default=100)
     parser.add_argument("--no-rolling", dest="rolling", action="store_false", help="leave out the rolling restart")
+    parser.add_argument("--no-natsjs", dest="natsjs", action="store_false",
+                        help="leave out the nats.js publishers (node and tests/peers/natsjs's packages needed)")
     asyncio.run(main(parser.parse_args()))

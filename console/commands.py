@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from console.domain.messages import Ack, to_ack_metadata
+from console.domain.maintenance import MOVE_TIMEOUT
 from console.domain.roles import BUILT_IN
 from console.errors import ConsoleError
 from console.decoders.rules import one_decoder
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from console.domain.messages import FetchResult, StoredMessage
     from console.domain.search import Found, SearchProgress, SearchQuery
     from console.domain.stream_settings import StreamBatchSettings
+    from console.broker.evacuate import Evacuated
     from console.broker.maintenance import Move
     from console.broker.maintenance_ledger import LedgerReader
     from console.domain.ledger_verdict import LedgerVerdict
@@ -294,7 +296,9 @@ class DrainNode(Command["list[Move]"]):
     batch_timeout: float
     progress: Callable[[str], None] = lambda _: None
     ledger: LedgerReader | None = None  # the loss ledger, read for the drain's window once it is done
+    move_timeout: float = MOVE_TIMEOUT  # an evacuation's: seconds a stream's move may take before it is cancelled
     verdict: LedgerVerdict | None = field(default=None, init=False)
+    evacuated: list[Evacuated] = field(default_factory=list, init=False)  # with the plan's evacuation
 
     @property
     def target(self) -> str:
@@ -304,7 +308,13 @@ class DrainNode(Command["list[Move]"]):
         from console.broker.maintenance import moves_summary
 
         ledger = f"; {self.verdict.text()}" if self.verdict else ""
-        return f"plan {self.plan.verdict}; " + moves_summary(result, 1000 - len(ledger)) + ledger
+        moved = sum(1 for e in self.evacuated if e.error is None)
+        evacuated = (f"; evacuated {moved} of {len(self.evacuated)} stream(s)" if self.plan.evacuate else "") + (
+            f" (not moved: {', '.join(e.stream for e in self.evacuated if e.error)})" if moved < len(self.evacuated)
+            else "")
+        evacuated = evacuated[:300]
+        return f"plan {self.plan.verdict}; " + moves_summary(result, 1000 - len(ledger) - len(evacuated)) + \
+            evacuated + ledger
 
     async def execute(self, services: Services, asker: Asker) -> list[Move]:
         from console.broker.maintenance import Lease, MaintenanceRefused, drain
@@ -312,7 +322,8 @@ class DrainNode(Command["list[Move]"]):
         nc = required(services.connection, "connection")()
         if self.plan.refusals:
             raise MaintenanceRefused("; ".join(self.plan.refusals))
-        if not any(g.replicas > 1 for g in self.plan.leads):  # a single server, a node that leads nothing
+        evacuating = self.plan.evacuate is not None and bool(self.plan.evacuate.movable)
+        if not any(g.replicas > 1 for g in self.plan.leads) and not evacuating:  # a single server, nothing led
             return []
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
         window = await self.ledger.open() if self.ledger is not None else None
@@ -323,11 +334,18 @@ class DrainNode(Command["list[Move]"]):
             try:
                 moves = await drain(nc, self.plan.node, self.plan, self.time_box, self.batch_timeout,
                                     said=self.progress)
+                if evacuating and self.plan.evacuate is not None:
+                    from console.broker.evacuate import evacuate
+
+                    self.evacuated = await evacuate(nc, self.plan.node, self.plan.evacuate, self.time_box,
+                                                    self.batch_timeout, self.move_timeout, said=self.progress)
             finally:
                 await lease.release()
-            if window is not None and moves:
-                self.verdict = await window.verdict({g.stream for g in self.plan.leads}, self.progress,
-                                                    frozenset((b.stream, b.batch_id) for m in moves for b in m.at_risk))
+            if window is not None and (moves or self.evacuated):
+                at_risk = [b for m in moves for b in m.at_risk] + [b for e in self.evacuated for b in e.at_risk]
+                self.verdict = await window.verdict({g.stream for g in self.plan.leads} |
+                                                    {e.stream for e in self.evacuated}, self.progress,
+                                                    frozenset((b.stream, b.batch_id) for b in at_risk))
             outcome = self.said(moves)
             return moves
         finally:

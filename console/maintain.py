@@ -7,16 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from console.config import Settings
 from console.domain.audit import CLI
-from console.domain.maintenance import BACK_TIMEOUT, REFUSED, RUN_TIMEOUT, node_name, plan_text
+from console.domain.maintenance import BACK_TIMEOUT, MOVE_TIMEOUT, REFUSED, RUN_TIMEOUT, node_name, plan_text
 from console.errors import ConfigError
 from console.runtime import Runtime
 
 if TYPE_CHECKING:
     from console.actions import Actions
+    from console.broker.evacuate import Evacuated
     from console.broker.maintenance import Move
     from console.domain.ledger_verdict import LedgerVerdict
     from console.domain.maintenance import Restart
@@ -35,6 +37,11 @@ def add_arguments(maintain: argparse.ArgumentParser) -> None:
                           help="seconds the command may take before it is killed (default 300)")
     maintain.add_argument("--back-timeout", type=_seconds(1.0, 3600), default=BACK_TIMEOUT,
                           help="seconds a node may take, after the command, to be current in every group (default 300)")
+    maintain.add_argument("--evacuate", action="store_true",
+                          help="plan and drain: also move the node's replicas to other servers (nats-server 2.15), "
+                               "each stream's move cancelled if it has not ended within --move-timeout")
+    maintain.add_argument("--move-timeout", type=_seconds(1.0, 3600), default=MOVE_TIMEOUT,
+                          help="seconds a stream's evacuation may take before it is cancelled (default 120)")
     maintain.add_argument("--format", choices=["text", "json"], default="text")
     maintain.add_argument("--watch", type=_seconds(0.0, 600), default=None,
                           help="seconds `plan` watches the streams it leads for open batches (default: the batch "
@@ -74,6 +81,8 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
     if (args.node is None) != (args.step == "rolling"):
         raise ConfigError("rolling takes every node, in turn: give no NODE" if args.node else
                           f"maintain {args.step} needs the NODE to work on")
+    if args.evacuate and args.step not in ("plan", "drain"):
+        raise ConfigError("--evacuate is for plan and drain: a restarted node keeps its replicas")
     if (args.run is None) == (args.step in ("restart", "rolling")):
         raise ConfigError(f"maintain {args.step} needs --run COMMAND, the command that restarts a node" if args.run is None
                           else "--run is for restart and rolling")
@@ -83,7 +92,8 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout) as runtime:
         watch = timeout if args.watch is None else args.watch
         # a drain watches the streams itself, for a batch timeout, before its first step
-        plan = await make_plan(runtime.nc, args.node, runtime.system_nc, timeout, watch if args.step == "plan" else 0)
+        plan = await make_plan(runtime.nc, args.node, runtime.system_nc, timeout, watch if args.step == "plan" else 0,
+                               evacuate=args.evacuate)
         if args.step == "plan":
             print(json.dumps(plan.to_dict()) if args.format == "json" else plan_text(plan))
             return 1 if plan.verdict == REFUSED else 0
@@ -94,15 +104,16 @@ async def run_maintain(settings: Settings, args: argparse.Namespace) -> int:
         time_box = timeout if args.time_box is None else args.time_box
         try:
             drained = DrainNode(plan, time_box, timeout, lambda line: print(line, file=sys.stderr, flush=True),
-                                _ledger(runtime, settings, timeout))
+                                _ledger(runtime, settings, timeout), move_timeout=args.move_timeout)
             moves = await runtime.actions(CLI).run(drained)
         except MaintenanceRefused as e:
             print(f"batch-console: maintain drain {args.node} refused: {e}", file=sys.stderr)
             return 1
         if args.format == "json":
             print(json.dumps({"moves": [m.to_dict() for m in moves],
+                              "evacuated": [e.to_dict() for e in drained.evacuated] if plan.evacuate else None,
                               "ledger": drained.verdict.to_dict() if drained.verdict else None}))
-        return 0 if all(m.error is None for m in moves) else 1
+        return 0 if all(m.error is None for m in moves) and all(e.error is None for e in drained.evacuated) else 1
 
 
 async def _restart(settings: Settings, args: argparse.Namespace, timeout: float) -> int:
@@ -149,20 +160,31 @@ def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float, said: Ca
     return ledger
 
 
-async def drain_node(runtime: Runtime, actions: Actions, node: str,
-                     progress: Callable[[str], None]) -> tuple[list[Move], LedgerVerdict | None]:
+@dataclass
+class MaintenanceDone:
+    """What a drain or a restart did, as every face shows it: its steps (moves or restarts), the loss
+    ledger's verdict (None: not read), and a drain's evacuations."""
+
+    steps: list[Move] | list[Restart]
+    verdict: LedgerVerdict | None
+    evacuated: list[Evacuated] = field(default_factory=list)
+
+
+async def drain_node(runtime: Runtime, actions: Actions, node: str, progress: Callable[[str], None],
+                     evacuate: bool = False) -> MaintenanceDone:
     """The action maintain.drain as the page and the API run it: the node's groups read again at the
-    moment asked (a plan can be minutes old), the time box the batch timeout; (moves, the ledger's verdict)."""
+    moment asked (a plan can be minutes old), the time box the batch timeout; `evacuate`: its replicas too."""
     from console.commands import DrainNode
 
     timeout = runtime.settings.collector.batch_timeout_or_default
-    command = DrainNode(await runtime.maintenance_plan(node, 0), timeout, timeout, progress,
+    command = DrainNode(await runtime.maintenance_plan(node, 0, evacuate), timeout, timeout, progress,
                         _ledger(runtime, runtime.settings, timeout, progress))
-    return await actions.run(command), command.verdict
+    moves = await actions.run(command)
+    return MaintenanceDone(moves, command.verdict, command.evacuated)
 
 
 async def restart_node(runtime: Runtime, actions: Actions, node: str,
-                       progress: Callable[[str], None]) -> tuple[list[Restart], LedgerVerdict | None]:
+                       progress: Callable[[str], None]) -> MaintenanceDone:
     """The action maintain.restart as the page and the API run it, with the command the console was started
     with (--restart-command), never one given by a browser or a caller: ConfigError without one."""
     from console.broker.maintenance import server_names
@@ -176,4 +198,5 @@ async def restart_node(runtime: Runtime, actions: Actions, node: str,
     restarts = RestartNodes([node_name(node)], command, timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
                             list(runtime.settings.connection.servers), len(servers), progress,
                             _ledger(runtime, runtime.settings, timeout, progress))
-    return await actions.run(restarts), restarts.verdict
+    done = await actions.run(restarts)
+    return MaintenanceDone(done, restarts.verdict)

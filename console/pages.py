@@ -266,12 +266,15 @@ def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage
     from console.maintain import drain_node, restart_node
 
     def drain(plan, progress):
-        return drain_node(runtime, actions, plan.node, progress)
+        return drain_node(runtime, actions, plan.node, progress, evacuate=plan.evacuate is not None)
 
     def restart(node, progress):
         return restart_node(runtime, actions, node, progress)
 
-    return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=runtime.maintenance_plan,
+    def plan_for(node, evacuate):
+        return runtime.maintenance_plan(node, None, evacuate)
+
+    return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=plan_for,
                            drain=drain, restart=restart if runtime.settings.web.restart_command else None,
                            read_only=runtime.read_only, may=actions.allowed, **params)
 

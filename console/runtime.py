@@ -251,14 +251,16 @@ class Runtime:
             return None
         return statuses_now(self.objectives, history.engine)
 
-    async def maintenance_plan(self, node: str, watch: float | None = None) -> Plan:
+    async def maintenance_plan(self, node: str, watch: float | None = None, evacuate: bool = False) -> Plan:
         """What taking the server `node` out would do, changing nothing (console.broker.maintenance): its groups
-        read now, the streams it leads watched `watch` seconds for open batches (default: one batch timeout)."""
+        read now, the streams it leads watched `watch` seconds for open batches (default: one batch timeout);
+        `evacuate`: its replicas to move too."""
         from console.broker.maintenance import make_plan
         from console.domain.maintenance import node_name
 
         timeout = self.settings.collector.batch_timeout_or_default
-        return await make_plan(self.nc, node_name(node), self.system_nc, timeout, timeout if watch is None else watch)
+        return await make_plan(self.nc, node_name(node), self.system_nc, timeout, timeout if watch is None else watch,
+                               evacuate)
 
     def payloads(self, level: Callable[[str], str] = masked_role) -> Payloads:
         """The payload pipeline for a reader whose roles see `level` of each stream's payloads (Grants.payloads;

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from console.actions import Actions
@@ -26,7 +26,7 @@ from console.commands import DrainNode, RestartNodes
 from console.domain.audit import Outcome
 from console.domain.maintenance import NotANode, node_name
 from console.errors import ConfigError
-from console.maintain import drain_node, restart_node
+from console.maintain import MaintenanceDone, drain_node, restart_node
 
 KEPT = 20  # jobs kept, of every caller: the oldest ended go first
 KEPT_FOR = 3600.0  # seconds an ended job is kept for its caller to read
@@ -42,6 +42,7 @@ class MaintenanceJobOut(BaseModel):
     detail: str = ""
     lines: list[str]
     result: list[dict[str, Any]]
+    evacuated: list[dict[str, Any]] = []
     ledger: dict[str, Any] | None
 
 
@@ -52,6 +53,7 @@ class MaintenanceJob:
     node: str
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=LINES))
     result: list[dict[str, Any]] = field(default_factory=list)
+    evacuated: list[dict[str, Any]] = field(default_factory=list)
     ledger: dict[str, Any] | None = None
     state: State = "running"
     detail: str = ""
@@ -60,24 +62,27 @@ class MaintenanceJob:
 
     def out(self, job_id: str) -> MaintenanceJobOut:
         return MaintenanceJobOut(id=job_id, action=self.action, node=self.node, state=self.state, detail=self.detail,
-                                 lines=list(self.lines), result=self.result, ledger=self.ledger)
+                                 lines=list(self.lines), result=self.result, evacuated=self.evacuated,
+                                 ledger=self.ledger)
 
 
 class MaintenanceJobs:
     def __init__(self) -> None:
         self._jobs: dict[str, MaintenanceJob] = {}
 
-    def start(self, job: MaintenanceJob, run: Callable[[Callable[[str], None]], Awaitable[tuple[list, Any]]]) -> str:
+    def start(self, job: MaintenanceJob, run: Callable[[Callable[[str], None]], Awaitable[MaintenanceDone]]) -> str:
         self._forget()
         job_id = secrets.token_urlsafe(12)
         self._jobs[job_id] = job
 
         async def go() -> None:
             try:
-                done, verdict = await run(job.lines.append)
-                job.result = [r.to_dict() for r in done]
-                job.ledger = verdict.to_dict() if verdict is not None else None
-                job.state = "done" if all(r.error is None for r in done) else "failed"
+                done = await run(job.lines.append)
+                job.result = [r.to_dict() for r in done.steps]
+                job.evacuated = [e.to_dict() for e in done.evacuated]
+                job.ledger = done.verdict.to_dict() if done.verdict is not None else None
+                ended_well = [r.error is None for r in done.steps] + [e.error is None for e in done.evacuated]
+                job.state = "done" if all(ended_well) else "failed"
             except Exception as e:  # refused by the lease, the server, the plan: said in the job
                 job.state, job.detail = "refused", (str(e) or type(e).__name__)[:500]
             finally:
@@ -122,7 +127,10 @@ def maintenance(ctx: Context) -> APIRouter:
             raise Problem(404, "No such server", str(e)[:200]) from None
 
     @api.post("/maintenance/{node}/drain", response_model=MaintenanceJobOut, status_code=202, tags=["maintenance"])
-    async def drain_node_job(node: NODE, who: Caller = ctx.caller, system: str | None = SYSTEM) -> MaintenanceJobOut:
+    async def drain_node_job(node: NODE, who: Caller = ctx.caller, system: str | None = SYSTEM,
+                             evacuate: bool = Query(False, description="also move the server's replicas to others "
+                                                    "(nats-server 2.15), as `maintain drain --evacuate`")
+                             ) -> MaintenanceJobOut:
         """The action maintain.drain as a job, as `batch-console maintain drain NODE`: every leadership moved off
         the server between batches, under the lease; read its progress and the ledger's verdict with GET
         /maintenance/jobs/{id}. An admin's action; refused in read-only mode."""
@@ -131,7 +139,7 @@ def maintenance(ctx: Context) -> APIRouter:
         await allowed(who, actions, DrainNode, node[:128])
         node = named(node)
         job = MaintenanceJob(who.owns, "maintain.drain", node)
-        job_id = jobs.start(job, lambda said: drain_node(runtime, actions, node, said))
+        job_id = jobs.start(job, lambda said: drain_node(runtime, actions, node, said, evacuate))
         return job.out(job_id)
 
     @api.post("/maintenance/{node}/restart", response_model=MaintenanceJobOut, status_code=202, tags=["maintenance"])

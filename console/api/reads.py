@@ -189,7 +189,9 @@ def reads(ctx: Context) -> APIRouter:
     async def maintenance_plan(node: NODE, who: Caller = ctx.caller, system: str | None = SYSTEM,
                                watch: float | None = Query(None, ge=0, le=60, description="seconds the streams the "
                                                            "node leads are watched for open batches (default: one "
-                                                           "batch timeout)")) -> dict:
+                                                           "batch timeout)"),
+                               evacuate: bool = Query(False, description="what evacuating its replicas would move "
+                                                      "too (nats-server 2.15)")) -> dict:
         """What taking a server out for maintenance would do, changing nothing, as `batch-console maintain plan`:
         its verdict (safe, wait, refused) and why, the streams and consumers it leads, the batches open on them.
         A plan names every stream the node leads: it is read by a role that may drain nodes (maintain.drain)
@@ -200,7 +202,7 @@ def reads(ctx: Context) -> APIRouter:
         if why is not None:
             await who.actions(runtime).note("maintain.plan", node, Outcome.ROLE, f"{why} (user {who.actor.user})")
             raise Problem(403, "Forbidden", f"the role {who.role} may not read a node's plan: {why}"[:300])
-        return (await runtime.maintenance_plan(node, watch)).to_dict()
+        return (await runtime.maintenance_plan(node, watch, evacuate)).to_dict()
 
     @api.get("/health", response_model=list[HealthOut], tags=["health"])
     async def health(who: Caller = ctx.caller) -> list[HealthOut]:

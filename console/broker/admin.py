@@ -131,9 +131,19 @@ async def list_streams(nc: Client) -> tuple[list[StreamFacts], dict[str, str]]:
 async def leader_step_down(nc: Client, subject: str, preferred: str | None = None) -> None:
     """A stream's or consumer's leader steps down (its STEPDOWN subject), to `preferred` where the server takes
     a placement (2.11 and later); Refusal with the server's code and text."""
-    body = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
-    reply = await nc.request(subject, body, timeout=5)
-    answer = json.loads(reply.data or b"{}")
-    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+    await js_api(nc, subject, {"placement": {"preferred": preferred}} if preferred else None)
+
+
+async def js_api(nc: Client, subject: str, request: dict[str, Any] | None, timeout: float = 5.0) -> dict[str, Any]:
+    """A JetStream API request's answer; Refusal with the server's code and text."""
+    reply = await nc.request(subject, json.dumps(request).encode() if request is not None else b"", timeout=timeout)
+    try:
+        answer = json.loads(reply.data or b"{}")
+    except ValueError:
+        raise Refusal(0, 0, f"not a JetStream API answer: {reply.data[:100]!r}") from None
+    if not isinstance(answer, dict):
+        raise Refusal(0, 0, "not a JetStream API answer")
+    if isinstance(answer.get("error"), dict):
         e = answer["error"]
         raise Refusal(e.get("code", 0), e.get("err_code", 0), str(e.get("description", ""))[:300])
+    return answer

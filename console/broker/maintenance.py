@@ -26,7 +26,7 @@ from console.broker import names
 from console.broker.admin import leader_step_down
 from console.broker.holds import announce
 from console.domain.holds import MAX_HOLD, Hold
-from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, plan
+from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, evacuation, plan, with_evacuation
 from console.errors import ConsoleError, Refusal
 
 log = logging.getLogger(__name__)
@@ -130,18 +130,17 @@ class Tap:
                 pass
 
 
-BEHIND_READS, BEHIND_EVERY = 5, 0.5  # a node behind in a group on every read, 2 s apart at most, is behind
+BEHIND_READS, BEHIND_EVERY = 5, 0.5  # a follower not current on every read, 2 s apart at most, is behind
 
 
 async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeout: float,
-                    watch: float = 2.0) -> Plan:
+                    watch: float = 2.0, evacuate: bool = False) -> Plan:
     """What taking `node` out would do, changing nothing: its groups read from the server, the batches open
-    on the streams it leads watched for `watch` seconds."""
+    on the streams it leads watched for `watch` seconds; `evacuate`: its replicas to move too (2.15)."""
     groups = await read_groups(nc)
-    for _ in range(BEHIND_READS - 1):  # a busy group's follower is a few entries behind for a moment:
-        if not any(name == node and not current and not offline  # behind is what stays behind
-                   for g in groups for name, current, offline in g.peers):
-            break
+    for _ in range(BEHIND_READS - 1):  # a busy group's follower is a few entries behind for a moment, so
+        if all(up or off for g in groups for _, up, off in g.peers):  # a node behind, a quorum at risk
+            break  # are what stays so: read again a few times
         await asyncio.sleep(BEHIND_EVERY)
         groups = await read_groups(nc)
     meta_leader, meta_peers = await read_meta(system_nc)
@@ -154,7 +153,11 @@ async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeo
             open_now = tap.batches.all(datetime.now(timezone.utc))
         finally:
             await tap.close()
-    return plan(node, groups, meta_leader, open_now, watch if led else 0, meta_peers, connected_to(nc))
+    made = plan(node, groups, meta_leader, open_now, watch if led else 0, meta_peers, connected_to(nc))
+    if not evacuate:
+        return made
+    version = (nc._server_info or {}).get("version")
+    return with_evacuation(made, evacuation(node, groups, made.nodes, version if isinstance(version, str) else None))
 
 
 def connected_to(nc: Client) -> str | None:
@@ -311,15 +314,16 @@ async def move_when_quiet(nc: Client, node: str, group: Group, tap: Tap, time_bo
             log.warning("the release of %s's maintenance hold was not sent: %s", group.stream, e)
 
 
-async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
+async def quiet_moment(tap: Tap, stream: str, time_box: float) -> tuple[float, list[OpenBatch]]:
+    """Waits up to `time_box` s for no batch open on the stream: (seconds waited, the batches open still)."""
     started = time.monotonic()
-    at_risk: list[OpenBatch] = []
-    if group.consumer is None:
-        while (open_now := tap.batches.on(group.stream, datetime.now(timezone.utc))) and \
-                time.monotonic() - started < time_box:
-            await asyncio.sleep(QUIET_POLL)
-        at_risk = open_now
-    waited = time.monotonic() - started
+    while (open_now := tap.batches.on(stream, datetime.now(timezone.utc))) and time.monotonic() - started < time_box:
+        await asyncio.sleep(QUIET_POLL)
+    return time.monotonic() - started, open_now
+
+
+async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:
+    waited, at_risk = await quiet_moment(tap, group.stream, time_box) if group.consumer is None else (0.0, [])
     preferred = next((name for name, current, offline in group.peers if name != node and current and not offline), None)
     try:
         await step_down(nc, group, preferred)

@@ -86,6 +86,7 @@ class LedgerWindow:
         self.reader, self.start, self.recording = reader, start, recording
         self.record: MaintenanceRecord | None = None
         self.finished: datetime | None = None  # when its steps were done: the ledger is read from then on
+        self.no_log = False  # the event log is not there: its records are not tried again
 
     async def begin(self, action: str, nodes: list[str], actor: str, said: Callable[[str], None]) -> None:
         """The maintenance's first record in the event log: a loss from now on is marked as inside it."""
@@ -103,6 +104,8 @@ class LedgerWindow:
                                             self.finished), said)
 
     async def _write(self, record: MaintenanceRecord, said: Callable[[str], None]) -> None:
+        if self.no_log:
+            return
         why = "not sent"
         for _ in range(RECORD_TRIES):  # its id dedupes a copy of a try that was stored after all
             try:
@@ -115,6 +118,11 @@ class LedgerWindow:
             why = done.refused[0][1] if done.refused else str(done.error or "not stored")
             if done.refused:
                 break
+            if "no responders" in why:  # no event log stream here: no collector has ever made it
+                self.no_log = True
+                said("no event log on this system (no collector has made it): the maintenance is in the audit "
+                     "trail only")
+                return
         said(f"the maintenance's {record.phase} record was not written to the event log: {why[:200]}")
 
     async def verdict(self, streams: set[str] | None, said: Callable[[str], None],

@@ -6,16 +6,24 @@ Batch-safe means a stream's leadership moves only between batches: the server dr
 batch open on a stream whose leader changes, and ends a fail-mode fast batch with a gap. OpenBatches
 follows the batches published on a stream, from the publish side (every message of an atomic batch
 carries Nats-Batch-Id, its last Nats-Batch-Commit; a fast batch's reply subject says start, append and
-commit), so the console can wait for a moment when none is open."""
+commit), so the console can wait for a moment when none is open.
+
+Evacuating a node (nats-server 2.15): its replicas moved to other servers, stream by stream
+(`$JS.API.STREAM.PEER.EVACUATE.<stream>` with `{"peer": "<server name>"}`, verified on 2.15.1: the server
+sets the stream's desired peers and moves the data). A stream every server already holds a replica of
+cannot move (an R3 stream on three servers): it stays, said. An R1 stream's only replica is its leader:
+moving it moves the leadership, at the moment its copy has caught up, which the console does not
+choose; its publishers are held (maintenance holds) for the move."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Mapping
 
 from console.domain.atomic_tracker import BATCH_COMMIT, BATCH_ID
 from console.domain.fast_ingest import FI_SUFFIX, FastOp, FastReplySubject, InvalidReplySubject
+from console.domain.server_versions import Release, release, shown
 from console.domain.wire import MalformedInput
 
 SAFE, WAIT, REFUSED = "safe", "wait", "refused"
@@ -123,6 +131,47 @@ class OpenBatches:
             del self._open[key]
 
 
+EVACUATE_SINCE: Release = (2, 15, 0)
+MOVE_TIMEOUT = 120.0  # seconds a stream's move may take before it is cancelled as stalled
+
+
+@dataclass(frozen=True)
+class Evacuation:
+    movable: tuple[str, ...]  # streams with a replica on the node and a server outside their group
+    stuck: tuple[str, ...]  # streams every server already holds a replica of: they stay
+    leader_moves: tuple[str, ...]  # of the movable, the R1 streams: their leader moves with them
+    why_not: str | None = None  # the server cannot evacuate at all (its release)
+
+    def notes(self, node: str) -> list[str]:
+        if self.why_not:
+            return [self.why_not]
+        found = [f"evacuate: {len(self.movable)} stream(s) can move their replica off {node}"]
+        if self.stuck:
+            found.append(f"evacuate: {len(self.stuck)} stream(s) stay, every server holding a replica already "
+                         f"(add a server or lower their replicas): {', '.join(self.stuck[:10])}")
+        if self.leader_moves:
+            found.append(f"evacuate: {len(self.leader_moves)} stream(s) have one replica, so their leader moves "
+                         f"with them once the copy has caught up (publishers following holds wait for it): "
+                         f"{', '.join(self.leader_moves[:10])}")
+        return found
+
+    def to_dict(self) -> dict[str, object]:
+        return {"movable": list(self.movable), "stuck": list(self.stuck), "leader_moves": list(self.leader_moves),
+                "why_not": self.why_not}
+
+
+def evacuation(node: str, groups: list[Group], nodes: tuple[str, ...], version: str | None) -> Evacuation:
+    """What evacuating `node` would move, on a cluster of `nodes` whose server runs `version`."""
+    found = release(version)
+    if found is None or found < EVACUATE_SINCE:
+        return Evacuation((), (), (), f"evacuation needs nats-server {shown(EVACUATE_SINCE)} or later (this server: "
+                                      f"{version or 'its release not known'}): only the leaderships move")
+    streams = [g for g in groups if g.consumer is None and node in g.members()]
+    movable = tuple(sorted(g.stream for g in streams if set(nodes) - g.members()))
+    return Evacuation(movable, tuple(sorted(g.stream for g in streams if g.stream not in movable)),
+                      tuple(sorted(g.stream for g in streams if g.stream in movable and g.replicas == 1)))
+
+
 @dataclass(frozen=True)
 class Plan:
     node: str
@@ -135,6 +184,7 @@ class Plan:
     refusals: tuple[str, ...]  # why it must not be taken out now
     waits: tuple[str, ...]  # what a drain waits for
     notes: tuple[str, ...]  # what is unavailable while it is out, and what cannot be told
+    evacuate: Evacuation | None = None  # asked to move its replicas too: what would move
 
     @property
     def verdict(self) -> str:
@@ -147,7 +197,8 @@ class Plan:
                 "leads": [{"stream": g.stream, "consumer": g.consumer, "replicas": g.replicas} for g in self.leads],
                 "open_batches": [{"stream": b.stream, "batch_id": b.batch_id, "kind": b.kind, "messages": b.messages,
                                   "first": b.first.isoformat(), "last": b.last.isoformat()}
-                                 for b in self.open_batches]}
+                                 for b in self.open_batches],
+                "evacuate": self.evacuate.to_dict() if self.evacuate else None}
 
 
 def plan(node: str, groups: list[Group], meta_leader: str | None, open_batches: list[OpenBatch], watched: float,
@@ -212,7 +263,15 @@ def plan_text(p: Plan) -> str:
     lines += [f"    {b.kind} {b.batch_id} on {b.stream}: {b.messages} message(s) seen, last at "
               f"{b.last.isoformat(timespec='milliseconds')}" for b in p.open_batches]
     lines += [f"  note: {n}" for n in p.notes]
+    if p.evacuate is not None and not p.evacuate.why_not:
+        lines += [f"    moves its replica: {s}" for s in p.evacuate.movable]
     return "\n".join(lines)
+
+
+def with_evacuation(p: Plan, evacuate: Evacuation) -> Plan:
+    """The plan of a drain that also evacuates: refused where the server cannot, what moves said."""
+    return replace(p, evacuate=evacuate, notes=p.notes + tuple(evacuate.notes(p.node)) if not evacuate.why_not
+                   else p.notes, refusals=p.refusals + ((evacuate.why_not,) if evacuate.why_not else ()))
 
 
 @dataclass(frozen=True)

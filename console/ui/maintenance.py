@@ -29,11 +29,11 @@ MOVES = ["group", "moved to", "waited s", "publishers held", "open at the step",
 
 class MaintenancePage(Clocked, pn.viewable.Viewer):
     nodes = coroutine("async () -> the servers of this system, by name")
-    plan_for = coroutine("async (node) -> Plan: what taking it out would do, changing nothing")
-    drain = coroutine("async (plan, progress) -> ([Move], LedgerVerdict | None): the action maintain.drain",
-                      default=None)
-    restart = coroutine("async (node, progress) -> ([Restart], LedgerVerdict | None): the action maintain.restart "
-                        "(with the command the console was started with)", default=None)
+    plan_for = coroutine("async (node, evacuate) -> Plan: what taking it out would do, changing nothing")
+    drain = coroutine("async (plan, progress) -> MaintenanceDone: the action maintain.drain (and the plan's "
+                      "evacuation)", default=None)
+    restart = coroutine("async (node, progress) -> MaintenanceDone: the action maintain.restart (with the command "
+                        "the console was started with)", default=None)
     read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
     may = refusals()
     node = param.String(default="", doc="The server to plan for (server_name)")
@@ -45,11 +45,13 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         self._node = pn.widgets.Select(name="server", options=[self.node] if self.node else [], width=200)
         self._make = pn.widgets.Button(label="Plan", button_type="primary", width=120)
+        self._evacuate = pn.widgets.Checkbox(name="also move its replicas to other servers (evacuate, nats-server 2.15)",
+                                             value=False, width=420)
         self._make.on_click(self._on_plan)
         self._leads = tabulator(pd.DataFrame(columns=LEADS))
         self._moves = tabulator(pd.DataFrame(columns=MOVES), widths={"error": 320, "open at the step": 260})
         self._plan_text = pn.pane.Markdown("")
-        controls: list = [pn.Row(self._node, self._make)]
+        controls: list = [pn.Row(self._node, self._make, self._evacuate)]
         self._drain = self._restart = None
         if not self.read_only and self.drain is not None:  # in read-only mode not even in the document
             self._drain = pn.widgets.Button(label="Drain", button_type="danger", width=200, disabled=True)
@@ -100,12 +102,13 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
             return None
         self.node, self.state = node, f"Reading {html.escape(node)}'s groups and watching its streams for open batches…"
         try:
-            plan = await self.plan_for(node)
+            plan = await self.plan_for(node, self._evacuate.value)
         except Exception as e:  # a name that is not one, the server away
             self.state = f"**No plan:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
         self.plan = plan
         self._show(plan)
+        self._moves.value = pd.DataFrame(columns=MOVES)  # the last drain's moves are not this plan's
         return plan
 
     def _show(self, plan: Plan) -> None:
@@ -140,21 +143,29 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
 
         self.status = f"Draining {html.escape(plan.node)}…"
         try:
-            moves, verdict = await self.drain(plan, progress)
+            done = await self.drain(plan, progress)
         except Exception as e:  # refused (role, read-only, lease, plan), the server away: said here
             self.status = f"**Not drained:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
+        moves = done.steps
         self._moves.value = pd.DataFrame(
             [{"group": m.group, "moved to": m.new_leader or "", "waited s": round(m.waited, 2),
               "publishers held": m.followers,
               "open at the step": ", ".join(f"{b.kind} {b.batch_id}" for b in m.at_risk), "error": m.error or ""}
-             for m in moves], columns=MOVES, dtype=object)
+             for m in moves] +
+            [{"group": f"{e.stream} (its replica)", "moved to": ", ".join(e.replicas), "waited s": round(e.seconds, 2),
+              "publishers held": e.followers,
+              "open at the step": ", ".join(f"{b.kind} {b.batch_id}" for b in e.at_risk), "error": e.error or ""}
+             for e in done.evacuated], columns=MOVES, dtype=object)
         failed = [m for m in moves if m.error is not None]
-        risk = sum(len(m.at_risk) for m in moves)
+        risk = sum(len(m.at_risk) for m in moves) + sum(len(e.at_risk) for e in done.evacuated)
+        stayed = [e for e in done.evacuated if e.error is not None]
         self.status = (f"{html.escape(plan.node)} drained: moved {len(moves) - len(failed)} of {len(moves)} "
                        f"leadership(s)" + (f", **{len(failed)} not moved**" if failed else "")
+                       + (f"; {len(done.evacuated) - len(stayed)} of {len(done.evacuated)} replica(s) evacuated"
+                          if plan.evacuate is not None else "") + (f", **{len(stayed)} not**" if stayed else "")
                        + (f"; **{risk} batch(es) were open at a step**" if risk else "; no batch was open at a step")
-                       + _ledger_said(verdict))
+                       + _ledger_said(done.verdict))
         return moves
 
     async def run_restart(self) -> list[Restart] | None:
@@ -169,12 +180,14 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
 
         self.status = f"Restarting {html.escape(plan.node)}: its drain first…"
         try:
-            done, verdict = await self.restart(plan.node, progress)
+            done = await self.restart(plan.node, progress)
         except Exception as e:  # refused (role, read-only, lease), the server away: said here
             self.status = f"**Not restarted:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
-        self.status = ("; ".join(html.escape(restart_line(r)) for r in done) or "Nothing restarted.") + _ledger_said(verdict)
-        return done
+        restarts = done.steps
+        self.status = ("; ".join(html.escape(restart_line(r)) for r in restarts) or "Nothing restarted.") + \
+            _ledger_said(done.verdict)
+        return restarts
 
     async def _on_restart(self, *_) -> None:
         await self.run_restart()

@@ -288,3 +288,79 @@ async def _lease_gone(kv) -> bool:
     except nats.js.errors.KeyNotFoundError:
         return True
     return False
+
+
+async def test_an_evacuation_moves_a_replica_where_a_server_can_take_it_and_a_following_publisher_loses_nothing(
+        led, cluster, tmp_path):
+    """`drain --evacuate` (2.15): the plan says which streams can move (an R1 stream: its leader moves
+    with it) and which stay (R3 on three servers); the R1 stream's replica goes to another server while
+    a publisher following holds sends batches on it, none lost; the R3 streams stay where they were."""
+    from console.broker.holds import Holds
+
+    nc, _ = led
+    event_key(data_dir=tmp_path)
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name="EV_ONE", subjects=["ev_one.>"], num_replicas=1, allow_atomic=True))
+    node = (await js.stream_info("EV_ONE")).cluster.leader
+    publisher = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    holds = await Holds.follow(publisher, "test publisher")
+    steady = SteadyPublisher(publisher, "ev_one.x", holds).start()
+    try:
+        planned = await asyncio.to_thread(maintain, cluster, tmp_path, "plan", node, "--evacuate", "--watch", "0",
+                                          "--format", "json")
+        done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--evacuate", "--time-box", "10",
+                                       "--format", "json")
+    finally:
+        await steady.stop()
+        await holds.close()
+        await publisher.close()
+    try:
+        evacuation = json.loads(planned.stdout)["evacuate"]
+        assert "EV_ONE" in evacuation["movable"] and "EV_ONE" in evacuation["leader_moves"], planned.stdout
+        assert set(STREAMS) <= set(evacuation["stuck"]) and evacuation["why_not"] is None  # (and the console's own)
+        assert done.returncode == 0, done.stderr
+        [moved] = [e for e in json.loads(done.stdout)["evacuated"] if e["stream"] == "EV_ONE"]
+        assert moved["stream"] == "EV_ONE" and moved["error"] is None and node not in moved["replicas"], moved
+        assert moved["publishers_held"] == 1, done.stderr
+        assert (await js.stream_info("EV_ONE")).cluster.leader not in (None, node)
+        assert steady.lost == 0 and steady.committed > 0, (steady.lost, steady.committed)
+        for name in STREAMS:  # every server holds one of their replicas: they stay
+            assert node in {r.name for r in (await js.stream_info(name)).cluster.replicas or []} | {
+                (await js.stream_info(name)).cluster.leader}
+    finally:
+        await js.delete_stream("EV_ONE")
+
+
+def test_evacuate_is_refused_where_the_server_cannot_and_for_a_restart(tmp_path):
+    from console.domain.maintenance import Group, evacuation
+
+    groups = [Group("A", None, "n1", ())]
+    assert "needs nats-server 2.15" in evacuation("n1", groups, ("n1", "n2"), "2.14.6").why_not
+    assert "needs nats-server 2.15" in evacuation("n1", groups, ("n1", "n2"), "nonsense\x00").why_not
+    assert evacuation("n1", groups, ("n1", "n2"), "2.15.1").movable == ("A",)
+    done = subprocess.run([CLI, "maintain", "restart", "n1", "--run", "true", "--evacuate", "--data-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "--evacuate is for plan and drain" in done.stderr
+
+
+async def test_a_natsjs_publisher_written_from_the_holds_protocol_alone_loses_nothing_across_a_drain(
+        led, cluster, tmp_path, natsjs):
+    """tests/peers/natsjs/holds.mjs follows maintenance holds as the README's protocol says, in nats.js:
+    batches back to back on MT_C across the drain of its leader, none lost; it answered the hold."""
+    from tests.integration.conftest import PEER
+
+    nc, node = led
+    event_key(data_dir=tmp_path)
+    steady = subprocess.Popen(["node", str(PEER / "steady.mjs"), ",".join(cluster.urls), "mt_c.js", "holds"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert steady.stderr.readline().strip() == "ready"
+        done = await asyncio.to_thread(maintain, cluster, tmp_path, "drain", node, "--time-box", "10")
+    finally:
+        steady.terminate()
+        out, err = steady.communicate(timeout=60)
+    assert done.returncode == 0, done.stderr
+    [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("MT_C: moved to n")]
+    assert "1 publisher(s) held their new batches" in line, done.stderr
+    counts = json.loads(out.splitlines()[-1])
+    assert counts["lost"] == 0 and counts["committed"] > 0 and counts["answered"] >= 1, (counts, err)

@@ -97,3 +97,9 @@ def test_a_node_is_planned_and_drained_from_the_page(maintained, cluster, browse
     trail = subprocess.run([CLI, "audit", "--server", cluster.url, "--data-dir", str(data)], capture_output=True,
                            text=True, timeout=120)
     assert f"maintain.restart {node} accepted" in trail.stdout and restart not in trail.stdout, trail.stdout
+
+    page.get_by_role("checkbox").check()  # "also move its replicas" (evacuate, 2.15): an R3 on three servers stays
+    page.get_by_role("button", name="Plan", exact=True).click()
+    expect(page.get_by_text("stream(s) stay, every server holding a replica already")).to_be_visible(timeout=90_000)
+    expect(page.get_by_text("evacuate: 0 stream(s) can move their replica")).to_be_visible()
+    page.screenshot(path="/tmp/maintenance-evacuate.png", full_page=True)
