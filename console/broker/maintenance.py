@@ -47,26 +47,38 @@ async def read_groups(nc: Client, consumers: bool = True) -> list[Group]:
     found = []
     for info in await js.streams_info():
         name = info.config.name or ""
-        found.append(_group(name, None, info.cluster))
+        found.append(_group(name, None, info.cluster, info.config.num_replicas))
         if consumers and info.cluster is not None and info.state.consumer_count:
             for c in await js.consumers_info(name):
                 found.append(_group(name, c.name, c.cluster))
     return found
 
 
-def _group(stream: str, consumer: str | None, cluster: ClusterInfo | None) -> Group:
+def _group(stream: str, consumer: str | None, cluster: ClusterInfo | None, configured: int | None = None) -> Group:
     if cluster is None:  # a single server: no groups, nothing moves
         return Group(stream, consumer, None, ())
     peers = tuple((r.name or "?", bool(r.current), bool(r.offline)) for r in (cluster.replicas or []))
-    return Group(stream, consumer, cluster.leader, peers)
+    return Group(stream, consumer, cluster.leader, peers, configured)
 
 
 async def read_meta(system_nc: Client | None) -> tuple[str | None, tuple[tuple[str, bool, bool], ...]]:
     """The meta leader and its followers, from the system account (None without one)."""
     if system_nc is None:
         return None, ()
+    answers = await _jsz_answers(system_nc)
+    return _meta_of(answers)[:2]
+
+
+async def read_meta_all(system_nc: Client | None) -> tuple[str | None, tuple[tuple[str, bool, bool], ...],
+                                                            tuple[str, ...]]:
+    """read_meta's, and every meta leader the servers name (two: a split the cluster must heal first)."""
+    return _meta_of(await _jsz_answers(system_nc)) if system_nc is not None else (None, (), ())
+
+
+async def _jsz_answers(system_nc: Client) -> list[Any]:
+    """Every server's JSZ answer within 2 s (at most 64)."""
     inbox = system_nc.new_inbox()
-    answers: list[dict[str, Any]] = []
+    answers: list[Any] = []
     sub = await system_nc.subscribe(inbox, cb=None)
     try:
         await system_nc.publish("$SYS.REQ.SERVER.PING.JSZ", b"{}", reply=inbox)
@@ -82,13 +94,21 @@ async def read_meta(system_nc: Client | None) -> tuple[str | None, tuple[tuple[s
                 continue
     finally:
         await sub.unsubscribe()
+    return answers
+
+
+def _meta_of(answers: list[Any]) -> tuple[str | None, tuple[tuple[str, bool, bool], ...], tuple[str, ...]]:
+    """(the first meta leader named, its followers, every leader named) from the servers' JSZ answers."""
+    found: tuple[str | None, tuple[tuple[str, bool, bool], ...]] = (None, ())
+    leaders: list[str] = []
     for answer in answers:
         meta = ((answer.get("data") or {}) if isinstance(answer, dict) else {}).get("meta_cluster") or {}
         if isinstance(meta, dict) and isinstance(meta.get("leader"), str) and meta["leader"]:
-            peers = tuple((str(r.get("name", "?")), bool(r.get("current")), bool(r.get("offline")))
-                          for r in meta.get("replicas") or [] if isinstance(r, dict))
-            return meta["leader"], peers
-    return None, ()
+            if found[0] is None:
+                found = meta["leader"], tuple((str(r.get("name", "?")), bool(r.get("current")), bool(r.get("offline")))
+                                              for r in meta.get("replicas") or [] if isinstance(r, dict))
+            leaders.append(meta["leader"][:128])
+    return found[0], found[1], tuple(sorted(set(leaders)))
 
 
 @dataclass
@@ -143,7 +163,12 @@ async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeo
             break  # are what stays so: read again a few times
         await asyncio.sleep(BEHIND_EVERY)
         groups = await read_groups(nc)
-    meta_leader, meta_peers = await read_meta(system_nc)
+    meta_leader, meta_peers, named = await read_meta_all(system_nc)
+    for _ in range(BEHIND_READS - 1):  # servers disagree for a moment during an election: two leaders stay two
+        if len(named) <= 1:
+            break
+        await asyncio.sleep(BEHIND_EVERY)
+        meta_leader, meta_peers, named = await read_meta_all(system_nc)
     led = sorted({g.stream for g in groups if g.leader == node and g.consumer is None})
     open_now: list[OpenBatch] = []
     if watch > 0 and led:
@@ -153,7 +178,7 @@ async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeo
             open_now = tap.batches.all(datetime.now(timezone.utc))
         finally:
             await tap.close()
-    made = plan(node, groups, meta_leader, open_now, watch if led else 0, meta_peers, connected_to(nc))
+    made = plan(node, groups, meta_leader, open_now, watch if led else 0, meta_peers, connected_to(nc), named)
     if not evacuate:
         return made
     version = (nc._server_info or {}).get("version")

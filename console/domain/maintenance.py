@@ -52,6 +52,7 @@ class Group:
     consumer: str | None
     leader: str | None
     peers: tuple[tuple[str, bool, bool], ...]  # (server, current, offline) of the followers
+    configured: int | None = None  # a stream's replicas as configured (None: not read); others now: a move
 
     @property
     def name(self) -> str:
@@ -202,10 +203,13 @@ class Plan:
 
 
 def plan(node: str, groups: list[Group], meta_leader: str | None, open_batches: list[OpenBatch], watched: float,
-         meta_peers: tuple[tuple[str, bool, bool], ...] = (), connected: str | None = None) -> Plan:
+         meta_peers: tuple[tuple[str, bool, bool], ...] = (), connected: str | None = None,
+         meta_leaders: tuple[str, ...] = ()) -> Plan:
     """What taking `node` out would do. Refused: a node no group names, one already down or behind, a
-    replicated group that would lose its quorum. Wait: batches open on the streams it leads.
-    connected: the server the console is connected to (a single server's groups name none)."""
+    replicated group that would lose its quorum, a reconfiguration in flight on a group of the node's, two
+    meta leaders. Wait: batches open on the streams it leads.
+    connected: the server the console is connected to (a single server's groups name none);
+    meta_leaders: every meta leader the servers named (with the system account)."""
     nodes = sorted({n for g in groups for n in g.members()} | {p[0] for p in meta_peers} |
                    ({meta_leader} if meta_leader else set()) | ({connected} if connected else set()))
     leads = sorted((g for g in groups if g.leader == node), key=lambda g: (g.consumer is not None, g.name))
@@ -221,6 +225,13 @@ def plan(node: str, groups: list[Group], meta_leader: str | None, open_batches: 
         if g.replicas > 1 and g.healthy_without(node) < g.replicas // 2 + 1:
             refusals.append(f"{g.name} (R{g.replicas}) would lose its quorum: "
                             f"{g.healthy_without(node)} of {g.replicas} would be left current")
+    moving = sorted(g.name for g in member if g.configured and g.replicas != g.configured)
+    if moving:
+        refusals.append(f"a reconfiguration is in flight on {len(moving)} group(s) of {node}'s (their peers are "
+                        f"not the replicas configured: a move or a scale): {', '.join(moving[:5])}; wait for it to end")
+    if len(set(meta_leaders)) > 1:
+        refusals.append(f"the servers name {len(set(meta_leaders))} meta leaders ({', '.join(sorted(set(meta_leaders)))}): "
+                        f"the meta group is split; heal it first")
     if meta_peers:
         healthy = (1 if meta_leader and meta_leader != node else 0) + sum(
             1 for name, current, offline in meta_peers if name != node and current and not offline)

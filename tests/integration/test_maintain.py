@@ -364,3 +364,29 @@ async def test_a_natsjs_publisher_written_from_the_holds_protocol_alone_loses_no
     assert "1 publisher(s) held their new batches" in line, done.stderr
     counts = json.loads(out.splitlines()[-1])
     assert counts["lost"] == 0 and counts["committed"] > 0 and counts["answered"] >= 1, (counts, err)
+
+
+async def test_a_node_down_and_the_quorum_it_leaves_are_refused_on_a_real_cluster(tmp_path):
+    """One node of three killed: its own plan is refused (down), and so is another's (an R3 group would be
+    left with one of three current); nothing is moved. The node started again, the plans are safe."""
+    from console.broker.cluster import EmbeddedCluster
+
+    with EmbeddedCluster(tmp_path / "nats", 3, batch_limits=CLUSTER_LIMITS) as small:
+        async with await nats.connect(small.urls) as nc:
+            await nc.jetstream().add_stream(StreamConfig(name="MQ_A", subjects=["mq_a.>"], num_replicas=3))
+        small.kill(2)
+
+        def plan_of(node: str) -> dict:
+            done = maintain(small, tmp_path, "plan", node, "--watch", "0", "--format", "json")
+            return json.loads(done.stdout) if done.stdout.strip() else {"refusals": [done.stderr[-300:]]}
+
+        down = await eventually(lambda: asyncio.to_thread(plan_of, "n3"),
+                                lambda p: any("n3 is down or behind already" in r for r in p["refusals"]), timeout=60,
+                                what="n3's plan refused as down", every=1.0)
+        assert down["verdict"] == "refused"
+        other = await asyncio.to_thread(plan_of, "n2")
+        assert other["verdict"] == "refused" and any("MQ_A (R3) would lose its quorum: 1 of 3" in r
+                                                     for r in other["refusals"]), other
+        small.restart(2)
+        await eventually(lambda: asyncio.to_thread(plan_of, "n2"), lambda p: p.get("verdict") != "refused",
+                         timeout=90, what="n2's plan once n3 is back", every=1.0)

@@ -75,3 +75,16 @@ def test_hostile_publish_side_input_is_counted_or_bounded():
     assert len(seen.all(T0)) == MAX_OPEN
     held = plan("n1", [r3("A", "n1", UP("n2"), UP("n3"))], None, seen.on("A", T0), 10.0)
     assert held.verdict == WAIT and f"{MAX_OPEN} batch(es) open on A" in held.waits[0]
+
+
+def test_a_reconfiguration_in_flight_and_two_meta_leaders_are_refused_and_a_move_elsewhere_is_not():
+    moving = Group("M", None, "n1", (UP("n2"), UP("n3"), UP("n4")), configured=3)  # a move: four peers of three
+    refused = plan("n1", [moving], "n2", [], 1.0)
+    assert refused.verdict == REFUSED and "a reconfiguration is in flight on 1 group(s) of n1's" in refused.refusals[0]
+    elsewhere = Group("E", None, "n2", (UP("n3"), UP("n4")), configured=2)
+    assert "reconfiguration" not in " ".join(plan("n1", [r3("A", "n1", UP("n2"), UP("n3")), elsewhere], "n2", [],
+                                                  1.0).refusals)
+    assert plan("n1", [Group("S", None, "n1", (UP("n2"), UP("n3")), configured=3)], "n2", [], 1.0).verdict == SAFE
+    split = plan("n1", [r3("A", "n1", UP("n2"), UP("n3"))], "n2", [], 1.0, meta_leaders=("n2", "n3", "n2"))
+    assert split.verdict == REFUSED and "the servers name 2 meta leaders (n2, n3)" in split.refusals[0]
+    assert plan("n1", [r3("A", "n1", UP("n2"), UP("n3"))], "n2", [], 1.0, meta_leaders=("n2",)).verdict == SAFE
