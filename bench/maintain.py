@@ -3,9 +3,12 @@ beside the console's batch-safe move, side by side in one run.
 
     .venv/bin/python bench/maintain.py [--moves 50] [--streams 3] [--open-ms 100] [--idle-ms 100] [--no-rolling]
 
-One publisher per R3 stream sends atomic batches of five messages without pause: each batch is open for
-about --open-ms (its messages spread over it), then the publisher is idle for --idle-ms. The same number
-of leadership moves, spread over the streams (so over the nodes), is made three times:
+On each R3 stream, four publishers send batches without pause, each batch open for about --open-ms (its
+messages spread over it), then idle for --idle-ms: the console's atomic publisher (five messages) and
+its fast-ingest one in fail mode (ten, flow 5), both following maintenance holds from 3 on; a raw
+NATS-protocol atomic publisher (bench/raw_publisher.py) and nats.js's startBatch
+(tests/peers/natsjs/steady.mjs; --no-natsjs leaves it out), neither following holds. The same number of
+leadership moves, spread over the streams (so over the nodes), is made three times:
 1. plain step-down ($JS.API.STREAM.LEADER.STEPDOWN, as `nats stream cluster step-down` does) at once;
 2. the console's batch-safe move (console.broker.maintenance, as `maintain drain` makes each one): the
    publish side tapped, the step taken at a moment no batch is open on the stream, time-boxed by the
@@ -45,6 +48,7 @@ from measure import percentile, until  # noqa: E402
 from raw_publisher import Outcomes, RawAtomicPublisher  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.cluster import EmbeddedCluster  # noqa: E402
+from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.holds import Holds  # noqa: E402
 from console.broker.maintenance import Tap, move_when_quiet, read_groups, step_down  # noqa: E402
 from console.broker.restart import rolling  # noqa: E402
@@ -112,6 +116,35 @@ class Publisher:
         """The longest gap between two publishes from `at` on (the move's effect), within `window` s."""
         times = [t for t in self.acks if at - 1.0 <= t <= at + window]
         return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+class FastPublisher(Publisher, Outcomes):
+    """Fast-ingest batches in fail mode (the console's FastBatch) on one stream, as Publisher's atomic ones;
+    each batch's outcome kept (Outcomes), as the other publishers'."""
+
+    def __init__(self, nc, stream: str, open_s: float, idle_s: float):
+        Publisher.__init__(self, nc, stream, open_s, idle_s)
+        Outcomes.__init__(self)
+
+    async def run(self) -> None:
+        subject = f"{self.stream.lower()}.fast"
+        while not self.stopped:
+            batch = FastBatch(self.nc, flow=5, gap_mode="fail", ack_timeout=5.0, holds=self.holds)
+            try:
+                for _ in range(9):
+                    await batch.add(subject, b"f" * 64)
+                    self.acks.append(time.perf_counter())
+                    await asyncio.sleep(self.open_s / 10)
+                await batch.commit(subject, b"last")
+                self.acks.append(time.perf_counter())
+                self.committed += 1
+                self.outcomes.append((time.perf_counter(), True))
+            except (BatchError, nats.errors.Error, asyncio.TimeoutError):
+                self.lost += 1
+                self.outcomes.append((time.perf_counter(), False))
+            finally:
+                await batch.close()
+            await asyncio.sleep(self.idle_s)
 
 
 async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bool, label: str,
@@ -197,24 +230,27 @@ async def main(args: argparse.Namespace) -> None:
             await until(lambda n=name: _created(nc, n), 60, f"{name} not created")
         publishers = {n: Publisher(nc, n, args.open_ms / 1000, args.idle_ms / 1000) for n in names}
         tasks = [asyncio.create_task(p.run()) for p in publishers.values()]
+        fast = [FastPublisher(nc, n, args.open_ms / 1000, args.idle_ms / 1000) for n in names]
+        tasks += [asyncio.create_task(f.run()) for f in fast]
         raw = [RawAtomicPublisher(cluster.urls, f"{n.lower()}.raw", args.open_ms / 1000, args.idle_ms / 1000)
                for n in names]
         tasks += [asyncio.create_task(r.run()) for r in raw]
         natsjs = [NatsJsPublisher(cluster.urls, f"{n.lower()}.js", args.open_ms, args.idle_ms) for n in names] \
             if args.natsjs else []
-        others: dict[str, list[Outcomes]] = {"raw protocol": list(raw), **({"nats.js": list(natsjs)} if natsjs else {})}
+        others: dict[str, list[Outcomes]] = {"console fast (fail)": list(fast), "raw protocol": list(raw),
+                                             **({"nats.js": list(natsjs)} if natsjs else {})}
         await asyncio.sleep(2.0)
         results = {}
         for label, safe in (("plain step-down", False), ("batch-safe move", True)):
             results[label] = await moves(nc, publishers, args.moves, safe, label, others)
         holds = await Holds.follow(nc, "bench publishers")
-        for p in publishers.values():
+        for p in [*publishers.values(), *fast]:
             p.holds = holds
         results["with holds"] = await moves(nc, publishers, args.moves, True, "with holds", others)
         restarts = []
         if args.rolling:
             results["rolling restart"], restarts = await rolling_restart(nc, cluster, publishers, others)
-        for p in publishers.values():
+        for p in [*publishers.values(), *fast]:
             p.stopped = True
         for r in raw:
             r.stop()
@@ -223,8 +259,8 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.gather(*tasks)
         await nc.close()
     print(f"\n{args.moves} leadership moves over {args.streams} R3 streams, batches open {args.open_ms} ms then idle "
-          f"{args.idle_ms} ms; beside the console's publisher on each stream (it follows holds from the third "
-          f"row on), {', '.join(others)} publisher(s) that do not")
+          f"{args.idle_ms} ms; on each stream the console's atomic publisher and its fast-ingest one in fail mode "
+          f"(both following holds from the third row on), a raw-protocol and a nats.js one that do not")
     kinds = list(others)
     print(f"{'':20}{'lost':>8}{'committed':>11}{'lost %':>9}{'stall p50 ms':>14}{'stall p95 ms':>14}"
           + "".join(f"{k + ' lost/committed':>28}" for k in kinds) + f"{'named at a step':>17}")
@@ -275,7 +311,7 @@ async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Pu
 async def _created(nc, name: str) -> bool:
     try:
         await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], num_replicas=3,
-                                                     allow_atomic=True))
+                                                     allow_atomic=True, allow_batched=True))
         info = await nc.jetstream().stream_info(name)
         return bool(info.cluster and info.cluster.leader)
     except Exception:

@@ -327,7 +327,7 @@ class DrainNode(Command["list[Move]"]):
             return []
         lease = await Lease.take(nc, asker.actor.user, self.plan.node, replicas=3 if len(self.plan.nodes) >= 3 else 1)
         window = await self.ledger.open() if self.ledger is not None else None
-        outcome = "interrupted"
+        outcome, moves = "interrupted", []
         try:
             if window is not None:
                 await window.begin("drain", [self.plan.node], asker.actor.user, self.progress)
@@ -350,7 +350,10 @@ class DrainNode(Command["list[Move]"]):
             return moves
         finally:
             if window is not None:
-                await window.end(self.verdict, outcome, self.progress)
+                from console.broker.maintenance import move_line
+
+                steps = tuple(move_line(m) for m in moves) + tuple(e.line() for e in self.evacuated)
+                await window.end(self.verdict, outcome, self.progress, steps)
 
 
 @dataclass
@@ -392,7 +395,7 @@ class RestartNodes(Command["list[Restart]"]):
         system_nc = services.system_connection() if services.system_connection else None
         lease = await Lease.take(nc, asker.actor.user, ",".join(self.nodes)[:200], replicas=3 if self.servers >= 3 else 1)
         window = await self.ledger.open() if self.ledger is not None else None
-        outcome = "interrupted"
+        outcome, done = "interrupted", []
         try:
             if window is not None:
                 await window.begin("restart", self.nodes, asker.actor.user, self.progress)
@@ -408,7 +411,9 @@ class RestartNodes(Command["list[Restart]"]):
             return done
         finally:
             if window is not None:
-                await window.end(self.verdict, outcome, self.progress)
+                from console.domain.maintenance import restart_line
+
+                await window.end(self.verdict, outcome, self.progress, tuple(restart_line(r) for r in done))
 
 
 @dataclass

@@ -310,7 +310,7 @@ async def drain(nc: Client, node: str, plan_: Plan, time_box: float, batch_timeo
         async def move(group: Group) -> None:
             async with at_once:
                 moves.append(await move_when_quiet(nc, node, group, tap, time_box))
-                said(_move_line(moves[-1]))
+                said(move_line(moves[-1]))
 
         # each stream as soon as it is quiet: one busy stream holds no other back
         await asyncio.gather(*(move(g) for g in streams))
@@ -367,7 +367,7 @@ async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) 
     return Move(group.name, waited, tuple(at_risk), leader, f"still led by {leader or 'no one'} after {MOVED_WITHIN:g} s")
 
 
-def _move_line(m: Move) -> str:
+def move_line(m: Move) -> str:
     where = f"to {m.new_leader}" if m.error is None else f"NOT MOVED: {m.error}"
     risk = f"; {len(m.at_risk)} batch(es) still open at the step: " + ", ".join(
         f"{b.kind} {b.batch_id}" for b in m.at_risk[:10]) if m.at_risk else ""
@@ -376,7 +376,7 @@ def _move_line(m: Move) -> str:
 
 
 def moves_text(moves: list[Move]) -> str:
-    return "\n".join(_move_line(m) for m in moves)
+    return "\n".join(move_line(m) for m in moves)
 
 
 def moves_summary(moves: list[Move], most: int = 1000) -> str:

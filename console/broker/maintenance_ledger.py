@@ -93,15 +93,16 @@ class LedgerWindow:
         self.record = MaintenanceRecord.begin(action, nodes, actor)
         await self._write(self.record, said)
 
-    async def end(self, verdict: LedgerVerdict | None, outcome: str, said: Callable[[str], None]) -> None:
-        """Its last record: the window the ledger was read over and what it said (None: not read)."""
+    async def end(self, verdict: LedgerVerdict | None, outcome: str, said: Callable[[str], None],
+                  steps: tuple[str, ...] = ()) -> None:
+        """Its last record: the window the ledger was read over and what it said (None: not read), its steps."""
         if self.record is None:
             return
         proved = verdict is not None and verdict.recorded
         await self._write(self.record.ended(verdict.end if verdict else None,
                                             len(verdict.lost) if proved and verdict else None,
                                             len(verdict.unexpected) if proved and verdict else None, outcome,
-                                            self.finished), said)
+                                            self.finished, steps), said)
 
     async def _write(self, record: MaintenanceRecord, said: Callable[[str], None]) -> None:
         if self.no_log:

@@ -20,6 +20,7 @@ MAX_NODES = 64
 # for this long after its start, no longer.
 OPEN_AT_MOST = timedelta(hours=1)
 FIELDS = {"id", "phase", "start", "until", "nodes", "actor", "lost", "unexpected", "outcome"}
+MAX_STEPS = 100  # steps an ended record lists (each leadership moved with its pause, each node restarted)
 
 
 @dataclass(frozen=True)
@@ -34,17 +35,18 @@ class MaintenanceRecord:
     lost: int | None = None  # batches lost on the streams touched, from the ledger (None: it cannot tell)
     unexpected: int | None = None  # of those, the ones not named before a step
     outcome: str = ""
+    steps: tuple[str, ...] = ()  # each step in a line: a leadership moved with its pause, a node restarted
 
     @classmethod
     def begin(cls, action: str, nodes: list[str], actor: str) -> MaintenanceRecord:
         return cls(secrets.token_hex(8), action, tuple(nodes), actor, datetime.now(timezone.utc))
 
     def ended(self, until: datetime | None, lost: int | None, unexpected: int | None, outcome: str,
-              end: datetime | None = None) -> MaintenanceRecord:
+              end: datetime | None = None, steps: tuple[str, ...] = ()) -> MaintenanceRecord:
         """Its end (default now: when the steps were done, before the ledger was read)."""
         end = end or datetime.now(timezone.utc)
         return MaintenanceRecord(self.id, self.action, self.nodes, self.actor, self.start, end, until or end, lost,
-                                 unexpected, outcome[:MAX_TEXT])
+                                 unexpected, outcome[:MAX_TEXT], tuple(s[:MAX_LABEL] for s in steps[:MAX_STEPS]))
 
     @property
     def phase(self) -> str:
@@ -62,7 +64,8 @@ class MaintenanceRecord:
     def event(self) -> BatchEvent:
         detail = {"id": self.id, "phase": self.phase, "start": self.start.isoformat(),
                   "until": self.until.isoformat() if self.until else None, "nodes": list(self.nodes),
-                  "actor": self.actor, "lost": self.lost, "unexpected": self.unexpected, "outcome": self.outcome}
+                  "actor": self.actor, "lost": self.lost, "unexpected": self.unexpected, "outcome": self.outcome,
+                  "steps": list(self.steps)}
         return BatchEvent(f"maintenance.{self.id}.{self.phase}", EventKind.MAINTENANCE, self.end or self.start,
                           reason=self.action, detail=json.dumps(detail, separators=(",", ":")), source=COLLECTOR)
 
@@ -72,10 +75,13 @@ def maintenance_record(event: BatchEvent) -> MaintenanceRecord:
     if event.kind is not EventKind.MAINTENANCE or event.reason not in ACTIONS:
         raise MalformedEvent("not a maintenance record")
     found = load_object(event.detail or "", MalformedEvent)
-    if set(found) != FIELDS or found["phase"] not in PHASES:
+    if set(found) - {"steps"} != FIELDS or found["phase"] not in PHASES:  # "steps" is new: older records lack it
         raise MalformedEvent("a maintenance record has other fields")
     if not isinstance(found["id"], str) or not 1 <= len(found["id"]) <= 32 or not found["id"].isalnum():
         raise MalformedEvent("a maintenance record's id")
+    steps = found.get("steps", [])
+    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
+        raise MalformedEvent("a maintenance record's steps are a list of at most 100")
     nodes = found["nodes"]
     if not isinstance(nodes, list) or not 1 <= len(nodes) <= MAX_NODES:
         raise MalformedEvent("a maintenance record names 1 to 64 nodes")
@@ -90,7 +96,8 @@ def maintenance_record(event: BatchEvent) -> MaintenanceRecord:
                              event.time if ended else None, until, _count(found["lost"], "lost"),
                              _count(found["unexpected"], "unexpected"),
                              "" if found["outcome"] == "" else bounded_text(found["outcome"], "outcome", MAX_TEXT,
-                                                                           MalformedEvent))
+                                                                           MalformedEvent),
+                             tuple(bounded_text(step, "step", MAX_LABEL, MalformedEvent) for step in steps))
 
 
 def _count(value: object, key: str) -> int | None:

@@ -195,6 +195,7 @@ async def test_the_ledger_read_after_a_drain_says_what_was_lost_in_its_window_an
         started, datetime.now(timezone.utc), kind_filter="maintenance.>", idle_timeout=1.0)]
     assert [(r.phase, r.action, r.nodes) for r in records] == [("begun", "drain", (node,)), ("ended", "drain", (node,))]
     assert records[1].lost == 0 and records[1].until >= records[1].end and records[0].id == records[1].id
+    assert records[1].steps and all(": moved to n" in step for step in records[1].steps), records[1].steps
 
 
 async def test_a_publisher_that_follows_holds_begins_no_batch_while_its_leader_moves_and_loses_none(led, cluster,

@@ -21,7 +21,8 @@ def _loss(when: datetime, batch: str = "b1", stream: str = "ORDERS") -> BatchEve
 def test_a_record_reads_back_as_it_was_written_begun_and_ended():
     begun = MaintenanceRecord.begin("drain", ["n2"], "alice")
     assert maintenance_record(begun.event()) == begun
-    ended = begun.ended(None, 2, 1, "plan safe; moved 3")
+    ended = begun.ended(None, 2, 1, "plan safe; moved 3", steps=("MT_A: moved to n1 after 0.31 s", "x" * 400))
+    assert ended.steps == ("MT_A: moved to n1 after 0.31 s", "x" * 256)
     back = maintenance_record(ended.event())
     assert back == ended and back.phase == "ended" and back.until == back.end
 
@@ -47,6 +48,7 @@ def _forged(**changes) -> BatchEvent:
     {"actor": ""}, {"actor": 5}, {"lost": -1}, {"lost": 10 ** 30}, {"lost": True}, {"unexpected": "1"},
     {"start": "yesterday"}, {"start": "2026-12-02T10:00:00"}, {"start": "9" * 41}, {"start": None},
     {"until": "2000-01-01T00:00:00+00:00"}, {"outcome": "x" * 2000}, {"outcome": "a\x00b"},
+    {"steps": "MT_A moved"}, {"steps": ["s"] * 101}, {"steps": [7]}, {"steps": ["x" * 300]}, {"steps": ["a\x1bb"]},
 ])
 def test_a_forged_or_broken_record_is_one_typed_error(changes):
     with pytest.raises(MalformedEvent):
