@@ -23,6 +23,9 @@ stream's leader change), batches committed, and the publish stall of a move (the
 two acks of the stream's publisher around it, p50 and p95). In 2, what the batch-safe move saves is
 what its quiet moment saves: a batch begun during the election is still lost; in 3 none begins then.
 
+A collector runs beside the cluster (its publish side tapped): the last column is every publisher's
+lost batches beside the loss ledger's count for the same part, from the event log.
+
 A benchmark, not a test: read the ratios.
 """
 
@@ -35,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +51,10 @@ from measure import percentile, until  # noqa: E402
 from raw_publisher import Outcomes, RawAtomicPublisher  # noqa: E402
 from console.broker.atomic import AtomicBatch  # noqa: E402
 from console.broker.cluster import EmbeddedCluster  # noqa: E402
+from console.broker.eventlog import EventLog  # noqa: E402
+from console.broker.maintenance_ledger import LedgerReader  # noqa: E402
+from console.config import DataSettings, Settings, event_key  # noqa: E402
+from console.domain.ledger_verdict import judge  # noqa: E402
 from console.broker.fast import FastBatch  # noqa: E402
 from console.broker.holds import Holds  # noqa: E402
 from console.broker.maintenance import Tap, move_when_quiet, read_groups, step_down  # noqa: E402
@@ -239,17 +246,24 @@ async def main(args: argparse.Namespace) -> None:
             if args.natsjs else []
         others: dict[str, list[Outcomes]] = {"console fast (fail)": list(fast), "raw protocol": list(raw),
                                              **({"nats.js": list(natsjs)} if natsjs else {})}
+        collector, ledger = await _collector(nc, cluster, Path(tmp), names)
         await asyncio.sleep(2.0)
-        results = {}
+        results, marks = {}, []
         for label, safe in (("plain step-down", False), ("batch-safe move", True)):
+            marks.append((label, datetime.now(timezone.utc)))
             results[label] = await moves(nc, publishers, args.moves, safe, label, others)
         holds = await Holds.follow(nc, "bench publishers")
         for p in [*publishers.values(), *fast]:
             p.holds = holds
+        marks.append(("with holds", datetime.now(timezone.utc)))
         results["with holds"] = await moves(nc, publishers, args.moves, True, "with holds", others)
         restarts = []
         if args.rolling:
+            marks.append(("rolling restart", datetime.now(timezone.utc)))
             results["rolling restart"], restarts = await rolling_restart(nc, cluster, publishers, others)
+        counted = await _ledger_counts(ledger, marks, datetime.now(timezone.utc))
+        collector.terminate()
+        collector.wait(timeout=60)
         for p in [*publishers.values(), *fast]:
             p.stopped = True
         for r in raw:
@@ -263,17 +277,44 @@ async def main(args: argparse.Namespace) -> None:
           f"(both following holds from the third row on), a raw-protocol and a nats.js one that do not")
     kinds = list(others)
     print(f"{'':20}{'lost':>8}{'committed':>11}{'lost %':>9}{'stall p50 ms':>14}{'stall p95 ms':>14}"
-          + "".join(f"{k + ' lost/committed':>28}" for k in kinds) + f"{'named at a step':>17}")
+          + "".join(f"{k + ' lost/committed':>28}" for k in kinds) + f"{'named at a step':>17}"
+          + f"{'all lost, publishers / ledger':>32}")
     for label, r in results.items():
         share = 100 * r.lost / max(1, r.lost + r.committed)
+        seen = r.lost + sum(lost for lost, _ in r.others.values())
         print(f"{label:20}{r.lost:>8}{r.committed:>11}{share:>9.2f}{percentile(r.stalls, 0.5):>14.0f}"
               f"{percentile(r.stalls, 0.95):>14.0f}"
-              + "".join(f"{'%d / %d' % r.others.get(k, (0, 0)):>28}" for k in kinds) + f"{r.named:>17}")
+              + "".join(f"{'%d / %d' % r.others.get(k, (0, 0)):>28}" for k in kinds) + f"{r.named:>17}"
+              + f"{'%d / %s' % (seen, counted.get(label, '?')):>32}")
     for r in restarts:
         print(f"  {restart_line(r)}")
     plain, safe, held = (results[k].lost for k in ("plain step-down", "batch-safe move", "with holds"))
     print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else "")
           + f"; with holds / plain: {held} / {plain}" + (f" = {held / plain:.2f}" if plain else ""))
+
+
+async def _collector(nc, cluster: EmbeddedCluster, data: Path, names: list[str]):
+    """A collector beside the cluster (its publish side tapped, so atomic losses no advisory tells are in
+    the ledger too) and the ledger's reader, once it records."""
+    event_key(data_dir=data)
+    collector = subprocess.Popen([str(Path(sys.executable).parent / "batch-console"), "collect", "--server", ",".join(cluster.urls),
+                                  "--data-dir", str(data), "--batch-timeout", str(LIMITS.timeout),
+                                  "--tap-publish-side", ",".join(f"{n.lower()}.>" for n in names)],
+                                 stdout=subprocess.DEVNULL, stderr=open(data / "collector.log", "w"))
+    ledger = LedgerReader(EventLog.over(nc, Settings(data=DataSettings(data_dir=data)).keyed_event_log(make=False)),
+                          LIMITS.timeout, 5.0)
+    await until(ledger.recording, 120, "the collector is not recording")
+    return collector, ledger
+
+
+async def _ledger_counts(ledger: LedgerReader, marks: list[tuple[str, datetime]], end: datetime) -> dict[str, int]:
+    """Each part's lost batches as the loss ledger has them (every stream), from its start to the next's."""
+    await ledger.verdict(None, marks[0][1], end, True)  # waits until the collector has judged every batch
+    events = [e for _, e in await ledger.log.window(marks[0][1], end + timedelta(seconds=LIMITS.timeout + 5),
+                                                    idle_timeout=1.0)]
+    bounds = [t for _, t in marks[1:]] + [end + timedelta(seconds=LIMITS.timeout + 2)]
+    return {label: len(judge(events, None, start, until_, True).lost)
+            for (label, start), until_ in zip(marks, bounds)}
 
 
 async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Publisher],

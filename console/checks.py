@@ -53,6 +53,10 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
         facts = replace(facts, streams=tuple(streams), offline=offline)
     except Exception as e:
         log.warning("check: the stream list not read: %s", e)
+    try:
+        facts = replace(facts, syncs=await runtime.system.server_syncs())
+    except Exception as e:  # BATCH_025 says it could not run
+        log.warning("check: the servers' fsync policy not read: %s", e)
     limits, source = await runtime.batch_limits()
     facts = replace(facts, limits=limits, limits_assumed=source.startswith(ASSUMED),
                     event_key_exposed=_key_exposed(runtime.settings))

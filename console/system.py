@@ -12,9 +12,10 @@ from typing import Any, Awaitable, Callable
 
 from console.broker.admin import StreamAdmin
 from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
-from console.broker.server_info import read_varz
+from console.broker.server_info import read_varz, server_syncs
 from console.config import Settings
 from console.domain.batch_limits import BatchLimits
+from console.domain.durability import ServerSync
 
 log = logging.getLogger(__name__)
 ASSUMED = "the server's defaults, assumed"  # how batch_limits() says it did not read them
@@ -68,6 +69,10 @@ class NatsSystem:
             found = (BatchLimits.from_varz({}), f"{ASSUMED}: /varz did not answer")
         self._limits = (now, found)
         return found
+
+    async def server_syncs(self) -> tuple[ServerSync, ...] | None:
+        """Each server's fsync policy (console.domain.durability); None when no /varz could be read."""
+        return await server_syncs(self.system_nc, self.monitor_url)
 
     def on_reopened(self, rebind: Callable[[Connection], Awaitable[None]]) -> None:
         """`rebind(the fresh connection)` once the account's connection has been opened again."""

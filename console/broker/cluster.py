@@ -29,8 +29,9 @@ class EmbeddedCluster:
 
     def __init__(self, store_dir: str | Path, nodes: int = 3, *, host: str = "127.0.0.1",
                  ports: list[int] | None = None, batch_limits: BatchLimits | None = None, name: str = "batch-console",
-                 extra_config: str = "", binary: Path | None = None):
-        """extra_config: more of every node's configuration (accounts, a system account)."""
+                 extra_config: str = "", binary: Path | None = None, jetstream_config: str = ""):
+        """extra_config: more of every node's configuration (accounts, a system account); jetstream_config:
+        more of its `jetstream {}` block."""
         if nodes < 1:
             raise EmbeddedServerError("a cluster needs at least one node")
         self.store_dir = Path(store_dir)
@@ -38,7 +39,8 @@ class EmbeddedCluster:
         self.host = host
         self.extra_config = extra_config
         self.nodes = [EmbeddedServer(self.store_dir / f"n{i + 1}", host=host, port=(ports or [0] * nodes)[i],
-                                     batch_limits=batch_limits, binary=binary) for i in range(nodes)]
+                                     batch_limits=batch_limits, binary=binary, jetstream_config=jetstream_config)
+                      for i in range(nodes)]
         self._route_ports()
 
     def _route_ports(self) -> None:

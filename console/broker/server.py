@@ -69,8 +69,11 @@ class EmbeddedServer:
         batch_limits: BatchLimits | None = None,
         extra_config: str = "",
         binary: Path | None = None,
+        jetstream_config: str = "",
     ):
+        """jetstream_config: more of the `jetstream {}` block (`sync_interval: always`, say)."""
         self.store_dir = Path(store_dir)
+        self.jetstream_config = jetstream_config
         self.host = host
         self.port = port
         self.monitor_port = monitor_port
@@ -115,6 +118,7 @@ class EmbeddedServer:
                 "jetstream {",
                 f"  store_dir: {json.dumps(str(self.store_dir.resolve()))}",
                 f"  {self.batch_limits.to_conf()}",
+                f"  {self.jetstream_config}",
                 "}",
                 self.extra_config,
                 "",

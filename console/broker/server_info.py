@@ -11,6 +11,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from console.domain.durability import ServerSync, server_sync
 from console.domain.publisher import MAX_CONNECTIONS, MalformedPublisher, Publisher, publishers_from_connz
 from console.domain.wire import Tally
 
@@ -72,6 +73,34 @@ async def varz_from_monitor(monitor_url: str, timeout: float = 3.0) -> dict[str,
     except ValueError as e:
         raise MonitorRefused(f"not JSON: {str(e)[:100]}") from None
     return varz if isinstance(varz, dict) else {}
+
+
+async def server_syncs(system_nc: Client | None, monitor_url: str | None,
+                       within: float = 1.0) -> tuple[ServerSync, ...] | None:
+    """Every server's fsync policy: from each server's /varz through the system account, else the one
+    the monitor URL serves; None when neither answers (unchecked, never "fine")."""
+    found: dict[str, ServerSync] = {}
+    if system_nc is not None:
+        try:
+            async for msg in _answers(system_nc, VARZ_SUBJECT, b"", within):
+                try:
+                    answer = json.loads(msg.data)
+                except ValueError:
+                    continue
+                sync = server_sync(answer.get("data") if isinstance(answer, dict) else None)
+                if sync is not None and len(found) < 256:
+                    found[sync.server] = sync
+        except Exception as e:  # the monitor URL, else unchecked
+            log.info("the servers' /varz not read through the system account: %r", e)
+    if not found and monitor_url:
+        try:
+            sync = server_sync(await varz_from_monitor(monitor_url))
+        except Exception as e:
+            log.info("/varz not read from %s: %r", monitor_url, e)
+        else:
+            if sync is not None:
+                found[sync.server] = sync
+    return tuple(sorted(found.values(), key=lambda s: s.server)) or None
 
 
 async def varz_from_system_account(system_nc: Client, timeout: float = 3.0) -> dict[str, Any]:

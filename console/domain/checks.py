@@ -17,6 +17,7 @@ from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.budgets import BudgetStatus
 from console.domain.canary import CanaryResult
 from console.domain.events import FAST_ENDS, EventKind
+from console.domain.durability import ServerSync
 from console.domain.node_stops import StopOutside
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
@@ -110,6 +111,7 @@ class Facts:
     canaries: tuple[CanaryResult, ...] | None = None  # the window's canary batches (None: no canary ran)
     stops_outside: tuple[StopOutside, ...] | None = None  # servers stopped outside a maintenance, at a cost (None:
     # the collector has no system account, which alone hears a server stop)
+    syncs: tuple[ServerSync, ...] | None = None  # each server's fsync policy (None: no /varz read)
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,23 @@ def _sourced_with_batches(f: Facts, _t: Threshold) -> Found:
             kinds = " and ".join(k for k in ("allow_atomic", "allow_batched") if getattr(s.settings, k))
             yield (s.settings.name, f"{kinds} on a stream fed by {s.settings.sources} source(s): sourced messages "
                                     "arrive one by one, outside any batch", None)
+
+
+def _copies_split_batches(f: Facts, _t: Threshold) -> Found:
+    streams = _streams(f)
+    for s in streams:
+        if not s.settings.allow_atomic:
+            continue
+        copies = [c.settings for c in streams if s.settings.name in c.settings.copies_of]
+        if not copies:
+            continue
+        read = [c for c in copies if c.consumers]
+        named = ", ".join(f"{c.name} ({'mirror' if c.is_mirror else 'source'}"
+                          + (f", {c.consumers} consumer(s)" if c.consumers else "") + ")" for c in copies[:10])
+        yield (s.settings.name, f"allows atomic batches, and its copies take its messages one by one, without their "
+                                f"batch headers (ADR-50: mirrors and sources ignore them): {named}; "
+                                + ("a consumer of a copy can read half a batch" if read else
+                                   "no consumer reads a copy yet"), "warning" if read else "info")
 
 
 def _r1_recovery(f: Facts, _t: Threshold) -> Found:
@@ -334,6 +353,25 @@ def _canaries(f: Facts, t: Threshold) -> Found:
             yield None, (f"system {health.system}, " if health.system != "default" else "") + evidence, severity
 
 
+def _not_on_disk(f: Facts, t: Threshold) -> Found:
+    lazy = [s for s in f.syncs or () if not s.always]
+    for stream in _streams(f):
+        st = stream.settings
+        kinds = [k for k, on in (("atomic", st.allow_atomic), ("fast-ingest", st.allow_batched)) if on]
+        if not kinds or not (lazy or st.persist_mode == "async"):
+            continue
+        said = [f"{st.name} (R{st.replicas}) allows {' and '.join(kinds)} batches, and a commit is acknowledged "
+                f"before it is on disk:"]
+        if st.persist_mode == "async":
+            said.append("the stream's persist_mode is async (acknowledged before it is even written);")
+        if lazy:
+            said.append("; ".join(s.said() for s in lazy[:10]) + (f" and {len(lazy) - 10} more" if len(lazy) > 10
+                                                                   else "") + ";")
+        said.append("a power failure (of every replica's server, for a replicated stream) loses committed batches, "
+                    "as Jepsen's analysis of NATS 2.12.1 found")
+        yield st.name, " ".join(said), "warning" if st.replicas == 1 or st.persist_mode == "async" else "info"
+
+
 def _stopped_outside(f: Facts, t: Threshold) -> Found:
     for stop in f.stops_outside or ():
         yield None, stop.evidence(), None
@@ -416,6 +454,16 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
           "back where it could): its batches then say nothing of the node. Find who in the server's account, and "
           "deny others $JS.API.STREAM.UPDATE.BATCH_CONSOLE_CANARY_> and $JS.API.STREAM.DELETE.BATCH_CONSOLE_CANARY_>.",
           ("canaries",), _canary_streams_changed),
+    Check("BATCH_026", "an atomic stream whose mirror or source copies split its batches", "warning",
+          "Read batches from the stream itself, not from its copies: a copy keeps no batch header (nats-server "
+          "2.15.1: a mirror's messages carry none, a source's only Nats-Stream-Source), so a consumer of a copy cannot "
+          "tell where a batch begins or ends, nor whether the copy has all of one yet.",
+          ("streams",), _copies_split_batches),
+    Check("BATCH_025", "a batch stream whose commits are acknowledged before they are on disk", "warning",
+          "Set `jetstream { sync_interval: always }` on the servers of batch streams (it costs write throughput), "
+          "keep persist_mode default for atomic streams, and keep batch streams at R3 or more on servers that do not "
+          "lose power together; or accept that a commit is in memory until the next flush.", ("streams", "syncs"),
+          _not_on_disk),
     Check("BATCH_034", "a server stopped outside a console maintenance while batches were open", "warning",
           "Restart servers with `batch-console maintain restart NODE --run COMMAND` (or `rolling`): each is drained "
           "between batches first and the ledger read after, so an upgrade loses none. The Incident view of each "
@@ -430,6 +478,8 @@ UNREAD = {"nonconforming": "no conformance verdict in the window (the collector 
           "collector_healthy": "the event log was not read (no event key?)",
           "advisories_durable": "no collector status in the event log",
           "system_account": "no collector status in the event log",
+          "syncs": "no server's /varz was read (give the system account or --monitor-url): what a commit is worth "
+                   "on disk is not known",
           "stops_outside": "the collector has no system account (or no status in the window): a server's stop "
                            "notice reaches only the system account",
           "budgets": "no loss objectives (--objectives), or no analytics tables yet",

@@ -26,6 +26,7 @@ class StreamBatchSettings:
     max_age: float = 0.0  # seconds; 0: no limit
     allow_msg_ttl: bool = False
     consumers: int | None = None  # from the stream's state, where known
+    copies_of: tuple[str, ...] = ()  # the streams it mirrors or sources, by name
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> StreamBatchSettings:
@@ -44,10 +45,17 @@ class StreamBatchSettings:
             retention=str(getattr(config.get("retention"), "value", config.get("retention")) or "limits"),
             max_age=_seconds(config.get("max_age")),
             allow_msg_ttl=bool(config.get("allow_msg_ttl")),
+            copies_of=_origins(config),
         )
 
     def with_changes(self, **changes: Any) -> StreamBatchSettings:
         return replace(self, **changes)
+
+
+def _origins(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the streams a config mirrors or sources (64 at most; a name that is not text left out)."""
+    given = [config.get("mirror"), *(config.get("sources") or ())][:64]
+    return tuple(o["name"][:255] for o in given if isinstance(o, Mapping) and isinstance(o.get("name"), str))
 
 
 def _seconds(nanos: Any) -> float:

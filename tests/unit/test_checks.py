@@ -11,6 +11,7 @@ import pytest
 from console.domain.batch_limits import BatchLimits
 from console.domain.budgets import BudgetStatus, Counts
 from console.domain.canary import CanaryResult
+from console.domain.durability import ServerSync
 from console.domain.node_stops import StopOutside
 from console.domain.checks import (CHECKS, Facts, MalformedListing, RecentEvents, StreamFacts, StreamPage,
                                    ThresholdError, WindowCounts, evaluate, parse_threshold, window_counts)
@@ -23,7 +24,8 @@ LIMITS = BatchLimits.from_varz({"version": "2.15.1"})
 QUIET = Facts(server=NEW, limits=LIMITS, streams=(StreamFacts(StreamBatchSettings("S", replicas=3)),), counts={},
               collector_age_s=5, collector_healthy=True, advisories_durable=True, system_account=True,
               event_key_exposed="", nonconforming={}, budgets=(),
-              canaries=(CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), stops_outside=())
+              canaries=(CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), stops_outside=(),
+              syncs=(ServerSync("n1", True, None),))
 
 
 def stream(duplicate_window: float = 120.0, metadata=None, **settings) -> tuple[StreamFacts, ...]:
@@ -53,6 +55,9 @@ FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where
     "BATCH_032": dict(canaries=(CanaryResult("default", "n2", "fast", 3.0, None, 10, 10, "timeout"),)),
     "BATCH_033": dict(canaries=(CanaryResult("default", "n2", "atomic", 3.0, None, 10, 10, "10199 allow_atomic off",
                                              tampered="stream BATCH_CONSOLE_CANARY_N2 changed: allow_atomic=False"),)),
+    "BATCH_026": dict(streams=(*stream(allow_atomic=True), StreamFacts(StreamBatchSettings(
+        "S_COPY", is_mirror=True, copies_of=("S",), consumers=1)))),
+    "BATCH_025": dict(streams=stream(allow_atomic=True), syncs=(ServerSync("n1", False, 120.0),)),
     "BATCH_034": dict(stops_outside=(StopOutside("n2", "lame_duck", datetime(2026, 11, 27, tzinfo=timezone.utc), 3),)),
 }
 # A fact that fires one check may be the premise of another (an old server also has known defects)
