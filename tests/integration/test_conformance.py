@@ -168,6 +168,32 @@ async def test_nats_js_and_the_consoles_own_publisher_conform(accounts_server, g
     assert of(found, "natsjs-conformant").publisher.lang == "nats.js"
 
 
+async def test_nats_jetstream_extra_is_graded_on_the_wire_beside_nats_js(accounts_server, grading, settings, jsextra):
+    """nats-jetstream-extra 0.1.0 (Python 3.13, its own venv), written by no one here: a fail-mode fast
+    batch, an ok-mode one ended without a message, an atomic batch; graded by the collector from the wire."""
+    from tests.integration.conftest import JSEXTRA
+
+    app, _ = grading
+    for name, flag in (("CONFORM_FAST", "allow_batched"), ("CONFORM_ATOMIC", "allow_atomic")):  # nats.js's too
+        await app.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], **{flag: True}))
+    done = await asyncio.to_thread(
+        subprocess.run, [str(jsextra), str(JSEXTRA / "conformant.py"), accounts_server.url, "app", "app-secret",
+                         "conform_fast.extra", "conform_atomic.extra"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert (out["fast"], out["eob"], out["atomic"]) == (200, 40, 11)
+
+    def graded(found: Verdicts):
+        return next((v for v in found.report() if v.publisher and v.publisher.cid == out["cid"] and v.batches >= 3),
+                    None)
+
+    verdict = graded(await verdicts_when(log_of(app, settings), graded))
+    assert (verdict.publisher.lang, verdict.publisher.version, verdict.publisher.name) == ("python", "0.2.0", None)
+    assert verdict.failing == [], {s: verdict.results[s].examples for s in verdict.failing}
+    assert {s for s in verdict.results if verdict.status(s) == PASS} == {
+        "F01", "F02", "F03", "F04", "F05", "F06", "F11", "F12", "A01", "A02", "A03", "A05", "A06", "A08"}
+
+
 async def test_a_client_on_another_node_of_a_cluster_is_named_in_its_verdict(accounts_cluster):
     urls = accounts_cluster.urls
     app = await nats.connect(urls[0], user="app", password="app-secret")
