@@ -25,6 +25,10 @@ from console.domain.wire import (
 
 ABANDONED_TYPE = "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
 ABANDONED_SUBJECT_PREFIX = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."
+# nats-server 2.15: a server lowered the meta group's quorum to recover from losing it ($JS.API.META.RESCUE);
+# sent on $JS.EVENT.ADVISORY.SERVER.META_RESCUE to the system account alone (verified on 2.15.1)
+META_RESCUE_TYPE = "io.nats.jetstream.advisory.v1.meta_rescue"
+META_RESCUE = "meta_rescue"
 
 
 class AbandonReason(str, Enum):

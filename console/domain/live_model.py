@@ -14,8 +14,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+from console.domain.advisories import META_RESCUE
 from console.domain.conformance import Verdicts
-from console.domain.events import ATOMIC_KINDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind, blind_window
+from console.domain.events import (ATOMIC_KINDS, LOST_KINDS, SYSTEM_ADVISORY, UNKNOWN_STREAM, BatchEvent, EventKind,
+                                   blind_window)
 from console.domain.fast_tracker import SLOW_GIVE_UP
 from console.domain.maintenance_record import MaintenanceRecord, maintenance_record
 from console.domain.status import CollectorStatus
@@ -113,6 +115,7 @@ class LiveModel:
         self.warnings: deque[BatchEvent] = deque(maxlen=20)  # streams whose open atomic batches were dropped unseen
         self.blind_windows: deque[tuple[datetime, datetime, str]] = deque(maxlen=20)  # (from, to, why): see capture_watch
         self.maintenances: dict[str, MaintenanceRecord] = {}  # by id, the newest 20: a loss inside one is marked
+        self.rescues: deque[BatchEvent] = deque(maxlen=5)  # the meta group's quorum lowered (2.15), as the system said
         self.quiet_retired = 0  # active batches left out once quiet past what the collector would judge
         self.rejected: Counter[str] = Counter()  # stream -> fast batches refused for too many in flight (429)
         self.version = 0  # bumps on every change: views redraw only when it moved
@@ -135,6 +138,10 @@ class LiveModel:
             return
         if event.kind is EventKind.MAINTENANCE:
             self._maintenance(event)
+            return
+        if event.kind is EventKind.CONTEXT and event.reason == META_RESCUE and event.stream is None:
+            if event.source == SYSTEM_ADVISORY:  # only the system account hears the real one
+                self.rescues.append(event)
             return
         if event.kind is EventKind.COLLECTOR_STATUS:
             if self.collector_seen is not None and event.time < self.collector_seen:

@@ -151,6 +151,9 @@ def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
              f"be missing ({e(why)})</li>" for start, end, why in reversed(model.blind_windows)]
     items += [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
               for w in reversed(model.warnings)]
+    items += [f"<li><b>the meta group was rescued at {clock.when(r.time)}</b>: "
+              f"{e((r.detail or '').split(':', 1)[-1])}, an unsafe recovery after losing its quorum (nats-server 2.15): "
+              f"streams and consumers may be back in an older state</li>" for r in reversed(model.rescues)]
     whole = not isinstance(model, SeenLive)  # a role limited to some streams: not the ledger's count over all
     items += [maintenance_item(m, clock, whole) for m in reversed(list(model.maintenances.values())[-5:])]
     if model.rejected:

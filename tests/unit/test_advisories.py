@@ -75,3 +75,38 @@ def test_a_reason_this_console_does_not_know_is_a_loss_as_itself():
     for bad in ('""', '"' + "x" * 65 + '"', "17", "null", '["timeout"]'):
         with pytest.raises(MalformedAdvisory):
             to_batch_abandoned(body.replace('"brand_new"', bad))
+
+
+RESCUE = (b'{"type":"io.nats.jetstream.advisory.v1.meta_rescue","id":"L5JKrkamz8vntF48HU0OYg",'
+          b'"timestamp":"2026-12-02T13:28:39.431074403Z","server":"n1","server_id":"NCOTVLSG7Q",'
+          b'"prev_quorum":2,"new_quorum":1,"cluster":"batch-console"}')  # as nats-server 2.15.1 sent it
+
+
+def test_the_meta_rescue_advisory_is_context_of_no_stream_and_live_shows_the_system_accounts_alone():
+    from dataclasses import replace
+
+    from console.domain.advisory_events import advisory_to_event
+    from console.domain.events import ACCOUNT_ADVISORY, SYSTEM_ADVISORY, EventKind
+    from console.domain.live_model import LiveModel
+    from console.ui.live import notices_html
+
+    event = advisory_to_event(RESCUE)
+    assert (event.kind, event.stream, event.reason, event.cluster) == (EventKind.CONTEXT, None, "meta_rescue",
+                                                                       "batch-console")
+    assert event.detail == "meta_rescue:n1 lowered the meta group's quorum from 2 to 1"
+    model = LiveModel()
+    model.apply(replace(event, source=ACCOUNT_ADVISORY))  # any client of the account can publish that subject
+    assert "rescued" not in notices_html(model)
+    model.apply(replace(event, event_id="adv.other", source=SYSTEM_ADVISORY))
+    assert "the meta group was rescued" in notices_html(model) and "from 2 to 1" in notices_html(model)
+
+
+@pytest.mark.parametrize("change", [b'"prev_quorum":2', b'"server":"n1"', b'"id":"L5JKrkamz8vntF48HU0OYg"'])
+def test_a_broken_meta_rescue_advisory_is_malformed(change):
+    from console.domain.advisories import MalformedAdvisory
+    from console.domain.advisory_events import advisory_to_event
+
+    broken = RESCUE.replace(change, change.split(b":")[0] + b':"x\\u001b"' if b"quorum" not in change
+                            else change.split(b":")[0] + b":-5")
+    with pytest.raises(MalformedAdvisory):
+        advisory_to_event(broken)
