@@ -59,6 +59,7 @@ class LossOut(BaseModel):
     publisher: str | None = None
     unverified: bool = False
     cluster: str | None = None
+    domain: str | None = None  # the JetStream domain its advisory named (a leaf node's)
 
 
 class LossesPage(BaseModel):

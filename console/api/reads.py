@@ -47,6 +47,7 @@ def reads(ctx: Context) -> APIRouter:
     async def losses(who: Caller = ctx.caller, system: str | None = SYSTEM,
                      stream: str | None = Query(None, max_length=255), reason: str | None = Query(None, max_length=64),
                      kind: Literal["atomic", "fast"] | None = None, publisher: str | None = Query(None, max_length=256),
+                     domain: str | None = Query(None, max_length=256, description="a JetStream domain's losses"),
                      since: Time | None = None, until: Time | None = None,
                      limit: int = Query(100, ge=1, le=MAX_PAGE), offset: int = Query(0, ge=0, le=1_000_000),
                      cursor: str | None = Query(None, max_length=500, pattern=CURSOR,
@@ -58,6 +59,7 @@ def reads(ctx: Context) -> APIRouter:
         found = [b for b in read_fleet.losses(wanted) if who.reads(b.stream) and (stream is None or b.stream == stream)
                  and (reason is None or b.reason == reason)
                  and (kind is None or b.kind == kind) and (publisher is None or publisher in (b.publisher or ""))
+                 and (domain is None or b.domain == domain)
                  and (since is None or b.time >= since) and (until is None or b.time < until)]
         total = len(found)
         found.sort(key=_order, reverse=True)
@@ -67,7 +69,8 @@ def reads(ctx: Context) -> APIRouter:
         page = found[offset:offset + limit]
         items = [LossOut(id=b.event_id, time=b.time, system=b.system or fleet.names[0], stream=b.stream,
                          batch_id=b.batch_id, reason=b.reason, kind="atomic" if b.kind == "atomic" else "fast",
-                         publisher=b.publisher, unverified=b.unverified, cluster=b.cluster) for b in page]
+                         publisher=b.publisher, unverified=b.unverified, cluster=b.cluster, domain=b.domain)
+                 for b in page]
         more = len(found) > offset + limit
         return LossesPage(items=items, total=total, limit=limit, offset=offset,
                           next=_cursor(page[-1]) if page and more else None)

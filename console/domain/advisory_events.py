@@ -3,6 +3,8 @@ the same id, so they become the same event id and the event log keeps one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from console.domain.advisories import (
     ABANDONED_TYPE,
     CONTEXT_TYPES,
@@ -52,7 +54,7 @@ def advisory_to_event(data: bytes | str) -> BatchEvent:
 
 
 
-def _meta_rescue(obj: dict) -> BatchEvent:
+def _meta_rescue(obj: dict[str, Any]) -> BatchEvent:
     """A server lowered the meta group's quorum to recover (2.15): context of no one stream."""
     advisory_id = bounded_text(obj.get("id"), "id", 64, MalformedAdvisory)
     server = bounded_text(obj.get("server"), "server", 256, MalformedAdvisory)

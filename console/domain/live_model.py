@@ -55,6 +55,7 @@ class LostBatch:
     system: str = ""  # the NATS system whose event log said it (its model's; README, "Several NATS systems")
     cluster: str | None = None  # in a supercluster: the cluster it happened in
     maintenance: str | None = None  # it happened inside this maintenance's window (its label)
+    domain: str | None = None  # the JetStream domain its advisory named (a leaf node's, say)
 
 
 @dataclass
@@ -87,7 +88,7 @@ def lost_batch(event: BatchEvent, system: str = "") -> LostBatch:
     reason = reason or "unknown"
     return LostBatch(event.time, event.stream, event.batch_id, reason, kind, event.event_id, event.unverified,
                      event.source, event.publisher.line() if event.publisher else None, event.probable_stream, system,
-                     event.cluster)
+                     event.cluster, domain=event.domain)
 
 
 class LiveModel:

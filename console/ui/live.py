@@ -50,9 +50,10 @@ def recent_frame(model: LiveModel | LiveAcross, limit: int = 100, clock: Clock =
              "reason": b.reason + (" (unverified)" if b.unverified else ""),
              "kind": b.kind, "publisher": b.publisher or "",
              "investigate": incident_link(b.batch_id, where(b)), "cluster": b.cluster or "",
-             "during maintenance": b.maintenance or ""} for b in lost]
+             "during maintenance": b.maintenance or "", "domain": b.domain or ""} for b in lost]
     columns = _with_system(COLUMNS, by_system)
-    for extra, shown in (("cluster", any(b.cluster for b in lost)),  # a supercluster: where each loss happened
+    for extra, shown in (("domain", any(b.domain for b in lost)),  # JetStream domains (leaf nodes): whose loss
+                         ("cluster", any(b.cluster for b in lost)),  # a supercluster: where each loss happened
                          ("during maintenance", any(b.maintenance for b in lost))):
         if shown:
             columns = {**{k: v for k, v in columns.items() if k != "investigate"}, extra: "object",

@@ -188,6 +188,7 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     ("GET", "/losses?since=yesterday", None, 422),
     ("GET", "/losses?system=" + "s" * 100, None, 422),
     ("GET", "/losses?system=nope", None, 404),
+    ("GET", "/losses?domain=" + "d" * 300, None, 422),
     ("PATCH", "/streams/TEAM_A", {"allow_batched": "yes"}, 422),
     ("PATCH", "/streams/TEAM_A", {"allow_batched": True, "max_age": 1}, 422),
     ("PATCH", "/streams/TEAM_A", ["allow_batched"], 422),
