@@ -408,6 +408,9 @@ class EmbeddedServerSettings:
                                  "NATS_PORT, +1, +2), to watch batches across leader changes", flag="--nodes", parse=int)
     nats_batch_timeout: float | None = setting(None, "seconds an idle batch is kept (server default 10)", parse=float)
     nats_batch_max_msgs: int | None = setting(None, "atomic messages per batch (server default 1000)", parse=int)
+    nats_sync: str = setting("always", "always: the embedded nats-server syncs every write to disk before it "
+                                       "acknowledges (BATCH_025); default: nats-server's own, a flush every 2 minutes "
+                                       "(faster writes, for seeding large streams)", choices=("always", "default"))
 
 
 @dataclass(frozen=True)

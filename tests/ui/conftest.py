@@ -119,7 +119,8 @@ def console(tmp_path_factory):
         procs.append(subprocess.Popen([CLI, *args], stdout=log, stderr=subprocess.STDOUT, env=ALERTS_TO_LOOPBACK))
         return procs[-1], tmp / f"{name}.log"
 
-    server, server_log = start(["server", "--port", "0", "--data-dir", str(tmp), "--batch-timeout", "1"], "nats")
+    server, server_log = start(["server", "--port", "0", "--data-dir", str(tmp), "--batch-timeout", "1",
+                                "--nats-sync", "default"], "nats")  # the search tests seed 200,000 messages
     def started():
         assert server.poll() is None, server_log.read_text()
         return re.search(r"nats://[\d.]+:\d+", server_log.read_text())

@@ -210,3 +210,14 @@ def test_refusals_every_takes_seconds_from_one_to_an_hour_and_nothing_else(value
     with pytest.raises(SystemExit):
         parse(["serve", "--refusals-every", value], {})
     assert parse(["serve", "--refusals-every", "2"], {}).web.refusals_every == 2.0
+
+
+@pytest.mark.parametrize("value", ['always"; include /etc/passwd', "2m", "", "ALWAYS", "always\n", "x" * 1000])
+def test_the_embedded_servers_sync_policy_is_one_of_two_words_never_text_written_into_its_configuration(value):
+    if value:  # an empty variable is an unset one: the default
+        with pytest.raises(ConfigError):
+            load(environ={"BATCH_CONSOLE_NATS_SYNC": value})
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["server", "--nats-sync", value])
+    assert load(environ={}).embedded.nats_sync == "always"
+    assert load(environ={"BATCH_CONSOLE_NATS_SYNC": "default"}).embedded.nats_sync == "default"
