@@ -175,8 +175,11 @@ async def drain_node(runtime: Runtime, actions: Actions, node: str, progress: Ca
     """The action maintain.drain as the page and the API run it: the node's groups read again at the
     moment asked (a plan can be minutes old), the time box the batch timeout; `evacuate`: its replicas too."""
     from console.commands import DrainNode
+    from console.domain.maintenance import Plan
 
     timeout = runtime.settings.collector.batch_timeout_or_default
+    if actions.allowed(DrainNode) is not None:  # refused before anything is read: said and audited at once
+        await actions.run(DrainNode(Plan(node_name(node), (), (), 0, None, (), 0.0, (), (), ()), 0.0, timeout))
     command = DrainNode(await runtime.maintenance_plan(node, 0, evacuate), timeout, timeout, progress,
                         _ledger(runtime, runtime.settings, timeout, progress))
     moves = await actions.run(command)
@@ -194,6 +197,8 @@ async def restart_node(runtime: Runtime, actions: Actions, node: str,
     if not command:
         raise ConfigError("the console was started without --restart-command: it restarts no node")
     timeout = runtime.settings.collector.batch_timeout_or_default
+    if actions.allowed(RestartNodes) is not None:  # refused before anything is read: said and audited at once
+        await actions.run(RestartNodes([node_name(node)], command, timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT, [], 0))
     servers = await server_names(runtime.nc, runtime.system_nc)
     restarts = RestartNodes([node_name(node)], command, timeout, timeout, RUN_TIMEOUT, BACK_TIMEOUT,
                             list(runtime.settings.connection.servers), len(servers), progress,
