@@ -63,10 +63,8 @@ def _group(stream: str, consumer: str | None, cluster: ClusterInfo | None, confi
 
 async def read_meta(system_nc: Client | None) -> tuple[str | None, tuple[tuple[str, bool, bool], ...]]:
     """The meta leader and its followers, from the system account (None without one)."""
-    if system_nc is None:
-        return None, ()
-    answers = await _jsz_answers(system_nc)
-    return _meta_of(answers)[:2]
+    leader, peers, _ = await read_meta_all(system_nc)
+    return leader, peers
 
 
 async def read_meta_all(system_nc: Client | None) -> tuple[str | None, tuple[tuple[str, bool, bool], ...],
