@@ -124,6 +124,7 @@ class FastBatch:
         self._sub: _Replies | None = None
         self._progress = asyncio.Event()
         self._final: asyncio.Future[PubAck] | None = None
+        self._final_op = FastOp.COMMIT
         self._failure: BatchError | None = None
         self._last_problem: FlowGap | FlowError | None = None
         self._subject: str | None = None
@@ -233,6 +234,7 @@ class FastBatch:
         self.closed = True
         self._subject = self._subject or subject
         self._final = asyncio.get_running_loop().create_future()
+        self._final_op = op
         self.seq += 1
         await self._out.send(subject, payload, self.seq, int(op), headers)
         try:
@@ -321,11 +323,20 @@ class FastBatch:
             self.on_problem(problem)
 
     def _on_puback(self, puback: PubAck) -> None:
-        if self._final is not None and not self._final.done():
-            self._final.set_result(puback)
-        elif self._final is None:
-            # Unasked-for PubAck: in fail mode the server ended the batch at a gap or an error.
+        if self._final is not None and self._final.done():
+            return
+        if self._final is None or self._ended_by(puback):
+            # In fail mode the server ends the batch at a gap or an error with a PubAck counting what it
+            # stored before: unasked for, or come while the commit waits (the commit itself the gap).
             self._fail(BatchEndedError(self.batch_id, puback, self._last_problem))
+        else:
+            self._final.set_result(puback)
+
+    def _ended_by(self, puback: PubAck) -> bool:
+        if self.gap_mode is not GapMode.FAIL:
+            return False
+        whole = self.seq if self._final_op is FastOp.COMMIT else self.seq - 1  # an EOB is not stored
+        return self._last_problem is not None or (puback.count is not None and puback.count < whole)
 
     def _fail(self, error: BatchError) -> None:
         if self._failure is None:

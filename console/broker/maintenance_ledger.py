@@ -16,12 +16,15 @@ import nats.js.errors
 from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
 from console.config import EventLogSettings
+from console.domain.atomic_tracker import ANSWER_WAIT
 from console.domain.events import BatchEvent, EventKind
 from console.domain.ledger_verdict import LedgerVerdict, judge
 from console.domain.maintenance_record import MaintenanceRecord
 from console.errors import ConsoleError
 
-SETTLE = 2.0  # seconds past the batch timeout an open batch's end takes to reach the ledger
+# seconds past the batch timeout an open batch's end takes to reach the ledger: a batch an election dropped
+# and never committed is named lost ANSWER_WAIT past it, then written
+SETTLE = ANSWER_WAIT + 3.0
 RECORD_TRIES = 3  # appends of a maintenance's record before it is said not written
 
 

@@ -26,6 +26,21 @@ MAX_PREFIXES = 1000  # publisher connections whose replies are followed
 NEW_STREAM = timedelta(seconds=5)  # a replicated stream's first election follows its creation: nothing was open
 
 
+NO_RESPONDERS = b"\x00503"  # kept for a reply that was a no-responders status (no body says it)
+
+
+def _refusal(data: bytes) -> int | None:
+    """A commit's reply: None for a PubAck (or a body that is none: nothing is said of it), else the
+    refusal's err_code (0: no stream answered)."""
+    if data == NO_RESPONDERS:
+        return 0
+    try:
+        reply = to_reply(data)
+    except MalformedReply:
+        return None
+    return reply.err_code if isinstance(reply, ApiError) else None
+
+
 class AtomicWatch:
     def __init__(self, nc: Connection, batch_timeout: float, max_batches: int, errors: Tally):
         self.nc = nc
@@ -39,16 +54,27 @@ class AtomicWatch:
         self.replies_followed = 0  # of them, in place on the server
         self._expecting: OrderedDict[str, tuple[str, str, datetime]] = OrderedDict()  # reply -> batch, stream
         self._early: OrderedDict[str, tuple[bytes, datetime]] = OrderedDict()  # replies ahead of their message
+        self._commits: OrderedDict[str, tuple[str, datetime]] = OrderedDict()  # reply -> batch, its commit seen
 
-    def observe(self, stream: str, headers: Mapping[str, str], now: datetime, reply: str | None = None) -> None:
-        """A tapped message with batch headers. Raises MalformedAtomicMessage."""
+    def observe(self, stream: str, headers: Mapping[str, str], now: datetime, reply: str | None = None) -> list[BatchEvent]:
+        """A tapped message with batch headers: what its commit's reply, come first, says. Raises
+        MalformedAtomicMessage."""
         found = self.tracker.observe(stream, headers, now)
-        if found is not None:
-            identity, seq, commits = found
-            if seq == 1 and reply:
-                self.tally.opened(identity, stream, reply, now)
-            if commits:
-                self.tally.committed(identity, stream, seq - (headers.get(BATCH_COMMIT) == "eob"))
+        if found is None:
+            return []
+        identity, seq, commits = found
+        if seq == 1 and reply:
+            self.tally.opened(identity, stream, reply, now)
+        if not commits:
+            return []
+        self.tally.committed(identity, stream, seq - (headers.get(BATCH_COMMIT) == "eob"))
+        if not reply or identity not in self.tracker.committing:
+            return []
+        if (early := self._early.pop(reply, None)) is not None:
+            return self.tracker.answered(identity, _refusal(early[0]), now)
+        self._commits[reply] = (identity, now)
+        self._trim(self._commits, now)
+        return []
 
     async def on_context(self, event: BatchEvent, now: datetime) -> list[BatchEvent]:
         """What a stream event means for open atomic batches: ATOMIC_LOST for each one named, else a
@@ -97,7 +123,10 @@ class AtomicWatch:
         self._trim(self._expecting, now)
         return []
 
-    def on_reply(self, subject: str, data: bytes, now: datetime) -> list[BatchEvent]:
+    def on_reply(self, subject: str, data: bytes, now: datetime, no_responders: bool = False) -> list[BatchEvent]:
+        data = NO_RESPONDERS if no_responders else data
+        if (commit := self._commits.pop(subject, None)) is not None:
+            return self.tracker.answered(commit[0], _refusal(data), now)
         if (expected := self._expecting.pop(subject, None)) is not None:
             return self._judge(expected[0], expected[1], data, now)
         self._early[subject] = (bytes(data[:512]), now)
@@ -120,10 +149,12 @@ class AtomicWatch:
         while pending and (len(pending) > REMEMBERED or now - next(iter(pending.values()))[-1] > REPLY_WAIT):
             pending.popitem(last=False)
 
-    def tick(self, now: datetime) -> None:
-        self.tracker.tick(now)
+    def tick(self, now: datetime) -> list[BatchEvent]:
+        """The batches an election dropped whose commit never answered."""
         self._trim(self._expecting, now)
         self._trim(self._early, now)
+        self._trim(self._commits, now)
+        return self.tracker.tick(now)
 
     async def _lookup(self, stream: str, new_at: datetime | None = None) -> bool | None:
         """Whether the stream allows atomic batches (remembered); False for a stream created just

@@ -55,4 +55,5 @@ class BatchState:
     def tick(self, put: Put) -> None:
         """What has timed out since the last tick."""
         put(self.tracker.tick(now()), FI_TAP)
-        self.atomic.tick(now())
+        if lost := self.atomic.tick(now()):
+            put(lost, PUBLISH_TAP)

@@ -136,10 +136,12 @@ class TapReader:
                 self.grading.atomic_message(msg, stream)
             if stream is not None:
                 try:
-                    self.state.atomic.observe(stream, msg.batch_headers, now(), msg.reply)
+                    answered = self.state.atomic.observe(stream, msg.batch_headers, now(), msg.reply)
                 except MalformedInput as e:
                     self.intake.reject(PUBLISH_TAP, e.reason, msg)
                     return
+                if answered:
+                    self.intake.put(answered, PUBLISH_TAP)
                 self.intake.kept.saw(msg.batch_headers["Nats-Batch-Id"], int(msg.batch_headers["Nats-Batch-Sequence"]),
                                      stream, msg.subject, msg.headers, msg.data, now())
                 if msg.reply and msg.batch_headers.get("Nats-Batch-Sequence") == "1":
@@ -188,7 +190,7 @@ class TapReader:
                 self.grading.refused(events, arrival)
 
     async def _on_atomic_reply(self, msg: Inbound) -> None:
-        if events := self.state.atomic.on_reply(msg.subject, msg.data, now()):
+        if events := self.state.atomic.on_reply(msg.subject, msg.data, now(), msg.no_responders):
             self.intake.put(events, PUBLISH_TAP)
             if self.grading is not None:
                 self.grading.refused(events, msg.arrival)

@@ -3,15 +3,23 @@ that drops open batches without any advisory names each of them lost (ATOMIC_LOS
 drops an open atomic batch silently when the stream elects a new leader (its commit then gets
 10176), when an update switches allow_atomic off, and when the stream is deleted.
 
-Pure and bounded: a batch is forgotten at its commit message, when an advisory names it, or once
-silent past the batch timeout (the server abandons it then, with an advisory).
+An election is judged by each batch's commit, when its reply is followed: the tap's order of a batch's
+first message and the election's advisory is not the server's (a batch the tap saw open at the
+advisory may have begun on the new leader and commit; one it saw begin after may have begun on the
+old one and be refused). So at an election the open batches are only suspects: a PubAck clears one,
+a refusal names it lost, and one whose commit never answers (the publisher gave up, or its replies
+are not followed) is named lost, inferred, a batch timeout after it was last seen. A commit refused
+with 10176 soon after an election is that election's loss, whatever the tap's order.
+
+Pure and bounded: a batch is forgotten once its commit is answered (or not, ANSWER_WAIT), when an
+advisory names it, or once silent past the batch timeout (the server abandons it then, with an advisory).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Callable, Mapping
 
 from console.domain.events import BatchEvent, EventKind
@@ -25,6 +33,9 @@ KEPT_HEADERS = (*BATCH_HEADERS, REQUIRED_API_LEVEL)  # what the publish-side tap
 LEADER_CHANGE, DISABLED, STREAM_DELETED = "leader_change", "disabled", "stream_deleted"
 MAX_COUNTED_STREAMS = 10_000  # streams whose atomic batches are counted
 KEPT_PAST_TIMEOUT = 30.0  # seconds a quiet batch is kept past the batch timeout, for a late stream event
+ANSWER_WAIT = 2.0  # seconds a commit's reply is waited for once the tap saw the commit (they race to it)
+ELECTION_SLACK = 2.0  # a batch the tap saw begin this long after an election's advisory may have met it
+INCOMPLETE = 10176
 WHAT = {LEADER_CHANGE: "the stream elected a new leader", DISABLED: "an update switched allow_atomic off",
         STREAM_DELETED: "the stream was deleted"}
 
@@ -50,6 +61,8 @@ class OpenAtomic:
     first_seen: datetime
     last_seen: datetime
     last_seq: int
+    dropped_at: datetime | None = None  # an election's time, if one may have dropped it (a suspect)
+    committed_at: datetime | None = None  # when the tap saw its commit, whose reply is then waited for
 
 
 def batch_message(headers: Mapping[str, str]) -> tuple[str, int, bool] | None:
@@ -72,6 +85,8 @@ class AtomicTracker:
         self.untracked = Tally()  # stream -> batches not tracked (the tracker was full)
         self.messages = 0  # batch messages seen
         self.started: dict[str, int] = {}  # stream -> atomic batches seen open since the start (loss budgets)
+        self.committing: dict[str, OpenAtomic] = {}  # committed on the publish side, the reply not yet seen
+        self.elections: OrderedDict[str, datetime] = OrderedDict()  # stream -> its last election's time
 
     def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> tuple[str, int, bool] | None:
         """One tapped message on a stream's subject: its (batch id, sequence, commits), None for a message
@@ -82,7 +97,11 @@ class AtomicTracker:
         identity, seq, commits = seen
         self.messages += 1
         if commits:
-            self.batches.pop(identity, None)  # its outcome, if bad, comes as an advisory or a 10176
+            if (batch := self.batches.pop(identity, None)) is not None:  # its reply says; else an advisory
+                batch.committed_at = now  # last_seq stays: what was open when dropped
+                self.committing[identity] = batch
+                while len(self.committing) > self.max_batches:
+                    self.committing.pop(next(iter(self.committing)))
             return seen
         batch = self.batches.get(identity)
         if batch is None and seq == 1 and (stream in self.started or len(self.started) < MAX_COUNTED_STREAMS):
@@ -101,28 +120,80 @@ class AtomicTracker:
     def dropped(self, stream: str, reason: str, now: datetime, at: datetime | None = None) -> list[BatchEvent]:
         """Every batch open on the stream when the event happened (`at`, the server's time; else now) is
         lost, for this reason (one of WHAT); one quiet for the batch timeout by then had been abandoned,
-        with its advisory, and is forgotten."""
+        with its advisory, and is forgotten. An election's are suspects, judged by their commits."""
         at = at or now
         on_stream = [b for b in self.batches.values() if b.stream == stream]
         lost = [b for b in on_stream if (at - b.last_seen).total_seconds() <= self.batch_timeout]
+        if reason == LEADER_CHANGE:
+            self._elected(stream, at)
+            open_then = {b.batch_id for b in lost}
+            for batch in on_stream:
+                if batch.batch_id in open_then:
+                    batch.dropped_at = batch.dropped_at or at
+                else:
+                    del self.batches[batch.batch_id]
+            for batch in self.committing.values():
+                if batch.stream == stream and batch.first_seen <= at + timedelta(seconds=ELECTION_SLACK):
+                    batch.dropped_at = batch.dropped_at or at  # committed as the stream elected: its reply says
+            return []
         for batch in on_stream:
             del self.batches[batch.batch_id]
-        return [BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, stream, b.batch_id, reason=reason,
-                           seq=b.last_seq, inferred=True,
-                           detail=f"open with {b.last_seq} message(s) sent when {WHAT[reason]}; the server "
-                                  f"dropped it without an advisory (its commit gets 10176)")
-                for b in lost]
+        return [self._lost(b, reason, now, inferred=True) for b in lost]
+
+    def answered(self, identity: str, refused: int | None, now: datetime) -> list[BatchEvent]:
+        """A batch's commit was answered: a PubAck (refused None) or a refusal's err_code (0: no stream
+        answered). Lost when refused as an election drops a batch; else the advisories say."""
+        batch = self.committing.pop(identity, None)
+        if batch is None or refused is None:
+            return []
+        elected = self.elections.get(batch.stream)
+        met = batch.dropped_at is not None or (
+            refused == INCOMPLETE and elected is not None
+            and elected >= batch.first_seen - timedelta(seconds=ELECTION_SLACK))
+        if not met:
+            return []
+        return [self._lost(batch, LEADER_CHANGE, now, inferred=False, refused=refused)]
+
+    def _lost(self, b: OpenAtomic, reason: str, now: datetime, inferred: bool, refused: int | None = None) -> BatchEvent:
+        if refused is None:
+            said = "the server dropped it without an advisory (its commit gets 10176)" + (
+                "; its commit's reply was not seen" if b.committed_at is not None else "")
+        else:
+            said = f"its commit was refused ({refused})" if refused else "no stream answered its commit"
+        return BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, b.stream, b.batch_id, reason=reason,
+                          seq=b.last_seq, inferred=inferred,
+                          detail=f"open with {b.last_seq} message(s) sent when {WHAT[reason]}; {said}")
+
+    def _elected(self, stream: str, at: datetime) -> None:
+        self.elections.pop(stream, None)
+        self.elections[stream] = at
+        if len(self.elections) > MAX_COUNTED_STREAMS:
+            self.elections.popitem(last=False)
 
     def abandoned(self, identity: str) -> None:
         """An advisory named the batch: nothing more to say of it here."""
         self.batches.pop(identity, None)
+        self.committing.pop(identity, None)
 
-    def tick(self, now: datetime) -> None:
-        """Forget the batches the server has abandoned (and said so), once the event that would have dropped
-        them while open can no longer be on its way: an election's advisory comes late on a busy system."""
+    def tick(self, now: datetime) -> list[BatchEvent]:
+        """The suspects whose commit never answered, lost (inferred). Forget the batches the server has
+        abandoned (and said so), once the event that would have dropped them while open can no longer
+        be on its way: an election's advisory comes late on a busy system."""
+        lost = []
+        for identity, batch in list(self.committing.items()):
+            assert batch.committed_at is not None
+            if (now - batch.committed_at).total_seconds() > ANSWER_WAIT:
+                del self.committing[identity]
+                if batch.dropped_at is not None:
+                    lost.append(self._lost(batch, LEADER_CHANGE, now, inferred=True))
         for identity, batch in list(self.batches.items()):
-            if (now - batch.last_seen).total_seconds() > self.batch_timeout + KEPT_PAST_TIMEOUT:
+            quiet = (now - max(batch.last_seen, batch.dropped_at or batch.last_seen)).total_seconds()
+            if batch.dropped_at is not None and quiet > self.batch_timeout + ANSWER_WAIT:
+                del self.batches[identity]  # never committed: the publisher gave up, or its commit was not seen
+                lost.append(self._lost(batch, LEADER_CHANGE, now, inferred=True))
+            elif quiet > self.batch_timeout + KEPT_PAST_TIMEOUT:
                 del self.batches[identity]
+        return lost
 
 
 

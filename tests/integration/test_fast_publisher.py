@@ -92,6 +92,22 @@ async def test_gap_in_fail_mode_ends_the_batch_with_what_was_stored(nc, make_str
         await batch.add(f"{subj}.g", b"x")
 
 
+@pytest.mark.parametrize("finish", ["commit", "commit_eob"])
+async def test_a_gap_at_the_commit_in_fail_mode_is_an_end_not_a_commit(nc, make_stream, finish):
+    """The server's final PubAck after a gap counts what it stored before it: waited for as the commit's
+    answer, it is still the batch's end (found on a cluster, where a leader change loses the commit)."""
+    stream, subj = await make_stream(allow_batched=True)
+    batch = FastBatch(nc, flow=2, gap_mode="fail")
+    for _ in range(3):
+        await batch.add(f"{subj}.g", b"x")
+    batch.skip_seq()
+    with pytest.raises(BatchEndedError) as info:
+        await (batch.commit(f"{subj}.g", b"last") if finish == "commit" else batch.commit_eob())
+    assert info.value.cause == FlowGap(first_lost_seq=4, seq=5)
+    assert info.value.puback.count == 3
+    assert (await nc.jetstream().stream_info(stream)).state.messages == 3
+
+
 async def test_ping_recovers_the_last_ack_and_reveals_a_gap(nc, make_stream):
     _, subj = await make_stream(allow_batched=True)
     seen = []

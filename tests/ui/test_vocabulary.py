@@ -29,8 +29,24 @@ def test_a_page_fits_1280_pixels_and_names_every_stream_as_a_link(console, lost_
         expect(page.get_by_text(STREAM, exact=True).first).to_be_visible(timeout=30_000)
     page.wait_for_load_state("networkidle")
     widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-    assert widths[0] <= widths[1], f"{path or '/'} is {widths[0]} px wide in a {widths[1]} px window"
+    assert widths[0] <= widths[1], f"{path or '/'} is {widths[0]} px wide in a {widths[1]} px window: {_widest(page)}"
     names = page.get_by_text(STREAM, exact=True)
     for i in range(names.count()):
         tag = names.nth(i).evaluate("e => e.closest('a') ? 'a' : e.tagName.toLowerCase()")
         assert tag in ("a", "option"), f"{path or '/'}: the stream name in a <{tag}> is not a link"
+
+
+def _widest(page) -> str:
+    """The deepest element whose right edge passes the window, as its tag and first text (to say what overflows)."""
+    return page.evaluate("""() => {
+        const out = [];
+        const walk = (root) => root.querySelectorAll('*').forEach(e => {
+            if (e.shadowRoot) walk(e.shadowRoot);
+            const r = e.getBoundingClientRect();
+            if (r.right > window.innerWidth + 1) out.push(e);
+        });
+        walk(document);
+        const deepest = out.filter(e => !out.some(o => o !== e && e.contains(o)));
+        return deepest.slice(0, 3).map(e => `<${e.tagName.toLowerCase()} class="${e.className}">`
+            + (e.textContent || '').slice(0, 120)).join(' | ');
+    }""")

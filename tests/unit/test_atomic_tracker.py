@@ -2,7 +2,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.domain.atomic_tracker import KEPT_PAST_TIMEOUT, AtomicTracker, MalformedAtomicMessage, batch_message, reply_prefix
+from console.domain.atomic_tracker import (
+    ANSWER_WAIT, INCOMPLETE, KEPT_PAST_TIMEOUT, LEADER_CHANGE, AtomicTracker, MalformedAtomicMessage, batch_message,
+    reply_prefix,
+)
 from console.domain.events import EventKind
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
@@ -25,13 +28,68 @@ def test_open_batches_are_named_lost_by_the_event_that_drops_them_and_forgotten_
     tracker.observe("S", headers("done", 2, commit=True), at(1))  # committed: not open
     tracker.observe("T", headers("other", 1), at(1))
     tracker.observe("S", {"Nats-Msg-Id": "x"}, at(1))  # not a batch message
-    [lost] = tracker.dropped("S", "leader_change", at(2))
-    assert (lost.kind, lost.batch_id, lost.reason, lost.seq) == (EventKind.ATOMIC_LOST, "a", "leader_change", 2)
-    assert tracker.dropped("S", "leader_change", at(3)) == [] and tracker.open_on("T") == 1
-    tracker.tick(at(12))  # silent past the timeout: the server abandons it, with an advisory; kept a while
+    [lost] = tracker.dropped("S", "disabled", at(2))
+    assert (lost.kind, lost.batch_id, lost.reason, lost.seq, lost.inferred) == (EventKind.ATOMIC_LOST, "a", "disabled", 2, True)
+    assert tracker.dropped("S", "stream_deleted", at(3)) == [] and tracker.open_on("T") == 1
+    assert tracker.tick(at(12)) == []  # silent past the timeout: the server abandons it, with an advisory; kept a while
     assert tracker.open_on("T") == 1  # for an election's advisory that comes late
     tracker.tick(at(11 + KEPT_PAST_TIMEOUT + 1))
     assert tracker.open_on("T") == 0
+
+
+def election(batches: dict[str, int], commits: tuple[str, ...] = ()) -> AtomicTracker:
+    """S elects a leader at 5 s with these batches open (id -> messages sent, from 0 s); `commits` then commit at 6 s."""
+    tracker = AtomicTracker(batch_timeout=10)
+    for batch, sent in batches.items():
+        for seq in range(1, sent + 1):
+            tracker.observe("S", headers(batch, seq), at(seq * 0.1))
+    assert tracker.dropped("S", LEADER_CHANGE, at(5.2), at=at(5)) == []  # suspects, not yet lost
+    for batch in commits:
+        tracker.observe("S", headers(batch, batches[batch] + 1, commit=True), at(6))
+    return tracker
+
+
+def test_a_batch_open_at_an_election_is_lost_only_when_its_commit_is_refused():
+    tracker = election({"kept": 2, "refused": 3, "gone": 1}, commits=("kept", "refused"))
+    assert tracker.answered("kept", None, at(6.1)) == []  # a PubAck: it met the new leader, whatever the tap's order
+    [lost] = tracker.answered("refused", INCOMPLETE, at(6.1))
+    assert (lost.kind, lost.batch_id, lost.reason, lost.seq, lost.inferred) == \
+        (EventKind.ATOMIC_LOST, "refused", LEADER_CHANGE, 3, False)
+    assert "refused (10176)" in lost.detail
+    assert tracker.tick(at(6.2)) == [] and tracker.tick(at(5 + 10 + ANSWER_WAIT - 0.1)) == []
+    [gone] = tracker.tick(at(5 + 10 + ANSWER_WAIT + 0.1))  # never committed: lost, inferred
+    assert (gone.batch_id, gone.reason, gone.inferred) == ("gone", LEADER_CHANGE, True)
+    assert tracker.tick(at(60)) == [] and tracker.open_on("S") == 0
+
+
+def test_a_suspect_whose_commit_is_not_answered_is_lost_inferred():
+    """Its publisher's replies not followed (or gone): as the tap alone can tell it."""
+    tracker = election({"unheard": 2}, commits=("unheard",))
+    assert tracker.tick(at(6 + ANSWER_WAIT - 0.1)) == []
+    [lost] = tracker.tick(at(6 + ANSWER_WAIT + 0.1))
+    assert (lost.batch_id, lost.inferred) == ("unheard", True) and "reply was not seen" in lost.detail
+    assert tracker.answered("unheard", None, at(9)) == []  # too late to say anything more
+
+
+def test_a_batch_the_tap_saw_begin_after_the_election_is_still_its_loss_when_refused_10176():
+    """The tap read the batch's first message after the election's advisory; the server had it before."""
+    tracker = election({})
+    tracker.observe("S", headers("late", 1), at(6))
+    tracker.observe("S", headers("late", 2, commit=True), at(6.2))
+    [lost] = tracker.answered("late", INCOMPLETE, at(6.3))
+    assert (lost.batch_id, lost.reason, lost.inferred) == ("late", LEADER_CHANGE, False)
+    tracker.observe("S", headers("later", 1), at(30))  # long after: a 10176 is the advisories' to explain
+    tracker.observe("S", headers("later", 2, commit=True), at(30.2))
+    assert tracker.answered("later", INCOMPLETE, at(30.3)) == []
+    tracker.observe("S", headers("fine", 1), at(6))
+    tracker.observe("S", headers("fine", 2, commit=True), at(6.2))
+    assert tracker.answered("fine", None, at(6.3)) == [] and tracker.tick(at(60)) == []
+
+
+def test_an_advisory_that_names_a_suspect_leaves_it_to_the_advisory():
+    tracker = election({"named": 2}, commits=("named",))
+    tracker.abandoned("named")
+    assert tracker.answered("named", INCOMPLETE, at(6.1)) == [] and tracker.tick(at(60)) == []
 
 
 def test_a_late_election_advisory_names_the_batches_open_when_it_happened_and_only_those():
@@ -41,8 +99,17 @@ def test_a_late_election_advisory_names_the_batches_open_when_it_happened_and_on
     tracker.observe("S", headers("open", 1), at(10))
     tracker.observe("S", headers("quiet", 1), at(7))
     tracker.tick(at(13))  # the advisory is not here yet, 3 s later
-    lost = tracker.dropped("S", "leader_change", at(13), at=at(10.5))
+    assert tracker.dropped("S", "leader_change", at(13), at=at(10.5)) == []
+    lost = tracker.tick(at(13.6))  # its commit never came
     assert [b.batch_id for b in lost] == ["open"] and tracker.open_on("S") == 0
+
+
+def test_the_batches_waiting_for_their_commits_reply_are_bounded():
+    tracker = AtomicTracker(batch_timeout=10, max_batches=3)
+    for i in range(10):
+        tracker.observe("S", headers(f"b{i}", 1), at(0))
+        tracker.observe("S", headers(f"b{i}", 2, commit=True), at(0))
+    assert list(tracker.committing) == ["b7", "b8", "b9"]
 
 
 @pytest.mark.parametrize("bad", [headers("", 1), headers("x" * 65, 1), headers("a", 0), headers("a", "1e3"),
