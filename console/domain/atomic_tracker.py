@@ -86,6 +86,7 @@ class AtomicTracker:
         self.messages = 0  # batch messages seen
         self.started: dict[str, int] = {}  # stream -> atomic batches seen open since the start (loss budgets)
         self.committing: dict[str, OpenAtomic] = {}  # committed on the publish side, the reply not yet seen
+        self.refused: dict[str, tuple[OpenAtomic, int, datetime]] = {}  # commits refused, no cause known yet
         self.elections: OrderedDict[str, datetime] = OrderedDict()  # stream -> its last election's time
 
     def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> tuple[str, int, bool] | None:
@@ -135,24 +136,34 @@ class AtomicTracker:
             for batch in self.committing.values():
                 if batch.stream == stream and batch.first_seen <= at + timedelta(seconds=ELECTION_SLACK):
                     batch.dropped_at = batch.dropped_at or at  # committed as the stream elected: its reply says
-            return []
+            explained = [b for b, refused, when in self.refused.values()
+                         if b.stream == stream and self._met(b, at) and at <= when + timedelta(seconds=ELECTION_SLACK)]
+            return [self._lost(b, LEADER_CHANGE, now, inferred=False, refused=self.refused.pop(b.batch_id)[1])
+                    for b in explained]
         for batch in on_stream:
             del self.batches[batch.batch_id]
         return [self._lost(b, reason, now, inferred=True) for b in lost]
 
     def answered(self, identity: str, refused: int | None, now: datetime) -> list[BatchEvent]:
         """A batch's commit was answered: a PubAck (refused None) or a refusal's err_code (0: no stream
-        answered). Lost when refused as an election drops a batch; else the advisories say."""
+        answered). A refusal is lost: to the election that met the batch, at once when one is known (its
+        advisory can come after the reply); else held for the advisory that names it (then it is the
+        advisory's), or an election's, and named lost unexplained past REFUSAL_WAIT."""
         batch = self.committing.pop(identity, None)
         if batch is None or refused is None:
             return []
         elected = self.elections.get(batch.stream)
-        met = batch.dropped_at is not None or (
-            refused == INCOMPLETE and elected is not None
-            and elected >= batch.first_seen - timedelta(seconds=ELECTION_SLACK))
-        if not met:
-            return []
-        return [self._lost(batch, LEADER_CHANGE, now, inferred=False, refused=refused)]
+        if batch.dropped_at is not None or (elected is not None and self._met(batch, elected)):
+            return [self._lost(batch, LEADER_CHANGE, now, inferred=False, refused=refused)]
+        self.refused[identity] = (batch, refused, now)
+        while len(self.refused) > self.max_batches:
+            self.refused.pop(next(iter(self.refused)))
+        return []
+
+    @staticmethod
+    def _met(batch: OpenAtomic, elected: datetime) -> bool:
+        """Whether an election at that time can have dropped the batch (the tap's clock is not the server's)."""
+        return elected >= batch.first_seen - timedelta(seconds=ELECTION_SLACK)
 
     def _lost(self, b: OpenAtomic, reason: str, now: datetime, inferred: bool, refused: int | None = None) -> BatchEvent:
         if refused is None:
@@ -160,9 +171,10 @@ class AtomicTracker:
                 "; its commit's reply was not seen" if b.committed_at is not None else "")
         else:
             said = f"its commit was refused ({refused})" if refused else "no stream answered its commit"
+        when = f"open with {b.last_seq} message(s) sent when {WHAT[reason]}" if reason in WHAT else \
+            f"{b.last_seq} message(s) sent, then the commit; neither an advisory nor an election said why"
         return BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, b.stream, b.batch_id, reason=reason,
-                          seq=b.last_seq, inferred=inferred,
-                          detail=f"open with {b.last_seq} message(s) sent when {WHAT[reason]}; {said}")
+                          seq=b.last_seq, inferred=inferred, detail=f"{when}; {said}")
 
     def _elected(self, stream: str, at: datetime) -> None:
         self.elections.pop(stream, None)
@@ -174,6 +186,7 @@ class AtomicTracker:
         """An advisory named the batch: nothing more to say of it here."""
         self.batches.pop(identity, None)
         self.committing.pop(identity, None)
+        self.refused.pop(identity, None)
 
     def tick(self, now: datetime) -> list[BatchEvent]:
         """The suspects whose commit never answered, lost (inferred). Forget the batches the server has
@@ -186,6 +199,11 @@ class AtomicTracker:
                 del self.committing[identity]
                 if batch.dropped_at is not None:
                     lost.append(self._lost(batch, LEADER_CHANGE, now, inferred=True))
+        for identity, (batch, refused, when) in list(self.refused.items()):
+            if (now - when).total_seconds() > self.batch_timeout + ANSWER_WAIT:
+                del self.refused[identity]  # refused, and neither an advisory nor an election said why
+                reason = {INCOMPLETE: "incomplete", 0: "no_responders"}.get(refused, "error")
+                lost.append(self._lost(batch, reason, now, inferred=False, refused=refused))
         for identity, batch in list(self.batches.items()):
             quiet = (now - max(batch.last_seen, batch.dropped_at or batch.last_seen)).total_seconds()
             if batch.dropped_at is not None and quiet > self.batch_timeout + ANSWER_WAIT:

@@ -78,12 +78,35 @@ def test_a_batch_the_tap_saw_begin_after_the_election_is_still_its_loss_when_ref
     tracker.observe("S", headers("late", 2, commit=True), at(6.2))
     [lost] = tracker.answered("late", INCOMPLETE, at(6.3))
     assert (lost.batch_id, lost.reason, lost.inferred) == ("late", LEADER_CHANGE, False)
-    tracker.observe("S", headers("later", 1), at(30))  # long after: a 10176 is the advisories' to explain
-    tracker.observe("S", headers("later", 2, commit=True), at(30.2))
-    assert tracker.answered("later", INCOMPLETE, at(30.3)) == []
     tracker.observe("S", headers("fine", 1), at(6))
     tracker.observe("S", headers("fine", 2, commit=True), at(6.2))
     assert tracker.answered("fine", None, at(6.3)) == [] and tracker.tick(at(60)) == []
+
+
+def test_a_refusal_heard_before_the_elections_advisory_is_that_elections_loss():
+    """The commit's reply reaches the collector before the advisory of the election that dropped the batch."""
+    tracker = election({})
+    for batch in ("first", "named"):
+        tracker.observe("S", headers(batch, 1), at(30))
+        tracker.observe("S", headers(batch, 2, commit=True), at(31))
+        assert tracker.answered(batch, INCOMPLETE, at(31.1)) == []  # held: no cause known yet
+    tracker.abandoned("named")  # an advisory said why: the advisory's
+    [lost] = tracker.dropped("S", LEADER_CHANGE, at(31.3), at=at(30.9))
+    assert (lost.batch_id, lost.reason, lost.inferred) == ("first", LEADER_CHANGE, False)
+    assert tracker.tick(at(60)) == []
+
+
+def test_a_refusal_nothing_explains_is_lost_for_what_the_server_said():
+    tracker = AtomicTracker(batch_timeout=10)
+    for batch, refused in (("incomplete", INCOMPLETE), ("no_responders", 0), ("error", 10199)):
+        tracker.observe("S", headers(batch, 1), at(0))
+        tracker.observe("S", headers(batch, 2, commit=True), at(0.1))
+        assert tracker.answered(batch, refused, at(0.2)) == []
+    assert tracker.tick(at(0.2 + 10 + ANSWER_WAIT - 0.1)) == []
+    lost = tracker.tick(at(0.2 + 10 + ANSWER_WAIT + 0.1))
+    assert [(e.batch_id, e.reason, e.inferred) for e in lost] == \
+        [("incomplete", "incomplete", False), ("no_responders", "no_responders", False), ("error", "error", False)]
+    assert "neither an advisory nor an election said why" in lost[0].detail and "(10176)" in lost[0].detail
 
 
 def test_an_advisory_that_names_a_suspect_leaves_it_to_the_advisory():
