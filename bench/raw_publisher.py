@@ -15,10 +15,17 @@ from urllib.parse import urlparse
 
 
 class Outcomes:
-    """A publisher's batches, each (time.perf_counter(), committed): counted by window."""
+    """A publisher's batches, each (time.perf_counter(), committed): counted by window; and each one's
+    outcome by its batch id, where the id is known (to hold the loss ledger's against)."""
 
     def __init__(self) -> None:
         self.outcomes: list[tuple[float, bool]] = []
+        self.by_id: dict[str, tuple[float, bool]] = {}
+
+    def ended(self, batch_id: str | None, committed: bool) -> None:
+        self.outcomes.append((time.perf_counter(), committed))
+        if batch_id:
+            self.by_id[batch_id] = self.outcomes[-1]
 
     def between(self, start: float, end: float) -> tuple[int, int]:
         """(lost, committed) of the batches that ended between the two times."""
@@ -49,7 +56,8 @@ class RawAtomicPublisher(Outcomes):
                 reading = asyncio.create_task(self._read(reader))
                 try:
                     while not self.stopped and not reading.done():
-                        self.outcomes.append((time.perf_counter(), await self._batch()))
+                        batch = secrets.token_hex(8)
+                        self.ended(batch, await self._batch(batch))
                         await asyncio.sleep(self.idle_s)
                 finally:
                     reading.cancel()
@@ -57,8 +65,7 @@ class RawAtomicPublisher(Outcomes):
             except (OSError, asyncio.TimeoutError, ConnectionError):
                 await asyncio.sleep(0.2)  # its server restarting: the next one
 
-    async def _batch(self) -> bool:
-        batch = secrets.token_hex(8)
+    async def _batch(self, batch: str) -> bool:
         try:
             for seq in range(1, self.size + 1):
                 last = seq == self.size

@@ -2,7 +2,7 @@
 // back (@nats-io/jetstream's startBatch), each spread over about OPEN_MS, then IDLE_MS idle; with
 // "holds", it follows maintenance holds (holds.mjs) before each batch. Stops on SIGTERM, then prints one
 // JSON line: batches committed and lost, holds answered and refused. Each batch's outcome is a line as it
-// ends: "committed" or "lost".
+// ends: "committed <batch id>" or "lost <batch id>" ("lost -" when its first message failed: no id known).
 // Usage: node steady.mjs URL SUBJECT holds|no-holds [OPEN_MS] [IDLE_MS] [SIZE]
 import { connect } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream/internal";
@@ -20,8 +20,9 @@ console.error("ready");
 while (running) {
   if (holds && (await holds.free(subject))) heldBatches++;
   const n = Number(size), gap = Number(openMs) / n;
+  let batch = null;
   try {
-    const batch = await js.startBatch(subject, "m1");
+    batch = await js.startBatch(subject, "m1");
     for (let i = 2; i < n; i++) {
       await sleep(gap);
       await batch.add(subject, `m${i}`, { ack: false });
@@ -29,10 +30,10 @@ while (running) {
     await sleep(gap);
     await batch.commit(subject, `m${n}`);
     committed++;
-    console.log("committed");
+    console.log(`committed ${batch.id}`);
   } catch {
     lost++;
-    console.log("lost");
+    console.log(`lost ${batch?.id ?? "-"}`);
   }
   if (Number(idleMs) > 0) await sleep(Number(idleMs));
 }
