@@ -1,14 +1,12 @@
 """Searches as jobs for the API: POST starts one (the action search.run, as the Search page's, with its
 limits and its masking for the token's role), GET reads its progress and the matches so far, DELETE
-cancels it. A job is its caller's (a token's own id, not its name, which can be given again after a revoke):
-another is told there is none. Ended jobs are kept a while, within bounds for each caller and for all, so no
-caller's jobs push out another's or fill the web's memory."""
+cancels it. A job is its caller's, kept within bounds (console.api.job_store); the matches of ended jobs
+within byte budgets for each caller and for all."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from console.actions import Actions
+from console.api.job_store import JobStore, OwnedJob
 from console.commands import RunSearch
 from console.domain.search import Found, SearchProgress, SearchQuery
 
@@ -90,15 +89,12 @@ def match_size(found: Found) -> int:
 
 
 @dataclass
-class Job:
-    token: str
-    query: SearchQuery | None  # None: refused before it could be one
+class Job(OwnedJob):
+    query: SearchQuery | None = None  # None: refused before it could be one
     progress: SearchProgress = field(default_factory=SearchProgress)
     matches: list[Found] = field(default_factory=list)
     task: asyncio.Task[Any] | None = None
-    cancel: bool = False
     refused: str = ""
-    ended_at: float | None = None
     dropped: bool = False
     capped: bool = False  # its matches reached MAX_KEPT_EACH: stopped there
 
@@ -117,20 +113,19 @@ class Job:
 
 class Jobs:
     def __init__(self) -> None:
-        self._jobs: dict[str, Job] = {}
+        self._jobs: JobStore[Job] = JobStore(KEPT_FOR, MAX_JOBS, MAX_JOBS_EACH)
 
-    def refused(self, token: str, why: str) -> str:
+    def refused(self, owner: str, why: str) -> str:
         """A search that cannot run (an expression that does not compile, a name the server refuses): a job
         that says so, as a search refused while it runs does."""
-        self._forget(token)
-        job_id = secrets.token_urlsafe(12)
-        self._jobs[job_id] = Job(token, None, refused=why[:500], ended_at=time.monotonic())
+        job_id = self._jobs.add(Job(owner, refused=why[:500], ended_at=time.monotonic()))
+        self._within_budgets()
         return job_id
 
-    def start(self, token: str, query: SearchQuery, actions: Actions) -> str:
-        self._forget(token)
-        job_id = secrets.token_urlsafe(12)
-        job = self._jobs[job_id] = Job(token, query)
+    def start(self, owner: str, query: SearchQuery, actions: Actions) -> str:
+        job = Job(owner, query=query)
+        job_id = self._jobs.add(job)
+        self._within_budgets()
 
         def progress(state: SearchProgress) -> None:
             job.progress = state
@@ -164,46 +159,23 @@ class Jobs:
         job.task = asyncio.create_task(run(), name=f"api search {job_id}")
         return job_id
 
-    def of(self, token: str, job_id: str) -> Job | None:
-        self._forget()
-        job = self._jobs.get(job_id)
-        return job if job is not None and job.token == token else None
-
-    def _forget(self, starting: str | None = None) -> None:
-        """Ended jobs past KEPT_FOR go; `starting`: whose job is about to start, room made for it among its
-        own (and, with the console full, among the caller's with the most); matches past the byte budgets
-        are let go, the oldest ended first, each job saying so."""
-        now = time.monotonic()
-        for job_id in [j for j, job in self._jobs.items() if job.ended_at and now - job.ended_at > KEPT_FOR]:
-            del self._jobs[job_id]
-        if starting is not None:
-            while sum(job.token == starting for job in self._jobs.values()) >= MAX_JOBS_EACH:
-                self._drop_oldest(starting)
-            while len(self._jobs) >= MAX_JOBS:
-                counts: dict[str, int] = {}
-                for job in self._jobs.values():
-                    counts[job.token] = counts.get(job.token, 0) + 1
-                self._drop_oldest(max(counts, key=lambda t: counts[t]))
+    def of(self, owner: str, job_id: str) -> Job | None:
+        found = self._jobs.of(owner, job_id)
         self._within_budgets()
-
-    def _drop_oldest(self, token: str) -> None:
-        """The caller's oldest ended job, else its oldest running one (cancelled)."""
-        own = [(j, job) for j, job in self._jobs.items() if job.token == token]
-        job_id, job = next(((j, job) for j, job in own if job.ended_at), own[0])
-        job.cancel = True
-        del self._jobs[job_id]
+        return found
 
     def _within_budgets(self) -> None:
-        ended = [job for job in self._jobs.values() if job.ended_at and job.matches]
+        """Matches past the byte budgets are let go, the oldest ended first, each job saying so."""
+        ended = [job for job in self._jobs if job.ended_at and job.matches]
         sizes = {id(job): job.kept() for job in ended}
         each: dict[str, int] = {}
         for job in ended:
-            each[job.token] = each.get(job.token, 0) + sizes[id(job)]
+            each[job.owner] = each.get(job.owner, 0) + sizes[id(job)]
         total = sum(each.values())
         for job in ended:  # oldest first
-            if total <= MAX_KEPT and each[job.token] <= MAX_KEPT_EACH:
+            if total <= MAX_KEPT and each[job.owner] <= MAX_KEPT_EACH:
                 continue
-            if each[job.token] > MAX_KEPT_EACH or total > MAX_KEPT:
-                each[job.token] -= sizes[id(job)]
+            if each[job.owner] > MAX_KEPT_EACH or total > MAX_KEPT:
+                each[job.owner] -= sizes[id(job)]
                 total -= sizes[id(job)]
                 job.matches, job.dropped = [], True

@@ -8,7 +8,6 @@ caller's role is answered at once (403, audited), one of the server or of the le
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pydantic import BaseModel
 from console.actions import Actions
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
+from console.api.job_store import JobStore, OwnedJob
 from console.api.models import JOB, NODE
 from console.api.problems import ERRORS, Problem
 from console.commands import DrainNode, RestartNodes
@@ -28,7 +28,7 @@ from console.domain.maintenance import NotANode, node_name
 from console.errors import ConfigError
 from console.maintain import MaintenanceDone, drain_node, restart_node
 
-KEPT = 20  # jobs kept, of every caller: the oldest ended go first
+KEPT = 20  # jobs kept, of every caller: the oldest ended of the caller with the most go first
 KEPT_FOR = 3600.0  # seconds an ended job is kept for its caller to read
 LINES = 500  # progress lines a job keeps (its newest)
 State = Literal["running", "done", "failed", "refused"]
@@ -47,17 +47,15 @@ class MaintenanceJobOut(BaseModel):
 
 
 @dataclass
-class MaintenanceJob:
-    owner: str
-    action: Literal["maintain.drain", "maintain.restart"]
-    node: str
+class MaintenanceJob(OwnedJob):
+    action: Literal["maintain.drain", "maintain.restart"] = "maintain.drain"
+    node: str = ""
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=LINES))
     result: list[dict[str, Any]] = field(default_factory=list)
     evacuated: list[dict[str, Any]] = field(default_factory=list)
     ledger: dict[str, Any] | None = None
     state: State = "running"
     detail: str = ""
-    ended_at: float | None = None
     task: asyncio.Task[None] | None = None
 
     def out(self, job_id: str) -> MaintenanceJobOut:
@@ -68,12 +66,10 @@ class MaintenanceJob:
 
 class MaintenanceJobs:
     def __init__(self) -> None:
-        self._jobs: dict[str, MaintenanceJob] = {}
+        self._jobs: JobStore[MaintenanceJob] = JobStore(KEPT_FOR, KEPT)
 
     def start(self, job: MaintenanceJob, run: Callable[[Callable[[str], None]], Awaitable[MaintenanceDone]]) -> str:
-        self._forget()
-        job_id = secrets.token_urlsafe(12)
-        self._jobs[job_id] = job
+        job_id = self._jobs.add(job)
 
         async def go() -> None:
             try:
@@ -92,17 +88,7 @@ class MaintenanceJobs:
         return job_id
 
     def of(self, owner: str, job_id: str) -> MaintenanceJob | None:
-        self._forget()
-        job = self._jobs.get(job_id)
-        return job if job is not None and job.owner == owner else None
-
-    def _forget(self) -> None:
-        now = time.monotonic()
-        for job_id in [j for j, job in self._jobs.items() if job.ended_at and now - job.ended_at > KEPT_FOR]:
-            del self._jobs[job_id]
-        ended = [j for j, job in self._jobs.items() if job.ended_at]
-        while len(self._jobs) >= KEPT and ended:
-            del self._jobs[ended.pop(0)]
+        return self._jobs.of(owner, job_id)
 
 
 def maintenance(ctx: Context) -> APIRouter:
@@ -138,7 +124,7 @@ def maintenance(ctx: Context) -> APIRouter:
         actions = who.actions(runtime)
         await allowed(who, actions, DrainNode, node[:128])
         node = named(node)
-        job = MaintenanceJob(who.owns, "maintain.drain", node)
+        job = MaintenanceJob(who.owns, action="maintain.drain", node=node)
         job_id = jobs.start(job, lambda said: drain_node(runtime, actions, node, said, evacuate))
         return job.out(job_id)
 
@@ -155,7 +141,7 @@ def maintenance(ctx: Context) -> APIRouter:
         if not runtime.settings.web.restart_command:
             raise Problem(409, "No restart command", str(ConfigError(
                 "the console was started without --restart-command: it restarts no node")))
-        job = MaintenanceJob(who.owns, "maintain.restart", node)
+        job = MaintenanceJob(who.owns, action="maintain.restart", node=node)
         job_id = jobs.start(job, lambda said: restart_node(runtime, actions, node, said))
         return job.out(job_id)
 
