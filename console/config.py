@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from console.domain.notify_targets import NotifyTargets
-from console.domain.systems import (DEFAULT as DEFAULT_SYSTEM, Credentials, SystemSpec, SystemsError, each_account,
-                                    load_systems)
+from console.domain.systems import (DEFAULT as DEFAULT_SYSTEM, Credentials, SystemSpec, SystemsError, domain_name,
+                                    each_account, load_systems)
 from console.errors import ConfigError, MissingKeyError
 
 T = TypeVar("T")
@@ -264,6 +264,9 @@ class CollectorSettings:
     tap_publish_subjects: tuple[str, ...] = setting((), "also tap batch messages published on these subjects "
                                                         "(as heavy as the data): atomic losses no advisory tells are "
                                                         "named, and a lost batch's first and last messages kept", flag="--tap-publish-side", many=True)
+    domains: tuple[str, ...] = setting((), "JetStream domains of leaf nodes to capture advisories in too, each in a "
+                                           "stream of its own there: a leaf cut off from these servers keeps its "
+                                           "losses, read once it is back", flag="--domain", many=True, parse=domain_name)
     # The process's CPU priority (see console.collector.priority). None: left alone, for a
     # collector that shares its process with other work; `collect` defaults to adaptive.
     cpu: str | None = setting(None, "adaptive: nice 10, and Linux's idle class while the collector keeps up, so "
@@ -510,7 +513,9 @@ class Settings:
         system = SystemAccountSettings(sys_account.creds, sys_account.user, sys_account.password)
         named = {f"connection.{f.name}" for f in fields(ConnectionSettings)} | {f"system.{f.name}"
                                                                                for f in fields(SystemAccountSettings)}
+        collector = replace(self.collector, domains=spec.domains) if spec.domains else self.collector
         return replace(self, connection=connection, system=system, fleet=replace(self.fleet, name=spec.name),
+                       collector=collector,
                        data=replace(self.data, subdir=f"systems/{spec.name}"),
                        given=self.given | named)  # the file's, whatever a running `up` beside it chose
 

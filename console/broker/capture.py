@@ -121,8 +121,8 @@ class DurableAdvisories:
     a second, overlapping one) and read with a durable pull consumer, each acked by the reader."""
 
     def __init__(self, nc: Connection, stream: str, durable: str, max_age: float, ack_wait: float,
-                 replicas: int | None = None):
-        self.nc, self.js = nc, nc.jetstream()
+                 replicas: int | None = None, domain: str | None = None):
+        self.nc, self.js = nc, nc.jetstream(domain=domain)  # a domain: the stream is in that JetStream (a leaf's)
         self.stream, self.durable, self.max_age, self.ack_wait = stream, durable, max_age, ack_wait
         self.replicas = replicas
         self._psub: JetStreamContext.PullSubscription | None = None

@@ -31,6 +31,7 @@ VERIFY_WAIT = 2.0
 # How far ahead of this clock an advisory's timestamp may be (clock drift between hosts); later is forged.
 FUTURE_SKEW = timedelta(minutes=5)
 SYSTEM_IDS = 10_000  # ids of the system account's advisories remembered
+DOMAIN_RETRY = 2.0  # seconds between two tries to open a leaf domain's advisory stream
 
 
 class AdvisoryReader:
@@ -46,19 +47,23 @@ class AdvisoryReader:
         self.durable = False
         self.stream: str | None = None  # the advisory stream, once open
         self.problem: str | None = None  # why advisories are live-only
+        self.domain_problems: dict[str, str] = {}  # leaf domains whose advisory stream is not open (yet), and why
         # The collector's own account, once known: the system account sends every account's copies, and
         # each account of a system has a collector of its own (a systems file's [[system.account]])
         self.account: str | None = None
         # In a supercluster: the cluster a stream is placed in (Collector.start), for each abandonment
         self.cluster_of: Callable[[str], Awaitable[str | None]] | None = None
 
-    async def start(self, subs: Subscriptions) -> asyncio.Task[None] | None:
-        """Subscribes; the durable loop's task, when the advisory stream could be opened."""
-        task = None
+    async def start(self, subs: Subscriptions) -> list[asyncio.Task[None]]:
+        """Subscribes; the durable loops' tasks: this JetStream's, when the advisory stream could be opened,
+        and each leaf domain's (which opens its own when the leaf can be reached)."""
+        tasks = [self.loops.start(f"advisories@{domain}", lambda d=domain: self._domain_loop(d), self.stopping)
+                 for domain in self.settings.domains]
         try:
             self.stream = await self.advisories.open()
             self.durable = True
-            task = self.loops.start("advisories", self._durable_loop, self.stopping)
+            tasks.append(self.loops.start("advisories", lambda: self._read(self.advisories, "advisories"),
+                                          self.stopping))
             # Abandonments live as well: while the advisory stream has no leader (its node lost, say)
             # the server stores none, and only a subscriber hears them. Both copies carry one id.
             await subs.follow(self.nc, ABANDONED_SUBJECTS, self._on_account_live_abandonment)
@@ -70,7 +75,7 @@ class AdvisoryReader:
             await subs.follow(self.system_nc, ADVISORY_SUBJECTS, self._on_system_advisory)
             for subject in STOP_SUBJECTS:  # a server entering lame duck mode or shutting down (BATCH_034)
                 await subs.follow(self.system_nc, subject, self._on_server_stop)
-        return task
+        return tasks
 
     async def lag(self) -> int | None:
         if not self.stream:
@@ -81,14 +86,35 @@ class AdvisoryReader:
             self.errors.add(f"consumer info: {type(e).__name__}")
             return None
 
-    async def _durable_loop(self) -> None:
+    async def _domain_loop(self, domain: str) -> None:
+        """A leaf's domain: its advisories kept by a stream there (the leaf's own, which it keeps while cut
+        off from here), read whenever the leaf can be reached; the stream opened once it can be. Whatever
+        both this JetStream's stream and the leaf's hold comes twice: one id, one event in the log."""
+        name = f"advisories@{domain}"
+        source = DurableAdvisories(self.nc, self.settings.advisory_stream, self.settings.durable,
+                                   self.settings.advisory_max_age, self.settings.ack_wait, None, domain=domain)
+        while not self.stopping():
+            self.loops.beat(name)
+            try:
+                await source.open()
+                break
+            except CaptureRefusedError as e:
+                if domain not in self.domain_problems:
+                    log.warning("domain %s: advisories not captured there (yet): %s", domain, e)
+                self.domain_problems[domain] = f"domain {domain}: advisories not captured there (yet): {e}"[:300]
+                await asyncio.sleep(DOMAIN_RETRY)
+        if self.domain_problems.pop(domain, None) is not None:
+            log.info("domain %s: advisories captured there", domain)
+        await self._read(source, name, pause=DOMAIN_RETRY)  # a leaf cut off: asked again at this pace
+
+    async def _read(self, source: DurableAdvisories, name: str, pause: float = 0.2) -> None:
         while not self.stopping():
             try:
-                fetched = await self.advisories.fetch(self.settings.fetch_batch, timeout=1.0)
+                fetched = await source.fetch(self.settings.fetch_batch, timeout=1.0)
             except Exception as e:  # reconnecting, or anything else: never stop collecting
-                await survive(self.errors, "advisory fetch", e)
+                await survive(self.errors, f"{name} fetch", e, pause)
                 continue
-            self.loops.beat("advisories")
+            self.loops.beat(name)
             if not fetched:
                 continue
             events = [event for msg, _ in fetched if (event := await self.event(msg)) is not None]

@@ -167,7 +167,7 @@ class Collector:
         # on) may publish at once, and a fast batch published before its tap was there would never be seen
         tapping = await self.taps.start()
         await flush(self.nc)
-        reading = [tapping, await self.advisories.start(self._subs)]
+        reading = [tapping, *await self.advisories.start(self._subs)]
         if self.advisories.problem:
             self.report.problems.append(self.advisories.problem)
         await flush(self.nc)  # started means reading: the server has every subscription

@@ -70,7 +70,7 @@ class StatusReport:
             batches_refused_by_prefix=dict(tracker.refused), unsaid_by_prefix=dict(tracker.unsaid),
             batch_timeout=tracker.batch_timeout,
             batch_timeout_source=self.state.batch_timeout_source, queued=self.writer.queued,
-            problems=tuple(self.problems), notes=tuple(self.notes), loops=self.loops.status(),
+            problems=(*self.problems, *self.advisories.domain_problems.values()), notes=tuple(self.notes), loops=self.loops.status(),
             cpu=self.cpu.status() if self.cpu else None, publishers_known=self.publishers.known,
             connz_requests=self.publishers.requests, publisher_note=self.publishers.note,
             audit_seq=audit_seq, audit_hash=audit_hash,

@@ -9,6 +9,7 @@ repeats a password's or a token's value.
     creds = "/run/secrets/prod-eu.creds"   # or user/password, token, nkey, tls_* as the flags
     system_creds = "/run/secrets/prod-eu-sys.creds"   # or system_user/system_password
     monitor_url = "http://a:8222"
+    domains = ["edge-1", "edge-2"]         # leaf nodes' JetStream domains: advisories captured there too
     [[system.account]]                     # more accounts of the same system, each with its user
     name = "BILLING"
     creds = "/run/secrets/billing.creds"
@@ -36,7 +37,18 @@ PATHS = ("creds", "nkey", "tls_ca", "tls_cert", "tls_key")
 SECRETS = ("password", "token")
 ACCOUNT_KEYS = frozenset({"name", "user", *PATHS[:2], *SECRETS})
 SYSTEM_KEYS = frozenset({"name", "servers", "user", *PATHS, *SECRETS, "system_creds", "system_user",
-                         "system_password", "monitor_url", "account"})
+                         "system_password", "monitor_url", "account", "domains"})
+MAX_DOMAINS = 64
+
+
+_DOMAIN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a JetStream domain: a token of the $JS.<domain>.API prefix
+
+
+def domain_name(text: str) -> str:
+    """A JetStream domain's name, as a subject token takes it; ValueError for anything else."""
+    if not isinstance(text, str) or not _DOMAIN.fullmatch(text):
+        raise ValueError(f"a JetStream domain name: 1 to 64 letters, digits, '-' or '_' (not {printable(str(text)[:40])!r})")
+    return text
 
 
 class SystemsError(FileRefused):
@@ -75,6 +87,7 @@ class SystemSpec:
     monitor_url: str | None = None
     accounts: tuple[AccountSpec, ...] = ()
     line: int | None = None
+    domains: tuple[str, ...] = ()  # leaf nodes' JetStream domains, whose advisories are captured there too
 
     def paths(self) -> list[tuple[str, str, int | None]]:
         """Every file the system names: (its key, the path, the line), for the settings to check."""
@@ -94,7 +107,7 @@ def each_account(systems: tuple[SystemSpec, ...]) -> tuple[SystemSpec, ...]:
     and monitoring URL). Each has its own event log, in its account's JetStream."""
     return tuple(scope for spec in systems for scope in (
         spec, *(SystemSpec(f"{spec.name}/{a.name}", spec.servers, a.credentials, spec.tls, spec.system_account,
-                           spec.monitor_url, (), a.line) for a in spec.accounts)))
+                           spec.monitor_url, (), a.line, spec.domains) for a in spec.accounts)))
 
 
 def load_systems(text: str) -> tuple[SystemSpec, ...]:
@@ -153,11 +166,20 @@ def _system(table: dict[str, Any], line: int | None, account_lines: Iterator[int
         if any(a.name == account.name for a in accounts):
             raise SystemsError(f"account {account.name!r} is named twice in system {name!r}", at)
         accounts.append(account)
+    domains = table.get("domains", [])
+    try:
+        if not isinstance(domains, list) or len(domains) > MAX_DOMAINS:
+            raise ValueError(f"a list of at most {MAX_DOMAINS} JetStream domain names")
+        named = tuple(domain_name(d) for d in domains)
+    except ValueError as e:
+        raise SystemsError(f"domains: {e}", line) from None
+    if len(set(named)) != len(named):
+        raise SystemsError("domains: a domain is named twice", line)
     tls = tuple(_text(table.get(k), k, line) for k in PATHS[2:])
     if bool(tls[1]) != bool(tls[2]):
         raise SystemsError("tls_cert and tls_key go together", line)
     return SystemSpec(name, tuple(servers), _credentials(table, line), (tls[0], tls[1], tls[2]), system_account,
-                      monitor, tuple(accounts), line)
+                      monitor, tuple(accounts), line, named)
 
 
 def _credentials(table: dict[str, Any], line: int | None, prefix: str = "") -> Credentials:

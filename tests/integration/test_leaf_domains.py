@@ -1,7 +1,8 @@
 """A hub and a leaf node, each its own JetStream domain (nats-server processes on loopback), the hub
 sourcing the leaf's atomic stream: a batch abandoned at the leaf reaches the collector beside the hub with
 its domain (the advisory crosses the leaf connection and names "domain": "leaf1", verified on 2.15.1), and
-Live shows the domain beside the loss."""
+Live shows the domain beside the loss. With the leaf's domain named (--domain), its advisories are kept
+at the leaf too: a loss while the leaf is cut off from the hub reaches the hub's log once it is back."""
 
 from __future__ import annotations
 
@@ -22,14 +23,15 @@ from tests.conftest import TEST_LIMITS
 from tests.processes import CLI, wait_collecting
 from tests.waits import eventually
 
+LEAF_CONFIG = 'server_name: "leaf1"\nleafnodes {{ remotes: [ {{ url: "nats://127.0.0.1:{port}" }} ] }}\n'
+
 
 async def test_a_loss_at_a_leaf_reaches_the_hubs_collector_with_its_domain(tmp_path):
     port = free_port()
     with EmbeddedServer(tmp_path / "hub", batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
                         extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n') as hub, \
             EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
-                           extra_config=f'server_name: "leaf1"\nleafnodes {{ remotes: [ {{ url: '
-                                        f'"nats://127.0.0.1:{port}" }} ] }}\n') as leaf:
+                           extra_config=LEAF_CONFIG.format(port=port)) as leaf:
         log = open(tmp_path / "collector.log", "w")
         collector = subprocess.Popen([CLI, "collect", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
                                       "--batch-timeout", "1"], stdout=log, stderr=subprocess.STDOUT)
@@ -62,3 +64,53 @@ async def test_a_loss_at_a_leaf_reaches_the_hubs_collector_with_its_domain(tmp_p
     model.apply(event)
     frame = recent_frame(model)
     assert "domain" in frame.columns and list(frame["domain"]) == ["leaf1"]
+
+
+async def test_a_loss_at_a_leaf_cut_off_from_the_hub_reaches_the_hubs_log_once_it_is_back(tmp_path):
+    port = free_port()
+    hub_config = dict(batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
+                      extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n')
+    with EmbeddedServer(tmp_path / "hub", **hub_config) as hub, \
+            EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
+                           extra_config=LEAF_CONFIG.format(port=port)) as leaf:
+        log = open(tmp_path / "collector.log", "w")
+        collector = subprocess.Popen([CLI, "collect", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
+                                      "--batch-timeout", "1", "--domain", "leaf1"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_collecting(collector, tmp_path / "collector.log")
+            async with await nats.connect(leaf.url) as at_leaf:
+                js = at_leaf.jetstream()
+                await js.add_stream(StreamConfig(name="EDGE", subjects=["edge.>"], allow_atomic=True))
+                kept = await eventually(lambda: js.stream_info("BATCH_CONSOLE_ADVISORIES"), timeout=60,
+                                        what="the leaf's own advisory stream")
+                assert kept.config.subjects == ["$JS.EVENT.ADVISORY.>"]
+                await AtomicBatch(at_leaf, batch_id="lost-while-linked").add("edge.x", b"1")
+                hub_url = hub.url
+                events = await _log_events(hub_url, tmp_path, {"lost-while-linked"})
+                hub.stop()  # the leaf is cut off: its advisories reach no one on the hub's side
+                await AtomicBatch(at_leaf, batch_id="lost-while-cut-off").add("edge.x", b"1")
+
+                async def kept_at_the_leaf() -> bool:
+                    last = await js.get_last_msg("BATCH_CONSOLE_ADVISORIES", "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.EDGE")
+                    return b"lost-while-cut-off" in last.data
+
+                await eventually(kept_at_the_leaf, timeout=30, what="the loss kept at the leaf")
+                hub.start()
+                events = await _log_events(hub_url, tmp_path, {"lost-while-linked", "lost-while-cut-off"})
+        finally:
+            collector.terminate()
+            collector.wait(timeout=60)
+    assert sorted((e.batch_id, e.domain) for e in events) == [("lost-while-cut-off", "leaf1"), ("lost-while-linked", "leaf1")]
+
+
+async def _log_events(url: str, tmp_path, batches: set[str]) -> list:
+    """The abandonments of these batches in the hub's event log, once each of them is there (each once)."""
+    async with await nats.connect(url) as at_hub:
+        log = EventLog.over(at_hub, Settings(data=DataSettings(data_dir=tmp_path / "data")).keyed_event_log(make=False))
+
+        async def found() -> list:
+            return [e for _, e in await log.read(1, idle_timeout=0.5)
+                    if e.kind is EventKind.ATOMIC_ABANDONED and e.batch_id in batches]
+
+        return await eventually(found, lambda es: {e.batch_id for e in es} == batches, timeout=60,
+                                what=f"{sorted(batches)} in the hub's event log", every=0.5)

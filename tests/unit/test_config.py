@@ -221,3 +221,13 @@ def test_the_embedded_servers_sync_policy_is_one_of_two_words_never_text_written
         build_parser().parse_args(["server", "--nats-sync", value])
     assert load(environ={}).embedded.nats_sync == "always"
     assert load(environ={"BATCH_CONSOLE_NATS_SYNC": "default"}).embedded.nats_sync == "default"
+
+
+@pytest.mark.parametrize("value", ["a.b", "leaf*", "leaf>", "leaf 1", "leaf\x00", "le\naf", "x" * 65, "$JS"])
+def test_a_leaf_domain_is_a_subject_token_and_nothing_else(value):
+    with pytest.raises(ConfigError):
+        load(environ={"BATCH_CONSOLE_DOMAIN": value})
+    with pytest.raises(SystemExit):
+        parse(["collect", "--domain", value], {})
+    assert parse(["collect", "--domain", "edge-1", "--domain", "edge_2"], {}).collector.domains == ("edge-1", "edge_2")
+    assert load(environ={"BATCH_CONSOLE_DOMAIN": "edge-1,edge_2"}).collector.domains == ("edge-1", "edge_2")

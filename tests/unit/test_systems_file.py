@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from console.domain.systems import MAX_SYSTEMS, SystemsError, load_systems
+from console.domain.systems import MAX_SYSTEMS, SystemsError, each_account, load_systems
 
 EXAMPLE = '''\
 [[system]]
@@ -76,12 +76,28 @@ def one(**keys: str) -> str:
     ("", "at least one", None),
     ("system = 1\n", "at least one", None),
     ("[[system]]\nx = " + "[" * 5000 + "]" * 5000 + "\n", "not TOML", None),  # nested past the parser
+    (one(domains='"leaf1"'), "domains: a list", 1),
+    (one(domains='["leaf.1"]'), "domains: a JetStream domain name", 1),
+    (one(domains='["leaf*"]'), "domains: a JetStream domain name", 1),
+    (one(domains='["leaf 1"]'), "domains: a JetStream domain name", 1),
+    (one(domains='["leaf\\u0000"]'), "domains: a JetStream domain name", 1),
+    (one(domains='[""]'), "domains: a JetStream domain name", 1),
+    (one(domains=f'["{"x" * 65}"]'), "domains: a JetStream domain name", 1),
+    (one(domains="[7]"), "domains: a JetStream domain name", 1),
+    (one(domains='["leaf1", "leaf1"]'), "named twice", 1),
+    (one(domains=str([f"l{i}" for i in range(65)]).replace("'", '"')), "at most 64", 1),
 ])
 def test_a_wrong_file_is_refused_with_its_line(text, reason, line):
     with pytest.raises(SystemsError) as refused:
         load_systems(text)
     assert reason in refused.value.reason
     assert refused.value.line == line
+
+
+def test_a_system_names_its_leaf_domains_and_each_account_of_it_captures_them_too():
+    [system, account] = each_account(load_systems(one(domains='["edge-1", "edge_2"]')
+                                                  + '[[system.account]]\nname = "B"\ntoken = "t"\n'))
+    assert system.domains == account.domains == ("edge-1", "edge_2")
 
 
 def test_more_systems_than_a_console_holds_are_refused():
