@@ -5,6 +5,7 @@ and live from the account, where that is the only copy that can come."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import replace
@@ -57,7 +58,7 @@ class AdvisoryReader:
     async def start(self, subs: Subscriptions) -> list[asyncio.Task[None]]:
         """Subscribes; the durable loops' tasks: this JetStream's, when the advisory stream could be opened,
         and each leaf domain's (which opens its own when the leaf can be reached)."""
-        tasks = [self.loops.start(f"advisories@{domain}", lambda d=domain: self._domain_loop(d), self.stopping)
+        tasks = [self.loops.start(f"advisories@{domain}", functools.partial(self._domain_loop, domain), self.stopping)
                  for domain in self.settings.domains]
         try:
             self.stream = await self.advisories.open()
