@@ -54,10 +54,10 @@ class StreamAdmin:
         self.last_streams = sorted((_settings(info) for info in await self.js.streams_info()), key=lambda s: s.name)
         return self.last_streams
 
-    async def stream_facts(self) -> tuple[list[StreamFacts], dict[str, str]]:
-        """Every stream with what the health checks read of it, and those the server holds offline (a
-        config its release cannot load): one listing, a request per page of the server's."""
-        return await list_streams(self.nc)
+    async def stream_facts(self, domain: str | None = None) -> tuple[list[StreamFacts], dict[str, str]]:
+        """Every stream with what the health checks read of it (of a leaf's domain: its streams), and those
+        the server holds offline (a config its release cannot load): one listing, a request per page."""
+        return await list_streams(self.nc, domain)
 
     async def stream(self, name: str) -> StreamPlacement:
         """One stream's batch settings, where it runs and how many messages it holds."""
@@ -115,12 +115,14 @@ def _settings(info: StreamInfo) -> StreamBatchSettings:
     return StreamBatchSettings.from_config(info.config.as_dict()).with_changes(consumers=info.state.consumer_count)
 
 
-async def list_streams(nc: Client) -> tuple[list[StreamFacts], dict[str, str]]:
-    """Every stream as the server lists it, and those it holds offline with why: a request per page."""
+async def list_streams(nc: Client, domain: str | None = None) -> tuple[list[StreamFacts], dict[str, str]]:
+    """Every stream as the server lists it (of another JetStream domain's, a leaf's: through its API prefix),
+    and those it holds offline with why: a request per page."""
+    api = f"$JS.{names.domain(domain)}.API" if domain else "$JS.API"
     streams: list[StreamFacts] = []
     offline: dict[str, str] = {}
     while True:
-        reply = await nc.request("$JS.API.STREAM.LIST", json.dumps({"offset": len(streams)}).encode(), timeout=5)
+        reply = await nc.request(f"{api}.STREAM.LIST", json.dumps({"offset": len(streams)}).encode(), timeout=5)
         page = StreamPage.parse(reply.data)
         streams += page.streams
         offline.update(page.offline)

@@ -3,6 +3,7 @@ subject or a request: a subject past the server's control-line limit closes the 
 
 from __future__ import annotations
 
+from console.domain.systems import domain_name
 from console.domain.wire import MAX_BATCH_ID, consumer_name_problem, has_control, stream_name_problem
 from console.errors import InvalidNameError
 
@@ -33,6 +34,14 @@ def subject(value: object) -> str:
             or any(c.isspace() for c in value) or "" in value.split(".")):
         raise InvalidNameError(f"not a subject of at most {MAX_SUBJECT} printable characters: {_shown(value)}")
     return value
+
+
+def domain(value: object) -> str:
+    """A JetStream domain: a token of its API prefix ($JS.<domain>.API)."""
+    try:
+        return domain_name(value)  # type: ignore[arg-type]  # anything else is refused by it
+    except ValueError as e:
+        raise InvalidNameError(str(e)) from None
 
 
 def _shown(value: object) -> str:

@@ -16,7 +16,7 @@ ALERTS_AGAIN = 5.0  # seconds before one system's alerts that failed are started
 
 class Alerts(Subcommand):
     name, help = "alerts", "alert rules over the event log: notifications and Prometheus metrics"
-    settings = (*WITH_EVENT_LOG, "alerting", "checks", "system", "fleet")
+    settings = (*WITH_EVENT_LOG, "alerting", "checks", "system", "fleet", "collector.domains")
 
     @classmethod
     def run(cls, settings: Settings, args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ class Check(Subcommand):
     name = "check"
     help = ("batch health checks: coded findings with severity, evidence and remedy; exit 0 ok, 1 warning, "
             "2 critical, 3 unknown (Nagios)")
-    settings = (*WITH_EVENT_LOG, "system", "checks", "fleet")
+    settings = (*WITH_EVENT_LOG, "system", "checks", "fleet", "collector.domains")
     aliases = {"--check-window": "--window", "--check-thresholds": "--threshold"}
 
     @classmethod

@@ -98,6 +98,8 @@ class Facts:
     limits_assumed: bool = False  # the server's defaults, not its /varz: a figure from them says so
     streams: tuple[StreamFacts, ...] | None = None
     offline: Mapping[str, str] = field(default_factory=dict)  # streams the server could not load, and why
+    # The streams of each leaf domain named to the console (--domain): None where they could not be read
+    domain_streams: Mapping[str, tuple[StreamFacts, ...] | None] = field(default_factory=dict)
     counts: Mapping[str, WindowCounts] | None = None  # stream -> counts
     collector_age_s: float | None = None  # seconds since the collector's last status (None: no status read)
     collector_healthy: bool | None = None
@@ -222,6 +224,33 @@ def _copies_split_batches(f: Facts, _t: Threshold) -> Found:
                                 f"batch headers (ADR-50: mirrors and sources ignore them): {named}; "
                                 + ("a consumer of a copy can read half a batch" if read else
                                    "no consumer reads a copy yet"), "warning" if read else "info")
+    yield from _copies_from_domains(f, streams)
+
+
+def _copies_from_domains(f: Facts, streams: tuple[StreamFacts, ...]) -> Found:
+    """BATCH_026 across domains: a stream here that copies a leaf's stream (external: $JS.<domain>.API)."""
+    for copy in streams:
+        for domain, origin in copy.settings.copies_from:
+            if not domain:
+                continue  # another account's API prefix: nothing here can read its origin
+            what = f"{'mirrors' if copy.settings.is_mirror else 'sources'} {origin} of JetStream domain {domain}"
+            if domain not in f.domain_streams:
+                yield (copy.settings.name, f"{what}, which the console is not told of: name the domain (--domain "
+                                           f"{domain}, or domains in the systems file) to know whether that stream's "
+                                           "batches arrive here split", "info")
+                continue
+            theirs = f.domain_streams[domain]
+            if theirs is None:
+                yield (copy.settings.name, f"{what}, whose streams could not be read: whether {origin} allows atomic "
+                                           "batches is not known", "info")
+                continue
+            found = next((s for s in theirs if s.settings.name == origin), None)
+            if found is not None and found.settings.allow_atomic:
+                yield (copy.settings.name, f"{what}, which allows atomic batches: they arrive here one message at a "
+                                           "time, without their batch headers; "
+                                           + ("a consumer of this copy can read half a batch" if copy.settings.consumers
+                                              else "no consumer reads this copy yet"),
+                       "warning" if copy.settings.consumers else "info")
 
 
 def _r1_recovery(f: Facts, _t: Threshold) -> Found:

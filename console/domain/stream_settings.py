@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+import re
+
 from console.domain.wire import INT64_MAX
 
 REQUIRED_LEVEL_KEY = "_nats.req.level"
 ATOMIC_API_LEVEL = 2  # nats-server 2.12
 BATCHED_API_LEVEL = 4  # nats-server 2.14 (ADR-50 says 3; the server records 4)
+_DOMAIN_API = re.compile(r"\$JS\.([A-Za-z0-9_-]{1,64})\.API")  # another JetStream domain's API prefix
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class StreamBatchSettings:
     max_age: float = 0.0  # seconds; 0: no limit
     allow_msg_ttl: bool = False
     consumers: int | None = None  # from the stream's state, where known
-    copies_of: tuple[str, ...] = ()  # the streams it mirrors or sources, by name
+    copies_of: tuple[str, ...] = ()  # the streams of its own JetStream it mirrors or sources, by name
+    copies_from: tuple[tuple[str, str], ...] = ()  # (domain, stream) it mirrors or sources in another domain
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> StreamBatchSettings:
@@ -45,17 +49,29 @@ class StreamBatchSettings:
             retention=str(getattr(config.get("retention"), "value", config.get("retention")) or "limits"),
             max_age=_seconds(config.get("max_age")),
             allow_msg_ttl=bool(config.get("allow_msg_ttl")),
-            copies_of=_origins(config),
+            copies_of=tuple(name for domain, name in _origins(config) if domain is None),
+            copies_from=tuple((domain, name) for domain, name in _origins(config) if domain is not None),
         )
 
     def with_changes(self, **changes: Any) -> StreamBatchSettings:
         return replace(self, **changes)
 
 
-def _origins(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of the streams a config mirrors or sources (64 at most; a name that is not text left out)."""
+def _origins(config: Mapping[str, Any]) -> tuple[tuple[str | None, str], ...]:
+    """The streams a config mirrors or sources (64 at most; a name that is not text left out), each with its
+    JetStream domain when it is another's (external: {api: "$JS.<domain>.API"}); "" for another account's
+    or an API prefix that names no domain."""
     given = [config.get("mirror"), *(config.get("sources") or ())][:64]
-    return tuple(o["name"][:255] for o in given if isinstance(o, Mapping) and isinstance(o.get("name"), str))
+    return tuple((_domain_of(o.get("external")), o["name"][:255]) for o in given
+                 if isinstance(o, Mapping) and isinstance(o.get("name"), str))
+
+
+def _domain_of(external: Any) -> str | None:
+    if not isinstance(external, Mapping):
+        return None
+    api = external.get("api")
+    found = _DOMAIN_API.fullmatch(api) if isinstance(api, str) else None
+    return found[1] if found else ""
 
 
 def _seconds(nanos: Any) -> float:

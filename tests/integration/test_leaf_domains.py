@@ -6,6 +6,7 @@ at the leaf too: a loss while the leaf is cut off from the hub reaches the hub's
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import nats
@@ -114,3 +115,35 @@ async def _log_events(url: str, tmp_path, batches: set[str]) -> list:
 
         return await eventually(found, lambda es: {e.batch_id for e in es} == batches, timeout=60,
                                 what=f"{sorted(batches)} in the hub's event log", every=0.5)
+
+
+async def test_a_hub_stream_copying_a_leafs_atomic_stream_is_named_once_the_leafs_domain_is(tmp_path):
+    """BATCH_026 across domains: the hub's copy of the leaf's atomic stream, read through $JS.leaf1.API;
+    a stream of the hub that has the same name as the leaf's is not taken for the copy's origin."""
+    port = free_port()
+    with EmbeddedServer(tmp_path / "hub", batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
+                        extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n') as hub, \
+            EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
+                           extra_config=LEAF_CONFIG.format(port=port)):
+        async with await nats.connect(hub.url) as at_hub:
+            leaf_js = at_hub.jetstream(domain="leaf1")
+            await eventually(lambda: leaf_js.add_stream(StreamConfig(name="EDGE", subjects=["edge.>"], allow_atomic=True)),
+                             timeout=30, what="the leaf's stream, made from the hub")
+            js = at_hub.jetstream()
+            await js.add_stream(StreamConfig(name="EDGE", subjects=["hub_edge.>"], allow_atomic=True))  # the hub's own
+            await js.add_stream(StreamConfig(name="HUB_EDGE", sources=[StreamSource(
+                name="EDGE", external=ExternalStream(api="$JS.leaf1.API"))]))
+            await js.add_consumer("HUB_EDGE", durable_name="reader")
+
+        def findings(*more: str) -> list[tuple[str, str, str]]:
+            done = subprocess.run([CLI, "check", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
+                                   "--format", "json", "--code", "BATCH_026", *more],
+                                  capture_output=True, text=True, timeout=120)
+            return [(f["stream"], f["severity"], f["evidence"]) for f in json.loads(done.stdout)["findings"]]
+
+        [(stream, severity, evidence)] = findings("--domain", "leaf1")
+        assert (stream, severity) == ("HUB_EDGE", "warning")
+        assert "sources EDGE of JetStream domain leaf1, which allows atomic batches" in evidence
+        assert "a consumer of this copy can read half a batch" in evidence
+        [(stream, severity, evidence)] = findings()  # the domain not named: said, not guessed
+        assert (stream, severity) == ("HUB_EDGE", "info") and "name the domain (--domain leaf1" in evidence

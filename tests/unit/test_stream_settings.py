@@ -1,3 +1,5 @@
+import pytest
+
 from console.domain.stream_settings import StreamBatchSettings, check_settings, diff_settings, needed_api_level
 
 
@@ -60,3 +62,22 @@ def test_an_edit_is_decided_once_from_the_current_settings_and_a_proposal():
     for hostile in ({"max_age": 1}, {"name": "OTHER"}, {"replicas": 3}):
         with pytest.raises(ValueError, match="not a batch setting"):
             EditStream.validate(current, **hostile)
+
+
+@pytest.mark.parametrize("external, domain", [
+    ({"api": "$JS.leaf1.API"}, "leaf1"),
+    ({"api": "$JS.API"}, ""),  # an API prefix that names no domain: another JetStream all the same
+    ({"api": "$JS.a.b.API"}, ""),
+    ({"api": "$JS." + "x" * 65 + ".API"}, ""),
+    ({"api": "$JS.leaf\x00.API"}, ""),
+    ({"api": 7}, ""),
+    ({"api": None}, ""),
+    ("$JS.leaf1.API", None),  # not an object: no external at all
+])
+def test_a_copys_origin_in_another_domain_is_not_taken_for_a_stream_of_its_own(external, domain):
+    settings = StreamBatchSettings.from_config({"name": "COPY", "sources": [{"name": "EDGE", "external": external},
+                                                                           {"name": "LOCAL"}]})
+    if domain is None:
+        assert settings.copies_of == ("EDGE", "LOCAL") and settings.copies_from == ()
+    else:
+        assert settings.copies_of == ("LOCAL",) and settings.copies_from == ((domain, "EDGE"),)
