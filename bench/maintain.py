@@ -27,7 +27,8 @@ A collector runs beside the cluster (its publish side tapped): the last columns 
 lost batches, and the loss ledger's for the same part (from the event log) held against them batch id by
 batch id: the batches it names lost, of them the false alarms (a publisher saw the batch committed), and
 the batches a publisher saw lost that it never names (missed); "?" counts batches it names that no
-publisher knows the id of (a nats.js batch whose first message failed, so startBatch gave no id).
+publisher knows the id of (a nats.js batch whose first message failed, so startBatch gave no id). A batch
+whose first message no server answered never opened (nothing of it was stored): it is on neither side.
 
 A benchmark, not a test: read the ratios.
 """
@@ -121,17 +122,18 @@ class Publisher(Outcomes):
     async def run(self) -> None:
         subject = f"{self.stream.lower()}.{self.subject_tail}"
         while not self.stopped:
-            batch = self.batch()
+            batch, sent = self.batch(), 0
             try:
                 for _ in range(self.size - 1):
-                    await batch.add(subject, b"m" * 64)
+                    await batch.add(subject, b"m" * 64)  # the first waits for its answer: the batch is open
+                    sent += 1
                     self.acks.append(time.perf_counter())
                     await asyncio.sleep(self.open_s / self.size)
                 await batch.commit(subject, b"last")
                 self.acks.append(time.perf_counter())
                 self.ended(batch.batch_id, True)
             except (BatchError, nats.errors.Error, asyncio.TimeoutError):
-                self.ended(batch.batch_id, False)
+                self.ended(batch.batch_id, False, opened=sent > 0)
             finally:
                 await self.close(batch)
             await asyncio.sleep(self.idle_s)
@@ -268,7 +270,7 @@ async def main(args: argparse.Namespace) -> None:
             marks.append(("rolling restart", datetime.now(timezone.utc), time.perf_counter()))
             results["rolling restart"], restarts = await rolling_restart(nc, cluster, publishers, others)
         held_against = await _ledger_held(ledger, marks, datetime.now(timezone.utc),
-                                          [*publishers.values(), *fast, *raw, *natsjs])
+                                          {"console atomic": list(publishers.values()), **others})
         collector.terminate()
         collector.wait(timeout=60)
         for p in [*publishers.values(), *fast]:
@@ -295,6 +297,9 @@ async def main(args: argparse.Namespace) -> None:
               + f"{seen:>10}{held_against[label].text() if label in held_against else '?':>33}")
     for r in restarts:
         print(f"  {restart_line(r)}")
+    for label, held in held_against.items():
+        for line in held.said:
+            print(f"  {label}: {line}")
     plain, safe, held = (results[k].lost for k in ("plain step-down", "batch-safe move", "with holds"))
     print(f"lost batches, batch-safe / plain: {safe} / {plain}" + (f" = {safe / plain:.2f}" if plain else "")
           + f"; with holds / plain: {held} / {plain}" + (f" = {held / plain:.2f}" if plain else ""))
@@ -321,13 +326,14 @@ class Held:
     false_alarms: int  # of them, batches a publisher saw committed
     unknown: int  # of them, batches no publisher knows the id of (a nats.js batch whose first message failed)
     missed: int  # batches a publisher saw lost in the part that the ledger never names
+    said: tuple[str, ...] = ()  # of the false alarms and the missed: which publisher's, what the log has of it
 
     def text(self) -> str:
         return f"{self.ledger} / {self.false_alarms} / {self.missed}" + (f" ({self.unknown} ?)" if self.unknown else "")
 
 
 async def _ledger_held(ledger: LedgerReader, marks: list[tuple[str, datetime, float]], end: datetime,
-                       publishers: list[Outcomes]) -> dict[str, Held]:
+                       publishers: dict[str, list[Outcomes]]) -> dict[str, Held]:
     """Each part's lost batches as the loss ledger has them (every stream, from the part's start to the
     next's), held against what the publishers saw of the same batch ids."""
     await ledger.verdict(None, marks[0][1], end, True)  # waits until the collector has judged every batch
@@ -335,14 +341,23 @@ async def _ledger_held(ledger: LedgerReader, marks: list[tuple[str, datetime, fl
                                                     idle_timeout=1.0)]
     everything = judge(events, None, marks[0][1], end + timedelta(seconds=LIMITS.timeout + 10), True).lost
     named = {loss.batch_id for loss in everything}
-    seen = {batch: outcome for p in publishers for batch, outcome in p.by_id.items()}
+    seen = {batch: outcome for ps in publishers.values() for p in ps for batch, outcome in p.by_id.items()}
+    kind_of = {batch: kind for kind, ps in publishers.items() for p in ps for batch in p.by_id}
+    of_batch: dict[str, list[str]] = {}
+    for e in events:
+        if e.batch_id:
+            of_batch.setdefault(e.batch_id, []).append(f"{e.kind.value}({e.stream or 'no stream'})")
     bounds = [(t, clock) for _, t, clock in marks[1:]] + [(end + timedelta(seconds=LIMITS.timeout + 10), math.inf)]
     held = {}
     for (label, start, clock), (until_, clock_end) in zip(marks, bounds):
         lost = [loss.batch_id for loss in judge(events, None, start, until_, True).lost]
-        missed = [b for b, (t, ok) in seen.items() if not ok and clock <= t < clock_end and b not in named]
-        held[label] = Held(len(lost), sum(seen.get(b, (0, False))[1] for b in lost),
-                           sum(b not in seen for b in lost), len(missed))
+        missed = [b for b, (t, ok, opened) in seen.items()
+                  if not ok and opened and clock <= t < clock_end and b not in named]
+        false = [b for b in lost if b in seen and seen[b][1]]
+        lost = [b for b in lost if b not in seen or seen[b][2]]  # a batch that never opened: neither side's loss
+        held[label] = Held(len(lost), len(false), sum(b not in seen for b in lost), len(missed),
+                           tuple(f"{what} {kind_of[b]} {b}: {', '.join(of_batch.get(b, ['nothing in the log']))}"
+                                 for what, found in (("false alarm", false), ("missed", missed)) for b in found[:5]))
     return held
 
 

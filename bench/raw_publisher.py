@@ -16,16 +16,17 @@ from urllib.parse import urlparse
 
 class Outcomes:
     """A publisher's batches, each (time.perf_counter(), committed): counted by window; and each one's
-    outcome by its batch id, where the id is known (to hold the loss ledger's against)."""
+    outcome by its batch id, where the id is known (to hold the loss ledger's against): (time, committed,
+    opened), opened False for a batch whose first message no server answered (nothing of it was stored)."""
 
     def __init__(self) -> None:
         self.outcomes: list[tuple[float, bool]] = []
-        self.by_id: dict[str, tuple[float, bool]] = {}
+        self.by_id: dict[str, tuple[float, bool, bool]] = {}
 
-    def ended(self, batch_id: str | None, committed: bool) -> None:
+    def ended(self, batch_id: str | None, committed: bool, opened: bool = True) -> None:
         self.outcomes.append((time.perf_counter(), committed))
         if batch_id:
-            self.by_id[batch_id] = self.outcomes[-1]
+            self.by_id[batch_id] = (*self.outcomes[-1], opened)
 
     def between(self, start: float, end: float) -> tuple[int, int]:
         """(lost, committed) of the batches that ended between the two times."""
@@ -57,7 +58,7 @@ class RawAtomicPublisher(Outcomes):
                 try:
                     while not self.stopped and not reading.done():
                         batch = secrets.token_hex(8)
-                        self.ended(batch, await self._batch(batch))
+                        self.ended(batch, *await self._batch(batch))
                         await asyncio.sleep(self.idle_s)
                 finally:
                     reading.cancel()
@@ -65,7 +66,8 @@ class RawAtomicPublisher(Outcomes):
             except (OSError, asyncio.TimeoutError, ConnectionError):
                 await asyncio.sleep(0.2)  # its server restarting: the next one
 
-    async def _batch(self, batch: str) -> bool:
+    async def _batch(self, batch: str) -> tuple[bool, bool]:
+        """(committed, opened)."""
         try:
             for seq in range(1, self.size + 1):
                 last = seq == self.size
@@ -84,13 +86,13 @@ class RawAtomicPublisher(Outcomes):
                 if waits:
                     answer = json.loads(await asyncio.wait_for(future, 5.0) or b"{}")
                     if "error" in answer:
-                        return False
+                        return False, seq > 1
                     self.acks.append(time.perf_counter())
                 if not last:
                     await asyncio.sleep(self.open_s / self.size)
-            return True
+            return True, True
         except (asyncio.TimeoutError, ValueError, ConnectionError):
-            return False
+            return False, seq > 1
         finally:
             for key in [k for k in self._replies if k.startswith(f"{self._inbox}.{batch}")]:
                 self._replies.pop(key, None)

@@ -78,7 +78,7 @@ log = logging.getLogger(__name__)
 
 # The columns the aggregates read: the scope holds these alone (a busy log's acks carry the rest).
 AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "reason", "gap_mode", "flow", "lost",
-                      "count", "account", "detail", "unverified", "publisher", "batch_seq")
+                      "count", "account", "detail", "unverified", "publisher", "batch_seq", "domain")
 EVENT_ARROW_SCHEMA = to_arrow_schema(EVENT_SCHEMA, timezone="UTC")
 AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats",
               "capture_interruptions", "maintenances", "budget_counts")

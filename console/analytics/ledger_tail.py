@@ -49,7 +49,7 @@ def provisional_row(seq: int, event: BatchEvent) -> dict | None:
     kind, reason = loss_kind_and_reason(event)  # the reason as the job keeps it: none is none, not "unknown"
     return {"event_id": event.event_id, "time": event.time, "stream": event.stream, "batch_id": event.batch_id,
             "kind": kind, "reason": reason, "account": event.account, "unverified": bool(event.unverified),
-            "publisher": event.publisher.line() if event.publisher else None, "log_seq": seq}
+            "publisher": event.publisher.line() if event.publisher else None, "domain": event.domain, "log_seq": seq}
 
 
 class Retractions:

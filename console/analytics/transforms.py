@@ -152,7 +152,7 @@ def abandoned_batches(events: DataFrame, window_minutes: int = 5, filled: bool =
     is_context = F.col("c.kind") == CONTEXT
     return joined.groupBy(
         "a.event_id", "a.time", "a.stream", "a.batch_id", "a.batch_kind", "a.reason", "a.account", "a.seq",
-        F.coalesce(F.col("a.unverified"), F.lit(False)).alias("unverified"), "a.publisher",
+        F.coalesce(F.col("a.unverified"), F.lit(False)).alias("unverified"), "a.publisher", "a.domain",
     ).agg(
         count(is_context & F.col("c.detail").contains("leader_elected")).alias("leader_elections"),
         count(is_context & F.col("c.detail").startswith("stream_action") & (F.col("c.reason") == "modify")).alias("stream_updates"),

@@ -184,9 +184,15 @@ def reads(ctx: Context) -> APIRouter:
 
     @api.get("/history/{table}", tags=["history"])
     async def history(table: HistoryTable, who: Caller = ctx.caller, system: str | None = SYSTEM,
-                      since: Time | None = None, until: Time | None = None) -> list[dict]:
+                      since: Time | None = None, until: Time | None = None,
+                      domain: str | None = Query(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                                 description="abandoned_batches: a JetStream domain's (a leaf's)")
+                      ) -> list[dict]:
         """One of History's tables, as the History page shows and downloads it (the last week by default)."""
-        return history_rows(ctx.runtime_of(system), table, who, since, until)
+        if domain is not None and table != "abandoned_batches":
+            raise Problem(422, "No domain in this table", "only abandoned_batches names each loss's domain")
+        return history_rows(ctx.runtime_of(system), table, who, since, until,
+                            {} if domain is None else {"domain": domain})
 
     @api.get("/maintenance/{node}/plan", tags=["maintenance"])
     async def maintenance_plan(node: NODE, who: Caller = ctx.caller, system: str | None = SYSTEM,
@@ -225,13 +231,13 @@ def reads(ctx: Context) -> APIRouter:
 
 
 def history_rows(runtime: Runtime, table: str, who: Caller, since: datetime | None,
-                 until: datetime | None) -> list[dict]:
+                 until: datetime | None, only: dict[str, str] | None = None) -> list[dict]:
     reader = SystemReads(runtime, who.sight).history()
     if reader is None:
         raise Problem(404, "No history yet", "the analytics job has not written this system's tables")
     end = until or datetime.now(timezone.utc)
     start = since or end - timedelta(days=HISTORY_DAYS)
-    frame = getattr(reader, table)(start, end)
+    frame = getattr(reader, table)(start, end, **(only or {}))
     return json.loads(frame.to_json(orient="records", date_format="iso"))
 
 

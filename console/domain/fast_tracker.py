@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
-from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject, well_formed
+from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject, GapMode, well_formed
 from console.domain.wire import Tally
 from console.domain.replies import PLAIN_ACK, ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Reply, to_reply
 
@@ -474,11 +474,12 @@ class FastBatchTracker:
             events += self._flush_progress(batch, now)
             self._forget(where.batch_id)
         common = dict(stream=ack.stream, count=ack.count, stream_seq=ack.seq, seq=where.seq)
-        self._close(where.batch_id, "committed" if where.op in (FastOp.COMMIT, FastOp.EOB) else "ended")
-        if where.op in (FastOp.COMMIT, FastOp.EOB):
+        committed = where.op in (FastOp.COMMIT, FastOp.EOB) and not _short(where, ack)
+        self._close(where.batch_id, "committed" if committed else "ended")
+        if committed:
             events.append(self._event(where, now, EventKind.FAST_COMMITTED, "committed", batch,
                                       eob=where.op is FastOp.EOB, **common))
-        else:  # unasked-for: fail mode ended the batch
+        else:  # unasked-for, or short of the commit (the commit itself the gap): fail mode ended the batch
             reason = (batch.last_problem if batch else None) or "gap"
             events.append(self._event(where, now, EventKind.FAST_ENDED_EARLY, "ended", batch, reason=reason, **common))
         return events
@@ -499,3 +500,10 @@ class FastBatchTracker:
         fields.setdefault("stream", batch.stream if batch else None)
         fields.setdefault("gap_mode", where.gap_mode.value)
         return BatchEvent(f"fi.{where.batch_id}.{suffix}", kind, now, batch_id=where.batch_id, **fields)
+
+
+def _short(where: FastReplySubject, ack: PubAck) -> bool:
+    """A fail-mode PubAck on a commit's reply that counts fewer messages than the commit's: the server ended
+    the batch at a gap the commit itself made (what it stored before it), not the commit (an EOB is not counted)."""
+    whole = where.seq if where.op is FastOp.COMMIT else where.seq - 1
+    return where.gap_mode is GapMode.FAIL and ack.count is not None and ack.count < whole

@@ -112,13 +112,16 @@ def stream_stats(engine, sees: Sees | None = None) -> pd.DataFrame:
 
 def abandoned_batches(engine, start: datetime | None = None, end: datetime | None = None,
                       batch_id: str | None = None, limit: int = 500, stream: str | None = None,
-                      sees: Sees | None = None) -> pd.DataFrame:
-    """The newest lost batches in a range (of one stream), or every record of one batch id."""
+                      sees: Sees | None = None, domain: str | None = None) -> pd.DataFrame:
+    """The newest lost batches in a range (of one stream, of one JetStream domain), or every record of one
+    batch id."""
     a = AbandonedBatch
     q = select(a.time, a.stream, a.batch_id, a.kind, a.reason, a.unverified, a.leader_elections, a.stream_updates,
-               a.other_abandonments, a.gaps_nearby, a.publisher, a.provisional)
+               a.other_abandonments, a.gaps_nearby, a.publisher, a.provisional, a.domain)
     if batch_id is not None:
         q = q.where(a.batch_id == batch_id)
+    if domain is not None:
+        q = q.where(a.domain == domain)
     if stream is not None:
         q = q.where(a.stream == stream)
     if start is not None:
@@ -128,7 +131,7 @@ def abandoned_batches(engine, start: datetime | None = None, end: datetime | Non
     with Session(engine) as s:
         frame = _frame(s, q.order_by(a.time.desc()).limit(limit),
                        ["time", "stream", "batch_id", "kind", "reason", "unverified", "leader_elections",
-                        "stream_updates", "other_abandonments", "gaps_nearby", "publisher", "provisional"])
+                        "stream_updates", "other_abandonments", "gaps_nearby", "publisher", "provisional", "domain"])
     return _utc(_seen(frame, sees), "time")
 
 

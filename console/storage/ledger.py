@@ -14,8 +14,8 @@ from console.storage.tables import EVENTS_SOURCE, LEDGER_TAIL, AbandonedBatch
 # and only once: a row with its event id (a copy, a replay, the job's own row) stays as it is.
 _INSERT = text(
     "INSERT OR IGNORE INTO abandoned_batches (event_id, time, stream, batch_id, kind, reason, account, unverified,"
-    " publisher, log_seq, leader_elections, stream_updates, other_abandonments, gaps_nearby, provisional)"
-    " SELECT :event_id, :time, :stream, :batch_id, :kind, :reason, :account, :unverified, :publisher, :log_seq,"
+    " publisher, domain, log_seq, leader_elections, stream_updates, other_abandonments, gaps_nearby, provisional)"
+    " SELECT :event_id, :time, :stream, :batch_id, :kind, :reason, :account, :unverified, :publisher, :domain, :log_seq,"
     " 0, 0, 0, 0, 1"
     " WHERE :log_seq > COALESCE((SELECT seq FROM job_offsets WHERE source = :job), 0)"
 ).bindparams(bindparam("time", type_=DateTime()))  # stored as the job's rows store theirs: compared as text

@@ -53,6 +53,7 @@ class AbandonedBatch(SQLModel, table=True):
     account: str | None = None
     unverified: bool = False  # the system account never sent this advisory
     publisher: str | None = None  # the connection that published the batch, as the server named it
+    domain: str | None = None  # the JetStream domain its advisory named (a leaf's), where one did
     log_seq: int
     leader_elections: int
     stream_updates: int

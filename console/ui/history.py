@@ -131,6 +131,8 @@ def ledger_frame(frame: pd.DataFrame) -> pd.DataFrame:
     provisional, or with no count: a row read from another system's tables, a table of an older job) say
     so, never "NaN"; the flag itself goes (the cells say it)."""
     out = frame.drop(columns=["provisional"], errors="ignore")
+    if "domain" in out and not out["domain"].map(lambda d: isinstance(d, str) and bool(d)).any():
+        out = out.drop(columns=["domain"])  # no leaf domain in these rows: no empty column at 1280 px
     marked = (frame["provisional"].fillna(True).astype(bool).to_numpy() if "provisional" in frame
               else [False] * len(frame))
     for column in CONTEXT_COLUMNS:

@@ -27,7 +27,9 @@ def test_a_loss_s_row_is_the_job_s_without_its_context_and_none_without_its_stre
     lost = BatchEvent("e1", EventKind.FAST_DROPPED, NOW, "S", "b1")
     assert provisional_row(7, lost) == {"event_id": "e1", "time": NOW, "stream": "S", "batch_id": "b1", "kind": "fast",
                                         "reason": "dropped", "account": None, "unverified": False, "publisher": None,
-                                        "log_seq": 7}
+                                        "domain": None, "log_seq": 7}
+    assert provisional_row(7, BatchEvent("e6", EventKind.ATOMIC_ABANDONED, NOW, "S", "a1", domain="leaf1"))["domain"] \
+        == "leaf1"
     assert provisional_row(7, BatchEvent("e2", EventKind.ATOMIC_ABANDONED, NOW, "S", "a1", reason="timeout"))["kind"] \
         == "atomic"
     assert provisional_row(7, BatchEvent("e3", EventKind.FAST_LOST, NOW, None, "b2")) is None  # filled by the job

@@ -22,7 +22,7 @@ ROWS = [
     dict(seq=1, event_id="e1", kind="atomic_abandoned", time=at(3, 10), stream="ORD", batch_id="a1", reason="timeout"),
     dict(seq=2, event_id="e2", kind="atomic_abandoned", time=at(3, 20), stream="ORD", batch_id="a2", reason="incomplete"),
     dict(seq=3, event_id="e3", kind="atomic_abandoned", time=at(4, 5), stream="PAY", batch_id="a3", reason="timeout",
-         source="account_advisory", unverified=True),  # the system account never sent it
+         source="account_advisory", unverified=True, domain="leaf1"),  # the system account never sent it; a leaf's
     dict(seq=4, event_id="e4", kind="context", time=at(3, 12), stream="ORD", reason="n2", detail="stream_leader_elected"),
     dict(seq=5, event_id="e5", kind="context", time=at(3, 18), stream="ORD", reason="modify", detail="stream_action"),
     # f1: ok mode, two gaps and an error, then committed; its stream is only in the PubAck
@@ -104,14 +104,14 @@ def test_a_batch_split_across_runs_gives_the_same_row(spark, events):
 
 def test_abandoned_batches_count_the_context_around_each(events):
     columns = ("batch_id", "kind", "reason", "stream", "unverified", "leader_elections", "stream_updates",
-               "other_abandonments", "gaps_nearby")
+               "other_abandonments", "gaps_nearby", "domain")
     assert rows(abandoned_batches(events, window_minutes=5), *columns) == sorted([
-        ("a1", "atomic", "timeout", "ORD", False, 1, 0, 0, 0),
-        ("a2", "atomic", "incomplete", "ORD", False, 0, 1, 0, 0),
-        ("a3", "atomic", "timeout", "PAY", True, 0, 0, 0, 0),
-        ("f2", "fast", "gap", "FAST", False, 0, 0, 0, 1),
-        ("f3", "fast", "dropped", "(unknown)", False, 0, 0, 0, 0),
-        ("f5", "fast", "leader_change", "CL", False, 0, 0, 0, 0),
+        ("a1", "atomic", "timeout", "ORD", False, 1, 0, 0, 0, None),
+        ("a2", "atomic", "incomplete", "ORD", False, 0, 1, 0, 0, None),
+        ("a3", "atomic", "timeout", "PAY", True, 0, 0, 0, 0, "leaf1"),
+        ("f2", "fast", "gap", "FAST", False, 0, 0, 0, 1, None),
+        ("f3", "fast", "dropped", "(unknown)", False, 0, 0, 0, 0, None),
+        ("f5", "fast", "leader_change", "CL", False, 0, 0, 0, 0, None),
     ])
     wide = abandoned_batches(events, window_minutes=15).filter("batch_id = 'a1'").collect()[0]
     assert (wide.leader_elections, wide.stream_updates, wide.other_abandonments) == (1, 1, 1)

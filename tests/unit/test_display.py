@@ -89,6 +89,14 @@ def test_a_provisional_ledger_row_says_its_context_is_not_counted_yet_never_zero
     assert ledger_frame(settled)["leader_elections"].tolist() == ["2", "0"] and provisional_text(settled) == ""
 
 
+def test_the_ledgers_domain_column_is_shown_only_where_a_loss_has_a_domain():
+    from console.ui.history import ledger_frame
+
+    frame = pd.DataFrame({"batch_id": ["a", "b"], "domain": [None, None]})
+    assert "domain" not in ledger_frame(frame)
+    assert ledger_frame(frame.assign(domain=[None, "leaf1"]))["domain"].tolist() == [None, "leaf1"]
+
+
 def test_a_ledger_row_with_no_context_count_says_not_counted_never_nan():
     """History showed "NaN" in the context columns of rows the job had not covered (the stream page said "…")."""
     from console.ui.history import NOT_COUNTED, ledger_frame
