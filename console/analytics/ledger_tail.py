@@ -6,7 +6,7 @@ server filters, so a busy log of acks costs it nothing) and writes, per burst, o
 - a loss the job has not covered yet (its log sequence past the job's offset, read in the same
   statement that inserts) becomes a provisional row, unless its event id has a row already (a copy, a
   replay, or the job's own row): no loss twice;
-- a retraction takes a provisional fast loss of its batch back, now or when the loss comes after it.
+- a retraction takes a provisional loss of its batch back, now or when the loss comes after it.
 The job's run deletes the provisional rows it covers in the transaction that writes its own: its rows,
 with their context, replace them. A provisional row carries no context (elections, updates, other
 losses, gaps nearby): the pages show it as not counted yet, never as 0.
@@ -53,7 +53,7 @@ def provisional_row(seq: int, event: BatchEvent) -> dict | None:
 
 
 class Retractions:
-    """The latest retraction of each of the last RETRACTIONS_KEPT batches: a fast loss at or before it is none."""
+    """The latest retraction of each of the last RETRACTIONS_KEPT batches: a loss at or before it is none."""
 
     def __init__(self, kept: int = RETRACTIONS_KEPT):
         self.kept, self._at = kept, OrderedDict[str, datetime]()
@@ -67,7 +67,7 @@ class Retractions:
 
     def overrules(self, row: dict) -> bool:
         at = self._at.get(row["batch_id"]) if row["batch_id"] else None
-        return row["kind"] == "fast" and at is not None and at >= row["time"]
+        return at is not None and at >= row["time"]
 
 
 class LedgerTail:

@@ -62,12 +62,12 @@ def with_abandonment_reason(events: DataFrame) -> DataFrame:
 
 
 def losses(events: DataFrame) -> DataFrame:
-    """The loss events that still stand: a fast batch's loss that a later reply retracted is none."""
+    """The loss events that still stand: a loss that a later reply retracted is none (a fast batch's, or an
+    atomic batch's whose commit was answered after it was said lost)."""
     lost = events.filter(F.col("kind").isin(*ABANDONMENT_KINDS))
     retracted = events.filter(F.col("kind") == LOSS_RETRACTED).select(
         F.col("batch_id").alias("_retracted_batch"), F.col("time").alias("_retracted_at"))
-    overruled = ((F.col("batch_id") == F.col("_retracted_batch")) & (F.col("_retracted_at") >= F.col("time"))
-                 & _is_fast())
+    overruled = (F.col("batch_id") == F.col("_retracted_batch")) & (F.col("_retracted_at") >= F.col("time"))
     return lost.join(retracted, overruled, "left_anti")
 
 

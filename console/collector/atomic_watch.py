@@ -22,6 +22,7 @@ from console.domain.wire import Tally
 STREAM_ACTION = "stream_action"  # a context event's detail for the stream action advisory
 REMEMBERED = 10_000  # streams whose allow_atomic is known; advisories already handled
 REPLY_WAIT = timedelta(seconds=2)  # a first message's reply and the message itself race to the tap
+COMMIT_REPLY_KEPT = timedelta(seconds=60)  # a commit's reply subject, for a PubAck a loaded collector reads late
 MAX_PREFIXES = 1000  # publisher connections whose replies are followed
 NEW_STREAM = timedelta(seconds=5)  # a replicated stream's first election follows its creation: nothing was open
 
@@ -73,7 +74,7 @@ class AtomicWatch:
         if (early := self._early.pop(reply, None)) is not None:
             return self.tracker.answered(identity, _refusal(early[0]), now)
         self._commits[reply] = (identity, now)
-        self._trim(self._commits, now)
+        self._trim(self._commits, now, COMMIT_REPLY_KEPT)
         return []
 
     async def on_context(self, event: BatchEvent, now: datetime) -> list[BatchEvent]:
@@ -145,15 +146,15 @@ class AtomicWatch:
                            err_code=reply.err_code, description=reply.description)]
 
     @staticmethod
-    def _trim(pending: OrderedDict[str, Any], now: datetime) -> None:
-        while pending and (len(pending) > REMEMBERED or now - next(iter(pending.values()))[-1] > REPLY_WAIT):
+    def _trim(pending: OrderedDict[str, Any], now: datetime, kept: timedelta = REPLY_WAIT) -> None:
+        while pending and (len(pending) > REMEMBERED or now - next(iter(pending.values()))[-1] > kept):
             pending.popitem(last=False)
 
     def tick(self, now: datetime) -> list[BatchEvent]:
         """The batches an election dropped whose commit never answered."""
         self._trim(self._expecting, now)
         self._trim(self._early, now)
-        self._trim(self._commits, now)
+        self._trim(self._commits, now, COMMIT_REPLY_KEPT)
         return self.tracker.tick(now)
 
     async def _lookup(self, stream: str, new_at: datetime | None = None) -> bool | None:

@@ -87,6 +87,9 @@ class AtomicTracker:
         self.started: dict[str, int] = {}  # stream -> atomic batches seen open since the start (loss budgets)
         self.committing: dict[str, OpenAtomic] = {}  # committed on the publish side, the reply not yet seen
         self.refused: dict[str, tuple[OpenAtomic, int, datetime]] = {}  # commits refused, no cause known yet
+        # Said lost because their commit's reply was not seen in ANSWER_WAIT (a loaded collector reads it
+        # late): a PubAck that comes after all retracts the loss
+        self.unheard: OrderedDict[str, str] = OrderedDict()  # batch -> stream
         self.elections: OrderedDict[str, datetime] = OrderedDict()  # stream -> its last election's time
 
     def observe(self, stream: str, headers: Mapping[str, str], now: datetime) -> tuple[str, int, bool] | None:
@@ -150,6 +153,10 @@ class AtomicTracker:
         advisory can come after the reply); else held for the advisory that names it (then it is the
         advisory's), or an election's, and named lost unexplained past REFUSAL_WAIT."""
         batch = self.committing.pop(identity, None)
+        if batch is None and (stream := self.unheard.pop(identity, None)) is not None and refused is None:
+            return [BatchEvent(f"at.{identity}.retracted", EventKind.LOSS_RETRACTED, now, stream, identity,
+                               reason=LEADER_CHANGE, detail="its commit's PubAck came after the batch was said "
+                                                           "lost: it was not lost")]
         if batch is None or refused is None:
             return []
         elected = self.elections.get(batch.stream)
@@ -199,6 +206,9 @@ class AtomicTracker:
                 del self.committing[identity]
                 if batch.dropped_at is not None:
                     lost.append(self._lost(batch, LEADER_CHANGE, now, inferred=True))
+                    self.unheard[identity] = batch.stream
+                    while len(self.unheard) > self.max_batches:
+                        self.unheard.popitem(last=False)
         for identity, (batch, refused, when) in list(self.refused.items()):
             if (now - when).total_seconds() > self.batch_timeout + ANSWER_WAIT:
                 del self.refused[identity]  # refused, and neither an advisory nor an election said why

@@ -19,7 +19,7 @@ _INSERT = text(
     " 0, 0, 0, 0, 1"
     " WHERE :log_seq > COALESCE((SELECT seq FROM job_offsets WHERE source = :job), 0)"
 ).bindparams(bindparam("time", type_=DateTime()))  # stored as the job's rows store theirs: compared as text
-_RETRACT = text("DELETE FROM abandoned_batches WHERE provisional AND kind = 'fast' AND batch_id = :batch_id"
+_RETRACT = text("DELETE FROM abandoned_batches WHERE provisional AND batch_id = :batch_id"
                 " AND time <= :time").bindparams(bindparam("time", type_=DateTime()))
 _MOVED = text("INSERT INTO job_offsets (source, seq, updated) VALUES (:source, :seq, :updated)"
               " ON CONFLICT(source) DO UPDATE SET seq = max(seq, :seq), updated = :updated"
@@ -27,7 +27,7 @@ _MOVED = text("INSERT INTO job_offsets (source, seq, updated) VALUES (:source, :
 
 
 def put_provisional(engine, rows: list[dict], retracted: list[tuple[str, datetime]], seq: int) -> None:
-    """One transaction: the losses' rows (each with every column of provisional_row), the fast losses their
+    """One transaction: the losses' rows (each with every column of provisional_row), the losses their
     batches' retractions take back, and where the ledger has moved to (`seq`, for the pages)."""
     with engine.begin() as conn:  # its first statement is a write: it holds the lock before reading the offset
         if rows:

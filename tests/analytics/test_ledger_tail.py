@@ -37,12 +37,12 @@ def test_a_loss_s_row_is_the_job_s_without_its_context_and_none_without_its_stre
     assert provisional_row(7, BatchEvent("e5", EventKind.FAST_COMMITTED, NOW, "S", "b3")) is None  # not a loss
 
 
-def test_a_retraction_overrules_a_fast_loss_at_or_before_it_and_is_kept_within_bounds():
+def test_a_retraction_overrules_a_loss_at_or_before_it_and_is_kept_within_bounds():
     kept = Retractions(kept=2)
     kept.add("b1", NOW)
     fast = {"batch_id": "b1", "kind": "fast", "time": NOW}
     assert kept.overrules(fast) and not kept.overrules({**fast, "time": NOW + timedelta(seconds=1)})
-    assert not kept.overrules({**fast, "kind": "atomic"})  # an atomic loss is never retracted
+    assert kept.overrules({**fast, "kind": "atomic"})  # an atomic batch's commit answered after it was said lost
     kept.add("b2", NOW)
     kept.add("b3", NOW)
     assert not kept.overrules(fast)  # the oldest went

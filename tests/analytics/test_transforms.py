@@ -132,3 +132,17 @@ def test_a_retracted_loss_is_named_for_removal(events):
     from console.analytics.transforms import retracted_losses
 
     assert [r.event_id for r in retracted_losses(events).collect()] == ["f4d"]
+
+
+def test_an_atomic_loss_whose_commit_was_answered_after_all_is_retracted_too(spark, events):
+    """A loaded collector said an election's suspect lost before it read the commit's PubAck."""
+    names = EVENT_SCHEMA.fieldNames()
+    late = [dict(seq=90, event_id="a9l", kind="atomic_lost", time=at(6, 0), stream="ORD", batch_id="a9",
+                 reason="leader_change", inferred=True, v=1),
+            dict(seq=91, event_id="a9r", kind="loss_retracted", time=at(6, 1), stream="ORD", batch_id="a9",
+                 reason="leader_change", inferred=False, v=1)]
+    more = events.unionByName(spark.createDataFrame([tuple(r.get(n) for n in names) for r in late], EVENT_SCHEMA))
+    from console.analytics.transforms import retracted_losses
+
+    assert sorted(r.event_id for r in retracted_losses(more).collect()) == ["a9l", "f4d"]
+    assert "a9" not in {r.batch_id for r in abandoned_batches(more).collect()}
