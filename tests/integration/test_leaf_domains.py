@@ -24,22 +24,27 @@ from tests.conftest import TEST_LIMITS
 from tests.processes import CLI, wait_collecting
 from tests.waits import eventually
 
-LEAF_CONFIG = 'server_name: "leaf1"\nleafnodes {{ remotes: [ {{ url: "nats://127.0.0.1:{port}" }} ] }}\n'
+LEAF_CONFIG = 'server_name: "{name}"\nleafnodes {{ remotes: [ {{ url: "nats://127.0.0.1:{port}" }} ] }}\n'
 
 
-async def test_a_loss_at_a_leaf_reaches_the_hubs_collector_with_its_domain(tmp_path):
+async def test_a_loss_at_each_of_two_leaves_reaches_the_hubs_collector_with_its_domain(tmp_path):
     port = free_port()
     with EmbeddedServer(tmp_path / "hub", batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
                         extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n') as hub, \
-            EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
-                           extra_config=LEAF_CONFIG.format(port=port)) as leaf:
+            EmbeddedServer(tmp_path / "leaf1", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
+                           extra_config=LEAF_CONFIG.format(name="leaf1", port=port)) as leaf1, \
+            EmbeddedServer(tmp_path / "leaf2", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf2"',
+                           extra_config=LEAF_CONFIG.format(name="leaf2", port=port)) as leaf2:
         log = open(tmp_path / "collector.log", "w")
         collector = subprocess.Popen([CLI, "collect", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
                                       "--batch-timeout", "1"], stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_collecting(collector, tmp_path / "collector.log")
-            async with await nats.connect(leaf.url) as at_leaf, await nats.connect(hub.url) as at_hub:
-                await at_leaf.jetstream().add_stream(StreamConfig(name="EDGE", subjects=["edge.>"], allow_atomic=True))
+            async with await nats.connect(leaf1.url) as at_leaf1, await nats.connect(leaf2.url) as at_leaf2, \
+                    await nats.connect(hub.url) as at_hub:
+                for leaf, at_leaf in (("leaf1", at_leaf1), ("leaf2", at_leaf2)):
+                    await at_leaf.jetstream().add_stream(StreamConfig(name="EDGE", subjects=[f"{leaf}.>"],
+                                                                      allow_atomic=True))
 
                 async def sourced() -> bool:  # the leaf's domain answers over the leaf connection once it is up
                     await at_hub.jetstream().add_stream(StreamConfig(name="HUB_EDGE", sources=[StreamSource(
@@ -47,24 +52,28 @@ async def test_a_loss_at_a_leaf_reaches_the_hubs_collector_with_its_domain(tmp_p
                     return True
 
                 await eventually(sourced, timeout=30, what="the hub's source of the leaf's stream")
-                batch = AtomicBatch(at_leaf, batch_id="lost-at-the-leaf")
-                await batch.add("edge.x", b"1")  # and no more: the leaf's server abandons it after 1 s
+                for leaf, at_leaf in (("leaf1", at_leaf1), ("leaf2", at_leaf2)):
+                    # one message and no more: the leaf's server abandons it after 1 s
+                    await AtomicBatch(at_leaf, batch_id=f"lost-at-{leaf}").add(f"{leaf}.x", b"1")
                 events = EventLog.over(at_hub, Settings(data=DataSettings(data_dir=tmp_path / "data")).keyed_event_log(
                     make=False))
 
                 async def lost() -> list:
                     return [e for _, e in await events.read(1, idle_timeout=0.5)
-                            if e.kind is EventKind.ATOMIC_ABANDONED and e.batch_id == "lost-at-the-leaf"]
+                            if e.kind is EventKind.ATOMIC_ABANDONED and e.batch_id.startswith("lost-at-")]
 
-                [event] = await eventually(lost, timeout=60, what="the leaf's loss in the hub's event log", every=0.5)
+                found = await eventually(lost, lambda es: len(es) == 2, timeout=60, every=0.5,
+                                         what="each leaf's loss in the hub's event log")
         finally:
             collector.terminate()
             collector.wait(timeout=60)
-    assert (event.stream, event.domain) == ("EDGE", "leaf1")
+    assert sorted((e.batch_id, e.stream, e.domain) for e in found) == [
+        ("lost-at-leaf1", "EDGE", "leaf1"), ("lost-at-leaf2", "EDGE", "leaf2")]
     model = LiveModel()
-    model.apply(event)
+    for event in found:
+        model.apply(event)
     frame = recent_frame(model)
-    assert "domain" in frame.columns and list(frame["domain"]) == ["leaf1"]
+    assert "domain" in frame.columns and sorted(frame["domain"]) == ["leaf1", "leaf2"]
 
 
 async def test_a_loss_at_a_leaf_cut_off_from_the_hub_reaches_the_hubs_log_once_it_is_back(tmp_path):
@@ -73,7 +82,7 @@ async def test_a_loss_at_a_leaf_cut_off_from_the_hub_reaches_the_hubs_log_once_i
                       extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n')
     with EmbeddedServer(tmp_path / "hub", **hub_config) as hub, \
             EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
-                           extra_config=LEAF_CONFIG.format(port=port)) as leaf:
+                           extra_config=LEAF_CONFIG.format(name="leaf1", port=port)) as leaf:
         log = open(tmp_path / "collector.log", "w")
         collector = subprocess.Popen([CLI, "collect", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
                                       "--batch-timeout", "1", "--domain", "leaf1"], stdout=log, stderr=subprocess.STDOUT)
@@ -124,7 +133,7 @@ async def test_a_hub_stream_copying_a_leafs_atomic_stream_is_named_once_the_leaf
     with EmbeddedServer(tmp_path / "hub", batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
                         extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n') as hub, \
             EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
-                           extra_config=LEAF_CONFIG.format(port=port)):
+                           extra_config=LEAF_CONFIG.format(name="leaf1", port=port)):
         async with await nats.connect(hub.url) as at_hub:
             leaf_js = at_hub.jetstream(domain="leaf1")
             await eventually(lambda: leaf_js.add_stream(StreamConfig(name="EDGE", subjects=["edge.>"], allow_atomic=True)),
