@@ -182,17 +182,22 @@ def reads(ctx: Context) -> APIRouter:
                  "failing": list(v.failing),
                  "batches": v.batches, "since": v.since, "until": v.until} for v in verdicts.report()]
 
+    @api.get("/history/abandoned_batches", tags=["history"])
+    async def history_losses(who: Caller = ctx.caller, system: str | None = SYSTEM, since: Time | None = None,
+                             until: Time | None = None,
+                             domain: str | None = Query(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                                        description="only a JetStream domain's losses (a leaf's)")
+                             ) -> list[dict]:
+        """History's ledger of lost batches (the last week by default), each with its domain where its advisory
+        named one."""
+        return history_rows(ctx.runtime_of(system), "abandoned_batches", who, since, until,
+                            {} if domain is None else {"domain": domain})
+
     @api.get("/history/{table}", tags=["history"])
     async def history(table: HistoryTable, who: Caller = ctx.caller, system: str | None = SYSTEM,
-                      since: Time | None = None, until: Time | None = None,
-                      domain: str | None = Query(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
-                                                 description="abandoned_batches: a JetStream domain's (a leaf's)")
-                      ) -> list[dict]:
+                      since: Time | None = None, until: Time | None = None) -> list[dict]:
         """One of History's tables, as the History page shows and downloads it (the last week by default)."""
-        if domain is not None and table != "abandoned_batches":
-            raise Problem(422, "No domain in this table", "only abandoned_batches names each loss's domain")
-        return history_rows(ctx.runtime_of(system), table, who, since, until,
-                            {} if domain is None else {"domain": domain})
+        return history_rows(ctx.runtime_of(system), table, who, since, until)
 
     @api.get("/maintenance/{node}/plan", tags=["maintenance"])
     async def maintenance_plan(node: NODE, who: Caller = ctx.caller, system: str | None = SYSTEM,

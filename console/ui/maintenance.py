@@ -141,7 +141,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         def progress(line: str) -> None:
             self.status = html.escape(line[:300])
 
-        self.status = f"Draining {html.escape(plan.node)}…"
+        self.status = self._refused_now(DrainNode, "drained") or f"Draining {html.escape(plan.node)}…"
         try:
             done = await self.drain(plan, progress)
         except Exception as e:  # refused (role, read-only, lease, plan), the server away: said here
@@ -178,7 +178,8 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         def progress(line: str) -> None:
             self.status = html.escape(line[:300])
 
-        self.status = f"Restarting {html.escape(plan.node)}: its drain first…"
+        self.status = self._refused_now(RestartNodes, "restarted") or \
+            f"Restarting {html.escape(plan.node)}: its drain first…"
         try:
             done = await self.restart(plan.node, progress)
         except Exception as e:  # refused (role, read-only, lease), the server away: said here
@@ -188,6 +189,12 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         self.status = ("; ".join(html.escape(restart_line(r)) for r in restarts) or "Nothing restarted.") + \
             _ledger_said(done.verdict)
         return restarts
+
+    def _refused_now(self, command: type[DrainNode] | type[RestartNodes], done: str) -> str | None:
+        """A role's refusal said at once, as the action says it (the action then records it in the audit trail,
+        which a loaded server can take a while to take)."""
+        why = self.may(command)
+        return f"**Not {done}:** {html.escape(f'{command.name} is refused: {why}'[:300])}" if why else None
 
     async def _on_restart(self, *_) -> None:
         await self.run_restart()
