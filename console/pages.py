@@ -25,6 +25,7 @@ from console.commands import COMMANDS
 from console.broker import names
 from console.domain.display import count, md
 from console.domain.maintenance import node_name
+from console.domain.systems import domain_name
 from console.investigate import advice
 from console.queries import fleet as read_fleet
 from console.fleet import Fleet
@@ -165,7 +166,7 @@ URL_TYPES = {"start_seq": _int, "csv_table": _csv_table, "stream": names.stream,
              "user": _label, "action": _action, "severity": _severity, "client": _label, "failing_only": _flag,
              "subject": _label, "end_seq": _int, "since": _start_time, "until": _start_time, "where": _expression,
              "newest_first": _flag, "max_scanned": _int, "max_matches": _int, "max_seconds": _number,
-             "objective": _label, "node": node_name}
+             "objective": _label, "node": node_name, "domain": domain_name}
 SEARCH_PARAMS = ("stream", "subject", "start_seq", "end_seq", "since", "until", "where", "newest_first",
                  "max_scanned", "max_matches", "max_seconds")
 
@@ -417,7 +418,7 @@ TABLE = (
     Page("/streams", "Streams", streams, {"stream": "stream"}),
     Page("/replay", "Replay", replay, {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq",
                                        "start_time": "start_time", "batch_id": "batch_id"}),
-    Page("/history", "History", history, {"csv_table": "table"}, across=history_across),
+    Page("/history", "History", history, {"csv_table": "table", "domain": "domain"}, across=history_across),
     Page("/incident", "Incident", incident, {"batch_id": "batch"}),
     Page("/alerts", "Alerts", alerts, {"rule": "rule"}, across=alerts_across),
     Page("/checks", "Checks", checks, {"severity": "severity", "stream": "stream"}, across=checks_across),

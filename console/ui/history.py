@@ -17,6 +17,7 @@ from bokeh.transform import dodge
 from console.commands import ExportTable
 from console.domain.display import Clock, count
 from console.domain.events import UNKNOWN_STREAM, WHY_UNKNOWN
+from console.domain.systems import domain_name
 from console.domain.wire import stream_name_problem
 from console.export import FORMATS
 from console.queries.history import HISTORY_TABLES
@@ -204,6 +205,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                    doc="The download's format (JSON lines and Parquet carry the filters that made it)")
     export = exports("a table")
     may = refusals()
+    domain = param.String(default="", doc="Only this JetStream domain's lost batches (a leaf's) in the ledger below")
 
     def __init__(self, **params):
         params.setdefault("dates", last_week())
@@ -244,6 +246,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                           frozen_columns=["system", "time", "stream"], widths={"publisher": 360},
                                           **table)
         self._blind = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._domain_said = pn.pane.Markdown("", align="end")
         self._maintenances = tabulator(pd.DataFrame(), height=160, widths={"outcome": 520}, **table)
         self._maintenances_title = pn.pane.Markdown("### Maintenances (drains and restarts the console did)",
                                                     visible=False)
@@ -266,6 +269,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             "### Abandoned batches",
             pn.pane.Markdown("Each batch's reason, publisher and incident first; its context (what happened around "
                              "it) to the right: the table scrolls sideways where it is wider than the page."),
+            pn.Row(pn.widgets.TextInput.from_param(self.param.domain, name="only the losses of the domain",
+                                                   placeholder="a leaf's JetStream domain", width=260),
+                   self._domain_said),
             self._lost, sizing_mode="stretch_width")
         self._shown: dict[str, pd.DataFrame] = {}
         self._read_at: object = False  # (the job's position, the ledger's) the tables were read at
@@ -318,7 +324,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             "abandonments_by_stream": h.abandonments_by_stream(start, end),
             "gaps_by_hour": gaps,
             "fast_outcomes": h.fast_outcomes(start, end),
-            "abandoned_batches": h.abandoned_batches(start, end),
+            "abandoned_batches": h.abandoned_batches(start, end, **self._only_domain()),
             "capture_interruptions": h.capture_interruptions(start, end),
             "maintenances": h.maintenances(start, end),
         }
@@ -355,6 +361,24 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                                f"{self.clock.when(extent[1], seconds=False)}, the hours with data" if extent else "")
                             + provisional_text(self._shown["abandoned_batches"]))
 
+    def _only_domain(self) -> dict[str, str]:
+        """The ledger's filter by domain: a name the wire takes, else none (and the page says why)."""
+        wanted = self.domain.strip()
+        if not wanted:
+            self._domain_said.object = ""
+            return {}
+        try:
+            named = domain_name(wanted)
+        except ValueError as e:
+            self._domain_said.object = f"**Not a domain:** {html.escape(str(e)[:160])}; every loss is shown"
+            return {}
+        self._domain_said.object = f"the losses of domain {html.escape(named)} alone"
+        return {"domain": named}
+
+    @param.depends("domain", watch=True)
+    def _on_domain(self) -> None:
+        self.read()
+
     @param.depends("dates", watch=True)
     def _on_dates(self) -> None:
         self.read()
@@ -374,8 +398,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         """The chosen table as shown for the chosen dates, in the chosen format, with the filters that made it."""
         first, last = self._days()
         frame = self.frame(self.csv_table)
+        only = self._only_domain() if self.csv_table == "abandoned_batches" else {}
         return ExportTable(self.csv_table, f"{first}..{last}", self.export_format, frame.to_dict("records"),
-                           list(frame.columns), {"table": self.csv_table, "from": first, "to": last})
+                           list(frame.columns), {"table": self.csv_table, "from": first, "to": last, **only})
 
     async def download(self) -> io.BytesIO:
         return await download(self.export, self.export_command())

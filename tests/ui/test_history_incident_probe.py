@@ -42,6 +42,18 @@ def test_history_shows_what_the_analytics_job_wrote_after_real_abandonments(cons
     assert [r["batches"] for r in by_stream if (r["stream"], r["kind"], r["reason"]) == ("UI_HIST", "atomic", "timeout")] \
         == [3]
     assert {r["batch_id"] for r in api.get("/history/abandoned_batches").json()} >= set(abandoned)
+    assert api.get("/history/abandoned_batches?domain=leaf1").json() == []  # no leaf here: none of its losses
+    page.goto(web_url + "history?domain=leaf1")  # the page's filter from its URL: the same
+    expect(page.get_by_text("the losses of domain leaf1 alone")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("row").filter(has_text=abandoned[0])).to_have_count(0)
+    for hostile in ("a.b", "leaf%00", "x" * 65, "%3Cb%3Ex%3C/b%3E"):  # left out: every loss shown, the page up
+        page.goto(web_url + f"history?domain={hostile}")
+        expect(page.get_by_role("row").filter(has_text=abandoned[0])).to_be_visible(timeout=30_000)
+    page.get_by_label("only the losses of the domain").fill("a.b")  # typed: said, and every loss shown
+    page.get_by_label("only the losses of the domain").press("Enter")
+    expect(page.get_by_text("Not a domain:")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("row").filter(has_text=abandoned[0])).to_be_visible()
+    page.goto(web_url + "history")
     with page.expect_download() as download:
         page.get_by_role("button", name="Download CSV").click()
     assert download.value.suggested_filename.startswith("abandoned_batches-")
