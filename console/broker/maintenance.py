@@ -338,18 +338,11 @@ async def move_when_quiet(nc: Client, node: str, group: Group, tap: Tap, time_bo
 
 
 async def quiet_moment(tap: Tap, stream: str, time_box: float) -> tuple[float, list[OpenBatch]]:
-    """Waits up to `time_box` s for no batch open on the stream and none committed in the last COMMIT_SETTLE:
-    (seconds waited, the batches open still)."""
+    """Waits up to `time_box` s for no batch open on the stream: (seconds waited, the batches open still)."""
     started = time.monotonic()
-
-    def busy() -> list[OpenBatch] | None:
-        now = datetime.now(timezone.utc)
-        open_now = tap.batches.on(stream, now)
-        return open_now if open_now or tap.batches.settling(stream, now) else None
-
-    while (open_now := busy()) is not None and time.monotonic() - started < time_box:
+    while (open_now := tap.batches.on(stream, datetime.now(timezone.utc))) and time.monotonic() - started < time_box:
         await asyncio.sleep(QUIET_POLL)
-    return time.monotonic() - started, open_now or []
+    return time.monotonic() - started, open_now
 
 
 async def _move(nc: Client, node: str, group: Group, tap: Tap, time_box: float) -> Move:

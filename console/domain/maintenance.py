@@ -75,9 +75,6 @@ class Group:
         return len(up) + sum(1 for name, current, offline in self.peers if name != node and current and not offline)
 
 
-COMMIT_SETTLE = timedelta(milliseconds=50)  # a quiet moment begins this long after the last commit seen
-
-
 @dataclass(frozen=True)
 class OpenBatch:
     stream: str
@@ -95,7 +92,6 @@ class OpenBatches:
 
     timeout: timedelta
     _open: dict[tuple[str, str, str], OpenBatch] = field(default_factory=dict)
-    _ended: dict[str, datetime] = field(default_factory=dict)  # stream -> when the tap last saw a commit on it
     malformed: int = 0
 
     def see(self, stream: str, reply: str | None, headers: Mapping[str, str] | None, at: datetime) -> None:
@@ -115,8 +111,6 @@ class OpenBatches:
     def _seen(self, key: tuple[str, str, str], ends: bool, at: datetime) -> None:
         known = self._open.pop(key, None)
         if ends:
-            if key[0] in self._ended or len(self._ended) < MAX_OPEN:
-                self._ended[key[0]] = at
             return
         stream, kind, batch_id = key
         self._open[key] = OpenBatch(stream, batch_id, kind, (known.messages if known else 0) + 1,
@@ -128,12 +122,6 @@ class OpenBatches:
         """The batches open on `stream` now (those silent past the timeout are gone: abandoned)."""
         self._forget(now)
         return [b for (s, _, _), b in self._open.items() if s == stream]
-
-    def settling(self, stream: str, now: datetime) -> bool:
-        """Whether a commit was seen on the stream within COMMIT_SETTLE: the tap sees it as it is sent, before
-        the leader has stored it, and a step then would lose it."""
-        ended = self._ended.get(stream)
-        return ended is not None and now - ended < COMMIT_SETTLE
 
     def all(self, now: datetime) -> list[OpenBatch]:
         self._forget(now)
