@@ -36,15 +36,16 @@ async def test_nats_js_and_nats_py_losses_on_two_streams_name_stream_and_publish
     py = await connect_as(server, "app", "app-secret", name="ledger-py")
     collector = Collector(app, CollectorSettings(tick_every=0.1), system_nc=sys_nc)
     await collector.start()
+    js = None
     try:
         for name in ("LEDGER_JS", "LEDGER_PY"):
             await app.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"],
                                                           allow_batched=True))
-        done = await asyncio.to_thread(
-            subprocess.run, ["node", str(PEER / "fast_gap.mjs"), server.url, "app", "app-secret", "ledger_js.x",
-                             "js-gap-1", "ledger-js"], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr[-2000:]
-        js_cid = json.loads(done.stdout.splitlines()[-1])["cid"]
+        # nats.js stays connected until the test is done with it: a publisher gone before the collector asks
+        # the servers who it was stays unknown (console/collector/publishers.py), which a loaded CI once met
+        js = subprocess.Popen(["node", str(PEER / "fast_gap.mjs"), server.url, "app", "app-secret", "ledger_js.x",
+                               "js-gap-1", "ledger-js"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        js_cid = json.loads(await asyncio.to_thread(js.stdout.readline))["cid"]
         py_gap = await _lose_a_fast_batch(py, "ledger_py.x")
         dropped = FastBatch(py, flow=5, gap_mode="fail")  # acked at 5, silent before the next ack: dropped
         for _ in range(7):
@@ -54,6 +55,8 @@ async def test_nats_js_and_nats_py_losses_on_two_streams_name_stream_and_publish
                     dropped.batch_id: ("ledger-py", "python3", nats.aio.client.__version__, py.client_id, "LEDGER_PY")}
         events = await events_for(app, set(expected), lambda es: {e.batch_id for e in es if e.kind in LOST_KINDS}
                                   == set(expected), timeout=30)
+        js.stdin.close()
+        assert await asyncio.to_thread(js.wait, 60) == 0
         losses = [e for e in events if e.kind in LOST_KINDS]
         assert {e.kind for e in losses} == {EventKind.FAST_ENDED_EARLY, EventKind.FAST_DROPPED}
         for loss in losses:
@@ -67,6 +70,8 @@ async def test_nats_js_and_nats_py_losses_on_two_streams_name_stream_and_publish
         status = await collector.status()
         assert status.connz_requests == 2  # one per publishing connection, not per batch
     finally:
+        if js is not None and js.poll() is None:
+            js.kill()
         await collector.stop()
         for nc in (app, sys_nc, py):
             await nc.close()
