@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 from console.domain.events import BatchEvent, EventKind
+from console.domain.server_versions import INCOMPLETE
 from console.domain.wire import INT64_MAX, MalformedInput, Tally, batch_id
 
 BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
@@ -35,7 +36,6 @@ MAX_COUNTED_STREAMS = 10_000  # streams whose atomic batches are counted
 KEPT_PAST_TIMEOUT = 30.0  # seconds a quiet batch is kept past the batch timeout, for a late stream event
 ANSWER_WAIT = 2.0  # seconds a commit's reply is waited for once the tap saw the commit (they race to it)
 ELECTION_SLACK = 2.0  # a batch the tap saw begin this long after an election's advisory may have met it
-INCOMPLETE = 10176
 WHAT = {LEADER_CHANGE: "the stream elected a new leader", DISABLED: "an update switched allow_atomic off",
         STREAM_DELETED: "the stream was deleted"}
 
@@ -77,6 +77,17 @@ def batch_message(headers: Mapping[str, str]) -> tuple[str, int, bool] | None:
     return identity, int(text), BATCH_COMMIT in headers
 
 
+V = TypeVar("V")
+
+
+def _put(kept: dict[str, V], key: str, value: V, most: int) -> None:
+    """key -> value as the newest of `kept`, whose oldest go past `most` (insertion order)."""
+    kept.pop(key, None)
+    kept[key] = value
+    while len(kept) > most:
+        del kept[next(iter(kept))]
+
+
 class AtomicTracker:
     def __init__(self, batch_timeout: float = 10.0, max_batches: int = 10_000):
         self.batch_timeout = batch_timeout
@@ -103,9 +114,7 @@ class AtomicTracker:
         if commits:
             if (batch := self.batches.pop(identity, None)) is not None:  # its reply says; else an advisory
                 batch.committed_at = now  # last_seq stays: what was open when dropped
-                self.committing[identity] = batch
-                while len(self.committing) > self.max_batches:
-                    self.committing.pop(next(iter(self.committing)))
+                _put(self.committing, identity, batch, self.max_batches)
             return seen
         batch = self.batches.get(identity)
         if batch is None and seq == 1 and (stream in self.started or len(self.started) < MAX_COUNTED_STREAMS):
@@ -129,7 +138,7 @@ class AtomicTracker:
         on_stream = [b for b in self.batches.values() if b.stream == stream]
         lost = [b for b in on_stream if (at - b.last_seen).total_seconds() <= self.batch_timeout]
         if reason == LEADER_CHANGE:
-            self._elected(stream, at)
+            _put(self.elections, stream, at, MAX_COUNTED_STREAMS)
             open_then = {b.batch_id for b in lost}
             for batch in on_stream:
                 if batch.batch_id in open_then:
@@ -151,7 +160,7 @@ class AtomicTracker:
         """A batch's commit was answered: a PubAck (refused None) or a refusal's err_code (0: no stream
         answered). A refusal is lost: to the election that met the batch, at once when one is known (its
         advisory can come after the reply); else held for the advisory that names it (then it is the
-        advisory's), or an election's, and named lost unexplained past REFUSAL_WAIT."""
+        advisory's), or an election's, and named lost unexplained a batch timeout and ANSWER_WAIT later."""
         batch = self.committing.pop(identity, None)
         if batch is None and (stream := self.unheard.pop(identity, None)) is not None and refused is None:
             return [BatchEvent(f"at.{identity}.retracted", EventKind.LOSS_RETRACTED, now, stream, identity,
@@ -162,9 +171,7 @@ class AtomicTracker:
         elected = self.elections.get(batch.stream)
         if batch.dropped_at is not None or (elected is not None and self._met(batch, elected)):
             return [self._lost(batch, LEADER_CHANGE, now, inferred=False, refused=refused)]
-        self.refused[identity] = (batch, refused, now)
-        while len(self.refused) > self.max_batches:
-            self.refused.pop(next(iter(self.refused)))
+        _put(self.refused, identity, (batch, refused, now), self.max_batches)
         return []
 
     @staticmethod
@@ -183,12 +190,6 @@ class AtomicTracker:
         return BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, b.stream, b.batch_id, reason=reason,
                           seq=b.last_seq, inferred=inferred, detail=f"{when}; {said}")
 
-    def _elected(self, stream: str, at: datetime) -> None:
-        self.elections.pop(stream, None)
-        self.elections[stream] = at
-        if len(self.elections) > MAX_COUNTED_STREAMS:
-            self.elections.popitem(last=False)
-
     def abandoned(self, identity: str) -> None:
         """An advisory named the batch: nothing more to say of it here."""
         self.batches.pop(identity, None)
@@ -206,9 +207,7 @@ class AtomicTracker:
                 del self.committing[identity]
                 if batch.dropped_at is not None:
                     lost.append(self._lost(batch, LEADER_CHANGE, now, inferred=True))
-                    self.unheard[identity] = batch.stream
-                    while len(self.unheard) > self.max_batches:
-                        self.unheard.popitem(last=False)
+                    _put(self.unheard, identity, batch.stream, self.max_batches)
         for identity, (batch, refused, when) in list(self.refused.items()):
             if (now - when).total_seconds() > self.batch_timeout + ANSWER_WAIT:
                 del self.refused[identity]  # refused, and neither an advisory nor an election said why
