@@ -72,6 +72,7 @@ from console.progress import ProgressBar  # noqa: E402
 LIMITS = BatchLimits(timeout=5.0)
 LAME_DUCK = 'lame_duck_duration: "30s"\nlame_duck_grace_period: "1s"\n'  # the shortest the server takes
 ROOT = Path(__file__).resolve().parents[1]
+ANSWER_TIMEOUT = 5.0  # seconds the console's publishers wait for a reply
 
 
 class NatsJsPublisher(Outcomes):
@@ -110,6 +111,7 @@ class Publisher(Outcomes):
         self.acks: list[float] = []  # when each message's publish returned (the commit's, its ack)
         self.stopped = False
         self.holds: Holds | None = None  # followed: no batch begins under a maintenance hold
+        self.why: dict[str, str] = {}  # a lost batch's id -> what the publisher was told
 
     @property
     def lost(self) -> int:
@@ -132,14 +134,15 @@ class Publisher(Outcomes):
                 await batch.commit(subject, b"last")
                 self.acks.append(time.perf_counter())
                 self.ended(batch.batch_id, True)
-            except (BatchError, nats.errors.Error, asyncio.TimeoutError):
+            except (BatchError, nats.errors.Error, asyncio.TimeoutError) as e:
                 self.ended(batch.batch_id, False, opened=sent > 0)
+                self.why[batch.batch_id or "?"] = f"{type(e).__name__}: {str(e)[:160]} (after {sent} message(s))"
             finally:
                 await self.close(batch)
             await asyncio.sleep(self.idle_s)
 
     def batch(self):
-        return AtomicBatch(self.nc, timeout=5.0, holds=self.holds)
+        return AtomicBatch(self.nc, timeout=ANSWER_TIMEOUT, holds=self.holds)
 
     async def close(self, batch) -> None:
         batch.discard()
@@ -156,7 +159,7 @@ class FastPublisher(Publisher):
     subject_tail, size = "fast", 10
 
     def batch(self):
-        return FastBatch(self.nc, flow=5, gap_mode="fail", ack_timeout=5.0, holds=self.holds)
+        return FastBatch(self.nc, flow=5, gap_mode="fail", ack_timeout=ANSWER_TIMEOUT, holds=self.holds)
 
     async def close(self, batch) -> None:
         await batch.close()
@@ -174,6 +177,7 @@ async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bo
     if tap is not None:
         await asyncio.sleep(LIMITS.timeout)  # every batch open now is seen by then (drain does the same)
     starts: list[tuple[str, float]] = []
+    steps: list[tuple[str, float]] = []  # each stream's new leader read back
     bar = ProgressBar(count, label)
     streams = list(publishers)
     try:
@@ -190,18 +194,20 @@ async def moves(nc, publishers: dict[str, Publisher], count: int, batch_safe: bo
                 await step_down(nc, group, None)
                 await until(lambda: _moved(nc, stream, node), 30, f"{stream} still led by {node}")
             starts.append((stream, started))
+            steps.append((stream, time.perf_counter()))
             bar.update(i + 1)
             await asyncio.sleep(1.0)  # the publishers go on between moves, as between nodes of a rolling upgrade
     finally:
         bar.close()
         if tap is not None:
             await tap.close()
-    await asyncio.sleep(2 * (publishers[streams[0]].open_s + publishers[streams[0]].idle_s))  # the last batches end
+    await _last_batches_end(publishers)
     stalls = [1000 * publishers[s].stall_around(t) for s, t in starts]
     window = (window_start, time.perf_counter())
     return Result(sum(p.lost for p in publishers.values()) - lost0,
                   sum(p.committed for p in publishers.values()) - committed0, stalls, named,
-                  {kind: _summed(o.between(*window) for o in outs) for kind, outs in others.items()})
+                  {kind: _summed(o.between(*window) for o in outs) for kind, outs in others.items()},
+                  _losses_said(publishers, others, window, starts, steps) if batch_safe else ())
 
 
 @dataclass
@@ -211,6 +217,33 @@ class Result:
     stalls: list[float]
     named: int = 0  # batches still open at a step (batch-safe moves), named before it
     others: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (lost, committed)
+    losses: tuple[str, ...] = ()  # each loss of a publisher that follows holds: what it was told, when
+
+
+def _losses_said(publishers: dict[str, Publisher], others: dict[str, list[Outcomes]], window: tuple[float, float],
+                 starts: list[tuple[str, float]], steps: list[tuple[str, float]], most: int = 5) -> tuple[str, ...]:
+    """The console's publishers' lost batches in the window: what each was told, and when against its
+    stream's nearest move (its start: the hold; its step: the new leader read back; a stream of None: a
+    node's restart, from its drain's start to the node back)."""
+    followers = [*publishers.values(), *(p for ps in others.values() for p in ps if isinstance(p, Publisher))]
+    said = []
+    for p in followers:
+        for batch, (t, ok, _) in p.by_id.items():
+            if ok or not window[0] <= t <= window[1]:
+                continue
+            start = min((s for name, s in starts if name in (p.stream, None)), key=lambda s: abs(s - t), default=None)
+            step = min((s for name, s in steps if name in (p.stream, None)), key=lambda s: abs(s - t), default=None)
+            when = "" if start is None or step is None else \
+                f", {1000 * (t - start):+.0f} ms from the nearest move's start, {1000 * (t - step):+.0f} ms from its step"
+            said.append(f"{type(p).__name__} on {p.stream} lost {batch}{when}: {p.why.get(batch, '?')}")
+    return tuple(said[:most])
+
+
+async def _last_batches_end(publishers: dict[str, Publisher]) -> None:
+    """Until every batch begun in the part has its outcome, one that waits for an answer it never gets too:
+    it is counted in the part that made it, not the next."""
+    one = next(iter(publishers.values()))
+    await asyncio.sleep(max(2 * (one.open_s + one.idle_s), ANSWER_TIMEOUT + 0.5))
 
 
 def _summed(pairs) -> tuple[int, int]:
@@ -297,6 +330,9 @@ async def main(args: argparse.Namespace) -> None:
               + f"{seen:>10}{held_against[label].text() if label in held_against else '?':>33}")
     for r in restarts:
         print(f"  {restart_line(r)}")
+    for label, r in results.items():
+        for line in r.losses:
+            print(f"  {label}: {line}")
     for label, held in held_against.items():
         for line in held.said:
             print(f"  {label}: {line}")
@@ -376,21 +412,23 @@ async def rolling_restart(nc, cluster: EmbeddedCluster, publishers: dict[str, Pu
         if line.startswith("n") and ": restarted" in line or "NOT RESTARTED" in line:
             bar.update(len(done) + 1)
 
-    starts = []
+    starts, backs = [], []
     try:
         for node in [f"n{i + 1}" for i in range(len(cluster.nodes))]:
             starts.append(time.perf_counter())
             done += await rolling(nc, None, [node], command, time_box=LIMITS.timeout, batch_timeout=LIMITS.timeout,
                                   run_timeout=120, back_timeout=120, urls=cluster.urls, said=said)
+            backs.append((None, time.perf_counter()))
             assert done[-1].error is None, done[-1].error
     finally:
         bar.close()
-    await asyncio.sleep(2 * (publishers[next(iter(publishers))].open_s + publishers[next(iter(publishers))].idle_s))
+    await _last_batches_end(publishers)
     stalls = [1000 * p.stall_around(t, window=60.0) for t in starts for p in publishers.values()]
     window = (window_start, time.perf_counter())
     return Result(sum(p.lost for p in publishers.values()) - lost0,
                   sum(p.committed for p in publishers.values()) - committed0, stalls,
-                  others={kind: _summed(o.between(*window) for o in outs) for kind, outs in others.items()}), done
+                  others={kind: _summed(o.between(*window) for o in outs) for kind, outs in others.items()},
+                  losses=_losses_said(publishers, others, window, [(None, t) for t in starts], backs)), done
 
 
 async def _created(nc, name: str) -> bool:

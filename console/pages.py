@@ -414,7 +414,7 @@ def _firing_badge(firing: int) -> Badge:
 
 
 TABLE = (
-    Page("/", "Live", live, across=live_across),
+    Page("/", "Live", live, {"domain": "domain"}, across=live_across),
     Page("/streams", "Streams", streams, {"stream": "stream"}),
     Page("/replay", "Replay", replay, {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq",
                                        "start_time": "start_time", "batch_id": "batch_id"}),

@@ -55,6 +55,7 @@ class AtomicBatch:
         self._last_subject: str | None = None
         self._out = AtomicOutgoing(nc, self.batch_id)
         self._holds = holds  # followed: the first message waits while a maintenance hold covers its subject
+        self._settled = False  # its outcome known (committed, refused, unanswered) or dropped by its publisher
         self.held = 0.0  # seconds the batch waited for a hold to end
 
     def _headers(self, seq: int, extra: Mapping[str, str] | None, commit: str | None = None) -> dict[str, str]:
@@ -73,7 +74,13 @@ class AtomicBatch:
     async def _begin(self, subject: str) -> None:
         """Before the first message: no batch begins while a maintenance hold covers its subject."""
         if self.seq == 0 and not self.closed and self._holds is not None:
-            self.held = await self._holds.clear(subject)
+            self.held = await self._holds.clear(subject, self)
+
+    @property
+    def in_flight(self) -> bool:
+        """Begun, and its outcome not known yet (a follower of holds leaves a server in lame duck mode
+        once none of its batches is)."""
+        return self.seq > 0 and not self._settled
 
     def _next_seq(self) -> int:
         if self.closed:
@@ -124,16 +131,26 @@ class AtomicBatch:
 
     def discard(self) -> None:
         """Stop here. Nothing is sent: the server abandons the batch after its batch timeout."""
-        self.closed = True
+        self.closed = self._settled = True
 
     async def _finish(self, subject: str, payload: bytes, headers: dict[str, str]) -> PubAck:
         self.closed = True
-        reply = await self._request(subject, payload, headers)
+        try:
+            reply = await self._request(subject, payload, headers)
+        finally:
+            self._settled = True
         if not isinstance(reply, PubAck):
             raise BatchError(f"commit of batch {self.batch_id} got {reply} instead of a PubAck")
         return reply
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> Reply:
+        try:
+            return await self._answer(subject, payload, headers)
+        except BaseException:
+            self._settled = True  # refused, unanswered or cancelled: nothing more comes of it
+            raise
+
+    async def _answer(self, subject: str, payload: bytes, headers: dict[str, str]) -> Reply:
         try:
             msg = await self._nc.request(subject, payload, timeout=self.timeout, headers=headers)
         except nats.errors.NoRespondersError:

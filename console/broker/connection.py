@@ -197,6 +197,24 @@ def connected_to(nc: Client) -> str | None:
         if url is not None and url.hostname else None
 
 
+def on_lame_duck(nc: Client, notice: Callable[[], Awaitable[None]]) -> None:
+    """`notice()` also runs when the server this connection is on says it is in lame duck mode (its INFO's
+    ldm): nats-py takes one such callback, at connect, so the one given then runs first."""
+    given = nc._lame_duck_mode_cb
+
+    async def both() -> None:
+        if given is not None:
+            await given()
+        await notice()
+    nc._lame_duck_mode_cb = both
+
+
+async def reconnect_elsewhere(nc: Client) -> None:
+    """The connection made again now (to another server of the pool: a server in lame duck mode takes no
+    new client); what it buffered is sent there."""
+    await nc.force_reconnect()
+
+
 def reconnects(nc: Client) -> int:
     """How many times the connection was made again (to the same server or another)."""
     return nc.stats.get("reconnects", 0)

@@ -116,6 +116,7 @@ class FastBatch:
         self.ping_interval = ping_interval or min(ack_timeout / 4, 0.5)
         self.on_problem = on_problem
         self._holds = holds  # followed: the first message waits while a maintenance hold covers its subject
+        self._released = False  # closed by its publisher
         self.held = 0.0  # seconds the batch waited for a hold to end
         self._nc = nc
         self._inbox = inbox_prefix or connection_inbox(nc)
@@ -192,9 +193,16 @@ class FastBatch:
             raise BatchRefusedError("cannot skip the first message")
         self.seq += count
 
+    @property
+    def in_flight(self) -> bool:
+        """Begun, and its outcome not known yet (a follower of holds leaves a server in lame duck mode
+        once none of its batches is)."""
+        return self.seq > 0 and not self._released and self._failure is None and \
+            not (self._final is not None and self._final.done())
+
     async def close(self) -> None:
         """Stop listening for replies. Does not commit: an open batch is dropped by the server when idle."""
-        self.closed = True
+        self.closed = self._released = True
         if self._sub is not None:
             self._sub.remove(self.batch_id)
             self._sub = None
@@ -212,7 +220,7 @@ class FastBatch:
 
     async def _start(self, subject: str, payload: bytes, headers: dict[str, str] | None) -> None:
         if self._holds is not None:
-            self.held = await self._holds.clear(subject)
+            self.held = await self._holds.clear(subject, self)
         await self._subscribe()
         self._subject = subject
         self.seq = 1

@@ -26,6 +26,7 @@ from console.broker import names
 from console.broker.admin import leader_step_down
 from console.broker.holds import announce
 from console.domain.holds import MAX_HOLD, Hold
+from console.domain.fast_ingest import FI_SUFFIX
 from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, evacuation, plan, with_evacuation
 from console.errors import ConsoleError, Refusal
 
@@ -35,6 +36,7 @@ LEASE_TTL = 30.0  # seconds a lease outlives the console that holds it (renewed 
 MOVED_WITHIN = 15.0  # seconds a new leader is waited for after a step-down
 QUIET_POLL = 0.02  # seconds between looks for a quiet moment on a stream
 MOVES_AT_ONCE = 8  # streams waited for and stepped down at the same time
+MAX_REPLY_PREFIXES = 64  # fast publishers' reply prefixes a tap subscribes to (a flood of them adds none)
 
 
 class MaintenanceRefused(ConsoleError):
@@ -111,12 +113,15 @@ def _meta_of(answers: list[Any]) -> tuple[str | None, tuple[tuple[str, bool, boo
 
 @dataclass
 class Tap:
-    """The publish side of some streams: every message published on their subjects, fed to OpenBatches."""
+    """The publish side of some streams: every message published on their subjects, fed to OpenBatches,
+    and the server's answers to fast batches' commits under the publishers' reply prefixes (up to
+    MAX_REPLY_PREFIXES of them; nats-py has one per connection, nats.js one per batch)."""
 
     nc: Client
     batches: OpenBatches
     started: float = field(default_factory=time.monotonic)
     subjects: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stream -> its subjects
+    reply_prefixes: set[str] = field(default_factory=set)  # fast publishers' inboxes whose answers are heard
     _subs: list[Subscription] = field(default_factory=list)
 
     @classmethod
@@ -134,7 +139,17 @@ class Tap:
     def _for(self, stream: str) -> Callable[[Msg], Awaitable[None]]:
         async def seen(msg: Msg) -> None:
             self.batches.see(stream, msg.reply, msg.headers, datetime.now(timezone.utc))
+            prefix = OpenBatches.reply_prefix(msg.reply)
+            if prefix is not None and prefix not in self.reply_prefixes and len(self.reply_prefixes) < MAX_REPLY_PREFIXES:
+                self.reply_prefixes.add(prefix)  # heard from the batch's first message on: before its commit
+                try:
+                    self._subs.append(await self.nc.subscribe(f"{prefix}.*.*.*.*.*.{FI_SUFFIX}", cb=self._answer))
+                except nats.errors.Error as e:  # not allowed to: its commits wait COMMIT_ANSWER_WAIT instead
+                    log.info("the answers under %r are not heard: %s", prefix[:80], e)
         return seen
+
+    async def _answer(self, msg: Msg) -> None:
+        self.batches.answered(msg.subject)
 
     @property
     def watched(self) -> float:

@@ -35,8 +35,10 @@ def _now() -> datetime:
 
 class CaptureWatch:
     def __init__(self, nc: Connection, instance: str, advisory_stream: Callable[[], str | None],
-                 record: Callable[[list[BatchEvent]], None], beat: Callable[[], None] = lambda: None):
+                 record: Callable[[list[BatchEvent]], None], beat: Callable[[], None] = lambda: None,
+                 deaf: Callable[[datetime, datetime], None] = lambda since, back: None):
         self.nc = nc
+        self.deaf = deaf  # told every window the live taps heard nothing (whatever the advisory stream did)
         self.beat = beat  # each pass, for the collector's watch over its loops
         self.instance = instance
         self.advisory_stream = advisory_stream  # None: advisories are followed live only
@@ -76,6 +78,7 @@ class CaptureWatch:
 
     async def _back(self, down_since: datetime) -> None:
         back = _now() + RESUBSCRIBED  # the live subscription hears again from here on
+        self.deaf(down_since, back)
         stream = self.advisory_stream()
         if stream is None:
             why = "the collector's connection was down and advisories are followed live only"

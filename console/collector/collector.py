@@ -113,7 +113,8 @@ class Collector:
                                    self.publishers, self.loops, self.health, self.errors, self.cpu,
                                    instance=self.report_instance)
         self.capture = CaptureWatch(nc, self.report.instance, lambda: self.advisories.stream,
-                                    lambda events: self.intake.put(events, COLLECTOR), lambda: self.loops.beat("capture"))
+                                    lambda events: self.intake.put(events, COLLECTOR), lambda: self.loops.beat("capture"),
+                                    self.state.tracker.not_heard)
         self._writer: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -53,6 +53,7 @@ class TrackedBatch:
     first_ack: tuple[int, datetime] | None = None  # (seq, time): with last_ack, the batch's own rate
     last_ack: tuple[int, datetime] | None = None
     publish_tapped: bool = False  # every message is seen: silence past the timeout is a drop
+    unheard: tuple[datetime, datetime] | None = None  # the tap was deaf then (the collector reconnecting)
     slow_reported: bool = False
 
     def ack_interval(self) -> float | None:
@@ -252,6 +253,13 @@ class FastBatchTracker:
         if (batch := self.batches.get(batch_id)) is not None and batch.stream is None:
             batch.stream = stream
 
+    def not_heard(self, since: datetime, back: datetime) -> None:
+        """The tap heard nothing from `since` to `back` (the collector's connection was down): a batch
+        open then is not judged by its silence, whose end may have gone by unheard."""
+        for batch in self.batches.values():
+            batch.unheard = (since, back)
+            batch.last_seen = max(batch.last_seen, back)
+
     def tick(self, now: datetime) -> list[BatchEvent]:
         """Fold pending acks into progress events; judge batches silent past the timeout; report
         10208 losses once their refusals have stopped (or the commit was refused)."""
@@ -265,7 +273,17 @@ class FastBatchTracker:
                 continue
             idle = (now - batch.last_seen).total_seconds()
             events += self._flush_progress(batch, now)
-            if self._ack_was_due(batch, idle):
+            if batch.unheard is not None and batch.last_seen <= batch.unheard[1]:  # nothing heard since: its end
+                # may have gone by while the tap heard nothing, so its silence is no drop
+                self._forget(batch_id)
+                self._close(batch_id, "unheard")
+                since, back = batch.unheard
+                events.append(BatchEvent(
+                    f"fi.{batch_id}.unheard", EventKind.FAST_SLOW, now, batch.stream, batch_id, gap_mode=batch.gap_mode,
+                    flow=batch.flow, seq=batch.highest_ack, inferred=True,
+                    detail=f"nothing heard of it since the collector's connection was down "
+                           f"({since:%H:%M:%S}-{back:%H:%M:%S} UTC): committed or dropped, the reply side cannot tell"))
+            elif self._ack_was_due(batch, idle):
                 self._forget(batch_id)
                 self._close(batch_id, "dropped")
                 events.append(BatchEvent(

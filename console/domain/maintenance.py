@@ -28,6 +28,9 @@ from console.domain.wire import MalformedInput
 
 SAFE, WAIT, REFUSED = "safe", "wait", "refused"
 MAX_OPEN = 10_000  # batches followed at most on one tap: a flood of batch ids forgets the oldest
+# A fast batch whose commit was seen is open until the server answers the commit: the tap can hear the
+# commit before the stream's leader has stored it, and a step then ends the batch with a gap.
+COMMIT_ANSWER_WAIT = timedelta(seconds=1)
 MAX_NODE_NAME = 128
 RUN_TIMEOUT = BACK_TIMEOUT = 300.0  # seconds a restart command may take; then the node, to be back
 
@@ -83,15 +86,19 @@ class OpenBatch:
     messages: int
     first: datetime
     last: datetime
+    committed: datetime | None = None  # a fast batch's commit seen, its answer not yet
 
 
 @dataclass
 class OpenBatches:
-    """The batches open on tapped streams, from their publish side. A batch is forgotten at its commit,
-    or once silent past `timeout` (the server abandons it then)."""
+    """The batches open on tapped streams, from their publish side. A batch is forgotten at its commit (a
+    fast batch at the server's answer to its commit, heard on the reply side, or COMMIT_ANSWER_WAIT after
+    the commit), or once silent past `timeout` (the server abandons it then)."""
 
     timeout: timedelta
     _open: dict[tuple[str, str, str], OpenBatch] = field(default_factory=dict)
+    _committing: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # fast batch id -> its keys
+    _answered_first: dict[str, bool] = field(default_factory=dict)  # fast commits answered before seen
     malformed: int = 0
 
     def see(self, stream: str, reply: str | None, headers: Mapping[str, str] | None, at: datetime) -> None:
@@ -106,17 +113,54 @@ class OpenBatches:
                 self.malformed += 1
                 return
             if fast.op is not FastOp.PING:
-                self._seen((stream, "fast", fast.batch_id), fast.op in (FastOp.COMMIT, FastOp.EOB), at)
+                self._seen((stream, "fast", fast.batch_id), fast.op in (FastOp.COMMIT, FastOp.EOB), at,
+                           answer_awaited=True)
 
-    def _seen(self, key: tuple[str, str, str], ends: bool, at: datetime) -> None:
+    @staticmethod
+    def reply_prefix(reply: str | None) -> str | None:
+        """A fast batch's reply prefix, to hear the server's answers under it (None for anything else, and
+        for a prefix with a wildcard token, which no subscription may take)."""
+        if not reply or not reply.endswith("." + FI_SUFFIX):
+            return None
+        try:
+            prefix = FastReplySubject.parse(reply).prefix
+        except InvalidReplySubject:
+            return None
+        return None if {"*", ">"} & set(prefix.split(".")) or not prefix.isprintable() or " " in prefix else prefix
+
+    def answered(self, reply: str) -> None:
+        """A message on a fast-ingest reply subject: the server's answer to a commit ends its batch."""
+        try:
+            fast = FastReplySubject.parse(reply)
+        except InvalidReplySubject:
+            self.malformed += 1
+            return
+        if fast.op not in (FastOp.COMMIT, FastOp.EOB):
+            return
+        keys = [k for k in self._committing.pop(fast.batch_id, ()) if k in self._open]
+        for key in keys:
+            if self._open[key].committed is not None:
+                del self._open[key]
+        if not keys:  # heard before the commit itself (another server's route was quicker)
+            self._answered_first[fast.batch_id] = True
+            while len(self._answered_first) > MAX_OPEN:
+                del self._answered_first[next(iter(self._answered_first))]
+
+    def _seen(self, key: tuple[str, str, str], ends: bool, at: datetime, answer_awaited: bool = False) -> None:
         known = self._open.pop(key, None)
-        if ends:
+        if ends and (not answer_awaited or self._answered_first.pop(key[2], False)):
             return
         stream, kind, batch_id = key
         self._open[key] = OpenBatch(stream, batch_id, kind, (known.messages if known else 0) + 1,
-                                    known.first if known else at, at)
+                                    known.first if known else at, at, at if ends else None)
+        if ends:
+            keys = self._committing.setdefault(batch_id, [])
+            if key not in keys:
+                keys.append(key)
         while len(self._open) > MAX_OPEN:
             del self._open[next(iter(self._open))]
+        while len(self._committing) > MAX_OPEN:
+            del self._committing[next(iter(self._committing))]
 
     def on(self, stream: str, now: datetime) -> list[OpenBatch]:
         """The batches open on `stream` now (those silent past the timeout are gone: abandoned)."""
@@ -128,8 +172,11 @@ class OpenBatches:
         return list(self._open.values())
 
     def _forget(self, now: datetime) -> None:
-        for key in [k for k, b in self._open.items() if now - b.last > self.timeout]:
-            del self._open[key]
+        for key, b in list(self._open.items()):
+            if now - b.last > self.timeout or (b.committed is not None and now - b.committed > COMMIT_ANSWER_WAIT):
+                del self._open[key]
+        for batch_id in [i for i, keys in self._committing.items() if not any(k in self._open for k in keys)]:
+            del self._committing[batch_id]
 
 
 EVACUATE_SINCE: Release = (2, 15, 0)

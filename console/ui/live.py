@@ -19,6 +19,7 @@ from console.domain.fast_tracker import UNTRACKED_SAID_PER_PREFIX
 from console.domain.live_model import LiveModel, Sees
 from console.domain.maintenance_record import MaintenanceRecord
 from console.domain.reasons import in_order
+from console.domain.systems import domain_name
 from console.domain.wire import printable
 from console.ui.formatting import WRAPPED, Clocked, clock_axis, ids_by_slot, stacked, stacked_bars, tabulator
 from console.queries.live import SeenLive
@@ -39,10 +40,13 @@ COLUMNS = {"time": "object", "stream": "object", "batch_id": "object", "reason":
 
 
 def recent_frame(model: LiveModel | LiveAcross, limit: int = 100, clock: Clock = Clock(), stream: str | None = None,
-                 by_system: bool = False) -> pd.DataFrame:
-    """Newest first (of one stream, when given); explicit dtypes so an empty frame streams like a full one.
-    by_system: several systems' losses, each with its system (the second column)."""
+                 by_system: bool = False, domain: str | None = None) -> pd.DataFrame:
+    """Newest first (of one stream, when given; of one JetStream domain, when given); explicit dtypes so an
+    empty frame streams like a full one. by_system: several systems' losses, each with its system (the
+    second column)."""
     lost = model.newest_first(limit) if stream is None else model.lost_on(stream, limit)
+    if domain is not None:
+        lost = [b for b in lost if b.domain == domain]
     where = (lambda b: b.system) if by_system else (lambda b: None)
     rows = [{"time": clock.when(b.time), "system": b.system,
              "stream": stream_cell(b.stream, b.probable_stream, where(b)),
@@ -227,17 +231,20 @@ class LivePage(Clocked, pn.viewable.Viewer):
     skipped = param.Callable(default=lambda: 0, doc="Returns how many event-log records the live state dropped")
     alerts_firing = param.Callable(default=lambda: 0, doc="Returns how many alerts fire now")
     refresh_ms = param.Integer(default=300, bounds=(100, 5000), doc="Push interval: a few Hz at most")
+    domain = param.String(default="", doc="Only this JetStream domain's lost batches (a leaf's) in the table")
 
     def __init__(self, **params):
         super().__init__(**params)
         self._version = -1
+        self._domain_said = pn.pane.Markdown("", align="end")
         self.timer = None  # the session's periodic refresh, when made by `following`
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
         self._status = pn.pane.Str("", sizing_mode="stretch_width",  # a long line (a starved host, firing alerts) wraps
                                    stylesheets=[f"pre {{ {WRAPPED} }}"])
         self._notices = pn.pane.HTML("", sizing_mode="stretch_width")
         self._table = tabulator(
-            recent_frame(self.model, clock=self.clock, by_system=self.by_system), disabled=True, show_index=False, sizing_mode="stretch_width",
+            recent_frame(self.model, clock=self.clock, by_system=self.by_system, domain=self._only_domain()),
+            disabled=True, show_index=False, sizing_mode="stretch_width",
             height=320, formatters={"investigate": {"type": "html"}, "stream": {"type": "html"},
                                     "publisher": {"type": "textarea"}},
             widths={"publisher": 330},  # wrapped: the link to each batch's Incident stays in view at 1280 px
@@ -265,6 +272,9 @@ class LivePage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown("## Lost batches, live"), self._counters, self._notices,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(flows, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
+            pn.Row(pn.widgets.TextInput.from_param(self.param.domain, name="only the losses of the domain",
+                                                   placeholder="a leaf's JetStream domain", width=260),
+                   self._domain_said),
             self._table, pn.pane.Markdown("### Active fast batches"), self._active, self._status,
             sizing_mode="stretch_width",
         )
@@ -276,6 +286,25 @@ class LivePage(Clocked, pn.viewable.Viewer):
         hour_ago = now - INTERVAL * INTERVALS
         first = min((b.time for b in self.model.newest_first(limit=500) if b.time >= hour_ago), default=now)
         return max(hour_ago, min(first - INTERVAL * 5, now - MIN_WINDOW)), now
+
+    def _only_domain(self) -> str | None:
+        """The table's filter by domain: a name the wire takes, else none (and the page says why)."""
+        wanted = self.domain.strip()
+        if not wanted:
+            self._domain_said.object = ""
+            return None
+        try:
+            named = domain_name(wanted)
+        except ValueError as e:
+            self._domain_said.object = f"**Not a domain:** {html.escape(str(e)[:160])}; every loss is shown"
+            return None
+        self._domain_said.object = f"the losses of domain {html.escape(named)} alone"
+        return named
+
+    @param.depends("domain", watch=True)
+    def _on_domain(self) -> None:
+        self._version = -1  # the table again, whatever the model's version
+        self.refresh()
 
     @classmethod
     def following(cls, state: LiveState, sees: Sees | None = None, **params) -> LivePage:
@@ -337,7 +366,8 @@ class LivePage(Clocked, pn.viewable.Viewer):
             self._counters.object = f"Last 5 min / 1 h: {cells or 'no lost batches in the last hour'}"
             self._notices.object = (self.notices(self.clock) if self.notices is not None else
                                     notices_html(self.model, self.clock))
-            self._table.value = recent_frame(self.model, clock=self.clock, by_system=self.by_system)
+            self._table.value = recent_frame(self.model, clock=self.clock, by_system=self.by_system,
+                                             domain=self._only_domain())
             self._active.value = active_frame(self.model, by_system=self.by_system)
             self._bars.data = interval_data(self.model, now)
             self._bars_range.start, self._bars_range.end = self._window(now)

@@ -19,7 +19,7 @@ from console.broker.server import EmbeddedServer
 from console.config import DataSettings, Settings
 from console.domain.events import EventKind
 from console.domain.live_model import LiveModel
-from console.ui.live import recent_frame
+from console.ui.live import LivePage, recent_frame
 from tests.conftest import TEST_LIMITS
 from tests.processes import CLI, wait_collecting
 from tests.waits import eventually
@@ -74,6 +74,11 @@ async def test_a_loss_at_each_of_two_leaves_reaches_the_hubs_collector_with_its_
         model.apply(event)
     frame = recent_frame(model)
     assert "domain" in frame.columns and sorted(frame["domain"]) == ["leaf1", "leaf2"]
+    assert list(recent_frame(model, domain="leaf1")["batch_id"]) == ["lost-at-leaf1"]
+    page = LivePage(model=model, domain="leaf2")  # Live's filter, as its URL's ?domain= sets it
+    assert list(page._table.value["batch_id"]) == ["lost-at-leaf2"]
+    page.domain = "a.b"  # not a name the wire takes: said, and every loss shown
+    assert "Not a domain" in page._domain_said.object and len(page._table.value) == 2
 
 
 async def test_a_loss_at_a_leaf_cut_off_from_the_hub_reaches_the_hubs_log_once_it_is_back(tmp_path):

@@ -111,6 +111,39 @@ async def test_a_node_is_drained_restarted_in_lame_duck_and_back_and_a_following
     assert sys.executable not in trail.stdout  # the command is not recorded: it can name the operator's keys
 
 
+async def test_a_following_publisher_on_the_restarted_node_leaves_it_between_batches_and_loses_nothing(
+        restart_cluster, tmp_path):
+    """The lame duck closes the node's clients: a publisher that follows holds hears its notice, begins no
+    batch, lets the open one commit and moves to another server itself, so no answer is lost in a reconnect."""
+    from console.broker.holds import Holds
+
+    cluster = restart_cluster
+    event_key(data_dir=tmp_path)
+    await settled(cluster)
+    async with await nats.connect(cluster.urls) as nc:
+        node = await _stream_led_by_one(nc)
+    urls = {f"n{i + 1}": n.url for i, n in enumerate(cluster.nodes)}
+    publisher = await nats.connect([urls[node]] + [u for n, u in urls.items() if n != node], dont_randomize=True,
+                                   max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    assert publisher._server_info["server_name"] == node  # on the node that is restarted
+    holds = await Holds.follow(publisher, "test publisher")
+    steady = SteadyPublisher(publisher, "rs_a.x", holds).start()
+    try:
+        done = await asyncio.to_thread(maintain, cluster, tmp_path, "restart", node, "--run", restart_command(cluster),
+                                       "--format", "json")
+        committed = steady.committed
+
+        async def since() -> int:
+            return steady.committed - committed
+        await eventually(since, lambda n: n > 5, timeout=30, what="batches after the restart")
+    finally:
+        await steady.stop()
+        await holds.close()
+        await publisher.close()
+    assert done.returncode == 0, done.stderr
+    assert holds.left == [node] and steady.lost == 0, (holds.left, steady.lost, steady.committed)
+
+
 async def test_a_command_that_fails_hangs_or_restarts_nothing_is_said_and_a_name_not_a_servers_runs_nothing(
         restart_cluster, tmp_path):
     cluster = restart_cluster

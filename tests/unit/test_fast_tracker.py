@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.domain.events import BatchEvent, EventKind, event_from_json
+from console.domain.events import LOST_KINDS, BatchEvent, EventKind, event_from_json
 from console.domain.fast_ingest import InvalidReplySubject
 from console.domain.fast_tracker import FastBatchTracker
 from console.domain.replies import MalformedReply
@@ -101,6 +101,22 @@ def test_a_batch_silent_past_the_timeout_when_its_rate_said_an_ack_was_due_is_in
     assert [e.kind for e in tracker.tick(at(9))] == [EventKind.FAST_PROGRESS]
     [dropped] = tracker.tick(at(10.5))
     assert (dropped.kind, dropped.batch_id, dropped.inferred) == (EventKind.FAST_DROPPED, "idle", True)
+    assert tracker.batches == {}
+
+
+def test_a_batch_open_while_the_collector_was_deaf_is_not_dropped_by_its_silence():
+    """The collector's connection down from 1 s to 3 s (its node restarted): the batch's commit may have
+    gone by then, unheard. Its silence after is no drop: it is said as not known, and counts no loss."""
+    tracker = FastBatchTracker(batch_timeout=10)
+    for seq, when in ((0, 0), (10, 0.1), (20, 0.2)):
+        ack(tracker, "deaf", seq, when)
+        ack(tracker, "heard", seq, when)
+    tracker.not_heard(at(1), at(3))
+    ack(tracker, "heard", 30, 3.5)  # heard again after: its silence judged as ever
+    assert [e.kind for e in said(tracker.tick(at(12.5)))] == []  # 10 s from the reconnect: not yet
+    unheard, dropped = said(tracker.tick(at(13.6)))
+    assert (unheard.kind, unheard.batch_id) == (EventKind.FAST_SLOW, "deaf") and "cannot tell" in unheard.detail
+    assert unheard.kind not in LOST_KINDS and (dropped.kind, dropped.batch_id) == (EventKind.FAST_DROPPED, "heard")
     assert tracker.batches == {}
 
 

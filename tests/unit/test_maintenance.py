@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from console.domain.maintenance import (MAX_OPEN, REFUSED, SAFE, WAIT, Group, NotANode, OpenBatches, node_name,
+from console.domain.maintenance import (COMMIT_ANSWER_WAIT, MAX_OPEN, REFUSED, SAFE, WAIT, Group, NotANode, OpenBatches, node_name,
                                         plan, plan_text)
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
@@ -59,6 +59,42 @@ def test_open_batches_follow_atomic_and_fast_batches_to_their_commit_and_forget_
     assert seen.on("C", T0 + timedelta(seconds=11)) == []  # silent past the timeout: the server abandoned it
     p = plan("n1", [r3("A", "n1", UP("n2"), UP("n3"))], None, seen.all(T0), 10.0)
     assert p.verdict in (SAFE, WAIT)
+
+
+def test_a_fast_batch_is_open_until_the_server_answers_its_commit():
+    seen = OpenBatches(timedelta(seconds=10))
+    seen.see("A", "_INBOX.x.f1.10.fail.1.0.$FI", None, T0)
+    seen.see("A", "_INBOX.x.f1.10.fail.2.2.$FI", None, T0)  # its commit, heard before the leader stored it
+    assert [(b.batch_id, b.committed) for b in seen.on("A", T0 + COMMIT_ANSWER_WAIT / 2)] == [("f1", T0)]
+    seen.answered("_INBOX.x.f1.10.fail.1.0.$FI")  # a flow ack to the first message: not the commit's answer
+    assert len(seen.on("A", T0)) == 1
+    seen.answered("_INBOX.x.f1.10.fail.2.2.$FI")
+    assert seen.on("A", T0) == []
+    seen.see("A", "_INBOX.x.f2.10.fail.1.0.$FI", None, T0)
+    seen.see("A", "_INBOX.x.f2.10.fail.2.2.$FI", None, T0)
+    assert seen.on("A", T0 + COMMIT_ANSWER_WAIT * 2) == []  # no answer heard: closed after the wait
+    seen.answered("_INBOX.x.f3.10.fail.2.2.$FI")  # another server's route was quicker than the commit's
+    seen.see("A", "_INBOX.x.f3.10.fail.2.2.$FI", None, T0)
+    assert seen.on("A", T0) == []
+    atomic_commit = {"Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "2", "Nats-Batch-Commit": "1"}
+    seen.see("A", "_INBOX.y.1", atomic_commit, T0)  # an atomic commit ends its batch at once, as before
+    assert seen.on("A", T0) == []
+
+
+def test_hostile_answers_and_reply_prefixes_are_bounded():
+    seen = OpenBatches(timedelta(seconds=10))
+    for reply in ("nope", "a.$FI", "_INBOX.x.f1.10.fail.-1.2.$FI", "\x00.$FI"):
+        seen.answered(reply)
+    assert seen.malformed == 4
+    for i in range(MAX_OPEN + 50):  # answers of batches never seen are remembered boundedly
+        seen.answered(f"_INBOX.x.g{i}.10.fail.2.2.$FI")
+    for i in range(MAX_OPEN + 50):
+        seen.see("A", f"_INBOX.x.c{i}.10.fail.2.2.$FI", None, T0)
+    assert len(seen.all(T0)) == MAX_OPEN and len(seen._committing) <= MAX_OPEN and len(seen._answered_first) <= MAX_OPEN
+    assert OpenBatches.reply_prefix("_INBOX.abc.f1.10.fail.1.0.$FI") == "_INBOX.abc"
+    for reply in (None, "", "x.y", "*.f1.10.fail.1.0.$FI", "a.>.f1.10.fail.1.0.$FI", "a\x1b.f1.10.fail.1.0.$FI",
+                  "_INBOX.x.f1.10.maybe.1.0.$FI"):
+        assert OpenBatches.reply_prefix(reply) is None
 
 
 def test_hostile_publish_side_input_is_counted_or_bounded():
