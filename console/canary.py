@@ -26,6 +26,7 @@ class CanaryOptions:
     timeout: float = 5.0  # seconds a canary batch waits for each reply
     every: float = 60.0  # seconds between rounds
     once: bool = False
+    domains: tuple[str, ...] = ()  # JetStream domains (leaf nodes') measured too, each through its own API
 
 
 REDISCOVER = 10  # rounds between two looks for the nodes (and streams made again)
@@ -35,37 +36,54 @@ REDISCOVER = 10  # rounds between two looks for the nodes (and streams made agai
 class CanaryRun:
     rounds: int = 0
     results: list[CanaryResult] = field(default_factory=list)  # the last round's
-    made: list[str] = field(default_factory=list)  # the canary streams this run made (and deletes)
-    nodes: list[str] = field(default_factory=list)  # as last found
+    made: dict[str | None, list[str]] = field(default_factory=dict)  # by domain, the canary streams this run made
+    nodes: dict[str | None, list[str]] = field(default_factory=dict)  # by domain (None: the system's own), as last found
     last_seq: dict[str, int] = field(default_factory=dict)  # each node's canary stream's last sequence, as last seen
 
 
 async def one_round(nc: Connection, options: CanaryOptions, run: CanaryRun) -> list[CanaryResult]:
-    """A batch of each kind through each node. A node that does not answer is its batches' failure, never
-    the round's: the nodes found before are measured while a look for them fails."""
-    if not run.nodes or run.rounds % REDISCOVER == 0:
-        try:
-            run.nodes, made = await nodes_and_streams(nc)
-            run.made += [name for name in made if name not in run.made]
-        except (NatsError, asyncio.TimeoutError):
-            if not run.nodes:
-                raise
+    """A batch of each kind through each node, of the system's own domain then of each domain named. A node
+    that does not answer is its batches' failure, never the round's: the nodes found before are measured
+    while a look for them fails; a domain not reached is said as its one failed result."""
     results: list[CanaryResult] = []
-    for node in run.nodes:
+    for domain in (None, *options.domains):
         try:
-            led = await lead_on(nc, node, clustered=len(run.nodes) > 1)
+            results += await _domain_round(nc, options, run, domain)
+        except (NatsError, asyncio.TimeoutError) as e:
+            if domain is None:
+                raise
+            results.append(CanaryResult(options.system, f"(domain {domain})", KINDS[0], None, None, options.messages,
+                                        options.messages, f"domain {domain} not reached: {str(e)[:200]}",
+                                        domain=domain))
+    run.rounds += 1
+    run.results = results
+    return results
+
+
+async def _domain_round(nc: Connection, options: CanaryOptions, run: CanaryRun,
+                        domain: str | None) -> list[CanaryResult]:
+    if not run.nodes.get(domain) or run.rounds % REDISCOVER == 0:
+        try:
+            run.nodes[domain], made = await nodes_and_streams(nc, domain)
+            kept = run.made.setdefault(domain, [])
+            kept += [name for name in made if name not in kept]
+        except (NatsError, asyncio.TimeoutError):
+            if not run.nodes.get(domain):
+                raise
+    nodes, results = run.nodes[domain], []
+    for node in nodes:
+        try:
+            led = await lead_on(nc, node, len(nodes) > 1, domain)
         except (NatsError, asyncio.TimeoutError):
             led = False
         for kind in KINDS:
-            result = await one_batch(nc, options.system, node, kind, options.messages, options.timeout, not led)
+            result = await one_batch(nc, options.system, node, kind, options.messages, options.timeout, not led, domain)
             try:  # judged on its own stream first: a failure through a stream someone else changed is not the node's
                 changed = await tampering(nc, node, run.last_seq, result.sent - result.lost, result.failed,
-                                          result.error)
+                                          result.error, domain)
             except (NatsError, asyncio.TimeoutError):
                 changed = None
             results.append(replace(result, tampered=changed) if changed else result)
-    run.rounds += 1
-    run.results = results
     return results
 
 
@@ -87,15 +105,19 @@ async def run_canary(nc: Connection, options: CanaryOptions, log: EventLog | Non
                     return run
                 await asyncio.sleep(0.1)
     finally:
-        await delete_streams(nc, run.made)
+        for domain, made in run.made.items():
+            await delete_streams(nc, made, domain)
 
 
 def as_text(results: list[CanaryResult]) -> str:
     def ms(value: float | None) -> str:
         return ms_text(value, "-")
 
-    lines = [f"{'system':<12}{'node':<20}{'kind':<8}{'first ack ms':>14}{'commit ms':>12}{'lost':>7}  error"]
-    lines += [f"{r.system[:11]:<12}{r.node[:19]:<20}{r.kind:<8}{ms(r.first_ack_ms):>14}{ms(r.commit_ms):>12}"
+    def where(r: CanaryResult) -> str:
+        return r.node if r.domain is None else f"{r.node} ({r.domain})"
+
+    lines = [f"{'system':<12}{'node (domain)':<28}{'kind':<8}{'first ack ms':>14}{'commit ms':>12}{'lost':>7}  error"]
+    lines += [f"{r.system[:11]:<12}{where(r)[:27]:<28}{r.kind:<8}{ms(r.first_ack_ms):>14}{ms(r.commit_ms):>12}"
               f"{r.lost:>7}  {r.error or ''}" + ("  (led elsewhere)" if r.led_elsewhere else "") for r in results]
     return "\n".join(lines)
 

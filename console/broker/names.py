@@ -39,7 +39,7 @@ def subject(value: object) -> str:
 def domain(value: object) -> str:
     """A JetStream domain: a token of its API prefix ($JS.<domain>.API)."""
     try:
-        return domain_name(value)  # type: ignore[arg-type]  # anything else is refused by it
+        return domain_name(value)
     except ValueError as e:
         raise InvalidNameError(str(e)) from None
 

@@ -13,6 +13,7 @@ from console.broker import names
 from console.cli.base import WITH_EVENT_LOG, Subcommand, window_minutes
 from console.config import Settings
 from console.domain.audit import CLI
+from console.domain.systems import domain_name
 from console.errors import ConfigError, ConsoleError
 from console.export import FORMATS
 from console.runtime import Runtime
@@ -86,6 +87,9 @@ class Canary(Subcommand):
         parser.add_argument("--messages", type=int, default=10, help="messages in each canary batch (3 to 1000)")
         parser.add_argument("--timeout", type=float, default=5.0, help="seconds a batch waits for each reply")
         parser.add_argument("--format", choices=["text", "json"], default="text")
+        parser.add_argument("--domain", action="append", default=[], metavar="NAME",
+                            help="a leaf node's JetStream domain to send canary batches through too, reached "
+                                 "through this server (repeatable; default: the collector's --domain, or none)")
 
     @classmethod
     def run(cls, settings: Settings, args: argparse.Namespace) -> int:
@@ -150,6 +154,10 @@ async def canary_async(settings: Settings, args: argparse.Namespace) -> int:
 
     if not 3 <= args.messages <= 1000 or not 0.1 <= args.timeout <= 60 or not 1 <= args.every <= 86_400:
         raise ConfigError("--messages is 3 to 1000, --timeout 0.1 to 60 s, --every 1 s to a day")
+    try:
+        named = tuple(dict.fromkeys(domain_name(d) for d in args.domain))
+    except ValueError as e:
+        raise ConfigError(f"--domain: {e}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -157,7 +165,8 @@ async def canary_async(settings: Settings, args: argparse.Namespace) -> int:
 
     async def one(each: Settings) -> list:
         """One system's canary, into its own event log; a system not reached is said, the others go on."""
-        options = CanaryOptions(each.fleet.name, args.messages, args.timeout, args.every, args.once)
+        options = CanaryOptions(each.fleet.name, args.messages, args.timeout, args.every, args.once,
+                                named or each.collector.domains)
         try:
             async with await Runtime.open(each, give_up_after=each.connection.connect_timeout,
                                           writes_events=not args.once) as runtime:

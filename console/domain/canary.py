@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from console.domain.events import COLLECTOR, BatchEvent, EventKind, MalformedEvent
+from console.domain.systems import domain_name
 from console.domain.wire import MAX_LABEL, MAX_TEXT, bounded_int, bounded_text, load_object
 
 KINDS = ("atomic", "fast")
@@ -31,8 +32,11 @@ def stream_for(node: str) -> str:
     return PREFIX + (_NODE.sub("_", node)[:64] or "NODE").upper()
 
 
-def subject_for(node: str) -> str:
-    return f"{SUBJECT}.{_NODE.sub('_', node)[:64] or 'node'}"
+def subject_for(node: str, domain: str | None = None) -> str:
+    """The node's canary subject; in a JetStream domain (a leaf's) its own tree, which no stream of another
+    domain's canary takes (a node of one domain may bear the name of another domain)."""
+    tail = _NODE.sub('_', node)[:64] or 'node'
+    return f"{SUBJECT}.{tail}" if domain is None else f"{SUBJECT}_domain.{domain}.{tail}"
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class CanaryResult:
     error: str | None = None
     led_elsewhere: bool = False  # the stream's leader was not the node (it was moved back after)
     tampered: str | None = None  # what someone else changed of the canary's stream: then nothing of the node is told
+    domain: str | None = None  # the JetStream domain (a leaf's) the node serves, when not the system's own
 
     @property
     def failed(self) -> bool:
@@ -56,17 +61,18 @@ class CanaryResult:
     def to_json(self) -> dict[str, object]:
         return {"system": self.system, "node": self.node, "kind": self.kind, "first_ack_ms": self.first_ack_ms,
                 "commit_ms": self.commit_ms, "lost": self.lost, "sent": self.sent, "error": self.error,
-                "led_elsewhere": self.led_elsewhere, "tampered": self.tampered}
+                "led_elsewhere": self.led_elsewhere, "tampered": self.tampered, "domain": self.domain}
 
     def event(self, instance: str, time: datetime, stream: str) -> BatchEvent:
         return BatchEvent(f"canary.{instance}.{time.timestamp():.3f}.{self.kind}.{self.node}"[:200], EventKind.CANARY,
-                          time, stream, detail=json.dumps(self.to_json(), separators=(",", ":")), source=COLLECTOR)
+                          time, stream, detail=json.dumps(self.to_json(), separators=(",", ":")), source=COLLECTOR,
+                          domain=self.domain)
 
 
 def canary_result(event: BatchEvent) -> CanaryResult:
     """A CANARY event's result. Raises MalformedEvent for anything else."""
     found = load_object(event.detail or "", MalformedEvent)
-    if set(found) - {"tampered"} != FIELDS:  # "tampered" is new: a result written before it has none
+    if set(found) - {"tampered", "domain"} != FIELDS:  # newer: a result written before them has neither
         raise MalformedEvent("a canary result has other fields")
     if found["kind"] not in KINDS or type(found["led_elsewhere"]) is not bool:
         raise MalformedEvent("a canary result's kind is atomic or fast")
@@ -79,7 +85,15 @@ def canary_result(event: BatchEvent) -> CanaryResult:
                                                                          MalformedEvent),
                         found["led_elsewhere"],
                         None if found.get("tampered") is None else bounded_text(found["tampered"], "tampered", MAX_TEXT,
-                                                                                MalformedEvent))
+                                                                                MalformedEvent),
+                        None if found.get("domain") is None else _domain(found["domain"]))
+
+
+def _domain(value: object) -> str:
+    try:
+        return domain_name(value)
+    except ValueError as e:
+        raise MalformedEvent(f"a canary's domain: {str(e)[:80]}") from None
 
 
 def _ms(value: object) -> float | None:

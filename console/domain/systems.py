@@ -44,7 +44,7 @@ MAX_DOMAINS = 64
 _DOMAIN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a JetStream domain: a token of the $JS.<domain>.API prefix
 
 
-def domain_name(text: str) -> str:
+def domain_name(text: object) -> str:
     """A JetStream domain's name, as a subject token takes it; ValueError for anything else."""
     if not isinstance(text, str) or not _DOMAIN.fullmatch(text):
         raise ValueError(f"a JetStream domain name: 1 to 64 letters, digits, '-' or '_' (not {printable(str(text)[:40])!r})")

@@ -100,7 +100,7 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
             slow = r.commit_ms is not None and r.commit_ms > self.slow_ms
             state = "stream changed by someone else" if r.tampered else "FAILED" if r.failed else "slow" if slow \
                 else "led elsewhere" if r.led_elsewhere else "well"
-            rows.append({"node": node, "kind": kind, "state": state,
+            rows.append({"node": node if r.domain is None else f"{node} (domain {r.domain})", "kind": kind, "state": state,
                          "first ack ms": ms_text(r.first_ack_ms), "commit ms": ms_text(r.commit_ms), "lost": r.lost,
                          "when": self.clock.when(when), "error": r.tampered or r.error or ""})
         self.rows = pd.DataFrame(rows, columns=COLUMNS, dtype=object)

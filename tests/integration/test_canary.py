@@ -123,11 +123,11 @@ async def test_a_canary_stream_changed_by_someone_else_is_tampering_never_a_fail
         if how != "deleted":  # put back where it still bears the canary's mark; a deleted one is made again
             config = (await js.stream_info(name)).config
             assert config.allow_atomic and not config.sealed and config.subjects == [f"_batch_console.canary.{node}.>"]
-        run.nodes = []  # looked for again: a deleted stream is made again
+        run.nodes = {}  # looked for again: a deleted stream is made again
         again = await one_round(nc, CanaryOptions(), run)
         assert [r.failed for r in again] == [False, False] and all(r.tampered is None for r in again), again
     finally:
-        for made in run.made:
+        for made in run.made.get(None, []):
             try:
                 await nc.jetstream().delete_stream(made)
             except nats.js.errors.NotFoundError:
@@ -158,7 +158,7 @@ async def test_a_canary_batch_refused_for_others_batches_on_its_stream_is_tamper
     finally:
         for batch in theirs:
             await batch.close()
-        for made in run.made:
+        for made in run.made.get(None, []):
             await nc.jetstream().delete_stream(made)
         await nc.close()
 
@@ -237,5 +237,5 @@ async def test_a_node_stopped_in_bursts_is_flagged_within_two_periods_and_the_ot
     finally:
         from console.broker.canary import delete_streams
 
-        await delete_streams(nc, run.made)
+        await delete_streams(nc, run.made.get(None, []))
         await nc.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from contextlib import contextmanager
 
 import nats
 from nats.js.api import ExternalStream, StreamConfig, StreamSource
@@ -134,11 +135,7 @@ async def _log_events(url: str, tmp_path, batches: set[str]) -> list:
 async def test_a_hub_stream_copying_a_leafs_atomic_stream_is_named_once_the_leafs_domain_is(tmp_path):
     """BATCH_026 across domains: the hub's copy of the leaf's atomic stream, read through $JS.leaf1.API;
     a stream of the hub that has the same name as the leaf's is not taken for the copy's origin."""
-    port = free_port()
-    with EmbeddedServer(tmp_path / "hub", batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
-                        extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n') as hub, \
-            EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
-                           extra_config=LEAF_CONFIG.format(name="leaf1", port=port)):
+    with hub_and_leaf(tmp_path, "leaf1") as hub:
         async with await nats.connect(hub.url) as at_hub:
             leaf_js = at_hub.jetstream(domain="leaf1")
             await eventually(lambda: leaf_js.add_stream(StreamConfig(name="EDGE", subjects=["edge.>"], allow_atomic=True)),
@@ -161,3 +158,44 @@ async def test_a_hub_stream_copying_a_leafs_atomic_stream_is_named_once_the_leaf
         assert "a consumer of this copy can read half a batch" in evidence
         [(stream, severity, evidence)] = findings()  # the domain not named: said, not guessed
         assert (stream, severity) == ("HUB_EDGE", "info") and "name the domain (--domain leaf1" in evidence
+
+
+async def test_canary_batches_go_through_a_leafs_domain_from_the_hub_and_its_streams_go_after(tmp_path):
+    """`canary --once --domain leaf1` through the hub: an atomic and a fast batch through the hub's server
+    and through the leaf's, each result naming the leaf's domain; the canary streams it made in the leaf's
+    domain are gone after; a name that is not a domain's runs nothing."""
+    with hub_and_leaf(tmp_path, "edge-a") as hub:
+        async with await nats.connect(hub.url) as at_hub:
+            leaf_js = at_hub.jetstream(domain="leaf1")
+            await eventually(lambda: leaf_js.account_info(), timeout=30, what="the leaf's domain through the hub")
+
+            def canary(*more: str) -> subprocess.CompletedProcess:
+                return subprocess.run([CLI, "canary", "--once", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
+                                       "--format", "json", *more], capture_output=True, text=True, timeout=120)
+
+            done = canary("--domain", "leaf1")
+            assert done.returncode == 0, (done.stdout, done.stderr)
+            results = [json.loads(line) for line in done.stdout.splitlines()]
+            assert sorted((r["node"], r["domain"], r["kind"]) for r in results) == [
+                ("edge-a", "leaf1", "atomic"), ("edge-a", "leaf1", "fast"), ("hub", None, "atomic"), ("hub", None, "fast")]
+            assert all(r["commit_ms"] is not None and r["lost"] == 0 and r["error"] is None for r in results), results
+            assert [s async for s in _names(leaf_js)] == []  # the leaf's canary streams deleted after
+            for hostile in ("a.b", "x" * 65, "leaf\x1b[2J", ""):
+                refused = canary("--domain", hostile)
+                assert refused.returncode == 2 and "--domain" in refused.stderr and refused.stdout == "", refused
+
+
+@contextmanager
+def hub_and_leaf(tmp_path, leaf_server: str):
+    """A hub (domain hub) and one leaf node of it (domain leaf1, its server named `leaf_server`): the hub."""
+    port = free_port()
+    with EmbeddedServer(tmp_path / "hub", batch_limits=TEST_LIMITS, jetstream_config='domain: "hub"',
+                        extra_config=f'server_name: "hub"\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n') as hub, \
+            EmbeddedServer(tmp_path / "leaf", batch_limits=TEST_LIMITS, jetstream_config='domain: "leaf1"',
+                           extra_config=LEAF_CONFIG.format(name=leaf_server, port=port)):
+        yield hub
+
+
+async def _names(js):
+    for name in await js.streams_info():
+        yield name.config.name
