@@ -31,6 +31,7 @@ from console.broker.quarantine import Quarantine, QuarantineSettings
 from console.broker.server_info import clusters_of, own_account, read_varz
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.capture_watch import CaptureWatch
+from console.collector.copy_watch import CopyWatch
 from console.collector.grading import Grading
 from console.collector.health import Health, Loops
 from console.collector.intake import Intake
@@ -115,6 +116,8 @@ class Collector:
         self.capture = CaptureWatch(nc, self.report.instance, lambda: self.advisories.stream,
                                     lambda events: self.intake.put(events, COLLECTOR), lambda: self.loops.beat("capture"),
                                     self.state.tracker.not_heard)
+        self.copies = CopyWatch(nc, settings.domains, lambda events: self.intake.put(events, COLLECTOR),
+                                lambda: self.loops.beat("copies")) if settings.domains else None
         self._writer: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -182,6 +185,9 @@ class Collector:
             lambda: self._stopping))
         self._tasks.append(self.loops.start("capture", lambda: self.capture.run(lambda: self._stopping),
                                             lambda: self._stopping))
+        if (copies := self.copies) is not None:  # a leaf's batches followed into their copies here
+            self._tasks.append(self.loops.start("copies", lambda: copies.run(lambda: self._stopping),
+                                                lambda: self._stopping))
 
     async def _tap_every_cluster(self) -> None:
         """In a supercluster, a tap connection in each cluster, all in one queue group of this collector: the

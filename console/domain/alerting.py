@@ -121,7 +121,7 @@ class Evaluator:
             self.collector_seen = max(self.collector_seen or event.time, event.time)
             return
         if event.kind in (EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY,
-                          EventKind.MAINTENANCE, EventKind.NODE_STOPPED):
+                          EventKind.MAINTENANCE, EventKind.NODE_STOPPED, EventKind.COPY_SPLIT):
             return
         if event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
             self._release(event.batch_id, event.stream)

@@ -113,7 +113,7 @@ class LiveModel:
         self.last_event: datetime | None = None
         self.events_applied = 0
         self.retracted = 0  # losses a later reply showed were not losses
-        self.warnings: deque[BatchEvent] = deque(maxlen=20)  # streams whose open atomic batches were dropped unseen
+        self.warnings: deque[BatchEvent] = deque(maxlen=20)  # open atomic batches dropped unseen, batches copied split
         self.blind_windows: deque[tuple[datetime, datetime, str]] = deque(maxlen=20)  # (from, to, why): see capture_watch
         self.maintenances: dict[str, MaintenanceRecord] = {}  # by id, the newest 20: a loss inside one is marked
         self.rescues: deque[BatchEvent] = deque(maxlen=5)  # the meta group's quorum lowered (2.15), as the system said
@@ -162,7 +162,7 @@ class LiveModel:
             return
         elif event.kind is EventKind.FAST_ATTRIBUTED and event.batch_id and event.stream:
             self._attribute(event.batch_id, event.stream)
-        elif event.kind is EventKind.ATOMIC_OPEN_DROPPED:
+        elif event.kind in (EventKind.ATOMIC_OPEN_DROPPED, EventKind.COPY_SPLIT):  # no loss: what the operator must see
             self.warnings.append(event)
             return
         elif (window := blind_window(event)) is not None:

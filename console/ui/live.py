@@ -14,7 +14,7 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from console.domain.display import Clock, count, duration, md
-from console.domain.events import WHY_UNKNOWN
+from console.domain.events import WHY_UNKNOWN, EventKind
 from console.domain.fast_tracker import UNTRACKED_SAID_PER_PREFIX
 from console.domain.live_model import LiveModel, Sees
 from console.domain.maintenance_record import MaintenanceRecord
@@ -154,8 +154,9 @@ def notices_html(model: LiveModel, clock: Clock = Clock()) -> str:
     e = html.escape
     items = [f"<li><b>capture interrupted from {clock.when(start)} to {clock.when(end)}</b>: losses in this window may "
              f"be missing ({e(why)})</li>" for start, end, why in reversed(model.blind_windows)]
-    items += [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: {e(w.detail or w.reason or '')}</li>"
-              for w in reversed(model.warnings)]
+    items += [f"<li><b>{clock.when(w.time)}</b> {stream_cell(w.stream)}: "
+              + (f"batch {e(w.batch_id or '')} copied split: " if w.kind is EventKind.COPY_SPLIT else "")
+              + f"{e(w.detail or w.reason or '')}</li>" for w in reversed(model.warnings)]
     items += [f"<li><b>the meta group was rescued at {clock.when(r.time)}</b>: "
               f"{e((r.detail or '').split(':', 1)[-1])}, an unsafe recovery after losing its quorum (nats-server 2.15): "
               f"streams and consumers may be back in an older state</li>" for r in reversed(model.rescues)]

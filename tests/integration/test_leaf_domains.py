@@ -199,3 +199,46 @@ def hub_and_leaf(tmp_path, leaf_server: str):
 async def _names(js):
     for name in await js.streams_info():
         yield name.config.name
+
+
+async def test_a_leafs_batch_followed_into_the_hubs_copies_is_said_where_it_arrived_split(tmp_path):
+    """The hub sources the leaf's atomic stream twice: whole, and filtered to edge.a. A batch on edge.a
+    alone arrives whole in both (nothing said); a batch over edge.a and edge.b arrives as 2 of its 3
+    messages in the filtered copy: one copy_split event in the hub's log, naming the copy and the domain."""
+    with hub_and_leaf(tmp_path, "leaf1") as hub:
+        async with await nats.connect(hub.url) as at_hub:
+            leaf_js, js = at_hub.jetstream(domain="leaf1"), at_hub.jetstream()
+            await eventually(lambda: leaf_js.add_stream(StreamConfig(name="EDGE", subjects=["edge.>"], allow_atomic=True)),
+                             timeout=30, what="the leaf's stream, made from the hub")
+            for name, only in (("HUB_ALL", None), ("HUB_A", "edge.a")):
+                await js.add_stream(StreamConfig(name=name, sources=[StreamSource(
+                    name="EDGE", filter_subject=only, external=ExternalStream(api="$JS.leaf1.API"))]))
+            log = open(tmp_path / "collector.log", "w")
+            collector = subprocess.Popen([CLI, "collect", "--server", hub.url, "--data-dir", str(tmp_path / "data"),
+                                          "--batch-timeout", "1", "--domain", "leaf1"], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                wait_collecting(collector, tmp_path / "collector.log")
+
+                async def followed() -> list[int]:
+                    return [(await leaf_js.stream_info("EDGE")).state.consumer_count,
+                            *[(await js.stream_info(name)).state.consumer_count for name in ("HUB_ALL", "HUB_A")]]
+
+                await eventually(followed, lambda counts: all(counts), timeout=60, what="the collector reading both sides")
+                for batch_id, subjects in (("whole-one", ["edge.a"] * 3), ("split-one", ["edge.a", "edge.b", "edge.a"])):
+                    batch = AtomicBatch(at_hub, batch_id=batch_id)
+                    for subject in subjects[:-1]:
+                        await batch.add(subject, b"m")
+                    await batch.commit(subjects[-1], b"end")
+                events = EventLog.over(at_hub, Settings(data=DataSettings(data_dir=tmp_path / "data")).keyed_event_log(
+                    make=False))
+
+                async def splits() -> list:
+                    return [e for _, e in await events.read(1, idle_timeout=0.5) if e.kind is EventKind.COPY_SPLIT]
+
+                [split] = await eventually(splits, bool, timeout=60, every=0.5, what="the split copy in the hub's log")
+            finally:
+                collector.terminate()
+                collector.wait(timeout=60)
+    assert (split.stream, split.batch_id, split.domain, split.reason, split.count, split.lost) == \
+        ("HUB_A", "split-one", "leaf1", "partial", 2, 1), split
+    assert "2 of its 3 message(s) in HUB_A" in split.detail and "committed whole on EDGE" in split.detail
