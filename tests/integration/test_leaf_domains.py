@@ -20,7 +20,7 @@ from console.broker.server import EmbeddedServer
 from console.config import DataSettings, Settings
 from console.domain.events import EventKind
 from console.domain.live_model import LiveModel
-from console.ui.live import LivePage, recent_frame
+from console.ui.live import LivePage, notices_html, recent_frame
 from tests.conftest import TEST_LIMITS
 from tests.processes import CLI, wait_collecting
 from tests.waits import eventually
@@ -242,3 +242,6 @@ async def test_a_leafs_batch_followed_into_the_hubs_copies_is_said_where_it_arri
     assert (split.stream, split.batch_id, split.domain, split.reason, split.count, split.lost) == \
         ("HUB_A", "split-one", "leaf1", "partial", 2, 1), split
     assert "2 of its 3 message(s) in HUB_A" in split.detail and "committed whole on EDGE" in split.detail
+    model = LiveModel()
+    model.apply(split)
+    assert "batch split-one copied split: 2 of its 3" in notices_html(model) and model.newest_first(10) == []
