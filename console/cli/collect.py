@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
+import os
 import time
 from dataclasses import replace
 
@@ -14,6 +16,9 @@ from console.cli.base import WITH_EVENT_LOG, Subcommand, log, opened, stop_on_si
 from console.collector.collector import Collector
 from console.collector.kept import KeptMessages
 from console.config import Settings
+
+
+STOP_WITHIN = 45.0  # seconds a system's collector is given to stop once asked (it stores what it holds)
 
 
 class Collect(Subcommand):
@@ -38,7 +43,16 @@ async def collect_async(settings: Settings) -> int:
         if settings.collector.cpu == "adaptive":  # one collector's idle class would slow the others down
             log.info("several systems: the collectors run at nice 10 (--cpu low), not in the idle class by turns")
             settings = replace(settings, collector=replace(settings.collector, cpu="low"))
-        await asyncio.gather(*(_collect_kept(settings.of_system(s), stop, f"system {s.name}: ") for s in systems))
+        kept = {s.name: asyncio.create_task(_collect_kept(settings.of_system(s), stop, f"system {s.name}: "))
+                for s in systems}
+        await stop.wait()
+        _, stuck = await asyncio.wait(kept.values(), timeout=STOP_WITHIN)
+        if stuck:  # a server gone while its connection was being made: its nats-py reconnects for ever
+            names = ", ".join(name for name, task in kept.items() if task in stuck)
+            log.error("stopping: system(s) %s did not stop within %gs; the others stopped, this process ends",
+                      names, STOP_WITHIN)
+            logging.shutdown()
+            os._exit(1)
     log.info("collector stopped")
     return 0
 

@@ -236,7 +236,7 @@ def fetch(page: Page, team: Team, may: bool, stream: str = "") -> None:
         expect(page.locator("p").filter(has_text="Not for you")).to_contain_text(why, timeout=15_000)
         expect(page.get_by_role("button", name="Fetch")).to_be_disabled()
         crafted_click(page, "Fetch")
-        expect(page.get_by_text(why)).to_have_count(2, timeout=15_000)  # beside the controls, and in the status
+        expect(page.get_by_text(why)).to_have_count(2, timeout=30_000)  # beside the controls, and in the status
         for label in ACK_LABELS.values():  # nothing fetched: nothing to answer
             expect(page.get_by_role("button", name=label, exact=True)).to_have_count(0)
 
