@@ -238,6 +238,10 @@ class LivePage(Clocked, pn.viewable.Viewer):
         super().__init__(**params)
         self._version = -1
         self._domain_said = pn.pane.Markdown("", align="end")
+        # shown where a loss names a leaf's domain, or one is asked for: a system without leaves has no use for it
+        self._domain_row = pn.Row(pn.widgets.TextInput.from_param(self.param.domain, name="only the losses of the domain",
+                                                                  placeholder="a leaf's JetStream domain", width=260),
+                                  self._domain_said, visible=False)
         self.timer = None  # the session's periodic refresh, when made by `following`
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
         self._status = pn.pane.Str("", sizing_mode="stretch_width",  # a long line (a starved host, firing alerts) wraps
@@ -273,9 +277,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown("## Lost batches, live"), self._counters, self._notices,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(flows, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
-            pn.Row(pn.widgets.TextInput.from_param(self.param.domain, name="only the losses of the domain",
-                                                   placeholder="a leaf's JetStream domain", width=260),
-                   self._domain_said),
+            self._domain_row,
             self._table, pn.pane.Markdown("### Active fast batches"), self._active, self._status,
             sizing_mode="stretch_width",
         )
@@ -369,6 +371,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
                                     notices_html(self.model, self.clock))
             self._table.value = recent_frame(self.model, clock=self.clock, by_system=self.by_system,
                                              domain=self._only_domain())
+            self._domain_row.visible = bool(self.domain) or any(b.domain for b in self.model.newest_first(500))
             self._active.value = active_frame(self.model, by_system=self.by_system)
             self._bars.data = interval_data(self.model, now)
             self._bars_range.start, self._bars_range.end = self._window(now)
