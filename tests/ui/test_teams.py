@@ -308,6 +308,8 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer
 
 
+@pytest.mark.alone  # in both CI runs of one stop, under the parallel run's load, a crafted click's refusal
+# never showed in 30 s (otto's Fetch, vera's Probe); alone it does, as for the tests below (not understood yet)
 @pytest.mark.parametrize("user", ["ada", "otto", "vera"])
 def test_each_role_takes_or_is_refused_every_action_as_its_groups_say_and_each_attempt_is_audited(team, browser,
                                                                                                   user, screenshots):
