@@ -118,7 +118,7 @@ def _settings(info: StreamInfo) -> StreamBatchSettings:
 async def list_streams(nc: Client, domain: str | None = None) -> tuple[list[StreamFacts], dict[str, str]]:
     """Every stream as the server lists it (of another JetStream domain's, a leaf's: through its API prefix),
     and those it holds offline with why: a request per page."""
-    api = f"$JS.{names.domain(domain)}.API" if domain else "$JS.API"
+    api = names.api_prefix(domain or None)
     streams: list[StreamFacts] = []
     offline: dict[str, str] = {}
     while True:

@@ -11,8 +11,8 @@ import time
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.client import JetStreamContext
 
+from console.broker import names
 from console.broker.atomic import AtomicBatch
 from console.broker.connection import identity
 from console.broker.fast import FastBatch
@@ -27,15 +27,6 @@ LEAD_WAIT = 10.0  # seconds a node is given to take its stream's leadership back
 
 class CanaryRefused(ConsoleError):
     """A stream of the canary's name that the canary did not make: it is never written to."""
-
-
-def _js(nc: Client, domain: str | None) -> JetStreamContext:
-    """JetStream of the system's own domain, or of another (a leaf's, reached through the hub)."""
-    return nc.jetstream() if domain is None else nc.jetstream(domain=domain)
-
-
-def _api(domain: str | None) -> str:
-    return "$JS.API" if domain is None else f"$JS.{domain}.API"
 
 
 def _spec(node: str, domain: str | None = None) -> StreamSpec:
@@ -63,7 +54,7 @@ async def tampering(nc: Client, node: str, seen: dict[str, int], stored: int, fa
     canary's last look: `seen`, its stream's last sequence then, by node, kept up here), put back where the
     stream still bears the canary's mark; None when it is as the canary made it. Any client of the account may
     change it: a canary that failed through it said a healthy node was failing."""
-    js, name = _js(nc, domain), stream_for(node)
+    js, name = nc.jetstream(domain=domain), stream_for(node)
     try:
         info = await js.stream_info(name)
     except nats.js.errors.NotFoundError:
@@ -117,7 +108,7 @@ async def _ensure(nc: Client, node: str, domain: str | None = None) -> tuple[str
     """The node's canary stream (made if missing), and whether this call made it; CanaryRefused for a
     stream of that name without the canary's mark."""
     name = stream_for(node)
-    ensured = await ensure_stream(_js(nc, domain), _spec(node, domain))
+    ensured = await ensure_stream(nc.jetstream(domain=domain), _spec(node, domain))
     if (ensured.config.metadata or {}).get(MARK) != node:
         raise CanaryRefused(f"stream {name} exists and the canary did not make it: nothing is written to it")
     return name, ensured.created
@@ -129,7 +120,7 @@ async def nodes_and_streams(nc: Client, domain: str | None = None) -> tuple[list
     known), and the canary streams this call made (the caller deletes them)."""
     here = identity(nc)[0] if domain is None else domain
     first, made = await _ensure(nc, here or "single", domain)
-    info = await _js(nc, domain).stream_info(first)
+    info = await nc.jetstream(domain=domain).stream_info(first)
     cluster = info.cluster
     nodes = [here or "single"] if cluster is None or not cluster.leader else \
         sorted({cluster.leader, *(r.name for r in (cluster.replicas or []) if r.name)})
@@ -145,7 +136,7 @@ async def lead_on(nc: Client, node: str, clustered: bool, domain: str | None = N
     """Whether the node leads its canary stream, after asking it to take it back when another does."""
     if not clustered:
         return True
-    js, name = _js(nc, domain), stream_for(node)
+    js, name = nc.jetstream(domain=domain), stream_for(node)
     deadline = time.monotonic() + LEAD_WAIT
     asked = False
     while time.monotonic() < deadline:
@@ -158,7 +149,7 @@ async def lead_on(nc: Client, node: str, clustered: bool, domain: str | None = N
         if not asked and leader is not None and leader.leader:
             asked = True
             try:
-                await nc.request(f"{_api(domain)}.STREAM.LEADER.STEPDOWN.{name}",
+                await nc.request(f"{names.api_prefix(domain)}.STREAM.LEADER.STEPDOWN.{name}",
                                  json.dumps({"placement": {"preferred": node}}).encode(), timeout=5)
             except (nats.errors.Error, asyncio.TimeoutError):
                 pass
@@ -200,7 +191,7 @@ async def one_batch(nc: Client, system: str, node: str, kind: str, messages: int
 
 async def delete_streams(nc: Client, names: list[str], domain: str | None = None) -> None:
     """Deletes these canary streams, each only when it still bears the canary's mark."""
-    js = _js(nc, domain)
+    js = nc.jetstream(domain=domain)
     for name in names:
         try:
             if MARK in ((await js.stream_info(name)).config.metadata or {}):

@@ -13,6 +13,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import DeliverPolicy
 
+from console.broker import names
 from console.domain.copies import Copy
 
 Seen = Callable[[int, "dict[str, str] | None"], None]  # (stream sequence, headers) of each message
@@ -20,7 +21,7 @@ Seen = Callable[[int, "dict[str, str] | None"], None]  # (stream sequence, heade
 
 async def copies_of(nc: Client, domains: tuple[str, ...]) -> list[Copy]:
     """This system's streams that copy (source or mirror) an atomic stream of one of the domains."""
-    apis = {f"$JS.{d}.API": d for d in domains}
+    apis = {names.api_prefix(d): d for d in domains}
     found: list[Copy] = []
     for info in await nc.jetstream().streams_info():
         config = info.config
@@ -40,7 +41,7 @@ async def copies_of(nc: Client, domains: tuple[str, ...]) -> list[Copy]:
 async def read_headers(nc: Client, stream: str, domain: str | None, seen: Seen) -> Subscription:
     """Every message stored in the stream from now on, headers only (an ordered consumer, which the server
     deletes once its reader is gone); a message without metadata is skipped."""
-    js = nc.jetstream() if domain is None else nc.jetstream(domain=domain)
+    js = nc.jetstream(domain=domain)
 
     async def each(msg: Msg) -> None:
         try:

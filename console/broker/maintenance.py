@@ -138,8 +138,7 @@ class Tap:
 
     def _for(self, stream: str) -> Callable[[Msg], Awaitable[None]]:
         async def seen(msg: Msg) -> None:
-            self.batches.see(stream, msg.reply, msg.headers, datetime.now(timezone.utc))
-            prefix = OpenBatches.reply_prefix(msg.reply)
+            prefix = self.batches.see(stream, msg.reply, msg.headers, datetime.now(timezone.utc))
             if prefix is not None and prefix not in self.reply_prefixes and len(self.reply_prefixes) < MAX_REPLY_PREFIXES:
                 self.reply_prefixes.add(prefix)  # heard from the batch's first message on: before its commit
                 try:

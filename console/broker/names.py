@@ -36,6 +36,11 @@ def subject(value: object) -> str:
     return value
 
 
+def api_prefix(domain_: str | None) -> str:
+    """The JetStream API's subject prefix: the system's own, or another domain's (a leaf's)."""
+    return "$JS.API" if domain_ is None else f"$JS.{domain(domain_)}.API"
+
+
 def domain(value: object) -> str:
     """A JetStream domain: a token of its API prefix ($JS.<domain>.API)."""
     try:

@@ -30,7 +30,6 @@ class CopyWatch:
                  record: Callable[[list[BatchEvent]], None], beat: Callable[[], None] = lambda: None):
         self.nc, self.domains, self.record, self.beat = nc, domains, record, beat
         self.follower = CopyFollower([], COPY_LAG)
-        self.problem: str | None = None
         self._subs: dict[tuple[str, str | None], Any] = {}  # (stream, its domain) -> its reader
 
     async def run(self, stopping: Callable[[], bool]) -> None:
@@ -54,10 +53,8 @@ class CopyWatch:
                 await self._read(copy.origin, copy.domain, self._origin(copy.origin))
                 await self._read(copy.stream, None, self._copy(copy.stream))
             self.follower.copies = {c.stream: c for c in copies}
-            self.problem = None
         except Exception as e:  # a leaf cut off, a permission: said, and looked for again
-            self.problem = f"copies of the domains' atomic streams not followed: {str(e)[:200]}"
-            log.warning(self.problem)
+            log.warning("copies of the domains' atomic streams not followed: %s", str(e)[:200])
 
     async def _read(self, stream: str, domain: str | None, seen: Callable[[int, dict[str, str] | None], None]) -> None:
         if (stream, domain) not in self._subs:

@@ -101,7 +101,10 @@ class OpenBatches:
     _answered_first: dict[str, bool] = field(default_factory=dict)  # fast commits answered before seen
     malformed: int = 0
 
-    def see(self, stream: str, reply: str | None, headers: Mapping[str, str] | None, at: datetime) -> None:
+    def see(self, stream: str, reply: str | None, headers: Mapping[str, str] | None, at: datetime) -> str | None:
+        """Follows one message of the publish side; a fast batch's reply prefix, under which the tap hears the
+        server's answers (None for anything else, and for a prefix with a wildcard token, which no
+        subscription may take)."""
         batch_id = (headers or {}).get(BATCH_ID)
         if batch_id:  # any client writes it: shown escaped, as long as the server's longest
             shown = batch_id[:64] if batch_id[:64].isprintable() else repr(batch_id[:64])[1:-1][:64]
@@ -111,22 +114,13 @@ class OpenBatches:
                 fast = FastReplySubject.parse(reply)
             except InvalidReplySubject:
                 self.malformed += 1
-                return
+                return None
             if fast.op is not FastOp.PING:
                 self._seen((stream, "fast", fast.batch_id), fast.op in (FastOp.COMMIT, FastOp.EOB), at,
                            answer_awaited=True)
-
-    @staticmethod
-    def reply_prefix(reply: str | None) -> str | None:
-        """A fast batch's reply prefix, to hear the server's answers under it (None for anything else, and
-        for a prefix with a wildcard token, which no subscription may take)."""
-        if not reply or not reply.endswith("." + FI_SUFFIX):
-            return None
-        try:
-            prefix = FastReplySubject.parse(reply).prefix
-        except InvalidReplySubject:
-            return None
-        return None if {"*", ">"} & set(prefix.split(".")) or not prefix.isprintable() or " " in prefix else prefix
+            prefix = fast.prefix
+            return None if {"*", ">"} & set(prefix.split(".")) or not prefix.isprintable() or " " in prefix else prefix
+        return None
 
     def answered(self, reply: str) -> None:
         """A message on a fast-ingest reply subject: the server's answer to a commit ends its batch."""

@@ -91,10 +91,10 @@ def test_hostile_answers_and_reply_prefixes_are_bounded():
     for i in range(MAX_OPEN + 50):
         seen.see("A", f"_INBOX.x.c{i}.10.fail.2.2.$FI", None, T0)
     assert len(seen.all(T0)) == MAX_OPEN and len(seen._committing) <= MAX_OPEN and len(seen._answered_first) <= MAX_OPEN
-    assert OpenBatches.reply_prefix("_INBOX.abc.f1.10.fail.1.0.$FI") == "_INBOX.abc"
+    assert seen.see("A", "_INBOX.abc.f1.10.fail.1.0.$FI", None, T0) == "_INBOX.abc"
     for reply in (None, "", "x.y", "*.f1.10.fail.1.0.$FI", "a.>.f1.10.fail.1.0.$FI", "a\x1b.f1.10.fail.1.0.$FI",
                   "_INBOX.x.f1.10.maybe.1.0.$FI"):
-        assert OpenBatches.reply_prefix(reply) is None
+        assert seen.see("A", reply, None, T0) is None
 
 
 def test_hostile_publish_side_input_is_counted_or_bounded():
