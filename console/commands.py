@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
@@ -29,6 +30,8 @@ from console.export import SEARCH_COLUMNS, Exporter, export_bytes, format_named,
 if TYPE_CHECKING:
     from console.domain.audit import Actor
     from console.broker.admin import StreamAdmin
+    from console.broker.consumers import ConsumerAdmin
+    from console.domain.consumer_lag import ConsumerRead
     from console.broker.connection import Connection
     from console.broker.eventlog import EventLog
     from console.canary import CanaryOptions, CanaryRun
@@ -77,6 +80,7 @@ class Services:
     """What commands do their work through; a service a caller was not given is refused by name."""
 
     streams: StreamAdmin | None = None
+    consumers: ConsumerAdmin | None = None
     connection: Callable[[], Connection] | None = None  # the one a probe publishes on now (reopened ones too)
     system_connection: Callable[[], Connection | None] | None = None  # the system account's, where given
     rules: Callable[[], RuleWriter] | None = None
@@ -241,6 +245,95 @@ class InProgressMessage(AnswerMessage):
 
 
 ANSWERS: dict[Ack, type[AnswerMessage]] = {c.kind: c for c in (AckMessage, NakMessage, TermMessage, InProgressMessage)}
+
+
+@dataclass
+class ConsumerCommand(Command[T]):
+    """A change to one consumer (console.broker.consumers), named by its stream and its name."""
+
+    role, changes_server = "operator", True
+    records = "stream/consumer and what was asked of it"
+    stream: str
+    consumer: str
+
+    @property
+    def on_stream(self) -> str:
+        return self.stream
+
+    @property
+    def asked(self) -> str:
+        return ""
+
+    @property
+    def target(self) -> str:
+        return f"{self.stream}/{self.consumer}" + (f" {self.asked}" if self.asked else "")
+
+
+@dataclass
+class PauseConsumer(ConsumerCommand["datetime | None"]):
+    """Paused until a time (ADR-42, nats-server 2.11+); the server's answer: until when (None: not paused)."""
+
+    name = "consumer.pause"
+    until: datetime = datetime.min
+
+    @property
+    def asked(self) -> str:
+        return f"until {self.until.isoformat()}"
+
+    async def execute(self, services: Services, asker: Asker) -> datetime | None:
+        return await required(services.consumers, "consumers").pause(self.stream, self.consumer, self.until)
+
+
+@dataclass
+class ResumeConsumer(ConsumerCommand[None]):
+    name = "consumer.resume"
+
+    async def execute(self, services: Services, asker: Asker) -> None:
+        await required(services.consumers, "consumers").resume(self.stream, self.consumer)
+
+
+@dataclass
+class ResetConsumer(ConsumerCommand["ConsumerRead"]):
+    """Its next message the stream's `seq`, or the first stored at or after `time` (nats-server 2.14+)."""
+
+    name = "consumer.reset"
+    seq: int | None = None
+    time: datetime | None = None
+
+    @property
+    def asked(self) -> str:
+        return f"to seq {self.seq}" if self.seq is not None else f"to {self.time.isoformat()}" if self.time else ""
+
+    def said(self, result: ConsumerRead) -> str:
+        return f"next message seq {result.delivered_seq + 1}, {result.pending} pending"
+
+    async def execute(self, services: Services, asker: Asker) -> ConsumerRead:
+        consumers = required(services.consumers, "consumers")
+        seq = self.seq if self.seq is not None else await consumers.seq_at(self.stream, self.time or datetime.now(timezone.utc))
+        return await consumers.reset(self.stream, self.consumer, seq)
+
+
+@dataclass
+class UnpinConsumer(ConsumerCommand[None]):
+    """The client pinned in one of its priority groups let go (the server pins another)."""
+
+    name = "consumer.unpin"
+    group: str = ""
+
+    @property
+    def asked(self) -> str:
+        return f"group {self.group}"
+
+    async def execute(self, services: Services, asker: Asker) -> None:
+        await required(services.consumers, "consumers").unpin(self.stream, self.consumer, self.group)
+
+
+@dataclass
+class DeleteConsumer(ConsumerCommand[None]):
+    name, role = "consumer.delete", "admin"
+
+    async def execute(self, services: Services, asker: Asker) -> None:
+        await required(services.consumers, "consumers").delete(self.stream, self.consumer)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
     from console.canary import CanaryRun
+    from console.consumers import ConsumerWatch
     from console.domain.budgets import BudgetStatus, Objective
     from console.actions import Actions
     from console.alerting.view import AlertsView
@@ -61,6 +62,7 @@ class Runtime:
         self._alerts: AlertsView | None = None
         self._masking: Masking | None = None
         self._decoders: Decoders | None = None
+        self._consumers: ConsumerWatch | None = None
         # the processes that read objectives check the file at their start (check_files): an error met since is said
         self.objectives_file: Watched[list[Objective]] = Watched(settings.data.objectives,
                                                                  lambda: objectives_of(settings), fallback=list)
@@ -97,6 +99,18 @@ class Runtime:
     @property
     def admin(self) -> StreamAdmin:
         return self.system.admin
+
+    @property
+    def consumers(self) -> ConsumerWatch:
+        """Every consumer of the system's streams, judged over the reads this process made (console.consumers)."""
+        if self._consumers is None:
+            from console.consumers import ConsumerWatch
+
+            async def streams() -> list[str]:
+                return sorted(s.settings.name for s in (await self.admin.stream_facts())[0])
+
+            self._consumers = ConsumerWatch(self.system.consumer_admin, streams, self.settings.fleet.name)
+        return self._consumers
 
     @property
     def read_only(self) -> bool:
@@ -173,7 +187,7 @@ class Runtime:
             grants = lambda: (given() if callable(given) else given).on_system(system)  # noqa: E731
         trail_required = actor != CLI  # the CLI's user holds the credentials: what it does is said, not refused
         # the connection asked for at each command: a long-lived session's actions follow a reopened one
-        services = Services(streams=self.admin, connection=lambda: self.nc, system_connection=lambda: self.system_nc,
+        services = Services(streams=self.admin, consumers=self.system.consumer_admin, connection=lambda: self.nc, system_connection=lambda: self.system_nc,
                             rules=lambda: self.alerts, search=self.searches, payloads=self.payloads)
         try:
             return Actions(self.audit.log(), actor, self.read_only, trail_required=trail_required, grants=grants,
@@ -303,6 +317,8 @@ class Runtime:
             await cancelled(self._reading_ahead)
         if self._live is not None:
             await self._live.stop()
+        if self._consumers is not None:
+            self._consumers.stop()
         await self.system.close()
         if self._history is not None and self._history[0] is not None:
             self._history[0].engine.dispose()

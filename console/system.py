@@ -11,6 +11,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from console.broker.admin import StreamAdmin
+from console.broker.consumers import ConsumerAdmin
 from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
 from console.broker.server_info import read_varz, server_syncs
 from console.config import Settings
@@ -29,6 +30,7 @@ class NatsSystem:
         self.nc = nc
         self.system_nc = system_nc
         self.admin = StreamAdmin(nc, read_only=settings.web.read_only)
+        self.consumer_admin = ConsumerAdmin(lambda: self.nc, lambda: self.admin.read_only)
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
         self._keeper: asyncio.Task | None = None
         self._reopened: list[Callable[[Connection], Awaitable[None]]] = []

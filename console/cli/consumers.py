@@ -1,0 +1,113 @@
+"""`batch-console consumers`: every consumer's lag and state (`list`), and the changes an operator makes to
+one (`pause`, `resume`, `reset`, `unpin`, `delete`), each an audited action of the CLI's user."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import datetime, timezone
+
+from console.cli.base import CONNECTED, Subcommand
+from console.config import Settings
+from console.errors import ConfigError
+
+ACTIONS = ("list", "pause", "resume", "reset", "unpin", "delete")
+
+
+class Consumers(Subcommand):
+    name = "consumers"
+    help = ("consumer lag and stalls: `list` every consumer's pending, lag in seconds and state; `pause`, `resume`, "
+            "`reset`, `unpin`, `delete` one (audited; refused in read-only mode)")
+    settings = (*CONNECTED, "data", "event_log", "access.roles", "access.local_role")
+
+    @classmethod
+    def configure(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("action", choices=ACTIONS)
+        parser.add_argument("target", nargs="*", metavar="STREAM NAME", help="the consumer (all but list)")
+        parser.add_argument("--stream", help="list: only this stream's consumers")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--window", type=float, default=0.0,
+                            help="list: read twice, this many seconds apart, to judge stalls and trends (default: once)")
+        parser.add_argument("--until", help="pause: until this time (ISO 8601; no zone: UTC)")
+        parser.add_argument("--for", dest="pause_for", help="pause: for this long (30s, 5m, 1h, 1d)")
+        parser.add_argument("--seq", type=int, help="reset: its next message is this stream sequence")
+        parser.add_argument("--time", help="reset: its next message the first stored at or after this time")
+        parser.add_argument("--group", help="unpin: the priority group whose pinned client is let go")
+
+    @classmethod
+    def run(cls, settings: Settings, args: argparse.Namespace) -> int:
+        return asyncio.run(run_consumers(settings, args))
+
+
+def command_of(args: argparse.Namespace, now: datetime):
+    """The audited command the arguments ask for; ConfigError for arguments that do not make one."""
+    from console.broker import names
+    from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
+    from console.domain.consumer_lag import given_time, pause_end
+    from console.domain.toml_text import duration
+
+    if len(args.target) != 2:
+        raise ConfigError(f"consumers {args.action} STREAM NAME")
+    stream, name = names.stream(args.target[0]), names.consumer(args.target[1])
+    try:
+        if args.action == "pause":
+            if (args.until is None) == (args.pause_for is None):
+                raise ConfigError("consumers pause STREAM NAME --until TIME | --for 60s")
+            until = given_time(args.until, "--until") if args.until else \
+                now + duration(args.pause_for, "--for", None, lambda why, _: ConfigError(why))
+            return PauseConsumer(stream, name, pause_end(until, now))
+        if args.action == "reset":
+            if (args.seq is None) == (args.time is None):
+                raise ConfigError("consumers reset STREAM NAME --seq N | --time TIME")
+            if args.seq is not None and not 1 <= args.seq < 2 ** 63:
+                raise ConfigError("--seq must be a stream sequence (1 or more)")
+            return ResetConsumer(stream, name, args.seq, given_time(args.time, "--time") if args.time else None)
+        if args.action == "unpin":
+            if not args.group or len(args.group) > 16 or not args.group.isprintable():
+                raise ConfigError("consumers unpin STREAM NAME --group GROUP (a group name of 1..16 characters)")
+            return UnpinConsumer(stream, name, args.group)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return (ResumeConsumer if args.action == "resume" else DeleteConsumer)(stream, name)
+
+
+async def run_consumers(settings: Settings, args: argparse.Namespace) -> int:
+    from console.consumers import read_twice, text_table
+    from console.domain.audit import CLI
+    from console.runtime import Runtime
+
+    if args.action != "list":
+        command = command_of(args, datetime.now(timezone.utc))
+    elif args.target:
+        raise ConfigError("consumers list [--stream S]: no positional names")
+    elif not 0 <= args.window <= 3600:
+        raise ConfigError("--window must be 0..3600 seconds")
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                  allow_reconnect=False) as runtime:
+        if args.action != "list":
+            result = await runtime.actions(CLI).run(command)
+            print(f"{command.name} {command.target}: done" + (f" ({command.said(result)})" if result is not None
+                                                              and command.said(result) else ""))
+            return 0
+        watch = runtime.consumers
+        if args.stream:
+            from console.broker import names
+            from console.consumers import ConsumerWatch
+
+            only = [names.stream(args.stream)]
+            watch = ConsumerWatch(runtime.system.consumer_admin, lambda: _given(only), runtime.system.name)
+        reading = await (read_twice(watch, args.window) if args.window else watch.read(fresh_within=0))
+    if args.format == "json":
+        print(json.dumps([j.as_json() for j in reading.judged], indent=2))
+    else:
+        print(text_table(reading))
+    if reading.unread or reading.malformed:
+        print(f"{len(reading.unread)} streams unread, {sum(reading.malformed.values())} replies left out",
+              file=sys.stderr)
+    return 0
+
+
+async def _given(streams: list[str]) -> list[str]:
+    return streams
