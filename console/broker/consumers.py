@@ -101,7 +101,7 @@ class ConsumerAdmin:
             return reply.data
 
     async def _list(self, stream: str, found: ConsumersRead, gate: asyncio.Semaphore) -> None:
-        offset, total = 0, None
+        offset, total, seen = 0, None, set()
         while total is None or offset < total:
             try:
                 data = await self._request(f"{self.api}.CONSUMER.LIST.{stream}", {"offset": offset}, found, gate)
@@ -121,9 +121,13 @@ class ConsumerAdmin:
                 return
             for item in items:
                 try:
-                    found.consumers.append(parse_consumer(item, stream))
+                    read = parse_consumer(item, stream)
                 except MalformedInput as e:
                     found.malformed[e.reason[:100]] += 1
+                    continue
+                if read.name not in seen:  # one deleted between two pages moves the next page back by one
+                    seen.add(read.name)
+                    found.consumers.append(read)
             if not items:
                 return
             offset += len(items)
