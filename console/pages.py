@@ -30,6 +30,7 @@ from console.investigate import advice
 from console.queries import fleet as read_fleet
 from console.fleet import Fleet
 from console.queries.alerts import SeenAlerts
+from console.queries.consumers import SeenConsumers
 from console.queries.reads import FleetReads, SystemReads
 from console.queries.sight import Sight
 from console.queries.streams import StreamReads
@@ -40,6 +41,7 @@ from console.ui.budgets import BudgetsPage
 from console.ui.canary import CanaryPage
 from console.ui.checks import ChecksPage
 from console.ui.conformance import ConformancePage
+from console.ui.consumers import ConsumersPage
 from console.ui.search import SearchPage
 from console.ui.frame import Badge
 from console.ui.history import CSV_TABLES, HistoryPage
@@ -288,6 +290,14 @@ def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
                       may=actions.allowed, **params)
 
 
+def consumers(runtime: Runtime, actions: Actions, **params) -> ConsumersPage:
+    """Every consumer of the streams the user sees, judged against the reads this process made before (a
+    sampler reads every 10 s while somebody looks, so a stall shows without a reload)."""
+    seen = SeenConsumers(runtime.consumers, _sight(actions))
+    runtime.consumers.sample()
+    return ConsumersPage(read=seen.read, run=actions.run, may=actions.allowed, read_only=runtime.read_only, **params)
+
+
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
     return ChecksPage(findings=_reads(runtime, actions).findings, **params)
 
@@ -416,6 +426,7 @@ def _firing_badge(firing: int) -> Badge:
 TABLE = (
     Page("/", "Live", live, {"domain": "domain"}, across=live_across),
     Page("/streams", "Streams", streams, {"stream": "stream"}),
+    Page("/consumers", "Consumers", consumers, {"stream": "stream"}),
     Page("/replay", "Replay", replay, {"stream": "stream", "consumer": "consumer", "start_seq": "start_seq",
                                        "start_time": "start_time", "batch_id": "batch_id"}),
     Page("/history", "History", history, {"csv_table": "table", "domain": "domain"}, across=history_across),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+import nats.errors
 from nats.aio.client import Client
 
 from console.broker import names
@@ -163,8 +164,16 @@ class ConsumerAdmin:
             found.malformed[type(e).__name__] += 1
         return None
 
+    async def _api(self, subject: str, request: dict[str, Any] | None) -> dict[str, Any]:
+        """js_api, a request nobody answers said as a refusal (nats-server 2.15 answers no CONSUMER.RESET of a
+        stream that does not exist)."""
+        try:
+            return await js_api(self._nc(), subject, request, TIMEOUT)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+            raise Refusal(0, 0, f"no answer from the server within {TIMEOUT:g} s (is there such a stream?)") from None
+
     async def info(self, stream: str, name: str) -> ConsumerRead:
-        answer = await js_api(self._nc(), f"{self.api}.CONSUMER.INFO.{names.stream(stream)}.{names.consumer(name)}", None)
+        answer = await self._api(f"{self.api}.CONSUMER.INFO.{names.stream(stream)}.{names.consumer(name)}", None)
         try:
             return parse_consumer(answer, stream)
         except MalformedInput as e:
@@ -172,8 +181,8 @@ class ConsumerAdmin:
 
     async def seq_at(self, stream: str, when: datetime) -> int:
         """The sequence of the stream's first message stored at or after `when` (Refusal when there is none)."""
-        answer = await js_api(self._nc(), f"{self.api}.STREAM.MSG.GET.{names.stream(stream)}",
-                              {"start_time": when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")})
+        answer = await self._api(f"{self.api}.STREAM.MSG.GET.{names.stream(stream)}",
+                                 {"start_time": when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")})
         message = answer.get("message")
         seq = message.get("seq") if isinstance(message, dict) else None
         if type(seq) is not int or seq < 1:
@@ -188,8 +197,7 @@ class ConsumerAdmin:
 
     async def _change(self, verb: str, stream: str, name: str, request: dict[str, Any] | None) -> dict[str, Any]:
         self._writable()
-        return await js_api(self._nc(), f"{self.api}.CONSUMER.{verb}.{names.stream(stream)}.{names.consumer(name)}",
-                            request)
+        return await self._api(f"{self.api}.CONSUMER.{verb}.{names.stream(stream)}.{names.consumer(name)}", request)
 
     async def pause(self, stream: str, name: str, until: datetime) -> datetime | None:
         """Paused until `until` (the server's answer: None when it did not pause it, a time past)."""

@@ -115,7 +115,9 @@ class StreamPage(Clocked, pn.viewable.Viewer):
             read_by = self.decoders(self.stream) if self.decoders is not None else []
             decoded = ("\n\nPayloads decoded as: " + "; ".join(html.escape(r) for r in read_by)) if read_by else ""
             self._head.object = (f"## Stream {html.escape(self.stream)}\n[its messages in Replay]"
-                                 f"({replay_link(self.stream)}) · each lost batch below opens its Incident{decoded}")
+                                 f"({replay_link(self.stream)}) · [its consumers' lag]"
+                                 f"(/consumers?{urlencode({'stream': self.stream})}) · each lost batch below opens "
+                                 f"its Incident{decoded}")
 
     refresh_every_ms = 2000  # Live's and History's rows of this stream
 

@@ -128,6 +128,37 @@ def test_a_role_limited_to_team_streams_reads_and_changes_no_other(console):
     assert call(console, "GET", "/incidents/api-loss", "viewer").status_code == 200
 
 
+def test_consumers_read_as_the_server_says_each_change_is_an_action_and_another_team_s_are_absent(console):
+    async def make() -> None:
+        nc = await nats.connect(console.nats)
+        for stream in ("TEAM_A", "OTHER"):
+            await nc.jetstream().add_consumer(stream, durable_name="api-reader", ack_policy="explicit")
+        await nc.close()
+
+    asyncio.run(make())
+    mine = call(console, "GET", "/consumers", "team").json()["consumers"]
+    assert {(c["stream"], c["consumer"]) for c in mine} == {("TEAM_A", "api-reader")}
+    seen = {(c["stream"], c["consumer"]): c for c in call(console, "GET", "/consumers").json()["consumers"]}
+    assert seen["TEAM_A", "api-reader"]["pending"] == 3 and seen["TEAM_A", "api-reader"]["lag_seconds"] > 0
+    assert ("OTHER", "api-reader") in seen
+    path = "/consumers/TEAM_A/api-reader"
+    assert call(console, "POST", path + "/pause", "viewer", json={"seconds": 60}).status_code == 403
+    assert call(console, "POST", "/consumers/OTHER/api-reader/pause", "team", json={"seconds": 60}).status_code == 403
+    paused = call(console, "POST", path + "/pause", json={"seconds": 60})
+    assert paused.status_code == 200 and paused.json()["paused_until"], paused.text
+    assert call(console, "POST", path + "/resume").status_code == 204
+    reset = call(console, "POST", path + "/reset", json={"seq": 2})
+    assert reset.status_code == 200 and reset.json() == {"next_seq": 2, "pending": 2}, reset.text
+    assert call(console, "DELETE", path).status_code == 204
+    gone = call(console, "DELETE", path)
+    assert gone.status_code == 409 and "[10014]" in gone.json()["detail"]  # the server's own code and text
+    records = call(console, "GET", "/audit?limit=1000").json()["records"]
+    done = {(r["action"], r["user"], r["outcome"]) for r in records if r["action"].startswith("consumer.")}
+    assert {("consumer.pause", "token:viewer-bot", "refused: role"), ("consumer.pause", "token:admin-bot", "accepted"),
+            ("consumer.reset", "token:admin-bot", "accepted"), ("consumer.delete", "token:admin-bot", "refused: server")
+            } <= done
+
+
 def test_a_nodes_plan_is_read_by_a_role_that_may_drain_every_stream_and_refused_audited_to_others(console):
     """A plan names every stream the node leads: a viewer (no maintain.drain) and a team role (some streams
     only) are refused and audited; an admin reads the plan the command line prints, changing nothing."""
@@ -208,6 +239,15 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     ("GET", "/maintenance/jobs/%2E%2E%2F%2E%2E%2Faudit", None, 404),
     ("GET", "/maintenance/jobs/" + "A" * 17, None, 422),
     ("GET", "/maintenance/jobs/AAAAAAAAAAAAAAAA", None, 404),
+    ("POST", "/consumers/TEAM_A/" + "c" * 300 + "/resume", None, 422),
+    ("POST", "/consumers/TEAM_A/a%01b/resume", None, 422),
+    ("POST", "/consumers/TEAM_A/c/pause", {"seconds": 10, "until": "2030-01-01T00:00:00Z"}, 422),
+    ("POST", "/consumers/TEAM_A/c/pause", {"seconds": "soon"}, 422),
+    ("POST", "/consumers/TEAM_A/c/reset", {"seq": 0}, 422),
+    ("POST", "/consumers/TEAM_A/c/reset", {"seq": 2 ** 64}, 422),
+    ("POST", "/consumers/TEAM_A/c/reset", {"seq": 3, "time": "2030-01-01T00:00:00Z"}, 422),
+    ("POST", "/consumers/TEAM_A/c/unpin", {"group": "g\n"}, 422),
+    ("GET", "/consumers?stream=a%00b", None, 422),
 ])
 def test_hostile_parameters_are_refused_as_problems_never_a_5xx(console, method, path, body, status):
     answer = call(console, method, path, json=body)

@@ -1,0 +1,175 @@
+"""The Consumers page (`/consumers`, `?stream=S` for one stream's, linked from the stream page): every
+consumer's pending, ack pending, redeliveries, waiting pulls and lag in seconds, its state on Burrow's
+rules (stalled, lagging, paused, ok, caught up), its trend and time to catch up, gravest first and
+sortable by any column, the lags drawn; and the changes an operator makes to one (pause, resume, reset,
+delete), each an audited action, its refusal (the role, read-only mode, the server's code and text)
+said beside the form."""
+
+from __future__ import annotations
+
+import html
+import logging
+from datetime import datetime, timezone
+
+import pandas as pd
+import panel as pn
+import param
+from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure
+
+from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer
+from console.consumers import Reading, age
+from console.domain.consumer_lag import STATES, pause_end
+from console.domain.toml_text import duration
+from console.domain.wire import printable
+from console.errors import ConsoleError, Refusal
+from console.ui.controls import permitted, refusals
+from console.ui.formatting import Clocked, coroutine, tabulator
+from console.ui.history import stream_cell
+
+log = logging.getLogger(__name__)
+COLUMNS = ["state", "stream", "consumer", "kind", "pending", "ack pending", "redelivered", "waiting", "lag s",
+           "trend", "catch up", "why"]
+COLOURS = {"stalled": "#c92a2a", "lagging": "#e67700", "paused": "#1971c2"}
+DRAWN = 15  # consumers in the plot: the most behind
+
+
+class ConsumersPage(Clocked, pn.viewable.Viewer):
+    read = coroutine("async (stream or None) -> Reading: every consumer the reader sees, judged")
+    run = coroutine("async (command) -> its result: the action, checked, recorded", default=None)
+    may = refusals()
+    read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
+    stream = param.String(default="", doc="Only this stream's consumers")
+    rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Every consumer shown, as plain values")
+    state = param.String(default="", doc="How many consumers, the gravest states, when read")
+    chosen = param.Selector(default="", objects=[""], doc="The consumer the form acts on (stream/consumer)")
+    pause_for = param.String(default="10m", doc="How long a pause lasts (30s, 5m, 1h, 1d)")
+    reset_seq = param.Integer(default=1, bounds=(1, 2 ** 63 - 1), doc="The stream sequence a reset starts from")
+    result = param.String(default="", doc="What the last change did, or why it was refused (the server's code and text)")
+
+    refresh_every_ms = 10_000
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._table = tabulator(self.rows, height=420, formatters={"state": {"type": "html"}, "why": {"type": "textarea"}},
+                                widths={"why": 300, "consumer": 180})
+        self._plot = figure(title="Lag in seconds: the consumers most behind", height=240, y_range=[""],
+                            sizing_mode="stretch_width", toolbar_location=None)
+        self._source = ColumnDataSource({"who": [], "lag": []})
+        self._plot.hbar(y="who", right="lag", height=0.7, source=self._source)
+        w = pn.widgets
+        controls: list = []
+        if not self.read_only and self.run is not None:  # in read-only mode not even in the document
+            self._buttons = {"pause": w.Button(label="Pause for", width=100), "resume": w.Button(label="Resume", width=100),
+                             "reset": w.Button(label="Reset to seq", width=120),
+                             "delete": w.Button(label="Delete", button_type="danger", width=100)}
+            for name, button in self._buttons.items():
+                button.on_click(lambda _e, name=name: self._act(name))
+            controls = [pn.Row(w.Select.from_param(self.param.chosen, name="consumer", width=320),
+                               self._buttons["pause"], w.TextInput.from_param(self.param.pause_for, name="", width=80),
+                               self._buttons["resume"], self._buttons["reset"],
+                               w.IntInput.from_param(self.param.reset_seq, name="", width=110), self._buttons["delete"]),
+                        pn.pane.Markdown(self.param.result)]
+        self._layout = pn.Column(pn.pane.Markdown("## Consumers"), pn.pane.Markdown(self.param.state),
+                                 pn.widgets.TextInput.from_param(self.param.stream, name="stream", width=220),
+                                 *controls, self._table, pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"),
+                                 sizing_mode="stretch_width")
+
+    async def reload(self) -> None:
+        try:
+            found = await self.read(self.stream.strip() or None)
+        except Exception as e:  # the server away: said, read again at the next refresh
+            self.state = f"The consumers were not read: {html.escape(str(e)[:300] or type(e).__name__)}"
+            return
+        self._show(found)
+
+    async def refresh(self) -> None:
+        await self.reload()
+
+    @param.depends("stream", watch=True)
+    async def _narrowed(self) -> None:
+        await self.reload()
+
+    def _show(self, found: Reading) -> None:
+        judged = sorted(found.judged, key=lambda j: (STATES.index(j.state), -(j.lag_seconds or 0), j.read.stream, j.read.name))
+        rows = [{"state": j.state, "stream": j.read.stream, "consumer": j.read.name, "kind": j.read.kind,
+                 "pending": j.read.pending, "ack pending": j.read.ack_pending, "redelivered": j.read.redelivered,
+                 "waiting": j.read.waiting, "lag s": None if j.lag_seconds is None else round(j.lag_seconds, 1),
+                 "trend": (j.trend or "").replace("_", " "),
+                 "catch up": age(j.catch_up_s) if j.state not in ("caught_up", "paused") else "",
+                 "why": j.why + (f"; inside atomic batch {j.inside_batch} ({j.read_of_batch} of its messages given)"
+                                 if j.inside_batch else "")} for j in judged]
+        self.rows = pd.DataFrame(rows, columns=COLUMNS)
+        shown = self.rows.copy()
+        shown["state"] = [f'<b style="color:{COLOURS.get(s, "inherit")}">{s.replace("_", " ")}</b>' for s in shown["state"]]
+        shown["stream"] = [stream_cell(s) for s in shown["stream"]]
+        self._table.value = shown
+        counts = {s: sum(j.state == s for j in judged) for s in STATES}
+        grave = ", ".join(f"**{n} {s}**" for s, n in counts.items() if n and s in ("stalled", "lagging"))
+        unread = "; ".join(f"{html.escape(printable(s, 100))}: {html.escape(printable(w, 200))}"
+                           for s, w in sorted(found.unread.items()))
+        self.state = (f"{len(judged)} consumer(s)" + (f" of {html.escape(self.stream.strip())}" if self.stream.strip() else "")
+                      + (f": {grave}" if grave else ", none stalled or lagging")
+                      + (f", read {self.clock.when(found.at)} in {found.seconds:.2f} s" if found.at else "")
+                      + ". Stalled: its position unmoved over the window while messages wait; lagging: what waits "
+                        "grew at every read." + (f" **Not read:** {unread}" if unread else ""))
+        options = [f"{j.read.stream}/{j.read.name}" for j in judged]
+        self.param.chosen.objects = options or [""]
+        if self.chosen not in options:
+            self.chosen = options[0] if options else ""
+        drawn = sorted((j for j in judged if j.lag_seconds), key=lambda j: j.lag_seconds or 0)[-DRAWN:]
+        who = [printable(f"{j.read.stream}/{j.read.name}", 60) for j in drawn]
+        with pn.io.hold():
+            self._plot.y_range.factors = who or [""]
+            self._source.data = {"who": who, "lag": [j.lag_seconds for j in drawn]}
+        if self.run is not None and not self.read_only:
+            self._permit()
+
+    @param.depends("chosen", watch=True)
+    def _permit(self) -> None:
+        stream = self.chosen.partition("/")[0] or None
+        why = {name: self.may(cls, stream) for name, cls in (("pause", PauseConsumer), ("resume", ResumeConsumer),
+                                                              ("reset", ResetConsumer), ("delete", DeleteConsumer))}
+        said = [permitted([self._buttons[name]], reason) for name, reason in why.items()]
+        if any(said) and not self.result.startswith("**The server refused"):
+            self.result = next(s for s in said if s)
+
+    def command(self, name: str):
+        """The command the form asks for (ValueError for a form that does not make one)."""
+        stream, _, consumer = self.chosen.partition("/")
+        if not consumer:
+            raise ValueError("choose a consumer")
+        if name == "pause":
+            now = datetime.now(timezone.utc)
+            span = duration(self.pause_for, "pause for", None, lambda why, _: ValueError(why))
+            return PauseConsumer(stream, consumer, pause_end(now + span, now))
+        if name == "reset":
+            return ResetConsumer(stream, consumer, seq=self.reset_seq)
+        return (ResumeConsumer if name == "resume" else DeleteConsumer)(stream, consumer)
+
+    async def act(self, name: str) -> object:
+        """One change to the chosen consumer (a button; a notebook calls it): its result, or None (`result` says why)."""
+        try:
+            command = self.command(name)
+            done = await self.run(command)
+        except Refusal as refused:
+            self.result = f"**The server refused:** {html.escape(str(refused))}"
+            return None
+        except (ConsoleError, ValueError) as e:  # read-only, the role, the session's end, the form
+            self.result = html.escape(str(e)[:300])
+            return None
+        said = command.said(done) if done is not None else ""
+        self.result = f"{html.escape(command.name)} {html.escape(command.target)}: done" + (f" ({html.escape(said)})" if said else "")
+        await self.reload()
+        return done
+
+    async def _act(self, name: str) -> None:
+        try:
+            await self.act(name)
+        except Exception as e:  # said beside the form: a click never ends in silence
+            log.exception("consumer %s failed", name)
+            self.result = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
+
+    def __panel__(self):
+        return self._layout
+
