@@ -59,6 +59,7 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
         facts = replace(facts, syncs=await runtime.system.server_syncs())
     except Exception as e:  # BATCH_025 says it could not run
         log.warning("check: the servers' fsync policy not read: %s", e)
+    facts = await _consumers(runtime, facts)
     limits, source = await runtime.batch_limits()
     facts = replace(facts, limits=limits, limits_assumed=source.startswith(ASSUMED),
                     event_key_exposed=_key_exposed(runtime.settings))
@@ -93,6 +94,24 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
                    collector_healthy=status.healthy, collector_unhealthy=status.unhealthy,
                    advisories_durable=status.advisories_durable, system_account=system_account,
                    stops_outside=stops_outside(events, timeout) if system_account else None)
+
+
+async def _consumers(runtime: Runtime, facts: Facts) -> Facts:
+    """Every consumer as the process's watch judges it: stalls need a window of reads (the alerts part samples
+    every 10 s); a process that read once (`check`) leaves the consumer checks unchecked, and says why."""
+    watch = runtime.consumers
+    try:
+        judged = tuple((await watch.read()).judged)
+    except Exception as e:  # BATCH_040..042 say they could not run
+        log.warning("check: the consumers not read: %s", e)
+        return facts
+    window = watch.window.total_seconds()
+    over = tuple(j for j in judged if j.judged_over_s >= window)
+    if judged and not over:
+        why = (f"one read of the consumers only: a stall is judged over {window:.0f} s of reads (the alerts part "
+               "samples them; `batch-console consumers list --window 30` reads twice)")
+        return replace(facts, consumers=judged, unread_why={**facts.unread_why, "consumers_over_window": why})
+    return replace(facts, consumers=judged, consumers_over_window=over)
 
 
 def canaries_of(events: list) -> tuple[CanaryResult, ...] | None:
@@ -222,12 +241,14 @@ def by_code_and_stream(report: Report) -> list[dict]:
 async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
                 on_findings: Callable[[list[dict]], None] = lambda found: None,
                 recent: RecentEvents | None = None, caught_up: Callable[[], bool] = lambda: True,
-                on_budgets: Callable[[list], None] = lambda statuses: None) -> None:
+                on_budgets: Callable[[list], None] = lambda statuses: None,
+                on_consumers: Callable[[list], None] = lambda judged: None) -> None:
     """The alerts part's timer: the checks every check_every seconds into SQLite (the Checks page) and
     /metrics, so both say what `batch-console check` says."""
     from console.domain.checks import evaluate
 
     given = thresholds(settings.checks.check_thresholds)
+    runtime.consumers.sample(idle_after=None)  # the consumer checks judge over a window of reads
     while not stop.is_set() and not caught_up():  # a window half read would page at every start
         await asyncio.sleep(0.2)
     since = datetime.now(timezone.utc)
@@ -239,8 +260,10 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
             found = by_code_and_stream(report)
             on_findings(found)  # the alert rules on findings
             on_budgets(list(facts.budgets or ()))  # and on loss budgets
+            on_consumers(list(facts.consumers or ()))  # and on consumer lag
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
             if metrics is not None:
+                metrics.consumers(list(facts.consumers or ()))
                 metrics.check_status.clear()
                 for code, where, level in status_samples(report):
                     metrics.check_status.set(code, where, value=level)

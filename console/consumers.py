@@ -22,6 +22,15 @@ FRESH = 2.0  # seconds a read is served again to the next asker instead of readi
 IDLE_AFTER = 600.0  # seconds without an asker after which a web process's sampler stops
 
 
+OWN = ("BATCH_CONSOLE_", "KV_BATCH_CONSOLE_")  # the console's own streams: their consumers are its parts'
+
+
+def operators_streams(names: list[str], event_log: str) -> list[str]:
+    """The streams whose consumers are the operator's: the console's own (its event log, advisories,
+    audit, quarantine, canaries, lease) left out, whose consumers are the console's parts."""
+    return sorted(n for n in names if not n.startswith(OWN) and n != event_log)
+
+
 @dataclass
 class Reading:
     """The last judgement of every consumer, and what could not be read."""

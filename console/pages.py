@@ -295,7 +295,7 @@ def consumers(runtime: Runtime, actions: Actions, **params) -> ConsumersPage:
     sampler reads every 10 s while somebody looks, so a stall shows without a reload)."""
     seen = SeenConsumers(runtime.consumers, _sight(actions))
     runtime.consumers.sample()
-    return ConsumersPage(read=seen.read, run=actions.run, may=actions.allowed, read_only=runtime.read_only, **params)
+    return ConsumersPage(consumers=seen.read, last=lambda stream: seen.seen(runtime.consumers.last, stream), run=actions.run, may=actions.allowed, read_only=runtime.read_only, **params)
 
 
 def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:

@@ -106,8 +106,11 @@ class Runtime:
         if self._consumers is None:
             from console.consumers import ConsumerWatch
 
+            from console.consumers import operators_streams
+
             async def streams() -> list[str]:
-                return sorted(s.settings.name for s in (await self.admin.stream_facts())[0])
+                return operators_streams([s.settings.name for s in (await self.admin.stream_facts())[0]],
+                                         self.settings.event_log.stream)
 
             self._consumers = ConsumerWatch(self.system.consumer_admin, streams, self.settings.fleet.name)
         return self._consumers

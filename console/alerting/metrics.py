@@ -15,12 +15,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.budgets import BudgetStatus
 from console.domain.canary import canary_result
+from console.domain.consumer_lag import Judged
 from console.domain.wire import MalformedInput
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 from console.domain.reasons import OTHER, is_known
 
 MAX_STREAMS = 1000
+MAX_CONSUMER_SERIES = 500  # consumers named in /metrics (the rest: "(other)" of their stream)
 MAX_NEW_REASONS = 20
 MAX_UNATTRIBUTED = 10_000  # batches whose gaps wait for their stream; past it the oldest count as unknown
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -60,6 +62,8 @@ class Family:
     def clear(self) -> None:
         with self._lock:
             self.samples.clear()
+            if len(self._series) > 10 * MAX_CONSUMER_SERIES:  # names that came and went (consumers): let go
+                self._series.clear()
 
     def render(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}", *self.render_samples()]
@@ -99,9 +103,21 @@ class Metrics:
                                 "and to its commit, per node", "gauge", ("node", "kind", "until"))
         self.canary_failed = family("batch_console_canary_failed", "Canary batches that did not commit or lost "
                                     "messages", "counter", ("node", "kind"))
+        labels = ("stream", "consumer")
+        self.consumer_pending = family("batch_console_consumer_pending", "Messages a consumer has not been given",
+                                       "gauge", labels)
+        self.consumer_ack_pending = family("batch_console_consumer_ack_pending", "Messages a consumer was given and "
+                                           "not acknowledged", "gauge", labels)
+        self.consumer_redelivered = family("batch_console_consumer_redelivered", "Messages given more than once and "
+                                           "not yet acknowledged", "gauge", labels)
+        self.consumer_lag = family("batch_console_consumer_lag_seconds", "Age of the oldest message a consumer has "
+                                   "not been given, by the stream's timestamps", "gauge", labels)
+        self.consumer_state = family("batch_console_consumers", "Consumers by state (stalled, lagging, paused, ok, "
+                                     "caught_up)", "gauge", ("state",))
         self.families = (self.lost_batches, self.lost_messages, self.gaps, self.fast_batches, self.rejected,
                          self.collector_up, self.lag, self.firing, self.check_status, self.budget_remaining,
-                         self.budget_burn, self.canary_ms, self.canary_failed)
+                         self.budget_burn, self.canary_ms, self.canary_failed, self.consumer_pending,
+                         self.consumer_ack_pending, self.consumer_redelivered, self.consumer_lag, self.consumer_state)
         self._nodes: set[str] = set()
         self._streams: set[str] = set()
         self._new_reasons: set[str] = set()
@@ -120,6 +136,28 @@ class Metrics:
             for window, rate in status.burns.items():
                 if rate is not None:
                     self.budget_burn.set(status.objective, status.measure, window, value=rate)
+
+    def consumers(self, judged: list[Judged]) -> None:
+        """Every consumer's figures, the MAX_CONSUMER_SERIES most behind by name and the rest as one consumer
+        "(other)" of their stream (summed; its lag the oldest): labels from the wire stay bounded."""
+        families = (self.consumer_pending, self.consumer_ack_pending, self.consumer_redelivered, self.consumer_lag)
+        for family in (*families, self.consumer_state):
+            family.clear()
+        from console.domain.consumer_lag import STATES
+
+        for state in STATES:
+            self.consumer_state.set(state, value=sum(j.state == state for j in judged))
+        ranked = sorted(judged, key=lambda j: (STATES.index(j.state), -(j.lag_seconds or 0), -j.read.pending))
+        for i, j in enumerate(ranked):
+            r = j.read
+            stream = self.stream(r.stream)
+            consumer = r.name if i < MAX_CONSUMER_SERIES and stream != OTHER else OTHER
+            key = (stream, consumer)
+            add = consumer == OTHER
+            for family, value in zip(families[:3], (r.pending, r.ack_pending, r.redelivered)):
+                family.set(*key, value=value + (family.samples.get(key, 0.0) if add else 0.0))
+            if j.lag_seconds is not None:
+                self.consumer_lag.set(*key, value=max(j.lag_seconds, self.consumer_lag.samples.get(key, 0.0) if add else 0.0))
 
     def stream(self, name: str | None) -> str:
         name = name or UNKNOWN_STREAM

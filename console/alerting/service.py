@@ -109,6 +109,11 @@ class AlertService:
         self.evaluator.set_findings(found)
         self._poke.set()
 
+    def set_consumers(self, judged: list) -> None:
+        """Every consumer's last judgement (console.checks.watch): rules on consumer lag fire on it at once."""
+        self.evaluator.set_consumers(judged)
+        self._poke.set()
+
     def set_budgets(self, statuses: list[BudgetStatus]) -> None:
         """The loss budgets as the checks' timer last summed them: budget_burn rules fire on it at once."""
         self.evaluator.set_budgets(statuses)

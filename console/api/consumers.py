@@ -42,6 +42,7 @@ class ConsumerOut(BaseModel):
     pinned_groups: list[str]
     inside_batch: str | None
     read_of_batch: int
+    redelivering: bool
     why: str
 
 

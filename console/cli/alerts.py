@@ -102,7 +102,8 @@ async def _alerts_run(settings: Settings, rules, metrics, stop: asyncio.Event, s
         ended = asyncio.Event()  # this system's service and checks end together, the others' go on
         relay = asyncio.create_task(_relay(stop, ended))
         checks = asyncio.create_task(watch(runtime, settings, store, metrics, ended, service.set_findings,
-                                           service.recent, lambda: service.caught_up, service.set_budgets),
+                                           service.recent, lambda: service.caught_up, service.set_budgets,
+                                           service.set_consumers),
                                      name=f"checks {system}")
         try:
             await service.run(ended)

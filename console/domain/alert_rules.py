@@ -4,10 +4,13 @@ with the line and the reason, so a typo never silences an alert unnoticed.
     [[rule]]
     name = "atomic batches abandoned"
     when = "lost_batches"        # lost_batches | lost_messages | rejected | collector_silent | finding
-                                  # | budget_burn (finding: a health check's finding, its reasons check
+                                  # | budget_burn | consumer_pending | consumer_lag_seconds
+                                  # (finding: a health check's finding, its reasons check
                                   # codes; budget_burn: a loss budget burning on the SRE workbook's
                                   # multi-window pairs of the rule's severity or graver, its streams
-                                  # globs of objective names)
+                                  # globs of objective names; consumer_*: a consumer's pending messages
+                                  # or lag in seconds at least at_least, its reasons globs of consumer
+                                  # names, `for` its grace)
     streams = ["ORDERS*"]         # globs; absent = every stream
     reasons = ["timeout"]         # absent = every reason
     at_least = 1                  # how many within the window fire the rule
@@ -31,7 +34,9 @@ from console.domain.notify_targets import NotifyTargets, TargetRefused
 from console.domain.reasons import OTHER, is_known
 from console.domain.toml_text import FileRefused, duration, duration_text, read_toml, with_lines
 
-WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding", "budget_burn")
+WHEN = ("lost_batches", "lost_messages", "rejected", "collector_silent", "finding", "budget_burn", "consumer_pending",
+        "consumer_lag_seconds")
+CONSUMER_WHEN = ("consumer_pending", "consumer_lag_seconds")  # at_least: messages or seconds; reasons: consumer globs
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"name", "when", "streams", "reasons", "at_least", "within", "severity", "notify", "remedy", "repeat", "muted",
         "for", "systems"}

@@ -4,6 +4,7 @@ clean. The state can be saved and restored, so a restart does not fire again wha
 
 from __future__ import annotations
 
+import fnmatch
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from typing import Any, Iterator
 
 from console.domain.alert_rules import SEVERITIES, Rule
 from console.domain.budgets import BudgetStatus
+from console.domain.consumer_lag import Judged
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
 
@@ -104,6 +106,7 @@ class Evaluator:
     held: dict[str, list[tuple[str, Observation]]] = field(default_factory=dict)  # batch id -> its unnamed gaps
     # objective -> its measures burning on a workbook pair: (measure, long, short, severity, rate)
     burning: dict[str, list[tuple[str, str, str, str, float]]] = field(default_factory=dict)
+    consumers: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # "stream/name" -> (pending, lag s)
 
     def set_budgets(self, statuses: list[BudgetStatus]) -> None:
         """The loss budgets' last evaluation: what `budget_burn` rules fire on."""
@@ -111,6 +114,10 @@ class Evaluator:
         for status in statuses:
             if (pair := status.burning) is not None:
                 self.burning.setdefault(status.objective, []).append((status.measure, *pair))
+
+    def set_consumers(self, judged: list[Judged]) -> None:
+        """Every consumer's last judgement: what `consumer_pending` and `consumer_lag_seconds` rules fire on."""
+        self.consumers = {f"{j.read.stream}/{j.read.name}": (j.read.pending, j.lag_seconds) for j in judged}
 
     def set_findings(self, found: list[dict[str, str]]) -> None:
         """The health checks' last evaluation: what `finding` rules fire on."""
@@ -197,6 +204,9 @@ class Evaluator:
         if rule.when == "budget_burn":
             yield from self._burned(rule, now)
             return
+        if rule.when in ("consumer_pending", "consumer_lag_seconds"):
+            yield from self._behind(rule, now)
+            return
         keys = {stream for (measure, stream) in self.windows if measure == rule.when} | \
             {stream for (name, stream) in self.firing if name == rule.name}
         for stream in keys:
@@ -216,6 +226,18 @@ class Evaluator:
             if rule.covers(stream) or (rule.name, stream) in self.firing:
                 seen = by_stream.get(stream, [])
                 yield stream, len(seen), seen
+
+    def _behind(self, rule: Rule, now: datetime) -> Iterator[tuple[str, int, list[Observation]]]:
+        """Per consumer ("stream/name"; the rule's streams are stream globs, its reasons consumer globs): its
+        pending messages or its lag in whole seconds, which fire the rule from at_least."""
+        for key in set(self.consumers) | {s for (name, s) in self.firing if name == rule.name}:
+            stream, _, consumer = key.partition("/")
+            pending, lag = self.consumers.get(key, (0, None))
+            amount = pending if rule.when == "consumer_pending" else int(lag or 0)
+            covered = rule.covers(stream) and (not rule.reasons or any(fnmatch.fnmatchcase(consumer, g) for g in rule.reasons))
+            if covered or (rule.name, key) in self.firing:
+                unit = "messages pending" if rule.when == "consumer_pending" else "s behind"
+                yield key, amount if covered else 0, [Observation(now, amount, f"{amount} {unit}", None)]
 
     def _burned(self, rule: Rule, now: datetime) -> Iterator[tuple[str, int, list[Observation]]]:
         """Per objective (the rule's `streams` are globs of objective names): its measures burning on a

@@ -16,12 +16,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from console.domain.batch_limits import BatchLimits, edit_risks
 from console.domain.budgets import BudgetStatus
 from console.domain.canary import CanaryResult
+from console.domain.consumer_lag import Judged
 from console.domain.events import FAST_ENDS, EventKind
 from console.domain.durability import ServerSync
 from console.domain.node_stops import StopOutside
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
-from console.domain.wire import MalformedInput, load_object
+from console.domain.wire import MalformedInput, load_object, printable
 
 SEVERITIES = ("ok", "info", "warning", "critical")  # in rising order; Nagios: ok 0, warning 1, critical 2
 METADATA_PREFIX = "batch_console.check."  # a stream's own thresholds: batch_console.check.BATCH_012.at_least = 3
@@ -114,6 +115,9 @@ class Facts:
     stops_outside: tuple[StopOutside, ...] | None = None  # servers stopped outside a maintenance, at a cost (None:
     # the collector has no system account, which alone hears a server stop)
     syncs: tuple[ServerSync, ...] | None = None  # each server's fsync policy (None: no /varz read)
+    consumers: tuple[Judged, ...] | None = None  # every consumer as the last read judged it (None: not read)
+    # those judged over a whole window of reads (None: none yet, a process that read once: stalls not judged)
+    consumers_over_window: tuple[Judged, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -406,6 +410,28 @@ def _stopped_outside(f: Facts, t: Threshold) -> Found:
         yield None, stop.evidence(), None
 
 
+def _consumers_stalled(f: Facts, _t: Threshold) -> Found:
+    for j in f.consumers_over_window or ():
+        if j.state == "stalled":
+            yield j.read.stream, f"consumer {printable(j.read.name, 100)}: {j.why}", None
+
+
+def _consumers_redelivering(f: Facts, _t: Threshold) -> Found:
+    for j in f.consumers_over_window or ():
+        if j.redelivering:
+            r = j.read
+            most = f"at most {r.max_deliver} deliveries each" if r.max_deliver > 0 else "no max_deliver: for ever"
+            yield r.stream, (f"consumer {printable(r.name, 100)}: {r.redelivered} message(s) given again over "
+                             f"{j.judged_over_s:.0f} s while its ack floor stayed at {r.ack_floor_seq} ({most})"), None
+
+
+def _consumers_paused(f: Facts, _t: Threshold) -> Found:
+    for j in f.consumers or ():
+        if j.read.paused:
+            yield j.read.stream, (f"consumer {printable(j.read.name, 100)} paused, {j.read.pause_remaining_s:.0f} s to "
+                                  f"go, {j.read.pending} message(s) waiting"), None
+
+
 def _canary_streams_changed(f: Facts, t: Threshold) -> Found:
     from console.domain.canary import node_health
 
@@ -493,6 +519,17 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
           "keep persist_mode default for atomic streams, and keep batch streams at R3 or more on servers that do not "
           "lose power together; or accept that a commit is in memory until the next flush.", ("streams", "syncs"),
           _not_on_disk),
+    Check("BATCH_040", "a consumer stalled", "warning",
+          "Its position did not move over the window while messages waited: start its readers, or find the reader "
+          "that holds messages without acking them (its ack_wait redelivers them). The Consumers page has its lag.",
+          ("consumers_over_window",), _consumers_stalled),
+    Check("BATCH_041", "a consumer redelivering the same messages", "warning",
+          "A message its readers cannot handle (a poison message) is given again and again: term it in Replay, or give "
+          "the consumer a max_deliver and a dead-letter path (the MAX_DELIVERIES advisory names the message).",
+          ("consumers_over_window",), _consumers_redelivering),
+    Check("BATCH_042", "a consumer paused", "info",
+          "Resume it when its pause was meant to end (batch-console consumers resume STREAM NAME), or leave it: "
+          "the server resumes it at its pause's end.", ("consumers",), _consumers_paused),
     Check("BATCH_034", "a server stopped outside a console maintenance while batches were open", "warning",
           "Restart servers with `batch-console maintain restart NODE --run COMMAND` (or `rolling`): each is drained "
           "between batches first and the ledger read after, so an upgrade loses none. The Incident view of each "
@@ -512,7 +549,8 @@ UNREAD = {"nonconforming": "no conformance verdict in the window (the collector 
           "stops_outside": "the collector has no system account (or no status in the window): a server's stop "
                            "notice reaches only the system account",
           "budgets": "no loss objectives (--objectives), or no analytics tables yet",
-          "canaries": "no canary result in the window (batch-console canary, or up --canary)"}
+          "canaries": "no canary result in the window (batch-console canary, or up --canary)",
+          "consumers": "the consumers were not read"}
 
 
 class ThresholdError(ValueError):

@@ -157,6 +157,8 @@ class Judged:
     system: str = ""
     inside_batch: str | None = None  # the atomic batch its position sits inside (half of it read), or None
     read_of_batch: int = 0  # how many of that batch's messages it was given
+    redelivering: bool = False  # the same messages given again over the whole window, its ack floor unmoved
+    judged_over_s: float = 0.0  # seconds of reads behind the judgement (less than the window: no stall judged)
 
     def as_json(self) -> dict[str, Any]:
         r = self.read
@@ -168,7 +170,7 @@ class Judged:
                 "delivered_seq": r.delivered_seq, "ack_floor_seq": r.ack_floor_seq, "paused": r.paused,
                 "pause_remaining_seconds": round(r.pause_remaining_s, 1), "max_deliver": r.max_deliver,
                 "pinned_groups": list(r.pinned), "inside_batch": self.inside_batch,
-                "read_of_batch": self.read_of_batch, "why": self.why}
+                "read_of_batch": self.read_of_batch, "redelivering": self.redelivering, "why": self.why}
 
 
 @dataclass
@@ -204,16 +206,19 @@ def judge(trail: Trail, window: timedelta, next_message: NextMessage | None = No
     inside = next_message.batch if next_message and next_message.batch and next_message.batch_seq > 1 else None
     read_of = next_message.batch_seq - 1 if inside and next_message else 0
 
+    floor_still = covered and len({r.ack_floor_seq for r in reads}) == 1
+    redelivering = floor_still and all(r.redelivered > 0 for r in reads)
+    over = (now.at - reads[0].at).total_seconds() if reads else 0.0
+
     def judged(state: str, why: str) -> Judged:
         return Judged(now, state, trend, lag, catch_up if state != "caught_up" else 0.0, why,
-                      inside_batch=inside, read_of_batch=read_of)
+                      inside_batch=inside, read_of_batch=read_of, redelivering=redelivering, judged_over_s=over)
 
     if now.paused:
         return judged("paused", f"paused, {now.pause_remaining_s:.0f} s to go")
     if now.waits == 0:
         return judged("caught_up", "nothing waits")
-    if covered and all(r.waits > 0 for r in reads) and len({r.ack_floor_seq for r in reads}) == 1 \
-            and len({r.delivered_seq for r in reads}) == 1:
+    if floor_still and all(r.waits > 0 for r in reads) and len({r.delivered_seq for r in reads}) == 1:
         span = (now.at - reads[0].at).total_seconds()
         return judged("stalled", f"its position stayed at {now.ack_floor_seq} for {span:.0f} s while "
                                  f"{now.waits} messages waited")
@@ -239,6 +244,8 @@ def _trend(reads: list[ConsumerRead]) -> tuple[str | None, float | None]:
     if seconds <= 0:
         return None, None
     rate = (last.pending - first.pending) / seconds  # messages a second: < 0 shrinks
+    if first.pending == last.pending == 0:
+        return "steady", None
     if last.pending == 0 or rate < 0 and abs(rate) * seconds >= 1:
         return "catching_up", last.pending / -rate if rate < 0 else 0.0
     if rate > 0 and rate * seconds >= 1:

@@ -35,16 +35,18 @@ DRAWN = 15  # consumers in the plot: the most behind
 
 
 class ConsumersPage(Clocked, pn.viewable.Viewer):
-    read = coroutine("async (stream or None) -> Reading: every consumer the reader sees, judged")
+    consumers = coroutine("async (stream or None) -> Reading: every consumer the reader sees, judged")
+    last = param.Callable(default=None, allow_refs=False,
+                          doc="(stream or None) -> Reading or None: what the process last read (the first answer's)")
     run = coroutine("async (command) -> its result: the action, checked, recorded", default=None)
     may = refusals()
     read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
     stream = param.String(default="", doc="Only this stream's consumers")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Every consumer shown, as plain values")
     state = param.String(default="", doc="How many consumers, the gravest states, when read")
-    chosen = param.Selector(default="", objects=[""], doc="The consumer the form acts on (stream/consumer)")
+    chosen: param.Selector = param.Selector(default="", objects=[""], doc="The consumer the form acts on (stream/consumer)")
     pause_for = param.String(default="10m", doc="How long a pause lasts (30s, 5m, 1h, 1d)")
-    reset_seq = param.Integer(default=1, bounds=(1, 2 ** 63 - 1), doc="The stream sequence a reset starts from")
+    reset_seq = param.Integer(default=1, bounds=(1, 2 ** 53 - 1), doc="The stream sequence a reset starts from")
     result = param.String(default="", doc="What the last change did, or why it was refused (the server's code and text)")
 
     refresh_every_ms = 10_000
@@ -75,9 +77,15 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
                                  *controls, self._table, pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"),
                                  sizing_mode="stretch_width")
 
+    def recall(self) -> None:
+        """What the process last read (its time said), for the first answer, before reload reads again."""
+        found = self.last(self.stream.strip() or None) if self.last is not None else None
+        if found is not None and found.at is not None:
+            self._show(found)
+
     async def reload(self) -> None:
         try:
-            found = await self.read(self.stream.strip() or None)
+            found = await self.consumers(self.stream.strip() or None)
         except Exception as e:  # the server away: said, read again at the next refresh
             self.state = f"The consumers were not read: {html.escape(str(e)[:300] or type(e).__name__)}"
             return

@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import time
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import nats

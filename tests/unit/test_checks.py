@@ -25,7 +25,20 @@ QUIET = Facts(server=NEW, limits=LIMITS, streams=(StreamFacts(StreamBatchSetting
               collector_age_s=5, collector_healthy=True, advisories_durable=True, system_account=True,
               event_key_exposed="", nonconforming={}, budgets=(),
               canaries=(CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), stops_outside=(),
-              syncs=(ServerSync("n1", True, None),))
+              syncs=(ServerSync("n1", True, None),), consumers=(), consumers_over_window=())
+
+
+def consumer_judged(*reads: tuple[int, int, int, int], paused: bool = False):
+    """A consumer of S judged over reads of (second, ack floor, pending, redelivered), 30 s window."""
+    from console.domain.consumer_lag import Trail, judge, parse_consumer
+
+    trail = Trail()
+    for second, floor, pending, redelivered in reads:
+        trail.add(parse_consumer({"stream_name": "S", "name": "c", "config": {"durable_name": "c", "ack_policy": "explicit"},
+                                  "delivered": {"stream_seq": floor}, "ack_floor": {"stream_seq": floor},
+                                  "num_pending": pending, "num_redelivered": redelivered, "paused": paused,
+                                  "ts": f"2026-12-01T12:00:{second:02d}Z"}))
+    return judge(trail, timedelta(seconds=30))
 
 
 def stream(duplicate_window: float = 120.0, metadata=None, **settings) -> tuple[StreamFacts, ...]:
@@ -59,6 +72,9 @@ FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where
         "S_COPY", is_mirror=True, copies_of=("S",), consumers=1)))),
     "BATCH_025": dict(streams=stream(allow_atomic=True), syncs=(ServerSync("n1", False, 120.0),)),
     "BATCH_034": dict(stops_outside=(StopOutside("n2", "lame_duck", datetime(2026, 11, 27, tzinfo=timezone.utc), 3),)),
+    "BATCH_040": dict(consumers_over_window=(consumer_judged((0, 5, 9, 0), (31, 5, 9, 0)),)),
+    "BATCH_041": dict(consumers_over_window=(consumer_judged((0, 5, 0, 1), (15, 5, 0, 1), (31, 5, 0, 1)),)),
+    "BATCH_042": dict(consumers=(consumer_judged((0, 5, 9, 0), paused=True),)),
 }
 # A fact that fires one check may be the premise of another (an old server also has known defects)
 ALSO = {"BATCH_001": {"BATCH_020"}, "BATCH_006": {"BATCH_009"}}

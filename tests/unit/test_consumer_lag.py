@@ -134,3 +134,31 @@ def test_a_time_without_a_zone_is_utc_and_a_pause_must_end_within_a_year():
         pause_end(T0 - timedelta(seconds=1), T0)
     with pytest.raises(ValueError):
         pause_end(T0 + timedelta(days=400), T0)
+
+
+def test_the_consumer_checks_judge_only_over_a_whole_window_and_say_so_otherwise():
+    from console.domain.checks import Facts, evaluate
+
+    stalled = judge(trail(read(0, 10, 5), read(15, 10, 5), read(31, 10, 5)), WINDOW)
+    paused = judge(trail(read(0, 10, 5, paused=True)), WINDOW)
+    report = evaluate(Facts(consumers=(stalled, paused), consumers_over_window=(stalled,)))
+    assert {(f.code, f.stream) for f in report.findings} == {("BATCH_040", "ORDERS"), ("BATCH_042", "ORDERS")}
+    once = evaluate(Facts(consumers=(paused,), unread_why={"consumers_over_window": "one read only"}))
+    assert ("BATCH_040", "one read only") in once.unchecked and "BATCH_042" in {f.code for f in once.findings}
+
+
+def test_a_rule_on_consumer_lag_fires_per_consumer_after_its_grace_and_resolves():
+    from console.domain.alert_rules import parse_rules
+    from console.domain.alerting import Evaluator
+
+    [rule] = parse_rules('[[rule]]\nname = "behind"\nwhen = "consumer_lag_seconds"\nat_least = 60\nfor = "30s"\n'
+                         'streams = ["ORD*"]\nreasons = ["bill*"]\n')
+    evaluator = Evaluator([rule])
+    behind = judge(trail(read(0, 10, 5)), WINDOW, NextMessage(11, T0 - timedelta(seconds=90)))
+    evaluator.set_consumers([behind])
+    assert evaluator.evaluate(T0) == []  # within its grace
+    [fired] = evaluator.evaluate(T0 + timedelta(seconds=31))
+    assert (fired.status, fired.stream, fired.count) == ("firing", "ORDERS/billing", 90)
+    evaluator.set_consumers([judge(trail(read(40, 20, 0)), WINDOW)])
+    [resolved] = evaluator.evaluate(T0 + timedelta(seconds=45))
+    assert resolved.status == "resolved"
