@@ -224,7 +224,11 @@ def judge(trail: Trail, window: timedelta, next_message: NextMessage | None = No
                                  f"{now.waits} messages waited")
     if covered and len(reads) >= 3 and all(b.pending > a.pending for a, b in zip(reads, reads[1:])):
         return judged("lagging", f"what waits grew at each of {len(reads)} reads, to {now.pending}")
-    return judged("ok", "reading" if trend is not None else "one read only: no trend yet")
+    if trend is None:
+        return judged("ok", "one read only: no trend yet")
+    if not covered:
+        return judged("ok", f"{over:.0f} s of reads: a stall is judged over {window.total_seconds():.0f} s")
+    return judged("ok", "reading")
 
 
 def _lag_seconds(now: ConsumerRead, next_message: NextMessage | None) -> float | None:

@@ -7,6 +7,7 @@ said beside the form."""
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 from datetime import datetime, timezone
@@ -35,7 +36,7 @@ DRAWN = 15  # consumers in the plot: the most behind
 
 
 class ConsumersPage(Clocked, pn.viewable.Viewer):
-    consumers = coroutine("async (stream or None) -> Reading: every consumer the reader sees, judged")
+    consumers = coroutine("async (stream or None, fresh_within s) -> Reading: every consumer the reader sees, judged")
     last = param.Callable(default=None, allow_refs=False,
                           doc="(stream or None) -> Reading or None: what the process last read (the first answer's)")
     run = coroutine("async (command) -> its result: the action, checked, recorded", default=None)
@@ -54,7 +55,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self._table = tabulator(self.rows, height=420, formatters={"state": {"type": "html"}, "why": {"type": "textarea"}},
-                                widths={"why": 300, "consumer": 180})
+                                widths={"why": 240, "consumer": 140, "trend": 110})
         self._plot = figure(title="Lag in seconds: the consumers most behind", height=240, y_range=[""],
                             sizing_mode="stretch_width", toolbar_location=None)
         self._source = ColumnDataSource({"who": [], "lag": []})
@@ -66,11 +67,11 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
                              "reset": w.Button(label="Reset to seq", width=120),
                              "delete": w.Button(label="Delete", button_type="danger", width=100)}
             for name, button in self._buttons.items():
-                button.on_click(lambda _e, name=name: self._act(name))
+                button.on_click(functools.partial(self._act, name))  # a coroutine function, which Panel awaits
             controls = [pn.Row(w.Select.from_param(self.param.chosen, name="consumer", width=320),
-                               self._buttons["pause"], w.TextInput.from_param(self.param.pause_for, name="", width=80),
+                               self._buttons["pause"], w.TextInput.from_param(self.param.pause_for, name="for", width=80),
                                self._buttons["resume"], self._buttons["reset"],
-                               w.IntInput.from_param(self.param.reset_seq, name="", width=110), self._buttons["delete"]),
+                               w.IntInput.from_param(self.param.reset_seq, name="sequence", width=110), self._buttons["delete"]),
                         pn.pane.Markdown(self.param.result)]
         self._layout = pn.Column(pn.pane.Markdown("## Consumers"), pn.pane.Markdown(self.param.state),
                                  pn.widgets.TextInput.from_param(self.param.stream, name="stream", width=220),
@@ -83,9 +84,9 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         if found is not None and found.at is not None:
             self._show(found)
 
-    async def reload(self) -> None:
+    async def reload(self, fresh_within: float | None = None) -> None:
         try:
-            found = await self.consumers(self.stream.strip() or None)
+            found = await self.consumers(self.stream.strip() or None, fresh_within)
         except Exception as e:  # the server away: said, read again at the next refresh
             self.state = f"The consumers were not read: {html.escape(str(e)[:300] or type(e).__name__)}"
             return
@@ -111,6 +112,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         shown = self.rows.copy()
         shown["state"] = [f'<b style="color:{COLOURS.get(s, "inherit")}">{s.replace("_", " ")}</b>' for s in shown["state"]]
         shown["stream"] = [stream_cell(s) for s in shown["stream"]]
+        self._table.height = min(420, 60 + 32 * len(shown))  # no blank screen under a few rows
         self._table.value = shown
         counts = {s: sum(j.state == s for j in judged) for s in STATES}
         grave = ", ".join(f"**{n} {s}**" for s, n in counts.items() if n and s in ("stalled", "lagging"))
@@ -168,10 +170,10 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             return None
         said = command.said(done) if done is not None else ""
         self.result = f"{html.escape(command.name)} {html.escape(command.target)}: done" + (f" ({html.escape(said)})" if said else "")
-        await self.reload()
+        await self.reload(fresh_within=0)  # what the server says now, not the read before the change
         return done
 
-    async def _act(self, name: str) -> None:
+    async def _act(self, name: str, _event: object = None) -> None:
         try:
             await self.act(name)
         except Exception as e:  # said beside the form: a click never ends in silence

@@ -1,8 +1,10 @@
 """Sets up and inspects server state for the browser tests, in a process of its own (the browser
 tests are synchronous): `python -m tests.ui.nats_tool seed-replay URL STREAM`, `seed-large URL STREAM`,
-`ack-pending URL STREAM`, `consumers URL STREAM`, `delete-stream URL STREAM` or `abandonments URL`."""
+`ack-pending URL STREAM`, `consumers URL STREAM`, `delete-stream URL STREAM`, `abandonments URL`,
+`seed-consumers URL STREAM`, `consumer URL STREAM NAME` (its info as JSON) or `delete-consumer URL STREAM NAME`."""
 
 import asyncio
+import json
 import sys
 
 import nats
@@ -53,10 +55,28 @@ async def abandonments(nc) -> str:
     return f"{advisories} {len(events)} {len({e.event_id for e in events})}"
 
 
-async def main(command: str, url: str, stream: str = "") -> None:
+async def seed_consumers(nc, stream: str) -> None:
+    """Ten messages and two durable pull consumers that have read none: `billing` and `doomed`."""
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream.lower()}.>"]))
+    for i in range(10):
+        await js.publish(f"{stream.lower()}.{i}", b"m")
+    for name in ("billing", "doomed"):
+        await js.add_consumer(stream, ConsumerConfig(durable_name=name, ack_policy=AckPolicy.EXPLICIT))
+
+
+async def main(command: str, url: str, stream: str = "", name: str = "") -> None:
     nc = await nats.connect(url)
     try:
-        if command == "seed-replay":
+        if command == "seed-consumers":
+            await seed_consumers(nc, stream)
+        elif command == "consumer":
+            info = await nc.jetstream().consumer_info(stream, name)
+            print(json.dumps({"paused": bool(getattr(info, "paused", False)), "pending": info.num_pending,
+                              "ack_pending": info.num_ack_pending, "delivered": info.delivered.stream_seq}))
+        elif command == "delete-consumer":
+            await nc.jetstream().delete_consumer(stream, name)
+        elif command == "seed-replay":
             await seed_replay(nc, stream)
         elif command == "seed-large":
             await seed_large(nc, stream)
@@ -73,4 +93,4 @@ async def main(command: str, url: str, stream: str = "") -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:5]))
