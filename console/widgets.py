@@ -219,6 +219,16 @@ class NotebookConsole:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""
         return await self.page("/conformance", **params)
 
+    async def consumers(self, stream: str | None = None) -> pd.DataFrame:
+        """Every consumer the notebook's roles see, one row each: pending, ack_pending, redelivered, waiting,
+        lag_seconds (the oldest undelivered message's age), state (stalled, lagging, paused, ok, caught_up),
+        trend and catch_up_seconds; each call judges against the calls before (a stall over 30 s of them).
+        The page: `await console.page("/consumers")`."""
+        from console.queries.consumers import SeenConsumers
+
+        found = await SeenConsumers(self.runtime.consumers, self.sight).read(stream, fresh_within=0)
+        return pd.DataFrame([j.as_json() for j in found.judged])
+
     async def page(self, path: str, **params):
         """Any page of the table (console.pages.TABLE) by its path, read once: `await console.page("/streams")`."""
         page = pages.BY_PATH[path].make(self.runtime, self.actions, **params)

@@ -232,3 +232,20 @@ async def test_ten_thousand_consumers_are_read_whole_and_one_deleted_meanwhile_c
     assert found.requests <= 10 * (1_000 // 256 + 2) + 10
     again = await admin.read(streams)
     assert len(again.consumers) == 9_950
+
+
+async def test_a_notebook_reads_the_consumers_as_a_frame_of_the_server_s_numbers(server, js, tmp_path):
+    from console.widgets import NotebookConsole
+
+    await a_stream(js, "NOTE", 7)
+    await js.add_consumer("NOTE", ConsumerConfig(durable_name="analyst", ack_policy=AckPolicy.EXPLICIT))
+    event_key(data_dir=tmp_path)
+    console = await NotebookConsole.connect(server.url, data_dir=tmp_path)
+    try:
+        frame = await console.consumers("NOTE")
+        assert frame[["stream", "consumer", "pending", "ack_pending", "state"]].values.tolist() == [
+            ["NOTE", "analyst", 7, 0, "ok"]]
+        page = await console.page("/consumers", stream="NOTE")
+        assert page.rows["consumer"].tolist() == ["analyst"] and page.rows["pending"].tolist() == [7]
+    finally:
+        await console.close()
