@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from console.broker.admin import StreamAdmin
 from console.broker.atomic import AtomicBatch
 from console.broker.connection import Connection, NatsError, flush
+from console.broker.consumers import read_through
 from console.broker.fast import FastBatch
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.fast_ingest import GapMode
@@ -132,8 +133,17 @@ async def across_leader_changes(nc: Connection) -> None:
         pass  # no leader for a moment (503), or the batch unknown to the new one (10208)
 
 
+DEMO_READER = "demo-reader"  # a durable that reads the committed orders each round: the Consumers page has one
+
+
+async def read_orders(nc: Connection) -> int:
+    """The demo's reader: every committed order read and acked (between rounds it is caught up)."""
+    return await read_through(nc, ATOMIC_STREAM, DEMO_READER, "the demo's reader of its committed orders")
+
+
 async def demo_round(nc: Connection, leader_changes: bool = False) -> None:
     await commit_atomic(nc)
+    await read_orders(nc)
     await abandon_each_reason(nc)
     await asyncio.gather(  # concurrent publishers: the server shares the flow between them
         fast_batch(nc, 3000, flow=200, pace=0.0005), fast_batch(nc, 3000, flow=50, pace=0.0005),

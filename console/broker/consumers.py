@@ -221,3 +221,25 @@ class ConsumerAdmin:
 
     async def delete(self, stream: str, name: str) -> None:
         await self._change("DELETE", stream, name, None)
+
+
+async def read_through(nc: Client, stream: str, durable: str, description: str) -> int:
+    """A durable pull consumer (made when missing) that reads and acks every message waiting: how many."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    js = nc.jetstream()
+    await js.add_consumer(stream, ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT,
+                                                 description=description))
+    reader = await js.pull_subscribe_bind(durable, stream)
+    read = 0
+    try:
+        while True:
+            try:
+                messages = await reader.fetch(100, timeout=0.5)
+            except nats.errors.TimeoutError:
+                return read
+            for message in messages:
+                await message.ack()
+            read += len(messages)
+    finally:
+        await reader.unsubscribe()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import html
 import logging
+import time
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -33,6 +34,7 @@ COLUMNS = ["state", "stream", "consumer", "kind", "pending", "ack pending", "red
            "trend", "catch up", "why"]
 COLOURS = {"stalled": "#c92a2a", "lagging": "#e67700", "paused": "#1971c2"}
 DRAWN = 15  # consumers in the plot: the most behind
+CONFIRM_WITHIN = 10.0  # seconds in which a delete's second click deletes
 
 
 class ConsumersPage(Clocked, pn.viewable.Viewer):
@@ -60,6 +62,8 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
                             sizing_mode="stretch_width", toolbar_location=None)
         self._source = ColumnDataSource({"who": [], "lag": []})
         self._plot.hbar(y="who", right="lag", height=0.7, source=self._source)
+        self._drawn = pn.pane.Bokeh(self._plot, sizing_mode="stretch_width", visible=False)
+        self._armed: tuple[str, float] | None = None  # a delete asked once: (consumer, when), done on a second ask
         w = pn.widgets
         controls: list = []
         if not self.read_only and self.run is not None:  # in read-only mode not even in the document
@@ -75,8 +79,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
                         pn.pane.Markdown(self.param.result)]
         self._layout = pn.Column(pn.pane.Markdown("## Consumers"), pn.pane.Markdown(self.param.state),
                                  pn.widgets.TextInput.from_param(self.param.stream, name="stream", width=220),
-                                 *controls, self._table, pn.pane.Bokeh(self._plot, sizing_mode="stretch_width"),
-                                 sizing_mode="stretch_width")
+                                 *controls, self._table, self._drawn, sizing_mode="stretch_width")
 
     def recall(self) -> None:
         """What the process last read (its time said), for the first answer, before reload reads again."""
@@ -132,6 +135,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         with pn.io.hold():
             self._plot.y_range.factors = who or [""]
             self._source.data = {"who": who, "lag": [j.lag_seconds for j in drawn]}
+        self._drawn.visible = bool(drawn)  # nothing behind: no empty frame
         if self.run is not None and not self.read_only:
             self._permit()
 
@@ -155,7 +159,19 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             return PauseConsumer(stream, consumer, pause_end(now + span, now))
         if name == "reset":
             return ResetConsumer(stream, consumer, seq=self.reset_seq)
+        if name == "delete" and not self._confirmed():
+            raise ValueError(f"Delete {self.chosen} and its position for good? Click Delete again within "
+                             f"{CONFIRM_WITHIN:.0f} s.")
         return (ResumeConsumer if name == "resume" else DeleteConsumer)(stream, consumer)
+
+    def _confirmed(self) -> bool:
+        """A delete is asked twice, for the same consumer, within CONFIRM_WITHIN seconds."""
+        armed, now = self._armed, time.monotonic()
+        if armed is not None and armed[0] == self.chosen and now - armed[1] <= CONFIRM_WITHIN:
+            self._armed = None
+            return True
+        self._armed = (self.chosen, now)
+        return False
 
     async def act(self, name: str) -> object:
         """One change to the chosen consumer (a button; a notebook calls it): its result, or None (`result` says why)."""

@@ -20,6 +20,7 @@ def test_each_number_is_the_server_s_and_a_pause_and_reset_are_applied_and_a_ref
     nats_url, web_url = console
     nats_tool("seed-consumers", nats_url, "UI_CONS")
     page.goto(web_url + "consumers?stream=UI_CONS")
+    expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its inert first copy
     row = page.get_by_role("row").filter(has_text="billing")
     expect(row).to_contain_text("10", timeout=30_000)  # pending, as the server says
     assert consumer(nats_url, "billing") == {"paused": False, "pending": 10, "ack_pending": 0, "delivered": 0}
@@ -38,6 +39,10 @@ def test_each_number_is_the_server_s_and_a_pause_and_reset_are_applied_and_a_ref
     assert consumer(nats_url, "billing")["delivered"] == 4
     page.screenshot(path=screenshots / "consumers.png", full_page=True)
 
+    page.get_by_label("consumer").select_option("UI_CONS/doomed")
+    page.get_by_role("button", name="Delete").click()  # once: asked to confirm, nothing deleted
+    expect(page.get_by_text("Click Delete again within 10 s")).to_be_visible(timeout=30_000)
+    assert consumer(nats_url, "doomed")["pending"] == 10
     nats_tool("delete-consumer", nats_url, "UI_CONS", "doomed")  # gone behind the page's back: the server says so
     page.get_by_label("consumer").select_option("UI_CONS/doomed")
     page.get_by_role("button", name="Resume").click()
@@ -48,6 +53,13 @@ def test_each_number_is_the_server_s_and_a_pause_and_reset_are_applied_and_a_ref
     expect(page.get_by_role("row").filter(has_text="billing")).to_be_visible(timeout=30_000)
     expect(page.get_by_role("button", name="Pause for")).to_have_count(0)
     expect(page.get_by_role("button", name="Delete")).to_have_count(0)
+    page.goto(web_url + "consumers?stream=UI_CONS")
+    expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+    page.get_by_label("consumer").select_option("UI_CONS/billing")
+    page.get_by_role("button", name="Delete").click()
+    page.get_by_role("button", name="Delete").click()  # twice within 10 s: deleted
+    expect(page.get_by_text("consumer.delete UI_CONS/billing: done")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("0 consumer(s) of UI_CONS")).to_be_visible(timeout=30_000)  # doomed is gone too
     # a filter that reaches no subject: a name no stream has shows no consumer, and breaks nothing
     assert page.goto(web_url + "consumers?stream=" + "x" * 300).status == 200
     expect(page.get_by_text("0 consumer(s) of xxx")).to_be_visible(timeout=30_000)
