@@ -19,7 +19,7 @@ import param
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
-from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer
+from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
 from console.consumers import Reading, age
 from console.domain.consumer_lag import STATES, pause_end
 from console.domain.toml_text import duration
@@ -49,6 +49,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     state = param.String(default="", doc="How many consumers, the gravest states, when read")
     chosen: param.Selector = param.Selector(default="", objects=[""], doc="The consumer the form acts on (stream/consumer)")
     pause_for = param.String(default="10m", doc="How long a pause lasts (30s, 5m, 1h, 1d)")
+    group = param.String(default="", doc="The priority group whose pinned client an unpin lets go")
     reset_seq = param.Integer(default=1, bounds=(1, 2 ** 53 - 1), doc="The stream sequence a reset starts from")
     result = param.String(default="", doc="What the last change did, or why it was refused (the server's code and text)")
 
@@ -68,14 +69,16 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         controls: list = []
         if not self.read_only and self.run is not None:  # in read-only mode not even in the document
             self._buttons = {"pause": w.Button(label="Pause for", width=100), "resume": w.Button(label="Resume", width=100),
-                             "reset": w.Button(label="Reset to seq", width=120),
+                             "reset": w.Button(label="Reset to seq", width=120), "unpin": w.Button(label="Unpin", width=80),
                              "delete": w.Button(label="Delete", button_type="danger", width=100)}
             for name, button in self._buttons.items():
                 button.on_click(functools.partial(self._act, name))  # a coroutine function, which Panel awaits
             controls = [pn.Row(w.Select.from_param(self.param.chosen, name="consumer", width=320),
                                self._buttons["pause"], w.TextInput.from_param(self.param.pause_for, name="for", width=80),
                                self._buttons["resume"], self._buttons["reset"],
-                               w.IntInput.from_param(self.param.reset_seq, name="sequence", width=110), self._buttons["delete"]),
+                               w.IntInput.from_param(self.param.reset_seq, name="sequence", width=110),
+                               self._buttons["unpin"], w.TextInput.from_param(self.param.group, name="group", width=90),
+                               self._buttons["delete"]),
                         pn.pane.Markdown(self.param.result)]
         self._layout = pn.Column(pn.pane.Markdown("## Consumers"), pn.pane.Markdown(self.param.state),
                                  pn.widgets.TextInput.from_param(self.param.stream, name="stream", width=220),
@@ -143,7 +146,8 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     def _permit(self) -> None:
         stream = self.chosen.partition("/")[0] or None
         why = {name: self.may(cls, stream) for name, cls in (("pause", PauseConsumer), ("resume", ResumeConsumer),
-                                                              ("reset", ResetConsumer), ("delete", DeleteConsumer))}
+                                                              ("reset", ResetConsumer), ("unpin", UnpinConsumer),
+                                                              ("delete", DeleteConsumer))}
         said = [permitted([self._buttons[name]], reason) for name, reason in why.items()]
         if any(said) and not self.result.startswith("**The server refused"):
             self.result = next(s for s in said if s)
@@ -159,6 +163,10 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             return PauseConsumer(stream, consumer, pause_end(now + span, now))
         if name == "reset":
             return ResetConsumer(stream, consumer, seq=self.reset_seq)
+        if name == "unpin":
+            if not 0 < len(self.group.strip()) <= 16 or not self.group.strip().isprintable():
+                raise ValueError("give the priority group (1 to 16 characters)")
+            return UnpinConsumer(stream, consumer, self.group.strip())
         if name == "delete" and not self._confirmed():
             raise ValueError(f"Delete {self.chosen} and its position for good? Click Delete again within "
                              f"{CONFIRM_WITHIN:.0f} s.")

@@ -91,12 +91,19 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
     def no_canary_control() -> None:  # started from the CLI or up, never a page: its buttons are the frame's
         assert buttons("canary", "Canary") == buttons("checks", "Checks")
 
+    def no_consumer_controls() -> None:  # the Consumers page's form is not in the read-only document
+        assert buttons("consumers", "Consumers") == buttons("checks", "Checks")
+        for label in ("Pause for", "Resume", "Reset to seq", "Unpin", "Delete"):
+            assert not page.evaluate(SHOW_HIDDEN, label), f"{label} is in the read-only document"
+
     how = {"stream.edit": crafted_apply, "probe.run": no_probe_route, "consumer.fetch": no_durable_consumer,
            "canary.run": no_canary_control, "maintain.drain": no_maintenance_route,
            "maintain.restart": no_maintenance_route,
            **{ANSWERS[kind].name: no_durable_consumer for kind in Ack},
            "alert_rule.save": no_rule_controls, "alert_rule.mute": no_rule_controls,
-           "alert_rule.unmute": no_rule_controls}
+           "alert_rule.unmute": no_rule_controls,
+           **{name: no_consumer_controls for name in ("consumer.pause", "consumer.resume", "consumer.reset",
+                                                       "consumer.unpin", "consumer.delete")}}
     changing = {name for name, action in ACTIONS.items() if action.changes_server}
     assert set(how) == changing, "an action that changes the server the read-only test does not try"
     for check in dict.fromkeys(how.values()):

@@ -295,6 +295,30 @@ def export_search(page: Page, team: Team, may: bool) -> None:
         page.get_by_role("button", name="Download matches").click()
 
 
+def consumer_action(label: str, action: str, done: str) -> Callable[[Page, Team, bool], None]:
+    """One change to the durable `ops` of the user's stream, from the Consumers page (a delete: clicked twice)."""
+    def act(page: Page, team: Team, may: bool) -> None:
+        page.goto(team.web_url + f"consumers?stream=TEAM_R_{team.user}")
+        expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its first copy
+        expect(page.get_by_role("row").filter(has_text="ops")).to_be_visible(timeout=30_000)
+        if label == "Unpin":
+            page.get_by_label("group").fill("jobs")
+            page.get_by_label("group").press("Enter")
+        click = (lambda: page.get_by_role("button", name=label, exact=True).click()) if may else \
+            (lambda: crafted_click(page, label))
+        if not may:
+            expect(page.get_by_role("button", name=label, exact=True)).to_be_disabled(timeout=15_000)
+        if label == "Delete":
+            click()
+            expect(page.get_by_text("Click Delete again")).to_be_visible(timeout=30_000)
+        click()
+        expect(page.get_by_text(done if may else f"may not {action}").first).to_be_visible(timeout=30_000)
+        if not may:
+            expect(page.get_by_text("Not for you")).to_have_count(0, timeout=30_000)  # the click's refusal said
+
+    return act
+
+
 FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "stream.edit": edit_stream, "probe.run": run_probe, "consumer.fetch": fetch,
     **{ANSWERS[kind].name: answer(kind) for kind in Ack},
@@ -303,6 +327,11 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "alert_rule.unmute": rule_action("Unmute", "team rule unmuted."),
     "export.csv": export_csv, "export.report": export_report, "search.run": search, "export.search": export_search,
     "maintain.drain": drain_node, "maintain.restart": restart_node,
+    "consumer.pause": consumer_action("Pause for", "consumer.pause", "consumer.pause TEAM_R_ada/ops until"),
+    "consumer.resume": consumer_action("Resume", "consumer.resume", "consumer.resume TEAM_R_ada/ops: done"),
+    "consumer.reset": consumer_action("Reset to seq", "consumer.reset", "consumer.reset TEAM_R_ada/ops to seq 1: done"),
+    "consumer.unpin": consumer_action("Unpin", "consumer.unpin", "[10160]"),  # no such group: the server says so
+    "consumer.delete": consumer_action("Delete", "consumer.delete", "consumer.delete TEAM_R_ada/ops: done"),
     "canary.run": run_canary,  # last: the answers above act on the messages the fetch left on its page
 }
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer
@@ -328,11 +357,12 @@ def test_each_role_takes_or_is_refused_every_action_as_its_groups_say_and_each_a
         records = [(u, a, rest) for u, a, rest in trail(team.nats_url, team.data_dir)[before:] if u == user]
         return records if len(records) >= len(expected) else None
 
-    expected = [(a, "accepted" if a in MAY[user] else "refused: role") for a in FLOWS
+    expected = [(a, "refused: server" if a == "consumer.unpin" and a in MAY[user] else  # no group: the server's no
+                 "accepted" if a in MAY[user] else "refused: role") for a in FLOWS
                 if a in MAY[user] or a not in NOT_OFFERED] + ([("consumer.fetch", "refused: role")] if user == "otto"
                                                               else [])
     found = poll_until(recorded, 30, f"{user}'s attempts not all in the audit trail", every=0.5)
-    outcome = {"accepted": " accepted", "refused: role": "refused: role"}
+    outcome = {"accepted": " accepted", "refused: role": "refused: role", "refused: server": "refused: server"}
     assert sorted((a, next((o for o, text in outcome.items() if text in rest), rest)) for _, a, rest in found) == \
         sorted(expected), found
     assert all(f"(user {user})" in rest for _, a, rest in found if a not in MAY[user]), found
