@@ -122,18 +122,20 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def text_table(reading: Reading) -> str:
-    """The CLI's table: one line per consumer, gravest first, then what could not be read."""
+def text_table(reading: Reading, by_system: bool = False) -> str:
+    """The CLI's table: one line per consumer, gravest first, then what could not be read (of several
+    systems, each line begins with its system)."""
     from console.domain.consumer_lag import STATES
     from console.domain.wire import printable
 
-    rows = sorted(reading.judged, key=lambda j: (STATES.index(j.state), j.read.stream, j.read.name))
-    head = f"{'STREAM':<20} {'CONSUMER':<24} {'KIND':<7} {'PENDING':>9} {'ACK_PEND':>8} {'REDELIV':>7} " \
+    rows = sorted(reading.judged, key=lambda j: (STATES.index(j.state), j.system, j.read.stream, j.read.name))
+    system = (lambda j: f"{printable(j.system, 16):<16} ") if by_system else (lambda j: "")
+    head = ("SYSTEM           " if by_system else "") + f"{'STREAM':<20} {'CONSUMER':<24} {'KIND':<7} {'PENDING':>9} {'ACK_PEND':>8} {'REDELIV':>7} " \
            f"{'LAG':>9} {'STATE':<10} {'TREND':<15} CATCH UP"
     lines = [head]
     for j in rows:
         r = j.read
-        lines.append(f"{printable(r.stream, 20):<20} {printable(r.name, 24):<24} {r.kind:<7} {r.pending:>9} "
+        lines.append(system(j) + f"{printable(r.stream, 20):<20} {printable(r.name, 24):<24} {r.kind:<7} {r.pending:>9} "
                      f"{r.ack_pending:>8} {r.redelivered:>7} {age(j.lag_seconds):>9} {j.state:<10} "
                      f"{(j.trend or '-'):<15} {age(j.catch_up_s) if j.state != 'caught_up' else '-'}"
                      + (f"  inside batch {printable(j.inside_batch, 64)} ({j.read_of_batch} read)" if j.inside_batch else ""))

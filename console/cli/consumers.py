@@ -8,10 +8,14 @@ import asyncio
 import json
 import sys
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from console.cli.base import CONNECTED, Subcommand
 from console.config import Settings
 from console.errors import ConfigError
+
+if TYPE_CHECKING:
+    from console.consumers import Reading
 
 ACTIONS = ("list", "pause", "resume", "reset", "unpin", "delete")
 
@@ -20,7 +24,7 @@ class Consumers(Subcommand):
     name = "consumers"
     help = ("consumer lag and stalls: `list` every consumer's pending, lag in seconds and state; `pause`, `resume`, "
             "`reset`, `unpin`, `delete` one (audited; refused in read-only mode)")
-    settings = (*CONNECTED, "data", "event_log", "access.roles", "access.local_role")
+    settings = (*CONNECTED, "data", "event_log", "access.roles", "access.local_role", "fleet")
 
     @classmethod
     def configure(cls, parser: argparse.ArgumentParser) -> None:
@@ -74,39 +78,66 @@ def command_of(args: argparse.Namespace, now: datetime):
 
 
 async def run_consumers(settings: Settings, args: argparse.Namespace) -> int:
-    from console.consumers import read_twice, text_table
+    from console.consumers import Reading, text_table
     from console.domain.audit import CLI
     from console.runtime import Runtime
 
     if args.action != "list":
         command = command_of(args, datetime.now(timezone.utc))
+        if settings.systems():
+            raise ConfigError(f"consumers {args.action} acts on one system: give its server, not --systems")
     elif args.target:
         raise ConfigError("consumers list [--stream S]: no positional names")
     elif not 0 <= args.window <= 3600:
         raise ConfigError("--window must be 0..3600 seconds")
-    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
-                                  allow_reconnect=False) as runtime:
-        if args.action != "list":
+    if args.action != "list":
+        async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                      allow_reconnect=False) as runtime:
             result = await runtime.actions(CLI).run(command)
-            print(f"{command.name} {command.target}: done" + (f" ({command.said(result)})" if result is not None
-                                                              and command.said(result) else ""))
-            return 0
-        watch = runtime.consumers
-        if args.stream:
-            from console.broker import names
-            from console.consumers import ConsumerWatch
-
-            only = [names.stream(args.stream)]
-            watch = ConsumerWatch(runtime.system.consumer_admin, lambda: _given(only), runtime.system.name)
-        reading = await (read_twice(watch, args.window) if args.window else watch.read(fresh_within=0))
+        print(f"{command.name} {command.target}: done" + (f" ({command.said(result)})" if result is not None
+                                                          and command.said(result) else ""))
+        return 0
+    systems = settings.systems()
+    if not systems:
+        reading = await _read(settings, args)
+    else:  # every system at once, each consumer named with its system; one not reached is said
+        found = await asyncio.gather(*(_read(settings.of_system(s), args) for s in systems), return_exceptions=True)
+        reading = Reading()
+        for system, one in zip(systems, found):
+            if isinstance(one, BaseException):
+                reading.unread[f"system {system.name}"] = f"not read: {str(one)[:200] or type(one).__name__}"
+                continue
+            reading.judged += one.judged
+            reading.unread.update({f"{system.name}/{k}": v for k, v in one.unread.items()})
+            reading.malformed.update(one.malformed)
+            reading.requests += one.requests
+            reading.seconds = max(reading.seconds, one.seconds)
     if args.format == "json":
         print(json.dumps([j.as_json() for j in reading.judged], indent=2))
     else:
-        print(text_table(reading))
+        print(text_table(reading, by_system=bool(systems)))
+    if args.format == "json":  # the table says them; JSON keeps stdout one document
+        for where, why in sorted(reading.unread.items()):
+            print(f"unread {where[:200]}: {why[:300]}", file=sys.stderr)
     if reading.unread or reading.malformed:
-        print(f"{len(reading.unread)} streams unread, {sum(reading.malformed.values())} replies left out",
+        print(f"{len(reading.unread)} streams or systems unread, {sum(reading.malformed.values())} replies left out",
               file=sys.stderr)
     return 0
+
+
+async def _read(settings: Settings, args: argparse.Namespace) -> Reading:
+    """One system's consumers (of one stream, when asked), read once or twice `--window` seconds apart."""
+    from console.broker import names
+    from console.consumers import ConsumerWatch, read_twice
+    from console.runtime import Runtime
+
+    async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
+                                  allow_reconnect=False) as runtime:
+        watch = runtime.consumers
+        if args.stream:
+            only = [names.stream(args.stream)]
+            watch = ConsumerWatch(runtime.system.consumer_admin, lambda: _given(only), runtime.system.name)
+        return await (read_twice(watch, args.window) if args.window else watch.read(fresh_within=0))
 
 
 async def _given(streams: list[str]) -> list[str]:

@@ -107,3 +107,29 @@ def test_prometheus_output_stays_one_systems(two_systems):
     base, eu, _ = two_systems
     done = check(base, systems_file(base, f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n'), "--format", "prometheus")
     assert done.returncode == 3 and "--format prometheus is one system's" in done.stdout
+
+
+def test_consumers_of_every_system_are_listed_each_with_its_system_and_one_not_reached_is_said(two_systems):
+    base, eu, us = two_systems
+
+    async def consumers() -> None:
+        for server, stream in ((eu, "FL_DUP"), (us, "FL_QUIET")):
+            nc = await nats.connect(server.url)
+            await nc.jetstream().add_consumer(stream, durable_name="reader", ack_policy="explicit")
+            await nc.close()
+
+    asyncio.run(consumers())
+    systems = systems_file(base, f'[[system]]\nname = "eu"\nservers = ["{eu.url}"]\n\n'
+                                 f'[[system]]\nname = "us"\nservers = ["{us.url}"]\n\n'
+                                 f'[[system]]\nname = "gone"\nservers = ["nats://127.0.0.1:{free_port()}"]\n'
+                                 f'user = "u"\npassword = "{SECRET}"\n')
+    done = subprocess.run([CLI, "consumers", "list", "--systems", str(systems), "--data-dir", str(base / "data"),
+                           "--format", "json"], capture_output=True, text=True, timeout=90,
+                          env={**os.environ, "BATCH_CONSOLE_CONNECT_TIMEOUT": "2"})
+    assert done.returncode == 0, done.stderr
+    assert sorted((c["system"], c["stream"], c["consumer"]) for c in json.loads(done.stdout)) == [
+        ("eu", "FL_DUP", "reader"), ("us", "FL_QUIET", "reader")]
+    assert "unread system gone: not read" in done.stderr and SECRET not in done.stdout + done.stderr
+    refused = subprocess.run([CLI, "consumers", "delete", "FL_DUP", "reader", "--systems", str(systems),
+                              "--data-dir", str(base / "data")], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "acts on one system" in refused.stderr
