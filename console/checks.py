@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import asdict, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -249,6 +250,7 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
 
     given = thresholds(settings.checks.check_thresholds)
     runtime.consumers.sample(idle_after=None)  # the consumer checks judge over a window of reads
+    recorded = 0.0  # when the consumers' lag last went to the event log (History sums it per hour)
     while not stop.is_set() and not caught_up():  # a window half read would page at every start
         await asyncio.sleep(0.2)
     since = datetime.now(timezone.utc)
@@ -261,6 +263,9 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
             on_findings(found)  # the alert rules on findings
             on_budgets(list(facts.budgets or ()))  # and on loss budgets
             on_consumers(list(facts.consumers or ()))  # and on consumer lag
+            if facts.consumers and time.monotonic() - recorded >= LAG_RECORD_EVERY:
+                recorded = time.monotonic()
+                await _record_lag(runtime, list(facts.consumers))
             await asyncio.to_thread(store.save_findings, found, list(report.unchecked), datetime.now(timezone.utc))
             if metrics is not None:
                 metrics.consumers(list(facts.consumers or ()))
@@ -273,6 +278,21 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
             await asyncio.wait_for(stop.wait(), settings.checks.check_every)
         except asyncio.TimeoutError:
             pass
+
+
+LAG_RECORD_EVERY = 60.0  # seconds between two records of every consumer's lag in the event log
+
+
+async def _record_lag(runtime: Runtime, judged: list) -> None:
+    """Every consumer's lag now, as events History reads (one a minute; a failure is said and the next tries)."""
+    from console.broker.eventlog import EventLog
+    from console.domain.consumer_lag import lag_records
+
+    try:
+        log_ = EventLog.over(runtime.nc, runtime.event_log)
+        await log_.append(lag_records(judged, runtime.system.name or "default", datetime.now(timezone.utc)))
+    except Exception as e:  # no event key yet, the server away: History misses this minute
+        log.warning("consumers: the lag record not written: %s", e)
 
 
 def _summary(report: Report) -> str:

@@ -7,6 +7,7 @@ the numbers and no trend (the CLI's `--window` reads twice)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -16,6 +17,7 @@ from console.broker.consumers import ConsumerAdmin, ConsumersRead
 from console.domain.consumer_lag import Judged, Trail, judge
 from console.domain.wire import Tally
 
+log = logging.getLogger(__name__)
 WINDOW = timedelta(seconds=30)  # a stall is its position unmoved for this long (raised within two)
 EVERY = 10.0  # seconds between two reads of the background sampler
 FRESH = 2.0  # seconds a read is served again to the next asker instead of reading anew
@@ -88,14 +90,12 @@ class ConsumerWatch:
             self._sampler = asyncio.get_running_loop().create_task(self._sample(every, idle_after))
 
     async def _sample(self, every: float, idle_after: float | None) -> None:
-        import logging
-
         while idle_after is None or time.monotonic() - self._asked_at < idle_after:
             asked = self._asked_at
             try:
                 await self.read(fresh_within=every / 2)
             except Exception as e:  # the server away for a while: the next read tries again
-                logging.getLogger(__name__).warning("consumers: a read failed: %s", e)
+                log.warning("consumers: a read failed: %s", e)
             self._asked_at = asked  # the sampler's own reads are not an asker's
             await asyncio.sleep(every)
 

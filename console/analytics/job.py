@@ -46,6 +46,7 @@ from console.analytics.transforms import (
     abandoned_batches,
     abandonment_hourly,
     capture_interruptions,
+    consumer_lag_hourly,
     fast_batch_summary,
     gap_hourly,
     maintenances,
@@ -68,6 +69,7 @@ from console.storage.tables import (
     AbandonedBatch,
     AbandonmentHourly,
     CaptureInterruption,
+    ConsumerLagHourly,
     FastBatchSummary,
     GapHourly,
     Maintenance,
@@ -81,7 +83,7 @@ AGGREGATED_COLUMNS = ("seq", "event_id", "kind", "time", "stream", "batch_id", "
                       "count", "account", "detail", "unverified", "publisher", "batch_seq", "domain")
 EVENT_ARROW_SCHEMA = to_arrow_schema(EVENT_SCHEMA, timezone="UTC")
 AGGREGATES = ("abandonment_hourly", "gap_hourly", "fast_batch_summary", "abandoned_batches", "stream_abandonment_stats",
-              "capture_interruptions", "maintenances", "budget_counts")
+              "capture_interruptions", "maintenances", "budget_counts", "consumer_lag_hourly")
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         tables = dict(zip(jobs, pool.map(lambda plan: plan().toArrow(), jobs.values())))
     hourly_a, hourly_g, lost_table = tables["hourly abandonments"], tables["hourly gaps"], tables["abandoned"]
     blind, kept_up, counts = tables["blind windows"], tables["maintenances"], tables.get("budget counts")
+    lag = tables["consumer lag"]
     batches = tables.get("fast batches", pa.table({"batch_id": pa.array([], pa.string())}))
     touched = batches["batch_id"].to_pylist()
     lost_rows = list(_records(lost_table))
@@ -283,6 +286,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         _put(settings, "gap_hourly", hourly_g, by_day)
         _put(settings, "capture_interruptions", blind, by_day)
         _put(settings, "maintenances", kept_up, by_day)
+        _put(settings, "consumer_lag_hourly", lag, by_day)
         if counts is not None:
             _put(settings, "budget_counts", counts, by_day)
         if touched:
@@ -301,7 +305,8 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         for model, column, rows in ((AbandonmentHourly, AbandonmentHourly.hour, hourly_a),
                                     (GapHourly, GapHourly.hour, hourly_g),
                                     (CaptureInterruption, CaptureInterruption.start, blind),
-                                    (Maintenance, Maintenance.end, kept_up)):
+                                    (Maintenance, Maintenance.end, kept_up),
+                                    (ConsumerLagHourly, ConsumerLagHourly.hour, lag)):
             for lo, hi in day_bounds:
                 session.exec(delete(model).where(column >= lo, column < hi))
             sqlite.insert_rows(session, model, _records(rows, drop=("day",)))
@@ -317,7 +322,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
         with stages("budgets"):
             _budgets(settings, engine)
     return (hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
-            + kept_up.num_rows)
+            + kept_up.num_rows + lag.num_rows)
 
 
 def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done: int,
@@ -340,7 +345,8 @@ def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done:
                 F.to_date("time").isin(*days)),
             "blind windows": lambda: capture_interruptions(of_days()).withColumn(
                 "day", F.to_date("start").cast("string")),
-            "maintenances": lambda: maintenances(of_days()).withColumn("day", F.to_date("end").cast("string"))}
+            "maintenances": lambda: maintenances(of_days()).withColumn("day", F.to_date("end").cast("string")),
+            "consumer lag": lambda: _with_day(consumer_lag_hourly(of_days()))}
     if settings.objectives:  # counted only for objectives: a console without them pays nothing
         jobs["budget counts"] = lambda: _counts_of_days(scope, days)
     if seen.fast:

@@ -23,6 +23,8 @@ FAST_GAP = EventKind.FAST_GAP.value
 FAST_ERROR = EventKind.FAST_ERROR.value
 CONTEXT = EventKind.CONTEXT.value
 MAINTENANCE = EventKind.MAINTENANCE.value
+CONSUMER_LAG = EventKind.CONSUMER_LAG.value
+LAG_ROWS = "array<struct<s:string,c:string,p:long,a:long,l:double,st:string>>"  # domain.consumer_lag.lag_records
 ABANDONMENT_KINDS = tuple(kind.value for kind in LOST_KINDS)
 
 
@@ -186,3 +188,16 @@ def maintenances(events: DataFrame) -> DataFrame:
                     field("actor").alias("actor"), count("lost").alias("lost"),
                     count("unexpected").alias("unexpected"), field("outcome", 1024).alias("outcome"))
             .filter(F.col("start").isNotNull() & (F.col("start") <= F.col("end"))))
+
+
+def consumer_lag_hourly(events: DataFrame) -> DataFrame:
+    """Each consumer's hour from the alerts part's lag records (console.domain.consumer_lag.lag_records): how
+    many reads, the most pending, the longest and the mean lag in seconds, the reads that found it stalled.
+    The JSON read as Spark reads JSON, totally: a record that does not read is no row, a field null."""
+    rows = (events.filter(F.col("kind") == CONSUMER_LAG)
+            .select(_hour(), F.explode(F.from_json(F.col("detail"), LAG_ROWS)).alias("r"))
+            .filter(F.col("r.s").isNotNull() & F.col("r.c").isNotNull()))
+    return (rows.groupBy("hour", F.substring("r.s", 1, 255).alias("stream"), F.substring("r.c", 1, 256).alias("consumer"))
+            .agg(F.count(F.lit(1)).alias("reads"), F.max("r.p").alias("max_pending"),
+                 F.max("r.l").alias("max_lag_seconds"), F.avg("r.l").alias("mean_lag_seconds"),
+                 F.sum(F.when(F.col("r.st") == "stalled", 1).otherwise(0)).cast("long").alias("stalled_reads")))

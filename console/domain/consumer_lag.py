@@ -12,11 +12,13 @@ Lag in seconds is the age of the oldest message not yet delivered, from the stre
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
+from console.domain.events import COLLECTOR, BatchEvent, EventKind
 from console.domain.wire import (
     INT64_MAX, MalformedInput, bounded_int, bounded_time, consumer_name_problem, stream_name_problem,
 )
@@ -287,3 +289,33 @@ def pause_end(until: datetime, now: datetime) -> datetime:
     if until - now > MAX_PAUSE:
         raise ValueError("a pause of more than a year is a delete: pause for less")
     return until
+
+
+RECORD_BYTES = 48 * 1024  # of one lag record's JSON: an event holds at most 64 KiB
+
+
+def lag_records(judged: list[Judged], instance: str, now: datetime) -> list[BatchEvent]:
+    """Every consumer's figures at one read, as events for History (the analytics job sums each consumer's
+    hour): JSON rows {s: stream, c: consumer, p: pending, a: ack pending, l: lag seconds, st: state}, as many
+    to an event as fit in RECORD_BYTES."""
+    events: list[BatchEvent] = []
+    rows: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal rows, size
+        if rows:
+            events.append(BatchEvent(f"consumer_lag.{instance}.{now.timestamp():.3f}.{len(events)}"[:200],
+                                     EventKind.CONSUMER_LAG, now, detail="[" + ",".join(rows) + "]", source=COLLECTOR))
+        rows, size = [], 0
+
+    for j in judged:
+        row = json.dumps({"s": j.read.stream, "c": j.read.name, "p": j.read.pending, "a": j.read.ack_pending,
+                          "l": None if j.lag_seconds is None else round(j.lag_seconds, 3), "st": j.state},
+                         separators=(",", ":"))
+        if size + len(row) + 1 > RECORD_BYTES:
+            flush()
+        rows.append(row)
+        size += len(row) + 1
+    flush()
+    return events

@@ -6,5 +6,5 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 HistoryTable = Literal["abandoned_batches", "abandonments_by_hour", "abandonments_by_stream", "gaps_by_hour",
-                       "fast_outcomes", "capture_interruptions", "maintenances"]
+                       "fast_outcomes", "capture_interruptions", "maintenances", "consumer_lag_by_hour"]
 HISTORY_TABLES: tuple[str, ...] = get_args(HistoryTable)

@@ -17,6 +17,7 @@ from console.storage.tables import (
     HEARTBEATS_CHECKED,
     AbandonedBatch,
     AbandonmentHourly,
+    ConsumerLagHourly,
     CaptureInterruption,
     Maintenance,
     FastBatchSummary,
@@ -157,6 +158,19 @@ def maintenances(engine, start: datetime, end: datetime, sees: Sees | None = Non
     return _utc(frame, "start", "end")
 
 
+def consumer_lag_by_hour(engine, start: datetime, end: datetime, sees: Sees | None = None) -> pd.DataFrame:
+    """Each consumer's hours (of the streams the reader sees): reads, the most pending, the longest and mean
+    lag in seconds, the reads that found it stalled; the consumers most behind first in each hour."""
+    c = ConsumerLagHourly
+    with Session(engine) as s:
+        q = (select(c.hour, c.stream, c.consumer, c.reads, c.max_pending, c.max_lag_seconds, c.mean_lag_seconds,
+                    c.stalled_reads).where(c.hour >= start, c.hour < end)
+             .order_by(c.hour, c.max_lag_seconds.desc()).limit(50_000))
+        frame = _frame(s, q, ["hour", "stream", "consumer", "reads", "max_pending", "max_lag_seconds",
+                              "mean_lag_seconds", "stalled_reads"])
+    return _utc(_seen(frame, sees), "hour")
+
+
 def job_position(engine) -> tuple[int, datetime] | None:
     """(the last event-log sequence in History, when the job's run that took it committed), or None
     before the first run. A check that found only heartbeats past the offset counts as a run."""
@@ -184,9 +198,9 @@ def ledger_position(engine) -> tuple[tuple[int, datetime] | None, int]:
 
 
 QUERIES = (job_position, abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats,
-           abandoned_batches, capture_interruptions, maintenances)
+           abandoned_batches, capture_interruptions, maintenances, consumer_lag_by_hour)
 BY_STREAM = (abandonments_by_hour, abandonments_by_stream, gaps_by_hour, fast_outcomes, stream_stats, abandoned_batches,
-             maintenances)
+             maintenances, consumer_lag_by_hour)
 
 
 class Reader:

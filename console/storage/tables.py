@@ -87,6 +87,20 @@ class Maintenance(SQLModel, table=True):
     outcome: str | None = None
 
 
+class ConsumerLagHourly(SQLModel, table=True):
+    """A consumer's hour, from the alerts part's lag records (console.analytics.transforms.consumer_lag_hourly)."""
+
+    __tablename__ = "consumer_lag_hourly"
+    hour: datetime = Field(primary_key=True)
+    stream: str = Field(primary_key=True)
+    consumer: str = Field(primary_key=True)
+    reads: int
+    max_pending: int | None = None
+    max_lag_seconds: float | None = None
+    mean_lag_seconds: float | None = None
+    stalled_reads: int = 0
+
+
 class StreamAbandonmentStats(SQLModel, table=True):
     __tablename__ = "stream_abandonment_stats"
     stream: str = Field(primary_key=True)

@@ -67,6 +67,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         self._armed: tuple[str, float] | None = None  # a delete asked once: (consumer, when), done on a second ask
         w = pn.widgets
         controls: list = []
+        self._buttons: dict[str, pn.widgets.Button] = {}  # none in read-only mode
         if not self.read_only and self.run is not None:  # in read-only mode not even in the document
             self._buttons = {"pause": w.Button(label="Pause for", width=100), "resume": w.Button(label="Resume", width=100),
                              "reset": w.Button(label="Reset to seq", width=120), "unpin": w.Button(label="Unpin", width=80),
@@ -144,6 +145,8 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("chosen", watch=True)
     def _permit(self) -> None:
+        if not self._buttons:
+            return
         stream = self.chosen.partition("/")[0] or None
         why = {name: self.may(cls, stream) for name, cls in (("pause", PauseConsumer), ("resume", ResumeConsumer),
                                                               ("reset", ResetConsumer), ("unpin", UnpinConsumer),

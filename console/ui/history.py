@@ -123,6 +123,19 @@ def blind_windows_text(windows: pd.DataFrame, clock: Clock = Clock()) -> str:
 CSV_TABLES = HISTORY_TABLES
 
 
+def consumers_behind(hourly: pd.DataFrame, top: int = 50) -> pd.DataFrame:
+    """Each consumer over the dates shown: its longest lag, the most that waited, the hours it was read and
+    the reads that found it stalled; the most behind first."""
+    if hourly.empty:
+        return pd.DataFrame()
+    keys = [c for c in ("system", "stream", "consumer") if c in hourly]
+    found = hourly.groupby(keys, as_index=False).agg(
+        longest_lag_s=("max_lag_seconds", "max"), most_pending=("max_pending", "max"), hours=("hour", "nunique"),
+        stalled_reads=("stalled_reads", "sum"))
+    found["longest_lag_s"] = found["longest_lag_s"].round(1)
+    return found.sort_values(["longest_lag_s", "most_pending"], ascending=False, ignore_index=True).head(top)
+
+
 CONTEXT_COLUMNS = ("leader_elections", "stream_updates", "other_abandonments", "gaps_nearby")
 NOT_COUNTED = "…"  # a provisional row's context: not counted yet, which 0 would misstate
 
@@ -251,6 +264,10 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
         self._maintenances_title = pn.pane.Markdown("### Maintenances (drains and restarts the console did)",
                                                     visible=False)
         self._maintenances.visible = False
+        self._consumers = tabulator(pd.DataFrame(), height=200, **table)
+        self._consumers_title = pn.pane.Markdown("### Consumers most behind (the alerts part's reads, each minute)",
+                                                 visible=False)
+        self._consumers.visible = False
         self._csv_table = pn.widgets.Select.from_param(self.param.csv_table, name="table to download")
         self._format = pn.widgets.Select.from_param(self.param.export_format, name="format", width=100)
         self._download = pn.widgets.FileDownload(callback=self.download, filename="abandoned_batches.csv",
@@ -261,6 +278,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             pn.pane.Markdown(cannot, visible=bool(cannot)),
             self._freshness,
             self._summary, self._blind, self._maintenances_title, self._maintenances,
+            self._consumers_title, self._consumers,
             pn.Row(pn.pane.Bokeh(bars, sizing_mode="stretch_width"), pn.pane.Bokeh(gaps, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             pn.Row(pn.Column("### Top streams", self._streams, sizing_mode="stretch_width"),
@@ -327,6 +345,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             "abandoned_batches": h.abandoned_batches(start, end, **self._only_domain()),
             "capture_interruptions": h.capture_interruptions(start, end),
             "maintenances": h.maintenances(start, end),
+            "consumer_lag_by_hour": h.consumer_lag_by_hour(start, end),
         }
         stats = h.stream_stats()
         with pn.io.hold():
@@ -353,6 +372,9 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             kept_up = shown(self._shown["maintenances"], self.clock)
             self._maintenances.value = kept_up
             self._maintenances.visible = self._maintenances_title.visible = bool(len(kept_up))
+            behind = consumers_behind(self._shown["consumer_lag_by_hour"])
+            self._consumers.value = behind
+            self._consumers.visible = self._consumers_title.visible = bool(len(behind))
             total = int(by_hour["batches"].sum()) if len(by_hour) else 0
             lost_msgs = int(gaps["lost"].sum()) if len(gaps) else 0
             self.summary = (f"{count(total)} abandoned batches, {count(int(gaps['gaps'].sum()) if len(gaps) else 0)} gaps "

@@ -382,6 +382,44 @@ async def test_a_maintenance_reaches_historys_table_and_a_limited_reader_sees_it
     assert list(limited.columns) == ["start", "end", "action", "nodes", "actor"] and len(limited) == 1
 
 
+async def test_consumer_lag_records_become_each_consumer_s_hour_and_a_limited_reader_sees_its_streams_only(
+        spark, server, client, tmp_path):
+    """The alerts part's minute records of every consumer's lag: per consumer and hour, the reads, the most
+    pending, the longest and mean lag, the reads that found it stalled; a record that does not read is no row."""
+    from datetime import datetime, timedelta, timezone
+
+    from console.broker.eventlog import EventLog
+    from console.domain.consumer_lag import Trail, judge, lag_records, parse_consumer
+    from console.domain.events import COLLECTOR, BatchEvent, EventKind
+    from console.storage.history import Reader
+
+    def judged(stream: str, name: str, floor: int, pending: int, second: int):
+        trail = Trail()
+        trail.add(parse_consumer({"stream_name": stream, "name": name, "config": {"ack_policy": "explicit"},
+                                  "delivered": {"stream_seq": floor}, "ack_floor": {"stream_seq": floor},
+                                  "num_pending": pending, "ts": f"2026-12-01T12:00:{second:02d}Z"}))
+        return judge(trail, timedelta(seconds=30))
+
+    now = datetime.now(timezone.utc)
+    log = EventLog(client.jetstream())
+    await log.ensure()
+    first = lag_records([judged("TEAM_A", "billing", 5, 40, 0), judged("OTHER", "audit", 9, 0, 0)], "t", now)
+    second = lag_records([judged("TEAM_A", "billing", 5, 90, 1)], "t", now + timedelta(seconds=1))
+    hostile = BatchEvent("consumer_lag.t.hostile", EventKind.CONSUMER_LAG, now, detail='{"s": [1, 2]', source=COLLECTOR)
+    await log.append(first + second + [hostile])
+    settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url}))
+    await asyncio.to_thread(run_once, spark, settings)
+    reader = Reader(sqlite.open_db(settings.db_path))
+    around = (now - timedelta(hours=2), now + timedelta(hours=2))
+    rows = {(r["stream"], r["consumer"]): r for r in reader.consumer_lag_by_hour(*around).to_dict("records")}
+    assert set(rows) == {("TEAM_A", "billing"), ("OTHER", "audit")}
+    billing = rows["TEAM_A", "billing"]
+    assert (billing["reads"], billing["max_pending"], billing["stalled_reads"]) == (2, 90, 0)
+    assert rows["OTHER", "audit"]["max_pending"] == 0
+    limited = reader.seen_by(lambda stream: stream == "TEAM_A").consumer_lag_by_hour(*around)
+    assert limited["stream"].tolist() == ["TEAM_A"]
+
+
 async def test_analytics_with_another_key_than_the_collectors_fails_with_exit_2_naming_the_key(
         spark, server, client, produce, tmp_path):
     """Not an empty History: the collector's statuses do not verify, so the key is wrong, and the run

@@ -5,6 +5,7 @@ record, in the CLI's --verify as on the page's line."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -224,6 +225,14 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     assert fetched is not None and len(fetched.messages) == 4, replay.status
     for kind, message in zip(Ack, fetched.messages):
         await replay.act(kind, message)
+    pinned = {"durable_name": "pinned", "ack_policy": "explicit", "priority_groups": ["jobs"],
+              "priority_policy": "pinned_client"}  # made again for the read-only pass: the first deleted it
+    await notebook.runtime.nc.request(f"$JS.API.CONSUMER.CREATE.{stream}.pinned",
+                                      json.dumps({"stream_name": stream, "config": pinned}).encode(), timeout=5)
+    consumers = await notebook.page("/consumers", stream=stream)
+    consumers.chosen, consumers.reset_seq, consumers.group = f"{stream}/pinned", 1, "jobs"
+    for change in ("pause", "resume", "reset", "unpin", "delete", "delete"):  # a delete is asked twice
+        await consumers.act(change)
     alerts = await notebook.alerts()
     alerts.rule_text = RULE
     await alerts.save()
@@ -244,7 +253,9 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
             **{ANSWERS[kind].name: f"{stream}/" for kind in Ack},
             "alert_rule.save": "orders", "alert_rule.mute": "orders", "alert_rule.unmute": "orders",
             "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,
-            "export.search": f"{stream} jsonl 2 matches"}
+            "export.search": f"{stream} jsonl 2 matches", "consumer.pause": f"{stream}/pinned until",
+            "consumer.resume": f"{stream}/pinned", "consumer.reset": f"{stream}/pinned to seq 1",
+            "consumer.unpin": f"{stream}/pinned group jobs", "consumer.delete": f"{stream}/pinned"}
 
 
 async def test_every_action_from_a_notebook_leaves_one_record_and_on_a_read_only_one_is_refused_and_recorded(

@@ -162,3 +162,17 @@ def test_a_rule_on_consumer_lag_fires_per_consumer_after_its_grace_and_resolves(
     evaluator.set_consumers([judge(trail(read(40, 20, 0)), WINDOW)])
     [resolved] = evaluator.evaluate(T0 + timedelta(seconds=45))
     assert resolved.status == "resolved"
+
+
+def test_lag_records_hold_every_consumer_within_an_event_s_size_and_read_back():
+    from console.domain.consumer_lag import RECORD_BYTES, lag_records
+    from console.domain.events import EventKind, event_from_json
+
+    many = [judge(trail(read(0, 10, i)), WINDOW) for i in range(2_000)]
+    events = lag_records(many, "default", T0)
+    assert len(events) > 1 and all(len(e.detail) <= RECORD_BYTES for e in events)
+    rows = [row for e in events for row in json.loads(e.detail)]
+    assert len(rows) == 2_000 and rows[5] == {"s": "ORDERS", "c": "billing", "p": 5, "a": 0, "l": None, "st": "ok"}
+    again = event_from_json(events[0].to_json())
+    assert again.kind is EventKind.CONSUMER_LAG and again.detail == events[0].detail
+    assert lag_records([], "default", T0) == []
