@@ -7,6 +7,7 @@ said beside the form."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import html
 import logging
@@ -64,6 +65,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         self._source = ColumnDataSource({"who": [], "lag": []})
         self._plot.hbar(y="who", right="lag", height=0.7, source=self._source)
         self._drawn = pn.pane.Bokeh(self._plot, sizing_mode="stretch_width", visible=False)
+        self._drawing = asyncio.Lock()
         self._armed: tuple[str, float] | None = None  # a delete asked once: (consumer, when), done on a second ask
         w = pn.widgets
         controls: list = []
@@ -92,12 +94,13 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             self._show(found)
 
     async def reload(self, fresh_within: float | None = None) -> None:
-        try:
-            found = await self.consumers(self.stream.strip() or None, fresh_within)
-        except Exception as e:  # the server away: said, read again at the next refresh
-            self.state = f"The consumers were not read: {html.escape(str(e)[:300] or type(e).__name__)}"
-            return
-        self._show(found)
+        async with self._drawing:  # a click's reload and the refresh's, one after the other
+            try:
+                found = await self.consumers(self.stream.strip() or None, fresh_within)
+            except Exception as e:  # the server away: said, read again at the next refresh
+                self.state = f"The consumers were not read: {html.escape(str(e)[:300] or type(e).__name__)}"
+                return
+            self._show(found)
 
     async def refresh(self) -> None:
         await self.reload()
@@ -107,6 +110,12 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         await self.reload()
 
     def _show(self, found: Reading) -> None:
+        # Every change of one read sent as one, under the document's lock (CI: a change made from the delete's
+        # click handler while the 10 s refresh held the document raised Bokeh's "_pending_writes" error)
+        with pn.io.hold():
+            self._shown(found)
+
+    def _shown(self, found: Reading) -> None:
         judged = sorted(found.judged, key=lambda j: (STATES.index(j.state), -(j.lag_seconds or 0), j.read.stream, j.read.name))
         rows = [{"state": j.state, "stream": j.read.stream, "consumer": j.read.name, "kind": j.read.kind,
                  "pending": j.read.pending, "ack pending": j.read.ack_pending, "redelivered": j.read.redelivered,
@@ -136,9 +145,8 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             self.chosen = options[0] if options else ""
         drawn = sorted((j for j in judged if j.lag_seconds), key=lambda j: j.lag_seconds or 0)[-DRAWN:]
         who = [printable(f"{j.read.stream}/{j.read.name}", 60) for j in drawn]
-        with pn.io.hold():
-            self._plot.y_range.factors = who or [""]
-            self._source.data = {"who": who, "lag": [j.lag_seconds for j in drawn]}
+        self._plot.y_range.factors = who or [""]
+        self._source.data = {"who": who, "lag": [j.lag_seconds for j in drawn]}
         self._drawn.visible = bool(drawn)  # nothing behind: no empty frame
         if self.run is not None and not self.read_only:
             self._permit()

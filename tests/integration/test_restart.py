@@ -100,10 +100,14 @@ async def test_a_node_is_drained_restarted_in_lame_duck_and_back_and_a_following
     assert "exited; starting it again" in done.stderr  # the command's own output, shown as it ran
     assert pid(cluster, node) != before
     assert steady.lost == 0 and steady.committed > 0, (steady.lost, steady.committed)
-    async with await nats.connect(cluster.urls) as nc:  # back as a follower of RS_A, current
-        info = await nc.jetstream().stream_info("RS_A")
+    async with await nats.connect(cluster.urls) as nc:  # back as a follower of RS_A, current (CI under load: a
+        # moment after it is back, it may still be catching up)
+        def current(info) -> bool:
+            return [(r.name, r.current) for r in info.cluster.replicas if r.name == node] == [(node, True)]
+
+        info = await eventually(lambda: nc.jetstream().stream_info("RS_A"), current, timeout=30,
+                                what=f"{node} a current follower of RS_A")
         assert info.cluster.leader != node
-        assert [(r.name, r.current) for r in info.cluster.replicas if r.name == node] == [(node, True)]
     trail = subprocess.run([CLI, "audit", "--server", cluster.url, "--data-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
     assert f"maintain.restart {node}" in trail.stdout and f"{node}: restarted (a new server id)" in trail.stdout, \
