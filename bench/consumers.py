@@ -36,15 +36,11 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig  # noqa: E402
 
 from console.broker.consumers import ConsumerAdmin  # noqa: E402
 from console.broker.server import EmbeddedServer  # noqa: E402
-from console.consumers import ConsumerWatch  # noqa: E402
+from console.consumers import ConsumerWatch, only  # noqa: E402
 
 
 def seq_of(reply: str) -> int:
     return int(reply.split(".")[-4])  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
-
-
-async def given(items):
-    return items
 
 
 async def lag_truth(nc, seconds: float) -> dict[str, list[float]]:
@@ -98,7 +94,7 @@ async def lag_truth(nc, seconds: float) -> dict[str, list[float]]:
 
     ordered = await js.subscribe("lag.>", ordered_consumer=True, cb=ordered_seen)
     tasks = [asyncio.create_task(t()) for t in (publish, read_pull, handle_push)]
-    watch = ConsumerWatch(ConsumerAdmin(lambda: nc, lambda: False), lambda: given(["LAG"]))
+    watch = ConsumerWatch(ConsumerAdmin(lambda: nc, lambda: False), only(["LAG"]))
     errors: dict[str, list[float]] = {"pull": [], "push": [], "ordered": []}
     began = time.monotonic()
     while time.monotonic() - began < seconds:
@@ -127,7 +123,7 @@ async def stalls(nc, burst_seconds: float) -> tuple[float | None, int, int, int]
         await js.add_consumer("STALL", ConsumerConfig(durable_name=name, ack_policy=AckPolicy.EXPLICIT))
     stops, keeps_up = [await js.pull_subscribe_bind(n, "STALL") for n in ("stops", "keeps_up")]
     window = 5.0
-    watch = ConsumerWatch(ConsumerAdmin(lambda: nc, lambda: False), lambda: given(["STALL"]),
+    watch = ConsumerWatch(ConsumerAdmin(lambda: nc, lambda: False), only(["STALL"]),
                           window=timedelta(seconds=window))
     rate = {"per_tick": 10}  # messages each 0.1 s: 100 a second, ten times that in the burst
     stopped = asyncio.Event()

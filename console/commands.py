@@ -252,13 +252,17 @@ class ConsumerCommand(Command[T]):
     """A change to one consumer (console.broker.consumers), named by its stream and its name."""
 
     role, changes_server = "operator", True
-    records = "stream/consumer and what was asked of it"
+    records = "stream/consumer (with its leaf domain) and what was asked of it"
     stream: str
     consumer: str
+    domain: str = field(default="", kw_only=True)  # a leaf node's JetStream domain ("": the system's own)
 
     @property
     def on_stream(self) -> str:
         return self.stream
+
+    def admin(self, services: Services) -> ConsumerAdmin:
+        return required(services.consumers, "consumers").in_domain(self.domain or None)
 
     @property
     def asked(self) -> str:
@@ -266,7 +270,8 @@ class ConsumerCommand(Command[T]):
 
     @property
     def target(self) -> str:
-        return f"{self.stream}/{self.consumer}" + (f" {self.asked}" if self.asked else "")
+        where = f"{self.domain}:" if self.domain else ""
+        return f"{where}{self.stream}/{self.consumer}" + (f" {self.asked}" if self.asked else "")
 
 
 @dataclass
@@ -281,7 +286,7 @@ class PauseConsumer(ConsumerCommand["datetime | None"]):
         return f"until {self.until.isoformat()}"
 
     async def execute(self, services: Services, asker: Asker) -> datetime | None:
-        return await required(services.consumers, "consumers").pause(self.stream, self.consumer, self.until)
+        return await self.admin(services).pause(self.stream, self.consumer, self.until)
 
 
 @dataclass
@@ -289,7 +294,7 @@ class ResumeConsumer(ConsumerCommand[None]):
     name = "consumer.resume"
 
     async def execute(self, services: Services, asker: Asker) -> None:
-        await required(services.consumers, "consumers").resume(self.stream, self.consumer)
+        await self.admin(services).resume(self.stream, self.consumer)
 
 
 @dataclass
@@ -308,7 +313,7 @@ class ResetConsumer(ConsumerCommand["ConsumerRead"]):
         return f"next message seq {result.delivered_seq + 1}, {result.pending} pending"
 
     async def execute(self, services: Services, asker: Asker) -> ConsumerRead:
-        consumers = required(services.consumers, "consumers")
+        consumers = self.admin(services)
         seq = self.seq if self.seq is not None else await consumers.seq_at(self.stream, self.time or datetime.now(timezone.utc))
         return await consumers.reset(self.stream, self.consumer, seq)
 
@@ -325,7 +330,7 @@ class UnpinConsumer(ConsumerCommand[None]):
         return f"group {self.group}"
 
     async def execute(self, services: Services, asker: Asker) -> None:
-        await required(services.consumers, "consumers").unpin(self.stream, self.consumer, self.group)
+        await self.admin(services).unpin(self.stream, self.consumer, self.group)
 
 
 @dataclass
@@ -333,7 +338,7 @@ class DeleteConsumer(ConsumerCommand[None]):
     name, role = "consumer.delete", "admin"
 
     async def execute(self, services: Services, asker: Asker) -> None:
-        await required(services.consumers, "consumers").delete(self.stream, self.consumer)
+        await self.admin(services).delete(self.stream, self.consumer)
 
 
 @dataclass

@@ -104,15 +104,10 @@ class Runtime:
     def consumers(self) -> ConsumerWatch:
         """Every consumer of the system's streams, judged over the reads this process made (console.consumers)."""
         if self._consumers is None:
-            from console.consumers import ConsumerWatch
+            from console.consumers import ConsumerWatch, operators_streams
 
-            from console.consumers import operators_streams
-
-            async def streams() -> list[str]:
-                return operators_streams([s.settings.name for s in (await self.admin.stream_facts())[0]],
-                                         self.settings.event_log.stream)
-
-            self._consumers = ConsumerWatch(self.system.consumer_admin, streams, self.settings.fleet.name)
+            self._consumers = ConsumerWatch(self.system.consumer_admin, operators_streams(self.settings.event_log.stream),
+                                            self.settings.fleet.name, domains=self.settings.collector.domains)
         return self._consumers
 
     @property
@@ -321,7 +316,7 @@ class Runtime:
         if self._live is not None:
             await self._live.stop()
         if self._consumers is not None:
-            self._consumers.stop()
+            await self._consumers.stop()
         await self.system.close()
         if self._history is not None and self._history[0] is not None:
             self._history[0].engine.dispose()

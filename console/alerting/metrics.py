@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.budgets import BudgetStatus
 from console.domain.canary import canary_result
-from console.domain.consumer_lag import Judged
+from console.domain.consumer_lag import STATES, Judged
 from console.domain.wire import MalformedInput
 from console.domain.events import FAST_ENDS, LOST_KINDS, UNKNOWN_STREAM, BatchEvent, EventKind
 from console.domain.live_model import lost_batch
@@ -143,14 +143,12 @@ class Metrics:
         families = (self.consumer_pending, self.consumer_ack_pending, self.consumer_redelivered, self.consumer_lag)
         for family in (*families, self.consumer_state):
             family.clear()
-        from console.domain.consumer_lag import STATES
-
         for state in STATES:
             self.consumer_state.set(state, value=sum(j.state == state for j in judged))
         ranked = sorted(judged, key=lambda j: (STATES.index(j.state), -(j.lag_seconds or 0), -j.read.pending))
         for i, j in enumerate(ranked):
             r = j.read
-            stream = self.stream(r.stream)
+            stream = self.stream(f"{j.domain}:{r.stream}" if j.domain else r.stream)  # a leaf's, with its domain
             consumer = r.name if i < MAX_CONSUMER_SERIES and stream != OTHER else OTHER
             key = (stream, consumer)
             add = consumer == OTHER

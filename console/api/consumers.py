@@ -13,15 +13,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
 from console.api.models import STREAM, Time
-from console.api.problems import ERRORS
+from console.api.problems import ERRORS, Problem
 from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
 from console.queries.consumers import SeenConsumers
 
 CONSUMER = Annotated[str, Path(pattern=r"^[^\x00-\x20\x7f.*>/\\]+$", max_length=256)]
+DOMAIN = Query(None, pattern=r"^[A-Za-z0-9_-]{1,64}$", description="a leaf node's JetStream domain the console "
+               "watches (--domain): the consumer is of its stream")
 
 
 class ConsumerOut(BaseModel):
     system: str
+    domain: str | None = Field(description="a leaf node's JetStream domain (null: the system's own stream)")
     stream: str
     consumer: str
     kind: str
@@ -42,6 +45,11 @@ class ConsumerOut(BaseModel):
     pinned_groups: list[str]
     inside_batch: str | None
     read_of_batch: int
+    batches_read_whole: int | None = Field(description="of an atomic stream: batches whose every message it "
+                                           "acknowledged (null: not counted: another stream, a filter, still reading)")
+    batches_ahead: int | None
+    batches_counted_whole: bool | None = Field(description="false: the stream is still being read, batches_ahead is "
+                                               "at least that")
     redelivering: bool
     why: str
 
@@ -94,42 +102,44 @@ def consumers(ctx: Context) -> APIRouter:
 
     async def act(system: str | None, who: Caller, stream: str, command: Any) -> Any:
         runtime = ctx.runtime_of(system)
+        if command.domain and command.domain not in runtime.settings.collector.domains:
+            raise Problem(404, "No such domain", f"domains watched: {', '.join(runtime.settings.collector.domains) or 'none'}")
         return await ctx.acting(who.actions(runtime).run(command), command.name)
 
     @api.post("/consumers/{stream}/{name}/pause", tags=["consumers"])
     async def pause_consumer(stream: STREAM, name: CONSUMER, body: PauseUntil | PauseFor, who: Caller = ctx.caller,
-                             system: str | None = SYSTEM) -> dict[str, Any]:
+                             system: str | None = SYSTEM, domain: str | None = DOMAIN) -> dict[str, Any]:
         """The action consumer.pause (ADR-42, nats-server 2.11+): until a time, or for some seconds; the
         server's answer: until when it is paused (null: not paused, a time past)."""
         until = body.until if isinstance(body, PauseUntil) else datetime.now(timezone.utc) + timedelta(seconds=body.seconds)
-        paused = await act(system, who, stream, PauseConsumer(ctx.stream_name(stream), name, until))
+        paused = await act(system, who, stream, PauseConsumer(ctx.stream_name(stream), name, until, domain=domain or ""))
         return {"paused_until": paused}
 
     @api.post("/consumers/{stream}/{name}/resume", status_code=204, tags=["consumers"])
     async def resume_consumer(stream: STREAM, name: CONSUMER, who: Caller = ctx.caller,
-                              system: str | None = SYSTEM) -> None:
+                              system: str | None = SYSTEM, domain: str | None = DOMAIN) -> None:
         """The action consumer.resume."""
-        await act(system, who, stream, ResumeConsumer(ctx.stream_name(stream), name))
+        await act(system, who, stream, ResumeConsumer(ctx.stream_name(stream), name, domain=domain or ""))
 
     @api.post("/consumers/{stream}/{name}/reset", tags=["consumers"])
     async def reset_consumer(stream: STREAM, name: CONSUMER, body: ResetToSeq | ResetToTime, who: Caller = ctx.caller,
-                             system: str | None = SYSTEM) -> dict[str, Any]:
+                             system: str | None = SYSTEM, domain: str | None = DOMAIN) -> dict[str, Any]:
         """The action consumer.reset (nats-server 2.14+): its next message a sequence, or the first at a time."""
         done = await act(system, who, stream, ResetConsumer(
             ctx.stream_name(stream), name, body.seq if isinstance(body, ResetToSeq) else None,
-            body.time if isinstance(body, ResetToTime) else None))
+            body.time if isinstance(body, ResetToTime) else None, domain=domain or ""))
         return {"next_seq": done.delivered_seq + 1, "pending": done.pending}
 
     @api.post("/consumers/{stream}/{name}/unpin", status_code=204, tags=["consumers"])
     async def unpin_consumer(stream: STREAM, name: CONSUMER, body: UnpinIn, who: Caller = ctx.caller,
-                             system: str | None = SYSTEM) -> None:
+                             system: str | None = SYSTEM, domain: str | None = DOMAIN) -> None:
         """The action consumer.unpin: a priority group's pinned client let go."""
-        await act(system, who, stream, UnpinConsumer(ctx.stream_name(stream), name, body.group))
+        await act(system, who, stream, UnpinConsumer(ctx.stream_name(stream), name, body.group, domain=domain or ""))
 
     @api.delete("/consumers/{stream}/{name}", status_code=204, tags=["consumers"])
     async def delete_consumer(stream: STREAM, name: CONSUMER, who: Caller = ctx.caller,
-                              system: str | None = SYSTEM) -> None:
+                              system: str | None = SYSTEM, domain: str | None = DOMAIN) -> None:
         """The action consumer.delete (admin)."""
-        await act(system, who, stream, DeleteConsumer(ctx.stream_name(stream), name))
+        await act(system, who, stream, DeleteConsumer(ctx.stream_name(stream), name, domain=domain or ""))
 
     return api

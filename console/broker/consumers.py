@@ -16,19 +16,35 @@ from typing import Any, Callable
 
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.broker import names
 from console.broker.admin import js_api
+from console.domain.batch_ledger import BatchLedger
 from console.domain.consumer_lag import (
     BATCH_ID, BATCH_SEQ, MAX_FILTERS, ConsumerRead, MalformedConsumer, NextMessage, parse_consumer, server_time,
 )
-from console.domain.wire import MalformedInput, Tally, bounded_int, load_object
+from console.domain.wire import INT64_MAX, MalformedInput, Tally, bounded_int, load_object, stream_name_problem
 from console.errors import ReadOnlyError, Refusal
 
 CONCURRENCY = 16  # requests in flight at once
 TIMEOUT = 5.0
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 NO_MESSAGE = 10037  # the server's "no message found"
+# The ordered consumer that reads an atomic stream's headers for its batch ends (BatchLedger) says so in
+# its description; the console's own, it is left out of the consumers it lists.
+LEDGER = "batch-console: the ends of atomic batches, headers only"
+
+
+@dataclass(frozen=True)
+class StreamSeen:
+    """A stream as the consumer reads need it."""
+
+    name: str
+    atomic: bool  # allow_atomic: its consumers' positions are counted in batches
+    last_seq: int
 
 
 @dataclass
@@ -77,10 +93,43 @@ def next_message_of(data: bytes) -> NextMessage | None:
     return NextMessage(seq, at, batch[:64] if batch else None, int(batch_seq) if batch_seq.isdigit() and len(batch_seq) < 10 else 0)
 
 
+def streams_of(data: bytes) -> tuple[list[StreamSeen], int, int]:
+    """One STREAM.LIST page: the streams that read (one that does not is left out), the total the server
+    says, and how many items the page held; MalformedConsumer for a reply that is not a stream list."""
+    obj = load_object(data, MalformedConsumer, MAX_PAGE_BYTES)
+    if isinstance(obj.get("error"), dict):
+        raise MalformedConsumer(f"stream list refused: {str(obj['error'].get('description'))[:100]}")
+    items, total = obj.get("streams"), obj.get("total")
+    if not isinstance(items, list) or type(total) is not int or not 0 <= total < 2**31:
+        raise MalformedConsumer("not a stream list")
+    found = []
+    for item in items:
+        config = item.get("config") if isinstance(item, dict) else None
+        state = item.get("state") if isinstance(item, dict) else None
+        if not isinstance(config, dict) or not isinstance(state, dict):
+            continue
+        name, last = config.get("name"), state.get("last_seq")
+        if isinstance(name, str) and not stream_name_problem(name):
+            found.append(StreamSeen(name, config.get("allow_atomic") is True,
+                                    last if type(last) is int and 0 <= last <= INT64_MAX else 0))
+    return found, total, len(items)
+
+
+def _is_ledger(item: object) -> bool:
+    """The console's own batch-end reader (an ephemeral ordered consumer so described)."""
+    config = item.get("config") if isinstance(item, dict) else None
+    return (isinstance(config, dict) and config.get("description") == LEDGER and not config.get("durable_name")
+            and config.get("headers_only") is True)
+
+
 class ConsumerAdmin:
     def __init__(self, nc: Callable[[], Client], read_only: Callable[[], bool], domain: str | None = None):
-        self._nc, self._read_only = nc, read_only
+        self._nc, self._read_only, self.domain = nc, read_only, domain
         self.api = names.api_prefix(domain)
+
+    def in_domain(self, domain: str | None) -> ConsumerAdmin:
+        """The same connection's consumers of another JetStream domain (a leaf node's)."""
+        return self if domain == self.domain else ConsumerAdmin(self._nc, self._read_only, domain)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -92,6 +141,36 @@ class ConsumerAdmin:
         if with_next:
             await self._next_messages(found, gate)
         return found
+
+    async def streams(self) -> list[StreamSeen]:
+        """Every stream of the domain (STREAM.LIST, a page of 256 at a time); MalformedConsumer for a reply
+        that does not read."""
+        found: list[StreamSeen] = []
+        offset, total = 0, None
+        while total is None or offset < total:
+            reply = await self._nc().request(f"{self.api}.STREAM.LIST", json.dumps({"offset": offset}).encode(),
+                                             timeout=TIMEOUT)
+            page, total, items = streams_of(reply.data)
+            found += page
+            if not items:
+                break
+            offset += items
+        return found
+
+    async def follow_batch_ends(self, stream: str, ledger: BatchLedger) -> Subscription:
+        """Every message of the stream from its first, headers only, into `ledger` (an ordered consumer: the
+        server drops it once its reader is gone; a read, so read-only mode allows it)."""
+
+        async def each(msg: Msg) -> None:
+            try:
+                meta = msg.metadata
+                ledger.seen(meta.sequence.stream, msg.headers, meta.num_pending)
+            except (ValueError, AttributeError, TypeError, IndexError):
+                return
+
+        return await self._nc().jetstream(domain=self.domain).subscribe(
+            "", stream=stream, cb=each, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL, headers_only=True,
+            config=ConsumerConfig(description=LEDGER))
 
     async def _request(self, subject: str, body: dict[str, Any] | None, found: ConsumersRead,
                        gate: asyncio.Semaphore) -> bytes:
@@ -121,6 +200,8 @@ class ConsumerAdmin:
                 found.unread[stream] = "not a consumer list"
                 return
             for item in items:
+                if _is_ledger(item):
+                    continue
                 try:
                     read = parse_consumer(item, stream)
                 except MalformedInput as e:
@@ -225,8 +306,6 @@ class ConsumerAdmin:
 
 async def read_through(nc: Client, stream: str, durable: str, description: str) -> int:
     """A durable pull consumer (made when missing) that reads and acks every message waiting: how many."""
-    from nats.js.api import AckPolicy, ConsumerConfig
-
     js = nc.jetstream()
     await js.add_consumer(stream, ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT,
                                                  description=description))

@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from console.cli.base import CONNECTED, Subcommand
@@ -24,7 +24,7 @@ class Consumers(Subcommand):
     name = "consumers"
     help = ("consumer lag and stalls: `list` every consumer's pending, lag in seconds and state; `pause`, `resume`, "
             "`reset`, `unpin`, `delete` one (audited; refused in read-only mode)")
-    settings = (*CONNECTED, "data", "event_log", "access.roles", "access.local_role", "fleet")
+    settings = (*CONNECTED, "data", "event_log", "access.roles", "access.local_role", "fleet", "collector.domains")
 
     @classmethod
     def configure(cls, parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,8 @@ class Consumers(Subcommand):
         parser.add_argument("--seq", type=int, help="reset: its next message is this stream sequence")
         parser.add_argument("--time", help="reset: its next message the first stored at or after this time")
         parser.add_argument("--group", help="unpin: the priority group whose pinned client is let go")
+        parser.add_argument("--in-domain", help="all but list: the consumer is a leaf node's, of this JetStream domain "
+                                                "(list reads every --domain given)")
 
     @classmethod
     def run(cls, settings: Settings, args: argparse.Namespace) -> int:
@@ -55,26 +57,27 @@ def command_of(args: argparse.Namespace, now: datetime):
     if len(args.target) != 2:
         raise ConfigError(f"consumers {args.action} STREAM NAME")
     stream, name = names.stream(args.target[0]), names.consumer(args.target[1])
+    where = {"domain": names.domain(args.in_domain)} if args.in_domain is not None else {}
     try:
         if args.action == "pause":
             if (args.until is None) == (args.pause_for is None):
                 raise ConfigError("consumers pause STREAM NAME --until TIME | --for 60s")
             until = given_time(args.until, "--until") if args.until else \
                 now + duration(args.pause_for, "--for", None, lambda why, _: ConfigError(why))
-            return PauseConsumer(stream, name, pause_end(until, now))
+            return PauseConsumer(stream, name, pause_end(until, now), **where)
         if args.action == "reset":
             if (args.seq is None) == (args.time is None):
                 raise ConfigError("consumers reset STREAM NAME --seq N | --time TIME")
             if args.seq is not None and not 1 <= args.seq < 2 ** 63:
                 raise ConfigError("--seq must be a stream sequence (1 or more)")
-            return ResetConsumer(stream, name, args.seq, given_time(args.time, "--time") if args.time else None)
+            return ResetConsumer(stream, name, args.seq, given_time(args.time, "--time") if args.time else None, **where)
         if args.action == "unpin":
             if not args.group or len(args.group) > 16 or not args.group.isprintable():
                 raise ConfigError("consumers unpin STREAM NAME --group GROUP (a group name of 1..16 characters)")
-            return UnpinConsumer(stream, name, args.group)
+            return UnpinConsumer(stream, name, args.group, **where)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return (ResumeConsumer if args.action == "resume" else DeleteConsumer)(stream, name)
+    return (ResumeConsumer if args.action == "resume" else DeleteConsumer)(stream, name, **where)
 
 
 async def run_consumers(settings: Settings, args: argparse.Namespace) -> int:
@@ -86,8 +89,8 @@ async def run_consumers(settings: Settings, args: argparse.Namespace) -> int:
         command = command_of(args, datetime.now(timezone.utc))
         if settings.systems():
             raise ConfigError(f"consumers {args.action} acts on one system: give its server, not --systems")
-    elif args.target:
-        raise ConfigError("consumers list [--stream S]: no positional names")
+    elif args.target or args.in_domain is not None:
+        raise ConfigError("consumers list [--stream S]: no positional names (--domain D reads a leaf's too)")
     elif not 0 <= args.window <= 3600:
         raise ConfigError("--window must be 0..3600 seconds")
     if args.action != "list":
@@ -128,17 +131,15 @@ async def run_consumers(settings: Settings, args: argparse.Namespace) -> int:
 async def _read(settings: Settings, args: argparse.Namespace) -> Reading:
     """One system's consumers (of one stream, when asked), read once or twice `--window` seconds apart."""
     from console.broker import names
-    from console.consumers import ConsumerWatch, read_twice
+    from console.consumers import WINDOW, ConsumerWatch, only, operators_streams, read_twice
     from console.runtime import Runtime
 
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                   allow_reconnect=False) as runtime:
-        watch = runtime.consumers
-        if args.stream:
-            only = [names.stream(args.stream)]
-            watch = ConsumerWatch(runtime.system.consumer_admin, lambda: _given(only), runtime.system.name)
-        return await (read_twice(watch, args.window) if args.window else watch.read(fresh_within=0))
-
-
-async def _given(streams: list[str]) -> list[str]:
-    return streams
+        choose = only([names.stream(args.stream)]) if args.stream else operators_streams(settings.event_log.stream)
+        watch = ConsumerWatch(runtime.system.consumer_admin, choose, runtime.system.name,
+                              timedelta(seconds=args.window or WINDOW.total_seconds()), settings.collector.domains)
+        try:
+            return await (read_twice(watch, args.window) if args.window else watch.read(fresh_within=0))
+        finally:
+            await watch.stop()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
+from console.domain.batch_ledger import BatchCount
 from console.domain.events import COLLECTOR, BatchEvent, EventKind
 from console.domain.wire import (
     INT64_MAX, MalformedInput, bounded_int, bounded_time, consumer_name_problem, stream_name_problem,
@@ -161,10 +162,13 @@ class Judged:
     read_of_batch: int = 0  # how many of that batch's messages it was given
     redelivering: bool = False  # the same messages given again over the whole window, its ack floor unmoved
     judged_over_s: float = 0.0  # seconds of reads behind the judgement (less than the window: no stall judged)
+    domain: str = ""  # the JetStream domain of a leaf node's stream ("": the system's own)
+    batches: BatchCount | None = None  # of an atomic stream: batches read whole and ahead (None: not counted)
 
     def as_json(self) -> dict[str, Any]:
         r = self.read
-        return {"system": self.system, "stream": r.stream, "consumer": r.name, "kind": r.kind, "durable": r.durable,
+        batches = self.batches
+        return {"system": self.system, "domain": self.domain or None, "stream": r.stream, "consumer": r.name, "kind": r.kind, "durable": r.durable,
                 "pending": r.pending, "ack_pending": r.ack_pending, "redelivered": r.redelivered, "waiting": r.waiting,
                 "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
                 "state": self.state, "trend": self.trend,
@@ -172,7 +176,11 @@ class Judged:
                 "delivered_seq": r.delivered_seq, "ack_floor_seq": r.ack_floor_seq, "paused": r.paused,
                 "pause_remaining_seconds": round(r.pause_remaining_s, 1), "max_deliver": r.max_deliver,
                 "pinned_groups": list(r.pinned), "inside_batch": self.inside_batch,
-                "read_of_batch": self.read_of_batch, "redelivering": self.redelivering, "why": self.why}
+                "read_of_batch": self.read_of_batch,
+                "batches_read_whole": batches.read_whole if batches else None,
+                "batches_ahead": batches.ahead if batches else None,
+                "batches_counted_whole": batches.complete if batches else None,
+                "redelivering": self.redelivering, "why": self.why}
 
 
 @dataclass

@@ -24,4 +24,11 @@ class SeenConsumers:
     def seen(self, found: Reading, stream: str | None = None) -> Reading:
         wanted = lambda s: self.sight.sees(s) and (stream is None or s == stream)  # noqa: E731
         return replace(found, judged=[j for j in found.judged if wanted(j.read.stream)],
-                       unread={s: why for s, why in found.unread.items() if wanted(s)})
+                       unread={s: why for s, why in found.unread.items() if wanted(self._stream_of(s))})
+
+    def _stream_of(self, unread: str) -> str:
+        """The stream an unread entry names: a leaf's is DOMAIN:STREAM ('domain D' for a whole domain)."""
+        for domain in self.watch.domains:
+            if domain and unread.startswith(f"{domain}:"):
+                return unread[len(domain) + 1:]
+        return unread

@@ -21,7 +21,7 @@ from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
 from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
-from console.consumers import Reading, age
+from console.consumers import Reading, age, batches
 from console.domain.consumer_lag import STATES, pause_end
 from console.domain.toml_text import duration
 from console.domain.wire import printable
@@ -32,10 +32,23 @@ from console.ui.history import stream_cell
 
 log = logging.getLogger(__name__)
 COLUMNS = ["state", "stream", "consumer", "kind", "pending", "ack pending", "redelivered", "waiting", "lag s",
-           "trend", "catch up", "why"]
+           "trend", "batches", "why"]
 COLOURS = {"stalled": "#c92a2a", "lagging": "#e67700", "paused": "#1971c2"}
 DRAWN = 15  # consumers in the plot: the most behind
 CONFIRM_WITHIN = 10.0  # seconds in which a delete's second click deletes
+
+
+def trend(judged) -> str:
+    """Its trend, and the time to catch up at that rate: 'catching up, 2 min'."""
+    said = (judged.trend or "").replace("_", " ")
+    if judged.state in ("caught_up", "paused") or judged.catch_up_s is None or not said:
+        return said
+    return f"{said}, {age(judged.catch_up_s)}"
+
+
+def where(domain: str, stream: str) -> str:
+    """A stream as the page names it: a leaf node's with its JetStream domain."""
+    return f"{domain}:{stream}" if domain else stream
 
 
 class ConsumersPage(Clocked, pn.viewable.Viewer):
@@ -48,7 +61,8 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     stream = param.String(default="", doc="Only this stream's consumers")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Every consumer shown, as plain values")
     state = param.String(default="", doc="How many consumers, the gravest states, when read")
-    chosen: param.Selector = param.Selector(default="", objects=[""], doc="The consumer the form acts on (stream/consumer)")
+    chosen: param.Selector = param.Selector(default="", objects=[""], doc="The consumer the form acts on "
+                                                                           "(stream/consumer; a leaf's domain:stream/consumer)")
     pause_for = param.String(default="10m", doc="How long a pause lasts (30s, 5m, 1h, 1d)")
     group = param.String(default="", doc="The priority group whose pinned client an unpin lets go")
     reset_seq = param.Integer(default=1, bounds=(1, 2 ** 53 - 1), doc="The stream sequence a reset starts from")
@@ -59,14 +73,19 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self._table = tabulator(self.rows, height=420, formatters={"state": {"type": "html"}, "why": {"type": "textarea"}},
-                                widths={"why": 240, "consumer": 140, "trend": 110})
+                                widths={"why": 200, "consumer": 130, "trend": 140, "batches": 130},
+                                titles={"ack pending": "ack pend.", "redelivered": "redeliv."})
         self._plot = figure(title="Lag in seconds: the consumers most behind", height=240, y_range=[""],
                             sizing_mode="stretch_width", toolbar_location=None)
         self._source = ColumnDataSource({"who": [], "lag": []})
         self._plot.hbar(y="who", right="lag", height=0.7, source=self._source)
-        self._drawn = pn.pane.Bokeh(self._plot, sizing_mode="stretch_width", visible=False)
+        self._drawn = pn.pane.Bokeh(self._plot, sizing_mode="stretch_width")
+        # the plot is put in and taken out (nothing behind: no empty frame); a Bokeh pane's visible toggled by
+        # the periodic refresh left an empty frame drawn in Chromium (the first hour's screenshot)
+        self._plot_place = pn.Column(sizing_mode="stretch_width")
         self._drawing = asyncio.Lock()
         self._armed: tuple[str, float] | None = None  # a delete asked once: (consumer, when), done on a second ask
+        self._targets: dict[str, tuple[str, str, str]] = {}  # chosen -> (domain, stream, consumer)
         w = pn.widgets
         controls: list = []
         self._buttons: dict[str, pn.widgets.Button] = {}  # none in read-only mode
@@ -85,7 +104,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
                         pn.pane.Markdown(self.param.result)]
         self._layout = pn.Column(pn.pane.Markdown("## Consumers"), pn.pane.Markdown(self.param.state),
                                  pn.widgets.TextInput.from_param(self.param.stream, name="stream", width=220),
-                                 *controls, self._table, self._drawn, sizing_mode="stretch_width")
+                                 *controls, self._table, self._plot_place, sizing_mode="stretch_width")
 
     def recall(self) -> None:
         """What the process last read (its time said), for the first answer, before reload reads again."""
@@ -117,17 +136,18 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
 
     def _shown(self, found: Reading) -> None:
         judged = sorted(found.judged, key=lambda j: (STATES.index(j.state), -(j.lag_seconds or 0), j.read.stream, j.read.name))
-        rows = [{"state": j.state, "stream": j.read.stream, "consumer": j.read.name, "kind": j.read.kind,
+        rows = [{"state": j.state, "stream": where(j.domain, j.read.stream), "consumer": j.read.name, "kind": j.read.kind,
                  "pending": j.read.pending, "ack pending": j.read.ack_pending, "redelivered": j.read.redelivered,
                  "waiting": j.read.waiting, "lag s": None if j.lag_seconds is None else round(j.lag_seconds, 1),
-                 "trend": (j.trend or "").replace("_", " "),
-                 "catch up": age(j.catch_up_s) if j.state not in ("caught_up", "paused") else "",
+                 "trend": trend(j),
+                 "batches": batches(j) if j.batches else "",
                  "why": j.why + (f"; inside atomic batch {j.inside_batch} ({j.read_of_batch} of its messages given)"
                                  if j.inside_batch else "")} for j in judged]
         self.rows = pd.DataFrame(rows, columns=COLUMNS)
         shown = self.rows.copy()
         shown["state"] = [f'<b style="color:{COLOURS.get(s, "inherit")}">{s.replace("_", " ")}</b>' for s in shown["state"]]
-        shown["stream"] = [stream_cell(s) for s in shown["stream"]]
+        shown["stream"] = [stream_cell(j.read.stream) if not j.domain else html.escape(where(j.domain, j.read.stream))
+                           for j in judged]  # a leaf's stream has no page here
         self._table.height = min(420, 60 + 32 * len(shown))  # no blank screen under a few rows
         self._table.value = shown
         counts = {s: sum(j.state == s for j in judged) for s in STATES}
@@ -139,15 +159,18 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
                       + (f", read {self.clock.when(found.at)} in {found.seconds:.2f} s" if found.at else "")
                       + ". Stalled: its position unmoved over the window while messages wait; lagging: what waits "
                         "grew at every read." + (f" **Not read:** {unread}" if unread else ""))
-        options = [f"{j.read.stream}/{j.read.name}" for j in judged]
+        self._targets = {f"{where(j.domain, j.read.stream)}/{j.read.name}": (j.domain, j.read.stream, j.read.name)
+                         for j in judged}
+        options = list(self._targets)
         self.param.chosen.objects = options or [""]
         if self.chosen not in options:
             self.chosen = options[0] if options else ""
         drawn = sorted((j for j in judged if j.lag_seconds), key=lambda j: j.lag_seconds or 0)[-DRAWN:]
-        who = [printable(f"{j.read.stream}/{j.read.name}", 60) for j in drawn]
+        who = [printable(f"{where(j.domain, j.read.stream)}/{j.read.name}", 60) for j in drawn]
         self._plot.y_range.factors = who or [""]
         self._source.data = {"who": who, "lag": [j.lag_seconds for j in drawn]}
-        self._drawn.visible = bool(drawn)  # nothing behind: no empty frame
+        if bool(self._plot_place.objects) != bool(drawn):  # nothing behind: no empty frame
+            self._plot_place.objects = [self._drawn] if drawn else []
         if self.run is not None and not self.read_only:
             self._permit()
 
@@ -155,7 +178,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     def _permit(self) -> None:
         if not self._buttons:
             return
-        stream = self.chosen.partition("/")[0] or None
+        stream = self._targets[self.chosen][1] if self.chosen in self._targets else None
         why = {name: self.may(cls, stream) for name, cls in (("pause", PauseConsumer), ("resume", ResumeConsumer),
                                                               ("reset", ResetConsumer), ("unpin", UnpinConsumer),
                                                               ("delete", DeleteConsumer))}
@@ -165,23 +188,23 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
 
     def command(self, name: str):
         """The command the form asks for (ValueError for a form that does not make one)."""
-        stream, _, consumer = self.chosen.partition("/")
-        if not consumer:
+        if self.chosen not in self._targets:
             raise ValueError("choose a consumer")
+        domain, stream, consumer = self._targets[self.chosen]
         if name == "pause":
             now = datetime.now(timezone.utc)
             span = duration(self.pause_for, "pause for", None, lambda why, _: ValueError(why))
-            return PauseConsumer(stream, consumer, pause_end(now + span, now))
+            return PauseConsumer(stream, consumer, pause_end(now + span, now), domain=domain)
         if name == "reset":
-            return ResetConsumer(stream, consumer, seq=self.reset_seq)
+            return ResetConsumer(stream, consumer, seq=self.reset_seq, domain=domain)
         if name == "unpin":
             if not 0 < len(self.group.strip()) <= 16 or not self.group.strip().isprintable():
                 raise ValueError("give the priority group (1 to 16 characters)")
-            return UnpinConsumer(stream, consumer, self.group.strip())
+            return UnpinConsumer(stream, consumer, self.group.strip(), domain=domain)
         if name == "delete" and not self._confirmed():
             raise ValueError(f"Delete {self.chosen} and its position for good? Click Delete again within "
                              f"{CONFIRM_WITHIN:.0f} s.")
-        return (ResumeConsumer if name == "resume" else DeleteConsumer)(stream, consumer)
+        return (ResumeConsumer if name == "resume" else DeleteConsumer)(stream, consumer, domain=domain)
 
     def _confirmed(self) -> bool:
         """A delete is asked twice, for the same consumer, within CONFIRM_WITHIN seconds."""

@@ -248,6 +248,10 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     ("POST", "/consumers/TEAM_A/c/reset", {"seq": 3, "time": "2030-01-01T00:00:00Z"}, 422),
     ("POST", "/consumers/TEAM_A/c/unpin", {"group": "g\n"}, 422),
     ("GET", "/consumers?stream=a%00b", None, 422),
+    ("POST", "/consumers/TEAM_A/c/resume?domain=a.b", None, 422),
+    ("POST", "/consumers/TEAM_A/c/resume?domain=" + "d" * 65, None, 422),
+    ("POST", "/consumers/TEAM_A/c/resume?domain=d%0A", None, 422),
+    ("DELETE", "/consumers/TEAM_A/c?domain=not_watched", None, 404),
 ])
 def test_hostile_parameters_are_refused_as_problems_never_a_5xx(console, method, path, body, status):
     answer = call(console, method, path, json=body)

@@ -14,23 +14,21 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
+from console.broker.atomic import AtomicBatch
 from console.broker.consumers import ConsumerAdmin
 from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
-from console.consumers import ConsumerWatch
+from console.consumers import ConsumerWatch, only
 from console.config import event_key
 from console.domain.audit import Actor
 from console.errors import ReadOnlyError, Refusal
 from console.runtime import Runtime
 from tests.integration.test_audit import settings_for
+from tests.waits import eventually
 from tests.processes import CLI
 
 
 def admin_of(nc, read_only: bool = False) -> ConsumerAdmin:
     return ConsumerAdmin(lambda: nc, lambda: read_only)
-
-
-async def given(items):
-    return items
 
 
 @pytest.fixture
@@ -79,7 +77,7 @@ async def test_every_number_of_every_kind_of_consumer_is_the_server_s_and_its_la
     ordered = await js.subscribe("kinds.2", ordered_consumer=True)
     await ordered.next_msg(timeout=5)
 
-    watch = ConsumerWatch(admin_of(js._nc), lambda: given(["KINDS"]))
+    watch = ConsumerWatch(admin_of(js._nc), only(["KINDS"]))
     found = {j.read.name: j for j in (await watch.read()).judged}
     for name in ("stopped", "reading", "redelivering", "pushed"):
         info = await js.consumer_info("KINDS", name)
@@ -111,7 +109,7 @@ async def test_a_stopped_consumer_stalls_within_two_windows_and_one_reading_a_bu
                 await m.ack()
 
     load = asyncio.create_task(publish_and_read())
-    watch = ConsumerWatch(admin_of(js._nc), lambda: given(["BURST"]), window=timedelta(seconds=2))
+    watch = ConsumerWatch(admin_of(js._nc), only(["BURST"]), window=timedelta(seconds=2))
     states: dict[str, list[str]] = {"idle": [], "busy": []}
     began = time.monotonic()
     try:
@@ -124,6 +122,50 @@ async def test_a_stopped_consumer_stalls_within_two_windows_and_one_reading_a_bu
         stop.set()
         await load
     assert "stalled" not in states["busy"] and states["busy"][-1] in ("lagging", "ok"), states["busy"]
+
+
+async def test_a_consumer_of_atomic_batches_is_counted_in_batches_read_whole_and_its_reader_is_not_listed(server, js):
+    await js.add_stream(StreamConfig(name="UNITS", subjects=["units.>"], allow_atomic=True))
+    for n in range(4):  # four batches of three, the last committed with an eob marker
+        batch = AtomicBatch(js._nc, batch_id=f"unit-{n}")
+        for i in range(3 if n == 3 else 2):
+            await batch.add(f"units.{i}", b"x")
+        await (batch.commit_eob() if n == 3 else batch.commit("units.2", b"x"))
+    info = await js.stream_info("UNITS")
+    assert info.state.last_seq == 12, "eob: the marker is not stored, so the fourth batch is the last message"
+    await js.add_consumer("UNITS", ConsumerConfig(durable_name="halfway", ack_policy=AckPolicy.EXPLICIT))
+    halfway = await js.pull_subscribe_bind("halfway", "UNITS")
+    for m in await halfway.fetch(7):  # two batches whole and the third's first message
+        await m.ack()
+    await js.add_consumer("UNITS", ConsumerConfig(durable_name="some_subjects", filter_subject="units.1",
+                                                  ack_policy=AckPolicy.EXPLICIT))
+    await js.add_consumer("UNITS", ConsumerConfig(durable_name="done", ack_policy=AckPolicy.NONE))
+    done = await js.pull_subscribe_bind("done", "UNITS")
+    assert len(await done.fetch(12)) == 12
+
+    watch = ConsumerWatch(admin_of(js._nc, read_only=True), only(["UNITS"]))  # counting is a read
+    try:
+        found = {j.read.name: j for j in (await watch.read(fresh_within=0)).judged}
+        assert set(found) == {"halfway", "some_subjects", "done"}, "the console's own reader of the ends is not listed"
+        assert len(await js.consumers_info("UNITS")) == 4, "the reader of the ends is there, an ordered consumer of the server's"
+        assert (found["halfway"].batches.read_whole, found["halfway"].batches.ahead,
+                                                     found["halfway"].batches.complete) == (2, 2, True)
+        assert (found["halfway"].inside_batch, found["halfway"].read_of_batch) == ("unit-2", 1)
+        assert (found["done"].batches.read_whole, found["done"].batches.ahead) == (4, 0)
+        assert found["some_subjects"].batches is None, "a filtered consumer reads parts of batches: not counted"
+        row = found["halfway"].as_json()
+        assert (row["batches_read_whole"], row["batches_ahead"], row["batches_counted_whole"]) == (2, 2, True)
+
+        batch = AtomicBatch(js._nc, batch_id="unit-4")  # a batch more: the reader follows the stream
+        await batch.add("units.0", b"x")
+        await batch.commit("units.1", b"x")
+
+        async def counted() -> int:
+            return next(j for j in (await watch.read(fresh_within=0)).judged if j.read.name == "halfway").batches.ahead
+
+        await eventually(counted, lambda ahead: ahead == 3, what="the new batch counted ahead")
+    finally:
+        await watch.stop()
 
 
 async def test_pause_resume_reset_unpin_and_delete_are_applied_audited_and_refused_as_they_must_be(server, js, tmp_path):

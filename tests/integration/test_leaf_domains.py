@@ -245,3 +245,37 @@ async def test_a_leafs_batch_followed_into_the_hubs_copies_is_said_where_it_arri
     model = LiveModel()
     model.apply(split)
     assert "batch split-one copied split: 2 of its 3" in notices_html(model) and model.newest_first(10) == []
+
+
+async def test_a_leafs_consumers_are_listed_with_its_domain_and_changed_through_the_hub(tmp_path):
+    """The leaf's domain named (--domain leaf1): its streams' consumers are read beside the hub's, each row
+    naming the domain (a stream of the same name at the hub kept apart), and a pause reaches the leaf's
+    consumer, not the hub's of the same name, from the CLI as from a command."""
+    with hub_and_leaf(tmp_path, "leaf1") as hub:
+        async with await nats.connect(hub.url) as at_hub:
+            leaf_js, js = at_hub.jetstream(domain="leaf1"), at_hub.jetstream()
+            await eventually(lambda: leaf_js.add_stream(StreamConfig(name="EDGE", subjects=["edge.>"])),
+                             timeout=30, what="the leaf's stream, made from the hub")
+            await js.add_stream(StreamConfig(name="EDGE", subjects=["hub_edge.>"]))
+            for i in range(5):
+                await leaf_js.publish("edge.x", b"%d" % i)
+            await leaf_js.add_consumer("EDGE", durable_name="reader")
+            await js.add_consumer("EDGE", durable_name="reader")
+
+            def cli(*args: str) -> subprocess.CompletedProcess:
+                return subprocess.run([CLI, "consumers", *args, "--server", hub.url, "--data-dir", str(tmp_path / "data")],
+                                      capture_output=True, text=True, timeout=120)
+
+            listed = cli("list", "--domain", "leaf1", "--format", "json")
+            assert listed.returncode == 0, listed.stderr
+            rows = {(r["domain"], r["stream"], r["consumer"]): r["pending"] for r in json.loads(listed.stdout)}
+            assert rows == {(None, "EDGE", "reader"): 0, ("leaf1", "EDGE", "reader"): 5}
+            alone = json.loads(cli("list", "--format", "json").stdout)  # not named: the hub's only
+            assert [(r["domain"], r["stream"]) for r in alone] == [(None, "EDGE")]
+
+            paused = cli("pause", "EDGE", "reader", "--for", "5m", "--in-domain", "leaf1")
+            assert paused.returncode == 0 and "leaf1:EDGE/reader" in paused.stdout, paused.stderr
+            assert (await leaf_js.consumer_info("EDGE", "reader")).config.pause_until is not None
+            assert (await js.consumer_info("EDGE", "reader")).config.pause_until is None
+            refused = cli("resume", "EDGE", "reader", "--in-domain", "leaf1.>")
+            assert refused.returncode != 0 and "domain" in refused.stderr

@@ -60,6 +60,7 @@ def test_each_number_is_the_server_s_and_a_pause_and_reset_are_applied_and_a_ref
     page.get_by_role("button", name="Delete").click()  # twice within 10 s: deleted
     expect(page.get_by_text("consumer.delete UI_CONS/billing: done")).to_be_visible(timeout=30_000)
     expect(page.get_by_text("0 consumer(s) of UI_CONS")).to_be_visible(timeout=30_000)  # doomed is gone too
+    expect(page.get_by_text("Lag in seconds: the consumers most behind")).to_be_hidden()  # nothing behind: no frame
     # a filter that reaches no subject: a name no stream has shows no consumer, and breaks nothing
     assert page.goto(web_url + "consumers?stream=" + "x" * 300).status == 200
     expect(page.get_by_text("0 consumer(s) of xxx")).to_be_visible(timeout=30_000)

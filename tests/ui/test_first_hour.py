@@ -103,6 +103,7 @@ def test_the_first_hour_of_a_fresh_console_is_true(up, browser, screenshots):  #
     page.goto(web_url + "alerts")
     expect(page.get_by_role("row").filter(has_text=RULE).first).to_be_visible(timeout=30_000)
     assert "(unknown)" not in page_text(page)
+    the_demo_reader_is_counted_in_batches(page, web_url, nats_url, data)
     the_notebooks_run_beside_up(data)
     assert cli(data, "audit", "--verify").returncode == 0  # the mutes are in it, and it still holds
 
@@ -131,6 +132,33 @@ def follow_every_link(page, web_url: str) -> None:
                 summary = page.get_by_text(re.compile(re.escape(query["batch"][0]) + r".*(lost|ended|abandon)"))
                 expect(summary.first).to_be_visible(timeout=30_000)
                 assert "No lost batch" not in page_text(page), href
+
+
+def the_demo_reader_is_counted_in_batches(page, web_url: str, nats_url: str, data) -> None:
+    """The demo's reader of the committed orders: the batches it read whole are the stream's batch ends at or
+    below its ack floor, as this test counts them from the stored headers; the Consumers page says so too."""
+    listed = cli(data, "consumers", "list", "--stream", "DEMO_ORDERS", "--format", "json")
+    [reader] = [r for r in json.loads(listed.stdout) if r["consumer"] == "demo-reader"]
+    assert reader["batches_read_whole"] == run_apart(_batch_ends_up_to("DEMO_ORDERS", nats_url, reader["ack_floor_seq"]))
+    page.goto(web_url + "consumers?stream=DEMO_ORDERS")
+    expect(page.get_by_role("row").filter(has_text="demo-reader")).to_contain_text("read whole", timeout=30_000)
+
+
+async def _batch_ends_up_to(stream: str, nats_url: str, floor: int) -> int:
+    nc = await nats.connect(nats_url)
+    try:
+        js, ends = nc.jetstream(), 0
+        sub = await js.subscribe("", stream=stream, ordered_consumer=True, headers_only=True)
+        while True:
+            msg = await sub.next_msg(timeout=10)
+            seq = msg.metadata.sequence.stream
+            if seq > floor:
+                return ends
+            ends += (msg.headers or {}).get("Nats-Batch-Commit") == "1"
+            if msg.metadata.num_pending == 0:
+                return ends
+    finally:
+        await nc.close()
 
 
 def the_cli_and_the_pages_agree(page, web_url: str, data) -> None:
