@@ -347,6 +347,7 @@ class RunProbe(Command["ProbeReport"]):
     records = "the probe's kind, stream and size"
     options: ProbeOptions
     progress: Callable[[int], None] | None = None
+    repair_key: bytes | None = field(default=None, repr=False)  # the event key: the console's manifests verified
 
     @property
     def on_stream(self) -> str:
@@ -359,7 +360,8 @@ class RunProbe(Command["ProbeReport"]):
     async def execute(self, services: Services, asker: Asker) -> ProbeReport:
         from console.probe import run_probe
 
-        return await run_probe(required(services.connection, "connection")(), self.options, self.progress)
+        return await run_probe(required(services.connection, "connection")(), self.options, self.progress,
+                               self.repair_key)
 
 
 @dataclass

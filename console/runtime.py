@@ -306,9 +306,10 @@ class Runtime:
         log = EventLog.over(self.nc, self.event_log)
         return await actions.run(RunCanary(CanaryOptions(self.settings.fleet.name, once=True), log))
 
-    async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None) -> ProbeReport:
+    async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None,
+                        repair_key: bytes | None = None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
-        return await actions.run(RunProbe(options, progress))
+        return await actions.run(RunProbe(options, progress, repair_key))
 
     async def close(self) -> None:
         if self._reading_ahead is not None:

@@ -84,7 +84,7 @@ class Maintain(Subcommand):
 
 class Probe(Subcommand):
     name, help = "probe", "publish test batches and report what happened"
-    settings = (*CONNECTED, "access.roles", "access.local_role")
+    settings = (*CONNECTED, "data", "event_log", "access.roles", "access.local_role")
 
     @classmethod
     def configure(cls, parser: argparse.ArgumentParser) -> None:
@@ -103,6 +103,10 @@ class Probe(Subcommand):
         test.add_argument("--skip-seq", type=int, help="never send this batch sequence (inject a gap)")
         test.add_argument("--abandon", action="store_true", help="stop before the commit (the server abandons it)")
         test.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")
+        test.add_argument("--repair", action="store_true",
+                          help="take part in the loss manifests' protocol: keep what was sent, send again what a "
+                               "manifest of a lost batch names, and wait for the console's verdict")
+        test.add_argument("--repair-wait", type=float, default=60.0, help="seconds to wait for that verdict")
         test.add_argument("--json", action="store_true", help="print one JSON object")
 
     @classmethod
@@ -115,12 +119,14 @@ async def probe_async(settings: Settings, args: argparse.Namespace) -> int:
         kind=args.kind, stream=args.stream, subject=args.subject, count=args.count, size=args.size,
         batch_size=args.batch_size, eob=args.eob, flow=args.flow, max_outstanding_acks=args.max_outstanding_acks,
         gap_mode=GapMode(args.gap_mode), skip_seq=args.skip_seq, abandon=args.abandon, timeout=args.timeout,
+        repair=args.repair, repair_wait=args.repair_wait,
     )
     bar = ProgressBar(options.count, f"{options.kind} probe")
     async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                   allow_reconnect=False) as runtime:
         try:
-            report = await runtime.run_probe(runtime.actions(CLI), options, bar.update)
+            key = runtime.event_log.key if options.repair else None  # verifies the console's manifests
+            report = await runtime.run_probe(runtime.actions(CLI), options, bar.update, key)
         finally:
             bar.close()
     print(json.dumps(report.to_json()) if args.json else report.text())

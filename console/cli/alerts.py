@@ -83,7 +83,9 @@ async def _alerts_one(settings: Settings, rules, metrics, stop: asyncio.Event, s
 async def _alerts_run(settings: Settings, rules, metrics, stop: asyncio.Event, system: str, served: bool) -> None:
     from console.alerting.rules_file import rules_path
     from console.alerting.service import AlertService
+    from console.broker.eventlog import EventLog
     from console.checks import watch
+    from console.manifests import ManifestKeeper
     from console.storage.alert_state import AlertStore
 
     said = f"system {system}: " if system else ""
@@ -105,12 +107,15 @@ async def _alerts_run(settings: Settings, rules, metrics, stop: asyncio.Event, s
                                            service.recent, lambda: service.caught_up, service.set_budgets,
                                            service.set_consumers),
                                      name=f"checks {system}")
+        keeper = asyncio.create_task(ManifestKeeper(runtime.nc, EventLog.over(runtime.nc, runtime.event_log)).run(ended),
+                                     name=f"manifests {system}")
         try:
             await service.run(ended)
         finally:
             ended.set()
             relay.cancel()
             await checks
+            await keeper
 
 
 async def _relay(stop: asyncio.Event, ended: asyncio.Event) -> None:

@@ -79,6 +79,7 @@ class EventKind(str, Enum):
     NODE_STOPPED = "node_stopped"  # a server's lame duck or shutdown notice (console.domain.node_stops; detail: its name)
     COPY_SPLIT = "copy_split"  # a committed atomic batch whose copy (a mirror, a hub's source) holds part of it (copies)
     CONSUMER_LAG = "consumer_lag"  # every consumer's lag at one read of the alerts part (console.domain.consumer_lag)
+    MANIFEST = "manifest"  # a lost batch's manifest, at each change of its state (console.domain.manifests; detail: its JSON)
 
     def __str__(self) -> str:
         return self.value
@@ -93,7 +94,8 @@ FAST_ENDS = (EventKind.FAST_COMMITTED, EventKind.FAST_ENDED_EARLY, EventKind.FAS
 # What the collector says of itself, of clients, of streams and of a lost batch's messages, not of
 # batches: never in History's loss tables (the loss budgets count stream totals).
 NOT_HISTORY = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS,
-               EventKind.CANARY, EventKind.NODE_STOPPED, EventKind.COPY_SPLIT, EventKind.CONSUMER_LAG)
+               EventKind.CANARY, EventKind.NODE_STOPPED, EventKind.COPY_SPLIT, EventKind.CONSUMER_LAG,
+               EventKind.MANIFEST)
 
 
 @dataclass(frozen=True, slots=True)

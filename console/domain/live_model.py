@@ -135,7 +135,7 @@ class LiveModel:
             self.conformance.apply(event)
             return
         if event.kind in (EventKind.BATCH_MESSAGES, EventKind.STREAM_TOTALS, EventKind.CANARY,  # their own pages'
-                          EventKind.NODE_STOPPED, EventKind.CONSUMER_LAG):
+                          EventKind.NODE_STOPPED, EventKind.CONSUMER_LAG, EventKind.MANIFEST):
             return
         if event.kind is EventKind.MAINTENANCE:
             self._maintenance(event)

@@ -1,0 +1,184 @@
+"""The loss manifests of one system, kept by the alerts part (console.domain.manifests says what one is).
+
+It follows the event log: each lost batch's events make its manifest, which at each change (more
+evidence, a publisher's report, what the stream holds) is written to the log as a MANIFEST event (its
+id the manifest's and its version, so a restart writes none twice) and published, signed with the event
+key, on `batch_console.manifest.<stream>`. Publishers answer on `batch_console.repair.<stream>`; a
+report is only a claim: the console reads the stream back and calls a manifest repaired only when every
+missing message is there once (console.broker.repair)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from datetime import datetime, timedelta, timezone
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from console.broker import names
+from console.broker.eventlog import EventLog
+from console.broker.repair import repaired_seqs
+from console.domain.events import COLLECTOR, BatchEvent, EventKind, MalformedEvent
+from console.domain.manifests import (
+    EVIDENCE, REPAIR_SUBJECT, SUBJECT, Manifest, MalformedManifest, manifest_of, parse_manifest, parse_report, reopened,
+    verdict, with_report,
+)
+from console.domain.signing import SIGNATURE, SYSTEM, signature
+from console.domain.wire import Tally
+
+log = logging.getLogger(__name__)
+KEEP_BATCHES = 10_000  # lost batches whose events are kept (the oldest let go first)
+SINCE = timedelta(hours=24)  # how far back a keeper that starts reads the log
+VERIFY_AFTER = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds after a report at which the stream is read again
+NAMING = (EventKind.FAST_ATTRIBUTED, EventKind.FAST_COMMITTED, EventKind.BATCH_MESSAGES)  # more of a lost batch
+
+
+def manifest_event(manifest: Manifest, now: datetime) -> BatchEvent:
+    return BatchEvent(f"manifest.{manifest.id}.{manifest.version}", EventKind.MANIFEST, now, manifest.stream,
+                      manifest.batch, reason=manifest.state, detail=manifest.to_json().decode(), source=COLLECTOR,
+                      domain=manifest.domain)
+
+
+def manifest_in(event: BatchEvent) -> Manifest:
+    """The manifest a MANIFEST event holds; MalformedManifest for one that does not read."""
+    return parse_manifest((event.detail or "").encode())
+
+
+class ManifestKeeper:
+    def __init__(self, nc: Client, log_: EventLog, since: timedelta = SINCE):
+        self.nc, self.log, self.since = nc, log_, since
+        self.events: OrderedDict[str, list[BatchEvent]] = OrderedDict()  # batch id -> its events (lost ones)
+        self.manifests: dict[str, Manifest] = {}  # id -> the newest
+        self.written: dict[str, int] = {}  # id -> the newest version in the log
+        self.refused = Tally()  # reports and records that did not read
+        self.caught_up = False
+        self._checks: dict[str, asyncio.Task[None]] = {}
+        self.read_back: dict[str, int] = {}  # manifest id -> times its stream was read back after a report
+
+    # -- the log ----------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`: a follower that fails is started again (from SINCE: what it wrote is not written twice)."""
+        await self.log.wait_until_there()
+        reports = await self.nc.subscribe(f"{REPAIR_SUBJECT}.>", cb=self._on_report)
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                follower = asyncio.create_task(self._follow(await self.log.last_seq()))
+                await asyncio.wait([follower, stopping], return_when=asyncio.FIRST_COMPLETED)
+                if not follower.done():
+                    follower.cancel()
+                    break
+                if not follower.cancelled() and (error := follower.exception()) is not None:
+                    log.error("manifests: the event log's follower stopped (%s: %s); again in 5 s",
+                              type(error).__name__, str(error)[:200])
+                await asyncio.wait([stopping], timeout=5.0)
+        finally:
+            stopping.cancel()
+            for task in self._checks.values():
+                task.cancel()
+            await reports.unsubscribe()
+
+    async def _follow(self, target: int) -> None:
+        self.caught_up = target == 0
+        async for seq, event in self.log.follow(datetime.now(timezone.utc) - self.since):
+            if event is not None:
+                changed = self.apply(event)
+                if self.caught_up and changed is not None:
+                    await self.publish(changed)
+            if not self.caught_up and seq >= target:
+                self.caught_up = True  # what the log has no manifest of yet (a keeper that died before): now
+                for manifest in [m for m in self.manifests.values() if self.written.get(m.id, 0) < m.version]:
+                    await self.publish(manifest)
+
+    def apply(self, event: BatchEvent) -> Manifest | None:
+        """One event of the log: the manifest it changes (to write and publish), or None."""
+        if event.kind is EventKind.MANIFEST:
+            try:
+                recorded = manifest_in(event)
+            except MalformedManifest as e:
+                self.refused[e.reason[:100]] += 1
+                return None
+            self.written[recorded.id] = max(self.written.get(recorded.id, 0), recorded.version)
+            if recorded.version >= self.manifests.get(recorded.id, recorded).version:
+                self.manifests[recorded.id] = recorded
+            return None
+        batch = event.batch_id
+        if not batch or not (event.kind in EVIDENCE or event.kind in NAMING and batch in self.events):
+            return None
+        self.events.setdefault(batch, []).append(event)
+        self.events.move_to_end(batch)
+        while len(self.events) > KEEP_BATCHES:
+            self.events.popitem(last=False)
+        derived = manifest_of(self.events[batch])
+        if derived is None:
+            return None
+        known = self.manifests.get(derived.id)
+        if known is not None and known.same_loss(derived):
+            return None
+        fresh = derived if known is None else reopened(known, derived)
+        self.manifests[fresh.id] = fresh
+        return fresh
+
+    async def publish(self, manifest: Manifest) -> None:
+        """Into the log (a duplicate id: already there), then on the manifest subject, signed."""
+        now = datetime.now(timezone.utc)
+        appended = await self.log.append([manifest_event(manifest, now)])
+        if appended.refused:
+            log.warning("manifest %s not written: %s", manifest.id, appended.refused[0][1])
+            return
+        self.written[manifest.id] = max(self.written.get(manifest.id, 0), manifest.version)
+        body = manifest.to_json()
+        headers: dict[str, str] = {}
+        settings = self.log.settings
+        if settings.key is not None:
+            headers[SIGNATURE] = signature(settings.key, body, settings.system)
+            if settings.system is not None:
+                headers[SYSTEM] = settings.system
+        try:
+            await self.nc.publish(f"{SUBJECT}.{names.stream(manifest.stream)}", body, headers=headers)
+        except Exception as e:  # the log holds it; a publisher that missed it reads `manifests` or the API
+            log.warning("manifest %s not published: %s", manifest.id, e)
+
+    # -- repairs ----------------------------------------------------------------------------------
+
+    async def _on_report(self, msg: Msg) -> None:
+        try:
+            report = parse_report(msg.data)
+        except (MalformedManifest, MalformedEvent) as e:
+            self.refused[e.reason[:100]] += 1
+            return
+        manifest = self.manifests.get(report.id)
+        if manifest is None or msg.subject != f"{REPAIR_SUBJECT}.{manifest.stream}":
+            self.refused["a report of no manifest kept"] += 1
+            return
+        changed = with_report(manifest, report)
+        if changed is not manifest:
+            self.manifests[changed.id] = changed
+            await self.publish(changed)
+        if report.state == "resent" and report.id not in self._checks:
+            self._checks[report.id] = asyncio.create_task(self._verify(report.id))
+
+    async def _verify(self, manifest_id: str) -> None:
+        """The stream read back after a report, at growing intervals, until every missing message is there."""
+        try:
+            for wait in VERIFY_AFTER:
+                await asyncio.sleep(wait)
+                manifest = self.manifests[manifest_id]
+                try:
+                    counted = await repaired_seqs(self.nc, manifest.stream, manifest.batch,
+                                                  manifest.time - timedelta(seconds=5), manifest.domain)
+                except Exception as e:  # read again at the next interval
+                    log.warning("manifest %s: the stream not read back: %s", manifest_id, e)
+                    continue
+                self.read_back[manifest_id] = self.read_back.get(manifest_id, 0) + 1
+                judged = verdict(manifest, counted)
+                if judged is not manifest:
+                    self.manifests[manifest_id] = judged
+                    await self.publish(judged)
+                if judged.state == "repaired":
+                    return
+        finally:
+            self._checks.pop(manifest_id, None)

@@ -1,0 +1,189 @@
+"""Loss manifests and their repair, against a real nats-server, a real collector process and a probe that
+takes part (`--repair`): each kind of loss gets its manifest, exact against what the probe sent and what
+the stream holds; the probe sends again exactly what is missing; the console reads the stream back and
+calls it repaired only when every missing message is there once. Forged manifests and reports change
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from datetime import datetime, timedelta, timezone
+
+import nats
+import pytest
+
+from console.broker.eventlog import EventLog
+from console.broker.repair import MSG_ID, Repairer, SentWindow
+from console.config import DataSettings, Settings
+from console.domain.fast_ingest import GapMode
+from console.domain.manifests import REPAIR_OF, SUBJECT, Manifest, RepairReport, Span, manifest_id
+from console.domain.signing import SIGNATURE, signature
+from console.manifests import ManifestKeeper
+from console.probe import ProbeOptions, run_probe
+from tests.processes import CLI, wait_collecting
+from tests.waits import eventually
+
+
+def holds(check):
+    """An awaitable probe of a plain condition, for `eventually`."""
+    async def probe():
+        return check()
+    return probe
+
+
+@pytest.fixture(scope="module")
+def collector(server, tmp_path_factory):
+    data = tmp_path_factory.mktemp("manifests")
+    log = open(data / "collector.log", "w")
+    proc = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data), "--batch-timeout", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    wait_collecting(proc, data / "collector.log")
+    yield Settings(data=DataSettings(data_dir=data)).keyed_event_log(make=False)
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+@pytest.fixture
+async def keeper(server, collector):
+    nc = await nats.connect(server.url)
+    kept = ManifestKeeper(nc, EventLog.over(nc, collector))
+    stop = asyncio.Event()
+    task = asyncio.create_task(kept.run(stop))
+    await eventually(holds(lambda: kept.caught_up), what="the keeper following the log")
+    yield kept
+    stop.set()
+    await task
+    await nc.close()
+
+
+async def stored(nc, stream: str) -> list[tuple[int, dict]]:
+    """Every message of the stream as (stream seq, headers), read by the test itself."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    out = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        msg = await js.get_msg(stream, seq)
+        out.append((seq, msg.headers or {}))
+    return out
+
+
+@pytest.mark.parametrize("kind,gap_mode,expected_missing,kind_said,certainty", [
+    ("fast", GapMode.OK, [Span(5, 5)], "fast_gap", "exact"),
+    ("fast", GapMode.FAIL, [Span(5, None)], "fast_ended", "bounded"),
+    ("atomic", GapMode.FAIL, [Span(1, None)], "atomic_abandoned", "bounded"),
+])
+async def test_each_kind_of_loss_has_its_exact_manifest_and_is_repaired_once(server, collector, keeper, kind, gap_mode,
+                                                                             expected_missing, kind_said, certainty):
+    stream = f"MAN_{kind.upper()}_{gap_mode.value.upper()}"
+    nc = await nats.connect(server.url)
+    try:
+        options = ProbeOptions(kind, stream=stream, subject=f"{stream.lower()}.x", count=12, batch_size=12, flow=2,
+                               gap_mode=gap_mode, skip_seq=5, repair=True, repair_wait=60, timeout=3)
+        report = await run_probe(nc, options, repair_key=collector.key)
+        [outcome] = report.repairs
+        manifest = keeper.manifests[manifest_id(stream, report.batch_ids[0])]
+        assert (manifest.kind, list(manifest.missing), manifest.certainty) == (kind_said, expected_missing, certainty)
+        assert outcome.state == "repaired", (outcome, manifest)
+        messages = await stored(nc, stream)
+        # the truth: every batch sequence the probe published or meant to (the skipped one; in fail mode it stops
+        # where the server ended the batch) is in the stream exactly once
+        through = manifest.through or 12
+        assert report.messages_sent + 1 <= through <= 12
+        ids = [h.get(MSG_ID) for _, h in messages]
+        assert sorted(ids) == sorted(f"{report.batch_ids[0]}.{s}" for s in range(1, through + 1)), ids
+        resent = [h for _, h in messages if h.get(REPAIR_OF) == report.batch_ids[0]]
+        assert len(resent) == sum(len(s.seqs(12)) for s in manifest.found)
+    finally:
+        await nc.close()
+
+
+async def test_forged_manifests_make_the_publisher_send_nothing_and_forged_reports_repair_nothing(server, collector,
+                                                                                                  keeper):
+    stream = "MAN_FORGED"
+    nc = await nats.connect(server.url)
+    forger = await nats.connect(server.url)
+    try:
+        clean = await run_probe(nc, ProbeOptions("atomic", stream=stream, subject="man_forged.x", count=5, batch_size=5,
+                                                 repair=True, repair_wait=1))
+        assert clean.batches_committed == 1 and clean.repairs == []  # nothing lost, nothing waited for
+        batch = clean.batch_ids[0]
+        window = SentWindow()
+        for seq in range(1, 6):
+            window.keep(batch, seq, "man_forged.x", b"p", {}, stream)
+        window.committed(batch)
+        lost = "forged-lost-batch"
+        for seq in range(1, 4):
+            window.keep(lost, seq, "man_forged.x", b"p", {}, stream)
+        window.lost(lost, Span(2, 2))  # its own replies: only 2 was lost
+        window.settle(batch)
+        window.settle(lost)
+        unsigned = Repairer(nc, window, key=collector.key, streams=(stream,))
+        trusting = Repairer(nc, window, key=None, streams=(stream,))
+        await unsigned.start()
+        await trusting.start()
+
+        def forged(batch_id: str, missing: list) -> bytes:
+            return Manifest(manifest_id(stream, batch_id), stream, batch_id, "atomic_abandoned", tuple(missing),
+                            "exact", "forged", datetime.now(timezone.utc)).to_json()
+
+        before = (await nc.jetstream().stream_info(stream)).state.messages
+        await forger.publish(f"{SUBJECT}.{stream}", forged(batch, [Span(1, None)]))  # a committed batch
+        await forger.publish(f"{SUBJECT}.{stream}", forged(lost, [Span(1, 3)]))  # more than was lost
+        body = forged(lost, [Span(1, 3)])
+        await forger.publish(f"{SUBJECT}.{stream}", body, headers={SIGNATURE: signature(b"not the key", body)})
+        await forger.flush()
+        await eventually(holds(lambda: len(trusting.reports) == 2), what="the trusting publisher's two answers")
+        assert trusting.reports[manifest_id(stream, batch)].state == "not_repairable"
+        said = trusting.reports[manifest_id(stream, lost)]
+        assert (said.state, said.resent) == ("resent", (Span(2, 2),)), "only what its own replies said was lost"
+        assert unsigned.reports == {} and sum(unsigned.refused.values()) == 3  # none signed with the key
+        assert (await nc.jetstream().stream_info(stream)).state.messages == before + 1  # seq 2 of `lost`, once
+        heard = trusting.heard
+        await forger.publish(f"{SUBJECT}.{stream}", forged(lost, [Span(1, 3)]))  # again: sent again never twice
+        await forger.flush()
+        await eventually(holds(lambda: trusting.heard > heard), what="the second copy heard")
+        assert (await nc.jetstream().stream_info(stream)).state.messages == before + 1
+
+        # a report any client can publish: the console checks the stream, and it holds nothing resent
+        real = clean.batch_ids[0]
+        keeper.manifests[manifest_id(stream, real)] = Manifest(
+            manifest_id(stream, real), stream, real, "atomic_abandoned", (Span(1, 5),), "exact", "a test",
+            datetime.now(timezone.utc) - timedelta(seconds=1))
+        await forger.publish(f"repair.{stream}", b"{}")
+        report = RepairReport(manifest_id(stream, real), stream, real, "resent", (Span(1, 5),), "trust me", 5)
+        await forger.publish(f"batch_console.repair.{stream}", report.to_json())
+        await eventually(holds(lambda: keeper.manifests[manifest_id(stream, real)].state == "resent"), what="the claim kept")
+        await eventually(holds(lambda: keeper.read_back.get(manifest_id(stream, real), 0) >= 2),
+                         what="the stream read back twice")
+        assert keeper.manifests[manifest_id(stream, real)].state == "resent", "a claim alone repairs nothing"
+        await unsigned.stop()
+        await trusting.stop()
+    finally:
+        await nc.close()
+        await forger.close()
+
+
+async def test_a_batch_the_publisher_no_longer_holds_is_not_repairable_and_says_why(server, collector, keeper):
+    stream = "MAN_GONE"
+    nc = await nats.connect(server.url)
+    try:
+        options = ProbeOptions("atomic", stream=stream, subject="man_gone.x", count=6, batch_size=6, skip_seq=3,
+                               repair=True, repair_wait=30, timeout=3)
+        window = SentWindow(max_messages=1)
+        for batch in ("older-1", "older-2"):  # what the probe's batch is pushed out by, in a window of one message
+            window.keep(batch, 1, "man_gone.x", b"p", {}, stream)
+        repairer = Repairer(nc, window, collector.key, (stream,))
+        await repairer.start()
+        window.keep("gone-batch", 1, "man_gone.x", b"p", {}, stream)
+        window.keep("newest", 1, "man_gone.x", b"p", {}, stream)
+        assert "gone-batch" not in window.batches and "gone-batch" in window.published
+        manifest = Manifest(manifest_id(stream, "gone-batch"), stream, "gone-batch", "atomic_abandoned",
+                            (Span(1, None),), "bounded", "a test", datetime.now(timezone.utc))
+        said = await repairer.repair(manifest)
+        assert said.state == "not_repairable" and "no longer held" in said.why
+        await repairer.stop()
+        report = await run_probe(nc, options, repair_key=collector.key)  # and through the console: repaired
+        assert [r.state for r in report.repairs] == ["repaired"]
+    finally:
+        await nc.close()
