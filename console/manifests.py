@@ -14,18 +14,14 @@ import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-
-from console.broker import names
+from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
-from console.broker.repair import repaired_seqs
+from console.broker.repair import follow_reports, publish_manifest, repaired_seqs, stop_following
 from console.domain.events import COLLECTOR, BatchEvent, EventKind, MalformedEvent
 from console.domain.manifests import (
-    EVIDENCE, REPAIR_SUBJECT, SUBJECT, Manifest, MalformedManifest, manifest_of, parse_manifest, parse_report, reopened,
-    verdict, with_report,
+    EVIDENCE, READ_KINDS, REPAIR_SUBJECT, Manifest, MalformedManifest, manifest_in, manifest_of, manifests_of, parse_report,
+    reopened, verdict, with_report,
 )
-from console.domain.signing import SIGNATURE, SYSTEM, signature
 from console.domain.wire import Tally
 
 log = logging.getLogger(__name__)
@@ -41,13 +37,18 @@ def manifest_event(manifest: Manifest, now: datetime) -> BatchEvent:
                       domain=manifest.domain)
 
 
-def manifest_in(event: BatchEvent) -> Manifest:
-    """The manifest a MANIFEST event holds; MalformedManifest for one that does not read."""
-    return parse_manifest((event.detail or "").encode())
+async def read_manifests(log_: EventLog, since: datetime, until: datetime | None = None) -> list[Manifest]:
+    """The manifests of the losses between two times (each kind read on its own subjects: the log's
+    committed batches, most of it, are not read)."""
+    until = until or datetime.now(timezone.utc)
+    reads = await asyncio.gather(*(log_.window(since, until, f"{kind.value}.>", idle_timeout=0.5)
+                                   for kind in READ_KINDS))
+    events = sorted((pair for found in reads for pair in found), key=lambda pair: pair[0])
+    return manifests_of([e for _, e in events])
 
 
 class ManifestKeeper:
-    def __init__(self, nc: Client, log_: EventLog, since: timedelta = SINCE):
+    def __init__(self, nc: Connection, log_: EventLog, since: timedelta = SINCE):
         self.nc, self.log, self.since = nc, log_, since
         self.events: OrderedDict[str, list[BatchEvent]] = OrderedDict()  # batch id -> its events (lost ones)
         self.manifests: dict[str, Manifest] = {}  # id -> the newest
@@ -62,7 +63,7 @@ class ManifestKeeper:
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`: a follower that fails is started again (from SINCE: what it wrote is not written twice)."""
         await self.log.wait_until_there()
-        reports = await self.nc.subscribe(f"{REPAIR_SUBJECT}.>", cb=self._on_report)
+        reports = await follow_reports(self.nc, self._on_report)
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -79,7 +80,7 @@ class ManifestKeeper:
             stopping.cancel()
             for task in self._checks.values():
                 task.cancel()
-            await reports.unsubscribe()
+            await stop_following(reports)
 
     async def _follow(self, target: int) -> None:
         self.caught_up = target == 0
@@ -130,28 +131,21 @@ class ManifestKeeper:
             log.warning("manifest %s not written: %s", manifest.id, appended.refused[0][1])
             return
         self.written[manifest.id] = max(self.written.get(manifest.id, 0), manifest.version)
-        body = manifest.to_json()
-        headers: dict[str, str] = {}
-        settings = self.log.settings
-        if settings.key is not None:
-            headers[SIGNATURE] = signature(settings.key, body, settings.system)
-            if settings.system is not None:
-                headers[SYSTEM] = settings.system
         try:
-            await self.nc.publish(f"{SUBJECT}.{names.stream(manifest.stream)}", body, headers=headers)
+            await publish_manifest(self.nc, manifest, self.log.settings.key, self.log.settings.system)
         except Exception as e:  # the log holds it; a publisher that missed it reads `manifests` or the API
             log.warning("manifest %s not published: %s", manifest.id, e)
 
     # -- repairs ----------------------------------------------------------------------------------
 
-    async def _on_report(self, msg: Msg) -> None:
+    async def _on_report(self, subject: str, data: bytes) -> None:
         try:
-            report = parse_report(msg.data)
+            report = parse_report(data)
         except (MalformedManifest, MalformedEvent) as e:
             self.refused[e.reason[:100]] += 1
             return
         manifest = self.manifests.get(report.id)
-        if manifest is None or msg.subject != f"{REPAIR_SUBJECT}.{manifest.stream}":
+        if manifest is None or subject != f"{REPAIR_SUBJECT}.{manifest.stream}":
             self.refused["a report of no manifest kept"] += 1
             return
         changed = with_report(manifest, report)

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from pydantic import Field
 
 READS = ("losses", "incident", "incident_report", "checks", "budgets", "canary", "streams", "systems", "conformance",
-         "history", "maintenance_plan", "maintenance_job", "consumers_lag")
+         "history", "maintenance_plan", "maintenance_job", "consumers_lag", "loss_manifests")
 WRITES = ("edit_stream", "mute_rule", "unmute_rule", "drain_node_job", "restart_node_job")
 METHODS = ("get", "post", "put", "patch", "delete")
 MAX_DESCRIPTION = 1000

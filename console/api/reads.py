@@ -115,7 +115,8 @@ def reads(ctx: Context) -> APIRouter:
                 "messages": [{"place": m.place, "batch_seq": m.seq, "subject": m.subject, "headers": dict(m.headers),
                               "text": m.text, "about": m.about, "problem": m.problem}
                              for m in ctx.messages(runtime, found, who)],
-                "messages_missing_why": None if found.messages else no_messages_why(found)}
+                "messages_missing_why": None if found.messages else no_messages_why(found),
+                "manifest": {k: v for k, v in found.manifest.as_json().items() if k != "v"} if found.manifest else None}
 
     @api.get("/budgets", response_model=list[BudgetOut], tags=["budgets"])
     async def budgets(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[BudgetOut]:

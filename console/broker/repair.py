@@ -16,7 +16,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Awaitable, Callable, Mapping
 
 import nats.errors
 from nats.aio.client import Client
@@ -31,7 +31,7 @@ from console.domain.manifests import (
     REPAIR_OF, REPAIR_SEQ, REPAIR_SUBJECT, SUBJECT, Manifest, MalformedManifest, RepairReport, Span, merged,
     parse_manifest,
 )
-from console.domain.signing import forgery
+from console.domain.signing import SIGNATURE, SYSTEM, forgery, signature
 from console.domain.wire import Tally
 
 log = logging.getLogger(__name__)
@@ -229,6 +229,32 @@ class Repairer:
             return bool((await self.nc.jetstream().stream_info(stream)).config.allow_atomic)
         except Exception:  # not readable: one by one, which every stream takes
             return False
+
+
+async def follow_reports(nc: Client, on_report: Callable[[str, bytes], Awaitable[None]]) -> Subscription:
+    """Every publisher's repair report, as (subject, body): the console's side of the protocol."""
+    async def each(msg: Msg) -> None:
+        await on_report(msg.subject, msg.data)
+
+    return await nc.subscribe(f"{REPAIR_SUBJECT}.>", cb=each)
+
+
+async def publish_manifest(nc: Client, manifest: Manifest, key: bytes | None, system: str | None) -> None:
+    """A manifest on `batch_console.manifest.<stream>`, signed with the event key (as the log's records are)."""
+    body = manifest.to_json()
+    headers: dict[str, str] = {}
+    if key is not None:
+        headers[SIGNATURE] = signature(key, body, system)
+        if system is not None:
+            headers[SYSTEM] = system
+    await nc.publish(f"{SUBJECT}.{names.stream(manifest.stream)}", body, headers=headers)
+
+
+async def stop_following(sub: Subscription) -> None:
+    try:
+        await sub.unsubscribe()
+    except nats.errors.Error:
+        pass
 
 
 async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,

@@ -11,6 +11,7 @@ from console.domain.display import Clock, md
 from console.domain.wire import printable
 from console.domain.kept_messages import KeptMessage, ShownMessage, kept_messages
 from console.domain.publisher import Publisher
+from console.domain.manifests import Manifest, manifests_of
 from console.domain.events import (
     ATOMIC_KINDS,
     LOST_KINDS,
@@ -23,7 +24,8 @@ from console.domain.events import (
 )
 
 LOSS_KINDS = (*LOST_KINDS, EventKind.FAST_GAP)  # a gap in ok mode loses messages, not the batch
-NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.FAST_PROGRESS, EventKind.BATCH_MESSAGES)
+NOT_CONTEXT = (EventKind.COLLECTOR_STATUS, EventKind.CONFORMANCE, EventKind.FAST_PROGRESS, EventKind.BATCH_MESSAGES,
+               EventKind.MANIFEST)
 AROUND = timedelta(minutes=5)
 
 
@@ -36,6 +38,7 @@ class Incident:
     folded: tuple[tuple[str, int], ...] = ()  # the rest of the window, counted: ("flow changes on other streams", 214)
     messages: tuple[KeptMessage, ...] = ()  # its first and last, as the publish side saw them (when tapped)
     messages_problem: str | None = None  # a BATCH_MESSAGES event that could not be read
+    manifest: Manifest | None = None  # what exactly it is missing, and its repair (console.domain.manifests)
 
     @property
     def start(self) -> datetime:
@@ -57,7 +60,8 @@ def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = 
     if not losses:
         return None
     loss = min(losses, key=lambda e: (LOSS_KINDS.index(e.kind), e.time))
-    own = tuple(e for e in events if e.batch_id == batch_id and e is not loss and e.kind is not EventKind.BATCH_MESSAGES)
+    own = tuple(e for e in events if e.batch_id == batch_id and e is not loss
+                and e.kind not in (EventKind.BATCH_MESSAGES, EventKind.MANIFEST))
     messages, problem = _kept(e for e in events if e.batch_id == batch_id and e.kind is EventKind.BATCH_MESSAGES)
     if loss.stream is None and (named := next((e.stream for e in own if e.stream), None)):
         loss = replace(loss, stream=named)  # a later event of the batch (its PubAck's) names the stream
@@ -65,8 +69,17 @@ def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = 
     nearby = [e for e in events if e.batch_id != batch_id and e.kind not in NOT_CONTEXT and start <= e.time <= end]
     context = tuple(e for e in nearby if _bears_on(e, loss))
     folded = Counter(_folded_as(e) for e in nearby if not _bears_on(e, loss))
+    manifest = next(iter(manifests_of([e for e in events if e.batch_id == batch_id])), None)
     return Incident(loss, own, context, around, tuple(sorted(folded.items(), key=lambda f: (-f[1], f[0]))),
-                    messages, problem)
+                    messages, problem, manifest)
+
+
+def manifest_lines(manifest: Manifest) -> list[str]:
+    """What the batch is missing and its repair, in words (a page's paragraph, a report's section)."""
+    return [f"Missing: batch sequence(s) {manifest.missing_text()} ({manifest.certainty}): {manifest.rests_on}.",
+            f"Repair: {manifest.state.replace('_', ' ')}" + (f" ({manifest.why})" if manifest.why else "")
+            + (f"; sent again: {', '.join(s.text() for s in manifest.resent)}" if manifest.resent else "")
+            + (f"; read back once: {', '.join(s.text() for s in manifest.found)}" if manifest.found else "") + "."]
 
 
 def _kept(events: Iterable[BatchEvent]) -> tuple[tuple[KeptMessage, ...], str | None]:
@@ -195,6 +208,9 @@ def incident_report(incident: Incident, replay_link: str | None = None, clock: C
         lines.append(f"- **Stream messages in the window**: <{replay_link}>")
     if advice:
         lines += ["", "## What to do", "", md(advice)]
+    if incident.manifest is not None:
+        lines += ["", f"## What is missing (manifest {incident.manifest.id})", ""]
+        lines += [f"- {md(line)}" for line in manifest_lines(incident.manifest)]
     lines += ["", f"## Timeline ({incident.around.total_seconds() / 60:g} minutes either side)", "",
               "| time | stream | event |", "|---|---|---|"]
     lines += [f"| {clock.when(t, fraction=True)} | {md(s)} | {'**' + md(what) + '**' if own else md(what)} |"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable
 
-from console.domain.events import LOST_KINDS, BatchEvent, EventKind, MalformedEvent
+from console.domain.events import BatchEvent, EventKind, MalformedEvent
 from console.domain.kept_messages import kept_messages
 from console.domain.wire import (
     INT64_MAX, MalformedInput, bounded_int, bounded_text, bounded_time, load_object, stream_name_problem,
@@ -42,6 +42,8 @@ _KIND_OF = {EventKind.ATOMIC_ABANDONED: "atomic_abandoned", EventKind.ATOMIC_LOS
             EventKind.FAST_ENDED_EARLY: "fast_ended", EventKind.FAST_LOST: "fast_lost",
             EventKind.FAST_DROPPED: "fast_dropped", EventKind.FAST_GAP: "fast_gap", EventKind.FAST_ERROR: "fast_error"}
 EVIDENCE = tuple(_KIND_OF)  # the events a manifest rests on
+# what a manifest is read back from: its evidence, what names a batch's stream or size, its records
+READ_KINDS = (*EVIDENCE, EventKind.FAST_ATTRIBUTED, EventKind.BATCH_MESSAGES, EventKind.MANIFEST)
 
 
 class MalformedManifest(MalformedInput):
@@ -363,6 +365,31 @@ def parse_report(data: bytes) -> RepairReport:
                         _text(obj.get("why", ""), "why", 500), through)
 
 
-def is_loss(event: BatchEvent) -> bool:
-    """An event a manifest rests on (an ok-mode gap or refusal too: its messages are lost, not the batch)."""
-    return event.kind in EVIDENCE and event.kind in (*LOST_KINDS, EventKind.FAST_GAP, EventKind.FAST_ERROR)
+def manifest_in(event: BatchEvent) -> Manifest:
+    """The manifest a MANIFEST event holds; MalformedManifest for one that does not read."""
+    return parse_manifest((event.detail or "").encode())
+
+
+def manifests_of(events: list[BatchEvent]) -> list[Manifest]:
+    """The manifests a run of the log holds: each one's newest MANIFEST record, and for a loss no console
+    kept a manifest of (its alerts part was not running) the one its events make, its why saying so;
+    newest loss first."""
+    by_batch: dict[str, list[BatchEvent]] = {}
+    recorded: dict[str, Manifest] = {}
+    for event in events:
+        if event.kind is EventKind.MANIFEST:
+            try:
+                m = manifest_in(event)
+            except MalformedManifest:
+                continue
+            if m.id not in recorded or m.version > recorded[m.id].version:
+                recorded[m.id] = m
+        elif event.batch_id and event.kind in READ_KINDS:
+            by_batch.setdefault(event.batch_id, []).append(event)
+    found = dict(recorded)
+    for batch_events in by_batch.values():
+        derived = manifest_of(batch_events)
+        if derived is not None and derived.id not in found:
+            found[derived.id] = replace(derived, why="not kept by a console (no alerts part ran): derived from "
+                                                     "the event log now")
+    return sorted(found.values(), key=lambda m: m.time, reverse=True)

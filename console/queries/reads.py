@@ -18,6 +18,7 @@ from console.queries.sight import Sight
 if TYPE_CHECKING:
     from console.domain.budgets import BudgetStatus, Objective
     from console.domain.incident import Incident
+    from console.domain.manifests import Manifest
     from console.fleet import Fleet
     from console.runtime import Runtime
 
@@ -122,6 +123,13 @@ class SystemReads(Reads):
         spent = [r for r in losses_in(history.engine, now - objective.window, now)  # the batches it covers lost,
                  if objective.covers(r["stream"], r["publisher"].split(", ")[0] or None)]  # and fast ones' gaps
         return self.sight.keep(spent, lambda r: r["stream"])[:limit]
+
+    async def manifests(self, since: datetime, stream: str | None = None) -> list[Manifest]:
+        """The loss manifests since a time (of one stream, when given) of the streams the reader sees."""
+        from console.manifests import read_manifests
+
+        found = await read_manifests(self.runtime.live.log, since)
+        return [m for m in found if self.sight.sees(m.stream) and (stream is None or m.stream == stream)]
 
     async def incident(self, batch_id: str, *args: Any, **kwargs: Any) -> Incident | None:
         """One lost batch's incident; another team's is as if there were none."""

@@ -14,7 +14,9 @@ import param
 from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
 from console.domain.events import EventKind
-from console.domain.incident import Incident, describe, folded_lines, incident_report, no_messages_why, timeline_rows
+from console.domain.incident import (
+    Incident, describe, folded_lines, incident_report, manifest_lines, no_messages_why, timeline_rows,
+)
 from console.domain.kept_messages import ShownMessage
 from console.ui.conformance import conformance_line
 from console.commands import ExportReport
@@ -136,6 +138,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             + (f"<br>{conformance_line(self.verdict)}" if self.verdict else "")
             + f"<br>{replay}</p>"
             + (f"<p><b>What to do</b><br>{e(todo)}</p>" if (todo := self.advice(incident)) else "")
+            + (f"<p><b>What is missing</b> (manifest {e(incident.manifest.id)})<br>"
+               + "<br>".join(e(line) for line in manifest_lines(incident.manifest)) + "</p>" if incident.manifest else "")
             + f"<p><b>What the tap saw</b><br>{tap}</p>"
             + messages_html(self._payloads.kept(incident), incident)
             + f"<p>{len(incident.context)} event(s) of this stream, leader elections and blind windows within "

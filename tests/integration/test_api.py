@@ -206,11 +206,24 @@ def test_losses_incident_and_report_say_what_live_holds(console):
     incident = call(console, "GET", "/incidents/api-loss").json()
     assert incident["stream"] == "API_LOSS" and incident["reason"] == "timeout"
     assert incident["messages"] == [] and "--tap-publish-side" in incident["messages_missing_why"]  # not tapped here
+    assert (incident["manifest"]["missing"], incident["manifest"]["state"]) == ([[1, None]], "open")
     report = call(console, "GET", "/incidents/api-loss/report")
     assert report.status_code == 200 and report.text.startswith("# Incident: batch api-loss")
 
 
+def test_a_lost_batch_s_manifest_says_what_is_missing_and_another_team_sees_none(console):
+    poll_until(lambda: call(console, "GET", "/losses?stream=API_LOSS").json()["total"] == 1, 30, "the loss")
+    [manifest] = call(console, "GET", "/manifests?stream=API_LOSS").json()["manifests"]
+    assert (manifest["batch"], manifest["kind"], manifest["missing"], manifest["certainty"]) == (
+        "api-loss", "atomic_abandoned", [[1, None]], "bounded")  # not tapped: the whole batch, its size unknown
+    assert manifest["state"] == "open" and "not kept by a console" in manifest["why"]  # this console runs no alerts part
+    assert call(console, "GET", "/manifests", "team").json()["manifests"] == []  # API_LOSS is not the team's
+
+
 @pytest.mark.parametrize("method, path, body, status", [
+    ("GET", "/manifests?stream=a.b", None, 422),
+    ("GET", "/manifests?since=yesterday", None, 422),
+    ("GET", "/manifests?stream=" + "s" * 300, None, 422),
     ("GET", "/streams/" + "X" * 300, None, 422),
     ("GET", "/streams/A%00B", None, 422),
     ("GET", "/streams/A.B", None, 422),

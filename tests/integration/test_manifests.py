@@ -7,15 +7,18 @@ nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import nats
 import pytest
 
 from console.broker.eventlog import EventLog
 from console.broker.repair import MSG_ID, Repairer, SentWindow
-from console.config import DataSettings, Settings
+from console.config import DataSettings, EventLogSettings, Settings
 from console.domain.fast_ingest import GapMode
 from console.domain.manifests import REPAIR_OF, SUBJECT, Manifest, RepairReport, Span, manifest_id
 from console.domain.signing import SIGNATURE, signature
@@ -32,6 +35,16 @@ def holds(check):
     return probe
 
 
+@dataclass(frozen=True)
+class Collected:
+    log: EventLogSettings
+    data_dir: Path
+
+    @property
+    def key(self) -> bytes | None:
+        return self.log.key
+
+
 @pytest.fixture(scope="module")
 def collector(server, tmp_path_factory):
     data = tmp_path_factory.mktemp("manifests")
@@ -39,7 +52,7 @@ def collector(server, tmp_path_factory):
     proc = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data), "--batch-timeout", "1"],
                             stdout=log, stderr=subprocess.STDOUT)
     wait_collecting(proc, data / "collector.log")
-    yield Settings(data=DataSettings(data_dir=data)).keyed_event_log(make=False)
+    yield Collected(Settings(data=DataSettings(data_dir=data)).keyed_event_log(make=False), data)
     proc.terminate()
     proc.wait(timeout=60)
 
@@ -47,7 +60,7 @@ def collector(server, tmp_path_factory):
 @pytest.fixture
 async def keeper(server, collector):
     nc = await nats.connect(server.url)
-    kept = ManifestKeeper(nc, EventLog.over(nc, collector))
+    kept = ManifestKeeper(nc, EventLog.over(nc, collector.log))
     stop = asyncio.Event()
     task = asyncio.create_task(kept.run(stop))
     await eventually(holds(lambda: kept.caught_up), what="the keeper following the log")
@@ -187,3 +200,31 @@ async def test_a_batch_the_publisher_no_longer_holds_is_not_repairable_and_says_
         assert [r.state for r in report.repairs] == ["repaired"]
     finally:
         await nc.close()
+
+
+async def test_the_cli_lists_each_manifest_with_its_repair_as_json_and_as_a_table(server, collector, keeper):
+    stream = "MAN_CLI"
+    nc = await nats.connect(server.url)
+    try:
+        report = await run_probe(nc, ProbeOptions("fast", stream=stream, subject="man_cli.x", count=20, flow=2,
+                                                  gap_mode=GapMode.OK, skip_seq=7, repair=True, timeout=3),
+                                 repair_key=collector.key)
+        assert [r.state for r in report.repairs] == ["repaired"]
+    finally:
+        await nc.close()
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([CLI, "manifests", *args, "--server", server.url, "--data-dir", str(collector.data_dir)],
+                              capture_output=True, text=True, timeout=120)
+
+    listed = cli("--stream", stream, "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    [m] = json.loads(listed.stdout)
+    assert (m["stream"], m["batch"], m["kind"], m["missing"], m["state"]) == (
+        stream, report.batch_ids[0], "fast_gap", [[7, 7]], "repaired")
+    assert set(m) >= {"publisher", "why", "certainty", "rests_on", "resent", "found"}
+    table = cli("--stream", stream)
+    assert f"{report.batch_ids[0]}" in table.stdout and " 7 " in table.stdout and "repaired" in table.stdout
+    refused = cli("--stream", "a.b")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert cli("--since", "soon").returncode != 0

@@ -21,12 +21,13 @@ from tests.waits import poll_until
 from tests.processes import CLI
 
 READS = {"losses", "incident", "incident_report", "checks", "streams", "systems", "conformance", "history", "search",
-         "budgets", "canary", "maintenance_plan", "maintenance_job", "consumers_lag"}
+         "budgets", "canary", "maintenance_plan", "maintenance_job", "consumers_lag", "loss_manifests"}
 WRITES = {"edit_stream", "mute_rule", "unmute_rule", "drain_node_job", "restart_node_job"}
 CALLS = {"losses": {"stream": "API_LOSS"}, "incident": {"batch_id": "api-loss"},
          "incident_report": {"batch_id": "api-loss"}, "checks": {}, "streams": {}, "systems": {}, "conformance": {},
          "history": {"table": "abandoned_batches"}, "search": {"stream": "TEAM_A", "where": "payload.n >= 1"},
-         "budgets": {}, "canary": {}, "maintenance_plan": {"node": "nowhere", "watch": 0}, "consumers_lag": {}}
+         "budgets": {}, "canary": {}, "maintenance_plan": {"node": "nowhere", "watch": 0}, "consumers_lag": {},
+         "loss_manifests": {"stream": "API_LOSS"}}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,8 @@ def test_every_read_tool_answers_as_the_tokens_role_and_changes_nothing(console,
     assert '"batch_id":"api-loss"' in found["losses"] and found["incident_report"].startswith("# Incident: batch api-loss")
     assert '"TEAM_A"' in found["streams"] and '"OTHER"' in found["streams"]
     assert json.loads(found["consumers_lag"])["consumers"] == []  # the seeded streams have none
+    [manifest] = json.loads(found["loss_manifests"])["manifests"]
+    assert (manifest["batch"], manifest["missing"]) == ("api-loss", [[1, None]])
     assert json.loads(found["conformance"]) == [] and json.loads(found["history"]) == []  # no analytics run here
     search = json.loads(found["search"])
     assert search["state"] == "done" and search["matched"] == 2 and SECRET not in found["search"]
