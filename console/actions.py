@@ -82,7 +82,9 @@ class Actions:
         """Do the command's work unless it is refused; its attempt recorded before, its outcome after.
         The error that refused or failed it is raised again for the caller to show."""
         name, target, diff = command.name, command.target, command.diff()
-        if (why := self._refusal(command, command.on_stream)) is not None:
+        why = next((w for stream in (command.on_stream, *command.also_on_streams)
+                    if (w := self._refusal(command, stream)) is not None), None)
+        if why is not None:
             outcome, reason = why
             await self._record_refusal(name, target, outcome, reason, diff)
             if outcome == Outcome.READ_ONLY:

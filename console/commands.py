@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from console.domain.maintenance import Restart
     from console.domain.maintenance import Plan
     from console.probe import ProbeOptions, ProbeReport
+    from console.broker.publish import Republished
+    from console.domain.replies import PubAck
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -116,6 +118,11 @@ class Command(Generic[T]):
     def on_stream(self) -> str | None:
         """The stream it acts on, for the roles' per-stream grants (None: no one stream)."""
         return None
+
+    @property
+    def also_on_streams(self) -> tuple[str, ...]:
+        """More streams it acts on (a republish's target), each checked as `on_stream` is."""
+        return ()
 
     def diff(self) -> dict[str, list[Any]] | None:
         return None
@@ -339,6 +346,69 @@ class DeleteConsumer(ConsumerCommand[None]):
 
     async def execute(self, services: Services, asker: Asker) -> None:
         await self.admin(services).delete(self.stream, self.consumer)
+
+
+@dataclass
+class PublishMessage(Command["PubAck"]):
+    """One message with headers on a subject of a stream (console.domain.publishing says which): the
+    server's PubAck, or its refusal."""
+
+    name, role, changes_server = "message.publish", "operator", True
+    records = "the stream, the subject, the headers' names and the payload's size (never its bytes)"
+    stream: str
+    subject: str
+    payload: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def on_stream(self) -> str:
+        return self.stream
+
+    @property
+    def target(self) -> str:
+        names_ = ",".join(k for k, _ in self.headers)
+        return f"{self.stream} {self.subject} ({len(self.payload):,} bytes" + (f"; headers {names_}" if names_ else "") + ")"
+
+    def said(self, result: PubAck) -> str:
+        return f"stored as {result.stream} seq {result.seq}" + (" (a duplicate: not stored again)" if result.duplicate else "")
+
+    async def execute(self, services: Services, asker: Asker) -> PubAck:
+        return await required(services.streams, "streams").publish(self.stream, self.subject, self.payload, self.headers)
+
+
+@dataclass
+class RepublishMessages(Command["list[Republished]"]):
+    """A stream's stored messages first..last published again on a subject of a stream (each once within
+    the duplicate window): the server's answer for each."""
+
+    name, role, changes_server = "message.republish", "operator", True
+    records = "the range, and the stream and subject it went to"
+    stream: str
+    first: int
+    last: int
+    to_stream: str
+    to_subject: str
+
+    @property
+    def on_stream(self) -> str:
+        return self.stream
+
+    @property
+    def also_on_streams(self) -> tuple[str, ...]:
+        return (self.to_stream,)
+
+    @property
+    def target(self) -> str:
+        return f"{self.stream} seq {self.first}-{self.last} to {self.to_stream} {self.to_subject}"
+
+    def said(self, result: list[Republished]) -> str:
+        stored = sum(1 for r in result if r.stored_as)
+        return f"{stored} stored, {sum(r.duplicate for r in result)} duplicates, " \
+               f"{sum(r.problem is not None for r in result)} not republished"
+
+    async def execute(self, services: Services, asker: Asker) -> list[Republished]:
+        return await required(services.streams, "streams").republish(self.stream, self.first, self.last,
+                                                                       self.to_stream, self.to_subject)
 
 
 @dataclass

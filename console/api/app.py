@@ -23,7 +23,7 @@ from console.api.oidc_tokens import AccessTokens
 from console.api.problems import Problem, problem
 from console.api.reads import reads
 from console.api.consumers import consumers
-from console.api.manifests import manifests
+from console.api.repair import repair
 from console.api.tokens import TokenStore
 from console.fleet import Fleet
 
@@ -40,7 +40,7 @@ def make_api(fleet: Fleet, tokens: TokenStore, access_tokens: AccessTokens | Non
     api.include_router(changes(ctx), prefix=API)
     api.include_router(maintenance(ctx), prefix=API)
     api.include_router(consumers(ctx), prefix=API)
-    api.include_router(manifests(ctx), prefix=API)
+    api.include_router(repair(ctx), prefix=API)
 
     @api.exception_handler(Problem)
     async def on_problem(request: Request, e: Problem) -> JSONResponse:

@@ -11,8 +11,10 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, PersistMode, StreamInfo
 
 from console.broker import names
+from console.broker.publish import Republished, publish_one, republish
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
+from console.domain.replies import PubAck
 from console.domain.checks import StreamFacts, StreamPage
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import EDITABLE, StreamBatchSettings
@@ -92,6 +94,18 @@ class StreamAdmin:
         if self.read_only:
             raise ReadOnlyError("read-only mode: stream leaders are not stepped down")
         await leader_step_down(self.nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{names.stream(name)}", preferred)
+
+    async def publish(self, stream: str, subject: str, payload: bytes, headers: tuple[tuple[str, str], ...]) -> PubAck:
+        """One message on a subject of the stream (console.broker.publish)."""
+        if self.read_only:
+            raise ReadOnlyError("read-only mode: nothing is published")
+        return await publish_one(self.nc, stream, subject, payload, headers)
+
+    async def republish(self, stream: str, first: int, last: int, to_stream: str, to_subject: str) -> list[Republished]:
+        """Stored messages again on a subject (console.broker.publish)."""
+        if self.read_only:
+            raise ReadOnlyError("read-only mode: nothing is published")
+        return await republish(self.nc, stream, first, last, to_stream, to_subject)
 
     async def apply(self, name: str, **changes: Any) -> StreamBatchSettings:
         """Update the stream with these batch settings; Refusal carries the server's answer."""

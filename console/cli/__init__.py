@@ -9,7 +9,7 @@ import logging
 import sys
 
 # each module registers its subcommands, in the order `--help` lists them
-from console.cli import embedded, collect, analytics, alerts, reports, access, consumers, manifests  # noqa: F401
+from console.cli import embedded, collect, analytics, alerts, reports, access, consumers, repair  # noqa: F401
 from console.cli.base import SUBCOMMANDS
 from console.config import Settings, add_flags, beside_up, load
 from console.errors import ConsoleError
