@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 KEEP_BATCHES = 10_000  # lost batches whose events are kept (the oldest let go first)
 SINCE = timedelta(hours=24)  # how far back a keeper that starts reads the log
 VERIFY_AFTER = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds after a report at which the stream is read again
-NAMING = (EventKind.FAST_ATTRIBUTED, EventKind.FAST_COMMITTED, EventKind.BATCH_MESSAGES)  # more of a lost batch
+NAMING = (EventKind.FAST_ATTRIBUTED, EventKind.BATCH_MESSAGES)  # more of a lost batch: its stream, its size
+CATCH_UP = 2.0  # seconds without a record after which a keeper that starts has read the log's backlog
 
 
 def manifest_event(manifest: Manifest, now: datetime) -> BatchEvent:
@@ -67,7 +68,7 @@ class ManifestKeeper:
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                follower = asyncio.create_task(self._follow(await self.log.last_seq()))
+                follower = asyncio.create_task(self._follow())
                 await asyncio.wait([follower, stopping], return_when=asyncio.FIRST_COMPLETED)
                 if not follower.done():
                     follower.cancel()
@@ -82,17 +83,35 @@ class ManifestKeeper:
                 task.cancel()
             await stop_following(reports)
 
-    async def _follow(self, target: int) -> None:
-        self.caught_up = target == 0
-        async for seq, event in self.log.follow(datetime.now(timezone.utc) - self.since):
-            if event is not None:
-                changed = self.apply(event)
-                if self.caught_up and changed is not None:
-                    await self.publish(changed)
-            if not self.caught_up and seq >= target:
-                self.caught_up = True  # what the log has no manifest of yet (a keeper that died before): now
-                for manifest in [m for m in self.manifests.values() if self.written.get(m.id, 0) < m.version]:
-                    await self.publish(manifest)
+    async def _follow(self) -> None:
+        """The log's losses and manifests (the server sends no other kind) from SINCE, then live; caught up
+        at the first record with none waiting after it, or when none comes within CATCH_UP seconds."""
+        self.caught_up = False
+        records = self.log.follow_kinds(datetime.now(timezone.utc) - self.since, tuple(k.value for k in READ_KINDS))
+        waiting = asyncio.ensure_future(anext(records))
+        try:
+            while True:
+                done, _ = await asyncio.wait([waiting], timeout=None if self.caught_up else CATCH_UP)
+                if not done:  # nothing of these kinds in the log: caught up already
+                    await self._caught_up()
+                    continue
+                event, pending = waiting.result()
+                waiting = asyncio.ensure_future(anext(records))
+                if event is not None:
+                    changed = self.apply(event)
+                    if self.caught_up and changed is not None:
+                        await self.publish(changed)
+                if not self.caught_up and pending == 0:
+                    await self._caught_up()
+        finally:
+            waiting.cancel()
+            await records.aclose()
+
+    async def _caught_up(self) -> None:
+        """What the log has no manifest of yet (a keeper that died before writing it): written now."""
+        self.caught_up = True
+        for manifest in [m for m in self.manifests.values() if self.written.get(m.id, 0) < m.version]:
+            await self.publish(manifest)
 
     def apply(self, event: BatchEvent) -> Manifest | None:
         """One event of the log: the manifest it changes (to write and publish), or None."""

@@ -224,6 +224,19 @@ class EventLog:
         finally:
             await sub.unsubscribe()
 
+    async def follow_kinds(self, since: datetime, kinds: tuple[str, ...]) -> AsyncIterator[tuple[BatchEvent | None, int]]:
+        """The records of these kinds only from `since` on, then live (the server filters: the rest of the log
+        is never sent): (event or None for one skipped and counted, how many of them wait after it)."""
+        sub = await self.js.subscribe("", stream=self.settings.stream, ordered_consumer=True, config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since,
+            filter_subjects=[f"{self.settings.subject_prefix}.{kind}.>" for kind in kinds]))
+        seen = RecentIds()
+        try:
+            async for msg in sub.messages:
+                yield self.decode(msg.data, msg.headers, seen), msg.metadata.num_pending
+        finally:
+            await sub.unsubscribe()
+
     async def _subscribe(self, policy: DeliverPolicy, kind_filter: str, **start: Any) -> JetStreamContext.PushSubscription:
         return await self.js.subscribe(
             f"{self.settings.subject_prefix}.{kind_filter}", ordered_consumer=True,

@@ -228,3 +228,43 @@ async def test_the_cli_lists_each_manifest_with_its_repair_as_json_and_as_a_tabl
     refused = cli("--stream", "a.b")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert cli("--since", "soon").returncode != 0
+
+
+async def test_a_keeper_that_starts_after_a_loss_writes_its_manifest_once_and_a_restart_writes_none_again(
+        server, collector):
+    nc = await nats.connect(server.url)
+    log = EventLog.over(nc, collector.log)
+    try:
+        report = await run_probe(nc, ProbeOptions("fast", stream="MAN_LATE", subject="man_late.x", count=10, flow=2,
+                                                  gap_mode=GapMode.OK, skip_seq=4, timeout=3))
+        batch = report.batch_ids[0]
+
+        async def records() -> list:
+            since = datetime.now(timezone.utc) - timedelta(minutes=5)
+            return [e for _, e in await log.window(since, datetime.now(timezone.utc), "manifest.>", idle_timeout=0.5)
+                    if e.batch_id == batch]
+
+        async def keep_once() -> ManifestKeeper:
+            keeper = ManifestKeeper(nc, log)
+            stop = asyncio.Event()
+            task = asyncio.create_task(keeper.run(stop))
+            await eventually(holds(lambda: keeper.caught_up), what="caught up")
+            stop.set()
+            await task
+            return keeper
+
+        # the loss is in the log before any keeper runs (the alerts part was down): the first writes it
+        await eventually(lambda: _has_gap(log, batch), what="the collector's gap event")
+        first = await keep_once()
+        assert first.manifests[manifest_id("MAN_LATE", batch)].missing == (Span(4, 4),)
+        assert [e.reason for e in await records()] == ["open"]
+        await keep_once()  # started again: it reads its own record, and writes nothing twice
+        assert [e.reason for e in await records()] == ["open"]
+    finally:
+        await nc.close()
+
+
+async def _has_gap(log: EventLog, batch: str) -> bool:
+    since = datetime.now(timezone.utc) - timedelta(minutes=5)
+    return any(e.batch_id == batch for _, e in await log.window(since, datetime.now(timezone.utc), "fast_gap.>",
+                                                                 idle_timeout=0.5))
