@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, M
 from console.domain.messages import Ack, to_ack_metadata
 from console.domain.maintenance import MOVE_TIMEOUT
 from console.domain.roles import BUILT_IN
-from console.errors import ConsoleError
+from console.errors import BatchServerError, ConsoleError, Refusal
 from console.decoders.rules import one_decoder
 from console.domain.masking import Masking
 from console.payloads import Payloads
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from console.probe import ProbeOptions, ProbeReport
     from console.broker.publish import Republished
     from console.domain.replies import PubAck
+    from console.domain.kept_messages import KeptMessage
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -409,6 +410,60 @@ class RepublishMessages(Command["list[Republished]"]):
     async def execute(self, services: Services, asker: Asker) -> list[Republished]:
         return await required(services.streams, "streams").republish(self.stream, self.first, self.last,
                                                                        self.to_stream, self.to_subject)
+
+
+@dataclass
+class RepublishKept(Command["PubAck"]):
+    """A lost batch's kept messages (its first and last, as the publish side saw them) as a new atomic batch,
+    when they are the whole batch, whole, and unmasked; else refused saying why (its publisher must resend
+    it: its manifest asks it to)."""
+
+    name, role, changes_server = "batch.republish", "operator", True
+    records = "the lost batch, its stream and how many messages"
+    stream: str
+    batch_id: str
+    messages: tuple[KeptMessage, ...] = ()
+
+    @property
+    def on_stream(self) -> str:
+        return self.stream
+
+    @property
+    def target(self) -> str:
+        return f"{self.stream} batch {self.batch_id} ({len(self.messages)} kept message(s))"
+
+    def said(self, result: PubAck) -> str:
+        return f"stored as batch {result.batch} of {result.count} at seq {result.seq}"
+
+    def whole(self, masking: Masking) -> list[KeptMessage]:
+        """The messages to send again, in order; ValueError saying why they are not the batch."""
+        kept = sorted(self.messages, key=lambda m: m.seq)
+        if not kept:
+            raise ValueError(f"nothing of batch {self.batch_id} was kept (the publish side was not tapped)")
+        if [m.seq for m in kept] != list(range(1, len(kept) + 1)):
+            raise ValueError(f"the console keeps a lost batch's first and last messages only; batch {self.batch_id} "
+                             f"had {kept[-1].seq}: its publisher must send it again (its manifest asks it to)")
+        if any(m.cut for m in kept):
+            raise ValueError("a kept payload was cut (past 2 KiB): it is not the message as published")
+        if any(masking.for_stream(self.stream)):
+            raise ValueError(f"the masking rules cover {self.stream}: its kept payloads are not as published")
+        return kept
+
+    async def execute(self, services: Services, asker: Asker) -> PubAck:
+        from console.broker.atomic import AtomicBatch
+
+        kept = self.whole(services.payloads(asker.payloads).masking)
+
+        def headers(m: KeptMessage) -> dict[str, str]:  # its own, not the lost batch's
+            return {k: v for k, v in m.headers if not k.lower().startswith(("nats-batch-", "nats-required-api-level"))}
+
+        batch = AtomicBatch(required(services.connection, "connection")())
+        try:
+            for m in kept[:-1]:
+                await batch.add(m.subject, m.data, headers(m))
+            return await batch.commit(kept[-1].subject, kept[-1].data, headers(kept[-1]))
+        except BatchServerError as e:
+            raise Refusal(e.code, e.err_code, e.description) from None
 
 
 @dataclass

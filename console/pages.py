@@ -209,7 +209,8 @@ def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
     sees = _sight(actions).limit
     return StreamPage(details=_admin(runtime, actions).stream, limits=runtime.batch_limits, server=runtime.admin.server,
                       model=seen(runtime.live.model, sees), history=_reads(runtime, actions).history(),
-                      decoders=lambda name: described(runtime.decoders, name), **params)
+                      decoders=lambda name: described(runtime.decoders, name), run=actions.run, may=actions.allowed,
+                      read_only=runtime.read_only, **params)
 
 
 def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
@@ -232,7 +233,8 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
     return IncidentPage(**{"find": reads.incident, "replay_link": to_replay, "advice": advice,
                            "payloads": runtime.payloads(actions.payloads), "verdicts": reads.verdicts,
                            "peek": seen(runtime.live.model, reads.sight.limit).find_lost,
-                           "export": actions.run, "may": actions.allowed,
+                           "export": actions.run, "run": actions.run, "may": actions.allowed,
+                           "read_only": runtime.read_only,
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 

@@ -17,5 +17,5 @@ def doing(command: type[Command] | str, target: str = "ORDERS", stream: str | No
 
     # A subclass that names no action of its own is not registered: the registry stays the console's.
     return type(f"Test{cls.__name__}", (cls,), {"__init__": lambda self: None, "execute": execute,
-                                                 "target": target, "on_stream": stream, "diff": lambda self: None,
+                                                 "target": target, "on_stream": stream, "also_on_streams": (), "diff": lambda self: None,
                                                  "said": lambda self, result: ""})()

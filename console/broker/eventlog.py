@@ -6,7 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncGenerator, Any, AsyncIterator, Callable
 
 import nats.errors
 import nats.js.errors
@@ -224,7 +224,7 @@ class EventLog:
         finally:
             await sub.unsubscribe()
 
-    async def follow_kinds(self, since: datetime, kinds: tuple[str, ...]) -> AsyncIterator[tuple[BatchEvent | None, int]]:
+    async def follow_kinds(self, since: datetime, kinds: tuple[str, ...]) -> AsyncGenerator[tuple[BatchEvent | None, int], None]:
         """The records of these kinds only from `since` on, then live (the server filters: the rest of the log
         is never sent): (event or None for one skipped and counted, how many of them wait after it)."""
         sub = await self.js.subscribe("", stream=self.settings.stream, ordered_consumer=True, config=ConsumerConfig(

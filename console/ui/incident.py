@@ -13,13 +13,14 @@ import param
 
 from console.domain.conformance import ClientVerdict
 from console.domain.display import Clock
-from console.domain.events import EventKind
+from console.domain.events import ATOMIC_KINDS, EventKind
 from console.domain.incident import (
     Incident, describe, folded_lines, incident_report, manifest_lines, no_messages_why, timeline_rows,
 )
 from console.domain.kept_messages import ShownMessage
 from console.ui.conformance import conformance_line
-from console.commands import ExportReport
+from console.commands import ExportReport, RepublishKept
+from console.errors import ConsoleError, Refusal
 from console.ui.controls import download, exports, permitted, refusals
 from console.payloads import Payloads
 from console.ui.formatting import Clocked, coroutine, shows_payloads, tabulator
@@ -68,7 +69,9 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     console_url = param.String(default="", doc="The console's URL: the report's links are absolute with it")
     batch_id = param.String(default="", doc="The batch shown")
     export = exports("the incident's report")
+    run = coroutine("async (command) -> its result: the action, checked, recorded", default=None)
     may = refusals()
+    read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
     peek = param.Callable(default=lambda batch_id: None,
                           doc="batch_id -> the live model's LostBatch, or None: what shows before the event log is read")
 
@@ -92,9 +95,14 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
                                                  visible=False)
         self._go.on_click(self._on_go)
         self._cannot = pn.pane.Markdown("")
+        # the kept messages as a new atomic batch, where they are the whole batch (RepublishKept says when not)
+        self._republish = pn.widgets.Button(label="Republish kept messages", visible=False)
+        self._republish.on_click(self._on_republish)
+        self._republished = pn.pane.Markdown("")
+        acting = [pn.Row(self._republish, self._republished)] if not self.read_only else []  # not in its document
         self._layout = pn.Column(pn.pane.Markdown("## Incident"), pn.Row(self._search, self._go), self._summary,
-                                 self._download, self._cannot, pn.pane.Markdown("### Timeline"), self._timeline,
-                                 sizing_mode="stretch_width")
+                                 self._download, self._cannot, *acting,
+                                 pn.pane.Markdown("### Timeline"), self._timeline, sizing_mode="stretch_width")
 
     def _first_look(self) -> str:
         """The batch as Live holds it, while the event log is read for the rest."""
@@ -149,6 +157,35 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._download.filename = report_filename(self.batch_id)
         self._download.visible = True
         self._cannot.object = permitted([self._download], self.may(ExportReport, loss.stream or None))
+        # an atomic batch's kept messages (RepublishKept says why when none were kept, or not the whole batch)
+        self._republish.visible = (loss.kind in ATOMIC_KINDS and loss.stream is not None and self.run is not None
+                                   and not self.read_only)
+        self._republished.object = permitted([self._republish], self.may(RepublishKept, loss.stream or None)) \
+            if self._republish.visible else ""
+
+    async def republish(self) -> object:
+        """The lost batch's kept messages as a new atomic batch (a button; a notebook calls it): the PubAck, or
+        None (the page says why)."""
+        incident = self.incident
+        if incident is None or incident.loss.stream is None or self.run is None:
+            return None
+        command = RepublishKept(incident.loss.stream, incident.loss.batch_id or "", incident.messages)
+        try:
+            done = await self.run(command)
+        except Refusal as refused:
+            self._republished.object = f"**The server refused:** {html.escape(str(refused))}"
+            return None
+        except (ConsoleError, ValueError) as e:
+            self._republished.object = html.escape(str(e)[:400])
+            return None
+        self._republished.object = html.escape(f"{command.name}: {command.said(done)}")
+        return done
+
+    async def _on_republish(self, *_) -> None:
+        try:
+            await self.republish()
+        except Exception as e:  # said beside the button: a click never ends in silence
+            self._republished.object = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
 
     async def _verdict(self, incident: Incident | None) -> ClientVerdict | None:
         if incident is None or incident.publisher is None or self.verdicts is None:

@@ -23,9 +23,11 @@ from console.queries.live import SeenLive
 from console.domain.server_versions import ServerRelease
 from console.domain.stream_settings import StreamBatchSettings
 from console.domain.wire import stream_name_problem
+from console.ui.controls import refusals
 from console.ui.formatting import Clocked, coroutine, put, shown, tabulator
 from console.ui.history import decisions_first, incident_link, ledger_frame
 from console.ui.live import active_frame, recent_frame
+from console.ui.publish import PublishForm
 from console.ui.streams import limits_markdown
 
 if TYPE_CHECKING:
@@ -80,6 +82,9 @@ class StreamPage(Clocked, pn.viewable.Viewer):
     placement = param.Parameter(default=None, doc="The stream as the server last described it (StreamPlacement)")
     decoders = param.Callable(default=None, allow_refs=False,
                               doc="stream -> the decoders file's lines for its messages (what reads them), or []")
+    run = coroutine("async (command) -> its result: the action, checked, recorded", default=None, precedence=-1)
+    may = refusals()
+    read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -93,11 +98,17 @@ class StreamPage(Clocked, pn.viewable.Viewer):
         self._live = tabulator(pd.DataFrame(), height=220, **table)
         self._week = tabulator(pd.DataFrame(), height=220, **table)
         self._active = tabulator(pd.DataFrame(), height=160, **table)
+        # publishing from the console (a notebook acts through it; in read-only mode not in the document)
+        self.publishing = PublishForm(stream=self.stream, run=self.run, may=self.may) if self.run is not None else None
+        if self.publishing is not None:  # the URL's name can arrive after the page is made
+            self.param.watch(lambda event: setattr(self.publishing, "stream", event.new), "stream")
         self._layout = pn.Column(
             self._head, self._settings, self._limits, self._tap_cost,
             pn.pane.Markdown("### Lost batches, live (the last hour)"),
             self._live, pn.pane.Markdown("### Lost batches, last 7 days (History)"), self._week,
-            pn.pane.Markdown("### Active fast batches"), self._active, sizing_mode="stretch_width")
+            pn.pane.Markdown("### Active fast batches"), self._active,
+            *([self.publishing] if self.publishing is not None and not self.read_only else []),
+            sizing_mode="stretch_width")
         self._show_head()
         self.refresh()  # what the live model and History hold shows before the server answers
 

@@ -22,6 +22,7 @@ from console.broker.audit_log import STREAM, SUBJECT
 from console.config import DataSettings, EventLogSettings, Settings, WebSettings, event_key
 from console.domain.audit import NOTEBOOK, Actor
 from console.domain.events import BatchEvent, EventKind
+from console.domain.kept_messages import KeptMessage
 from console.domain.messages import Ack
 from console.domain.signing import SIGNATURE
 from console.errors import ReadOnlyError
@@ -197,8 +198,12 @@ async def seeded(console: Runtime, stream: str) -> None:
     await js.add_consumer(stream, ConsumerConfig(durable_name="ops", ack_policy=AckPolicy.EXPLICIT, ack_wait=60))
     log = EventLog.over(console.nc, console.event_log)
     await log.ensure()
+    kept = {place: KeptMessage(place, seq, f"{stream.lower()}.kept", (), b'{"kept": %d}' % seq, 11).to_dict()
+            for place, seq in (("first", 1), ("last", 2))}  # the publish side's: the whole batch, as it was sent
     await log.append([BatchEvent("nb-1-abandoned", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc),
-                                 stream=stream, batch_id="nb-1", reason="timeout")])
+                                 stream=stream, batch_id="nb-1", reason="timeout"),
+                      BatchEvent("nb-1-kept", EventKind.BATCH_MESSAGES, datetime.now(timezone.utc), stream=stream,
+                                 batch_id="nb-1", detail=json.dumps(kept))])
 
 
 async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str, str]:
@@ -244,6 +249,12 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
     incident = await notebook.incident("nb-1")
     assert incident.incident is not None
     await incident.report()
+    await incident.republish()  # its two kept messages were the whole batch: a new atomic batch
+    page = await notebook.page("/stream", stream=stream)
+    page.publishing.subject, page.publishing.payload, page.publishing.headers = f"{stream.lower()}.x", "{}", "X-By: nb"
+    await page.publishing.act("publish")
+    page.publishing.first, page.publishing.last, page.publishing.to_subject = 1, 1, f"{stream.lower()}.again"
+    await page.publishing.act("republish")
     search = await notebook.page("/search", stream=stream, max_matches=2)
     assert len(search.results) == 2, search.state
     search.export_format = "jsonl"
@@ -255,7 +266,9 @@ async def take_every_action(notebook: NotebookConsole, stream: str) -> dict[str,
             "export.csv": "abandoned_batches", "export.report": "nb-1", "search.run": stream,
             "export.search": f"{stream} jsonl 2 matches", "consumer.pause": f"{stream}/pinned until",
             "consumer.resume": f"{stream}/pinned", "consumer.reset": f"{stream}/pinned to seq 1",
-            "consumer.unpin": f"{stream}/pinned group jobs", "consumer.delete": f"{stream}/pinned"}
+            "consumer.unpin": f"{stream}/pinned group jobs", "consumer.delete": f"{stream}/pinned",
+            "batch.republish": f"{stream} batch nb-1 (2 kept", "message.publish": f"{stream} {stream.lower()}.x (2 bytes",
+            "message.republish": f"{stream} seq 1-1 to {stream} {stream.lower()}.again"}
 
 
 async def test_every_action_from_a_notebook_leaves_one_record_and_on_a_read_only_one_is_refused_and_recorded(

@@ -15,7 +15,7 @@ from console.commands import ANSWERS
 from console.commands import COMMANDS as ACTIONS
 from console.domain.messages import Ack
 from console.ui.replay import ACK_LABELS
-from tests.processes import CLI, nats_tool
+from tests.processes import CLI, nats_tool, probe
 from tests.waits import poll_until
 from tests.ui.test_audit_page import SHOW_HIDDEN, propose_batched_off
 
@@ -93,6 +93,20 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
 
     def no_consumer_controls() -> None:  # the Consumers page's form is not in the read-only document
         assert buttons("consumers", "Consumers") == buttons("checks", "Checks")
+
+    def no_publish_controls() -> None:  # the stream page's publish form is not in the read-only document
+        page.goto(read_only_url + "stream?name=XA_RO")
+        expect(page.get_by_role("heading", name="Stream XA_RO")).to_be_visible(timeout=15_000)
+        expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)
+        for label in ("Publish", "Republish"):
+            assert not page.evaluate(SHOW_HIDDEN, label), f"{label} is in the read-only document"
+
+    def no_republish_control() -> None:  # nor the Incident view's republish of a lost batch's kept messages
+        lost = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "XA_RO_INC",
+                     "--subject", "xa_ro_inc")["abandoned_batch"]
+        page.goto(read_only_url + f"incident?batch={lost}")
+        expect(page.get_by_text(f"atomic abandoned batch {lost}").first).to_be_visible(timeout=60_000)
+        assert not page.evaluate(SHOW_HIDDEN, "Republish kept messages"), "in the read-only document"
         for label in ("Pause for", "Resume", "Reset to seq", "Unpin", "Delete"):
             assert not page.evaluate(SHOW_HIDDEN, label), f"{label} is in the read-only document"
 
@@ -103,7 +117,9 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
            "alert_rule.save": no_rule_controls, "alert_rule.mute": no_rule_controls,
            "alert_rule.unmute": no_rule_controls,
            **{name: no_consumer_controls for name in ("consumer.pause", "consumer.resume", "consumer.reset",
-                                                       "consumer.unpin", "consumer.delete")}}
+                                                       "consumer.unpin", "consumer.delete")},
+           "message.publish": no_publish_controls, "message.republish": no_publish_controls,
+           "batch.republish": no_republish_control}
     changing = {name for name, action in ACTIONS.items() if action.changes_server}
     assert set(how) == changing, "an action that changes the server the read-only test does not try"
     for check in dict.fromkeys(how.values()):

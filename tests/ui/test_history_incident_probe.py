@@ -123,7 +123,12 @@ def test_a_lost_batch_on_live_opens_its_incident_with_context_and_a_report(conso
     report = open(download.value.path()).read()
     assert report.startswith(f"# Incident: batch {first}") and second in report
     assert "**First** (batch sequence 1) on ui.inc" in report and "\n    pppp" in report
+    assert "## What is missing" in report and "batch sequence(s) 1-2 (exact)" in report  # tapped: its size known
     page.screenshot(path=screenshots / "incident.png", full_page=True)
+    # its two messages were the whole batch as sent: they go again as a new atomic batch, the server's answer said
+    page.get_by_role("button", name="Republish kept messages").click()
+    expect(page.get_by_text(re.compile(r"batch\.republish: stored as batch \w+ of 2 at seq \d+"))).to_be_visible(
+        timeout=30_000)
 
 
 def test_a_probe_started_from_the_page_shows_up_on_live(console, page, screenshots):

@@ -51,7 +51,7 @@ roles = ["admin"]
 RULE = '[[rule]]\nname = "team rule"\nwhen = "lost_batches"\nat_least = 1000000\nwithin = "5m"\n'
 VIEWER = {"search.run", "export.search", "export.csv", "export.report"}  # the mapping above, written out
 OPERATOR = VIEWER | {"consumer.fetch", "probe.run", "alert_rule.mute", "alert_rule.unmute",
-                     *(ANSWERS[kind].name for kind in Ack)}
+                     *(ANSWERS[kind].name for kind in Ack), "message.publish", "message.republish"}
 MAY = {"vera": VIEWER, "otto": OPERATOR, "ada": set(ACTIONS)}
 RESTART = "echo this console restarts nothing; exit 3"
 # What a crafted client can do: the document's models are its own, so it turns a control on and clicks it
@@ -319,6 +319,43 @@ def consumer_action(label: str, action: str, done: str) -> Callable[[Page, Team,
     return act
 
 
+def publish_action(label: str, action: str) -> Callable[[Page, Team, bool], None]:
+    """One message published on, or the first stored message republished to, the user's stream, from its page."""
+    def act(page: Page, team: Team, may: bool) -> None:
+        stream = f"TEAM_R_{team.user}"
+        page.goto(team.web_url + f"stream?name={stream}")
+        expect(page.locator("#bc-preview")).to_have_count(0, timeout=30_000)  # the live page, not its first copy
+        if label == "Publish":
+            page.get_by_label("subject", exact=True).fill(f"{stream.lower()}.published")
+            page.get_by_label("subject", exact=True).press("Enter")
+        else:
+            page.get_by_label("to subject").fill(f"{stream.lower()}.again")
+            page.get_by_label("to subject").press("Enter")
+        if may:
+            page.get_by_role("button", name=label, exact=True).click()
+            expect(page.get_by_text(re.compile(f"{action} {stream}.*(stored as|1 stored)"))).to_be_visible(timeout=30_000)
+            return
+        expect(page.get_by_role("button", name=label, exact=True)).to_be_disabled(timeout=15_000)
+        crafted_click(page, label)
+        expect(page.get_by_text(f"may not {action}").first).to_be_visible(timeout=30_000)
+
+    return act
+
+
+def republish_kept(page: Page, team: Team, may: bool) -> None:
+    """The lost batch's kept messages again: none were kept here (its subject is not tapped), which is said."""
+    page.goto(team.web_url + f"incident?batch={team.batch}")
+    button = page.get_by_role("button", name="Republish kept messages")
+    expect(button).to_be_visible(timeout=60_000)
+    if may:
+        button.click()
+        expect(page.get_by_text(f"nothing of batch {team.batch} was kept")).to_be_visible(timeout=30_000)
+        return
+    expect(button).to_be_disabled(timeout=15_000)
+    crafted_click(page, "Republish kept messages")
+    expect(page.get_by_text("may not batch.republish").first).to_be_visible(timeout=30_000)
+
+
 FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "stream.edit": edit_stream, "probe.run": run_probe, "consumer.fetch": fetch,
     **{ANSWERS[kind].name: answer(kind) for kind in Ack},
@@ -332,6 +369,9 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
     "consumer.reset": consumer_action("Reset to seq", "consumer.reset", "consumer.reset TEAM_R_ada/ops to seq 1: done"),
     "consumer.unpin": consumer_action("Unpin", "consumer.unpin", "[10160]"),  # no such group: the server says so
     "consumer.delete": consumer_action("Delete", "consumer.delete", "consumer.delete TEAM_R_ada/ops: done"),
+    "message.publish": publish_action("Publish", "message.publish"),
+    "message.republish": publish_action("Republish", "message.republish"),
+    "batch.republish": republish_kept,
     "canary.run": run_canary,  # last: the answers above act on the messages the fetch left on its page
 }
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer
@@ -358,11 +398,13 @@ def test_each_role_takes_or_is_refused_every_action_as_its_groups_say_and_each_a
         return records if len(records) >= len(expected) else None
 
     expected = [(a, "refused: server" if a == "consumer.unpin" and a in MAY[user] else  # no group: the server's no
+                 "refused: invalid" if a == "batch.republish" and a in MAY[user] else  # nothing kept: said
                  "accepted" if a in MAY[user] else "refused: role") for a in FLOWS
                 if a in MAY[user] or a not in NOT_OFFERED] + ([("consumer.fetch", "refused: role")] if user == "otto"
                                                               else [])
     found = poll_until(recorded, 30, f"{user}'s attempts not all in the audit trail", every=0.5)
-    outcome = {"accepted": " accepted", "refused: role": "refused: role", "refused: server": "refused: server"}
+    outcome = {"accepted": " accepted", "refused: role": "refused: role", "refused: server": "refused: server",
+               "refused: invalid": "refused: invalid"}
     assert sorted((a, next((o for o, text in outcome.items() if text in rest), rest)) for _, a, rest in found) == \
         sorted(expected), found
     assert all(f"(user {user})" in rest for _, a, rest in found if a not in MAY[user]), found

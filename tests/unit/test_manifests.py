@@ -139,3 +139,19 @@ def test_a_manifest_reads_back_as_it_was_written():
 def test_a_report_that_is_not_one_is_one_typed_error(hostile):
     with pytest.raises(MalformedManifest):
         parse_report(hostile)
+
+
+def test_kept_messages_are_republished_only_when_they_are_the_whole_batch_whole_and_unmasked():
+    from console.commands import RepublishKept
+    from console.domain.masking import load_masking, Masking
+
+    one, two = (KeptMessage("first", 1, "orders.x", (), b"a", 1), KeptMessage("last", 2, "orders.x", (), b"b", 1))
+    assert RepublishKept("ORDERS", "b1", (two, one)).whole(Masking()) == [one, two]
+    with pytest.raises(ValueError, match="first and last messages only"):
+        RepublishKept("ORDERS", "b1", (one, KeptMessage("last", 40, "orders.x", (), b"z", 1))).whole(Masking())
+    with pytest.raises(ValueError, match="cut"):
+        RepublishKept("ORDERS", "b1", (one, KeptMessage("last", 2, "orders.x", (), b"b", 9000, cut=True))).whole(Masking())
+    with pytest.raises(ValueError, match="masking rules cover ORDERS"):
+        RepublishKept("ORDERS", "b1", (one, two)).whole(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card"]\n'))
+    with pytest.raises(ValueError, match="nothing of batch b1 was kept"):
+        RepublishKept("ORDERS", "b1", ()).whole(Masking())

@@ -42,7 +42,8 @@ def test_the_built_in_roles_are_the_registry_s_least_roles_each_holding_the_ones
     assert roles["operator"].actions == roles["viewer"].actions | {
         "message.ack", "message.nak", "message.term", "message.in_progress", "consumer.fetch", "probe.run",
         "alert_rule.mute", "alert_rule.unmute", "canary.run",
-        "consumer.pause", "consumer.resume", "consumer.reset", "consumer.unpin"}
+        "consumer.pause", "consumer.resume", "consumer.reset", "consumer.unpin", "message.publish",
+        "message.republish", "batch.republish"}
     assert roles["admin"].actions == set(ACTIONS)
 
 
