@@ -104,8 +104,16 @@ def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(c
     def no_republish_control() -> None:  # nor the Incident view's republish of a lost batch's kept messages
         lost = probe(nats_url, "atomic", "--count", "2", "--batch-size", "2", "--abandon", "--stream", "XA_RO_INC",
                      "--subject", "xa_ro_inc")["abandoned_batch"]
-        page.goto(read_only_url + f"incident?batch={lost}")
-        expect(page.get_by_text(f"atomic abandoned batch {lost}").first).to_be_visible(timeout=60_000)
+        found = page.get_by_text(f"atomic abandoned batch {lost}").first
+
+        def shown() -> bool:  # abandoned after the batch timeout, then collected: opened again until it is there
+            page.goto(read_only_url + f"incident?batch={lost}")
+            try:
+                expect(found).to_be_visible(timeout=3_000)
+                return True
+            except AssertionError:
+                return False
+        poll_until(shown, 90, f"the incident of {lost}")
         assert not page.evaluate(SHOW_HIDDEN, "Republish kept messages"), "in the read-only document"
         for label in ("Pause for", "Resume", "Reset to seq", "Unpin", "Delete"):
             assert not page.evaluate(SHOW_HIDDEN, label), f"{label} is in the read-only document"
