@@ -212,14 +212,19 @@ def test_losses_incident_and_report_say_what_live_holds(console):
 
 
 def test_a_message_published_is_the_server_s_answer_and_the_team_publishes_only_on_its_streams(console):
-    done = call(console, "POST", "/streams/TEAM_A/messages", json={"subject": "team_a", "data": '{"n": 9}',
-                                                                   "headers": {"X-By": "api"}})
-    assert done.status_code == 200 and done.json()["stream"] == "TEAM_A" and done.json()["seq"] >= 1, done.text
+    async def made() -> None:  # a stream of its own: the searches' tests count TEAM_A's messages
+        async with await nats.connect(console.nats) as nc:
+            await nc.jetstream().add_stream(name="TEAM_PUB", subjects=["team_pub.>"])
+
+    asyncio.run(made())
+    done = call(console, "POST", "/streams/TEAM_PUB/messages", json={"subject": "team_pub.x", "data": '{"n": 9}',
+                                                                     "headers": {"X-By": "api"}})
+    assert done.status_code == 200 and done.json()["stream"] == "TEAM_PUB" and done.json()["seq"] >= 1, done.text
     assert call(console, "POST", "/streams/OTHER/messages", "team", json={"subject": "other"}).status_code == 403
-    moved = call(console, "POST", "/streams/TEAM_A/republish", json={"first": done.json()["seq"],
-                                                                     "last": done.json()["seq"], "to_subject": "team_a"})
+    moved = call(console, "POST", "/streams/TEAM_PUB/republish", json={
+        "first": done.json()["seq"], "last": done.json()["seq"], "to_subject": "team_pub.again"})
     assert moved.status_code == 200 and moved.json()["messages"][0]["stored_as"], moved.text
-    assert call(console, "POST", "/streams/TEAM_A/republish", "team", json={
+    assert call(console, "POST", "/streams/TEAM_PUB/republish", "team", json={
         "first": 1, "last": 1, "to_subject": "other", "to_stream": "OTHER"}).status_code == 403  # the target is not its
 
 
