@@ -21,12 +21,12 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from console.broker import names
-from console.broker.admin import js_api
+from console.broker.admin import js_api, list_streams
 from console.domain.batch_ledger import BatchLedger
 from console.domain.consumer_lag import (
     BATCH_ID, BATCH_SEQ, MAX_FILTERS, ConsumerRead, MalformedConsumer, NextMessage, parse_consumer, server_time,
 )
-from console.domain.wire import INT64_MAX, MalformedInput, Tally, bounded_int, load_object, stream_name_problem
+from console.domain.wire import MalformedInput, Tally, bounded_int, load_object
 from console.errors import ReadOnlyError, Refusal
 
 CONCURRENCY = 16  # requests in flight at once
@@ -93,28 +93,6 @@ def next_message_of(data: bytes) -> NextMessage | None:
     return NextMessage(seq, at, batch[:64] if batch else None, int(batch_seq) if batch_seq.isdigit() and len(batch_seq) < 10 else 0)
 
 
-def streams_of(data: bytes) -> tuple[list[StreamSeen], int, int]:
-    """One STREAM.LIST page: the streams that read (one that does not is left out), the total the server
-    says, and how many items the page held; MalformedConsumer for a reply that is not a stream list."""
-    obj = load_object(data, MalformedConsumer, MAX_PAGE_BYTES)
-    if isinstance(obj.get("error"), dict):
-        raise MalformedConsumer(f"stream list refused: {str(obj['error'].get('description'))[:100]}")
-    items, total = obj.get("streams"), obj.get("total")
-    if not isinstance(items, list) or type(total) is not int or not 0 <= total < 2**31:
-        raise MalformedConsumer("not a stream list")
-    found = []
-    for item in items:
-        config = item.get("config") if isinstance(item, dict) else None
-        state = item.get("state") if isinstance(item, dict) else None
-        if not isinstance(config, dict) or not isinstance(state, dict):
-            continue
-        name, last = config.get("name"), state.get("last_seq")
-        if isinstance(name, str) and not stream_name_problem(name):
-            found.append(StreamSeen(name, config.get("allow_atomic") is True,
-                                    last if type(last) is int and 0 <= last <= INT64_MAX else 0))
-    return found, total, len(items)
-
-
 def _is_ledger(item: object) -> bool:
     """The console's own batch-end reader (an ephemeral ordered consumer so described)."""
     config = item.get("config") if isinstance(item, dict) else None
@@ -143,19 +121,10 @@ class ConsumerAdmin:
         return found
 
     async def streams(self) -> list[StreamSeen]:
-        """Every stream of the domain (STREAM.LIST, a page of 256 at a time); MalformedConsumer for a reply
-        that does not read."""
-        found: list[StreamSeen] = []
-        offset, total = 0, None
-        while total is None or offset < total:
-            reply = await self._nc().request(f"{self.api}.STREAM.LIST", json.dumps({"offset": offset}).encode(),
-                                             timeout=TIMEOUT)
-            page, total, items = streams_of(reply.data)
-            found += page
-            if not items:
-                break
-            offset += items
-        return found
+        """Every stream of the domain, as broker.admin.list_streams reads them (a request a page, each parsed
+        totally); MalformedListing for a reply that does not read."""
+        return [StreamSeen(f.settings.name, f.settings.allow_atomic, f.last_seq or 0)
+                for f in (await list_streams(self._nc(), self.domain))[0]]
 
     async def follow_batch_ends(self, stream: str, ledger: BatchLedger) -> Subscription:
         """Every message of the stream from its first, headers only, into `ledger` (an ordered consumer: the

@@ -176,27 +176,3 @@ def test_lag_records_hold_every_consumer_within_an_event_s_size_and_read_back():
     again = event_from_json(events[0].to_json())
     assert again.kind is EventKind.CONSUMER_LAG and again.detail == events[0].detail
     assert lag_records([], "default", T0) == []
-
-
-@pytest.mark.parametrize("hostile", [
-    b"[" * 100_000 + b"]" * 100_000, b"not json", b'{"streams": {}, "total": 1}', b'{"streams": [], "total": -1}',
-    b'{"streams": [], "total": 1e400}', b'{"streams": [], "total": true}', b'{"streams": [], "total": 99999999999}',
-    b'{"error": {"code": 503, "description": "JetStream system temporarily unavailable"}}',
-])
-def test_a_stream_list_that_is_not_one_is_one_typed_error(hostile):
-    from console.broker.consumers import streams_of
-
-    with pytest.raises(MalformedConsumer):
-        streams_of(hostile)
-
-
-def test_streams_of_a_list_that_do_not_read_are_left_out_and_the_others_kept():
-    from console.broker.consumers import StreamSeen, streams_of
-
-    page = {"total": 6, "streams": [
-        {"config": {"name": "ORDERS", "allow_atomic": True}, "state": {"last_seq": 12}},
-        {"config": {"name": "a.b"}, "state": {}}, {"config": {"name": "X\x00"}, "state": {}},
-        {"config": {"name": 7}, "state": {}}, "a stream", {"config": {"name": "BIG", "allow_atomic": "yes"},
-                                                           "state": {"last_seq": 2 ** 70}}]}
-    assert streams_of(json.dumps(page).encode()) == (
-        [StreamSeen("ORDERS", True, 12), StreamSeen("BIG", False, 0)], 6, 6)
