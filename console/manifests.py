@@ -16,7 +16,8 @@ from datetime import datetime, timedelta, timezone
 
 from console.broker.connection import Connection
 from console.broker.eventlog import EventLog
-from console.broker.repair import follow_reports, publish_manifest, repaired_seqs, stop_following
+from console.broker.copies import stop_reading
+from console.broker.repair import follow_reports, publish_manifest, repaired_seqs
 from console.domain.events import COLLECTOR, BatchEvent, EventKind, MalformedEvent
 from console.domain.manifests import (
     EVIDENCE, READ_KINDS, REPAIR_SUBJECT, Manifest, MalformedManifest, manifest_in, manifest_of, manifests_of, parse_report,
@@ -81,7 +82,7 @@ class ManifestKeeper:
             stopping.cancel()
             for task in self._checks.values():
                 task.cancel()
-            await stop_following(reports)
+            await stop_reading(reports)
 
     async def _follow(self) -> None:
         """The log's losses and manifests (the server sends no other kind) from SINCE, then live; caught up

@@ -26,6 +26,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from console.broker import names
 from console.broker.atomic import SERVER_MAX_MSGS, AtomicBatch
+from console.broker.copies import stop_reading
 from console.errors import BatchError, BatchServerError
 from console.domain.manifests import (
     REPAIR_OF, REPAIR_SEQ, REPAIR_SUBJECT, SUBJECT, Manifest, MalformedManifest, RepairReport, Span, merged,
@@ -121,10 +122,7 @@ class Repairer:
 
     async def stop(self) -> None:
         for sub in self._subs:
-            try:
-                await sub.unsubscribe()
-            except nats.errors.Error:
-                pass
+            await stop_reading(sub)
         self._subs.clear()
 
     async def _on_manifest(self, msg: Msg) -> None:
@@ -250,13 +248,6 @@ async def publish_manifest(nc: Client, manifest: Manifest, key: bytes | None, sy
     await nc.publish(f"{SUBJECT}.{names.stream(manifest.stream)}", body, headers=headers)
 
 
-async def stop_following(sub: Subscription) -> None:
-    try:
-        await sub.unsubscribe()
-    except nats.errors.Error:
-        pass
-
-
 async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,
                         domain: str | None = None) -> dict[int, int]:
     """How many times each batch sequence of `batch` was sent again into the stream since `since`, by the
@@ -289,8 +280,5 @@ async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,
     except asyncio.TimeoutError:
         pass  # what was read is counted; the next check reads again
     finally:
-        try:
-            await sub.unsubscribe()
-        except nats.errors.Error:
-            pass
+        await stop_reading(sub)
     return counted
