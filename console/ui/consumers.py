@@ -25,8 +25,7 @@ from console.consumers import Reading, age, batches
 from console.domain.consumer_lag import STATES, pause_end
 from console.domain.toml_text import duration
 from console.domain.wire import printable
-from console.errors import ConsoleError, Refusal
-from console.ui.controls import permitted, refusals
+from console.ui.controls import failed, permitted, refusals, taken
 from console.ui.formatting import Clocked, coroutine, tabulator
 from console.ui.history import stream_cell
 
@@ -217,14 +216,9 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
 
     async def act(self, name: str) -> object:
         """One change to the chosen consumer (a button; a notebook calls it): its result, or None (`result` says why)."""
-        try:
-            command = self.command(name)
-            done = await self.run(command)
-        except Refusal as refused:
-            self.result = f"**The server refused:** {html.escape(str(refused))}"
-            return None
-        except (ConsoleError, ValueError) as e:  # read-only, the role, the session's end, the form
-            self.result = html.escape(str(e)[:300])
+        command, done, refused = await taken(self.run, lambda: self.command(name))
+        if command is None:
+            self.result = refused
             return None
         said = command.said(done) if done is not None else ""
         self.result = f"{html.escape(command.name)} {html.escape(command.target)}: done" + (f" ({html.escape(said)})" if said else "")
@@ -236,7 +230,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             await self.act(name)
         except Exception as e:  # said beside the form: a click never ends in silence
             log.exception("consumer %s failed", name)
-            self.result = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
+            self.result = failed(e)
 
     def __panel__(self):
         return self._layout

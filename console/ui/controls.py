@@ -12,7 +12,7 @@ import param
 
 from console.actions import unaudited
 from console.commands import Command, as_file
-from console.errors import ConsoleError
+from console.errors import ConsoleError, Refusal
 
 
 def checkbox(owner: param.Parameterized, name: str, label: str | None = None) -> pn.widgets.CheckBoxGroup:
@@ -76,3 +76,22 @@ def name_the_system(page: Any, system: str) -> None:
 
 def on_system(label: str, system: str) -> str:
     return f"{label} · {system}" if system else label
+
+
+async def taken(run: Callable[[Command], Awaitable[Any]], command_of: Callable[[], Command],
+                limit: int = 300) -> tuple[Command | None, Any, str]:
+    """One action a page's form asks for: (the command, its result, "") when taken, else (None, None, why) in
+    escaped words: the server's refusal with its code and text, read-only mode, the role, the session's end,
+    the form's own problem (`command_of` raising ValueError)."""
+    try:
+        command = command_of()
+        return command, await run(command), ""
+    except Refusal as refused:
+        return None, None, f"**The server refused:** {html.escape(str(refused))}"
+    except (ConsoleError, ValueError) as e:
+        return None, None, html.escape(str(e)[:limit])
+
+
+def failed(e: Exception) -> str:
+    """A click's unexpected failure, said beside its control (a click never ends in silence)."""
+    return f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"

@@ -20,8 +20,7 @@ from console.domain.incident import (
 from console.domain.kept_messages import ShownMessage
 from console.ui.conformance import conformance_line
 from console.commands import ExportReport, RepublishKept
-from console.errors import ConsoleError, Refusal
-from console.ui.controls import download, exports, permitted, refusals
+from console.ui.controls import download, exports, failed, permitted, refusals, taken
 from console.payloads import Payloads
 from console.ui.formatting import Clocked, coroutine, shows_payloads, tabulator
 from console.ui.history import stream_cell
@@ -169,14 +168,10 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         incident = self.incident
         if incident is None or incident.loss.stream is None or self.run is None:
             return None
-        command = RepublishKept(incident.loss.stream, incident.loss.batch_id or "", incident.messages)
-        try:
-            done = await self.run(command)
-        except Refusal as refused:
-            self._republished.object = f"**The server refused:** {html.escape(str(refused))}"
-            return None
-        except (ConsoleError, ValueError) as e:
-            self._republished.object = html.escape(str(e)[:400])
+        stream, batch = incident.loss.stream, incident.loss.batch_id or ""
+        command, done, refused = await taken(self.run, lambda: RepublishKept(stream, batch, incident.messages), 400)
+        if command is None:
+            self._republished.object = refused
             return None
         self._republished.object = html.escape(f"{command.name}: {command.said(done)}")
         return done
@@ -185,7 +180,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         try:
             await self.republish()
         except Exception as e:  # said beside the button: a click never ends in silence
-            self._republished.object = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
+            self._republished.object = failed(e)
 
     async def _verdict(self, incident: Incident | None) -> ClientVerdict | None:
         if incident is None or incident.publisher is None or self.verdicts is None:

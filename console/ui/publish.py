@@ -14,8 +14,7 @@ import param
 
 from console.commands import PublishMessage, RepublishMessages
 from console.domain.publishing import MAX_PAYLOAD, MAX_REPUBLISH, header_pair
-from console.errors import ConsoleError, Refusal
-from console.ui.controls import permitted, refusals
+from console.ui.controls import failed, permitted, refusals, taken
 from console.ui.formatting import coroutine
 
 log = logging.getLogger(__name__)
@@ -79,14 +78,9 @@ class PublishForm(pn.viewable.Viewer):
 
     async def act(self, name: str) -> object:
         """One action from the form (a button; a notebook calls it): its result, or None (`result` says why)."""
-        try:
-            command = self.command(name)
-            done = await self.run(command)
-        except Refusal as refused:
-            self.result = f"**The server refused:** {html.escape(str(refused))}"
-            return None
-        except (ConsoleError, ValueError) as e:  # read-only, the role, what may not be sent
-            self.result = html.escape(str(e)[:400])
+        command, done, refused = await taken(self.run, lambda: self.command(name), 400)
+        if command is None:  # read-only, the role, what may not be sent, the server's refusal
+            self.result = refused
             return None
         self.result = html.escape(f"{command.name} {command.target}: {command.said(done)}")
         return done
@@ -96,7 +90,7 @@ class PublishForm(pn.viewable.Viewer):
             await self.act(name)
         except Exception as e:  # said beside the form: a click never ends in silence
             log.exception("%s failed", name)
-            self.result = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
+            self.result = failed(e)
 
     def __panel__(self):
         return self._layout
