@@ -95,8 +95,8 @@ class ConsumerWatch:
             return where, found, []
         chosen = self._choose([s.name for s in streams])
         found = await admin.read(chosen)
-        atomic = [s for s in streams if s.atomic and s.name in chosen
-                  and any(r.stream == s.name for r in found.consumers)]
+        read = {r.stream for r in found.consumers}
+        atomic = [s for s in streams if s.atomic and s.name in read]  # read: chosen, with consumers
         await self._follow(admin, where, atomic)
         return where, found, atomic
 
