@@ -28,6 +28,9 @@ from console.domain.wire import Tally
 log = logging.getLogger(__name__)
 KEEP_BATCHES = 10_000  # lost batches whose events are kept (the oldest let go first)
 SINCE = timedelta(hours=24)  # how far back a keeper that starts reads the log
+# how far before a manifest's time its stream is read back: the originals stored after the last ack an
+# inference or a leader change could not see were sent up to a batch timeout (10 s by default) before it
+READ_BACK_EXACT, READ_BACK_OPEN = timedelta(seconds=5), timedelta(seconds=30)
 VERIFY_AFTER = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds after a report at which the stream is read again
 NAMING = (EventKind.FAST_ATTRIBUTED, EventKind.BATCH_MESSAGES)  # more of a lost batch: its stream, its size
 CATCH_UP = 2.0  # seconds without a record after which a keeper that starts has read the log's backlog
@@ -37,6 +40,10 @@ def manifest_event(manifest: Manifest, now: datetime) -> BatchEvent:
     return BatchEvent(f"manifest.{manifest.id}.{manifest.version}", EventKind.MANIFEST, now, manifest.stream,
                       manifest.batch, reason=manifest.state, detail=manifest.to_json().decode(), source=COLLECTOR,
                       domain=manifest.domain)
+
+
+def read_back_from(manifest: Manifest) -> timedelta:
+    return READ_BACK_EXACT if manifest.certainty == "exact" else READ_BACK_OPEN
 
 
 async def read_manifests(log_: EventLog, since: datetime, until: datetime | None = None) -> list[Manifest]:
@@ -106,6 +113,7 @@ class ManifestKeeper:
                     await self._caught_up()
         finally:
             waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)  # the generator can be closed once it is let go
             await records.aclose()
 
     async def _caught_up(self) -> None:
@@ -183,7 +191,7 @@ class ManifestKeeper:
                 manifest = self.manifests[manifest_id]
                 try:
                     counted = await repaired_seqs(self.nc, manifest.stream, manifest.batch,
-                                                  manifest.time - timedelta(seconds=5), manifest.domain)
+                                                  manifest.time - read_back_from(manifest), manifest.domain)
                 except Exception as e:  # read again at the next interval
                     log.warning("manifest %s: the stream not read back: %s", manifest_id, e)
                     continue

@@ -250,8 +250,9 @@ async def publish_manifest(nc: Client, manifest: Manifest, key: bytes | None, sy
 
 async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,
                         domain: str | None = None) -> dict[int, int]:
-    """How many times each batch sequence of `batch` was sent again into the stream since `since`, by the
-    copies' Batch-Console-Repair headers (read headers-only, up to the stream's last message)."""
+    """How many times each batch sequence of `batch` is in the stream since `since`, read headers-only up to its
+    last message: a copy by its Batch-Console-Repair headers, an original by its `Nats-Msg-Id` (`<batch>.<seq>`):
+    a message after the last ack the server stored after all is there once, its copy dropped as a duplicate."""
     counted: dict[int, int] = {}
     done = asyncio.Event()
     read = 0
@@ -260,7 +261,11 @@ async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,
         nonlocal read
         read += 1
         headers = msg.headers or {}
-        if headers.get(REPAIR_OF) == batch and (seq := headers.get(REPAIR_SEQ, "")).isdigit() and len(seq) < 17:
+        if REPAIR_OF in headers:
+            seq = headers.get(REPAIR_SEQ, "") if headers[REPAIR_OF] == batch else ""
+        else:
+            seq = headers.get(MSG_ID, "").removeprefix(f"{batch}.") if headers.get(MSG_ID, "").startswith(f"{batch}.") else ""
+        if seq.isdigit() and len(seq) < 17:
             counted[int(seq)] = counted.get(int(seq), 0) + 1
         try:
             pending = msg.metadata.num_pending

@@ -86,6 +86,7 @@ class LostFast:
 
 UNKNOWN_BATCH = 10208
 TOO_MANY_INFLIGHT = 10211
+TOO_MANY_REQUESTS = 10167  # a 429 per message when a publisher outruns its flow: the batch goes on, a gap follows
 ACK_DUE_MARGIN = 2.0  # silence longer than this many ack intervals means an ack was missed
 SLOW_GIVE_UP = 600.0  # seconds a silent batch that cannot be judged stays tracked
 ELECTION_SLACK = timedelta(seconds=1)  # the election advisory and the last good reply race
@@ -138,6 +139,8 @@ class FastBatchTracker:
         self.lost: dict[str, LostFast] = {}  # 10208 seen, FAST_LOST not yet emitted
         self.elections: dict[str, datetime] = {}  # stream -> its last leader election
         self.refused_after_end = 0  # 10208s for batches whose outcome was already known
+        self.busy_runs: OrderedDict[str, int] = OrderedDict()  # batch id -> first seq of its run of 10167s
+        self.busy_refused = 0  # 10167s after the first of their run: counted, not said (the gap ack names them)
         self._refused_bodies: dict[bytes, str] = {}  # body -> why it is no reply (refused_before)
         self._starts_said = PerSecond(UNTRACKED_STARTS_SAID)  # starts of batches not tracked, said as events
         self._losses_said = PerSecond(UNTRACKED_SAID, UNTRACKED_SAID_PER_PREFIX)  # their losses, by reply prefix
@@ -190,6 +193,9 @@ class FastBatchTracker:
         code = reply.err_code if isinstance(reply, ApiError) else reply.error.err_code if isinstance(reply, FlowError) else None
         if code == UNKNOWN_BATCH:
             return self._on_unknown_batch(where, refusal, now)
+        if code == TOO_MANY_REQUESTS and refusal is not None:
+            return self._on_busy(where, refusal, now)
+        self.busy_runs.pop(where.batch_id, None)
         events = []
         if self.closed.get(where.batch_id) in RETRACTABLE and isinstance(reply, (FlowAck, FlowGap, PubAck)):
             events.append(self._retract(where, now))
@@ -376,6 +382,47 @@ class FastBatchTracker:
             detail=f"{record.refused} message(s) refused from batch seq {record.first_refused}"
                    + (", the commit included" if record.commit_refused else ""),
         )
+
+    def _on_busy(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
+        """10167: the server's queue for the stream was full and refused this message (a publisher that does not
+        wait for its flow acks). Observed on 2.15.1: a run of them, one per message, then a gap ack naming the
+        run; the batch goes on (ok mode) or ends at the gap (fail mode). One event at a run's first; a refused
+        commit ends the run and the batch (no gap ack and no PubAck follow), said with the run's length."""
+        if self.closed.get(where.batch_id) is not None:  # after its end: the batch's outcome is already said
+            self.refused_after_end += 1
+            return []
+        batch = self.batches.get(where.batch_id)
+        if batch:
+            batch.last_problem, batch.last_seen = "busy", now
+        error = reply if isinstance(reply, ApiError) else reply.error
+        stream = error.stream or (batch.stream if batch else None)
+        events = []
+        first = self.busy_runs.get(where.batch_id)
+        if first is None:
+            first = self.busy_runs[where.batch_id] = where.seq
+            if len(self.busy_runs) > self.max_batches:
+                del self.busy_runs[next(iter(self.busy_runs))]
+            events.append(self._event(
+                where, now, EventKind.FAST_ERROR, f"err.{where.seq}.{error.err_code}", batch, stream=stream,
+                seq=where.seq, err_code=error.err_code, description=error.description,
+                detail="the server's queue was full (a publisher ahead of its flow acks): this message and those "
+                       "after it until a gap ack were refused"))
+        else:
+            self.busy_refused += 1
+        if where.op in (FastOp.COMMIT, FastOp.EOB):
+            del self.busy_runs[where.batch_id]
+            last = where.seq if where.op is FastOp.COMMIT else where.seq - 1
+            if batch:
+                events += self._flush_progress(batch, now)
+                self._forget(where.batch_id)
+            self._close(where.batch_id, "ended")
+            if last >= first:
+                events.append(self._event(
+                    where, now, EventKind.FAST_ERROR, f"err.{first}.{error.err_code}.end", batch, stream=stream,
+                    seq=first, lost=last - first + 1, err_code=error.err_code, description=error.description,
+                    detail=f"the commit was refused too: batch seq {first} to {last} were not stored, and no "
+                           "gap ack or PubAck follows"))
+        return events
 
     def _on_rejected(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
         """10211: refused for too many batches in flight (a 429), once per batch."""

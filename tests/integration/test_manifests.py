@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,13 +17,19 @@ import nats
 import pytest
 
 from console.broker.eventlog import EventLog
+from console.broker.fast import FastBatch
 from console.broker.repair import MSG_ID, Repairer, SentWindow
+from console.broker.server import EmbeddedServer
 from console.config import DataSettings, EventLogSettings, Settings
+from console.domain.events import EventKind
 from console.domain.fast_ingest import GapMode
-from console.domain.manifests import REPAIR_OF, SUBJECT, Manifest, RepairReport, Span, manifest_id
+from console.domain.fast_tracker import FastBatchTracker
+from console.domain.manifests import REPAIR_OF, SUBJECT, Manifest, RepairReport, Span, manifest_id, manifest_of
 from console.domain.signing import SIGNATURE, signature
 from console.manifests import ManifestKeeper
 from console.probe import ProbeOptions, run_probe
+from tests.conftest import TEST_LIMITS
+from tests.integration.faulty_publishers import RawFast
 from tests.processes import CLI, wait_collecting
 from tests.waits import eventually
 
@@ -49,7 +55,9 @@ class Collected:
 def collector(server, tmp_path_factory):
     data = tmp_path_factory.mktemp("manifests")
     log = open(data / "collector.log", "w")
-    proc = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data), "--batch-timeout", "1"],
+    # a fast batch dropped before any PubAck is named no stream by its replies: the publish side tells it
+    proc = subprocess.Popen([CLI, "collect", "--server", server.url, "--data-dir", str(data), "--batch-timeout", "1",
+                             "--tap-publish-side", "man_inferred.>"],
                             stdout=log, stderr=subprocess.STDOUT)
     wait_collecting(proc, data / "collector.log")
     yield Collected(Settings(data=DataSettings(data_dir=data)).keyed_event_log(make=False), data)
@@ -202,6 +210,38 @@ async def test_a_batch_the_publisher_no_longer_holds_is_not_repairable_and_says_
         await nc.close()
 
 
+async def test_an_inferred_drop_whose_unacked_messages_were_stored_is_repaired_not_partly(server, collector, keeper):
+    """A fast batch acked to 10 whose publisher sends 11..13 and goes silent: the server stored them, the console
+    can only infer the drop from 11 on. The copies are dropped as duplicates; the originals make it whole."""
+    stream = "MAN_INFERRED"
+    nc = await nats.connect(server.url)
+    try:
+        await nc.jetstream().add_stream(name=stream, subjects=["man_inferred.>"], allow_batched=True)
+        window = SentWindow()
+        repairer = Repairer(nc, window, collector.key, (stream,))
+        await repairer.start()
+        batch = FastBatch(nc, flow=5, gap_mode=GapMode.OK, ack_timeout=3)
+        for seq in range(1, 14):
+            headers = {MSG_ID: f"{batch.batch_id}.{seq}"}
+            window.keep(batch.batch_id, seq, "man_inferred.x", b"p", headers, stream)
+            await batch.add("man_inferred.x", b"p", headers)
+        await nc.flush()
+        window.lost(batch.batch_id, Span(batch.ack_seq + 1, None))  # as a publisher whose ack never came says
+        window.settle(batch.batch_id)
+        mid = manifest_id(stream, batch.batch_id)
+        await eventually(holds(lambda: mid in keeper.manifests), timeout=30, what="the inferred drop's manifest")
+        assert keeper.manifests[mid].certainty == "inferred"
+        await eventually(holds(lambda: keeper.manifests[mid].state not in ("open", "resent")), timeout=40,
+                         what="the console's verdict")
+        manifest = keeper.manifests[mid]
+        assert manifest.state == "repaired", manifest
+        ids = [h.get(MSG_ID) for _, h in await stored(nc, stream)]
+        assert sorted(ids) == sorted(f"{batch.batch_id}.{s}" for s in range(1, 14))  # each once, none copied
+        await repairer.stop()
+    finally:
+        await nc.close()
+
+
 async def test_the_cli_lists_each_manifest_with_its_repair_as_json_and_as_a_table(server, collector, keeper):
     stream = "MAN_CLI"
     nc = await nats.connect(server.url)
@@ -268,3 +308,48 @@ async def _has_gap(log: EventLog, batch: str) -> bool:
     since = datetime.now(timezone.utc) - timedelta(minutes=5)
     return any(e.batch_id == batch for _, e in await log.window(since, datetime.now(timezone.utc), "fast_gap.>",
                                                                  idle_timeout=0.5))
+
+
+@pytest.mark.parametrize("gap_mode", ["ok", "fail"])
+async def test_a_publisher_ahead_of_its_flow_acks_has_its_refused_messages_named_exactly_and_said_once_a_run(
+        tmp_path, gap_mode):
+    """A publisher that never waits for its flow acks fills the server's queue (`max_buffered_msgs: 50`): each
+    message past it is refused with a 429 10167 on its own reply, then a gap ack names the run. The tracker says
+    each run once, not each refusal, and the manifest names exactly what the refusals and the end lost."""
+    with EmbeddedServer(tmp_path / "nats", batch_limits=TEST_LIMITS, jetstream_config="max_buffered_msgs: 50") as busy:
+        nc = await nats.connect(busy.url)
+        try:
+            await nc.jetstream().add_stream(name="OVER", subjects=["over.>"], allow_batched=True)
+            replies: list[tuple[str, bytes]] = []
+
+            async def heard(msg):
+                replies.append((msg.subject, msg.data))
+
+            publisher = RawFast(nc, "over.x", flow=10, gap=gap_mode)
+            publisher.sub = await nc.subscribe(f"{publisher.prefix}.{publisher.batch_id}.>", cb=heard)
+            total = 3000
+            await publisher.send(1, 0)
+            for seq in range(2, total):
+                await publisher.send(seq)
+            await publisher.send(total, 2)
+            await nc.flush()
+            ended = (lambda: any(b'"batch"' in d or (b"10167" in d and s.endswith(f".{total}.2.$FI"))
+                                 for s, d in replies))
+            await eventually(holds(ended), timeout=30, what="the batch's end")
+            refused = {int(s.split(".")[-3]) for s, d in replies if b"10167" in d}
+            assert refused, "the server kept up: no message was refused (max_buffered_msgs not applied?)"
+            tracker = FastBatchTracker(batch_timeout=1.0)
+            now = datetime.now(timezone.utc)
+            events = [e for s, d in replies for e in tracker.observe(s, d, now)]
+            said = [e for e in events if e.kind is EventKind.FAST_ERROR and e.err_code == 10167]
+            assert 1 <= len(said) <= sum(1 for e in events if e.kind is EventKind.FAST_GAP) + 2 < len(refused)
+            stored = (await nc.jetstream().stream_info("OVER")).state.messages
+            manifest = manifest_of([replace(e, stream=e.stream or "OVER") for e in events])
+            missing = {s for span in manifest.missing for s in span.seqs(total)}
+            if gap_mode == "ok":  # each refusal named, nothing more: what the stream holds is the rest
+                assert missing == refused and manifest.certainty == "exact"
+                assert stored == total - len(refused)
+            else:  # the batch ended at its first gap: everything from it on, as the PubAck's count says
+                assert missing == set(range(stored + 1, total + 1)) and min(refused) > stored
+        finally:
+            await nc.close()
