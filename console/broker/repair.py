@@ -41,6 +41,9 @@ DUPLICATE_IN_BATCH = 10201  # an atomic batch naming a message id the stream hol
 KEEP_PUBLISHED = 100_000  # batch ids remembered past the window (so a manifest of one is "not repairable")
 SETTLE_WAIT = 60.0  # seconds a manifest of a batch still being published waits for its end
 READ_BACK_MAX = 1_000_000  # messages read back at most for one check
+# a copy in this many waits for the server's answer: a repair of a run a full queue refused (429 10167) must not
+# overrun the same queue, and is not in a hurry
+REPAIR_WAIT_EVERY = 20
 
 
 def message_id(batch: str, seq: int) -> str:
@@ -216,7 +219,7 @@ class Repairer:
             await self.nc.request(subject, payload, timeout=5.0, headers=headers)
 
     async def _as_one_batch(self, copies: list[tuple[str, bytes, dict[str, str]]]) -> None:
-        batch = AtomicBatch(self.nc)
+        batch = AtomicBatch(self.nc, wait_every=REPAIR_WAIT_EVERY)
         for subject, payload, headers in copies[:-1]:
             await batch.add(subject, payload, headers)
         subject, payload, headers = copies[-1]

@@ -63,6 +63,7 @@ class OpenAtomic:
     last_seq: int
     dropped_at: datetime | None = None  # an election's time, if one may have dropped it (a suspect)
     committed_at: datetime | None = None  # when the tap saw its commit, whose reply is then waited for
+    size: int | None = None  # its messages, the commit's included, once the tap saw the commit (an eob not counted)
 
 
 def batch_message(headers: Mapping[str, str]) -> tuple[str, int, bool] | None:
@@ -114,6 +115,7 @@ class AtomicTracker:
         if commits:
             if (batch := self.batches.pop(identity, None)) is not None:  # its reply says; else an advisory
                 batch.committed_at = now  # last_seq stays: what was open when dropped
+                batch.size = seq - 1 if headers.get(BATCH_COMMIT) == "eob" else seq
                 _put(self.committing, identity, batch, self.max_batches)
             return seen
         batch = self.batches.get(identity)
@@ -188,7 +190,7 @@ class AtomicTracker:
         when = f"open with {b.last_seq} message(s) sent when {WHAT[reason]}" if reason in WHAT else \
             f"{b.last_seq} message(s) sent, then the commit; neither an advisory nor an election said why"
         return BatchEvent(f"at.{b.batch_id}.lost", EventKind.ATOMIC_LOST, now, b.stream, b.batch_id, reason=reason,
-                          seq=b.last_seq, inferred=inferred, detail=f"{when}; {said}")
+                          seq=b.last_seq, count=b.size, inferred=inferred, detail=f"{when}; {said}")
 
     def abandoned(self, identity: str) -> None:
         """An advisory named the batch: nothing more to say of it here."""

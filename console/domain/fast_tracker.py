@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from console.domain.codes import describe
 from console.domain.events import BatchEvent, EventKind
+from console.domain.fast_busy import TOO_MANY_REQUESTS, Refused, RefusedRuns
 from console.domain.fast_ingest import MAX_FLOW, FastOp, FastReplySubject, GapMode, well_formed
 from console.domain.wire import Tally
 from console.domain.replies import PLAIN_ACK, ApiError, FlowAck, FlowError, FlowGap, MalformedReply, PubAck, Reply, to_reply
@@ -86,7 +87,6 @@ class LostFast:
 
 UNKNOWN_BATCH = 10208
 TOO_MANY_INFLIGHT = 10211
-TOO_MANY_REQUESTS = 10167  # a 429 per message when a publisher outruns its flow: the batch goes on, a gap follows
 ACK_DUE_MARGIN = 2.0  # silence longer than this many ack intervals means an ack was missed
 SLOW_GIVE_UP = 600.0  # seconds a silent batch that cannot be judged stays tracked
 ELECTION_SLACK = timedelta(seconds=1)  # the election advisory and the last good reply race
@@ -139,8 +139,7 @@ class FastBatchTracker:
         self.lost: dict[str, LostFast] = {}  # 10208 seen, FAST_LOST not yet emitted
         self.elections: dict[str, datetime] = {}  # stream -> its last leader election
         self.refused_after_end = 0  # 10208s for batches whose outcome was already known
-        self.busy_runs: OrderedDict[str, int] = OrderedDict()  # batch id -> first seq of its run of 10167s
-        self.busy_refused = 0  # 10167s after the first of their run: counted, not said (the gap ack names them)
+        self.busy = RefusedRuns(max_batches)  # messages a full queue refused (429 10167), by batch
         self._refused_bodies: dict[bytes, str] = {}  # body -> why it is no reply (refused_before)
         self._starts_said = PerSecond(UNTRACKED_STARTS_SAID)  # starts of batches not tracked, said as events
         self._losses_said = PerSecond(UNTRACKED_SAID, UNTRACKED_SAID_PER_PREFIX)  # their losses, by reply prefix
@@ -195,7 +194,6 @@ class FastBatchTracker:
             return self._on_unknown_batch(where, refusal, now)
         if code == TOO_MANY_REQUESTS and refusal is not None:
             return self._on_busy(where, refusal, now)
-        self.busy_runs.pop(where.batch_id, None)
         events = []
         if self.closed.get(where.batch_id) in RETRACTABLE and isinstance(reply, (FlowAck, FlowGap, PubAck)):
             events.append(self._retract(where, now))
@@ -209,6 +207,7 @@ class FastBatchTracker:
             if batch is not None:
                 self._on_ack(batch, reply, now, events)
         elif isinstance(reply, FlowGap):
+            self.busy.gap(where.batch_id, reply.seq)
             if batch:
                 batch.last_problem, batch.last_seen = "gap", now
             events.append(self._event(where, now, EventKind.FAST_GAP, f"gap.{reply.seq}", batch,
@@ -219,6 +218,7 @@ class FastBatchTracker:
             events.append(self._event(where, now, EventKind.FAST_ERROR, f"err.{reply.seq}.{reply.error.err_code}", batch,
                                       seq=reply.seq, err_code=reply.error.err_code, description=reply.error.description))
         elif isinstance(reply, PubAck):
+            self.busy.ended(where.batch_id)
             events += self._on_puback(where, batch, reply, now)
         elif isinstance(reply, ApiError):
             if batch:
@@ -270,6 +270,8 @@ class FastBatchTracker:
         """Fold pending acks into progress events; judge batches silent past the timeout; report
         10208 losses once their refusals have stopped (or the commit was refused)."""
         events: list[BatchEvent] = []
+        for record in self.busy.due(now, timedelta(seconds=self.progress_interval), timedelta(seconds=SLOW_GIVE_UP)):
+            events += self._refused_tail(record, now)
         # two instants, not two differences a batch: a tick looks at every batch tracked (10,000 at most)
         progress_due, timed_out = now - timedelta(seconds=self.progress_interval), now - timedelta(seconds=self.batch_timeout)
         for batch_id, batch in list(self.batches.items()):
@@ -384,10 +386,8 @@ class FastBatchTracker:
         )
 
     def _on_busy(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
-        """10167: the server's queue for the stream was full and refused this message (a publisher that does not
-        wait for its flow acks). Observed on 2.15.1: a run of them, one per message, then a gap ack naming the
-        run; the batch goes on (ok mode) or ends at the gap (fail mode). One event at a run's first; a refused
-        commit ends the run and the batch (no gap ack and no PubAck follow), said with the run's length."""
+        """10167 (console.domain.fast_busy): said at the batch's first; the gap acks name the runs; a refused
+        commit's tail is said by `tick` once the replies that raced it are in."""
         if self.closed.get(where.batch_id) is not None:  # after its end: the batch's outcome is already said
             self.refused_after_end += 1
             return []
@@ -396,32 +396,33 @@ class FastBatchTracker:
             batch.last_problem, batch.last_seen = "busy", now
         error = reply if isinstance(reply, ApiError) else reply.error
         stream = error.stream or (batch.stream if batch else None)
-        events = []
-        first = self.busy_runs.get(where.batch_id)
+        first = self.busy.refused(where.batch_id, stream, where.gap_mode.value, where.seq,
+                                  where.op in (FastOp.COMMIT, FastOp.EOB), now)
         if first is None:
-            first = self.busy_runs[where.batch_id] = where.seq
-            if len(self.busy_runs) > self.max_batches:
-                del self.busy_runs[next(iter(self.busy_runs))]
-            events.append(self._event(
-                where, now, EventKind.FAST_ERROR, f"err.{where.seq}.{error.err_code}", batch, stream=stream,
-                seq=where.seq, err_code=error.err_code, description=error.description,
-                detail="the server's queue was full (a publisher ahead of its flow acks): this message and those "
-                       "after it until a gap ack were refused"))
+            return []
+        return [self._event(where, now, EventKind.FAST_ERROR, f"err.{where.seq}.{error.err_code}", batch, stream=stream,
+                            seq=where.seq, err_code=error.err_code, description=error.description,
+                            detail="the server's queue was full (a publisher ahead of its flow acks): refused from "
+                                   "here; the gap acks name each run")]
+
+    def _refused_tail(self, record: Refused, now: datetime) -> list[BatchEvent]:
+        """A batch whose commit a full queue refused: what was refused past its last gap ack, and its end."""
+        if (batch := self.batches.get(record.batch_id)) is not None:
+            events = self._flush_progress(batch, now)
+            record.stream = record.stream or batch.stream
+            self._forget(record.batch_id)
         else:
-            self.busy_refused += 1
-        if where.op in (FastOp.COMMIT, FastOp.EOB):
-            del self.busy_runs[where.batch_id]
-            last = where.seq if where.op is FastOp.COMMIT else where.seq - 1
-            if batch:
-                events += self._flush_progress(batch, now)
-                self._forget(where.batch_id)
-            self._close(where.batch_id, "ended")
-            if last >= first:
-                events.append(self._event(
-                    where, now, EventKind.FAST_ERROR, f"err.{first}.{error.err_code}.end", batch, stream=stream,
-                    seq=first, lost=last - first + 1, err_code=error.err_code, description=error.description,
-                    detail=f"the commit was refused too: batch seq {first} to {last} were not stored, and no "
-                           "gap ack or PubAck follows"))
+            events = []
+        self._close(record.batch_id, "ended")
+        runs = record.tail()
+        for i, (first, last) in enumerate(runs):
+            more = record.uncounted if i == len(runs) - 1 else 0
+            events.append(BatchEvent(
+                f"fi.{record.batch_id}.err.{first}.{TOO_MANY_REQUESTS}.end", EventKind.FAST_ERROR, now, record.stream,
+                record.batch_id, gap_mode=record.gap_mode, seq=first, lost=last - first + 1 + more,
+                err_code=TOO_MANY_REQUESTS, description="too many requests",
+                detail=f"the commit was refused too: batch seq {first} to {last} were not stored"
+                       + (f" (and {more} more refusals not kept)" if more else "") + "; no gap ack or PubAck follows"))
         return events
 
     def _on_rejected(self, where: FastReplySubject, reply: ApiError | FlowError, now: datetime) -> list[BatchEvent]:
@@ -441,6 +442,7 @@ class FastBatchTracker:
                            detail=f"a reply came after the batch was reported {was}: it was not lost")
 
     def _close(self, batch_id: str, outcome: str) -> None:
+        self.busy.ended(batch_id)
         self.closed.pop(batch_id, None)
         self.closed[batch_id] = outcome
         if len(self.closed) > self.max_batches:

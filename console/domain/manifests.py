@@ -172,8 +172,8 @@ def _atomic(loss: BatchEvent, events: list[BatchEvent], evidence: _Evidence) -> 
             size = max([size or 0, *(m.seq for m in kept_messages(kept))])
         except MalformedEvent:
             continue
-    if loss.kind is EventKind.ATOMIC_LOST and loss.seq:
-        size = max(size or 0, loss.seq)
+    if loss.kind is EventKind.ATOMIC_LOST and (loss.count or loss.seq):
+        size = max(size or 0, loss.count or 0, loss.seq or 0)  # the commit's sequence, when the tap saw it
     if size:
         evidence.add(Span(1, size), f"the atomic batch {why}: the server stores none of it; its last message, "
                                     f"as the publish side saw it, was {size}")
