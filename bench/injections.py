@@ -116,8 +116,11 @@ async def dropped_connection(server_url: str, stream: str, key: bytes | None, co
     async def reconnected() -> None:
         back.set()
 
+    async def expected(e: Exception) -> None:
+        pass  # the cut itself (an unexpected EOF to nats-py)
+
     nc, window, repairer = await _taking_part(proxied, stream, key, reconnect_time_wait=0.1, max_reconnect_attempts=-1,
-                                              reconnected_cb=reconnected)
+                                              reconnected_cb=reconnected, error_cb=expected)
     batch = FastBatch(nc, flow=100, gap_mode=GapMode.OK, ack_timeout=5,
                       on_problem=lambda p: window.lost(batch.batch_id, Span(p.first_lost_seq, p.seq - 1))
                       if isinstance(p, FlowGap) else window.lost(batch.batch_id, Span(p.seq, p.seq)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
@@ -32,6 +33,9 @@ SINCE = timedelta(hours=24)  # how far back a keeper that starts reads the log
 # inference or a leader change could not see were sent up to a batch timeout (10 s by default) before it
 READ_BACK_EXACT, READ_BACK_OPEN = timedelta(seconds=5), timedelta(seconds=30)
 VERIFY_AFTER = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds after a report at which the stream is read again
+# A loss is called repaired only once its evidence has been still this long: some of it is said after the
+# loss (a refused commit's tail, a run of 10208s) by up to two of the collector's ticks
+QUIET = 3.0
 NAMING = (EventKind.FAST_ATTRIBUTED, EventKind.BATCH_MESSAGES)  # more of a lost batch: its stream, its size
 CATCH_UP = 2.0  # seconds without a record after which a keeper that starts has read the log's backlog
 
@@ -66,6 +70,7 @@ class ManifestKeeper:
         self.caught_up = False
         self._checks: dict[str, asyncio.Task[None]] = {}
         self.read_back: dict[str, int] = {}  # manifest id -> times its stream was read back after a report
+        self.changed_at: OrderedDict[str, float] = OrderedDict()  # manifest id -> its evidence's last change (monotonic)
 
     # -- the log ----------------------------------------------------------------------------------
 
@@ -149,6 +154,10 @@ class ManifestKeeper:
             return None
         fresh = derived if known is None else reopened(known, derived)
         self.manifests[fresh.id] = fresh
+        self.changed_at.pop(fresh.id, None)
+        self.changed_at[fresh.id] = time.monotonic()
+        if len(self.changed_at) > KEEP_BATCHES:
+            self.changed_at.popitem(last=False)
         return fresh
 
     async def publish(self, manifest: Manifest) -> None:
@@ -197,6 +206,8 @@ class ManifestKeeper:
                     continue
                 self.read_back[manifest_id] = self.read_back.get(manifest_id, 0) + 1
                 judged = verdict(manifest, counted)
+                if judged.state == "repaired" and time.monotonic() - self.changed_at.get(manifest_id, 0.0) < QUIET:
+                    continue  # more of the loss may be on its way: judged at the next read
                 if judged is not manifest:
                     self.manifests[manifest_id] = judged
                     await self.publish(judged)

@@ -190,10 +190,11 @@ class Repairer:
             await self._send_again(manifest, kept, wanted)
         except (BatchError, nats.errors.Error, asyncio.TimeoutError) as e:
             return self._report(manifest, "not_repairable", (), f"sending again failed: {str(e)[:300]}", through)
+        before = len(named & own & kept.resent) - len(wanted)
+        gone = len((named & own) - set(kept.messages))
         return self._report(manifest, "resent", merged(Span(s, s) for s in wanted),
-                            f"{len(wanted)} message(s) sent again" + ("" if len(wanted) == len(named & own)
-                                                                     else f"; {len(named & own) - len(wanted)} no longer held"),
-                            through)
+                            f"{len(wanted)} message(s) sent again" + (f"; {before} sent again before" if before else "")
+                            + (f"; {gone} no longer held" if gone else ""), through)
 
     def _report(self, manifest: Manifest, state: str, resent: tuple[Span, ...], why: str,
                 through: int = 0) -> RepairReport:

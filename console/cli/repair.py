@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from datetime import datetime, timezone
 
 from console.cli.base import CONNECTED, WITH_EVENT_LOG, Subcommand
@@ -24,7 +25,9 @@ class Manifests(Subcommand):
     def configure(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--stream", help="only this stream's")
         parser.add_argument("--since", default="24h", help="losses of this last while (30m, 12h, 7d; default 24h)")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--format", choices=("text", "json", "csv", "jsonl"), default="text",
+                            help="text (a table), json (the protocol's bodies), csv or jsonl (an export: one flat row "
+                                 "each, spans as text, the filters on the first line)")
 
     @classmethod
     def run(cls, settings: Settings, args: argparse.Namespace) -> int:
@@ -34,7 +37,9 @@ class Manifests(Subcommand):
 async def manifests_async(settings: Settings, args: argparse.Namespace) -> int:
     from console.broker import names
     from console.domain.audit import CLI
+    from console.domain.manifests import EXPORT_COLUMNS
     from console.domain.toml_text import duration
+    from console.export import export_bytes
     from console.domain.wire import printable
     from console.queries.reads import SystemReads
     from console.queries.sight import Sight
@@ -47,6 +52,10 @@ async def manifests_async(settings: Settings, args: argparse.Namespace) -> int:
         found = await SystemReads(runtime, Sight(runtime.actions(CLI).grants)).manifests(since, stream)
     if args.format == "json":
         print(json.dumps([m.as_json() for m in found], indent=2))
+        return 0
+    if args.format in ("csv", "jsonl"):
+        filters = {"since": since.isoformat(), "stream": stream}
+        sys.stdout.buffer.write(export_bytes(args.format, (m.as_row() for m in found), EXPORT_COLUMNS, filters))
         return 0
     print(f"{'TIME (UTC)':<20} {'STREAM':<20} {'BATCH':<34} {'KIND':<17} {'MISSING':<14} {'SURE':<9} STATE")
     for m in found:

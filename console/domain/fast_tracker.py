@@ -270,8 +270,8 @@ class FastBatchTracker:
         """Fold pending acks into progress events; judge batches silent past the timeout; report
         10208 losses once their refusals have stopped (or the commit was refused)."""
         events: list[BatchEvent] = []
-        for record in self.busy.due(now, timedelta(seconds=self.progress_interval), timedelta(seconds=SLOW_GIVE_UP)):
-            events += self._refused_tail(record, now)
+        for refused in self.busy.due(now, timedelta(seconds=self.progress_interval), timedelta(seconds=SLOW_GIVE_UP)):
+            events += self._refused_tail(refused, now)
         # two instants, not two differences a batch: a tick looks at every batch tracked (10,000 at most)
         progress_due, timed_out = now - timedelta(seconds=self.progress_interval), now - timedelta(seconds=self.batch_timeout)
         for batch_id, batch in list(self.batches.items()):

@@ -46,6 +46,10 @@ EVIDENCE = tuple(_KIND_OF)  # the events a manifest rests on
 READ_KINDS = (*EVIDENCE, EventKind.FAST_ATTRIBUTED, EventKind.BATCH_MESSAGES, EventKind.MANIFEST)
 
 
+EXPORT_COLUMNS = ("time", "stream", "batch", "publisher", "kind", "missing", "certainty", "state", "why", "resent",
+                  "found", "through", "rests_on", "domain", "id", "version")
+
+
 class MalformedManifest(MalformedInput):
     what = "loss manifest"
 
@@ -120,6 +124,12 @@ class Manifest:
 
     def missing_text(self) -> str:
         return ", ".join(s.text() for s in self.missing) or "-"
+
+    def as_row(self) -> dict[str, Any]:
+        """Flat, for an export (EXPORT_COLUMNS): spans as text (`7-9, 12..`)."""
+        return {**{k: v for k, v in self.as_json().items() if k in EXPORT_COLUMNS},
+                "missing": self.missing_text(), "resent": ", ".join(s.text() for s in self.resent),
+                "found": ", ".join(s.text() for s in self.found)}
 
     def same_loss(self, other: Manifest) -> bool:
         """What it says is missing, and why, unchanged (its state aside)."""

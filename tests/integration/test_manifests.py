@@ -7,6 +7,7 @@ nothing."""
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import subprocess
 from dataclasses import dataclass, replace
@@ -167,8 +168,9 @@ async def test_forged_manifests_make_the_publisher_send_nothing_and_forged_repor
         await eventually(holds(lambda: trusting.heard > heard), what="the second copy heard")
         assert (await nc.jetstream().stream_info(stream)).state.messages == before + 1
 
-        # a report any client can publish: the console checks the stream, and it holds nothing resent
-        real = clean.batch_ids[0]
+        # a report any client can publish: the console checks the stream, and it holds none of the batch (its
+        # originals would count: a message the stream holds once is there, whoever says it was lost)
+        real = "lost-and-never-resent"
         keeper.manifests[manifest_id(stream, real)] = Manifest(
             manifest_id(stream, real), stream, real, "atomic_abandoned", (Span(1, 5),), "exact", "a test",
             datetime.now(timezone.utc) - timedelta(seconds=1))
@@ -266,6 +268,12 @@ async def test_the_cli_lists_each_manifest_with_its_repair_as_json_and_as_a_tabl
     assert set(m) >= {"publisher", "why", "certainty", "rests_on", "resent", "found"}
     table = cli("--stream", stream)
     assert f"{report.batch_ids[0]}" in table.stdout and " 7 " in table.stdout and "repaired" in table.stdout
+    exported = cli("--stream", stream, "--format", "csv").stdout.splitlines()
+    assert exported[0].startswith("# filters") and exported[1].startswith("time,stream,batch,publisher,kind,missing,")
+    [row] = list(csv.DictReader(exported[1:]))
+    assert (row["batch"], row["missing"], row["state"], row["found"]) == (report.batch_ids[0], "7", "repaired", "7")
+    [line] = [json.loads(x) for x in cli("--stream", stream, "--format", "jsonl").stdout.splitlines()[1:]]
+    assert line["missing"] == "7" and line["kind"] == "fast_gap"
     refused = cli("--stream", "a.b")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert cli("--since", "soon").returncode != 0
