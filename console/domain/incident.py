@@ -74,10 +74,16 @@ def build_incident(batch_id: str, events: list[BatchEvent], around: timedelta = 
                     messages, problem, manifest)
 
 
+UNANSWERED = ("no publisher taking part in the repair protocol has answered yet: only the batch's publisher holds "
+              "these messages; have it send them again (its manifest is on batch_console.manifest.<stream>), or "
+              "publish them from the stream page")
+
+
 def manifest_lines(manifest: Manifest) -> list[str]:
     """What the batch is missing and its repair, in words (a page's paragraph, a report's section)."""
+    why = manifest.why or (UNANSWERED if manifest.state == "open" else "")
     return [f"Missing: batch sequence(s) {manifest.missing_text()} ({manifest.certainty}): {manifest.rests_on}.",
-            f"Repair: {manifest.state.replace('_', ' ')}" + (f" ({manifest.why})" if manifest.why else "")
+            f"Repair: {manifest.state.replace('_', ' ')}" + (f" ({why})" if why else "")
             + (f"; sent again: {', '.join(s.text() for s in manifest.resent)}" if manifest.resent else "")
             + (f"; read back once: {', '.join(s.text() for s in manifest.found)}" if manifest.found else "") + "."]
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from console.domain.events import BatchEvent, EventKind
+from console.domain.incident import manifest_lines
 from console.domain.kept_messages import KeptMessage
 from console.domain.manifests import (
     MalformedManifest, Manifest, RepairReport, Span, manifest_id, manifest_of, merged, parse_manifest, parse_report,
@@ -155,3 +157,15 @@ def test_kept_messages_are_republished_only_when_they_are_the_whole_batch_whole_
         RepublishKept("ORDERS", "b1", (one, two)).whole(load_masking('[[mask]]\nstreams = ["ORD*"]\nfields = ["card"]\n'))
     with pytest.raises(ValueError, match="nothing of batch b1 was kept"):
         RepublishKept("ORDERS", "b1", ()).whole(Masking())
+
+
+def test_an_open_manifest_nobody_answered_says_who_holds_the_messages_and_a_repaired_one_what_was_read_back():
+    opened = Manifest(manifest_id("S", "b1"), "S", "b1", "fast_gap", (Span(7, 9),), "exact", "the server's gap ack",
+                      datetime(2026, 12, 3, tzinfo=timezone.utc))
+    missing, repair = manifest_lines(opened)
+    assert missing.startswith("Missing: batch sequence(s) 7-9 (exact)")
+    assert repair.startswith("Repair: open (no publisher taking part") and "only the batch's publisher holds" in repair
+    done = replace(opened, state="repaired", why="every missing message is in the stream once (3)",
+                   resent=(Span(7, 9),), found=(Span(7, 9),))
+    assert manifest_lines(done)[1] == ("Repair: repaired (every missing message is in the stream once (3)); "
+                                       "sent again: 7-9; read back once: 7-9.")
