@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from console.alerting.metrics import Family, Metrics
 from console.alerting.rules_file import remedies
@@ -115,7 +115,7 @@ async def _consumers(runtime: Runtime, facts: Facts) -> Facts:
     return replace(facts, consumers=judged, consumers_over_window=over)
 
 
-def canaries_of(events: list) -> tuple[CanaryResult, ...] | None:
+def canaries_of(events: list[Any]) -> tuple[CanaryResult, ...] | None:
     """The window's canary results (None when no canary ran: BATCH_032 says it could not run); one that
     does not read is left out."""
     found = []
@@ -128,7 +128,7 @@ def canaries_of(events: list) -> tuple[CanaryResult, ...] | None:
     return tuple(found) or None
 
 
-def conformance_of(events: list) -> dict[str, str] | None:
+def conformance_of(events: list[Any]) -> dict[str, str] | None:
     """client -> the statements it fails, from the window's conformance events; None when there are none
     (no collector grading: BATCH_030 says it could not run)."""
     verdicts = Verdicts()
@@ -138,7 +138,7 @@ def conformance_of(events: list) -> dict[str, str] | None:
     return verdicts.nonconforming() if len(verdicts) else None
 
 
-async def _window(runtime: Runtime, minutes: float) -> list:
+async def _window(runtime: Runtime, minutes: float) -> list[Any]:
     from console.broker.eventlog import EventLog
 
     now = datetime.now(timezone.utc)
@@ -225,10 +225,10 @@ def exit_code(report: Report) -> int:
     return worst
 
 
-def by_code_and_stream(report: Report) -> list[dict]:
+def by_code_and_stream(report: Report) -> list[dict[str, Any]]:
     """One finding per check and stream (the evidence joined, the worst severity): what is stored,
     what the metric and the Checks page show."""
-    merged: dict[tuple[str, str], dict] = {}
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
     for f in report.findings:
         key = (f.code, f.stream or "")
         if key in merged:
@@ -239,11 +239,11 @@ def by_code_and_stream(report: Report) -> list[dict]:
     return list(merged.values())
 
 
-async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
-                on_findings: Callable[[list[dict]], None] = lambda found: None,
+async def watch(runtime: Runtime, settings: Settings, store: Any, metrics: Any, stop: Any,
+                on_findings: Callable[[list[dict[str, Any]]], None] = lambda found: None,
                 recent: RecentEvents | None = None, caught_up: Callable[[], bool] = lambda: True,
-                on_budgets: Callable[[list], None] = lambda statuses: None,
-                on_consumers: Callable[[list], None] = lambda judged: None) -> None:
+                on_budgets: Callable[[list[Any]], None] = lambda statuses: None,
+                on_consumers: Callable[[list[Any]], None] = lambda judged: None) -> None:
     """The alerts part's timer: the checks every check_every seconds into SQLite (the Checks page) and
     /metrics, so both say what `batch-console check` says."""
     from console.domain.checks import evaluate
@@ -283,7 +283,7 @@ async def watch(runtime: Runtime, settings: Settings, store, metrics, stop,
 LAG_RECORD_EVERY = 60.0  # seconds between two records of every consumer's lag in the event log
 
 
-async def _record_lag(runtime: Runtime, judged: list) -> None:
+async def _record_lag(runtime: Runtime, judged: list[Any]) -> None:
     """Every consumer's lag now, as events History reads (one a minute; a failure is said and the next tries)."""
     from console.broker.eventlog import EventLog
     from console.domain.consumer_lag import lag_records

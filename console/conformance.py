@@ -9,7 +9,8 @@ import json
 import logging
 
 from console.config import Settings
-from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, STATEMENTS, UNCONFIRMED, ClientVerdict
+from console.domain.conformance import CANNOT_TELL, FAIL, NOT_OBSERVED, PASS, UNCONFIRMED, ClientVerdict
+from console.domain.statements import STATEMENTS
 
 log = logging.getLogger(__name__)
 NOT_GRADED = ("no conformance verdicts in the event log: is a collector running (without --no-conformance), "

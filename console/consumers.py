@@ -205,7 +205,9 @@ def text_table(reading: Reading, by_system: bool = False) -> str:
     """The CLI's table: one line per consumer, gravest first, then what could not be read (of several
     systems, each line begins with its system)."""
     rows = sorted(reading.judged, key=lambda j: (STATES.index(j.state), j.system, j.domain, j.read.stream, j.read.name))
-    system = (lambda j: f"{printable(j.system, 16):<16} ") if by_system else (lambda j: "")
+    def system(j: Judged) -> str:
+        return f"{printable(j.system, 16):<16} " if by_system else ""
+
     if any(j.domain for j in rows):  # a leaf's stream named DOMAIN:STREAM
         rows = [replace(j, read=replace(j.read, stream=f"{j.domain}:{j.read.stream}")) if j.domain else j for j in rows]
     head = ("SYSTEM           " if by_system else "") + f"{'STREAM':<20} {'CONSUMER':<24} {'KIND':<7} {'PENDING':>9} {'ACK_PEND':>8} {'REDELIV':>7} " \

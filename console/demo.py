@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 
 from console.broker.admin import StreamAdmin
@@ -57,7 +58,7 @@ async def ensure_demo_streams(nc: Connection) -> int:
     return min(replicas)
 
 
-async def _expect_refusal(work) -> None:
+async def _expect_refusal(work: Any) -> None:
     try:
         await work
     except BatchError:
@@ -75,7 +76,7 @@ async def abandon_each_reason(nc: Connection) -> None:
     await _expect_refusal(gap.commit(subject, b"3"))
     large = AtomicBatch(nc, max_msgs=1001)
 
-    async def too_many():
+    async def too_many() -> None:
         for _ in range(1001):
             await large.add(subject, b"x")
     await _expect_refusal(too_many())
@@ -157,7 +158,7 @@ async def demo_round(nc: Connection, leader_changes: bool = False) -> None:
 async def run_demo(nc: Connection, every: float = 30.0, rounds: int | None = None) -> int:
     """Rounds of demo traffic until `rounds` are done (None: until cancelled); returns the rounds run."""
     leader_changes = await ensure_demo_streams(nc) >= 3
-    done, failures = 0, Counter()
+    done, failures = 0, Counter[str]()
     while rounds is None or done < rounds:
         try:
             await demo_round(nc, leader_changes)

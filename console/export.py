@@ -137,8 +137,8 @@ class Parquet(ExportFormat):
             self._flush()
 
     def _flush(self) -> None:
-        import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]  # (nor does its parquet module)
+        import pyarrow as pa  # pyarrow ships no type information (pyproject.toml's mypy overrides)
+        import pyarrow.parquet as pq
 
         if self._writer is None:
             table = pa.Table.from_pylist(self._pending, schema=self._schema)

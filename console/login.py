@@ -19,6 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+from typing import Any
 
 from panel.auth import BasicAuthProvider, BasicLoginHandler
 from panel.io.resources import CDN_DIST
@@ -47,7 +48,7 @@ class Record:
 class Failures:
     """Failed logins per client address (in a row), and of all addresses in the last window."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.by_client: dict[str, Record] = {}
         self.all: deque[float] = deque()
 
@@ -96,7 +97,7 @@ def safe_next(text: str | None) -> str:
     return "/" if parts.scheme or parts.netloc else text
 
 
-def cookie_flags(handler: RequestHandler, console_url: str | None) -> dict:
+def cookie_flags(handler: RequestHandler, console_url: str | None) -> dict[str, Any]:
     """A session cookie's flags: Secure whenever the console is reached over https (or its public URL,
     behind a proxy, is one)."""
     https = handler.request.protocol == "https" or (console_url or "").lower().startswith("https://")
@@ -191,19 +192,19 @@ class GuardedBasicAuth(BasicAuthProvider):
     """Panel's basic-auth provider with the guarded login handler, sessions the server can end, and a
     `next` that stays on this console."""
 
-    def __init__(self, password: str, console_url: str | None = None, **params):
+    def __init__(self, password: str, console_url: str | None = None, **params: Any) -> None:
         self.sessions = Sessions()
         self._handler = guarded_login(password, self.sessions, console_url)  # before the base class asks for it
-        super().__init__(**params)
+        super().__init__(**params)  # type: ignore[no-untyped-call]  # param's constructor has no types
 
     @property
-    def login_handler(self):
+    def login_handler(self) -> Any:
         self._handler._login_endpoint = self._login_endpoint
         self._handler._login_template = self._login_template
         return self._handler
 
     @property
-    def get_user(self):
+    def get_user(self) -> Any:
         sessions = self.sessions
 
         def get_user(handler: RequestHandler) -> str | None:
@@ -215,7 +216,7 @@ class GuardedBasicAuth(BasicAuthProvider):
         return get_user
 
     @property
-    def logout_handler(self):
+    def logout_handler(self) -> Any:
         sessions = self.sessions
 
         class SignOut(RequestHandler):

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 from console.config import Settings
 from console.domain.audit import CLI
@@ -60,7 +60,7 @@ def _node(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _seconds(low: float, high: float):
+def _seconds(low: float, high: float) -> Any:
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -148,7 +148,8 @@ async def _restart(settings: Settings, args: argparse.Namespace, timeout: float)
 
 
 
-def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float, said: Callable[[str], None] | None = None):
+def _ledger(runtime: Runtime, settings: Settings, batch_timeout: float,
+            said: Callable[[str], None] | None = None) -> Any:
     """The loss ledger's reader, or None (said) without the event key that reads it."""
     from console.broker.maintenance_ledger import LedgerReader
 

@@ -226,10 +226,10 @@ class OidcAuth(BasicAuthProvider):
 
     def __init__(self, provider: Provider, roles: Callable[[], RolesFile], cookie_secret: str,
                  console_url: str | None = None,
-                 **params):
+                 **params: Any) -> None:
         self.provider, self.roles, self.revoked, self.cookie_secret = provider, roles, Revoked(), cookie_secret
         self.console_url = console_url.rstrip("/") if console_url else None  # behind a proxy: the URL users see
-        super().__init__(**params)
+        super().__init__(**params)  # type: ignore[no-untyped-call]  # param's constructor has no types
 
     def session(self, handler: RequestHandler) -> Session | None:
         return self.session_of(handler.get_cookie(SESSION_COOKIE))
@@ -245,14 +245,14 @@ class OidcAuth(BasicAuthProvider):
         return session
 
     @property
-    def get_user(self):
+    def get_user(self) -> Any:
         def get_user(handler: RequestHandler) -> str | None:
             session = self.session(handler)
             return session.user if session else None
         return get_user
 
     @property
-    def login_handler(self):
+    def login_handler(self) -> Any:
         auth = self
 
         class Login(SignInHandler):
@@ -260,7 +260,7 @@ class OidcAuth(BasicAuthProvider):
         return Login
 
     @property
-    def logout_handler(self):
+    def logout_handler(self) -> Any:
         auth = self
 
         class Logout(SignOutHandler):

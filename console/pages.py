@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Protocol, TYPE_CHECKING, runtime_checkable
 
 import panel as pn
 
@@ -192,17 +192,17 @@ def _reads_across(fleet: Fleet, actions: Actions) -> FleetReads:
     return FleetReads(fleet, _sight(actions))
 
 
-def live(runtime: Runtime, actions: Actions, **params) -> LivePage:
+def live(runtime: Runtime, actions: Actions, **params: Any) -> LivePage:
     """Follows the runtime's live state; refreshed in the current session every refresh_ms. The alerts
     firing are counted once, in the frame's header (a second count in the status line told another number)."""
     return LivePage.following(runtime.live, sees=_sight(actions).limit, **params)
 
 
-def streams(runtime: Runtime, actions: Actions, **params) -> StreamsPage:
+def streams(runtime: Runtime, actions: Actions, **params: Any) -> StreamsPage:
     return StreamsPage(admin=_admin(runtime, actions), limits=runtime.batch_limits, actions=actions, **params)
 
 
-def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
+def stream(runtime: Runtime, actions: Actions, **params: Any) -> StreamPage:
     """One stream; `reload()` reads it from the server, `refresh()` redraws what the live model holds."""
     from console.decoders.rules import described
 
@@ -213,20 +213,20 @@ def stream(runtime: Runtime, actions: Actions, **params) -> StreamPage:
                       read_only=runtime.read_only, **params)
 
 
-def replay(runtime: Runtime, actions: Actions, **params) -> ReplayPage:
+def replay(runtime: Runtime, actions: Actions, **params: Any) -> ReplayPage:
     return ReplayPage(admin=_admin(runtime, actions), actions=actions, payloads=runtime.payloads(actions.payloads),
                       **params)
 
 
-def history(runtime: Runtime, actions: Actions, **params) -> HistoryPage:
+def history(runtime: Runtime, actions: Actions, **params: Any) -> HistoryPage:
     return HistoryPage(history=_reads(runtime, actions).history(), problem=runtime.history_problem,
                        live_seq=lambda: runtime.live.last_seq,
                        export=actions.run, may=actions.allowed, **params)
 
 
-def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
+def incident(runtime: Runtime, actions: Actions, **params: Any) -> IncidentPage:
 
-    def to_replay(incident) -> str | None:  # the batch's stream from the start of the incident's window
+    def to_replay(incident: Any) -> str | None:  # the batch's stream from the start of the incident's window
         return replay_link(incident.loss.stream, incident.start) if incident.loss.stream else None
 
     reads = _reads(runtime, actions)
@@ -238,45 +238,45 @@ def incident(runtime: Runtime, actions: Actions, **params) -> IncidentPage:
                            "console_url": runtime.settings.alerting.console_url or "", **params})
 
 
-def probe(runtime: Runtime, actions: Actions, **params) -> ProbePage:
+def probe(runtime: Runtime, actions: Actions, **params: Any) -> ProbePage:
 
-    async def run(options: ProbeOptions, progress=None) -> ProbeReport:
+    async def run(options: ProbeOptions, progress: Any = None) -> ProbeReport:
         return await runtime.run_probe(actions, options, progress)
 
     return ProbePage(run=run, may=actions.allowed, **params)
 
 
-def _alerts(view, actions: Actions) -> SeenAlerts:
+def _alerts(view: Any, actions: Actions) -> SeenAlerts:
     """The alerts as the user sees them, whoever it is: a page never holds the view's writers."""
     return SeenAlerts(view, _sight(actions).limit or (lambda stream: True))
 
 
-def alerts(runtime: Runtime, actions: Actions, **params) -> AlertsPage:
+def alerts(runtime: Runtime, actions: Actions, **params: Any) -> AlertsPage:
     return AlertsPage(view=_alerts(runtime.alerts, actions), read_only=runtime.read_only, actions=actions, **params)
 
 
-def audit(runtime: Runtime, actions: Actions, **params) -> AuditPage:
+def audit(runtime: Runtime, actions: Actions, **params: Any) -> AuditPage:
     reads = _reads(runtime, actions)
     return AuditPage(trail=reads.audit, recent=reads.recent_audit, export=actions.run, may=actions.allowed, **params)
 
 
-def budgets(runtime: Runtime, actions: Actions, **params) -> BudgetsPage:
+def budgets(runtime: Runtime, actions: Actions, **params: Any) -> BudgetsPage:
     reads = _reads(runtime, actions)  # the objectives whose streams the user sees, as the API's /budgets
     return BudgetsPage(statuses=reads.budgets, losses=lambda name: reads.spenders(name) or [],
                        problem=lambda: runtime.objectives_file.error, **params)
 
 
-def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage:
+def maintenance(runtime: Runtime, actions: Actions, **params: Any) -> MaintenancePage:
     from console.broker.maintenance import server_names
     from console.maintain import drain_node, restart_node
 
-    def drain(plan, progress):
+    def drain(plan: Any, progress: Any) -> Any:
         return drain_node(runtime, actions, plan.node, progress, evacuate=plan.evacuate is not None)
 
-    def restart(node, progress):
+    def restart(node: Any, progress: Any) -> Any:
         return restart_node(runtime, actions, node, progress)
 
-    def plan_for(node, evacuate):
+    def plan_for(node: Any, evacuate: Any) -> Any:
         return runtime.maintenance_plan(node, None, evacuate)
 
     return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=plan_for,
@@ -284,7 +284,7 @@ def maintenance(runtime: Runtime, actions: Actions, **params) -> MaintenancePage
                            read_only=runtime.read_only, may=actions.allowed, **params)
 
 
-def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
+def canary(runtime: Runtime, actions: Actions, **params: Any) -> CanaryPage:
     from console.services.canaries import recent_canaries
 
     return CanaryPage(results=lambda: recent_canaries(lambda: runtime.nc, lambda: runtime.event_log),
@@ -292,7 +292,7 @@ def canary(runtime: Runtime, actions: Actions, **params) -> CanaryPage:
                       may=actions.allowed, **params)
 
 
-def consumers(runtime: Runtime, actions: Actions, **params) -> ConsumersPage:
+def consumers(runtime: Runtime, actions: Actions, **params: Any) -> ConsumersPage:
     """Every consumer of the streams the user sees, judged against the reads this process made before (a
     sampler reads every 10 s while somebody looks, so a stall shows without a reload)."""
     seen = SeenConsumers(runtime.consumers, _sight(actions))
@@ -300,22 +300,22 @@ def consumers(runtime: Runtime, actions: Actions, **params) -> ConsumersPage:
     return ConsumersPage(consumers=seen.read, last=lambda stream: seen.seen(runtime.consumers.last, stream), run=actions.run, may=actions.allowed, read_only=runtime.read_only, **params)
 
 
-def checks(runtime: Runtime, actions: Actions, **params) -> ChecksPage:
+def checks(runtime: Runtime, actions: Actions, **params: Any) -> ChecksPage:
     return ChecksPage(findings=_reads(runtime, actions).findings, **params)
 
 
-def search(runtime: Runtime, actions: Actions, **params) -> SearchPage:
+def search(runtime: Runtime, actions: Actions, **params: Any) -> SearchPage:
     return SearchPage(run=lambda query, progress, cancelled: runtime.search(actions, query, progress, cancelled),
                       export=actions.run, may=actions.allowed, **params)
 
 
-def conformance(runtime: Runtime, actions: Actions, **params) -> ConformancePage:
+def conformance(runtime: Runtime, actions: Actions, **params: Any) -> ConformancePage:
     """The Conformance page of what the user sees: another team's streams' example batches left out."""
     reads = _reads(runtime, actions)
     return ConformancePage(verdicts=reads.verdicts, recent=reads.recent_verdicts, **params)
 
 
-def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
+def history_across(fleet: Fleet, actions: Actions, **params: Any) -> HistoryPage:
     """Every system's History, each row with its system (the plots sum them)."""
     _, problem = read_fleet.history(fleet.runtimes())
     return HistoryPage(history=_reads_across(fleet, actions).history(), problem=problem,
@@ -323,29 +323,29 @@ def history_across(fleet: Fleet, actions: Actions, **params) -> HistoryPage:
                        export=actions.run, may=actions.allowed, **params)
 
 
-def checks_across(fleet: Fleet, actions: Actions, **params) -> ChecksPage:
+def checks_across(fleet: Fleet, actions: Actions, **params: Any) -> ChecksPage:
     """Every system's findings as its alerts part last evaluated them, each with its system."""
     return ChecksPage(findings=_reads_across(fleet, actions).findings, by_system=True, **params)
 
 
-def audit_across(fleet: Fleet, actions: Actions, **params) -> AuditPage:
+def audit_across(fleet: Fleet, actions: Actions, **params: Any) -> AuditPage:
     """Every system's audit trail, each record with its system and each chain checked on its own."""
     reads = _reads_across(fleet, actions)
     return AuditPage(trail=reads.audit, recent=reads.recent_audit, export=actions.run, may=actions.allowed, **params)
 
 
-def alerts_across(fleet: Fleet, actions: Actions, **params) -> AlertsPage:
+def alerts_across(fleet: Fleet, actions: Actions, **params: Any) -> AlertsPage:
     """Every system's alerts firing, sent and delivered, each with its system; the one rules file."""
     return AlertsPage(view=_alerts(fleet.alerts(), actions), read_only=fleet.read_only, actions=actions, **params)
 
 
-def conformance_across(fleet: Fleet, actions: Actions, **params) -> ConformancePage:
+def conformance_across(fleet: Fleet, actions: Actions, **params: Any) -> ConformancePage:
     """Every system's clients, each named with its system; a system whose log cannot be read is left out."""
     reads = _reads_across(fleet, actions)
     return ConformancePage(verdicts=reads.verdicts, recent=reads.recent_verdicts, **params)
 
 
-def live_across(fleet: Fleet, actions: Actions, **params) -> LivePage:
+def live_across(fleet: Fleet, actions: Actions, **params: Any) -> LivePage:
     """Every system's losses, each with its system; the status line says each system's state (the alerts
     firing are counted in the frame's header)."""
     return LivePage.across(lambda: {name: runtime.live for name, runtime in fleet.runtimes().items()},
@@ -356,7 +356,7 @@ class Unreached(pn.viewable.Viewer):
     """The page of a system not reached yet: what it is waiting for (every other system's pages go on)."""
 
     def __init__(self, system: str, why: str):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # param's constructor has no types
         self._said = pn.pane.Alert(f"System **{md(system)}** is not reachable yet ({md(why)}). The console tries "
                                    "it again in the background; reload this page, or pick another system above.",
                                    alert_type="danger")
@@ -364,7 +364,7 @@ class Unreached(pn.viewable.Viewer):
     async def reload(self) -> None:
         pass
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._said
 
 
@@ -402,7 +402,7 @@ def badges(fleet: Fleet, shown: str | None = None, actions: Actions | None = Non
     return found
 
 
-def _firing(runtime: Runtime, actions: Actions | None) -> list:
+def _firing(runtime: Runtime, actions: Actions | None) -> list[Any]:
     return (runtime.alerts if actions is None else _alerts(runtime.alerts, actions)).firing()
 
 

@@ -30,7 +30,7 @@ def secret_values(settings: Settings) -> list[str]:
     key_files = [settings.event_log.key_file, Path(settings.data.data_dir) / EVENT_KEY_FILE]
     for path in filter(None, key_files):
         try:
-            found.append(Path(path).read_text().strip())
+            found.append(Path(str(path)).read_text().strip())
         except OSError:
             pass
     if os.environ.get(EVENT_KEY_ENV):

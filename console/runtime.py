@@ -234,8 +234,8 @@ class Runtime:
 
         return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
 
-    async def search(self, actions: Actions, query: SearchQuery, progress=None, cancelled=lambda: False,
-                     on_match=None):
+    async def search(self, actions: Actions, query: SearchQuery, progress: Any = None, cancelled: Any = lambda: False,
+                     on_match: Any = None) -> Any:
         """A search of any stream, as the action search.run of whoever `actions` acts for: (matches, how it
         ended). The command's work is `_search`."""
         return await actions.run(RunSearch(query, progress, cancelled, on_match))
@@ -306,7 +306,7 @@ class Runtime:
         log = EventLog.over(self.nc, self.event_log)
         return await actions.run(RunCanary(CanaryOptions(self.settings.fleet.name, once=True), log))
 
-    async def run_probe(self, actions: Actions, options: ProbeOptions, progress=None,
+    async def run_probe(self, actions: Actions, options: ProbeOptions, progress: Any = None,
                         repair_key: bytes | None = None) -> ProbeReport:
         """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
         return await actions.run(RunProbe(options, progress, repair_key))
@@ -325,7 +325,7 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         return self
 
-    async def __aexit__(self, *_) -> None:
+    async def __aexit__(self, *_: Any) -> None:
         await self.close()
 
 

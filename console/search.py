@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from console.config import Settings
 from console.domain.audit import CLI
@@ -24,7 +25,7 @@ def on_match_printed(f: Found) -> None:
     print(found_json(f))
 
 
-def query_from(args) -> SearchQuery:
+def query_from(args: Any) -> SearchQuery:
     """The command's arguments as a query; SearchRefused says which one is wrong."""
     return SearchQuery(args.stream, subject=args.subject or "", start_seq=args.from_seq, end_seq=args.to_seq,
                        since=search_time(args.since), until=search_time(args.until), where=args.where or "",
@@ -32,7 +33,7 @@ def query_from(args) -> SearchQuery:
                        max_bytes=args.max_bytes, max_matches=args.max_matches, max_seconds=args.max_seconds)
 
 
-async def run_search(settings: Settings, args) -> int:
+async def run_search(settings: Settings, args: Any) -> int:
     """0: the search ran (its end on stderr); 2: the query refused; 3: the server not reachable."""
     from console.errors import ConsoleError
     from console.runtime import Runtime

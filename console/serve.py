@@ -40,7 +40,7 @@ def is_loopback(address: str) -> bool:
         return address == "localhost"
 
 
-def mcp_patterns(api: Any, settings: Settings, loop: Any) -> list[tuple]:
+def mcp_patterns(api: Any, settings: Settings, loop: Any) -> list[tuple[Any, ...]]:
     """`--mcp`: MCP's streamable HTTP at /mcp (and its protected-resource metadata), its sessions run for
     as long as the process serves."""
     web = settings.web
@@ -73,7 +73,7 @@ def websocket_origins(address: str, port: int) -> list[str]:
     return [f"{name}:{port}" for name in names]
 
 
-def allow_ipv6_origin(server, address: str) -> None:
+def allow_ipv6_origin(server: Any, address: str) -> None:
     """A page on http://[::1]:PORT/ sends Origin [::1]:PORT; Bokeh's check matches that string exactly
     against the server's origin set, which only its builder refuses to hold."""
     if ":" in address:
@@ -91,11 +91,11 @@ class App:
         self.oidc = oidc
 
 
-    def routes(self) -> dict:
+    def routes(self) -> dict[str, Any]:
         """A route for each page of the table; read-only mode leaves out those that change the server."""
         return {page.path: self._route(page) for page in pages.TABLE if not (self.read_only and page.changes_the_server)}
 
-    def _route(self, spec: pages.Page):
+    def _route(self, spec: pages.Page) -> Any:
         def session() -> Frame:  # Panel serves a function (a partial it would show as an object)
             return self._session(spec)
         return session
@@ -143,10 +143,11 @@ class App:
                                lambda: runtime.roles.for_groups(groups),
                                datetime.fromtimestamp(session.expires, timezone.utc))
 
-    def _frame(self, page, spec: pages.Page, prefs: Prefs, actions: Actions | None, shown: str | None,
+    def _frame(self, page: Any, spec: pages.Page, prefs: Prefs, actions: Actions | None, shown: str | None,
                chosen: str | None) -> Frame:
         if spec.in_the_url and self.url_state and not isinstance(page, pages.Unreached):  # asking makes one
-            pn.state.location.sync(page, spec.in_the_url)  # the page was made with the URL's choices; now kept in step
+            if (location := pn.state.location) is not None:
+                location.sync(page, spec.in_the_url)  # the page was made with the URL's choices; now kept in step
         nav = {p.path: p.title for p in pages.TABLE if p.title and not (self.read_only and p.changes_the_server)}
         signed_in = self.oidc is not None or bool(pn.state.user)
         who = Who(actions.actor.user, actions.grants.names, "/logout" if signed_in else None) if actions else None
@@ -161,17 +162,17 @@ class App:
         return frame
 
 
-def _every(redraw, period: int = REDRAW_EVERY_MS) -> None:
+def _every(redraw: Any, period: int = REDRAW_EVERY_MS) -> None:
     """Call `redraw` every `period` ms in this session, until the session ends."""
     timer = pn.state.add_periodic_callback(redraw, period=period)
     pn.state.on_session_destroyed(lambda _: timer.stop())
 
 
-def _close_with_its_tab(page) -> None:
+def _close_with_its_tab(page: Any) -> None:
     """Bokeh ends a session only a while after its browser left (15 s and more): what the page runs (a
     search, a reader) stops as soon as the browser's connection it had is gone."""
     context = pn.state.curdoc.session_context if pn.state.curdoc else None
-    seen = [False]
+    seen: list[bool | None] = [False]
 
     def check() -> None:
         session = getattr(context, "_session", None)
@@ -186,13 +187,13 @@ def _close_with_its_tab(page) -> None:
     _every(check, TAB_CHECK_MS)
 
 
-def _close(page) -> None:
+def _close(page: Any) -> None:
     closed = page.close()
     if inspect.isawaitable(closed):
         asyncio.ensure_future(closed)
 
 
-def _from_url(spec: pages.Page) -> dict:
+def _from_url(spec: pages.Page) -> dict[str, Any]:
     """The page's choices as its URL gives them, to make the page with (hostile: a value that does not
     fit its type is left out)."""
     found = {}
@@ -209,7 +210,7 @@ def _actor() -> Actor:
     """Who this session is, for the audit trail: the login name ("local" on a console without one),
     the browser's address and user agent."""
     context = pn.state.curdoc.session_context if pn.state.curdoc else None
-    request = context.request if context else None
+    request = getattr(context, "request", None)  # a server's session has one
     agent = request.headers.get("User-Agent", "") if request else ""
     return Actor(pn.state.user or "local", getattr(request, "remote_ip", "") or "", agent if isinstance(agent, str) else "")
 
@@ -261,7 +262,7 @@ def serve(settings: Settings) -> None:
             access_tokens = AccessTokens(provider, access.oidc_api_audience)
     app = App(fleet, url_state, oidc)
     api = make_api(fleet, TokenStore(settings.data.data_dir), access_tokens)
-    auth = ({"auth_provider": oidc} if oidc else
+    auth: dict[str, Any] = ({"auth_provider": oidc} if oidc else
             {"auth_provider": GuardedBasicAuth(web.basic_auth, settings.alerting.console_url)} if web.basic_auth
             else {})
     server = pn.io.server.get_server(

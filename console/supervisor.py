@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_DRIVER_MEMORY, UP_FILE,
                             AlertingSettings, AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings,
@@ -44,7 +45,7 @@ class Part:
     args: list[str]
     log_path: Path
     env: dict[str, str] | None = None
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     failures: int = 0  # in a row
     restart_at: float | None = None  # when it is down and waiting to be started again
     started_at: float = 0.0
@@ -62,6 +63,13 @@ class Part:
         log.close()
 
     @property
+    def started(self) -> subprocess.Popen[bytes]:
+        """Its process, once started (every part is, before it is looked at)."""
+        if self.proc is None:
+            raise ConsoleError(f"{self.name} was never started")
+        return self.proc
+
+    @property
     def state(self) -> str:
         if self.proc is None:
             return "not started"
@@ -71,7 +79,7 @@ class Part:
         return f"running (pid {self.proc.pid})" if code is None else f"exited ({code})"
 
     def backoff(self) -> float:
-        return min(FIRST_BACKOFF * 2 ** (self.failures - 1), MAX_BACKOFF)
+        return float(min(FIRST_BACKOFF * 2.0 ** (self.failures - 1), MAX_BACKOFF))
 
     def output(self) -> str:
         """What this start of the part wrote so far."""
@@ -101,7 +109,7 @@ class Part:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, out=sys.stdout):
+    def __init__(self, settings: Settings, out: Any = sys.stdout) -> None:
         if settings.demo.demo:  # the collector taps the demo's publish side, so its atomic losses have names
             tapped = (*settings.collector.tap_publish_subjects, *DEMO_SUBJECTS)
             settings = replace(settings, collector=replace(settings.collector, tap_publish_subjects=tapped))
@@ -168,7 +176,7 @@ class Supervisor:
         if "analytics.driver_memory" not in self.settings.given:  # beside every other part, on one machine
             self._env[env_name(AnalyticsSettings, "driver_memory")] = UP_DRIVER_MEMORY
         self._part("analytics", ["analytics"])
-        metrics_port, handed = self.settings.alerting.metrics_port, ()
+        metrics_port, handed = self.settings.alerting.metrics_port, tuple[int, ...]()
         if metrics_port is None:  # up gives the alerts part one: beside the web console's, or any free one
             # bound here and held: nobody takes it between up's choice and the part's bind, or while it restarts
             self._metrics_listener = _metrics_listener(web.port + 1 if web.port else 0)
@@ -210,7 +218,7 @@ class Supervisor:
                 return str(found["url"]), found.get("monitor_url")
             except (OSError, ValueError, KeyError, TypeError):  # not yet written, or half written
                 pass
-            if part.proc.poll() is not None or time.monotonic() > deadline:
+            if part.started.poll() is not None or time.monotonic() > deadline:
                 raise ConsoleError(f"the embedded nats-server did not start: {part.last_words()}")
             time.sleep(0.1)
 
@@ -223,17 +231,17 @@ class Supervisor:
                     part.start()
                     self.say(f"{part.name}: restarted, {part.state}")
                 continue
-            if part.proc.poll() is None:
+            if part.started.poll() is None:
                 if part.failures and now - part.started_at >= STABLE_AFTER:
                     part.failures = 0
                 continue
             part.failures += 1
-            part.last_exit = f"code {part.proc.returncode}: {part.last_words()}"
+            part.last_exit = f"code {part.started.returncode}: {part.last_words()}"
             part.restart_at = now + part.backoff()
             self.say(f"{part.name} exited with {part.last_exit}; {part.state} (failure {part.failures} in a row)")
         self._write_states()
 
-    def states(self) -> dict[str, dict]:
+    def states(self) -> dict[str, dict[str, Any]]:
         """What each part is doing, for a status bar: state, failures in a row, how it last ended."""
         return {p.name: {"state": p.state, "failures": p.failures, "last_exit": p.last_exit} for p in self.parts}
 
@@ -254,7 +262,7 @@ class Supervisor:
             self.stop()
         return 0
 
-    def _on_signal(self, *_) -> None:
+    def _on_signal(self, *_: Any) -> None:
         self._stopping = True
 
     def stop(self) -> None:

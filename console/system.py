@@ -32,7 +32,7 @@ class NatsSystem:
         self.admin = StreamAdmin(nc, read_only=settings.web.read_only)
         self.consumer_admin = ConsumerAdmin(lambda: self.nc, lambda: self.admin.read_only)
         self._limits: tuple[float, tuple[BatchLimits, str]] | None = None
-        self._keeper: asyncio.Task | None = None
+        self._keeper: asyncio.Task[Any] | None = None
         self._reopened: list[Callable[[Connection], Awaitable[None]]] = []
         self.reopening: Callable[[str], None] = lambda why: None  # told while its connection is opened again
 

@@ -65,7 +65,7 @@ class NotebookConsole:
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, system: str | None = None,
-                   **sections) -> NotebookConsole:
+                   **sections: Any) -> NotebookConsole:
         """The settings (default: from the environment, as every command reads them), with any
         section replaced: `open(web=WebSettings(read_only=True))`. With a systems file (`--systems`,
         BATCH_CONSOLE_SYSTEMS), `system` names the one to open (systems() lists them). Events the
@@ -106,11 +106,11 @@ class NotebookConsole:
         return await cls.open(settings, web=replace(settings.web, read_only=read_only))
 
     @property
-    def live_state(self):
+    def live_state(self) -> Any:
         return self.runtime.live
 
     @property
-    def admin(self):
+    def admin(self) -> Any:
         """The server's streams as the local role sees them, reads only (another team's stream is answered
         as one that does not exist); what changes the server goes through `actions`."""
         return StreamReads(self.runtime.admin, self.sight.sees)
@@ -127,7 +127,7 @@ class NotebookConsole:
         return SystemReads(self.runtime, self.sight)
 
     @property
-    def history_reader(self):
+    def history_reader(self) -> Any:
         """The SQLite history's queries (`.abandonments_by_stream(start, end)`) of the streams the local role
         sees, or None."""
         return self.reads.history()
@@ -151,37 +151,43 @@ class NotebookConsole:
         return dict(self.runtime.live.log.skipped)
 
     def lost_batches(self, limit: int = 100) -> list[LostBatch]:
-        return seen(self.runtime.live.model, self.sight.limit).newest_first(limit)
+        return list(seen(self.runtime.live.model, self.sight.limit).newest_first(limit))
 
     def live(self, refresh_ms: int = 500) -> LivePage:
         return pages.live(self.runtime, self.actions, refresh_ms=refresh_ms)
 
     async def streams(self) -> StreamsPage:
-        return await self.page("/streams")
+        page: StreamsPage = await self.page("/streams")
+        return page
 
     async def find_incident(self, batch_id: str) -> Incident | None:
         return await self.reads.incident(batch_id)
 
     async def incident(self, batch_id: str) -> IncidentPage:
-        return await self.page("/incident", batch_id=batch_id, replay_link=lambda incident: None)
+        page: IncidentPage = await self.page("/incident", batch_id=batch_id, replay_link=lambda incident: None)
+        return page
 
     async def replay(self, stream: str = "", start_time: datetime | None = None) -> ReplayPage:
-        return await self.page("/replay", stream=stream, start_time=start_time.isoformat() if start_time else "")
+        page: ReplayPage = await self.page("/replay", stream=stream,
+                                           start_time=start_time.isoformat() if start_time else "")
+        return page
 
-    def history(self, **params) -> HistoryPage:
+    def history(self, **params: Any) -> HistoryPage:
         page = pages.history(self.runtime, self.actions, **params)
         page.read()
         return page
 
     async def alerts(self) -> AlertsPage:
         """The alert rules; mute, unmute and save are actions (audited; refused in read-only mode)."""
-        return await self.page("/alerts")
+        page: AlertsPage = await self.page("/alerts")
+        return page
 
-    async def audit(self, **params) -> AuditPage:
+    async def audit(self, **params: Any) -> AuditPage:
         """Who asked the console to change what: the audit trail, its chain checked."""
-        return await self.page("/audit", **params)
+        page: AuditPage = await self.page("/audit", **params)
+        return page
 
-    async def search(self, stream: str, **query):
+    async def search(self, stream: str, **query: Any) -> Any:
         """A bounded search of a stream (the action search.run, audited): `await console.search("ORDERS",
         where='payload.amount > 100', max_matches=50)` -> (matches, how it ended)."""
         from console.domain.search import SearchQuery
@@ -215,9 +221,10 @@ class NotebookConsole:
 
         return await recent_canaries(lambda: self.runtime.nc, lambda: self.runtime.event_log, minutes)
 
-    async def conformance(self, **params) -> ConformancePage:
+    async def conformance(self, **params: Any) -> ConformancePage:
         """The publishers' verdicts against ADR-50, as the collector graded them (`.matrix`, `.failures`)."""
-        return await self.page("/conformance", **params)
+        page: ConformancePage = await self.page("/conformance", **params)
+        return page
 
     async def consumers(self, stream: str | None = None) -> pd.DataFrame:
         """Every consumer the notebook's roles see, one row each: pending, ack_pending, redelivered, waiting,
@@ -229,7 +236,7 @@ class NotebookConsole:
         found = await SeenConsumers(self.runtime.consumers, self.sight).read(stream, fresh_within=0)
         return pd.DataFrame([j.as_json() for j in found.judged])
 
-    async def page(self, path: str, **params):
+    async def page(self, path: str, **params: Any) -> Any:
         """Any page of the table (console.pages.TABLE) by its path, read once: `await console.page("/streams")`."""
         page = pages.BY_PATH[path].make(self.runtime, self.actions, **params)
         await page.reload()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Callable
+from typing import Any, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from console.domain.budgets import BudgetStatus
@@ -261,7 +261,7 @@ def serve_metrics(metrics: Metrics | Callable[[], list[Metrics]], port: int,
     is a listening TCP socket on that address and port; anything else is ignored and the port bound."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
+        def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
@@ -272,7 +272,7 @@ def serve_metrics(metrics: Metrics | Callable[[], list[Metrics]], port: int,
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *_):
+        def log_message(self, *_: Any) -> None:
             pass
 
     listener = _listener(inherited, address, port)

@@ -53,7 +53,7 @@ class Notifier:
         if not self.console_url:
             return None
         if notice.batch_ids:
-            return f"{self.console_url}/incident?batch={urllib.request.quote(notice.batch_ids[0], safe='')}"
+            return f"{self.console_url}/incident?batch={urllib.parse.quote(notice.batch_ids[0], safe='')}"
         return f"{self.console_url}/"
 
     async def send(self, notice: Notice) -> None:

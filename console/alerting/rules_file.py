@@ -14,7 +14,7 @@ DEFAULT_RULES = Path(__file__).parent / "default_rules.toml"
 RULES_FILE = "alert-rules.toml"  # in the data directory: the rules the Alerts page edits
 
 
-def rules_path(given: str | os.PathLike | None, data_dir: Path) -> Path:
+def rules_path(given: str | os.PathLike[str] | None, data_dir: Path) -> Path:
     """The rules file given, else DATA_DIR/alert-rules.toml once the Alerts page has saved one, else the shipped rules."""
     if given:
         return Path(given)
@@ -22,7 +22,7 @@ def rules_path(given: str | os.PathLike | None, data_dir: Path) -> Path:
     return edited if edited.exists() else DEFAULT_RULES
 
 
-def load_rules(path: str | os.PathLike | None, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
+def load_rules(path: str | os.PathLike[str] | None, targets: NotifyTargets = NotifyTargets()) -> list[Rule]:
     """The rules file given, else the shipped one; RulesError (with its line) for a file with an error,
     a notify target `targets` does not allow among them."""
     return parse_rules(Path(path or DEFAULT_RULES).read_text(), targets)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from console.alerting.metrics import Metrics
 from console.alerting.notify import Attempt, Notifier
@@ -50,7 +50,7 @@ class AlertService:
         self.metrics = metrics
         self.applied = 0  # the last event-log sequence applied
         self.caught_up = False
-        self._sending: set[asyncio.Task] = set()
+        self._sending: set[asyncio.Task[Any]] = set()
         self._poke = asyncio.Event()  # set when an event may fire a rule: evaluated at once, not on the clock
         # Read again when it changes, and looked for again each time: the Alerts page's first save makes
         # DATA_DIR/alert-rules.toml, which from then on is the file (a mute did nothing until a restart)
@@ -58,7 +58,7 @@ class AlertService:
         self._rules_stamp = file_stamp(self.rules_file)
         self.evaluator.restore(store.firing())
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="alert-state")
-        self._writes: set[asyncio.Future] = set()
+        self._writes: set[asyncio.Future[Any]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         longest = max(max((r.within for r in self.evaluator.rules), default=timedelta(minutes=5)),
@@ -109,7 +109,7 @@ class AlertService:
         self.evaluator.set_findings(found)
         self._poke.set()
 
-    def set_consumers(self, judged: list) -> None:
+    def set_consumers(self, judged: list[Any]) -> None:
         """Every consumer's last judgement (console.checks.watch): rules on consumer lag fire on it at once."""
         self.evaluator.set_consumers(judged)
         self._poke.set()
@@ -144,7 +144,7 @@ class AlertService:
                 self.metrics.firing.inc(rule, severities.get(rule, "warning"))
         return notices
 
-    def _keep(self, bodies: list[str], now: datetime, firing: dict) -> None:
+    def _keep(self, bodies: list[str], now: datetime, firing: dict[tuple[str, str], tuple[datetime, datetime]]) -> None:
         for body in bodies:
             self.store.add_notice(now, body)
         self.store.save_firing(firing)
@@ -153,13 +153,13 @@ class AlertService:
         """Each delivery attempt, as it ends, for the Alerts page (concurrent sends each add their own)."""
         self._write(self.store.add_delivery, **attempt.__dict__)
 
-    def _write(self, what, *args, **kwargs) -> None:
+    def _write(self, what: Any, *args: Any, **kwargs: Any) -> None:
         """SQLite writes, in order, off the event loop: a commit's fsync never delays a notice."""
         future = asyncio.get_running_loop().run_in_executor(self._writer, functools.partial(what, *args, **kwargs))
         self._writes.add(future)
         future.add_done_callback(self._written)
 
-    def _written(self, future: asyncio.Future) -> None:
+    def _written(self, future: asyncio.Future[Any]) -> None:
         self._writes.discard(future)
         if not future.cancelled() and (error := future.exception()) is not None:
             log.error("alert state not kept in %s: %r", self.store.path, error)

@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from console.actions import Actions, unaudited
 from console.alerting.rules_file import RULES_FILE, load_rules, rules_path
@@ -21,11 +22,12 @@ from console.errors import ReadOnlyError
 from console.storage.alert_state import AlertStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 FIRING_FOR = 1.0  # seconds what fires is kept before SQLite is asked again
 
 
 class AlertsView:
-    def __init__(self, data_dir: Path, rules_file: str | os.PathLike | None, db_path: Path,
+    def __init__(self, data_dir: Path, rules_file: str | os.PathLike[str] | None, db_path: Path,
                  targets: NotifyTargets = NotifyTargets(), read_only: bool = False, actions: Actions | None = None):
         self.data_dir = data_dir
         # Every change is an action (audited, refused in read-only mode) whoever calls: a page gives its
@@ -36,7 +38,7 @@ class AlertsView:
         self.given = Path(rules_file) if rules_file else None
         self.db_path = db_path
         self._store: AlertStore | None = None
-        self._firing: tuple[float, list] | None = None  # (read at, what fires): shared by every session
+        self._firing: tuple[float, list[Any]] | None = None  # (read at, what fires): shared by every session
         self._unreadable: str | None = None  # said once in the log, not at every refresh
 
     @property
@@ -55,23 +57,24 @@ class AlertsView:
         (every session's header and Live's status bar ask several times a second)."""
         now = time.monotonic()
         if self._firing is None or now - self._firing[0] >= FIRING_FOR:
-            firing = self._read(lambda store: store.firing(), {})
+            firing: dict[tuple[str, str], tuple[datetime, datetime]] = self._read(lambda store: store.firing(), {})
             found = [(rule, stream, since) for (rule, stream), (since, _) in firing.items()]
             self._firing = (now, sorted(found, key=lambda f: f[2], reverse=True))
         return self._firing[1]
 
-    def notices(self) -> list[dict]:
+    def notices(self) -> list[dict[str, Any]]:
         """What was sent, newest first."""
-        sent = self._read(lambda store: store.notices(), [])
+        sent: list[tuple[datetime, str]] = self._read(lambda store: store.notices(), [])
         return [{**json.loads(body), "time": time} for time, body in sent]
 
-    def deliveries(self) -> list[dict]:
+    def deliveries(self) -> list[dict[str, Any]]:
         """Every delivery attempt, newest first."""
         return self._read(lambda store: store.deliveries(), [])
 
-    def findings(self) -> tuple[list[dict], datetime | None, list[tuple[str, str]]]:
+    def findings(self) -> tuple[list[dict[str, Any]], datetime | None, list[tuple[str, str]]]:
         """The health checks' findings as the alerts part last stored them, when, and what it could not check."""
-        return self._read(lambda store: store.findings(), ([], None, []))
+        nothing: tuple[list[dict[str, Any]], datetime | None, list[tuple[str, str]]] = ([], None, [])
+        return self._read(lambda store: store.findings(), nothing)
 
     async def save_rule(self, text: str, actions: Actions | None = None) -> str:
         """Add a rule, or replace the one of the same name (the action alert_rule.save); RulesError (with
@@ -119,7 +122,7 @@ class AlertsView:
             f.write(text)
         os.replace(temp, target)
 
-    def _read(self, query, nothing):
+    def _read(self, query: Callable[[AlertStore], T], nothing: T) -> T:
         """What the alerts process kept; `nothing` while there is no database yet (or it cannot be read)."""
         try:
             if self._store is None:
@@ -153,11 +156,11 @@ class AlertsAcross:
         found = [(rule, stream, since, name) for name, view in self.views.items() for rule, stream, since in view.firing()]
         return sorted(found, key=lambda f: f[2], reverse=True)
 
-    def notices(self) -> list[dict]:
+    def notices(self) -> list[dict[str, Any]]:
         found = [{**n, "system": n.get("system") or name} for name, view in self.views.items() for n in view.notices()]
         return sorted(found, key=lambda n: n["time"], reverse=True)
 
-    def deliveries(self) -> list[dict]:
+    def deliveries(self) -> list[dict[str, Any]]:
         found = [{**d, "system": name} for name, view in self.views.items() for d in view.deliveries()]
         return sorted(found, key=lambda d: d["time"], reverse=True)
 

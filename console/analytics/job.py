@@ -24,13 +24,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from sqlmodel import Session, delete, select
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, delete, select
 
 from console.analytics.raw_events import STEP_SUMMARY_DDL, NewEvents, step_writer
 from console.analytics.schema import EVENT_SCHEMA
@@ -137,11 +138,11 @@ class RunReport:
 class Stages:
     """Seconds spent in each step of a run: `with stages("read"): ...`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, name: str):
+    def __call__(self, name: str) -> Any:
         started = time.perf_counter()
         try:
             yield
@@ -149,11 +150,11 @@ class Stages:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
 
-def _quoted(values) -> str:
+def _quoted(values: Any) -> str:
     return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
 
 
-def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> Iterator[dict]:
+def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """Rows for SQLite from the Arrow table already written to Delta, a batch at a time (a backlog's
     tables can be large). SQLite wants aware datetimes; Spark's are in the session zone, which is UTC."""
     for batch in table.to_batches(max_chunksize=5_000):
@@ -235,9 +236,9 @@ def run_once(spark: SparkSession, settings: JobSettings,
                      stages=stages.seconds)
 
 
-def _arrow_batch(rows: list[tuple]) -> pa.RecordBatch:
+def _arrow_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     """The source's rows as the record batch Spark would hand the step's writer."""
-    columns = list(zip(*rows)) or [[] for _ in EVENT_ARROW_SCHEMA]
+    columns: list[Any] = list(zip(*rows)) or [[] for _ in EVENT_ARROW_SCHEMA]
     return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, EVENT_ARROW_SCHEMA)],
                                       schema=EVENT_ARROW_SCHEMA)
 
@@ -261,7 +262,7 @@ def _scope(spark: SparkSession, raw_path: Path, days: list[date], done: int) -> 
     return numbered.filter(F.col("copy") == 1).drop("copy"), replays
 
 
-def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date], done: int, seen: NewEvents,
+def _recompute(settings: JobSettings, engine: Engine, scope: DataFrame, days: list[date], done: int, seen: NewEvents,
                last: int, stages: Stages) -> int:
     """Replace the rows of what the new events (past `done`) touch: the hours of their days, the fast
     batches they belong to, the abandonments of their days (and the losses a retraction among them
@@ -300,7 +301,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
                  f"stream IN ({_quoted(streams)})")
     day_bounds = _day_bounds(days)
 
-    def writes(session):
+    def writes(session: Any) -> None:
         ledger.settle(session, last)
         for model, column, rows in ((AbandonmentHourly, AbandonmentHourly.hour, hourly_a),
                                     (GapHourly, GapHourly.hour, hourly_g),
@@ -308,7 +309,7 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
                                     (Maintenance, Maintenance.end, kept_up),
                                     (ConsumerLagHourly, ConsumerLagHourly.hour, lag)):
             for lo, hi in day_bounds:
-                session.exec(delete(model).where(column >= lo, column < hi))
+                session.exec(delete(model).where(col(column) >= lo, col(column) < hi))
             sqlite.insert_rows(session, model, _records(rows, drop=("day",)))
         sqlite.replace_rows(session, FastBatchSummary, ("batch_id",), [(b,) for b in touched], _records(batches))
         sqlite.replace_rows(session, AbandonedBatch, ("event_id",), [(i,) for i in lost_ids], lost_rows)
@@ -321,8 +322,8 @@ def _recompute(settings: JobSettings, engine, scope: DataFrame, days: list[date]
     if settings.objectives:
         with stages("budgets"):
             _budgets(settings, engine)
-    return (hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
-            + kept_up.num_rows + lag.num_rows)
+    return int(hourly_a.num_rows + hourly_g.num_rows + batches.num_rows + len(lost_rows) + len(rows_s) + blind.num_rows
+               + kept_up.num_rows + lag.num_rows)
 
 
 def _aggregates(settings: JobSettings, scope: DataFrame, days: list[date], done: int,
@@ -375,17 +376,17 @@ def _put(settings: JobSettings, name: str, rows: pa.Table, predicate: str) -> No
     delta.replace_where(settings.delta(name), rows, predicate)
 
 
-def _budget_counts_only(settings: JobSettings, engine, scope: DataFrame, days: list[date], last: int) -> int:
+def _budget_counts_only(settings: JobSettings, engine: Engine, scope: DataFrame, days: list[date], last: int) -> int:
     """A run of stream totals alone: the budget counts of their days and the statuses, the offset moved."""
     counts = _counts_of_days(scope, days).toArrow()
     _put(settings, "budget_counts", counts, f"day IN ({_quoted(d.isoformat() for d in days)})")
     sqlite.commit_run(engine, EVENTS_SOURCE, last, lambda session: budget_store.replace_counts(
         session, _day_bounds(days), _records(counts, drop=("day",))))
     _budgets(settings, engine)
-    return counts.num_rows
+    return int(counts.num_rows)
 
 
-def _budgets(settings: JobSettings, engine) -> None:
+def _budgets(settings: JobSettings, engine: Engine) -> None:
     """Each objective's status as of now, from the counts of its window (and the longest burn window)."""
     statuses = budget_store.statuses_now(list(settings.objectives), engine)
     budget_store.write_statuses(engine, statuses)
@@ -403,7 +404,7 @@ STATS_SCHEMA = pa.schema([("stream", pa.string()), ("abandonments", pa.int64()),
                           ("last", pa.timestamp("us", "UTC")), ("mean_seconds", pa.float64())])
 
 
-def stream_stats(times: dict[str, list[datetime]]) -> list[dict]:
+def stream_stats(times: dict[str, list[datetime]]) -> list[dict[str, Any]]:
     """Per stream with abandonments: how many, the first, the last and the mean seconds between them
     (None with fewer than two)."""
     rows = []
@@ -415,7 +416,8 @@ def stream_stats(times: dict[str, list[datetime]]) -> list[dict]:
     return rows
 
 
-def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[list[str], list[dict]]:
+def _stream_stats(engine: Engine, lost_rows: list[dict[str, Any]], replaced: list[str]
+                  ) -> tuple[list[str], list[dict[str, Any]]]:
     """The streams whose abandonments this run changes, and their figures from every abandonment kept
     so far: the serving table's rows with this run's in place of the ones it replaces (a per-run cost
     that grows with the run, not with the history)."""
@@ -423,12 +425,12 @@ def _stream_stats(engine, lost_rows: list[dict], replaced: list[str]) -> tuple[l
     streams = {r["stream"] for r in lost_rows}
     with Session(engine) as session:
         for ids in sqlite.chunks(list(replaced_ids)):
-            streams.update(session.exec(select(AbandonedBatch.stream).where(AbandonedBatch.event_id.in_(ids))))
+            streams.update(session.exec(select(AbandonedBatch.stream).where(col(AbandonedBatch.event_id).in_(ids))))
         times: dict[str, list[datetime]] = {s: [] for s in streams}
         ordered = sorted(streams)
         query = select(AbandonedBatch.stream, AbandonedBatch.event_id, AbandonedBatch.time)
         for names in sqlite.chunks(ordered):
-            for stream, event_id, when in session.exec(query.where(AbandonedBatch.stream.in_(names))):
+            for stream, event_id, when in session.exec(query.where(col(AbandonedBatch.stream).in_(names))):
                 if event_id not in replaced_ids:
                     times[stream].append(as_utc(when))
     for row in lost_rows:
@@ -452,7 +454,8 @@ def spark_session(master: str | None = None, app_name: str = "batch-console-anal
     import os
     import sys
 
-    sql_settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
+    sql_settings: dict[str, bool | float | int | str | None] = {"spark.sql.session.timeZone": "UTC",
+                                                               "spark.sql.shuffle.partitions": "4"}
     if remote:
         return SparkSession.builder.remote(remote).appName(app_name).config(map=sql_settings).getOrCreate()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

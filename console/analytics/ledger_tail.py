@@ -23,6 +23,7 @@ import logging
 import threading
 from collections import OrderedDict
 from datetime import datetime
+from typing import Any
 
 from console.analytics.source import SourceOptions
 from console.broker.log_reader import RawRecord, follow_subjects
@@ -41,7 +42,7 @@ RETRY_EVERY = 5  # seconds between tries to follow the event log while it cannot
 QUEUED_AT_MOST = 100_000  # records waiting for the writer (a flood of forged ones): past it, left to the job
 
 
-def provisional_row(seq: int, event: BatchEvent) -> dict | None:
+def provisional_row(seq: int, event: BatchEvent) -> dict[str, Any] | None:
     """The ledger's row for a loss as the job would write it, without its context; None for a loss whose
     stream the event does not name."""
     if event.kind not in LOST_KINDS or not event.stream or event.stream == UNKNOWN_STREAM:
@@ -65,7 +66,7 @@ class Retractions:
         while len(self._at) > self.kept:
             self._at.popitem(last=False)
 
-    def overrules(self, row: dict) -> bool:
+    def overrules(self, row: dict[str, Any]) -> bool:
         at = self._at.get(row["batch_id"]) if row["batch_id"] else None
         return at is not None and at >= row["time"]
 
@@ -73,7 +74,7 @@ class Retractions:
 class LedgerTail:
     """The thread; `start()`, then `stop()`. `rows_written`, `skipped` and `left` for a report."""
 
-    def __init__(self, source: SourceOptions, db_path):
+    def __init__(self, source: SourceOptions, db_path: Any) -> None:
         self.source, self.engine = source, sqlite.open_db(db_path)
         self.retractions = Retractions()
         self.rows_written = 0

@@ -35,7 +35,7 @@ def step_writer(raw_path: str, written: int) -> Callable[[Iterator[pa.RecordBatc
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         files = delta.DateFiles(Path(raw_path))
-        facts, skipped = [], Counter()
+        facts, skipped = [], Counter[str]()
         for batch in batches:
             records = pa.Table.from_batches([batch])
             is_skipped = pc.equal(records["kind"], SKIPPED_KIND)
@@ -72,7 +72,7 @@ class NewEvents:
     count: int = 0
     history: int = 0  # events that can change an aggregate (the collector's heartbeat changes none)
     fast: int = 0  # events of fast batches
-    skipped: Counter = field(default_factory=Counter)  # records of the log that were not events, by reason
+    skipped: Counter[str] = field(default_factory=Counter)  # records of the log that were not events, by reason
     days: set[date] = field(default_factory=set)
     retractions: bool = False
 

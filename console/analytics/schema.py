@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from pyspark.sql.types import (
     BooleanType,
     IntegerType,
@@ -11,8 +14,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-from datetime import datetime
 
 from console.domain.events import BatchEvent
 
@@ -48,7 +49,7 @@ EVENT_SCHEMA = StructType([
 ])
 
 
-def to_row(seq: int, e: BatchEvent) -> tuple:
+def to_row(seq: int, e: BatchEvent) -> tuple[Any, ...]:
     """A tuple in EVENT_SCHEMA's order."""
     return (
         seq, e.event_id, e.kind.value, e.time, e.stream, e.batch_id, e.reason, e.gap_mode, e.flow,
@@ -61,7 +62,7 @@ def to_row(seq: int, e: BatchEvent) -> tuple:
 SKIPPED_KIND = "_skipped"  # a record of the log that is not a console event: counted by the job, never stored
 
 
-def skipped_row(seq: int, reason: str, stored: datetime) -> tuple:
+def skipped_row(seq: int, reason: str, stored: datetime) -> tuple[Any, ...]:
     """A marker in EVENT_SCHEMA's order for a record the source could not read, with the reason."""
     return (seq, f"{SKIPPED_KIND}.{seq}", SKIPPED_KIND, stored, None, None, reason[:200], *([None] * 12), False,
             None, None, None, None, False, None, None, 0)

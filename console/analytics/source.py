@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
@@ -30,6 +30,13 @@ from console.errors import ConfigError
 class SeqRange(InputPartition):
     first: int
     last: int
+
+
+def _range(partition: InputPartition) -> SeqRange:
+    """Spark hands a reader back the partitions it made: ours, each a SeqRange."""
+    if not isinstance(partition, SeqRange):
+        raise TypeError(f"not a partition of the event log's source: {partition!r}")
+    return partition
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ class SourceOptions:
                 end_seq=int(end) if end not in (None, "") else None,
                 partitions=max(1, int(get("partitions") or cls.partitions)),
                 idle_timeout=float(get("idle_timeout") or cls.idle_timeout),
-                event_key=get(SPARK_EVENT_KEY).encode() if get(SPARK_EVENT_KEY) else None,
+                event_key=key.encode() if (key := get(SPARK_EVENT_KEY)) else None,
                 key_source=get(SPARK_KEY_SOURCE) or "",
                 event_system=get(SPARK_EVENT_SYSTEM) or None,
             )
@@ -113,7 +120,7 @@ async def _first_history_seq(options: SourceOptions, first: int) -> int | None:
     return await first_seq_on(options.connection, options.stream, subjects, first)
 
 
-async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple]:
+async def _read_range(options: SourceOptions, part: SeqRange) -> list[tuple[Any, ...]]:
     """A partition's rows on an executor: each record decoded, or a marker the job counts and drops when
     it is not an event the collector signed."""
     from console.broker.log_reader import read_range
@@ -139,27 +146,27 @@ class JetStreamBatchReader(DataSourceReader):
         end = last if self.options.end_seq is None else min(self.options.end_seq, last)
         return split(max(first, self.options.start_seq), end, self.options.partitions)
 
-    def read(self, partition: SeqRange) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         # An executor's own process: no event loop is running here.
-        yield from asyncio.run(_read_range(self.options, partition))
+        yield from asyncio.run(_read_range(self.options, _range(partition)))
 
 
 class JetStreamStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions):
         self.options = options
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         return {"seq": self.options.start_seq - 1}
 
-    def latestOffset(self, start: dict, limit=None) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         _, last = asyncio.run(_stream_bounds(self.options))
         return {"seq": max(last, start["seq"])}
 
-    def partitions(self, start: dict, end: dict) -> list[SeqRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SeqRange]:
         return split(start["seq"] + 1, end["seq"], self.options.partitions)
 
-    def read(self, partition: SeqRange) -> Iterator[tuple]:
-        yield from asyncio.run(_read_range(self.options, partition))
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        yield from asyncio.run(_read_range(self.options, _range(partition)))
 
 
 class JetStreamDataSource(DataSource):

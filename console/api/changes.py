@@ -5,6 +5,7 @@ History's tables, the audit trail and a search's matches (the action export.csv,
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
@@ -12,9 +13,9 @@ from fastapi.responses import Response
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
 from console.api.jobs import Jobs, SearchIn, SearchOut
-from console.api.models import (JOB, RULE, STREAM, BatchSettingsPatch, ExportFormatName, HistoryTable, RuleIn,
-                                RuleOut, Time)
+from console.api.models import JOB, RULE, STREAM, BatchSettingsPatch, ExportFormatName, RuleIn, RuleOut, Time
 from console.api.problems import ERRORS, Problem
+from console.queries.history import HistoryTable
 from console.api.reads import HISTORY_DAYS, history_rows
 from console.commands import EditStream, ExportSearch, ExportTable, MuteAlertRule, UnmuteAlertRule
 from console.domain.alert_rules import RulesError, parse_rules
@@ -94,13 +95,14 @@ def changes(ctx: Context) -> APIRouter:
 
     @api.get("/searches/{job_id}", response_model=SearchOut, tags=["search"])
     async def read_search(job_id: JOB, who: Caller = ctx.caller) -> SearchOut:
-        return own_job(job_id, who).out(job_id)
+        out: SearchOut = own_job(job_id, who).out(job_id)
+        return out
 
     @api.delete("/searches/{job_id}", status_code=204, tags=["search"])
     async def cancel_search(job_id: JOB, who: Caller = ctx.caller) -> None:
         own_job(job_id, who).cancel = True
 
-    def own_job(job_id: str, who: Caller):
+    def own_job(job_id: str, who: Caller) -> Any:
         found = jobs.of(who.owns, job_id)
         if found is None:
             raise Problem(404, "No such search", "none of this caller's searches has this id")

@@ -83,7 +83,7 @@ class ConsoleApi:
         return (await self.call("GET", path, **params))[1]
 
 
-def server(api: ConsoleApi, document: dict[str, Any], writes: bool = False, **settings: Any):
+def server(api: ConsoleApi, document: dict[str, Any], writes: bool = False, **settings: Any) -> Any:
     """The MCP server: its read tools, and the writing ones when the operator turned them on, made from the
     API's OpenAPI document (console/api/mcp_tools.py); `search`, a composition of three calls (start the job,
     read it until it ends, mark the publishers' data as such), is the one written here."""

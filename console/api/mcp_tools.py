@@ -94,7 +94,7 @@ def tool_function(op: Operation, call: Callable[..., Awaitable[tuple[int, str]]]
     return tool
 
 
-def _operation(document: dict, name: str, method: str, path: str, op: dict) -> Operation:
+def _operation(document: dict[str, Any], name: str, method: str, path: str, op: dict[str, Any]) -> Operation:
     if not _name(name) or not path.startswith("/") or not path.isprintable() or len(path) > 200:
         raise NotAToolOperation("not a tool's name or path")
     text = op.get("description") or op.get("summary") or name
@@ -118,7 +118,7 @@ def _operation(document: dict, name: str, method: str, path: str, op: dict) -> O
     return Operation(name, method.upper(), path, description, tuple(params), body is not None)
 
 
-def _param(document: dict, name: Any, where: str, schema: Any, required: bool) -> Param:
+def _param(document: dict[str, Any], name: Any, where: str, schema: Any, required: bool) -> Param:
     if not _name(name):
         raise NotAToolOperation(f"a parameter name a tool cannot take: {str(name)[:64]!r}")
     schema = _resolved(document, schema)
@@ -126,7 +126,7 @@ def _param(document: dict, name: Any, where: str, schema: Any, required: bool) -
     return Param(name, where, _annotation(document, schema), default)
 
 
-def _annotation(document: dict, schema: dict) -> Any:
+def _annotation(document: dict[str, Any], schema: dict[str, Any]) -> Any:
     """A Python type of a parameter's schema: a plain type (bounded), a Literal of an enum, either or null."""
     options = schema.get("anyOf")
     if isinstance(options, list):
@@ -146,7 +146,7 @@ def _annotation(document: dict, schema: dict) -> Any:
     return Annotated[kind, Field(**bounds)] if bounds else kind
 
 
-def _resolved(document: dict, schema: Any, depth: int = 0) -> dict:
+def _resolved(document: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any]:
     """A schema, its `$ref` into the document's components followed (a few times at most)."""
     if not isinstance(schema, dict):
         raise NotAToolOperation("a schema that is not an object")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -30,5 +32,5 @@ class ProblemOut(BaseModel):
     instance: str = ""
 
 
-ERRORS: dict[int | str, dict] = {code: {"model": ProblemOut, "content": {PROBLEM: {}}}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ProblemOut, "content": {PROBLEM: {}}}
                                  for code in (400, 401, 403, 404, 405, 409, 413, 422, 429, 503)}

@@ -8,7 +8,7 @@ import asyncio
 import json
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
@@ -16,9 +16,10 @@ from fastapi.responses import PlainTextResponse
 from console.api.callers import Caller
 from console.api.context import SYSTEM, Context
 from console.api.models import (BATCH, MAX_PAGE, NODE, OBJECTIVE, STREAM, AuditOut, AuditRecordOut, BudgetLossOut, BudgetOut, CanaryOut,
-                                ChecksOut, HealthOut, HistoryTable, LossesPage, LossOut, RuleOut, SystemOut, Time,
+                                ChecksOut, HealthOut, LossesPage, LossOut, RuleOut, SystemOut, Time,
                                 VerifyOut)
 from console.api.problems import ERRORS, Problem
+from console.queries.history import HistoryTable
 from console.domain.audit import Outcome
 from console.domain.budgets import state_of
 from console.domain.checks import Finding
@@ -103,7 +104,7 @@ def reads(ctx: Context) -> APIRouter:
         return markdown_report(found, messages=ctx.messages(runtime, found, who))
 
     @api.get("/incidents/{batch_id}", tags=["incidents"])
-    async def incident(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> dict:
+    async def incident(batch_id: BATCH, who: Caller = ctx.caller, system: str | None = SYSTEM) -> dict[str, Any]:
         """One lost batch's incident: the loss, the batch's own events and what happened around it."""
         runtime = ctx.runtime_of(system)
         found = await ctx.incident(runtime, batch_id, who)
@@ -176,7 +177,7 @@ def reads(ctx: Context) -> APIRouter:
                          aged_out=checked.aged_out)
 
     @api.get("/conformance", tags=["conformance"])
-    async def conformance(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[dict]:
+    async def conformance(who: Caller = ctx.caller, system: str | None = SYSTEM) -> list[dict[str, Any]]:
         """Each batch publisher's verdict on ADR-50's statements, as `batch-console conformance --format json`."""
         verdicts = await SystemReads(ctx.runtime_of(system), who.sight).verdicts()
         return [{"client": v.name, "key": v.key, "conforms": not v.failing, "verdict": v.verdict(),
@@ -188,7 +189,7 @@ def reads(ctx: Context) -> APIRouter:
                              until: Time | None = None,
                              domain: str | None = Query(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
                                                         description="only a JetStream domain's losses (a leaf's)")
-                             ) -> list[dict]:
+                             ) -> list[dict[str, Any]]:
         """History's ledger of lost batches (the last week by default), each with its domain where its advisory
         named one."""
         return history_rows(ctx.runtime_of(system), "abandoned_batches", who, since, until,
@@ -196,7 +197,7 @@ def reads(ctx: Context) -> APIRouter:
 
     @api.get("/history/{table}", tags=["history"])
     async def history(table: HistoryTable, who: Caller = ctx.caller, system: str | None = SYSTEM,
-                      since: Time | None = None, until: Time | None = None) -> list[dict]:
+                      since: Time | None = None, until: Time | None = None) -> list[dict[str, Any]]:
         """One of History's tables, as the History page shows and downloads it (the last week by default)."""
         return history_rows(ctx.runtime_of(system), table, who, since, until)
 
@@ -206,7 +207,7 @@ def reads(ctx: Context) -> APIRouter:
                                                            "node leads are watched for open batches (default: one "
                                                            "batch timeout)"),
                                evacuate: bool = Query(False, description="what evacuating its replicas would move "
-                                                      "too (nats-server 2.15)")) -> dict:
+                                                      "too (nats-server 2.15)")) -> dict[str, Any]:
         """What taking a server out for maintenance would do, changing nothing, as `batch-console maintain plan`:
         its verdict (safe, wait, refused) and why, the streams and consumers it leads, the batches open on them.
         A plan names every stream the node leads: it is read by a role that may drain nodes (maintain.drain)
@@ -237,14 +238,15 @@ def reads(ctx: Context) -> APIRouter:
 
 
 def history_rows(runtime: Runtime, table: str, who: Caller, since: datetime | None,
-                 until: datetime | None, only: dict[str, str] | None = None) -> list[dict]:
+                 until: datetime | None, only: dict[str, str] | None = None) -> list[dict[str, Any]]:
     reader = SystemReads(runtime, who.sight).history()
     if reader is None:
         raise Problem(404, "No history yet", "the analytics job has not written this system's tables")
     end = until or datetime.now(timezone.utc)
     start = since or end - timedelta(days=HISTORY_DAYS)
     frame = getattr(reader, table)(start, end, **(only or {}))
-    return json.loads(frame.to_json(orient="records", date_format="iso"))
+    rows: list[dict[str, Any]] = json.loads(frame.to_json(orient="records", date_format="iso"))
+    return rows
 
 
 def _order(b: LostBatch) -> tuple[float, str, str]:

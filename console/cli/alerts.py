@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+from typing import Any
 
 from console.cli.base import WITH_EVENT_LOG, Subcommand, log, opened, stop_on_signals
 from console.config import KEY_WAIT, METRICS_FD_ENV, Settings
@@ -49,7 +50,7 @@ async def alerts_async(settings: Settings) -> int:
     return 0
 
 
-def _serve_metrics(metrics, settings: Settings) -> None:
+def _serve_metrics(metrics: Any, settings: Settings) -> None:
     from console.alerting.metrics import serve_metrics
 
     port = settings.alerting.metrics_port
@@ -61,7 +62,7 @@ def _serve_metrics(metrics, settings: Settings) -> None:
     print(f"metrics on http://127.0.0.1:{server.server_port}/metrics", flush=True)
 
 
-async def _alerts_one(settings: Settings, rules, metrics, stop: asyncio.Event, system: str = "",
+async def _alerts_one(settings: Settings, rules: Any, metrics: Any, stop: asyncio.Event, system: str = "",
                       served: bool = False) -> None:
     """One system's alerts. Of several systems, one that fails is started again on its own; the others
     go on (alone, a failure ends the process, and its supervisor starts it again)."""
@@ -80,7 +81,8 @@ async def _alerts_one(settings: Settings, rules, metrics, stop: asyncio.Event, s
                 return
 
 
-async def _alerts_run(settings: Settings, rules, metrics, stop: asyncio.Event, system: str, served: bool) -> None:
+async def _alerts_run(settings: Settings, rules: Any, metrics: Any, stop: asyncio.Event, system: str,
+                      served: bool) -> None:
     from console.alerting.rules_file import rules_path
     from console.alerting.service import AlertService
     from console.broker.eventlog import EventLog

@@ -62,7 +62,7 @@ def window_minutes(text: str) -> float:
     return value
 
 
-async def opened(settings: Settings, stop: asyncio.Event, said: str, retry: bool, **options) -> Runtime | None:
+async def opened(settings: Settings, stop: asyncio.Event, said: str, retry: bool, **options: Any) -> Runtime | None:
     """A runtime on the settings' system; with `retry` (one of several systems), one that cannot be reached
     is said and tried again, with a growing pause up to 30 s, until it opens (None: stopped meanwhile)."""
     from console.errors import NatsUnreachableError

@@ -8,7 +8,7 @@ import asyncio
 import json
 import sys
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from console.cli.base import CONNECTED, Subcommand
 from console.config import Settings
@@ -47,7 +47,7 @@ class Consumers(Subcommand):
         return asyncio.run(run_consumers(settings, args))
 
 
-def command_of(args: argparse.Namespace, now: datetime):
+def command_of(args: argparse.Namespace, now: datetime) -> Any:
     """The audited command the arguments ask for; ConfigError for arguments that do not make one."""
     from console.broker import names
     from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer

@@ -9,6 +9,7 @@ import asyncio
 import json
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 from console.cli.base import CONNECTED, WITH_EVENT_LOG, Subcommand
 from console.config import Settings
@@ -103,7 +104,7 @@ class Republish(Subcommand):
         return asyncio.run(republish_async(settings, args))
 
 
-def publish_command(args: argparse.Namespace):
+def publish_command(args: argparse.Namespace) -> Any:
     """The action the arguments ask for; ConfigError for arguments that do not make one (nothing sent)."""
     from pathlib import Path
 
@@ -149,7 +150,7 @@ async def republish_async(settings: Settings, args: argparse.Namespace) -> int:
     return await _act(settings, command)
 
 
-async def _act(settings: Settings, command) -> int:
+async def _act(settings: Settings, command: Any) -> int:
     from console.domain.audit import CLI
     from console.domain.wire import printable
     from console.runtime import Runtime

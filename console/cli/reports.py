@@ -8,6 +8,7 @@ import asyncio
 import signal
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 from console.broker import names
 from console.cli.base import WITH_EVENT_LOG, Subcommand, window_minutes
@@ -163,7 +164,7 @@ async def canary_async(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    async def one(each: Settings) -> list:
+    async def one(each: Settings) -> list[Any]:
         """One system's canary, into its own event log; a system not reached is said, the others go on."""
         options = CanaryOptions(each.fleet.name, args.messages, args.timeout, args.every, args.once,
                                 named or each.collector.domains)
@@ -187,7 +188,7 @@ async def canary_async(settings: Settings, args: argparse.Namespace) -> int:
     return canary_exit(results, reached)
 
 
-def canary_exit(results: list, reached: bool) -> int:
+def canary_exit(results: list[Any], reached: bool) -> int:
     """As `check` exits (Nagios' codes): 2 when a node's canaries fail, 1 when one is slow, led elsewhere or its
     canary stream was changed by someone else, 3 when a system was not reached, else 0."""
     from console.domain.canary import node_health

@@ -12,7 +12,7 @@ TEXT = "text"  # a column of JSON text, where the schema gives no one type
 
 
 def protobuf_type(descriptor: Any, seen: frozenset[str] = frozenset()) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+    import pyarrow as pa  # pyarrow ships no type information (pyproject.toml's mypy overrides)
     from google.protobuf.descriptor import FieldDescriptor as F
 
     if descriptor.full_name in seen:

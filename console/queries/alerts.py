@@ -19,20 +19,21 @@ class SeenAlerts:
         """Several systems' alerts (each row with its system): the page shows a system column."""
         return bool(getattr(self._view, "several", False))
 
-    def rules(self) -> tuple[list, str | None]:
-        return self._view.rules()
+    def rules(self) -> tuple[list[Any], str | None]:
+        rules: tuple[list[Any], str | None] = self._view.rules()
+        return rules
 
     async def save_rule(self, text: str, actions: Any) -> str:  # the action alert_rule.save
-        return await self._view.save_rule(text, actions)
+        return str(await self._view.save_rule(text, actions))
 
     async def set_muted(self, name: str, muted: bool, actions: Any) -> None:  # alert_rule.mute / unmute
         await self._view.set_muted(name, muted, actions)
 
-    def firing(self) -> list[tuple]:
+    def firing(self) -> list[tuple[Any, ...]]:
         return [f for f in self._view.firing() if self._sees(f[1] or None)]
 
-    def notices(self) -> list[dict]:
+    def notices(self) -> list[dict[str, Any]]:
         return [n for n in self._view.notices() if self._sees(n.get("stream") or None)]
 
-    def deliveries(self) -> list[dict]:
+    def deliveries(self) -> list[dict[str, Any]]:
         return [d for d in self._view.deliveries() if self._sees(d.get("stream") or None)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 
@@ -16,7 +17,7 @@ COLUMNS = ["record", "time", "user", "action", "stream", "outcome", "target", "d
 ANY = "(any)"
 
 
-def audit_frame(checked: Checked, clock, user: str = ANY, action: str = ANY, stream: str = "",
+def audit_frame(checked: Checked, clock: Any, user: str = ANY, action: str = ANY, stream: str = "",
                 until: datetime | None = None) -> pd.DataFrame:
     """Newest first, as the filters leave them (the records as they were written: a download's rows). An
     action's attempt (written ahead) is folded into its outcome; one with no outcome says so."""

@@ -22,7 +22,9 @@ class SeenConsumers:
         return self.seen(found, stream)
 
     def seen(self, found: Reading, stream: str | None = None) -> Reading:
-        wanted = lambda s: self.sight.sees(s) and (stream is None or s == stream)  # noqa: E731
+        def wanted(s: str) -> bool:
+            return self.sight.sees(s) and (stream is None or s == stream)
+
         return replace(found, judged=[j for j in found.judged if wanted(j.read.stream)],
                        unread={s: why for s, why in found.unread.items() if wanted(self._stream_of(s))})
 

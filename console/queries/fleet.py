@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 from console.domain.audit import Checked
 from console.domain.conformance import Verdicts
@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 Runtimes = Mapping[str, "Runtime"]
 
 
-def findings(runtimes: Runtimes, unreached: Mapping[str, str]) -> tuple[list[dict], datetime | None, list[tuple[str, str]]]:
+def findings(runtimes: Runtimes, unreached: Mapping[str, str]
+             ) -> tuple[list[dict[str, Any]], datetime | None, list[tuple[str, str]]]:
     """Every system's findings as its alerts part last evaluated them, each with its system; the oldest
     evaluation; the checks not made (and the systems not reached)."""
-    found: list[dict] = []
+    found: list[dict[str, Any]] = []
     times: list[datetime] = []
     unchecked: list[tuple[str, str]] = []
     for name, runtime in runtimes.items():

@@ -25,7 +25,7 @@ class SeenLive:
         return {key: b for key, b in self._model.active.items() if self._sees(b.stream)}
 
     @property
-    def warnings(self) -> list:
+    def warnings(self) -> list[Any]:
         return [e for e in getattr(self._model, "warnings", ()) if self._sees(e.stream)]
 
     @property

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from console.fleet import Fleet
     from console.runtime import Runtime
 
-Findings = tuple[list[dict], datetime | None, list[tuple[str, str]]]
+Findings = tuple[list[dict[str, Any]], datetime | None, list[tuple[str, str]]]
 
 
 class Reads:
@@ -111,7 +111,7 @@ class SystemReads(Reads):
     def objective(self, name: str) -> Objective | None:
         return next((o for o in self.runtime.objectives if o.name == name and self.sight.sees_objective(o)), None)
 
-    def spenders(self, name: str, limit: int = 500) -> list[dict] | None:
+    def spenders(self, name: str, limit: int = 500) -> list[dict[str, Any]] | None:
         """The losses that spent the objective's budget, newest first (None: no such objective it sees, or no
         history yet)."""
         from console.storage.budgets import losses_in

@@ -30,10 +30,10 @@ class StreamReads:
         return self._sees is None or self._sees(name)
 
     @property
-    def last_streams(self) -> list:
+    def last_streams(self) -> list[Any]:
         return [s for s in getattr(self._admin, "last_streams", []) if self._seen_name(s.name)]
 
-    async def streams(self) -> list:
+    async def streams(self) -> list[Any]:
         return [s for s in await self._admin.streams() if self._seen_name(s.name)]
 
     def _seen(self, stream: str) -> str:
@@ -44,8 +44,8 @@ class StreamReads:
     async def stream(self, name: str) -> Any:
         return await self._admin.stream(self._seen(name))
 
-    async def consumers(self, stream: str) -> list:
-        return await self._admin.consumers(self._seen(stream))
+    async def consumers(self, stream: str) -> list[Any]:
+        return list(await self._admin.consumers(self._seen(stream)))
 
     def peek(self, stream: str, start_seq: int | None = None, start_time: datetime | None = None) -> Any:
         """An ordered peek (an ephemeral consumer without acks): it changes nothing, so it is no command."""

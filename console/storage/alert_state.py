@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, col, delete, select
 
 from console.storage.sqlite import open_db
 from console.storage.tables import AlertDelivery, AlertFiring, AlertNotice, AlertProblem, CheckFinding, CheckRun
@@ -34,7 +35,7 @@ class AlertStore:
     def add_notice(self, time: datetime, body: str) -> None:
         self._add_bounded(AlertNotice(time=time, body=body), AlertNotice)
 
-    def add_delivery(self, time: datetime, **attempt) -> None:
+    def add_delivery(self, time: datetime, **attempt: Any) -> None:
         self._add_bounded(AlertDelivery(time=time, **attempt), AlertDelivery)
 
     def set_problem(self, text: str | None) -> None:
@@ -44,7 +45,7 @@ class AlertStore:
                 s.add(AlertProblem(text=text))
             s.commit()
 
-    def save_findings(self, found: list[dict], unchecked: list[tuple[str, str]], now: datetime) -> None:
+    def save_findings(self, found: list[dict[str, Any]], unchecked: list[tuple[str, str]], now: datetime) -> None:
         """Replace the findings ({code, stream, severity, title, evidence, remedy}, one per code and
         stream) keeping when each was first seen, and the run's time and what it could not check."""
         with Session(self.engine) as s:
@@ -55,7 +56,7 @@ class AlertStore:
             s.merge(CheckRun(id=1, time=now, unchecked=json.dumps(unchecked)))
             s.commit()
 
-    def _add_bounded(self, row, table) -> None:
+    def _add_bounded(self, row: Any, table: Any) -> None:
         with Session(self.engine) as s:
             s.add(row)
             s.flush()
@@ -71,15 +72,15 @@ class AlertStore:
     def notices(self) -> list[tuple[datetime, str]]:
         """Newest first: (time, the notice's JSON)."""
         with Session(self.engine) as s:
-            return [(n.time, n.body) for n in s.exec(select(AlertNotice).order_by(AlertNotice.id.desc()))]
+            return [(n.time, n.body) for n in s.exec(select(AlertNotice).order_by(col(AlertNotice.id).desc()))]
 
-    def deliveries(self) -> list[dict]:
+    def deliveries(self) -> list[dict[str, Any]]:
         """Newest first: time, rule, stream, status, target, ok, answer."""
         with Session(self.engine) as s:
-            rows = s.exec(select(AlertDelivery).order_by(AlertDelivery.id.desc()))
+            rows = s.exec(select(AlertDelivery).order_by(col(AlertDelivery.id).desc()))
             return [row.model_dump(exclude={"id"}) for row in rows]
 
-    def findings(self) -> tuple[list[dict], datetime | None, list[tuple[str, str]]]:
+    def findings(self) -> tuple[list[dict[str, Any]], datetime | None, list[tuple[str, str]]]:
         """The findings now, the last run's time (None: never run) and what it could not check."""
         with Session(self.engine) as s:
             found = [row.model_dump() for row in s.exec(select(CheckFinding))]

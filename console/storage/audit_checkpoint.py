@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import case, literal
 from sqlalchemy.dialects.sqlite import insert
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from console.domain.audit import Head
 from console.storage.sqlite import open_db
@@ -51,5 +51,5 @@ class AuditCheckpoint:
     def erasures(self) -> list[tuple[datetime, str]]:
         with Session(self.engine) as s:
             rows = s.exec(select(AuditErasure).where(AuditErasure.stream == self.stream)
-                          .order_by(AuditErasure.id).limit(KEPT_ERASURES)).all()
+                          .order_by(col(AuditErasure.id)).limit(KEPT_ERASURES)).all()
             return [(r.found, r.what) for r in rows]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, delete, select
 
 from console.domain.budgets import WINDOWS, BudgetStatus, CountRow, Objective, budget_statuses
@@ -18,14 +19,14 @@ COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batc
                  "atomic_batches", "atomic_stored", "publisher_uncounted", "atomic_unsized")
 
 
-def replace_counts(session: Session, days: list[tuple[datetime, datetime]], rows) -> None:
+def replace_counts(session: Session, days: list[tuple[datetime, datetime]], rows: Any) -> None:
     """The counts of these days (each [from, to)) replaced by `rows` (dicts of every column)."""
     for lo, hi in days:
         session.exec(delete(BudgetCount).where(col(BudgetCount.bucket) >= lo, col(BudgetCount.bucket) < hi))
     sqlite.insert_rows(session, BudgetCount, rows)
 
 
-def count_rows(engine, since: datetime, until: datetime | None = None) -> list[CountRow]:
+def count_rows(engine: Engine, since: datetime, until: datetime | None = None) -> list[CountRow]:
     """Every count row of the buckets from `since` (to `until`)."""
     b = BudgetCount
     with Session(engine) as s:
@@ -36,7 +37,7 @@ def count_rows(engine, since: datetime, until: datetime | None = None) -> list[C
                 for r in s.exec(q)]
 
 
-def statuses_now(objectives: list[Objective], engine, now: datetime | None = None) -> list[BudgetStatus]:
+def statuses_now(objectives: list[Objective], engine: Engine, now: datetime | None = None) -> list[BudgetStatus]:
     """Each objective's measures as of `now`, summed from the counts of its window (and the longest burn
     window) at the moment asked: a window slides without a run of the job."""
     now = now or datetime.now(timezone.utc)
@@ -44,7 +45,7 @@ def statuses_now(objectives: list[Objective], engine, now: datetime | None = Non
     return budget_statuses(objectives, count_rows(engine, now - longest, now), now)
 
 
-def write_statuses(engine, statuses: list[BudgetStatus]) -> None:
+def write_statuses(engine: Engine, statuses: list[BudgetStatus]) -> None:
     """The statuses of this run, in place of the last run's (an objective no longer in the file goes)."""
     with Session(engine) as s:
         s.exec(delete(BudgetStatusRow))
@@ -56,12 +57,12 @@ def write_statuses(engine, statuses: list[BudgetStatus]) -> None:
         s.commit()
 
 
-def status_rows(engine) -> list[BudgetStatusRow]:
+def status_rows(engine: Engine) -> list[BudgetStatusRow]:
     with Session(engine) as s:
         return list(s.exec(select(BudgetStatusRow).order_by(BudgetStatusRow.objective, BudgetStatusRow.measure)))
 
 
-def losses_in(engine, since: datetime, until: datetime, limit: int = 2_000) -> list[dict[str, Any]]:
+def losses_in(engine: Engine, since: datetime, until: datetime, limit: int = 2_000) -> list[dict[str, Any]]:
     """The losses a budget's window holds, newest first: lost batches (each with its publisher) and fast
     batches that lost messages in gaps (publisher not recorded there)."""
     a, f = AbandonedBatch, FastBatchSummary

@@ -15,13 +15,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 APP_ID = "batch-console-analytics"
 
@@ -114,7 +115,8 @@ def add_files(path: Path, files: list[DataFile], up_to_seq: int) -> None:
     have = set(dt.schema().to_arrow().names)
     if joining := [f.with_nullable(True) for f in written if f.name not in have]:  # a table from before a column
         dt.alter.add_columns(Schema.from_arrow(pa.schema(joining)).fields)
-    dt.create_write_transaction(actions, mode="append", schema=dt.schema(), partition_by=["date"],
+    dt.create_write_transaction(list[AddAction | RemoveAction](actions), mode="append", schema=dt.schema(),
+                                partition_by=["date"],
                                 commit_properties=props)
 
 
@@ -127,7 +129,7 @@ def append_events(path: Path, events: pa.Table, up_to_seq: int) -> int:
     files = DateFiles(path)
     files.write(fresh)
     add_files(path, files.close(), up_to_seq)
-    return fresh.num_rows
+    return int(fresh.num_rows)
 
 
 def replace_where(path: Path, rows: pa.Table, predicate: str | None) -> None:
@@ -138,7 +140,7 @@ def replace_where(path: Path, rows: pa.Table, predicate: str | None) -> None:
         write_deltalake(str(path), rows, mode="overwrite", predicate=predicate, schema_mode="merge")
 
 
-def read_files(path: Path, partition_filters=None) -> list[str]:
+def read_files(path: Path, partition_filters: Any = None) -> list[str]:
     """Parquet file URIs of the current version, for Spark (never the bare directory)."""
     dt = table(path)
     return [] if dt is None else dt.file_uris(file_pruning_predicate=partition_filters)

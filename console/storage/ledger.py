@@ -4,7 +4,9 @@ taken back by a retraction, settled by the job's run that covers them."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
+from sqlalchemy.engine import Engine
 from sqlalchemy import DateTime, bindparam, text
 from sqlmodel import Session, col, delete
 
@@ -26,7 +28,8 @@ _MOVED = text("INSERT INTO job_offsets (source, seq, updated) VALUES (:source, :
               ).bindparams(bindparam("updated", type_=DateTime()))
 
 
-def put_provisional(engine, rows: list[dict], retracted: list[tuple[str, datetime]], seq: int) -> None:
+def put_provisional(engine: Engine, rows: list[dict[str, Any]], retracted: list[tuple[str, datetime]],
+                    seq: int) -> None:
     """One transaction: the losses' rows (each with every column of provisional_row), the losses their
     batches' retractions take back, and where the ledger has moved to (`seq`, for the pages)."""
     with engine.begin() as conn:  # its first statement is a write: it holds the lock before reading the offset

@@ -7,6 +7,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.engine import Engine
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
@@ -14,7 +15,7 @@ from console.domain.display import as_utc
 from console.storage.tables import AbandonedBatch, AbandonmentHourly, BudgetCount, GapHourly
 
 
-def by_stream(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
+def by_stream(engine: Engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Per stream: batches lost (atomic, fast), messages lost in gaps, and what the budgets counted
     (messages stored, batches seen); the streams with losses first."""
     rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"atomic": 0, "fast": 0, "lost_messages": 0, "stored": 0,
@@ -35,7 +36,7 @@ def by_stream(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (-(r["atomic"] + r["fast"]), -r["lost_messages"], r["stream"]))
 
 
-def by_publisher(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
+def by_publisher(engine: Engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Per publisher (its connection's name and client, as objectives name it): batches lost, by kind. The
     ledger's rows of the job's runs only, as History's hourly tables count: a provisional row (put as the
     event log had it, ahead of the runs) is counted once the run that covers it has written its own."""
@@ -51,7 +52,7 @@ def by_publisher(engine, start: datetime, end: datetime) -> list[dict[str, Any]]
                                                                                  r["publisher"]))
 
 
-def by_day(engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
+def by_day(engine: Engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Per day with a loss: batches lost and messages lost in gaps."""
     days: dict[str, dict[str, int]] = defaultdict(lambda: {"batches": 0, "messages": 0})
     h, g = AbandonmentHourly, GapHourly

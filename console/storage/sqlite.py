@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
+from sqlalchemy.engine import Engine
 from sqlalchemy import event, insert
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, SQLModel, create_engine, delete, tuple_
@@ -14,13 +15,13 @@ from console.config import private_dir
 from console.storage.tables import JobOffset
 
 
-def open_db(path: str | Path):
+def open_db(path: str | Path) -> Engine:
     path = Path(path)
     private_dir(path.parent)
     engine = create_engine(f"sqlite:///{path}")
 
     @event.listens_for(engine, "connect")
-    def _pragmas(conn, _):  # readers (web app, notebooks) go on while the job writes
+    def _pragmas(conn: Any, _: Any) -> None:  # readers (web app, notebooks) go on while the job writes
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=10000")
 
@@ -28,7 +29,7 @@ def open_db(path: str | Path):
     return engine
 
 
-def _make_schema(engine, tries: int = 50) -> None:
+def _make_schema(engine: Engine, tries: int = 50) -> None:
     """The tables and columns missing, made. The parts `up` starts open a fresh file at once: each looks,
     then makes what it found missing, and a table or column another part made in between is looked at again."""
     for attempt in range(tries):
@@ -41,20 +42,20 @@ def _make_schema(engine, tries: int = 50) -> None:
                 raise
 
 
-def _add_missing_columns(engine) -> None:
+def _add_missing_columns(engine: Engine) -> None:
     """A database made by an older console gets the columns added since (create_all only makes tables)."""
     with engine.begin() as conn:
         for table in SQLModel.metadata.sorted_tables:
             have = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
             for column in table.columns:
                 if column.name not in have:
-                    default = column.default.arg if column.default is not None else None
+                    default = getattr(column.default, "arg", None)  # a scalar default's value
                     kind = column.type.compile(dialect=engine.dialect)
                     tail = "" if default is None else f" NOT NULL DEFAULT {int(default) if isinstance(default, bool) else default!r}"
                     conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}{tail}")
 
 
-def open_db_for_reading(path: str | Path):
+def open_db_for_reading(path: str | Path) -> tuple[Engine | None, str | None]:
     """(engine, None), or (None, why) when the file cannot be opened or read: the pages that need no
     SQLite go on, and History says why it has nothing."""
     try:
@@ -66,18 +67,18 @@ def open_db_for_reading(path: str | Path):
         return None, f"no history: {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
 
 
-def offset(engine, source: str) -> int:
+def offset(engine: Engine, source: str) -> int:
     with Session(engine) as session:
         row = session.get(JobOffset, source)
         return row.seq if row else 0
 
 
-def chunks(items: list, size: int = 500) -> Iterable[list]:
+def chunks(items: list[Any], size: int = 500) -> Iterable[list[Any]]:
     """`items` in lists of `size`: an IN (...) per list stays under SQLite's bound-parameter limit."""
     return (items[i:i + size] for i in range(0, len(items), size))
 
 
-def insert_rows(session: Session, model, rows: Iterable[dict], size: int = 1_000) -> None:
+def insert_rows(session: Session, model: Any, rows: Iterable[dict[str, Any]], size: int = 1_000) -> None:
     """Insert rows (each with every column) a chunk at a time: no object per row, memory per chunk."""
     chunk = []
     for row in rows:
@@ -89,8 +90,8 @@ def insert_rows(session: Session, model, rows: Iterable[dict], size: int = 1_000
         session.exec(insert(model), params=chunk)
 
 
-def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: Iterable[tuple],
-                 rows: Iterable[dict]) -> None:
+def replace_rows(session: Session, model: Any, key_columns: tuple[str, ...], keys: Iterable[tuple[Any, ...]],
+                 rows: Iterable[dict[str, Any]]) -> None:
     """Delete the rows with these keys, insert the recomputed ones (same session, same transaction)."""
     columns = [getattr(model, c) for c in key_columns]
     for part in chunks(list(keys)):
@@ -101,7 +102,7 @@ def replace_rows(session: Session, model, key_columns: tuple[str, ...], keys: It
     insert_rows(session, model, rows)
 
 
-def commit_run(engine, source: str, seq: int, writes) -> None:
+def commit_run(engine: Engine, source: str, seq: int, writes: Any) -> None:
     """writes(session) replaces rows; the offset moves in the same transaction."""
     with Session(engine) as session:
         writes(session)

@@ -5,6 +5,7 @@ except in read-only mode. The alerts process reloads the rules file when it chan
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import pandas as pd
 import panel as pn
@@ -30,7 +31,7 @@ severity = "critical"
 '''
 
 
-def deliveries_frame(deliveries: list[dict], clock: Clock = Clock(), several: bool = False) -> pd.DataFrame:
+def deliveries_frame(deliveries: list[dict[str, Any]], clock: Clock = Clock(), several: bool = False) -> pd.DataFrame:
     """Newest first; a failed attempt's row says so in red (escaped: the answer comes from the receiver).
     several: several systems' deliveries, each with its system."""
     rows = []
@@ -50,11 +51,12 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
     read_only = param.Boolean(default=False, doc="Show, never change")
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: the view's own")
-    rule = param.Selector(default="", objects=[""], check_on_set=False, doc="The rule muted, unmuted or edited")
+    rule: param.Selector[str] = param.Selector(default="", objects=[""], check_on_set=False,
+                                               doc="The rule muted, unmuted or edited")
     rule_text = param.String(default=EXAMPLE, doc="One [[rule]] table: added, or replacing the rule of its name")
     result = param.String(default="", doc="What the last change did, or why it was refused")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         keep_choice(self, "rule")
         table = dict(disabled=True, show_index=False, sizing_mode="stretch_width")
@@ -138,13 +140,13 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         if chosen is not None:
             self.rule_text = rule_toml(chosen)
 
-    async def _on_mute(self, _event) -> None:
+    async def _on_mute(self, _event: Any) -> None:
         await self.set_muted(True)
 
-    async def _on_unmute(self, _event) -> None:
+    async def _on_unmute(self, _event: Any) -> None:
         await self.set_muted(False)
 
-    async def _on_save(self, _event) -> None:
+    async def _on_save(self, _event: Any) -> None:
         await self.save()
 
     async def set_muted(self, muted: bool) -> None:
@@ -167,5 +169,5 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         self.result = f"Saved {html.escape(name)}; the alerts process reloads it."
         self.read()
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import html
 import io
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
+from typing import Any, cast
 
 import pandas as pd
 import panel as pn
@@ -43,7 +44,7 @@ def chain_text(checked: Checked) -> str:
     return f"**CHAIN BROKEN** ({len(checked.breaks)} break(s)): {shown}{more}{unsafe}"
 
 
-def default_dates() -> tuple:
+def default_dates() -> tuple[Any, ...]:
     """The last seven days (UTC), today included: what the page shows first."""
     today = datetime.now(timezone.utc).date()
     return today - timedelta(days=6), today
@@ -53,7 +54,7 @@ def default_since() -> datetime:
     return _midnight(default_dates()[0])
 
 
-def _midnight(day) -> datetime:
+def _midnight(day: Any) -> datetime:
     return datetime.combine(day, time(), timezone.utc)
 
 
@@ -62,17 +63,20 @@ class AuditPage(Clocked, pn.viewable.Viewer):
     recent = param.Callable(default=lambda since: None,
                             doc="since -> (when, Checked) of the trail's last read in this process, or None")
     dates = param.CalendarDateRange(default=None, doc="The days shown, first and last included (UTC)")
-    user = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this user's records")
-    action = param.Selector(default=ANY, objects=[ANY], check_on_set=False, doc="Only this action's records")
+    user: param.Selector[str] = param.Selector(default=ANY, objects=[ANY], check_on_set=False,
+                                               doc="Only this user's records")
+    action: param.Selector[str] = param.Selector(default=ANY, objects=[ANY], check_on_set=False,
+                                                 doc="Only this action's records")
     stream = param.String(default="", doc="Only records that touched this stream")
     chain = param.String(default="", doc="Whether the chain holds, and where it breaks")
     export = exports("the audit trail")
-    export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The download's format")
+    export_format: param.Selector[str] = param.Selector(default="csv", objects=list(FORMATS),
+                                                        doc="The download's format")
     may = refusals()
     checked = param.ClassSelector(class_=Checked, default=Checked([], []), doc="The trail as read, with its breaks")
     records = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The records as the filters show them")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         params.setdefault("dates", default_dates())
         super().__init__(**params)
         w = pn.widgets
@@ -110,7 +114,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         self._show(checked)
 
     def _since(self) -> datetime:
-        return _midnight(self.dates[0])
+        return _midnight(cast(tuple[date, date], self.dates)[0])
 
     def _show(self, checked: Checked, note: str = "") -> None:
         self.checked = checked
@@ -121,7 +125,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
 
     @param.depends("user", "action", "stream", watch=True)
     def _filter(self) -> None:
-        _, last = self.dates
+        _, last = cast(tuple[date, date], self.dates)
         until = _midnight(last + timedelta(days=1))
         self.records = audit_frame(self.checked, self.clock, self.user, self.action, self.stream.strip(), until)
         put(self._table, shown(self.records))
@@ -136,7 +140,7 @@ class AuditPage(Clocked, pn.viewable.Viewer):
 
     def export_command(self) -> ExportTable:
         """The records shown, in the chosen format (the action export.csv)."""
-        first, last = (f"{d:%Y-%m-%d}" for d in self.dates)
+        first, last = (f"{d:%Y-%m-%d}" for d in cast(tuple[date, date], self.dates))
         frame = self.frame()
         return ExportTable("audit", f"{first}..{last}", self.export_format, frame.to_dict("records"),
                            list(frame.columns), {"table": "audit", "from": first, "to": last})
@@ -149,6 +153,6 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         self._download.filename = f"audit.{self.export_format}"
         self._download.label = f"Download {FORMATS[self.export_format].label}"
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 

@@ -4,11 +4,12 @@ over the SRE workbook's windows, and the losses that spent it (each linked to it
 from __future__ import annotations
 
 import html
+from typing import Any, cast
 
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, FactorRange, Range1d
 from bokeh.plotting import figure
 
 from console.domain.budgets import BudgetStatus, allowed_text, state_of
@@ -55,14 +56,15 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
 
     refresh_every_ms = 15_000  # the counts move with each run of the analytics job
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._statuses: list[BudgetStatus] = []
         self._table = tabulator(self.rows, selectable=1, widths={"state": 300})
         self._table.on_click(self._on_click)
         self._source = ColumnDataSource({"label": [], "spent": [], "color": []})
         self._plot = figure(title="Budget spent over each objective's window (the line: all of it)", height=220,
-                            y_range=[], x_range=(0, 1.1), x_axis_label="share of the budget spent",
+                            y_range=FactorRange(factors=[]), x_range=Range1d(start=0, end=1.1),
+                            x_axis_label="share of the budget spent",
                             toolbar_location=None, sizing_mode="stretch_width")
         self._plot.hbar(y="label", right="spent", height=0.6, color="color", source=self._source)
         self._plot.vspan(x=[1.0], line_color="#c92a2a", line_dash="dashed", line_width=2)
@@ -99,8 +101,8 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
         labels = [f"{s.objective} · {s.measure}" for s in spent]
         with pn.io.hold():  # one change for the browser, on the page's first load too (an async one)
             self._drawn.visible = bool(spent)  # drawn once a measure has a budget spent to draw
-            self._plot.y_range.factors = labels
-            self._plot.x_range.end = max([1.1] + [1.05 * (s.spent or 0) for s in spent])
+            cast(FactorRange, self._plot.y_range).factors = labels
+            cast(Range1d, self._plot.x_range).end = max([1.1] + [1.05 * (s.spent or 0) for s in spent])
             self._source.data = {"label": labels, "spent": [s.spent for s in spent],
                                  "color": ["#c92a2a" if (s.spent or 0) >= 1 else "#e67700" if s.burning else "#2b8a3e"
                                            for s in spent]}
@@ -112,7 +114,7 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
     async def reload(self) -> None:
         self.read()
 
-    def _on_click(self, event) -> None:
+    def _on_click(self, event: Any) -> None:
         if 0 <= event.row < len(self.rows):
             self.objective = str(self.rows.iloc[event.row]["objective"])
 
@@ -131,7 +133,7 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
             "batch": e(r["batch_id"] or ""), "what": r["what"], "publisher": r["publisher"],
             "incident": incident_link(r["batch_id"])} for r in found], columns=LOSS_COLUMNS, dtype=object)
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 
 

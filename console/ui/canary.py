@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import pandas as pd
 import panel as pn
@@ -40,14 +40,14 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
 
     refresh_every_ms = 10_000
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._table = tabulator(self.rows, widths={"error": 320})
         self._plot = figure(title="Canary commit time per node (ms), the last hour", x_axis_type="datetime", height=260,
                             sizing_mode="stretch_width", toolbar_location=None)
         self._source = ColumnDataSource({"t": [], "ms": [], "node": [], "color": []})
         self._plot.scatter("t", "ms", source=self._source, color="color", legend_field="node", size=6)
-        controls: list = []
+        controls: list[Any] = []
         if not self.read_only and self.run_round is not None:  # in read-only mode not even in the document
             self._run = pn.widgets.Button(label="Run a round now", button_type="primary", width=180)
             self._run.on_click(self._on_run)
@@ -62,7 +62,7 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
         recorded and refused as any action; its results go to the event log and the table."""
         self.status = "Sending a canary batch of each kind through every node…"
         try:
-            run = await self.run_round()
+            run: CanaryRun = await self.run_round()
         except Exception as e:  # refused (role, read-only), no event key, the server away: said here
             self.status = f"**Not run:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
@@ -72,7 +72,7 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
         await self.reload()
         return run
 
-    async def _on_run(self, *_) -> None:
+    async def _on_run(self, *_: Any) -> None:
         await self.run_now()
 
     async def reload(self) -> None:
@@ -117,5 +117,5 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
             self._source.data = {"t": [w for w, _ in drawn], "ms": [r.commit_ms for _, r in drawn],
                                  "node": [r.node[:40] for _, r in drawn], "color": [colors[r.node] for _, r in drawn]}
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 import panel as pn
@@ -20,19 +20,20 @@ from console.ui.history import stream_cell
 # What is wrong, where, and what to do in view at 1280 px (with a system's column too): the times after
 COLUMNS = ["severity", "code", "stream", "check", "evidence", "remedy", "first seen", "last seen"]
 ANY = "(any)"
-Stored = tuple[list[dict], "datetime | None", list[tuple[str, str]]]
+Stored = tuple[list[dict[str, Any]], "datetime | None", list[tuple[str, str]]]
 
 
 class ChecksPage(Clocked, pn.viewable.Viewer):
     findings = param.Callable(doc="() -> (findings, when they were evaluated, what could not be checked)")
-    severity = param.Selector(default=ANY, objects=[ANY, *reversed(SEVERITIES[1:])], doc="Only findings this severe")
+    severity: param.Selector[str] = param.Selector(default=ANY, objects=[ANY, *reversed(SEVERITIES[1:])],
+                                                   doc="Only findings this severe")
     stream = param.String(default="", doc="Only this stream's findings")
     by_system = param.Boolean(default=False, doc="Several NATS systems' findings: each with its system")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS),
                            doc="The findings the filters show, as plain values (the table shows them marked up)")
     state = param.String(default="", doc="When the checks ran, what they found, what they could not check")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         # Evidence and remedy are read whole: wrapped (the textarea formatter escapes what it shows)
         cells = {"severity": {"type": "html"}, "stream": {"type": "html"},
@@ -66,7 +67,7 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
     def _filtered(self) -> None:
         self.read()
 
-    def _show(self, found: list[dict], when: datetime | None, unchecked: list[tuple[str, str]]) -> None:
+    def _show(self, found: list[dict[str, Any]], when: datetime | None, unchecked: list[tuple[str, str]]) -> None:
         if when is None:
             self.state = ("No evaluation stored yet: the checks run in the alerts part (`batch-console alerts`, or "
                           "`up`), every check_every seconds; `batch-console check` runs them once from a shell.")
@@ -83,7 +84,7 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
                                  dtype=object)
         put(self._table, _marked_up(self.rows))
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 
 
@@ -94,7 +95,7 @@ def _columns(by_system: bool) -> list[str]:
     return [COLUMNS[0], "system", *COLUMNS[1:]] if by_system else COLUMNS
 
 
-def _row(f: dict, when: Callable[[datetime], str]) -> dict:
+def _row(f: dict[str, Any], when: Callable[[datetime], str]) -> dict[str, Any]:
     return {"severity": f["severity"], "system": f.get("system", ""), "code": f["code"], "check": f["title"], "stream": f["stream"] or "",
             "evidence": f["evidence"], "remedy": f["remedy"],
             "first seen": when(f["first_seen"]), "last seen": when(f["last_seen"])}

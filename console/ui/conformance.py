@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import html
 from urllib.parse import quote
+from typing import Any
 
 import pandas as pd
 import panel as pn
 import param
 
 from console.conformance import MARK
-from console.domain.conformance import FAIL, STATEMENTS, UNCONFIRMED, ClientVerdict, Verdicts
+from console.domain.conformance import FAIL, UNCONFIRMED, ClientVerdict, Verdicts
+from console.domain.statements import STATEMENTS
 from console.ui.formatting import Clocked, coroutine, put, tabulator
 from console.ui.history import incident_link, stream_cell
 
@@ -34,7 +36,7 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
 
     refresh_every_ms = 10_000  # the collector writes changed verdicts every status_every seconds
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         marks = {sid: {"type": "html"} for sid in STATEMENTS}
         # as tall as its rows, ten clients a page: a height set with each change (Tabulator drew its rows into the
@@ -98,7 +100,7 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
         put(self._matrix, self.matrix)
         put(self._failures, self.failures)
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 
 
@@ -123,14 +125,14 @@ def _mark(status: str) -> str:
         f'<span title="{html.escape(status)}">{mark}</span>'
 
 
-def _matrix_row(v: ClientVerdict) -> dict:
+def _matrix_row(v: ClientVerdict) -> dict[str, Any]:
     verdict = v.verdict()
     failing = ", ".join([*v.failing, *(f"{sid}?" for sid in v.unconfirmed)])
     return {"client": v.name, "verdict": verdict, "failing": failing, "batches": v.batches,
             **{sid: _mark(v.status(sid)) for sid in STATEMENTS}}
 
 
-def _failure_rows(v: ClientVerdict, when) -> list[dict]:
+def _failure_rows(v: ClientVerdict, when: Any) -> list[dict[str, Any]]:
     from datetime import datetime
 
     rows = []

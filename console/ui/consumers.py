@@ -13,11 +13,12 @@ import html
 import logging
 import time
 from datetime import datetime, timezone
+from typing import Any, cast
 
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, FactorRange
 from bokeh.plotting import figure
 
 from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
@@ -37,7 +38,7 @@ DRAWN = 15  # consumers in the plot: the most behind
 CONFIRM_WITHIN = 10.0  # seconds in which a delete's second click deletes
 
 
-def trend(judged) -> str:
+def trend(judged: Any) -> str:
     """Its trend, and the time to catch up at that rate: 'catching up, 2 min'."""
     said = (judged.trend or "").replace("_", " ")
     if judged.state in ("caught_up", "paused") or judged.catch_up_s is None or not said:
@@ -60,7 +61,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
     stream = param.String(default="", doc="Only this stream's consumers")
     rows = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="Every consumer shown, as plain values")
     state = param.String(default="", doc="How many consumers, the gravest states, when read")
-    chosen: param.Selector = param.Selector(default="", objects=[""], doc="The consumer the form acts on "
+    chosen: param.Selector[str] = param.Selector(default="", objects=[""], doc="The consumer the form acts on "
                                                                            "(stream/consumer; a leaf's domain:stream/consumer)")
     pause_for = param.String(default="10m", doc="How long a pause lasts (30s, 5m, 1h, 1d)")
     group = param.String(default="", doc="The priority group whose pinned client an unpin lets go")
@@ -69,12 +70,13 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
 
     refresh_every_ms = 10_000
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._table = tabulator(self.rows, height=420, formatters={"state": {"type": "html"}, "why": {"type": "textarea"}},
                                 widths={"why": 200, "consumer": 130, "trend": 140, "batches": 130},
                                 titles={"ack pending": "ack pend.", "redelivered": "redeliv."})
-        self._plot = figure(title="Lag in seconds: the consumers most behind", height=240, y_range=[""],
+        self._plot = figure(title="Lag in seconds: the consumers most behind", height=240,
+                            y_range=FactorRange(factors=[""]),
                             sizing_mode="stretch_width", toolbar_location=None)
         self._source = ColumnDataSource({"who": [], "lag": []})
         self._plot.hbar(y="who", right="lag", height=0.7, source=self._source)
@@ -86,7 +88,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         self._armed: tuple[str, float] | None = None  # a delete asked once: (consumer, when), done on a second ask
         self._targets: dict[str, tuple[str, str, str]] = {}  # chosen -> (domain, stream, consumer)
         w = pn.widgets
-        controls: list = []
+        controls: list[Any] = []
         self._buttons: dict[str, pn.widgets.Button] = {}  # none in read-only mode
         if not self.read_only and self.run is not None:  # in read-only mode not even in the document
             self._buttons = {"pause": w.Button(label="Pause for", width=100), "resume": w.Button(label="Resume", width=100),
@@ -166,7 +168,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             self.chosen = options[0] if options else ""
         drawn = sorted((j for j in judged if j.lag_seconds), key=lambda j: j.lag_seconds or 0)[-DRAWN:]
         who = [printable(f"{where(j.domain, j.read.stream)}/{j.read.name}", 60) for j in drawn]
-        self._plot.y_range.factors = who or [""]
+        cast(FactorRange, self._plot.y_range).factors = who or [""]
         self._source.data = {"who": who, "lag": [j.lag_seconds for j in drawn]}
         if bool(self._plot_place.objects) != bool(drawn):  # nothing behind: no empty frame
             self._plot_place.objects = [self._drawn] if drawn else []
@@ -185,7 +187,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         if any(said) and not self.result.startswith("**The server refused"):
             self.result = next(s for s in said if s)
 
-    def command(self, name: str):
+    def command(self, name: str) -> Any:
         """The command the form asks for (ValueError for a form that does not make one)."""
         if self.chosen not in self._targets:
             raise ValueError("choose a consumer")
@@ -232,6 +234,6 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             log.exception("consumer %s failed", name)
             self.result = failed(e)
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 

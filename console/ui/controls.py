@@ -32,24 +32,24 @@ def keep_choice(owner: param.Parameterized, name: str) -> None:
         owner.param[name].objects = [*objects, value] if isinstance(objects, list) else {**objects, value: value}
 
 
-def refusals() -> param.Callable:
+def refusals() -> param.Callable[Any]:
     """A page's `may`: (command class, stream=None) -> why its user may not take it, or None (their roles)."""
     return param.Callable(default=lambda command, stream=None: None, allow_refs=False,
                           doc="(command class, stream) -> why this page's user may not take it, or None (their roles)")
 
 
-async def _unaudited_export(command: Command) -> Any:
+async def _unaudited_export(command: Command[Any]) -> Any:
     return await unaudited(read_only=False).run(command)  # a view built by hand: exports change nothing
 
 
-def exports(what: str) -> param.Callable:
+def exports(what: str) -> param.Callable[Any]:
     """A page's `export`: async (an export command of console.commands) -> the file's content, its attempt
     stored before the file is made and its outcome after (console.actions.Actions.run)."""
     return param.Callable(default=_unaudited_export, allow_refs=False,
                           doc=f"async (export command) -> {what} as a file's content, recorded before and after")
 
 
-async def download(export: Callable[[Command], Awaitable[Any]], command: Command) -> io.BytesIO:
+async def download(export: Callable[[Command[Any]], Awaitable[Any]], command: Command[Any]) -> io.BytesIO:
     """What a download button hands the browser: the export's file, or one line saying why it is refused."""
     try:
         return as_file(await export(command))
@@ -57,7 +57,7 @@ async def download(export: Callable[[Command], Awaitable[Any]], command: Command
         return as_file(f"refused: {e}\n")
 
 
-def permitted(controls: list, why: str | None) -> str:
+def permitted(controls: list[Any], why: str | None) -> str:
     """Turns `controls` off when the user may not use them, and says why (Markdown, escaped): a page shows
     it beside them. The action layer refuses a click that a crafted client sends all the same."""
     for control in controls:
@@ -78,8 +78,8 @@ def on_system(label: str, system: str) -> str:
     return f"{label} · {system}" if system else label
 
 
-async def taken(run: Callable[[Command], Awaitable[Any]], command_of: Callable[[], Command],
-                limit: int = 300) -> tuple[Command | None, Any, str]:
+async def taken(run: Callable[[Command[Any]], Awaitable[Any]], command_of: Callable[[], Command[Any]],
+                limit: int = 300) -> tuple[Command[Any] | None, Any, str]:
     """One action a page's form asks for: (the command, its result, "") when taken, else (None, None, why) in
     escaped words: the server's refusal with its code and text, read-only mode, the role, the session's end,
     the form's own problem (`command_of` raising ValueError)."""

@@ -4,7 +4,7 @@ durations; and what the plots share (legends beside them, hover tooltips with ba
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 import panel as pn
@@ -28,8 +28,11 @@ class Clocked(param.Parameterized):
 
     clock = param.ClassSelector(class_=Clock, default=Clock(), doc="How times are written", precedence=-1)
 
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)  # type: ignore[no-untyped-call]  # param's constructor has no types
 
-def coroutine(doc: str, **params) -> param.Callable:
+
+def coroutine(doc: str, **params: Any) -> param.Callable[Any]:
     """A parameter holding an async function to call. Never a reference: given one of no arguments,
     param would call it when the page is made, to see whether it is one, and log a failure to set the
     page's parameter to its result."""
@@ -57,7 +60,7 @@ def shown(frame: pd.DataFrame, clock: Clock, durations: tuple[str, ...] = ()) ->
     return out
 
 
-def put(table, frame: pd.DataFrame) -> None:
+def put(table: Any, frame: pd.DataFrame) -> None:
     """Give a table a new frame only when it differs: a redraw on a timer sends nothing, and keeps the
     reader's scroll and selection, while nothing changed."""
     old = table.value
@@ -65,7 +68,7 @@ def put(table, frame: pd.DataFrame) -> None:
         table.value = frame
 
 
-def outside(plot, hides: bool = True) -> None:
+def outside(plot: Any, hides: bool = True) -> None:
     """The legend beside the plot area, never over the data; a click on an item hides its series when
     each item is a renderer of its own (`hides`)."""
     legend = plot.legend[0]
@@ -75,11 +78,11 @@ def outside(plot, hides: bool = True) -> None:
     legend.label_text_font_size = "11px"
 
 
-def stacked(slots: list, counts: dict[str, list[int]], ids: list[str]) -> dict[str, list]:
+def stacked(slots: list[Any], counts: dict[str, list[int]], ids: list[str]) -> dict[str, list[Any]]:
     """Bars stacked by reason as the rows of one glyph: a row for each slot and reason with a count,
     stacked in REASONS' order, then reasons a newer server gave. (One renderer per reason, twelve of
     them, made most of Live's first paint.) `ids` are the slots' batch ids for the tooltips."""
-    data: dict[str, list] = {column: [] for column in STACK_COLUMNS}
+    data: dict[str, list[Any]] = {column: [] for column in STACK_COLUMNS}
     order = in_order(counts)
     for i, t in enumerate(slots):
         bottom = 0
@@ -93,7 +96,7 @@ def stacked(slots: list, counts: dict[str, list[int]], ids: list[str]) -> dict[s
     return data
 
 
-def stacked_bars(plot, source, slot: timedelta, time_format: str, zone: str = "UTC") -> None:
+def stacked_bars(plot: Any, source: Any, slot: timedelta, time_format: str, zone: str = "UTC") -> None:
     """Draw `stacked` rows on `plot`, each bar over its slot (t is the slot's start, written in `zone`),
     a legend item per reason present, tooltips with the batch ids."""
     ms = slot.total_seconds() * 1000
@@ -124,9 +127,9 @@ CLOCK_TICKS = dict(milliseconds="%H:%M:%S.%3N", seconds="%H:%M:%S", minsec="%H:%
                    hourmin="%H:%M", hours="%H:%M", days="%b %d", months="%b %Y", years="%Y")
 
 
-def clock_axis(plot) -> None:
+def clock_axis(plot: Any) -> None:
     """The plot's x axis in clock times (the plots' data are in UTC)."""
-    plot.xaxis.formatter = DatetimeTickFormatter(**CLOCK_TICKS)
+    plot.xaxis.formatter = DatetimeTickFormatter(**CLOCK_TICKS)  # type: ignore[arg-type]  # Bokeh's own keywords
 
 
 # Column headers in words, the same on every page (a frame's columns keep their code names).
@@ -140,7 +143,7 @@ WRAPPED = "white-space: pre-wrap; overflow-wrap: anywhere;"  # a status line wra
 HTML_COLUMNS = ("stream", "investigate", "name", "event", "result")  # cells the pages build as escaped HTML
 
 
-def tabulator(value, **options) -> pn.widgets.Tabulator:
+def tabulator(value: Any, **options: Any) -> pn.widgets.Tabulator:
     """A read-only table as every page shows one: headers in words, stream names and links as HTML."""
     options.setdefault("disabled", True)
     options.setdefault("show_index", False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import quote, unquote
 
 import panel as pn
@@ -71,15 +71,16 @@ class Prefs:
     clock: Clock = Clock()
 
     @classmethod
-    def from_cookies(cls, cookies: dict) -> Prefs:
+    def from_cookies(cls, cookies: dict[str, Any]) -> Prefs:
         zone = cookies.get(ZONE_COOKIE) or ""
         return cls(dark=cookies.get(THEME_COOKIE) == "dark", clock=Clock.named(unquote(zone)[:100]))
 
     def apply(self) -> None:
         """For this session, before its page is made (components take the theme they are made in)."""
         if self.dark:
-            pn.config.theme = "dark"
-            pn.state.curdoc.theme = "dark_minimal"
+            pn.config.theme = "dark"  # type: ignore[misc]  # Panel types its config read-only; setting it is its API
+            if pn.state.curdoc is not None:
+                pn.state.curdoc.theme = "dark_minimal"
 
 
 CSS = """
@@ -145,9 +146,9 @@ def header_html(nav: dict[str, str], current: str, badges: list[Badge], prefs: P
 class Frame(pn.viewable.Viewer):
     """A page in the frame; `refresh()` redraws the badges (the web app calls it every few seconds)."""
 
-    def __init__(self, page, nav: dict[str, str], current: str, badges: Callable[[], list[Badge]], prefs: Prefs,
-                 who: Who | None = None, systems: Systems | None = None):
-        super().__init__()
+    def __init__(self, page: Any, nav: dict[str, str], current: str, badges: Callable[[], list[Badge]], prefs: Prefs,
+                 who: Who | None = None, systems: Systems | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # param's constructor has no types
         self.badges, self.nav, self.current, self.prefs, self.who = badges, nav, current, prefs, who
         self.systems = systems
         self._header = pn.pane.HTML(self._html(), sizing_mode="stretch_width", stylesheets=[CSS],
@@ -164,5 +165,5 @@ class Frame(pn.viewable.Viewer):
     def refresh(self) -> None:
         self._header.object = self._html()
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

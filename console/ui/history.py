@@ -6,11 +6,13 @@ import html
 import io
 from datetime import date, datetime, time, timedelta, timezone
 from urllib.parse import quote
+from typing import Any, cast
 
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource, HoverTool, Range1d
+from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Range1d
+from bokeh.models.annotations import Title
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
@@ -60,7 +62,7 @@ def stream_cell(stream: str | None, probable: str | None = None, system: str | N
     return f'<a href="/stream?name={quote(stream, safe="")}{in_system(system)}">{html.escape(stream)}</a>'
 
 
-def wall(moments, clock: Clock) -> list:
+def wall(moments: Any, clock: Clock) -> list[Any]:
     """Times as the reader's clock reads them, for a plot's axis (Bokeh draws every time as UTC): the
     same instants, written in the clock's zone."""
     if clock.is_utc:
@@ -77,7 +79,7 @@ def _hours(start: datetime, end: datetime) -> pd.DatetimeIndex:
 
 
 def hourly_bars(frame: pd.DataFrame, start: datetime, end: datetime, lost: pd.DataFrame | None = None,
-                clock: Clock = Clock()) -> dict[str, list]:
+                clock: Clock = Clock()) -> dict[str, list[Any]]:
     """One column per reason over every hour of the range (missing hours are zeros), and the first
     batch ids of each hour from `lost` (time, batch_id) for the tooltips."""
     hours = _hours(start, end)
@@ -99,7 +101,7 @@ def data_extent(*hours: pd.Series, now: datetime | None = None) -> tuple[datetim
     return found.min() - timedelta(hours=1), min(found.max() + timedelta(hours=2), this_hour + timedelta(hours=1))
 
 
-def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime, clock: Clock = Clock()) -> dict[str, list]:
+def gap_lines(frame: pd.DataFrame, start: datetime, end: datetime, clock: Clock = Clock()) -> dict[str, list[Any]]:
     """Gaps and lost messages per hour (bars), the missing hours zeros, no hour after the current one."""
     end = min(end, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
     hours = _hours(start, end)
@@ -213,14 +215,15 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     summary = param.String(default="", doc="What the chosen dates hold, in one line")
     live_seq = param.Callable(default=None, doc="Returns the last event-log sequence Live has (0: none yet)")
     freshness = param.String(default="", doc="How far History reaches, and how far it trails Live")
-    csv_table = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES), doc="The table the CSV download holds")
-    export_format = param.Selector(default="csv", objects=list(FORMATS),
+    csv_table: param.Selector[str] = param.Selector(default=CSV_TABLES[0], objects=list(CSV_TABLES),
+                                                    doc="The table the CSV download holds")
+    export_format: param.Selector[str] = param.Selector(default="csv", objects=list(FORMATS),
                                    doc="The download's format (JSON lines and Parquet carry the filters that made it)")
     export = exports("a table")
     may = refusals()
     domain = param.String(default="", doc="Only this JetStream domain's lost batches (a leaf's) in the ledger below")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         params.setdefault("dates", last_week())
         super().__init__(**params)
         self._range = pn.widgets.DateRangePicker.from_param(self.param.dates, name=f"dates ({self.clock.label})")
@@ -242,7 +245,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
                   source=self._gaps, legend_label="gaps")
         gaps.vbar(x=dodge("t", hour_ms * 0.7, range=self._hours), top="lost", width=hour_ms * 0.4, color="red",
                   source=self._gaps, legend_label="lost messages")
-        gaps.y_range.start = 0
+        cast(DataRange1d, gaps.y_range).start = 0
         outside(gaps)
         for plot in (bars, gaps):
             clock_axis(plot)
@@ -298,13 +301,13 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     def _bounds(self) -> tuple[datetime, datetime]:
         """The chosen days' bounds, from the first's midnight to the one after the last, in the clock's
         zone (in UTC)."""
-        first, last = self.dates
+        first, last = cast(tuple[date, date], self.dates)  # never None: the parameter does not allow it
         start, end = (datetime.combine(day, time(), self.clock.zone).astimezone(timezone.utc)
                       for day in (first, last + timedelta(days=1)))
         return start, end
 
     def _days(self) -> tuple[str, str]:
-        first, last = self.dates
+        first, last = cast(tuple[date, date], self.dates)  # never None: the parameter does not allow it
         return f"{first:%Y-%m-%d}", f"{last:%Y-%m-%d}"
 
     def refresh(self) -> None:
@@ -321,10 +324,10 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     async def reload(self) -> None:
         self.read()
 
-    def _say_freshness(self, position) -> None:
+    def _say_freshness(self, position: Any) -> None:
         self.freshness = freshness_text(position[0], self.live_seq() if self.live_seq else 0, self.clock)
 
-    def read(self, position=None) -> None:
+    def read(self, position: Any = None) -> None:
         """What the chosen dates hold, from SQLite (local and quick: the web reads it for its first answer);
         `position`: the ledger's, just asked."""
         if self.history is not None:
@@ -353,7 +356,7 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
             self._gaps.data = gap_lines(gaps, start, end, self.clock)
             extent = data_extent(by_hour["hour"], gaps["hour"])  # where the data is, not a week of empty axis
             for plot, title, frame in zip(self._plots, PLOT_TITLES, (by_hour, gaps)):
-                plot.title.text = title if len(frame) else f"{title}: none in these dates" + (
+                cast(Title, plot.title).text = title if len(frame) else f"{title}: none in these dates" + (
                     "" if self.history.job_position() else " (the analytics job has not run yet)")
             self._hours.start, self._hours.end = wall(extent or (start, end), self.clock)
             by_stream = shown(self._shown["abandonments_by_stream"], self.clock)
@@ -427,5 +430,5 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     async def download(self) -> io.BytesIO:
         return await download(self.export, self.export_command())
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import io
 import re
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import pandas as pd
 import panel as pn
@@ -80,7 +80,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
     verdict = param.ClassSelector(class_=ClientVerdict, default=None, doc="The publisher's conformance verdict")
     incident = param.ClassSelector(class_=Incident, default=None, doc="What was found of the batch, or None")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._payloads = shows_payloads(self)  # the user's, fixed when the page is made
         self._search = pn.widgets.TextInput(label="batch id", value=self.batch_id)
@@ -114,8 +114,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
                 + (f"<br>published by <b>{e(lost.publisher)}</b>" if lost.publisher else "")
                 + "<br><i>Reading the event log for its timeline…</i></p>")
 
-    async def _on_go(self, *_) -> None:
-        self.batch_id = self._search.value.strip()
+    async def _on_go(self, *_: Any) -> None:
+        self.batch_id = (self._search.value or "").strip()
         await self.reload()
 
     async def reload(self) -> None:
@@ -176,7 +176,7 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         self._republished.object = html.escape(f"{command.name}: {command.said(done)}")
         return done
 
-    async def _on_republish(self, *_) -> None:
+    async def _on_republish(self, *_: Any) -> None:
         try:
             await self.republish()
         except Exception as e:  # said beside the button: a click never ends in silence
@@ -186,7 +186,8 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
         if incident is None or incident.publisher is None or self.verdicts is None:
             return None
         try:
-            return (await self.verdicts()).of(incident.publisher)
+            verdict: ClientVerdict | None = (await self.verdicts()).of(incident.publisher)
+            return verdict
         except Exception:  # the incident stands without it
             return None
 
@@ -208,5 +209,5 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             return io.BytesIO()
         return await download(self.export, ExportReport(self.batch_id, self.incident.loss.stream or None, self.markdown))
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

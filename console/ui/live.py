@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import html
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, cast, TYPE_CHECKING
 
 import pandas as pd
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, Range1d
+from bokeh.models.annotations import Title
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from console.domain.live_across import LiveAcross
 
 
-def seen(model, sees: Sees | None):
+def seen(model: Any, sees: Sees | None) -> Any:
     """The model as a reader limited to some streams sees it (`sees`), or whole."""
     return model if sees is None else SeenLive(model, sees)
 
@@ -101,7 +102,7 @@ def active_frame(model: LiveModel | LiveAcross, stream: str | None = None, by_sy
     return pd.DataFrame(rows, columns=list(columns)).astype(columns)
 
 
-def interval_data(model: LiveModel, now: datetime) -> dict[str, list]:
+def interval_data(model: LiveModel, now: datetime) -> dict[str, list[Any]]:
     """The stacked bars' rows (`stacked`) over the last INTERVALS minutes."""
     start = now - INTERVAL * INTERVALS
     slots = [start + INTERVAL * i for i in range(INTERVALS)]
@@ -125,7 +126,7 @@ def flow_window(model: LiveModel, now: datetime) -> tuple[datetime, datetime]:
     return min([now - FLOW_SPAN, *points]), now
 
 
-def flow_data(model: LiveModel, now: datetime | None = None) -> tuple[dict[str, list], dict[str, list]]:
+def flow_data(model: LiveModel, now: datetime | None = None) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """(lines, gap markers) for the most recently active batches, each line held at its flow until `now`:
     a batch with one flow so far was a line of one point, which draws nothing (the title counted two
     batches over an empty chart)."""
@@ -135,11 +136,11 @@ def flow_data(model: LiveModel, now: datetime | None = None) -> tuple[dict[str, 
         return points + [(now, points[-1][1])] if points and now is not None and now > points[-1][0] else points
 
     shown = [held(list(b.flow_points)) for b in recent]
-    lines = {"xs": [[t for t, _ in points] for points in shown],
+    lines: dict[str, list[Any]] = {"xs": [[t for t, _ in points] for points in shown],
              "ys": [[f for _, f in points] for points in shown],
              "batch": [b.batch_id for b in recent],
              "color": [Category10[10][i % 10] for i in range(len(recent))]}
-    marks: dict[str, list] = {"t": [], "flow": [], "lost": []}
+    marks: dict[str, list[Any]] = {"t": [], "flow": [], "lost": []}
     for b in recent:
         for t, _, lost in b.gap_points:
             marks["t"].append(t)
@@ -191,7 +192,7 @@ def status_text(model: LiveModel, connection: str, problem: str | None, now: dat
     status = model.collector
     state = model.collector_state(now)
     collector = {"silent": "collector SILENT", "alive": "collector alive"}.get(state) or \
-        "collector UNHEALTHY: " + "; ".join(status.unhealthy or ["its loops failed"])
+        "collector UNHEALTHY: " + "; ".join((status.unhealthy if status else None) or ["its loops failed"])
     parts = [
         f"NATS {connection}",
         collector,
@@ -220,6 +221,11 @@ def _times(value: object) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
+def _range(bounds: tuple[datetime, datetime]) -> Range1d:
+    start, end = bounds
+    return Range1d(start=start, end=end)
+
+
 class LivePage(Clocked, pn.viewable.Viewer):
     """Counters by reason (5 min / 1 h), recent lost batches newest first, a status bar."""
 
@@ -234,7 +240,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
     refresh_ms = param.Integer(default=300, bounds=(100, 5000), doc="Push interval: a few Hz at most")
     domain = param.String(default="", doc="Only this JetStream domain's lost batches (a leaf's) in the table")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._version = -1
         self._domain_said = pn.pane.Markdown("", align="end")
@@ -242,7 +248,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
         self._domain_row = pn.Row(pn.widgets.TextInput.from_param(self.param.domain, name="only the losses of the domain",
                                                                   placeholder="a leaf's JetStream domain", width=260),
                                   self._domain_said, visible=False)
-        self.timer = None  # the session's periodic refresh, when made by `following`
+        self.timer: Any = None  # the session's periodic refresh (Panel's PeriodicCallback), when made by `following`
         self._counters = pn.pane.Markdown(sizing_mode="stretch_width")
         self._status = pn.pane.Str("", sizing_mode="stretch_width",  # a long line (a starved host, firing alerts) wraps
                                    stylesheets=[f"pre {{ {WRAPPED} }}"])
@@ -261,14 +267,14 @@ class LivePage(Clocked, pn.viewable.Viewer):
         now = datetime.now(timezone.utc)
         self._bars = ColumnDataSource(interval_data(self.model, now))
         bars = figure(title="Lost batches per minute, by reason", x_axis_type="datetime", height=260,
-                      sizing_mode="stretch_width", toolbar_location=None, x_range=self._window(now))
+                      sizing_mode="stretch_width", toolbar_location=None, x_range=_range(self._window(now)))
         stacked_bars(bars, self._bars, INTERVAL, "%H:%M")
         clock_axis(bars)
-        self._bars_range = bars.x_range
+        self._bars_range = cast(Range1d, bars.x_range)
         lines, marks = flow_data(self.model, now)
         self._lines, self._marks = ColumnDataSource(lines), ColumnDataSource(marks)
         flows = figure(title=flow_title(self.model), x_axis_type="datetime", height=260,
-                       sizing_mode="stretch_width", toolbar_location=None, x_range=flow_window(self.model, now))
+                       sizing_mode="stretch_width", toolbar_location=None, x_range=_range(flow_window(self.model, now)))
         clock_axis(flows)
         self._flows = flows
         flows.multi_line(xs="xs", ys="ys", line_color="color", source=self._lines)
@@ -310,7 +316,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
         self.refresh()
 
     @classmethod
-    def following(cls, state: LiveState, sees: Sees | None = None, **params) -> LivePage:
+    def following(cls, state: LiveState, sees: Sees | None = None, **params: Any) -> LivePage:
         """A page on the process's live state, refreshed every `refresh_ms` in the current session; `sees`:
         of the streams a reader sees alone."""
         page = cls(model=seen(state.model, sees), connection=lambda: state.connection,
@@ -321,7 +327,7 @@ class LivePage(Clocked, pn.viewable.Viewer):
 
     @classmethod
     def across(cls, states: Callable[[], dict[str, LiveState]], unreached: Callable[[], dict[str, str]],
-               sees: Sees | None = None, **params) -> LivePage:
+               sees: Sees | None = None, **params: Any) -> LivePage:
         """A page on several systems' live states (those reached so far), each loss with its system; the
         status line says each system's state, and those not reached."""
         from console.domain.live_across import LiveAcross
@@ -376,8 +382,9 @@ class LivePage(Clocked, pn.viewable.Viewer):
             self._bars.data = interval_data(self.model, now)
             self._bars_range.start, self._bars_range.end = self._window(now)
             self._lines.data, self._marks.data = flow_data(self.model, now)
-            self._flows.title.text = flow_title(self.model)
-            self._flows.x_range.start, self._flows.x_range.end = flow_window(self.model, now)
+            cast(Title, self._flows.title).text = flow_title(self.model)
+            flows_range = cast(Range1d, self._flows.x_range)
+            flows_range.start, flows_range.end = flow_window(self.model, now)
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

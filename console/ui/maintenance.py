@@ -7,7 +7,7 @@ progress line by line and what it moved; or restart it around the command the co
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import pandas as pd
 import panel as pn
@@ -41,7 +41,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
     state = param.String(default="Pick a server and make its plan: nothing moves until you drain it.")
     status = param.String(default="", doc="The drain's progress, or why it was refused")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._node = pn.widgets.Select(name="server", options=[self.node] if self.node else [], width=200)
         self._make = pn.widgets.Button(label="Plan", button_type="primary", width=120)
@@ -51,7 +51,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         self._leads = tabulator(pd.DataFrame(columns=LEADS))
         self._moves = tabulator(pd.DataFrame(columns=MOVES), widths={"error": 320, "open at the step": 260})
         self._plan_text = pn.pane.Markdown("")
-        controls: list = [pn.Row(self._node, self._make, self._evacuate)]
+        controls: list[Any] = [pn.Row(self._node, self._make, self._evacuate)]
         self._drain = self._restart = None
         if not self.read_only and self.drain is not None:  # in read-only mode not even in the document
             self._drain = pn.widgets.Button(label="Drain", button_type="danger", width=200, disabled=True)
@@ -102,7 +102,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
             return None
         self.node, self.state = node, f"Reading {html.escape(node)}'s groups and watching its streams for open batches…"
         try:
-            plan = await self.plan_for(node, self._evacuate.value)
+            plan: Plan = await self.plan_for(node, self._evacuate.value)
         except Exception as e:  # a name that is not one, the server away
             self.state = f"**No plan:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
@@ -147,7 +147,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         except Exception as e:  # refused (role, read-only, lease, plan), the server away: said here
             self.status = f"**Not drained:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
-        moves = done.steps
+        moves: list[Move] = done.steps
         self._moves.value = pd.DataFrame(
             [{"group": m.group, "moved to": m.new_leader or "", "waited s": round(m.waited, 2),
               "publishers held": m.followers,
@@ -185,7 +185,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         except Exception as e:  # refused (role, read-only, lease), the server away: said here
             self.status = f"**Not restarted:** {html.escape(str(e)[:300] or type(e).__name__)}"
             return None
-        restarts = done.steps
+        restarts: list[Restart] = done.steps
         self.status = ("; ".join(html.escape(restart_line(r)) for r in restarts) or "Nothing restarted.") + \
             _ledger_said(done.verdict)
         return restarts
@@ -196,16 +196,16 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
         why = self.may(command)
         return f"**Not {done}:** {html.escape(f'{command.name} is refused: {why}'[:300])}" if why else None
 
-    async def _on_restart(self, *_) -> None:
+    async def _on_restart(self, *_: Any) -> None:
         await self.run_restart()
 
-    async def _on_plan(self, *_) -> None:
+    async def _on_plan(self, *_: Any) -> None:
         await self.make_plan()
 
-    async def _on_drain(self, *_) -> None:
+    async def _on_drain(self, *_: Any) -> None:
         await self.run_drain()
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 
 

@@ -9,6 +9,7 @@ with its label and value, so a form reads as itself before it works."""
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import nh3
 import pandas as pd
@@ -86,7 +87,7 @@ INERT_ATTRIBUTES = {"*": {"class", "title", "role", "style", "aria-label", "aria
                     "input": {"disabled", "value", "type", "checked", "placeholder"}, "button": {"disabled", "type"}}
 
 
-def attach(document, preview_html: str) -> None:
+def attach(document: Any, preview_html: str) -> None:
     """Serve `document` with `preview_html` (made inert) painted first."""
     document.template = TEMPLATE
     document.template_variables["bc_preview"] = nh3.clean(preview_html, tags=INERT_TAGS, attributes=INERT_ATTRIBUTES,
@@ -107,7 +108,7 @@ def table_html(frame: pd.DataFrame, titles: dict[str, str] | None = None, rows: 
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
 
 
-def static_html(item) -> str:
+def static_html(item: Any) -> str:
     """What a layout of panes, tables and plots shows, as plain HTML; controls are left out."""
     if isinstance(item, pn.viewable.Viewer):
         return static_html(item.__panel__())
@@ -119,7 +120,7 @@ def static_html(item) -> str:
             return ""
         return table_html(item.value, item.titles or {})
     if isinstance(item, pn.pane.Markdown):
-        return _markdown.render(str(item.object or ""))
+        return str(_markdown.render(str(item.object or "")))
     if isinstance(item, pn.pane.Str):
         return f"<pre style=\"{WRAPPED}\">{html.escape(str(item.object or ''))}</pre>"
     if isinstance(item, pn.pane.HTML):
@@ -133,7 +134,7 @@ def static_html(item) -> str:
     return ""
 
 
-def _control_html(widget) -> str:
+def _control_html(widget: Any) -> str:
     """A control as it will look, disabled: a button its label, a field its name and value. Hidden from
     assistive technology (and so from a query by role or label): it is a picture of the control, which
     the live page's own replaces, and may be disabled only because it is not live yet."""

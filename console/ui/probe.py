@@ -4,7 +4,7 @@ console's own publishers, then watch it arrive on Live."""
 from __future__ import annotations
 
 import html
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import panel as pn
 import param
@@ -43,13 +43,14 @@ ABANDON = "abandon the last atomic batch"
 
 class ProbePage(Clocked, pn.viewable.Viewer):
     run = coroutine("async (ProbeOptions, progress) -> ProbeReport, on the shared connection")
-    kind = param.Selector(default="atomic", objects=["atomic", "fast"], doc="Which kind of batch")
+    kind: param.Selector[str] = param.Selector(default="atomic", objects=["atomic", "fast"], doc="Which kind of batch")
     stream = param.String(default="BATCH_PROBE", doc="stream (created allowing both kinds when missing)")
     subject = param.String(default="batch_probe.test", doc="subject")
     count = param.Integer(default=100, bounds=(1, 1_000_000), doc="messages")
     batch_size = param.Integer(default=10, bounds=(1, 1000), doc="atomic: messages per batch")
     flow = param.Integer(default=10, bounds=(1, 500), doc="fast: flow")
-    gap_mode = param.Selector(default="fail", objects=[m.value for m in GapMode], doc="fast: gap mode")
+    gap_mode: param.Selector[str] = param.Selector(default="fail", objects=[m.value for m in GapMode],
+                                                   doc="fast: gap mode")
     skip_seq = param.Integer(default=0, bounds=(0, None), doc="inject a gap at seq (0: none)")
     abandon = param.Boolean(default=False, doc=ABANDON)
     status = param.String(default="", doc="What the probe is doing, did, or why it was refused (Markdown)")
@@ -57,7 +58,7 @@ class ProbePage(Clocked, pn.viewable.Viewer):
     running = param.Boolean(default=False, doc="A probe is publishing")
     may = refusals()
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         cannot = self.may(RunProbe)
         self._start = pn.widgets.Button(label="Publish probe", button_type="primary",
@@ -108,13 +109,14 @@ class ProbePage(Clocked, pn.viewable.Viewer):
         finally:
             self.running = False
         self.status = report_markdown(self.report)
-        return self.report
+        report: ProbeReport | None = self.report
+        return report
 
-    async def _on_start(self, *_) -> None:
+    async def _on_start(self, *_: Any) -> None:
         await self.start()
 
     async def reload(self) -> None:
         """A form: nothing to read."""
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

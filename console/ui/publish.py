@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import html
 import logging
+from typing import Any
 
 import panel as pn
 import param
@@ -33,8 +34,8 @@ class PublishForm(pn.viewable.Viewer):
     to_stream = param.String(default="", doc="The stream that stores it (empty: this one)")
     result = param.String(default="", doc="What the last action did, or why it was refused")
 
-    def __init__(self, **params):
-        super().__init__(**params)
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)  # type: ignore[no-untyped-call]  # param's constructor has no types
         w = pn.widgets
         self._buttons = {"publish": w.Button(label="Publish", width=100), "republish": w.Button(label="Republish", width=110)}
         for name, button in self._buttons.items():
@@ -63,7 +64,7 @@ class PublishForm(pn.viewable.Viewer):
         if any(said) and not self.result.startswith("**The server refused"):
             self.result = next(s for s in said if s)
 
-    def command(self, name: str):
+    def command(self, name: str) -> Any:
         """The action the form asks for (ValueError for a form that does not make one)."""
         if name == "publish":
             payload = self.payload.encode()
@@ -92,5 +93,5 @@ class PublishForm(pn.viewable.Viewer):
             log.exception("%s failed", name)
             self.result = failed(e)
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

@@ -9,7 +9,7 @@ import functools
 import html
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import panel as pn
 import param
@@ -76,8 +76,8 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
 
     admin = param.Parameter(doc="The streams this page's user reads: listing, consumers, peeks, batch replay "
                                 "(console.queries.streams.StreamReads); fetches and acks are commands", precedence=-1)
-    stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream read")
-    consumer = param.Selector(default=PEEK, objects={PEEK_LABEL: PEEK}, check_on_set=False,
+    stream: param.Selector[str] = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream read")
+    consumer: param.Selector[str] = param.Selector(default=PEEK, objects={PEEK_LABEL: PEEK}, check_on_set=False,
                               doc="A durable pull consumer of the stream, or PEEK for an ordered peek")
     start_seq = param.Integer(default=0, bounds=(0, None), doc="Where a peek or a batch scan starts (0: first)")
     start_time = param.String(default="", doc="... or from this time (UTC, ISO 8601)")
@@ -93,14 +93,14 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._payloads = shows_payloads(self)  # the user's, fixed when the page is made
         keep_choice(self, "stream")
         keep_choice(self, "consumer")
         self._consumers: dict[str, PullConsumer] = {}
         self._peek: ConsumerReader | None = None  # the ordered peek's cursor, while its choices hold
-        self._peek_key: tuple | None = None
+        self._peek_key: tuple[Any, ...] | None = None
         self._shown_from: tuple[str, str | None] = ("", None)  # the stream and durable consumer of the cards shown
         self._messages = pn.Column(sizing_mode="stretch_width")
         self._cards: dict[int, pn.Column] = {}  # stream seq -> its card, while it awaits an answer
@@ -175,7 +175,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
             self._peek_key = key
         return self._peek
 
-    def _start(self) -> dict | None:
+    def _start(self) -> dict[str, Any] | None:
         """Where a peek or a batch scan starts; None (and a message) when the time is not a time."""
         try:
             start_time = parse_start_time(self.start_time)
@@ -227,13 +227,13 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
     async def next(self) -> FetchResult | None:
         return await self.fetch(1)
 
-    async def _on_fetch(self, _event) -> None:
+    async def _on_fetch(self, _event: Any) -> None:
         await self.fetch()
 
-    async def _on_next(self, _event) -> None:
+    async def _on_next(self, _event: Any) -> None:
         await self.next()
 
-    async def _on_replay(self, _event) -> None:
+    async def _on_replay(self, _event: Any) -> None:
         await self.replay_batch()
 
     async def _describe(self, result: FetchResult) -> str:
@@ -251,7 +251,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         c = self._consumers.get(self.consumer)
         return f" · consumer {html.escape(c.name)}: {c.pending} pending, {c.ack_pending} awaiting ack" if c else ""
 
-    def _show(self, stream: str, durable: str | None, messages, keep_unanswered: bool = False) -> None:
+    def _show(self, stream: str, durable: str | None, messages: Any, keep_unanswered: bool = False) -> None:
         """The messages read from `stream`, masked by its rules and this user's payload level for it (never
         by the page's current choice, which may have changed while they were read). keep_unanswered (Next on
         a durable consumer): the cards still awaiting an answer stay, the new one after them."""
@@ -277,7 +277,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         headers, payload = self._payloads.masked(stream, m.headers, m.payload, m.subject)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
-    def _card(self, message: StoredMessage, whys: dict[Ack, str | None], stream: str, durable: str | None):
+    def _card(self, message: StoredMessage, whys: dict[Ack, str | None], stream: str, durable: str | None) -> Any:
         decoded = self._payloads.decoded(stream, message.subject, message.headers, message.payload)
         self._not_decoded += bool(decoded is not None and decoded.error)
         body = pn.pane.HTML(message_html(message, self.clock, decoded), sizing_mode="stretch_width")
@@ -288,7 +288,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         outcome = pn.pane.Markdown(permitted([buttons[kind] for kind, why in whys.items() if why],
                                              "; ".join(why for why in whys.values() if why) or None))
 
-        async def act(kind: Ack, _event=None) -> None:
+        async def act(kind: Ack, _event: Any = None) -> None:
             done, outcome.object = await self.act(kind, message, stream, durable)
             if done and kind is not Ack.IN_PROGRESS:
                 for button in buttons.values():
@@ -316,7 +316,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         self.status = f"{ACK_LABELS[kind]} of stream seq {message.stream_seq} confirmed by the server{state}"
         return True, f"{ACK_LABELS[kind]} confirmed by the server.{state}"
 
-    async def replay_batch(self):
+    async def replay_batch(self) -> Any:
         """The stored messages of batch_id on the stream, in batch order (a BatchReplay), or None."""
         batch_id, stream = self.batch_id.strip(), self.stream
         if not (stream and batch_id):
@@ -349,5 +349,5 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if reader is not None:
             await reader.close()
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout

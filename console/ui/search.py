@@ -10,6 +10,7 @@ import html
 import io
 from datetime import datetime
 from urllib.parse import urlencode
+from typing import Any
 
 import pandas as pd
 import panel as pn
@@ -44,20 +45,21 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     until = param.String(default="", doc="To this time (ISO 8601)")
     where = param.String(default="", doc='A CEL expression: payload.amount > 100 && headers["kind"] == "refund"')
     newest_first = param.Boolean(default=False, doc="Read from the end backwards")
-    max_scanned = param.Integer(default=LIMITS["max_scanned"][2], doc="Messages read at most")
-    max_matches = param.Integer(default=LIMITS["max_matches"][2], doc="Matches at most")
+    max_scanned = param.Integer(default=int(LIMITS["max_scanned"][2]), doc="Messages read at most")
+    max_matches = param.Integer(default=int(LIMITS["max_matches"][2]), doc="Matches at most")
     max_seconds = param.Number(default=LIMITS["max_seconds"][2], doc="Seconds at most")
     state = param.String(default="", doc="Where the search stands, or why it was refused")
     running = param.Boolean(default=False, doc="A search is under way")
     results = param.DataFrame(default=pd.DataFrame(columns=COLUMNS), doc="The matches shown")
-    export_format = param.Selector(default="csv", objects=list(FORMATS), doc="The matches' download format")
+    export_format: param.Selector[str] = param.Selector(default="csv", objects=list(FORMATS),
+                                                        doc="The matches' download format")
     export = exports("the matches (export.search)")
     may = refusals()
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._cancel = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
         w = pn.widgets
         self._go = w.Button(name="Search", button_type="primary", width=110)
         self._stop = w.Button(name="Cancel", width=90, disabled=True)
@@ -125,6 +127,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
         self._go.disabled, self._stop.disabled = True, False
         self.state = "searching…"
         try:
+            found: list[Found]
             found, state = await self.run(query, self._progress, lambda: self._cancel)
         except Exception as e:  # the server's refusal, a missing stream: said beside the form
             self.state = f"**The search failed**: {html.escape(str(e)[:300])}"
@@ -156,11 +159,11 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     def _progress(self, state: SearchProgress) -> None:
         self.state = html.escape(state.line())
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 
 
-def _row(stream: str, f: Found, when) -> dict:
+def _row(stream: str, f: Found, when: Any) -> dict[str, Any]:
     e = html.escape
     replay = "/replay?" + urlencode({"stream": stream, "start_seq": f.seq})
     # A stored message of an atomic batch is a committed batch's (an abandoned one stores nothing): its link

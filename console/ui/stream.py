@@ -9,7 +9,7 @@ import html
 import logging
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -48,7 +48,7 @@ def placement_markdown(p: StreamPlacement) -> str:
     e = html.escape
     followers = ", ".join(f"{e(name)} ({'current' if current else 'behind'}, lag {count(lag)})"
                           for name, current, lag in p.replicas)
-    where = (f"leader **{e(p.leader)}**, followers {followers}" if followers else
+    where = (f"leader **{e(p.leader or '?')}**, followers {followers}" if followers else
              f"**{e(p.leader)}** alone (no replicas)" if p.leader else "one server (no replicas)")
     return "\n".join([
         "| allow_atomic | allow_batched | persist_mode | replicas | retention | required API level |",
@@ -86,7 +86,7 @@ class StreamPage(Clocked, pn.viewable.Viewer):
     may = refusals()
     read_only = param.Boolean(default=False, doc="No control that changes the server is drawn")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._week_of: object = ()  # the ledger position the week was read at (console.storage.history.ledger_position)
         self._head = pn.pane.Markdown("", sizing_mode="stretch_width")
@@ -187,6 +187,6 @@ class StreamPage(Clocked, pn.viewable.Viewer):
                 put(self._week, decisions_first(week))
                 self._week_of = position
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import logging
+from typing import Any
 
 import pandas as pd
 import panel as pn
@@ -67,10 +68,11 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
 
     admin = param.Parameter(doc="Reads and updates streams (a StreamAdmin; refuses in read-only mode)", precedence=-1)
     limits = coroutine("async () -> (BatchLimits, where they were read)", default=None, precedence=-1)
-    stream = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream edited")
+    stream: param.Selector[str] = param.Selector(default="", objects=[""], check_on_set=False, doc="The stream edited")
     allow_atomic = param.Boolean(default=False, doc="Proposed allow_atomic")
     allow_batched = param.Boolean(default=False, doc="Proposed allow_batched")
-    persist_mode = param.Selector(default="default", objects=["default", "async"], doc="Proposed persist_mode")
+    persist_mode: param.Selector[str] = param.Selector(default="default", objects=["default", "async"],
+                                                       doc="Proposed persist_mode")
     review = param.String(default="", doc="What applying would change, and the server's rules it would meet")
     result = param.String(default="", doc="What the last apply did, or the server's refusal")
     cannot = param.String(default="", doc="Why this user may not edit the chosen stream ('' when they may)")
@@ -79,7 +81,7 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
     actions = param.Parameter(default=None, precedence=-1,
                               doc="What this page's user may do (console.actions.Actions); None: nothing audited")
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         keep_choice(self, "stream")
         self._streams: dict[str, StreamBatchSettings] = {}
@@ -179,12 +181,12 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
         await self.reload()
         return updated
 
-    async def _on_apply(self, _event) -> None:
+    async def _on_apply(self, _event: Any) -> None:
         try:
             await self.apply()
         except Exception as e:  # said beside the form: a click never ends in silence
             log.exception("applying the settings of %s failed", self.stream)
             self.result = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
 
-    def __panel__(self):
+    def __panel__(self) -> Any:
         return self._layout
