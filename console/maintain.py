@@ -60,7 +60,7 @@ def _node(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _seconds(low: float, high: float) -> Any:
+def _seconds(low: float, high: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
             value = float(text)

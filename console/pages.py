@@ -364,7 +364,7 @@ class Unreached(pn.viewable.Viewer):
     async def reload(self) -> None:
         pass
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._said
 
 

@@ -110,7 +110,7 @@ class NotebookConsole:
         return self.runtime.live
 
     @property
-    def admin(self) -> Any:
+    def admin(self) -> StreamReads:
         """The server's streams as the local role sees them, reads only (another team's stream is answered
         as one that does not exist); what changes the server goes through `actions`."""
         return StreamReads(self.runtime.admin, self.sight.sees)

@@ -142,7 +142,7 @@ class Stages:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, name: str) -> Any:
+    def __call__(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield

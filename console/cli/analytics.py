@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import sys
 import time
-from typing import Any
+from typing import Callable
 
 from console.broker.connection import close, connect
 from console.cli.base import WITH_EVENT_LOG, Subcommand
@@ -34,7 +34,7 @@ class Analytics(Subcommand):
         return cmd_analytics(settings, args.once)
 
 
-def backlog_progress(step: int) -> Any:
+def backlog_progress(step: int) -> Callable[[int, int], None]:
     """A run's progress when it reads more than one step: a bar on a terminal, else a line a step."""
     bar: ProgressBar | None = None
 

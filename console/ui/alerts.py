@@ -169,5 +169,5 @@ class AlertsPage(Clocked, pn.viewable.Viewer):
         self.result = f"Saved {html.escape(name)}; the alerts process reloads it."
         self.read()
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -153,6 +153,6 @@ class AuditPage(Clocked, pn.viewable.Viewer):
         self._download.filename = f"audit.{self.export_format}"
         self._download.label = f"Download {FORMATS[self.export_format].label}"
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 

@@ -133,7 +133,7 @@ class BudgetsPage(Clocked, pn.viewable.Viewer):
             "batch": e(r["batch_id"] or ""), "what": r["what"], "publisher": r["publisher"],
             "incident": incident_link(r["batch_id"])} for r in found], columns=LOSS_COLUMNS, dtype=object)
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 
 

@@ -117,5 +117,5 @@ class CanaryPage(Clocked, pn.viewable.Viewer):
             self._source.data = {"t": [w for w, _ in drawn], "ms": [r.commit_ms for _, r in drawn],
                                  "node": [r.node[:40] for _, r in drawn], "color": [colors[r.node] for _, r in drawn]}
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -84,7 +84,7 @@ class ChecksPage(Clocked, pn.viewable.Viewer):
                                  dtype=object)
         put(self._table, _marked_up(self.rows))
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 
 

@@ -100,7 +100,7 @@ class ConformancePage(Clocked, pn.viewable.Viewer):
         put(self._matrix, self.matrix)
         put(self._failures, self.failures)
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 
 

@@ -234,6 +234,6 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
             log.exception("consumer %s failed", name)
             self.result = failed(e)
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 

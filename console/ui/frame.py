@@ -165,5 +165,5 @@ class Frame(pn.viewable.Viewer):
     def refresh(self) -> None:
         self._header.object = self._html()
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

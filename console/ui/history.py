@@ -430,5 +430,5 @@ class HistoryPage(Clocked, pn.viewable.Viewer):
     async def download(self) -> io.BytesIO:
         return await download(self.export, self.export_command())
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

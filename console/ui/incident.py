@@ -209,5 +209,5 @@ class IncidentPage(Clocked, pn.viewable.Viewer):
             return io.BytesIO()
         return await download(self.export, ExportReport(self.batch_id, self.incident.loss.stream or None, self.markdown))
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

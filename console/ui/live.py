@@ -386,5 +386,5 @@ class LivePage(Clocked, pn.viewable.Viewer):
             flows_range = cast(Range1d, self._flows.x_range)
             flows_range.start, flows_range.end = flow_window(self.model, now)
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -205,7 +205,7 @@ class MaintenancePage(Clocked, pn.viewable.Viewer):
     async def _on_drain(self, *_: Any) -> None:
         await self.run_drain()
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 
 

@@ -118,5 +118,5 @@ class ProbePage(Clocked, pn.viewable.Viewer):
     async def reload(self) -> None:
         """A form: nothing to read."""
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -93,5 +93,5 @@ class PublishForm(pn.viewable.Viewer):
             log.exception("%s failed", name)
             self.result = failed(e)
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -103,7 +103,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         self._peek_key: tuple[Any, ...] | None = None
         self._shown_from: tuple[str, str | None] = ("", None)  # the stream and durable consumer of the cards shown
         self._messages = pn.Column(sizing_mode="stretch_width")
-        self._cards: dict[int, pn.Column] = {}  # stream seq -> its card, while it awaits an answer
+        self._cards: dict[int, pn.viewable.Viewable] = {}  # stream seq -> its card, while it awaits an answer
         self._not_decoded = 0  # of the messages shown last, those their stream's decoder could not read
         w = pn.widgets
         fetch = pn.widgets.Button(label="Fetch", button_type="primary")
@@ -277,7 +277,7 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         headers, payload = self._payloads.masked(stream, m.headers, m.payload, m.subject)
         return dataclasses.replace(m, headers=headers, payload=payload)
 
-    def _card(self, message: StoredMessage, whys: dict[Ack, str | None], stream: str, durable: str | None) -> Any:
+    def _card(self, message: StoredMessage, whys: dict[Ack, str | None], stream: str, durable: str | None) -> pn.viewable.Viewable:
         decoded = self._payloads.decoded(stream, message.subject, message.headers, message.payload)
         self._not_decoded += bool(decoded is not None and decoded.error)
         body = pn.pane.HTML(message_html(message, self.clock, decoded), sizing_mode="stretch_width")
@@ -349,5 +349,5 @@ class ReplayPage(Clocked, pn.viewable.Viewer):
         if reader is not None:
             await reader.close()
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -159,7 +159,7 @@ class SearchPage(Clocked, pn.viewable.Viewer):
     def _progress(self, state: SearchProgress) -> None:
         self.state = html.escape(state.line())
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 
 

@@ -187,6 +187,6 @@ class StreamPage(Clocked, pn.viewable.Viewer):
                 put(self._week, decisions_first(week))
                 self._week_of = position
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
 

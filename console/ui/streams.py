@@ -188,5 +188,5 @@ class StreamsPage(Clocked, pn.viewable.Viewer):
             log.exception("applying the settings of %s failed", self.stream)
             self.result = f"**Failed:** {html.escape(type(e).__name__)}: {html.escape(str(e)[:300])}"
 
-    def __panel__(self) -> Any:
+    def __panel__(self) -> pn.viewable.Viewable:
         return self._layout
