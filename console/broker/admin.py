@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, PersistMode, StreamInfo
 
 from console.broker import names
+from console.broker.nats_internals import server_info
 from console.broker.publish import Republished, publish_one, republish
 from console.broker.pull import BatchReplay, ConsumerReader, replay_batch
 from console.domain.messages import PullConsumer
@@ -49,7 +50,7 @@ class StreamAdmin:
         """The release of the server this connection is on, and its JetStream API level."""
         info = await self.js.account_info()
         level = info.api.level if info.api else None
-        return ServerRelease(str((self.nc._server_info or {}).get("version") or ""),
+        return ServerRelease(str(server_info(self.nc).get("version") or ""),
                              level if isinstance(level, int) and not isinstance(level, bool) else None)
 
     async def streams(self) -> list[StreamBatchSettings]:

@@ -19,6 +19,8 @@ from nats.js.client import JetStreamContext
 
 from console.broker import wire_in
 from console.broker.connection import Connection, asked_again, repaired
+from console.broker.nats_internals import (last_sid, message_handler, set_message_handler, status_of,
+                                           subscription_client, subscription_id, subscriptions)
 from console.broker.replies import is_no_responders, no_responders
 from console.broker.streams import StreamSpec, ensure_stream
 from console.domain.atomic_tracker import BATCH_ID, KEPT_HEADERS
@@ -78,12 +80,12 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
     replies costs the tap what it costs a bare subscriber, not twice that). None where nats-py reads
     otherwise than this expects: its subscriptions' own tasks then hand them over."""
     readers: dict[int, Reader] | None = getattr(nc, "_console_readers", None)
-    if readers is not None or not callable(getattr(nc, "_process_msg", None)) \
-            or not isinstance(getattr(nc, "_subs", None), dict) or not isinstance(getattr(nc, "stats", None), dict) \
-            or not isinstance(getattr(nc, "_sid", None), int):
+    through, subs = message_handler(nc), subscriptions(nc)
+    if readers is not None or through is None or subs is None or not isinstance(getattr(nc, "stats", None), dict) \
+            or last_sid(nc) is None:
         return readers
     readers = {}
-    through, subs, stats = nc._process_msg, nc._subs, nc.stats
+    stats = nc.stats
 
     def read_now(sid: int, subject: bytes, reply: bytes, data: bytes, status: dict[str, str] | None = None) -> bool:
         """The message to its reader, if a reader of this connection's subscribes to it."""
@@ -106,11 +108,11 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
         return True
 
     async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        status = (await nc._process_headers(headers) or {}) if headers and sid in readers else None
+        status = (await status_of(nc, headers)) if headers and sid in readers else None
         if not read_now(sid, subject, reply, data, status):  # nats-py's way
-            await through(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # nats-py passes None too
+            await through(sid, subject, reply, data, headers)
 
-    setattr(nc, "_process_msg", process_msg)
+    set_message_handler(nc, process_msg)
     setattr(nc, "_console_readers", readers)
     wire_in.install(nc, read_now)  # and its MSG lines read without nats-py's parser where it can
     return readers
@@ -201,10 +203,11 @@ class Subscriptions:
         if readers is None:
             await self._subscribe(nc, subject, on_msg, queue)
             return
-        expected = nc._sid + 1  # the id subscribe takes before it first waits: no message comes before its reader
+        # the id subscribe takes before it first waits: no message comes before its reader
+        expected = (last_sid(nc) or 0) + 1
         readers[expected] = reader
         await self._subscribe(nc, subject, on_msg, queue)
-        if (sid := self._subs[-1]._id) != expected:  # another nats-py: in place now, and no other's reader
+        if (sid := subscription_id(self._subs[-1])) != expected:  # another nats-py: in place now, and no other's reader
             readers[sid] = readers.pop(expected)
 
     async def tap_fast_replies(self, nc: Connection, prefix: str, reader: Reader, queue: str = "",
@@ -219,8 +222,8 @@ class Subscriptions:
         """Unsubscribe, then handle what the server sent before; after `within` seconds, stop waiting."""
         give_up_at = asyncio.get_running_loop().time() + within
         for sub in self._subs:
-            if (readers := getattr(sub._conn, "_console_readers", None)) is not None:
-                readers.pop(sub._id, None)  # what is left comes nats-py's way, to be handled below
+            if (readers := getattr(subscription_client(sub), "_console_readers", None)) is not None:
+                readers.pop(subscription_id(sub), None)  # what is left comes nats-py's way, to be handled below
             try:
                 await asyncio.wait_for(sub.drain(), max(0.1, give_up_at - asyncio.get_running_loop().time()))  # type: ignore[no-untyped-call]  # nats-py leaves drain unannotated
             except (asyncio.TimeoutError, nats.errors.Error):

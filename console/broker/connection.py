@@ -20,6 +20,8 @@ Connection = Client  # what the rest of the console holds: a connection made her
 NatsError = nats.errors.Error  # what a NATS call may raise, for code outside broker/ to catch
 
 from console.broker import server_guard
+from console.broker.nats_internals import (lame_duck_callback, message_handler, server_info, set_lame_duck_callback,
+                                           set_message_handler, socket_of, write_held)
 from console.config import ConnectionSettings, open_to_others
 from console.errors import ConfigError, NatsUnreachableError
 
@@ -111,9 +113,7 @@ def unread(nc: Client) -> tuple[int, int] | None:
     """What the server has sent that this connection has not read yet, in the kernel's receive buffer, and
     that buffer's size now (the kernel grows it for a reader that keeps up, so a starved one may have a small
     one, full): a reader that keeps up leaves next to nothing there. None where it cannot be told."""
-    transport = getattr(nc, "_transport", None)
-    writer = getattr(transport, "_bare_io_writer", None) or getattr(transport, "_io_writer", None)
-    sock = writer.get_extra_info("socket") if writer is not None else None
+    sock = socket_of(nc)
     if sock is None:
         return None
     try:
@@ -134,8 +134,8 @@ def guarded(nc: Client) -> Client:
     U+FFFD for the bytes that are not UTF-8 (counted: not_utf8()), so the message reaches whoever subscribed,
     whose own checks refuse it as any other malformed input, and a JetStream consumer's sequence goes on
     (an ordered consumer that missed it would start again at it, forever)."""
-    through = getattr(nc, "_process_msg", None)
-    if not callable(through) or hasattr(nc, NOT_UTF8):
+    through = message_handler(nc)
+    if through is None or hasattr(nc, NOT_UTF8):
         return nc
     setattr(nc, NOT_UTF8, 0)
 
@@ -144,7 +144,7 @@ def guarded(nc: Client) -> Client:
             subject, reply = repaired(nc, subject, reply)
         await through(sid, subject, reply, data, headers)
 
-    setattr(nc, "_process_msg", process_msg)
+    set_message_handler(nc, process_msg)
     return nc
 
 
@@ -186,7 +186,7 @@ def why_closed(nc: Client) -> str:
 
 def identity(nc: Client) -> tuple[str | None, int | None]:
     """The connection as the server names it: (server name, client id); CONNZ says the same."""
-    name = nc._server_info.get("server_name") if isinstance(nc._server_info, dict) else None
+    name = server_info(nc).get("server_name")
     return (name if isinstance(name, str) else None), nc.client_id
 
 
@@ -200,13 +200,13 @@ def connected_to(nc: Client) -> str | None:
 def on_lame_duck(nc: Client, notice: Callable[[], Awaitable[None]]) -> None:
     """`notice()` also runs when the server this connection is on says it is in lame duck mode (its INFO's
     ldm): nats-py takes one such callback, at connect, so the one given then runs first."""
-    given = nc._lame_duck_mode_cb
+    given = lame_duck_callback(nc)
 
     async def both() -> None:
         if given is not None:
             await given()
         await notice()
-    nc._lame_duck_mode_cb = both
+    set_lame_duck_callback(nc, both)
 
 
 async def reconnect_elsewhere(nc: Client) -> None:
@@ -225,10 +225,7 @@ async def flush(nc: Client, timeout: float = 2.0) -> None:
     PING straight to its socket, ahead of the commands it still holds for its flusher task (the SUB just
     made): that PING's PONG could come back before the server had the SUB, and a message published then
     was not the subscriber's (a loaded host's tap missed a batch's first reply). What it holds goes first."""
-    pending = getattr(nc, "_pending", None)
-    if pending and isinstance(pending, list) and nc.is_connected and nc._transport is not None:
-        nc._transport.writelines(pending[:])  # as its flusher would, at once: no await until the PING
-        nc._pending, nc._pending_data_size = [], 0
+    write_held(nc)  # no await until the PING
     await nc.flush(timeout=timeout)  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds as a float
 
 

@@ -15,6 +15,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from console.broker.acks import Acknowledged, NotStored
+from console.broker.nats_internals import connection_of
 from console.broker.streams import StreamSpec, ensure_stream
 from console.config import EventLogSettings
 from console.domain.events import (
@@ -133,7 +134,7 @@ class EventLog:
         if not sent:
             return result
         if self._acked is None:
-            self._acked = Acknowledged(self.js._nc, self.settings.stream)
+            self._acked = Acknowledged(connection_of(self.js), self.settings.stream)
         # Bounded: a reconnect can leave a publish unanswered; it is retried, its id dedupes it.
         answers = await self._acked.publish([message for _, message in sent], self.settings.append_timeout)
         for (event, _), answer in zip(sent, answers):

@@ -41,14 +41,14 @@ class Holds:
         self.held = HeldStreams()
         self.left: list[str] = []  # the servers left on their lame duck notice
         self._changed = asyncio.Event()
-        self._sub: Subscription | None = None
+        self._subscription: Subscription | None = None
         self._begun: weakref.WeakSet[Batch] = weakref.WeakSet()
         self._leaving: asyncio.Task[None] | None = None
 
     @classmethod
     async def follow(cls, nc: Client, name: str = "") -> Holds:
         holds = cls(nc, name)
-        holds._sub = await nc.subscribe(f"{HOLD_PREFIX}.>", cb=holds._on_hold)
+        holds._subscription = await nc.subscribe(f"{HOLD_PREFIX}.>", cb=holds._on_hold)
         on_lame_duck(nc, holds._on_lame_duck)
         await nc.flush()
         return holds
@@ -116,8 +116,8 @@ class Holds:
         return time.monotonic() - started
 
     async def close(self) -> None:
-        if self._sub is not None:
-            sub, self._sub = self._sub, None
+        if self._subscription is not None:
+            sub, self._subscription = self._subscription, None
             try:
                 await sub.unsubscribe()
             except nats.errors.Error:

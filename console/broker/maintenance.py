@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 from console.broker import names
 from console.broker.admin import leader_step_down
 from console.broker.holds import announce
+from console.broker.nats_internals import server_info
 from console.domain.holds import MAX_HOLD, Hold
 from console.domain.fast_ingest import FI_SUFFIX
 from console.domain.maintenance import Group, OpenBatch, OpenBatches, Plan, evacuation, plan, with_evacuation
@@ -122,7 +123,7 @@ class Tap:
     started: float = field(default_factory=time.monotonic)
     subjects: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stream -> its subjects
     reply_prefixes: set[str] = field(default_factory=set)  # fast publishers' inboxes whose answers are heard
-    _subs: list[Subscription] = field(default_factory=list)
+    _subscribed: list[Subscription] = field(default_factory=list)
 
     @classmethod
     async def on(cls, nc: Client, streams: list[str], timeout: timedelta) -> Tap:
@@ -132,7 +133,7 @@ class Tap:
             subjects = (await js.stream_info(names.stream(stream))).config.subjects or []
             tap.subjects[stream] = tuple(subjects)
             for subject in subjects:
-                tap._subs.append(await nc.subscribe(subject, cb=tap._for(stream)))
+                tap._subscribed.append(await nc.subscribe(subject, cb=tap._for(stream)))
         await nc.flush()
         return tap
 
@@ -142,7 +143,7 @@ class Tap:
             if prefix is not None and prefix not in self.reply_prefixes and len(self.reply_prefixes) < MAX_REPLY_PREFIXES:
                 self.reply_prefixes.add(prefix)  # heard from the batch's first message on: before its commit
                 try:
-                    self._subs.append(await self.nc.subscribe(f"{prefix}.*.*.*.*.*.{FI_SUFFIX}", cb=self._answer))
+                    self._subscribed.append(await self.nc.subscribe(f"{prefix}.*.*.*.*.*.{FI_SUFFIX}", cb=self._answer))
                 except nats.errors.Error as e:  # not allowed to: its commits wait COMMIT_ANSWER_WAIT instead
                     log.info("the answers under %r are not heard: %s", prefix[:80], e)
         return seen
@@ -155,7 +156,7 @@ class Tap:
         return time.monotonic() - self.started
 
     async def close(self) -> None:
-        for sub in self._subs:
+        for sub in self._subscribed:
             try:
                 await sub.unsubscribe()
             except nats.errors.Error:
@@ -193,13 +194,13 @@ async def make_plan(nc: Client, node: str, system_nc: Client | None, batch_timeo
     made = plan(node, groups, meta_leader, open_now, watch if led else 0, meta_peers, connected_to(nc), named)
     if not evacuate:
         return made
-    version = (nc._server_info or {}).get("version")
+    version = server_info(nc).get("version")
     return with_evacuation(made, evacuation(node, groups, made.nodes, version if isinstance(version, str) else None))
 
 
 def connected_to(nc: Client) -> str | None:
     """The name of the server this connection is on (its INFO's server_name)."""
-    name = (nc._server_info or {}).get("server_name")
+    name = server_info(nc).get("server_name")
     return name if isinstance(name, str) and name else None
 
 

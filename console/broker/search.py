@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from console.broker.nats_internals import connection_if_any, consumer_of
 from console.domain.masking import MASKED_AS, Shown
 from console.domain.search import NEWEST, Found, Predicate, SearchProgress, SearchQuery, SearchRefused
 from console.errors import StreamMissingError
@@ -124,7 +125,7 @@ class _Search:
             else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=low)
         config.ack_policy, config.inactive_threshold, config.mem_storage = AckPolicy.NONE, INACTIVE, True
         sub = await self.js.pull_subscribe(query.subject or ">", stream=query.stream, config=config)
-        puller = await _Pull.open(self.js, query.stream, getattr(sub, "_consumer", None))
+        puller = await _Pull.open(self.js, query.stream, consumer_of(sub))
         try:
             while True:
                 if self.cancelled():
@@ -251,7 +252,7 @@ class _Pull:
 
     @classmethod
     async def open(cls, js: JetStreamContext, stream: str, consumer: str | None) -> _Pull | None:
-        nc = getattr(js, "_nc", None)
+        nc = connection_if_any(js)
         if consumer is None or nc is None:  # not as nats-py names them: its own fetch
             return None
         pull = cls(nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}")
@@ -295,7 +296,7 @@ class _Pull:
 
 async def _gone(js: JetStreamContext, sub: JetStreamContext.PullSubscription, stream: str) -> None:
     """The consumer deleted now, not after its inactivity threshold."""
-    name = getattr(sub, "_consumer", None)
+    name = consumer_of(sub)
     try:
         await sub.unsubscribe()
     except nats.errors.Error:

@@ -16,6 +16,8 @@ from nats import errors as nats_errors
 from nats.aio.client import Client
 from nats.protocol import parser as nats_parser
 
+from console.broker.nats_internals import connect_hooks, parser, set_connect_hooks
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 64 << 20  # bytes of one message a server may announce: NATS' own max_payload is 64 MiB at most
@@ -62,7 +64,7 @@ def guard(nc: Client) -> Client:
     if getattr(nc, GUARDED, False):
         return nc
     setattr(nc, GUARDED, True)
-    connect_init, process_info, ps = nc._process_connect_init, nc._process_info, nc._ps
+    (connect_init, process_info), ps = connect_hooks(nc), parser(nc)
 
     async def guarded_connect_init() -> None:
         try:
@@ -99,7 +101,6 @@ def guard(nc: Client) -> Client:
                         len(ps.buf))
             raise nats_errors.ProtocolError
 
-    nc._process_connect_init = guarded_connect_init  # type: ignore[method-assign]  # the seam: see the docstring
-    nc._process_info = guarded_info  # type: ignore[method-assign]  # the same seam
-    ps.parse = guarded_parse  # type: ignore[method-assign]  # the parser itself, at the same seam
+    set_connect_hooks(nc, guarded_connect_init, guarded_info)  # the seam: see the docstring
+    ps.parse = guarded_parse  # the parser itself, at the same seam
     return nc

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from nats.protocol import parser as nats_parser
 
+from console.broker.nats_internals import hand_to_nats, parser
+
 ReadNow = Callable[[int, bytes, bytes, bytes], bool]  # (sid, subject, reply, payload) -> taken
 
 MAX_HELD = 64 * 1024
@@ -26,7 +28,7 @@ MAX_LINE = 4096  # nats-py's bound on a control line
 def install(nc: Any, read_now: ReadNow) -> bool:
     """Reads the connection's MSG lines this way from now on; False where nats-py's parser is not what this
     expects (it then reads them all, as before)."""
-    ps = getattr(nc, "_ps", None)
+    ps = parser(nc)
     idle = getattr(nats_parser, "AWAITING_CONTROL_LINE", None)
     if ps is None or idle is None or not isinstance(getattr(ps, "buf", None), bytearray) \
             or not callable(getattr(ps, "parse", None)) or not callable(getattr(ps, "reset", None)) \
@@ -79,7 +81,7 @@ def install(nc: Any, read_now: ReadNow) -> bool:
                 break  # not what the server writes: nats-py's to refuse
             number, payload, pos = int(sid), buf[start:stop], stop + 2
             if not read_now(number, subject, reply, payload):
-                await nc._process_msg(number, subject, reply, payload, None)
+                await hand_to_nats(nc, number, subject, reply, payload)
         if pos < end:
             rest = buf[pos:]
             if partial and len(rest) <= MAX_HELD:

@@ -16,24 +16,23 @@ import re
 
 from nats.aio.client import Client
 
+from console.broker.nats_internals import OutBuffer
+
 _UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")  # nats-py's publish refuses whitespace and controls too
 _PLAIN_HEADER = re.compile(r"[A-Za-z0-9-]+")  # a key nats-py writes as it is
 _PLAIN_VALUE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\r\n\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?")  # a value too
-_FIELDS = ("_pending", "_pending_data_size", "_flush_queue", "_max_pending_size", "_max_payload", "stats")
-
-
 class _Outgoing:
     MAX_SUBJECTS = 1024  # subjects checked once each (a batch's one; the event log's, one a kind and stream)
 
     def __init__(self, nc: Client):
         self.nc = nc
-        self.direct = all(hasattr(nc, f) for f in _FIELDS)  # else every message through nc.publish
+        self._buffer = OutBuffer(nc)
+        self.direct = self._buffer.usable  # else every message through nc.publish
         self._checked: dict[str, bytes] = {}  # subject -> its bytes, found safe
 
     def _writable(self, subject: str, payload: bytes) -> bytes | None:
         """The subject's bytes when this message may go straight to the buffer; None: through nc.publish."""
-        nc = self.nc
-        if not self.direct or not nc.is_connected or len(payload) > nc._max_payload:
+        if not self.direct or not self.nc.is_connected or len(payload) > self._buffer.max_payload():
             return None
         if (found := self._checked.get(subject)) is None:
             if not subject or _UNSAFE.search(subject):
@@ -45,21 +44,10 @@ class _Outgoing:
 
     def _append(self, command: bytes, payload_size: int) -> bool:
         """The command in nats-py's buffer; True when its flusher is to be woken or waited for."""
-        nc = self.nc
-        nc._pending.append(command)
-        nc._pending_data_size += len(command)
-        stats = nc.stats
-        stats["out_msgs"] += 1
-        stats["out_bytes"] += payload_size
-        return 0 < nc._max_pending_size < nc._pending_data_size or (
-            nc._flush_queue is not None and nc._flush_queue.empty())
+        return self._buffer.append(command, payload_size)
 
     async def _flush(self) -> None:
-        nc = self.nc
-        if 0 < nc._max_pending_size < nc._pending_data_size:
-            await nc._flush_pending(force_flush=True)  # nats-py's own bound on what waits in memory
-        else:
-            await nc._flush_pending()  # wakes its flusher, as its publish does
+        await self._buffer.flush()
 
 
 class FastOutgoing(_Outgoing):

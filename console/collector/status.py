@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from console.broker.audit_log import Witness
 from console.broker.connection import Connection, is_connected, not_utf8
+from console.broker.nats_internals import fast_paths
 from console.broker.quarantine import Quarantine
 from console.collector.advisory_reader import AdvisoryReader
 from console.collector.health import Health, Loops
@@ -74,4 +75,6 @@ class StatusReport:
             cpu=self.cpu.status() if self.cpu else None, publishers_known=self.publishers.known,
             connz_requests=self.publishers.requests, publisher_note=self.publishers.note,
             audit_seq=audit_seq, audit_hash=audit_hash,
+            fast_paths_off=tuple(sorted({f"{path}: {why}" for nc in (self.nc, *self.taps.connections())
+                                         for path, why in fast_paths(nc).items() if why})),
         )

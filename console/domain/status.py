@@ -55,6 +55,8 @@ class CollectorStatus:
     # lost it): a witness outside the trail, signed like every status, that --verify holds it against
     audit_seq: int = 0
     audit_hash: str = ""
+    # the wire's fast paths that nats-py here leaves off, each "path: why" (console.broker.nats_internals)
+    fast_paths_off: tuple[str, ...] = ()
 
     @property
     def rejected_total(self) -> int:
