@@ -25,6 +25,44 @@ MAX_HELD = 64 * 1024
 MAX_LINE = 4096  # nats-py's bound on a control line
 
 
+def msg_frames(buf: bytes) -> tuple[list[tuple[int, bytes, bytes, bytes]], int, bool]:
+    """The MSG frames at the start of `buf`, each (sid, subject, reply, payload); where they stop; and whether
+    what stops them is the start of a MSG not all here yet (to be held for the next read). Pure: the reader
+    below hands each frame on, and what stops them to nats-py's parser."""
+    found: list[tuple[int, bytes, bytes, bytes]] = []
+    pos, end, partial = 0, len(buf), False
+    while pos < end:
+        if end - pos < 4:
+            partial = b"MSG ".startswith(buf[pos:])
+            break
+        if not buf.startswith(b"MSG ", pos):
+            break
+        eol = buf.find(b"\r\n", pos, pos + MAX_LINE)
+        if eol < 0:
+            partial = end - pos < MAX_LINE
+            break
+        args = buf[pos + 4:eol].split()
+        if len(args) == 3:
+            subject, sid, size = args
+            reply = b""
+        elif len(args) == 4:
+            subject, sid, reply, size = args
+        else:
+            break
+        if not (sid.isdigit() and size.isdigit()):
+            break
+        start = eol + 2
+        stop = start + int(size)
+        if stop + 2 > end:
+            partial = True
+            break
+        if not buf.startswith(b"\r\n", stop):
+            break  # not what the server writes: nats-py's to refuse
+        found.append((int(sid), subject, reply, buf[start:stop]))
+        pos = stop + 2
+    return found, pos, partial
+
+
 def install(nc: Any, read_now: ReadNow) -> bool:
     """Reads the connection's MSG lines this way from now on; False where nats-py's parser is not what this
     expects (it then reads them all, as before)."""
@@ -51,37 +89,11 @@ def install(nc: Any, read_now: ReadNow) -> bool:
             data = bytes(ps.buf) + data  # given to it a read ago, is not every read after it nats-py's)
             ps.buf.clear()
         buf, held = (held + data if held else bytes(data)), b""
-        pos, end, partial = 0, len(buf), False
-        while pos < end:
-            if end - pos < 4:
-                partial = b"MSG ".startswith(buf[pos:])
-                break
-            if not buf.startswith(b"MSG ", pos):
-                break
-            eol = buf.find(b"\r\n", pos, pos + MAX_LINE)
-            if eol < 0:
-                partial = end - pos < MAX_LINE
-                break
-            args = buf[pos + 4:eol].split()
-            if len(args) == 3:
-                subject, sid, size = args
-                reply = b""
-            elif len(args) == 4:
-                subject, sid, reply, size = args
-            else:
-                break
-            if not (sid.isdigit() and size.isdigit()):
-                break
-            start = eol + 2
-            stop = start + int(size)
-            if stop + 2 > end:
-                partial = True
-                break
-            if not buf.startswith(b"\r\n", stop):
-                break  # not what the server writes: nats-py's to refuse
-            number, payload, pos = int(sid), buf[start:stop], stop + 2
+        found, pos, partial = msg_frames(buf)
+        for number, subject, reply, payload in found:
             if not read_now(number, subject, reply, payload):
                 await hand_to_nats(nc, number, subject, reply, payload)
+        end = len(buf)
         if pos < end:
             rest = buf[pos:]
             if partial and len(rest) <= MAX_HELD:
