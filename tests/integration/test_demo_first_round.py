@@ -43,7 +43,7 @@ async def test_the_demo_waits_for_the_collector_and_its_first_round_is_seen(tmp_
             log = EventLog.over(nc, EventLogSettings(key=event_key(data_dir=data)))
 
             async def reasons() -> set[str]:
-                # read up to the last event now: a short idle time cut the read short under CI's load, every time
+                # read up to the last event now: a 0.3 s idle time cut it short in one CI run under load
                 return {e.reason or "" for _, e in await log.read(1)
                         if e.kind is EventKind.ATOMIC_ABANDONED}
 
