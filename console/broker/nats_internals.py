@@ -7,6 +7,7 @@ release that changes them makes the console slower, never wrong."""
 from __future__ import annotations
 
 import socket
+from asyncio.trsock import TransportSocket
 from typing import Any, Awaitable, Callable
 
 from nats.aio.client import Client
@@ -41,12 +42,13 @@ def consumer_of(sub: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def socket_of(nc: Client) -> socket.socket | None:
-    """The connection's socket, where its transport shows one."""
+def socket_of(nc: Client) -> socket.socket | TransportSocket | None:
+    """The connection's socket (asyncio hands out a TransportSocket, not the socket itself), where its transport
+    shows one."""
     transport = getattr(nc, "_transport", None)
     writer = getattr(transport, "_bare_io_writer", None) or getattr(transport, "_io_writer", None)
     sock = writer.get_extra_info("socket") if writer is not None else None
-    return sock if isinstance(sock, socket.socket) else None
+    return sock if isinstance(sock, (socket.socket, TransportSocket)) else None
 
 
 def write_held(nc: Client) -> None:

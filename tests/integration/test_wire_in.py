@@ -7,7 +7,7 @@ import asyncio
 import nats
 
 from console.broker.capture import Inbound, Subscriptions
-from console.broker.connection import flush
+from console.broker.connection import flush, unread
 from console.broker.wire_in import MAX_HELD
 from tests.raw_protocol import hpub, send_raw
 from tests.waits import wait_until
@@ -108,3 +108,13 @@ async def test_after_nats_py_read_a_header_message_the_next_read_is_this_ones_ag
         assert len(through_nats_py) == 100  # the status and the first read's messages (its last one held)
     finally:
         await conn.close()
+
+
+async def test_what_the_kernel_holds_unread_is_told_for_a_connection_through_the_seam(nats_server):
+    """The collector's `behind` rests on it (its priority taken back): asyncio hands out a TransportSocket."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        told = unread(nc)
+        assert told is not None and told[0] >= 0 and told[1] > 0
+    finally:
+        await nc.close()
