@@ -19,7 +19,7 @@ from nats.js.client import JetStreamContext
 
 from console.broker import wire_in
 from console.broker.connection import Connection, asked_again, repaired
-from console.broker.nats_internals import (last_sid, message_handler, set_message_handler, status_of,
+from console.broker.nats_internals import (handling_usable, last_sid, message_handler, set_message_handler, status_of,
                                            subscription_client, subscription_id, subscriptions)
 from console.broker.replies import is_no_responders, no_responders
 from console.broker.streams import StreamSpec, ensure_stream
@@ -81,8 +81,7 @@ def _readers_of(nc: Connection) -> dict[int, Reader] | None:
     otherwise than this expects: its subscriptions' own tasks then hand them over."""
     readers: dict[int, Reader] | None = getattr(nc, "_console_readers", None)
     through, subs = message_handler(nc), subscriptions(nc)
-    if readers is not None or through is None or subs is None or not isinstance(getattr(nc, "stats", None), dict) \
-            or last_sid(nc) is None:
+    if readers is not None or through is None or subs is None or not handling_usable(nc):
         return readers
     readers = {}
     stats = nc.stats

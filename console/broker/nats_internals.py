@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js.client import JetStreamContext
+from nats.protocol import parser as nats_parser
 
 MessageHandler = Callable[[int, bytes, bytes, bytes, "bytes | None"], Awaitable[None]]
 _OUT_FIELDS = ("_pending", "_pending_data_size", "_flush_queue", "_max_pending_size", "_max_payload", "_flush_pending")
@@ -164,13 +165,24 @@ def set_connect_hooks(nc: Client, connect_init: Callable[[], Awaitable[None]],
     setattr(nc, "_process_info", process_info)
 
 
-def fast_paths(nc: Client) -> dict[str, str | None]:
-    """Each fast path and why it is off (None: on) for this connection, as nats-py here lets it be."""
+def handling_usable(nc: Client) -> bool:
+    """Whether messages can be handed to readers as nats-py's parser reads them (console.broker.capture)."""
+    return message_handler(nc) is not None and subscriptions(nc) is not None \
+        and isinstance(getattr(nc, "stats", None), dict) and last_sid(nc) is not None
+
+
+def parser_usable(nc: Client) -> bool:
+    """Whether MSG lines can be read ahead of nats-py's parser (console.broker.wire_in)."""
     ps = parser(nc)
+    return ps is not None and getattr(nats_parser, "AWAITING_CONTROL_LINE", None) is not None \
+        and isinstance(getattr(ps, "buf", None), bytearray) and callable(getattr(ps, "parse", None)) \
+        and callable(getattr(ps, "reset", None))
+
+
+def fast_paths(nc: Client) -> dict[str, str | None]:
+    """Each fast path and why it is off (None: on) for this connection: the paths' own checks."""
     return {
         "publish": None if OutBuffer(nc).usable else "nats-py's write buffer is not where 2.16 keeps it",
-        "tap": None if (message_handler(nc) is not None and subscriptions(nc) is not None
-                        and last_sid(nc) is not None) else "nats-py's message handling is not 2.16's",
-        "parser": None if (ps is not None and isinstance(getattr(ps, "buf", None), bytearray)
-                           and callable(getattr(ps, "parse", None))) else "nats-py's parser is not 2.16's",
+        "tap": None if handling_usable(nc) else "nats-py's message handling is not 2.16's",
+        "parser": None if parser_usable(nc) else "nats-py's parser is not 2.16's",
     }

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from nats.protocol import parser as nats_parser
 
-from console.broker.nats_internals import hand_to_nats, parser
+from console.broker.nats_internals import hand_to_nats, parser, parser_usable
 
 ReadNow = Callable[[int, bytes, bytes, bytes], bool]  # (sid, subject, reply, payload) -> taken
 
@@ -67,11 +67,9 @@ def install(nc: Any, read_now: ReadNow) -> bool:
     """Reads the connection's MSG lines this way from now on; False where nats-py's parser is not what this
     expects (it then reads them all, as before)."""
     ps = parser(nc)
-    idle = getattr(nats_parser, "AWAITING_CONTROL_LINE", None)
-    if ps is None or idle is None or not isinstance(getattr(ps, "buf", None), bytearray) \
-            or not callable(getattr(ps, "parse", None)) or not callable(getattr(ps, "reset", None)) \
-            or getattr(ps, "_console_fast", False):
+    if not parser_usable(nc) or getattr(ps, "_console_fast", False):
         return False
+    idle = nats_parser.AWAITING_CONTROL_LINE
     original_parse, original_reset = ps.parse, ps.reset
     held = b""
 
