@@ -260,6 +260,7 @@ async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,
     counted: dict[int, int] = {}
     done = asyncio.Event()
     read = 0
+    original = f"{batch}."  # an original's Nats-Msg-Id, before its batch sequence
 
     async def each(msg: Msg) -> None:
         nonlocal read
@@ -268,7 +269,8 @@ async def repaired_seqs(nc: Client, stream: str, batch: str, since: datetime,
         if REPAIR_OF in headers:
             seq = headers.get(REPAIR_SEQ, "") if headers[REPAIR_OF] == batch else ""
         else:
-            seq = headers.get(MSG_ID, "").removeprefix(f"{batch}.") if headers.get(MSG_ID, "").startswith(f"{batch}.") else ""
+            msg_id = headers.get(MSG_ID, "")
+            seq = msg_id[len(original):] if msg_id.startswith(original) else ""
         if seq.isdigit() and len(seq) < 17:
             counted[int(seq)] = counted.get(int(seq), 0) + 1
         try:
