@@ -22,23 +22,28 @@ def open_db(path: str | Path) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _pragmas(conn: Any, _: Any) -> None:  # readers (web app, notebooks) go on while the job writes
+        conn.execute("PRAGMA busy_timeout=10000")  # first: turning a fresh file to WAL waits on the others too
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=10000")
 
     _make_schema(engine)
     return engine
 
 
+_RACES = ("already exists", "duplicate column", "database is locked")
+
+
 def _make_schema(engine: Engine, tries: int = 50) -> None:
     """The tables and columns missing, made. The parts `up` starts open a fresh file at once: each looks,
-    then makes what it found missing, and a table or column another part made in between is looked at again."""
+    then makes what it found missing, and a table or column another part made in between is looked at again.
+    A read that WAL cannot turn into a write (another part wrote since) is told "locked" at once, busy
+    timeout or not: that is looked at again too."""
     for attempt in range(tries):
         try:
             SQLModel.metadata.create_all(engine)
             _add_missing_columns(engine)
             return
         except OperationalError as e:
-            if attempt == tries - 1 or not ("already exists" in str(e) or "duplicate column" in str(e)):
+            if attempt == tries - 1 or not any(why in str(e) for why in _RACES):
                 raise
 
 
