@@ -29,10 +29,14 @@ fi
 # groups spread among the others);
 # BATCH_CONSOLE_TEST_WORKERS=0 runs them all in this process. Then, alone, the few marked `alone`: a
 # bound of a fraction of a second, or a part's timer, which the others' load would make meaningless.
+# BATCH_CONSOLE_SOAK=1 (before a release) adds the long repetitions marked `soak` and tries each property
+# ten times more (tests/soak.py).
+soak="and not soak"
+[ "${BATCH_CONSOLE_SOAK:-}" = 1 ] && soak=""
 set +e
-.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 -m "not alone" "$@"
+.venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 -m "not alone $soak" "$@"
 parallel=$?
-.venv/bin/python -m pytest -m alone "$@"
+.venv/bin/python -m pytest -m "alone $soak" "$@"
 alone=$?
 [ "$parallel" -eq 5 ] && parallel=0  # 5: nothing selected (a run of only the one kind)
 [ "$alone" -eq 5 ] && alone=0

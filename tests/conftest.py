@@ -13,6 +13,7 @@ from nats.js.api import StreamConfig
 from console.broker.cluster import EmbeddedCluster
 from console.broker.server import BatchLimits, EmbeddedServer
 from tests.server_versions import DEFAULT, VERSIONS
+from tests.soak import SOAK  # noqa: F401 (loads the property tests' profile before any test module)
 
 # Short enough to wait on in tests; the inflight cap makes 10210/10211 cheap to reach.
 TEST_LIMITS = BatchLimits(timeout=1.0, max_msgs=100, max_inflight_per_stream=5)

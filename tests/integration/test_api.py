@@ -21,6 +21,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from console.config import WebSettings, env_name
 from tests.api_console import PROBLEM, SECRET, call, running_console
+from tests.soak import examples
 from tests.waits import poll_until
 
 
@@ -382,7 +383,7 @@ fuzzed = schemathesis.pytest.from_fixture("api_schema")
 
 
 @fuzzed.parametrize()
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=max(3, examples() // 12), deadline=None, suppress_health_check=list(HealthCheck))
 def test_calls_generated_from_the_openapi_document_find_no_5xx_and_no_answer_off_its_schema(case, console):
     """schemathesis, bounded: every operation with generated (and hostile) parameters, as an operator."""
     # A rule is TOML text (as the Alerts page edits it): a schema cannot say which texts are rules, so a

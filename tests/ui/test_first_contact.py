@@ -14,9 +14,8 @@ from playwright.sync_api import expect
 from console.alerting.rules_file import DEFAULT_RULES
 from console.config import event_key, running_up
 from tests.processes import CLI, Receiver, free_port, wait_http
+from tests.soak import repeats
 from tests.waits import poll_until
-
-STARTS = 10
 
 
 def _metrics_url(data: Path, pid: int) -> str | None:
@@ -39,8 +38,9 @@ def _metric(url: str | None, name: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-@pytest.mark.timeout(900)  # ten whole `up` starts (a Spark JVM each): past 300 s on a loaded 2-core machine
-def test_ten_starts_of_up_page_nobody(tmp_path):
+@pytest.mark.timeout(900)  # ten whole `up` starts in a soak (a Spark JVM each): past 300 s on a loaded 2-core machine
+@pytest.mark.parametrize("starts", repeats(3, 10))
+def test_starts_of_up_page_nobody(tmp_path, starts):
     receiver = Receiver()
     data = tmp_path / "data"
     data.mkdir()
@@ -49,7 +49,7 @@ def test_ten_starts_of_up_page_nobody(tmp_path):
     (data / "alert-rules.toml").write_text(rules)
     env = {**os.environ, "BATCH_CONSOLE_WEBHOOK_HOSTS": "127.0.0.1"}
     try:
-        for start in range(STARTS):
+        for start in range(starts):
             port, out = free_port(), tmp_path / f"up-{start}.out"
             nats_port = next(p for p in iter(free_port, None) if p != port)
             up = subprocess.Popen([CLI, "up", "--data-dir", str(data), "--port", str(port), "--nats-port",

@@ -115,7 +115,7 @@ def _varint(n: int) -> bytes:
             return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_decode_or_are_one_decode_error(decoders, data):
     for decoder in decoders.values():

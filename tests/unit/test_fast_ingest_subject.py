@@ -2,6 +2,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from console.domain.fast_ingest import FastOp, FastReplySubject, GapMode, InvalidReplySubject, server_flow
+from tests.soak import examples
 
 
 def test_the_parser_refuses_exactly_the_subjects_the_server_refused(vectors):
@@ -82,7 +83,7 @@ _SHAPED = st.tuples(st.lists(_TOKEN, min_size=0, max_size=3), _TOKEN, _TOKEN, st
                     ).map(lambda t: [*t[0], *t[1:]])
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(st.lists(_TOKEN, min_size=1, max_size=10) | _SHAPED)
 def test_the_quick_path_reads_every_subject_as_the_token_by_token_reading_does(tokens):
     subject = ".".join(tokens)

@@ -48,14 +48,14 @@ json_values = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.dictionaries(st.text(max_size=8), json_values, max_size=5))
 def test_any_object_reads_as_the_standard_library_reads_it(obj):
     data = json.dumps(obj).encode()
     assert same(ours(data), standard(data))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes_read_or_refused_as_the_standard_library_does(data):
     assert same(ours(data), standard(data))

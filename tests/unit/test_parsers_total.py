@@ -17,7 +17,7 @@ from console.domain.fast_tracker import FastBatchTracker
 from console.domain.replies import FlowGap, to_reply
 from console.domain.wire import INT64_MAX, MalformedInput, stream_name_problem
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
 HOSTILE = [
     b"[" * 50000,

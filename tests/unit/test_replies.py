@@ -109,7 +109,7 @@ def _full_read(data: bytes):
 
 
 @given(_NUMBER, _NUMBER)
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 def test_the_servers_plain_acks_and_gaps_read_without_the_json_parser_as_with_it(first, second):
     """The tap's fast readers of the server's ack and gap (PLAIN_ACK, PLAIN_GAP) take only what the JSON
     parser reads, and read it as it does: a leading zero, a sign, a fraction or a number past int64 is the
@@ -130,7 +130,7 @@ _STREAMS = st.one_of(st.sampled_from(["BATCH_CONSOLE_EVENTS", "S", "a-b", "Ünï
 
 
 @given(_STREAMS, _STREAMS, _NUMBER, st.sampled_from(["", ',"duplicate":true', ',"domain":"hub"', ' ']))
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 def test_the_event_logs_plain_pub_ack_reads_as_the_json_parser_reads_it(expected, named, seq, tail):
     """The event log's acknowledgements: a stream's plain PubAck, read at once, is stored exactly when
     the full reading says so (a name its JSON would escape, or one no stream has, is the parser's)."""

@@ -4,9 +4,11 @@ finds missing, and none fails on a table or column another made a moment before.
 import multiprocessing
 from pathlib import Path
 
+import pytest
 from sqlalchemy import inspect
 
 from console.storage.sqlite import open_db
+from tests.soak import repeats
 
 PARTS = 6
 
@@ -19,10 +21,11 @@ def _open(path: str, start, errors) -> None:
         errors.put(f"{type(e).__name__}: {str(e).splitlines()[0]}")
 
 
-def test_parts_opening_a_fresh_database_at_once_all_get_the_schema(tmp_path: Path):
+@pytest.mark.parametrize("runs", repeats(2, 10))
+def test_parts_opening_a_fresh_database_at_once_all_get_the_schema(tmp_path: Path, runs: int):
     context = multiprocessing.get_context("spawn")
     errors = context.Queue()
-    for run in range(4):
+    for run in range(runs):
         path = str(tmp_path / f"console{run}.db")
         start = context.Barrier(PARTS)
         parts = [context.Process(target=_open, args=(path, start, errors)) for _ in range(PARTS)]

@@ -117,7 +117,7 @@ def test_no_refusal_repeats_a_secret(key):
         assert secret not in str(refused.value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.text(max_size=400))
 def test_any_text_is_systems_or_one_refusal(text):
     try:
