@@ -82,7 +82,8 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
         watched = (datetime.now(timezone.utc) - watching_since).total_seconds() if watching_since else None
         if watched is not None and watched < silent_after_s:
             why = f"no collector status yet: watched for {watched:.0f} s, silent only after {silent_after_s:.0f} s"
-            return replace(facts, unread_why={"collector_healthy": why, "advisories_durable": why, "system_account": why})
+            return replace(facts, unread_why={"collector_healthy": why, "advisories_durable": why, "system_account": why,
+                                              "fast_paths_off": why})
         return replace(facts, collector_healthy=False, collector_age_s=None)
     last = statuses[-1]
     try:
@@ -93,6 +94,7 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
     timeout = facts.limits.timeout if facts.limits is not None else 10.0
     return replace(facts, collector_age_s=(datetime.now(timezone.utc) - last.time).total_seconds(),
                    collector_healthy=status.healthy, collector_unhealthy=status.unhealthy,
+                   fast_paths_off=status.fast_paths_off,
                    advisories_durable=status.advisories_durable, system_account=system_account,
                    stops_outside=stops_outside(events, timeout) if system_account else None)
 

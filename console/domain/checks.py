@@ -105,6 +105,8 @@ class Facts:
     collector_age_s: float | None = None  # seconds since the collector's last status (None: no status read)
     collector_healthy: bool | None = None
     collector_unhealthy: tuple[str, ...] = ()
+    # the collector's fast paths that are off, each with why (None: no status read; empty: every one on)
+    fast_paths_off: tuple[str, ...] | None = None
     advisories_durable: bool | None = None
     system_account: bool | None = None
     event_key_exposed: str | None = None  # how others can read the key file ("" when they cannot)
@@ -352,6 +354,12 @@ def _collector(f: Facts, t: Threshold) -> Found:
         yield None, "the collector says it is unhealthy: " + "; ".join(f.collector_unhealthy), "warning"
 
 
+def _fast_paths_off(f: Facts, _t: Threshold) -> Found:
+    if f.fast_paths_off:
+        yield (None, "the collector's fast paths are off, so it captures through nats-py's own, slower ones: "
+                     + "; ".join(f.fast_paths_off), None)
+
+
 def _key_exposed(f: Facts, _t: Threshold) -> Found:
     if f.event_key_exposed:
         yield None, f"the event key file is {f.event_key_exposed}: anyone who reads it can forge events", None
@@ -491,6 +499,10 @@ CHECKS: dict[str, Check] = {c.code: c for c in (
     Check("BATCH_023", "the collector unhealthy or silent", "critical",
           "Look at the collector's log and Live's status; `batch-console up` restarts a collector that dies.",
           ("collector_healthy",), _collector, {"silent_after_s": 120}),
+    Check("BATCH_027", "the collector's fast paths off", "info",
+          "Install the nats-py release the console pins (pip install 'batch-console' brings it): the collector reads "
+          "and writes the wire itself where nats-py is the release it was tested on, and falls back on nats-py's own "
+          "paths (a flood then costs more CPU and lag) where it is not.", ("fast_paths_off",), _fast_paths_off),
     Check("BATCH_024", "the event key readable by others", "critical",
           "chmod 600 the event key file: whoever reads it can write events the console believes.",
           ("event_key_exposed",), _key_exposed),
@@ -544,6 +556,7 @@ UNREAD = {"nonconforming": "no conformance verdict in the window (the collector 
           "collector_healthy": "the event log was not read (no event key?)",
           "advisories_durable": "no collector status in the event log",
           "system_account": "no collector status in the event log",
+          "fast_paths_off": "no collector status in the event log",
           "syncs": "no server's /varz was read (give the system account or --monitor-url): what a commit is worth "
                    "on disk is not known",
           "stops_outside": "the collector has no system account (or no status in the window): a server's stop "

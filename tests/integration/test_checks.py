@@ -105,6 +105,7 @@ async def test_each_stream_fires_its_check_and_nagios_reads_the_exit_code(deploy
         return report if {("BATCH_009", "CK_TIMEOUT"), ("BATCH_010", "CK_GAP"), ("BATCH_008", "CK_BUSY")} <= seen else None
 
     report = poll_until(fired, 30, "the window's losses in the report")
+    assert "BATCH_027" in report["checked"]  # the collector's fast paths read from its status: on (no finding below)
     by_stream = {}
     for f in report["findings"]:
         by_stream.setdefault(f["stream"], set()).add(f["code"])

@@ -22,7 +22,7 @@ from console.domain.stream_settings import StreamBatchSettings
 NEW, OLD = ServerRelease("2.15.1", 5), ServerRelease("2.12.8", 3)
 LIMITS = BatchLimits.from_varz({"version": "2.15.1"})
 QUIET = Facts(server=NEW, limits=LIMITS, streams=(StreamFacts(StreamBatchSettings("S", replicas=3)),), counts={},
-              collector_age_s=5, collector_healthy=True, advisories_durable=True, system_account=True,
+              collector_age_s=5, collector_healthy=True, fast_paths_off=(), advisories_durable=True, system_account=True,
               event_key_exposed="", nonconforming={}, budgets=(),
               canaries=(CanaryResult("default", "n1", "atomic", 2.0, 4.0, 0, 10),), stops_outside=(),
               syncs=(ServerSync("n1", True, None),), consumers=(), consumers_over_window=())
@@ -62,6 +62,7 @@ FIRES = {  # code -> the quiet facts changed so that it fires (on stream S where
     "BATCH_022": dict(system_account=False),
     "BATCH_023": dict(collector_age_s=600),
     "BATCH_024": dict(event_key_exposed="readable by others"),
+    "BATCH_027": dict(fast_paths_off=("parser: nats-py's parser is not 2.16's",)),
     "BATCH_030": dict(nonconforming={"orbit.go 0.3": "FAST_007 (pings before the batch timeout)"}),
     "BATCH_031": dict(budgets=(BudgetStatus("orders", "messages", 1e-5, timedelta(days=28), Counts(30, 1_000_000),
                                             {}, datetime(2026, 11, 27, tzinfo=timezone.utc)),)),
