@@ -65,7 +65,9 @@ async def gather(runtime: Runtime, window_minutes: float, recent: RecentEvents |
     facts = replace(facts, limits=limits, limits_assumed=source.startswith(ASSUMED),
                     event_key_exposed=_key_exposed(runtime.settings))
     try:
-        budgets = await asyncio.to_thread(runtime.budgets)
+        from console.storage.budgets import budgets_now
+
+        budgets = await asyncio.to_thread(lambda: budgets_now(runtime.objectives, runtime.history))
         facts = replace(facts, budgets=tuple(budgets) if budgets is not None else None)
     except Exception as e:  # BATCH_031 says it could not run
         log.warning("check: the loss budgets not read: %s", e)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from console.broker.evacuate import Evacuated
     from console.broker.maintenance import Move
     from console.domain.ledger_verdict import LedgerVerdict
-    from console.domain.maintenance import Restart
+    from console.domain.maintenance import Plan, Restart
 
 
 def add_arguments(maintain: argparse.ArgumentParser) -> None:
@@ -171,17 +171,28 @@ class MaintenanceDone:
     evacuated: list[Evacuated] = field(default_factory=list)
 
 
+async def maintenance_plan(runtime: Runtime, node: str, watch: float | None = None, evacuate: bool = False) -> Plan:
+    """What taking the server `node` out would do, changing nothing (console.broker.maintenance): its groups
+    read now, the streams it leads watched `watch` seconds for open batches (default: one batch timeout);
+    `evacuate`: its replicas to move too."""
+    from console.broker.maintenance import make_plan
+
+    timeout = runtime.settings.collector.batch_timeout_or_default
+    return await make_plan(runtime.nc, node_name(node), runtime.system_nc, timeout,
+                           timeout if watch is None else watch, evacuate)
+
+
 async def drain_node(runtime: Runtime, actions: Actions, node: str, progress: Callable[[str], None],
                      evacuate: bool = False) -> MaintenanceDone:
     """The action maintain.drain as the page and the API run it: the node's groups read again at the
     moment asked (a plan can be minutes old), the time box the batch timeout; `evacuate`: its replicas too."""
     from console.commands import DrainNode
-    from console.domain.maintenance import Plan
+    from console.domain.maintenance import Plan  # noqa: F811 (at run time: the refusal's empty plan)
 
     timeout = runtime.settings.collector.batch_timeout_or_default
     if actions.allowed(DrainNode) is not None:  # refused before anything is read: said and audited at once
         await actions.run(DrainNode(Plan(node_name(node), (), (), 0, None, (), 0.0, (), (), ()), 0.0, timeout))
-    command = DrainNode(await runtime.maintenance_plan(node, 0, evacuate), timeout, timeout, progress,
+    command = DrainNode(await maintenance_plan(runtime, node, 0, evacuate), timeout, timeout, progress,
                         _ledger(runtime, runtime.settings, timeout, progress))
     moves = await actions.run(command)
     return MaintenanceDone(moves, command.verdict, command.evacuated)

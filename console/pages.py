@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Protocol, TYPE_CHECKING, runtime_ch
 import panel as pn
 
 from console.actions import Actions
-from console.commands import COMMANDS
+from console.commands import COMMANDS, RunProbe, RunSearch
 from console.broker import names
 from console.domain.display import count, md
 from console.domain.maintenance import node_name
@@ -241,7 +241,7 @@ def incident(runtime: Runtime, actions: Actions, **params: Any) -> IncidentPage:
 def probe(runtime: Runtime, actions: Actions, **params: Any) -> ProbePage:
 
     async def run(options: ProbeOptions, progress: Any = None) -> ProbeReport:
-        return await runtime.run_probe(actions, options, progress)
+        return await actions.run(RunProbe(options, progress))
 
     return ProbePage(run=run, may=actions.allowed, **params)
 
@@ -268,7 +268,7 @@ def budgets(runtime: Runtime, actions: Actions, **params: Any) -> BudgetsPage:
 
 def maintenance(runtime: Runtime, actions: Actions, **params: Any) -> MaintenancePage:
     from console.broker.maintenance import server_names
-    from console.maintain import drain_node, restart_node
+    from console.maintain import drain_node, maintenance_plan, restart_node
 
     def drain(plan: Any, progress: Any) -> Any:
         return drain_node(runtime, actions, plan.node, progress, evacuate=plan.evacuate is not None)
@@ -277,7 +277,7 @@ def maintenance(runtime: Runtime, actions: Actions, **params: Any) -> Maintenanc
         return restart_node(runtime, actions, node, progress)
 
     def plan_for(node: Any, evacuate: Any) -> Any:
-        return runtime.maintenance_plan(node, None, evacuate)
+        return maintenance_plan(runtime, node, None, evacuate)
 
     return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=plan_for,
                            drain=drain, restart=restart if runtime.settings.web.restart_command else None,
@@ -285,10 +285,10 @@ def maintenance(runtime: Runtime, actions: Actions, **params: Any) -> Maintenanc
 
 
 def canary(runtime: Runtime, actions: Actions, **params: Any) -> CanaryPage:
-    from console.services.canaries import recent_canaries
+    from console.services.canaries import canary_round, recent_canaries
 
     return CanaryPage(results=lambda: recent_canaries(lambda: runtime.nc, lambda: runtime.event_log),
-                      run_round=lambda: runtime.canary_round(actions), read_only=runtime.read_only,
+                      run_round=lambda: canary_round(runtime.nc, runtime.event_log, runtime.settings.fleet.name, actions), read_only=runtime.read_only,
                       may=actions.allowed, **params)
 
 
@@ -305,7 +305,7 @@ def checks(runtime: Runtime, actions: Actions, **params: Any) -> ChecksPage:
 
 
 def search(runtime: Runtime, actions: Actions, **params: Any) -> SearchPage:
-    return SearchPage(run=lambda query, progress, cancelled: runtime.search(actions, query, progress, cancelled),
+    return SearchPage(run=lambda query, progress, cancelled: actions.run(RunSearch(query, progress, cancelled)),
                       export=actions.run, may=actions.allowed, **params)
 
 

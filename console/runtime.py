@@ -16,10 +16,8 @@ from console.broker.live_state import LiveState
 from console.config import EventLogSettings, Settings, Watched, load
 from console.domain.batch_limits import BatchLimits
 from console.domain.audit import CLI
-from console.domain.incident import Incident
 from console.domain.live_model import LiveModel
-from console.commands import RunProbe, RunSearch, Services
-from console.probe import ProbeOptions, ProbeReport
+from console.commands import Services
 from console.errors import ConfigError, MaskingError, MissingKeyError
 from console.services.audit import AuditTrail
 from console.payloads import Payloads, masked_role
@@ -29,16 +27,13 @@ from console.services.verdicts import VerdictsReader
 from console.system import NatsSystem
 
 if TYPE_CHECKING:  # pandas and sqlmodel load only in a process that reads history or alerts (not the collector)
-    from console.canary import CanaryRun
     from console.consumers import ConsumerWatch
-    from console.domain.budgets import BudgetStatus, Objective
+    from console.domain.budgets import Objective
     from console.actions import Actions
     from console.alerting.view import AlertsView
     from console.decoders.rules import Decoders
-    from console.domain.maintenance import Plan
     from console.domain.masking import Masking
     from console.domain.roles import Grants, RolesFile
-    from console.domain.search import SearchQuery
     from console.domain.audit import Actor
     from console.storage.history import Reader
 
@@ -229,18 +224,6 @@ class Runtime:
             except Exception as e:  # no event key yet, no trail: the page says so when it reads
                 log.info("not read ahead for the pages: %s", e)
 
-    async def find_incident(self, batch_id: str) -> Incident | None:
-        from console.investigate import find_incident
-
-        return await find_incident(self.live.log, batch_id, model=self.live.model, history=self.history)
-
-    async def search(self, actions: Actions, query: SearchQuery, progress: Any = None, cancelled: Any = lambda: False,
-                     on_match: Any = None) -> Any:
-        """A search of any stream, as the action search.run of whoever `actions` acts for: (matches, how it
-        ended). The command's work is `_search`."""
-        return await actions.run(RunSearch(query, progress, cancelled, on_match))
-
-
     @property
     def decoders(self) -> Decoders | None:
         """The operator's decoders file, read once (an error stops the process at its start, with its line)."""
@@ -254,26 +237,6 @@ class Runtime:
         line, in check_files; a later one keeps the objectives before it, said by `objectives_file.error`)."""
         return self.objectives_file()
 
-    def budgets(self) -> list[BudgetStatus] | None:
-        """Each objective's status now, from the analytics job's counts; None without objectives or history."""
-        from console.storage.budgets import statuses_now
-
-        history = self.history
-        if not self.objectives or history is None:
-            return None
-        return statuses_now(self.objectives, history.engine)
-
-    async def maintenance_plan(self, node: str, watch: float | None = None, evacuate: bool = False) -> Plan:
-        """What taking the server `node` out would do, changing nothing (console.broker.maintenance): its groups
-        read now, the streams it leads watched `watch` seconds for open batches (default: one batch timeout);
-        `evacuate`: its replicas to move too."""
-        from console.broker.maintenance import make_plan
-        from console.domain.maintenance import node_name
-
-        timeout = self.settings.collector.batch_timeout_or_default
-        return await make_plan(self.nc, node_name(node), self.system_nc, timeout, timeout if watch is None else watch,
-                               evacuate)
-
     def payloads(self, level: Callable[[str], str] = masked_role) -> Payloads:
         """The payload pipeline for a reader whose roles see `level` of each stream's payloads (Grants.payloads;
         default: masked, as the collector keeps them)."""
@@ -286,30 +249,6 @@ class Runtime:
         if self._masking is None:
             self._masking = _masking_of(self.settings)
         return self._masking
-
-    @staticmethod
-    def check_files(settings: Settings) -> None:
-        """The masking rules, the decoders and the roles file, read as a runtime reads them: a ConfigError
-        with its line, before anything is asked of a server (a page is never shown unmasked)."""
-        _masking_of(settings)
-        _decoders_of(settings)
-        objectives_of(settings)
-        RolesWatch(settings.access)()
-
-    async def canary_round(self, actions: Actions) -> CanaryRun:
-        """One canary round through every node, as the action canary.run of whoever `actions` acts for; its
-        results go to the event log (a missing event key is said before the action)."""
-        from console.broker.eventlog import EventLog
-        from console.canary import CanaryOptions
-        from console.commands import RunCanary
-
-        log = EventLog.over(self.nc, self.event_log)
-        return await actions.run(RunCanary(CanaryOptions(self.settings.fleet.name, once=True), log))
-
-    async def run_probe(self, actions: Actions, options: ProbeOptions, progress: Any = None,
-                        repair_key: bytes | None = None) -> ProbeReport:
-        """The probe, as the action probe.run of whoever `actions` acts for (refused in read-only mode)."""
-        return await actions.run(RunProbe(options, progress, repair_key))
 
     async def close(self) -> None:
         if self._reading_ahead is not None:
@@ -327,6 +266,15 @@ class Runtime:
 
     async def __aexit__(self, *_: Any) -> None:
         await self.close()
+
+
+def check_files(settings: Settings) -> None:
+    """The masking rules, the decoders, the objectives and the roles file, read as a runtime reads them: a
+    ConfigError with its line, before anything is asked of a server (a page is never shown unmasked)."""
+    _masking_of(settings)
+    _decoders_of(settings)
+    objectives_of(settings)
+    RolesWatch(settings.access)()
 
 
 def objectives_of(settings: Settings) -> list[Objective]:

@@ -36,7 +36,8 @@ def query_from(args: Any) -> SearchQuery:
 async def run_search(settings: Settings, args: Any) -> int:
     """0: the search ran (its end on stderr); 2: the query refused; 3: the server not reachable."""
     from console.errors import ConsoleError
-    from console.runtime import Runtime
+    from console.commands import RunSearch
+    from console.runtime import Runtime, check_files
 
     try:
         query = query_from(args)
@@ -49,15 +50,15 @@ async def run_search(settings: Settings, args: Any) -> int:
               file=sys.stderr, flush=True)
 
     try:
-        Runtime.check_files(settings)  # masking, decoders, roles: an error with its line, before any search
+        check_files(settings)  # masking, decoders, roles: an error with its line, before any search
         async with await Runtime.open(settings, give_up_after=settings.connection.connect_timeout,
                                       allow_reconnect=False) as runtime:
             actions = runtime.actions(CLI)
             if args.output:  # the action export.search: the matches streamed into the file as they are found
                 _, state = await actions.run(ExportSearch(query, args.format, path=args.output, progress=progress))
             else:
-                found, state = await runtime.search(actions, query, progress,
-                                                    on_match=None if query.direction == NEWEST else on_match_printed)
+                found, state = await actions.run(RunSearch(query, progress, on_match=None if query.direction == NEWEST
+                                                           else on_match_printed))
                 for f in found if query.direction == NEWEST else ():  # newest first: kept to be ordered
                     print(found_json(f))
     except (ConsoleError, OSError, TimeoutError, ValueError) as e:

@@ -21,7 +21,7 @@ from console.domain.roles import Grants
 from console.errors import ConfigError
 from console.login import GuardedBasicAuth
 from console.oidc import SESSION_COOKIE, OidcAuth, Provider
-from console.runtime import Runtime
+from console.runtime import Runtime, check_files
 from console.ui.audit import default_since
 from console.fleet import Fleet
 from console.ui.controls import name_the_system
@@ -240,7 +240,7 @@ def serve(settings: Settings) -> None:
     async def open_fleet() -> Fleet:
         # Under `up`, a failed start is retried; without an event key the pages say so and follow once it is made.
         fleet = Fleet(settings)  # a systems file with an error stops the start, with its line
-        Runtime.check_files(settings)  # so do masking and roles files: never shown unmasked
+        check_files(settings)  # so do masking and roles files: never shown unmasked
         await fleet.open(prepare)
         return fleet
 

@@ -192,7 +192,9 @@ class NotebookConsole:
         where='payload.amount > 100', max_matches=50)` -> (matches, how it ended)."""
         from console.domain.search import SearchQuery
 
-        return await self.runtime.search(self.actions, SearchQuery(stream, **query))
+        from console.commands import RunSearch
+
+        return await self.actions.run(RunSearch(SearchQuery(stream, **query)))
 
     def decoded(self, stream: str, message: Any) -> Any:
         """A message (a search's match, a Replay message) as its stream's decoder reads it: a dict of plain

@@ -28,6 +28,7 @@ from console.domain.live_model import LostBatch
 from console.domain.stream_settings import StreamBatchSettings
 from console.queries import fleet as read_fleet
 from console.queries.reads import SystemReads
+from console import maintain
 from console.runtime import Runtime
 
 SEVERITIES = ("ok", "info", "warning", "critical")
@@ -218,7 +219,7 @@ def reads(ctx: Context) -> APIRouter:
         if why is not None:
             await who.actions(runtime).note("maintain.plan", node, Outcome.ROLE, f"{why} (user {who.actor.user})")
             raise Problem(403, "Forbidden", f"the role {who.role} may not read a node's plan: {why}"[:300])
-        return (await runtime.maintenance_plan(node, watch, evacuate)).to_dict()
+        return (await maintain.maintenance_plan(runtime, node, watch, evacuate)).to_dict()
 
     @api.get("/health", response_model=list[HealthOut], tags=["health"])
     async def health(who: Caller = ctx.caller) -> list[HealthOut]:

@@ -14,6 +14,7 @@ from console.config import Settings
 from console.domain.audit import CLI
 from console.domain.fast_ingest import GapMode
 from console.errors import ConfigError
+from console.commands import RunProbe
 from console.probe import ProbeOptions
 from console.progress import ProgressBar
 from console.runtime import Runtime
@@ -126,7 +127,7 @@ async def probe_async(settings: Settings, args: argparse.Namespace) -> int:
                                   allow_reconnect=False) as runtime:
         try:
             key = runtime.event_log.key if options.repair else None  # verifies the console's manifests
-            report = await runtime.run_probe(runtime.actions(CLI), options, bar.update, key)
+            report = await runtime.actions(CLI).run(RunProbe(options, bar.update, key))
         finally:
             bar.close()
     print(json.dumps(report.to_json()) if args.json else report.text())

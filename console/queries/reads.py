@@ -105,7 +105,9 @@ class SystemReads(Reads):
 
     def budgets(self) -> list[BudgetStatus] | None:
         """The statuses of the objectives whose streams the reader sees (None: no objectives or history)."""
-        found = self.runtime.budgets()
+        from console.storage.budgets import budgets_now
+
+        found = budgets_now(self.runtime.objectives, self.runtime.history)
         return None if found is None else self.sight.statuses(found, self.runtime.objectives)
 
     def objective(self, name: str) -> Objective | None:
@@ -133,7 +135,10 @@ class SystemReads(Reads):
 
     async def incident(self, batch_id: str, *args: Any, **kwargs: Any) -> Incident | None:
         """One lost batch's incident; another team's is as if there were none."""
-        found = await self.runtime.find_incident(batch_id, *args, **kwargs)
+        from console.investigate import find_incident
+
+        live = self.runtime.live
+        found = await find_incident(live.log, batch_id, *args, model=live.model, history=self.runtime.history, **kwargs)
         return found if found is None or self.sight.sees(found.loss.stream) else None
 
 

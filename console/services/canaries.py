@@ -1,14 +1,19 @@
-"""The canary batches' results as the Canary page and the API read them from the event log."""
+"""The canary batches' results as the Canary page and the API read them from the event log, and one round
+run from the page."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from console.broker.connection import Connection
 from console.config import EventLogSettings
 from console.domain.canary import CanaryResult, canary_result
 from console.domain.wire import MalformedInput
+
+if TYPE_CHECKING:
+    from console.actions import Actions
+    from console.canary import CanaryRun
 
 WINDOW = 60.0  # minutes of results the page shows
 
@@ -28,3 +33,13 @@ async def recent_canaries(connection: Callable[[], Connection], event_log: Calla
         except MalformedInput:
             continue
     return found
+
+
+async def canary_round(nc: Connection, event_log: EventLogSettings, fleet_name: str, actions: Actions) -> CanaryRun:
+    """One canary round through every node, as the action canary.run of whoever `actions` acts for; its
+    results go to the event log (a missing event key is said before the action)."""
+    from console.broker.eventlog import EventLog
+    from console.canary import CanaryOptions
+    from console.commands import RunCanary
+
+    return await actions.run(RunCanary(CanaryOptions(fleet_name, once=True), EventLog.over(nc, event_log)))

@@ -5,7 +5,7 @@ statuses of the job's last run."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, delete, select
@@ -14,6 +14,9 @@ from console.domain.budgets import WINDOWS, BudgetStatus, CountRow, Objective, b
 from console.domain.display import as_utc
 from console.storage import sqlite
 from console.storage.tables import AbandonedBatch, BudgetCount, BudgetStatusRow, FastBatchSummary
+
+if TYPE_CHECKING:
+    from console.storage.history import Reader
 
 COUNT_COLUMNS = ("stored", "fast_stored", "lost_messages", "batches", "lost_batches", "atomic_uncounted",
                  "atomic_batches", "atomic_stored", "publisher_uncounted", "atomic_unsized")
@@ -35,6 +38,11 @@ def count_rows(engine: Engine, since: datetime, until: datetime | None = None) -
             q = q.where(b.bucket <= until)
         return [CountRow(as_utc(r.bucket), r.stream, r.publisher, *(getattr(r, c) for c in COUNT_COLUMNS))
                 for r in s.exec(q)]
+
+
+def budgets_now(objectives: list[Objective], history: Reader | None) -> list[BudgetStatus] | None:
+    """Each objective's status now, from the analytics job's counts; None without objectives or history."""
+    return statuses_now(objectives, history.engine) if objectives and history is not None else None
 
 
 def statuses_now(objectives: list[Objective], engine: Engine, now: datetime | None = None) -> list[BudgetStatus]:

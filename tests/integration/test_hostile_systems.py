@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from console.broker.connection import close, connect, is_connected
+from console.broker.connection import close, connect
 from console.broker.server import EmbeddedServer
 from console.config import ConnectionSettings
 from tests.conftest import TEST_LIMITS

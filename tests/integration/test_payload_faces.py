@@ -21,9 +21,10 @@ from console.broker.atomic import AtomicBatch
 from console.collector.collector import Collector
 from console.collector.kept import KeptMessages
 from console.config import CollectorSettings, load
-from console.domain.audit import Actor
-from console.domain.search import SearchQuery
+from console.domain.audit import NOTEBOOK, Actor
 from console.fleet import Fleet
+from console.queries.reads import SystemReads
+from console.queries.sight import Sight
 from console.runtime import Runtime
 from console.ui.replay import ReplayPage
 from console.widgets import NotebookConsole
@@ -74,7 +75,7 @@ async def faces(server, tmp_path):
         lost.discard()  # the server abandons it at its batch timeout; the collector keeps its two, masked
 
         async def kept():
-            found = await runtime.find_incident(lost.batch_id)
+            found = await SystemReads(runtime, Sight(runtime.actions(NOTEBOOK).grants)).incident(lost.batch_id)
             return found if found is not None and found.messages else None
 
         incident = await eventually(kept, lambda found: found is not None, 60, "the lost batch's kept messages")

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from nats.js.api import StreamConfig
 
-from console.commands import FetchMessages, RunSearch
+from console.commands import FetchMessages, RunProbe, RunSearch
 from console.config import load
 from console.probe import ProbeOptions
 from console.errors import ConfigError, ForbiddenError
@@ -50,7 +50,7 @@ async def runtime(nats_url, tmp_path):
 async def test_a_notebook_acts_as_the_local_role_and_is_refused_what_it_does_not_allow(runtime):
     actions = runtime.actions(NOTEBOOK)
     with pytest.raises(ForbiddenError, match="the role support may not probe.run"):
-        await runtime.run_probe(actions, ProbeOptions(kind="atomic", stream="NB_PROBE", subject="nb.probe", count=2))
+        await actions.run(RunProbe(ProbeOptions(kind="atomic", stream="NB_PROBE", subject="nb.probe", count=2)))
     assert "NB_PROBE" not in [s.name for s in await runtime.admin.streams()]  # nothing was done
 
 
@@ -61,12 +61,12 @@ async def test_each_stream_s_payloads_are_shown_as_stored_masked_or_not_at_all(r
         await js.publish(f"{name.lower()}.x", b'{"card": "4111", "n": 1}')
     seen = {}
     for name in ("PAY_FULL", "PAY_MASKED", "PAY_NONE"):
-        found, _ = await runtime.search(runtime.actions(NOTEBOOK), SearchQuery(name, max_seconds=10))
+        found, _ = await runtime.actions(NOTEBOOK).run(RunSearch(SearchQuery(name, max_seconds=10)))
         seen[name] = found[0].data
     assert seen == {"PAY_FULL": b'{"card": "4111", "n": 1}', "PAY_MASKED": b'{"card": "***", "n": 1}',
                     "PAY_NONE": b"(not shown to your role: 24 bytes)"}
-    found, _ = await runtime.search(runtime.actions(NOTEBOOK), SearchQuery("PAY_NONE", where='text.contains("4111")',
-                                                                           max_seconds=10))
+    found, _ = await runtime.actions(NOTEBOOK).run(RunSearch(SearchQuery("PAY_NONE", where='text.contains("4111")',
+                                                                         max_seconds=10)))
     assert found == []  # what may not be shown cannot be searched for
 
 

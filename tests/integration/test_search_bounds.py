@@ -14,6 +14,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from console.broker.search import search
+from console.commands import RunSearch
 from console.domain.search import MAX_PATTERN_CALLS, Predicate, SearchQuery, SearchRefused
 
 N, SIZE = 500, 100 * 1024
@@ -145,21 +146,21 @@ async def test_one_search_a_session_and_a_bound_on_searches_in_the_process(big, 
     slow = SearchQuery("BOUNDS", where=PREDICATES["one evaluation of seconds"], max_seconds=60)
     sessions = [runtime.actions(Actor(f"user{i}")) for i in range(MAX_SEARCHES + 1)]
     try:
-        running = [asyncio.ensure_future(runtime.search(s, slow, cancelled=lambda: stop[0]))
+        running = [asyncio.ensure_future(s.run(RunSearch(slow, cancelled=lambda: stop[0])))
                    for s in sessions[:MAX_SEARCHES]]
         while len(workers()) < MAX_SEARCHES:
             await asyncio.sleep(0.05)
         with pytest.raises(BusyError, match="a search of user0 is running"):
-            await runtime.search(sessions[0], slow)
+            await sessions[0].run(RunSearch(slow))
         with pytest.raises(BusyError, match="a search of user1 is running"):  # the same user from another session,
-            await runtime.search(runtime.actions(Actor("user1", "10.0.0.9")), slow)  # a token's next call: not a slot
+            await runtime.actions(Actor("user1", "10.0.0.9")).run(RunSearch(slow))  # a token's next call: not a slot
         with pytest.raises(BusyError, match=f"runs {MAX_SEARCHES} searches already"):
-            await runtime.search(sessions[-1], slow)
+            await sessions[-1].run(RunSearch(slow))
         stop[0] = True
         for task in running:
             assert (await task)[1].stopped_by == "cancelled"
         assert workers() == []
-        _, state = await runtime.search(sessions[-1], SearchQuery("BOUNDS", max_scanned=10))
+        _, state = await sessions[-1].run(RunSearch(SearchQuery("BOUNDS", max_scanned=10)))
         assert state.stopped_by == "max_scanned"
     finally:
         stop[0] = True
