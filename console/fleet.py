@@ -8,6 +8,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+from console.backoff import Backoff
 from console.config import Settings
 from console.domain.systems import DEFAULT
 from console.errors import NatsUnreachableError
@@ -69,7 +70,7 @@ class Fleet:
         return runtime
 
     async def _keep_trying(self, name: str, prepare: Callable[[Runtime], Awaitable[None] | None]) -> None:
-        wait = RETRY[0]
+        backoff = Backoff(*RETRY)
         while True:
             try:
                 self._runtimes[name] = await self._open(name, prepare)
@@ -78,10 +79,10 @@ class Fleet:
                 return
             except NatsUnreachableError as e:
                 self.unreached[name] = str(e)[:300]
+                wait = backoff.wait()
                 log.warning("system %s: not reachable (%s): trying again in %gs; the others are shown meanwhile",
                             name, e, wait)
                 await asyncio.sleep(wait)
-                wait = min(wait * 2, RETRY[1])
 
     def runtime(self, name: str | None = None) -> Runtime | None:
         """The named system's runtime (None: not open yet); without a name, the first one open."""

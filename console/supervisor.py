@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from console.backoff import Backoff
 from console.config import (EMBEDDED_SYSTEM_USER, METRICS_FD_ENV, SERVER_READY, UP_DRIVER_MEMORY, UP_FILE,
                             AlertingSettings, AnalyticsSettings, ConnectionSettings, Settings, SystemAccountSettings,
                             child_env, data_settings_of, embedded_system_password, env_name, host_in_url,
@@ -25,9 +26,8 @@ from console.demo import DEMO_SUBJECTS
 from console.errors import ConfigError, ConsoleError
 
 CLI = str(Path(sys.executable).parent / "batch-console")
-FIRST_BACKOFF = 1.0  # seconds before the first restart; doubled after each failure in a row
-MAX_BACKOFF = 60.0
-STABLE_AFTER = 60.0  # a part that ran this long has recovered: its next failure starts at FIRST_BACKOFF
+BACKOFF = Backoff(first=1.0, most=60.0)  # before a part's restart: doubled after each failure in a row
+STABLE_AFTER = 60.0  # a part that ran this long has recovered: its next failure waits the first pause again
 
 
 def _ended_with_the_supervisor() -> None:
@@ -79,7 +79,7 @@ class Part:
         return f"running (pid {self.proc.pid})" if code is None else f"exited ({code})"
 
     def backoff(self) -> float:
-        return float(min(FIRST_BACKOFF * 2.0 ** (self.failures - 1), MAX_BACKOFF))
+        return BACKOFF.after(self.failures)
 
     def output(self) -> str:
         """What this start of the part wrote so far."""

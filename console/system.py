@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
+from console.backoff import Backoff
 from console.broker.admin import StreamAdmin
 from console.broker.consumers import ConsumerAdmin
 from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
@@ -88,7 +89,7 @@ class NatsSystem:
             self._keeper = asyncio.create_task(self._keep_open(), name=f"keep-open {self.name}")
 
     async def _keep_open(self) -> None:
-        wait = REOPEN_BACKOFF[0]
+        backoff = Backoff(*REOPEN_BACKOFF)
         while True:
             await asyncio.sleep(1.0)
             for system in (False, True):
@@ -106,10 +107,10 @@ class NatsSystem:
                         fresh = await connect(account or self.settings.connection, give_up_after=10.0)
                         break
                     except Exception as e:  # unreachable, refused: later, with backoff
+                        wait = backoff.wait()
                         log.warning("NATS %s not opened again: %s; next try in %gs", what, e, wait)
                         await asyncio.sleep(wait)
-                        wait = min(wait * 2, REOPEN_BACKOFF[1])
-                wait = REOPEN_BACKOFF[0]
+                backoff.reset()
                 if system:
                     self.system_nc = fresh
                     continue

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 Connection = Client  # what the rest of the console holds: a connection made here
 NatsError = nats.errors.Error  # what a NATS call may raise, for code outside broker/ to catch
 
+from console.backoff import Backoff
 from console.broker import server_guard
 from console.broker.nats_internals import (lame_duck_callback, message_handler, server_info, set_lame_duck_callback,
                                            set_message_handler, socket_of, write_held)
@@ -277,6 +278,7 @@ async def asked_again(request: Callable[[], Awaitable[T]], tries: int = REQUEST_
     request the server refused to take (a permissions violation on the JetStream API, which nats-py
     reports only to the error callback while the request waits out its timeout) is not asked again:
     its violation is raised."""
+    backoff = Backoff(first=1.0, most=60.0)
     for attempt in range(tries):
         before = nc.last_error if nc is not None else None
         try:
@@ -286,7 +288,7 @@ async def asked_again(request: Callable[[], Awaitable[T]], tries: int = REQUEST_
                 raise denied from None
             if attempt + 1 == tries:
                 raise
-        await asyncio.sleep(2 ** attempt)
+        await asyncio.sleep(backoff.wait())
     raise nats.errors.TimeoutError  # tries < 1
 
 

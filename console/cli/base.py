@@ -10,6 +10,7 @@ import logging
 import signal
 from typing import Any, ClassVar
 
+from console.backoff import Backoff
 from console.config import Settings
 from console.runtime import Runtime
 
@@ -67,7 +68,7 @@ async def opened(settings: Settings, stop: asyncio.Event, said: str, retry: bool
     is said and tried again, with a growing pause up to 30 s, until it opens (None: stopped meanwhile)."""
     from console.errors import NatsUnreachableError
 
-    wait = 1.0
+    backoff = Backoff(first=1.0, most=30.0)
     while True:
         try:
             return await Runtime.open(settings, give_up_after=settings.connection.connect_timeout if retry else 30.0,
@@ -75,9 +76,10 @@ async def opened(settings: Settings, stop: asyncio.Event, said: str, retry: bool
         except NatsUnreachableError as e:
             if not retry:
                 raise
+            wait = backoff.wait()
             log.warning("%snot reachable (%s): trying again in %gs; the other systems go on meanwhile", said, e, wait)
             try:
                 await asyncio.wait_for(stop.wait(), wait)
                 return None
             except asyncio.TimeoutError:
-                wait = min(wait * 2, 30.0)
+                pass

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable
 
+from console.backoff import Backoff
 from console.domain.wire import Tally
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class Loops:
         self._beats[name] = time.monotonic()
 
     async def _supervise(self, name: str, run: Callable[[], Awaitable[None]], finished: Callable[[], bool]) -> None:
-        pause = 0.5
+        backoff = Backoff(first=0.5, most=MAX_RESTART_PAUSE)
         while True:
             try:
                 await run()
@@ -55,10 +56,10 @@ class Loops:
                 self.restarts[name] = self.restarts.get(name, 0) + 1
                 self.last_error[name] = f"{type(e).__name__}: {e}"[:300]
                 self.errors.add(f"{name} loop failed")
+                pause = backoff.wait()
                 log.error("%s loop failed (%s); starting it again in %.1fs", name, self.last_error[name], pause,
                           exc_info=e)
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, MAX_RESTART_PAUSE)
                 self.beat(name)
 
     def stale(self, now: float) -> dict[str, float]:

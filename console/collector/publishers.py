@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
+from console.backoff import Backoff
 from console.broker.connection import Connection
 from console.broker.server_info import NoAnswer, ask_connz
 from console.domain.events import BatchEvent
@@ -189,17 +190,16 @@ class Publishers:
             self.requests += 1
             if self.system_nc is None or self.account is None:
                 raise ValueError("no system account to ask")  # _saw asks only with one
-            within = self.answer_within
+            longer = Backoff(first=self.answer_within, most=self.answer_within * 2 ** ASK_AGAIN)  # a busy server
             for attempt in range(ASK_AGAIN + 1):
                 try:
-                    found = await ask_connz(self.system_nc, self.account, prefix, subject, within, self.errors,
+                    found = await ask_connz(self.system_nc, self.account, prefix, subject, longer.wait(), self.errors,
                                             exclude=self.own() if self.own else None)
                     break
                 except NoAnswer:
                     if attempt == ASK_AGAIN:
                         raise
                     self.requests += 1
-                    within *= 2
         except Exception as e:  # an answer we cannot read leaves the publisher unknown, never the tap
             self.errors.add(f"CONNZ: {type(e).__name__}")
             log.debug("CONNZ for %s: %s", prefix, e)

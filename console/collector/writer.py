@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 
+from console.backoff import Backoff
 from console.broker.eventlog import Appended, EventLog
 from console.broker.quarantine import Quarantine
 from console.collector.health import Health
@@ -65,7 +66,7 @@ class EventWriter:
     async def store(self, events: list[BatchEvent]) -> bool:
         """Into the log, retried with backoff until stored (a crash here is safe: ids dedup the retry);
         False only when a stop's grace period ran out first."""
-        pause = 0.2
+        backoff = Backoff(first=0.2, most=5.0)
         self.health.writing(time.monotonic())
         try:
             while events:
@@ -85,8 +86,8 @@ class EventWriter:
                     log.error("stopping: %d events not stored, the event log did not answer (%r)", len(events),
                               result.error)
                     return False
-                await survive(self.errors, "event log append", result.error or TimeoutError("no answer"), pause)
-                pause = min(pause * 2, 5.0)
+                await survive(self.errors, "event log append", result.error or TimeoutError("no answer"),
+                              backoff.wait())
             return True
         finally:
             self.health.written()

@@ -1,0 +1,35 @@
+"""The one policy for everything the console tries again (a part, a loop, a connection, a system, a
+write to the event log): a wait that doubles after each failure in a row, from `first` to `most`, and
+starts over after a success or once what it guards has run `stable_after` seconds."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Backoff:
+    first: float = 1.0
+    most: float = 60.0
+    stable_after: float | None = None  # seconds of running that count as a success (None: only reset() does)
+    failures: int = 0
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    def wait(self) -> float:
+        """The wait before the next try, this failure counted."""
+        if self.stable_after is not None and time.monotonic() - self._started >= self.stable_after:
+            self.failures = 0
+        self.failures += 1
+        return self.after(self.failures)
+
+    def after(self, failures: int) -> float:
+        """The wait after `failures` failures in a row (0: none)."""
+        return min(self.first * 2.0 ** (failures - 1), self.most) if failures > 0 else 0.0
+
+    def started(self) -> None:
+        """What it guards starts running (again): `stable_after` counts from here."""
+        self._started = time.monotonic()
+
+    def reset(self) -> None:
+        self.failures = 0

@@ -1,0 +1,35 @@
+"""The one backoff policy (console/backoff.py): doubling from its first wait to its most, starting over after
+a success or a stable run, and no other module doubling a wait of its own."""
+
+import re
+from pathlib import Path
+
+from console.backoff import Backoff
+
+CONSOLE = Path(__file__).resolve().parents[2] / "console"
+
+
+def test_the_wait_doubles_to_its_most_and_starts_over_after_a_success():
+    backoff = Backoff(first=0.5, most=3.0)
+    assert [backoff.wait() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    backoff.reset()
+    assert backoff.wait() == 0.5
+    assert backoff.after(0) == 0.0 and backoff.after(40) == 3.0  # no overflow however long it fails
+
+
+def test_a_run_longer_than_stable_after_starts_over(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("console.backoff.time.monotonic", lambda: now[0])
+    backoff = Backoff(first=1.0, most=30.0, stable_after=60.0)
+    backoff.started()
+    assert [backoff.wait() for _ in range(3)] == [1.0, 2.0, 4.0]  # failing at once, again and again
+    backoff.started()
+    now[0] += 61  # it ran a minute before failing: recovered
+    assert backoff.wait() == 1.0
+
+
+def test_no_other_module_doubles_a_wait_of_its_own():
+    doubling = re.compile(r"min\(\s*\w+\s*\*\s*2\b|\w+\s*\*=\s*2\b|sleep\(2\s*\*\*")
+    found = [f"{p.relative_to(CONSOLE)}: {m.group(0)}" for p in CONSOLE.rglob("*.py") if p.name != "backoff.py"
+             for m in doubling.finditer(p.read_text())]
+    assert found == []
