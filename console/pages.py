@@ -26,7 +26,7 @@ from console.broker import names
 from console.domain.display import count, md
 from console.domain.maintenance import node_name
 from console.domain.systems import domain_name
-from console.investigate import advice
+from console.queries.incidents import advice
 from console.queries import fleet as read_fleet
 from console.fleet import Fleet
 from console.queries.alerts import SeenAlerts

@@ -135,7 +135,7 @@ class SystemReads(Reads):
 
     async def incident(self, batch_id: str, *args: Any, **kwargs: Any) -> Incident | None:
         """One lost batch's incident; another team's is as if there were none."""
-        from console.investigate import find_incident
+        from console.queries.incidents import find_incident
 
         live = self.runtime.live
         found = await find_incident(live.log, batch_id, *args, model=live.model, history=self.runtime.history, **kwargs)
