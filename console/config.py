@@ -416,6 +416,16 @@ class EmbeddedServerSettings:
                                        "(faster writes, for seeding large streams)", choices=("always", "default"))
 
 
+UP_PARTS_OPTIONAL = ("analytics", "alerts", "canary", "web")  # what `up --without` may leave out
+
+
+def _up_part(text: str) -> str:
+    name = text.strip()
+    if name not in UP_PARTS_OPTIONAL:
+        raise ValueError(f"not a part up can leave out: {text[:40]!r} (one of {', '.join(UP_PARTS_OPTIONAL)})")
+    return name
+
+
 @dataclass(frozen=True)
 class DemoSettings:
     demo: bool = setting(False, "publish demo traffic on demo streams of its own (up)", switch=True)
@@ -424,6 +434,9 @@ class DemoSettings:
     canary: bool = setting(False, "also run the canary as a part (up; on with --demo): an atomic and a fast batch "
                                   "through every node each minute, on streams of its own (batch-console canary)",
                            switch=True)
+    without: tuple[str, ...] = setting((), "parts up does not start (analytics, alerts, canary, web; repeat or "
+                                           "separate by commas): another process runs them, or they are not wanted",
+                                       many=True, parse=_up_part)
 
 
 @dataclass(frozen=True)
@@ -563,12 +576,23 @@ def add_flags(parser: argparse.ArgumentParser, *sections: str, aliases: Mapping[
             if spec.switch:
                 kwargs["action"] = "store_true"
             elif spec.many:
-                kwargs.update(action="append", type=spec.read, metavar=metavar)
+                kwargs.update(action="append", type=_said(spec.read), metavar=metavar)
             else:
-                kwargs.update(type=spec.parse, choices=spec.choices, metavar=None if spec.choices else metavar)
+                kwargs.update(type=_said(spec.parse), choices=spec.choices, metavar=None if spec.choices else metavar)
             group.add_argument(*names, **kwargs)
     if defaults:
         parser.set_defaults(**{f"default:{k}": v for k, v in defaults.items()})
+
+
+def _said(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse`, its ValueError's reason said by argparse (which says only "invalid value" of a plain one)."""
+    def said(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    said.__name__ = getattr(parse, "__name__", "value")
+    return said
 
 
 def _default(section: type, name: str) -> Any:

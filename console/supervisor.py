@@ -172,37 +172,48 @@ class Supervisor:
         console_url = self.settings.alerting.console_url or f"http://{host_in_url(web.address)}:{web.port}"
         self._env.setdefault(env_name(AlertingSettings, "console_url"), console_url)  # absolute links in reports
         self._part("collector", ["collect"])
-        self._part("web", ["serve"])
+        without = set(self.settings.demo.without)
+        for name in sorted(without):
+            self.say(f"{name}: not started (--without)")
+        if "web" not in without:
+            self._part("web", ["serve"])
         if "analytics.driver_memory" not in self.settings.given:  # beside every other part, on one machine
             self._env[env_name(AnalyticsSettings, "driver_memory")] = UP_DRIVER_MEMORY
-        self._part("analytics", ["analytics"])
+        if "analytics" not in without:
+            self._part("analytics", ["analytics"])
         metrics_port, handed = self.settings.alerting.metrics_port, tuple[int, ...]()
-        if metrics_port is None:  # up gives the alerts part one: beside the web console's, or any free one
+        if metrics_port is None and "alerts" not in without:  # up gives the alerts part one: beside the web console's, or any free one
             # bound here and held: nobody takes it between up's choice and the part's bind, or while it restarts
             self._metrics_listener = _metrics_listener(web.port + 1 if web.port else 0)
             metrics_port = self._metrics_listener.getsockname()[1]
             handed = (self._metrics_listener.fileno(),)
-        self._env[env_name(AlertingSettings, "metrics_port")] = str(metrics_port)  # like every setting: not on argv
-        self._part("alerts", ["alerts"], {**self._env, METRICS_FD_ENV: str(handed[0])} if handed else None, handed)
+        if metrics_port is not None:
+            self._env[env_name(AlertingSettings, "metrics_port")] = str(metrics_port)  # like every setting: not on argv
+        if "alerts" not in without:
+            self._part("alerts", ["alerts"], {**self._env, METRICS_FD_ENV: str(handed[0])} if handed else None, handed)
         if self.settings.demo.demo:
             self._part("demo", ["demo"])
-        if self.settings.demo.canary or self.settings.demo.demo:  # the demo shows every page with something on it
+        if "canary" not in without and (self.settings.demo.canary or self.settings.demo.demo):  # every page has something
             self._part("canary", ["canary"])
         if self.systems:
             self.say(f"systems: {', '.join(s.name for s in self.systems)}: each collected, kept (DATA_DIR/systems/NAME) "
                      "and alerted on by the parts above")
         where = f"systems {', '.join(s.name for s in self.systems)}" if self.systems else f"NATS {url}"
-        self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  ({where}; Ctrl-C stops everything)")
-        self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
-        self._write_urls(url, console_url, metrics_port)
-        self._say_where_alerts_go()
+        if "web" not in without:
+            self.say(f"console: http://{host_in_url(web.address)}:{web.port}/  ({where}; Ctrl-C stops everything)")
+        if "alerts" not in without:
+            self.say(f"metrics: http://127.0.0.1:{metrics_port}/metrics (alerts: DATA_DIR/logs/alerts.log)")
+        self._write_urls(url, console_url, None if "alerts" in without else metrics_port)
+        if "alerts" not in without:
+            self._say_where_alerts_go()
 
-    def _write_urls(self, nats_url: str, console_url: str, metrics_port: int) -> None:
+    def _write_urls(self, nats_url: str, console_url: str, metrics_port: int | None) -> None:
         """DATA_DIR/up.json: every URL this `up` chose and the data settings it was given (its decoders, masking
         rules, objectives), for the commands run beside it (config.beside_up)."""
         env, path = self._env, self.settings.data.data_dir / UP_FILE
         found = {"pid": os.getpid(), "nats": nats_url, "monitor": env.get(env_name(ConnectionSettings, "monitor_url")),
-                 "console": console_url, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+                 "console": console_url,
+                 "metrics": None if metrics_port is None else f"http://127.0.0.1:{metrics_port}/metrics",
                  "system_user": env.get(env_name(SystemAccountSettings, "system_user")) if self.embedded else None,
                  "data": data_settings_of(self.settings)}
         temp = private_file(path.with_suffix(".tmp"))

@@ -53,7 +53,7 @@ def test_starts_of_up_page_nobody(tmp_path, starts):
             port, out = free_port(), tmp_path / f"up-{start}.out"
             nats_port = next(p for p in iter(free_port, None) if p != port)
             up = subprocess.Popen([CLI, "up", "--data-dir", str(data), "--port", str(port), "--nats-port",
-                                   str(nats_port)], stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env,
+                                   str(nats_port), "--without", "analytics"],  # what pages is the alerts part stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
             try:
                 # The alerts part has heard the collector: from here on a start cannot page anyone.
@@ -61,6 +61,8 @@ def test_starts_of_up_page_nobody(tmp_path, starts):
                                                                  "batch_console_collector_up") == 1.0, 90,
                            lambda: f"start {start}: the alerts never heard the collector\n{out.read_text()[-2000:]}")
                 assert "nothing is sent" not in out.read_text()  # every rule here has a target
+                assert "analytics: not started (--without)" in out.read_text()
+                assert not (data / "logs" / "analytics.log").exists()
             finally:
                 up.send_signal(signal.SIGINT)
                 assert up.wait(timeout=60) == 0

@@ -231,3 +231,15 @@ def test_a_leaf_domain_is_a_subject_token_and_nothing_else(value):
         parse(["collect", "--domain", value], {})
     assert parse(["collect", "--domain", "edge-1", "--domain", "edge_2"], {}).collector.domains == ("edge-1", "edge_2")
     assert load(environ={"BATCH_CONSOLE_DOMAIN": "edge-1,edge_2"}).collector.domains == ("edge-1", "edge_2")
+
+
+def test_up_leaves_out_only_the_parts_it_may_and_refuses_any_other_name(capsys):
+    assert parse(["up", "--without", "analytics,alerts", "--without", "canary"]).demo.without == \
+        ("analytics", "alerts", "canary")
+    assert parse(["up"], {"BATCH_CONSOLE_WITHOUT": " web "}).demo.without == ("web",)
+    for hostile in ("collector", "nats", "analytics;rm -rf /", "web\x1b[2J", "a" * 10_000, "ANALYTICS"):
+        with pytest.raises(SystemExit):
+            parse(["up", "--without", hostile])
+        assert "not a part up can leave out" in capsys.readouterr().err
+        with pytest.raises(ConfigError, match=r"\$BATCH_CONSOLE_WITHOUT=.*not a part up can leave out"):
+            load(environ={"BATCH_CONSOLE_WITHOUT": f"analytics,{hostile}"})
