@@ -14,7 +14,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from console.broker.audit_log import STREAM, SUBJECT
-from console.commands import ExportTable, RunProbe
+from console.commands import ExportTable, RunProbe, RunSearch
 from console.config import event_key
 from console.domain.audit import Actor
 from console.domain.messages import Ack
@@ -148,7 +148,7 @@ async def test_a_sealed_trail_refuses_every_action_and_nothing_changes(console):
     assert not (await js.stream_info("SEALED_T")).config.allow_batched
 
     with pytest.raises(AuditRefused):
-        await console.search(actions, SearchQuery("SEALED_T"))
+        await actions.run(RunSearch(SearchQuery("SEALED_T")))
     assert (await js.stream_info("SEALED_T")).state.consumer_count == 1  # no search consumer was made
     with pytest.raises(AuditRefused):  # a download is refused
         await actions.run(ExportTable("abandoned_batches", "2026-11-26..2026-11-26", "csv", [], []))
