@@ -9,7 +9,8 @@ An event at sequence s reached Live at the first sample whose last sequence is >
 at the first whose offset is >= s; the lag is the difference, after the analytics part's first
 run (Spark's start is not counted). Prints the lag's p50/p95/max and the analytics part's CPU
 (cores) over the window. `--mode idle` runs `up` without the demo (no traffic at all) and prints
-only the analytics part's CPU. `--mode load` runs `up` without the demo while this process publishes
+only the analytics part's CPU; `--mode quiet` the same after one demo round (its reader, canary and
+collector go on: a log that is quiet but not empty). `--mode load` runs `up` without the demo while this process publishes
 small fast-ingest batches, some with a gap, and an atomic batch left to be abandoned every few seconds,
 until the event log grows by about `--rate` events a second. A benchmark, not a test.
 """
@@ -190,12 +191,13 @@ def lags(samples: list[tuple[float, int, int]]) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=4)
-    parser.add_argument("--mode", choices=("follow", "every", "idle", "load"), default="follow")
+    parser.add_argument("--mode", choices=("follow", "every", "idle", "quiet", "load"), default="follow")
     parser.add_argument("--rate", type=float, default=1000.0, help="--mode load: events a second to aim at")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data, nats_port = Path(tmp) / "data", free_port()
-        every = {"follow": ["--demo"], "every": ["--demo", "--analytics-every", "60"], "idle": [], "load": []}[args.mode]
+        every = {"follow": ["--demo"], "every": ["--demo", "--analytics-every", "60"], "idle": [], "load": [],
+                 "quiet": ["--demo", "--demo-rounds", "1"]}[args.mode]
         out = Path(tmp) / "up.out"
         up = subprocess.Popen([CLI, "up", "--data-dir", str(data), "--nats-port", str(nats_port),
                                "--port", str(free_port()), *every], stdout=open(out, "w"),
@@ -208,6 +210,8 @@ def main() -> None:
             while not (log.exists() and first in log.read_text()):
                 assert up.poll() is None, out.read_text()[-3000:]
                 time.sleep(1)
+            if args.mode == "quiet":  # the demo's one round written to History: from here on only what runs by itself
+                time.sleep(30)
             pid = analytics_pid(out.read_text())
             cpu = TreeCpu(pid) if pid else None
             print(f"  sampling for {args.minutes} min …", file=sys.stderr)
@@ -221,9 +225,9 @@ def main() -> None:
             print("  the analytics part's last runs:\n" + "\n".join("    " + line[-200:] for line in runs[-6:]),
                   file=sys.stderr)
     events = samples[-1][1] - samples[0][1]
-    if args.mode == "idle":
-        print(f"mode idle: {events:,} events over {args.minutes} min; analytics part CPU {cores:.3f} cores "
-              f"(its JVM included; target < 0.02)")
+    if args.mode in ("idle", "quiet"):
+        print(f"mode {args.mode}: {events:,} events over {args.minutes} min; analytics part CPU {cores:.3f} cores "
+              f"(its JVM included; target < 0.05)")
         return
     found = lags(samples)
     seconds = samples[-1][0] - samples[0][0]

@@ -52,6 +52,7 @@ class Part:
     last_exit: str | None = None
     log_from: int = 0  # where this start's output begins in the log, which keeps every start's
     pass_fds: tuple[int, ...] = ()  # the supervisor's sockets each start inherits
+    may_finish: bool = False  # its work can end (the demo's rounds): an exit with code 0 is done, not a failure
 
     def start(self) -> None:
         self.restart_at, self.started_at = None, time.monotonic()
@@ -76,6 +77,8 @@ class Part:
         if self.restart_at is not None:
             return f"restarting in {max(0.0, self.restart_at - time.monotonic()):.0f} s"
         code = self.proc.poll()
+        if code == 0 and self.may_finish:
+            return "finished"
         return f"running (pid {self.proc.pid})" if code is None else f"exited ({code})"
 
     def backoff(self) -> float:
@@ -192,7 +195,7 @@ class Supervisor:
         if "alerts" not in without:
             self._part("alerts", ["alerts"], {**self._env, METRICS_FD_ENV: str(handed[0])} if handed else None, handed)
         if self.settings.demo.demo:
-            self._part("demo", ["demo"])
+            self._part("demo", ["demo"]).may_finish = self.settings.demo.demo_rounds is not None
         if "canary" not in without and (self.settings.demo.canary or self.settings.demo.demo):  # every page has something
             self._part("canary", ["canary"])
         if self.systems:
@@ -245,6 +248,11 @@ class Supervisor:
             if part.started.poll() is None:
                 if part.failures and now - part.started_at >= STABLE_AFTER:
                     part.failures = 0
+                continue
+            if part.state == "finished":
+                if part.last_exit != "finished":
+                    part.last_exit = "finished"
+                    self.say(f"{part.name}: finished")
                 continue
             part.failures += 1
             part.last_exit = f"code {part.started.returncode}: {part.last_words()}"

@@ -1,9 +1,12 @@
-"""`analytics --follow`: one warm Spark session that runs as soon as new events reach the event log.
+"""`analytics --follow`: one warm Spark session that runs as soon as a loss reaches the event log, and
+on its timer for everything else.
 
-A watch on the log's subjects (console.broker.log_watcher) wakes the loop. A wake-up is only a
-hint: every run pins its range from the stored offset and the log's last sequence, so a forged
-publish on those subjects costs at most an empty run, a missed one is caught by the next `every`,
-and exactly-once is the job's as in any run.
+A watch on the loss kinds' subjects (console.broker.log_watcher) wakes the loop; clean batches,
+heartbeats, canaries and consumer lag wait for the timer (`every`), so a log that is quiet but not
+empty (a canary each minute, a reader's lag every 10 s) costs a Spark run per `every`, not per event.
+A wake-up is only a hint: every run pins its range from the stored offset and the log's last sequence,
+so a forged publish on those subjects costs at most an empty run, a missed one is caught by the next
+`every`, and exactly-once is the job's as in any run.
 """
 
 from __future__ import annotations
@@ -12,6 +15,11 @@ import time
 from typing import Callable
 
 from console.broker.log_watcher import AnyOf, LogWatcher
+from console.domain.events import LOST_KINDS, EventKind
+
+# What wakes a following job at once: the losses and their retractions (whose context History shows),
+# and a window the collector could not see
+WAKES_FOLLOW = (*LOST_KINDS, EventKind.LOSS_RETRACTED, EventKind.CAPTURE_INTERRUPTED)
 
 # A timed run finding only the collector's heartbeat leaves it to the next run, up to this many
 # sequences (at one heartbeat each 5 s, over an hour of an idle log): an idle log costs no Spark job.

@@ -1,6 +1,6 @@
 """A watch on the event log's subjects for a synchronous loop (the analytics job's `--follow`): a core
-subscription on a thread of its own, whose only output is "something arrived". A wake-up is a hint,
-never data: a forged publish costs the loop a run over nothing new."""
+subscription on a thread of its own, whose only output is "something that matters arrived". A wake-up
+is a hint, never data: a forged publish costs the loop a run over nothing new."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 
 
 class LogWatcher:
-    def __init__(self, connection: ConnectionSettings, subject: str, quiet: tuple[str, ...] = ()):
-        """Wakes on messages on `subject`, except those whose subject starts with one of `quiet`."""
-        self.connection, self.subject, self.quiet = connection, subject, quiet
+    def __init__(self, connection: ConnectionSettings, subject: str, wakes: tuple[str, ...] = ()):
+        """Wakes on messages on `subject` whose subject starts with one of `wakes` (none given: any)."""
+        self.connection, self.subject, self.wakes = connection, subject, wakes
         self._new = threading.Event()
         self.last_arrival = 0.0  # time.monotonic() of the last message that wakes it
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -44,7 +44,7 @@ class LogWatcher:
         await nc.close()
 
     async def _on_message(self, msg: Msg) -> None:
-        if not msg.subject.startswith(self.quiet):
+        if not self.wakes or msg.subject.startswith(self.wakes):
             self.last_arrival = time.monotonic()
             self._new.set()
 

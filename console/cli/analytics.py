@@ -13,7 +13,6 @@ from typing import Callable
 from console.broker.connection import close, connect
 from console.cli.base import WITH_EVENT_LOG, Subcommand
 from console.config import Settings, Watched, spark_options
-from console.domain.events import EventKind
 from console.errors import ConfigError
 from console.progress import ProgressBar
 from console.runtime import objectives_of
@@ -61,7 +60,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     """The analytics job on one system, or, with a systems file, on each in turn in one Spark session: each
     system's event log into its own console.db and delta/ (DATA_DIR/systems/NAME); one that cannot be
     reached is said, and the others run."""
-    from console.analytics.follow import HEARTBEATS_DEFERRED, follow
+    from console.analytics.follow import HEARTBEATS_DEFERRED, WAKES_FOLLOW, follow
     from console.analytics.ledger_tail import LedgerTail
     from console.broker.log_watcher import AnyOf, LogWatcher
     from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
@@ -105,9 +104,10 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
             run()
         elif a.follow:
             prefix = settings.event_log.subject_prefix
-            # The collector's heartbeat changes no history: waking on it would run the job every gap.
-            watchers = [LogWatcher(each.connection, f"{prefix}.>",
-                                   quiet=(f"{prefix}.{EventKind.COLLECTOR_STATUS.value}.",)).start()
+            # A loss wakes the job (its run gives the loss its context within seconds); everything else (clean
+            # batches, heartbeats, canaries, consumer lag) waits for the timer: a quiet log costs no Spark job
+            wakes = tuple(f"{prefix}.{kind.value}." for kind in WAKES_FOLLOW)
+            watchers = [LogWatcher(each.connection, f"{prefix}.>", wakes).start()
                         for each in (systems or {"": settings}).values()]
             tails = [LedgerTail(job.source, job.db_path).start() for job in jobs.values()]  # losses within seconds
             follow(run, watchers[0] if len(watchers) == 1 else AnyOf(watchers), every=a.every, gap=a.follow_gap)

@@ -64,3 +64,26 @@ def test_the_alerts_part_serves_on_the_socket_up_holds_and_binds_its_own_for_any
             server.server_close()
     assert other.fileno() >= 0 and unbound.fileno() >= 0 and not a_file.closed  # none of them closed
     other.close(), unbound.close(), a_file.close()
+
+
+def test_a_part_whose_work_ends_is_finished_not_restarted_and_one_that_fails_is(tmp_path):
+    """`up --demo --demo-rounds N`: the demo ends after its rounds (code 0) and stays ended; any other part that
+    exits, or a finishing one that fails, is restarted as ever."""
+    import io
+
+    from console.config import DataSettings, Settings
+    from console.supervisor import Supervisor
+
+    up = Supervisor(Settings(data=DataSettings(data_dir=tmp_path)), out=io.StringIO())
+    done = up._part("demo", ["--help"])  # exits 0 at once
+    done.may_finish = True
+    failed = up._part("canary", ["no-such-command"])  # exits 2
+    failed.may_finish = True
+    for part in (done, failed):
+        part.started.wait(timeout=30)
+    up.check()
+    assert done.state == "finished" and done.restart_at is None and done.failures == 0
+    assert failed.restart_at is not None and failed.failures == 1
+    up.check()  # a second pass says nothing more of it
+    assert done.state == "finished" and "demo: finished" in up.out.getvalue()
+    assert up.out.getvalue().count("demo: finished") == 1
