@@ -308,7 +308,8 @@ class CollectorSettings:
 
 @dataclass(frozen=True)
 class AnalyticsSettings:
-    every: float = setting(60.0, "seconds between analytics runs (with --follow: at most, when nothing arrives)",
+    every: float = setting(60.0, "seconds between analytics runs (with --follow: between runs when no loss arrives; "
+                                 "up's default 300)",
                            flag="--analytics-every", parse=float)
     follow: bool = setting(False, "run as soon as new events reach the event log (a warm session; the default "
                                   "under up)", switch=True)
@@ -841,6 +842,7 @@ def private_dir(path: Path) -> Path:
 
 
 SERVER_READY = "ready.json"  # in the embedded server's store: its URLs, written once it runs
+UP_ANALYTICS_EVERY = 300.0  # up's analytics timer, following the log: a loss runs it at once, the rest waits
 UP_FILE = "up.json"  # in the data directory: every URL a running `up` chose, for the commands run beside it
 METRICS_FD_ENV = "BATCH_CONSOLE_METRICS_LISTENER_FD"  # the socket `up` listens on for its alerts part's /metrics
 SYSTEM_PASSWORD_FILE = "system.password"  # in the embedded server's store: its system account user's (0600)

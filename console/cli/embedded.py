@@ -18,8 +18,8 @@ from console.broker.cluster import EmbeddedCluster
 from console.broker.connection import cancelled
 from console.broker.server import BatchLimits, EmbeddedServer
 from console.cli.base import CONNECTED, WITH_EVENT_LOG, Subcommand, log, stop_on_signals
-from console.config import EMBEDDED_SYSTEM_USER, SERVER_READY, SYSTEM_PASSWORD_FILE, UP_DRIVER_MEMORY, Settings, \
-    private_dir, private_file
+from console.config import (EMBEDDED_SYSTEM_USER, SERVER_READY, SYSTEM_PASSWORD_FILE, UP_ANALYTICS_EVERY, UP_DRIVER_MEMORY,
+                            Settings, private_dir, private_file)
 from console.runtime import Runtime
 
 
@@ -51,7 +51,10 @@ class Up(Subcommand):
     help = "the whole console under one supervisor (the embedded nats-server unless --server names an existing NATS)"
     settings = (*WITH_EVENT_LOG, "system", "collector", "analytics", "web", "access", "embedded", "demo", "alerting",
                 "checks", "fleet")
-    defaults, beside_up = {"analytics.follow": True, "analytics.driver_memory": UP_DRIVER_MEMORY}, False
+    # Following the log, a loss wakes the analytics part at once; the rest (clean batches, canaries, heartbeats)
+    # waits for its timer: every 5 minutes keeps a quiet log's Spark runs under 0.05 cores (bench/lag.py --mode quiet)
+    defaults = {"analytics.follow": True, "analytics.driver_memory": UP_DRIVER_MEMORY, "analytics.every": UP_ANALYTICS_EVERY}
+    beside_up = False
 
     @classmethod
     def run(cls, settings: Settings, args: argparse.Namespace) -> int:

@@ -51,7 +51,8 @@ def test_up_verbose_writes_no_secret_to_any_log_and_keeps_its_files_to_its_owner
         port = free_port()
         out = tmp_path / "up.out"
         up = subprocess.Popen([CLI, "-v", "up", "--server", server.url, "--user", "u", "--password", PASSWORD,
-                               "--basic-auth", WEB_PASSWORD, "--data-dir", str(data), "--port", str(port)],
+                               "--basic-auth", WEB_PASSWORD, "--data-dir", str(data), "--port", str(port),
+                               "--analytics-every", "20"],  # a run with events in it soon, loss or not
                               stdout=open(out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
         try:
             analytics_log = data / "logs" / "analytics.log"
