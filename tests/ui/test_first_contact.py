@@ -38,7 +38,7 @@ def _metric(url: str | None, name: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-@pytest.mark.timeout(900)  # ten whole `up` starts in a soak (a Spark JVM each): past 300 s on a loaded 2-core machine
+@pytest.mark.timeout(900)  # ten whole `up` starts in a soak: past 300 s on a loaded 2-core machine
 @pytest.mark.parametrize("starts", repeats(3, 10))
 def test_starts_of_up_page_nobody(tmp_path, starts):
     receiver = Receiver()
@@ -53,8 +53,8 @@ def test_starts_of_up_page_nobody(tmp_path, starts):
             port, out = free_port(), tmp_path / f"up-{start}.out"
             nats_port = next(p for p in iter(free_port, None) if p != port)
             up = subprocess.Popen([CLI, "up", "--data-dir", str(data), "--port", str(port), "--nats-port",
-                                   str(nats_port), "--without", "analytics"],  # what pages is the alerts part stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
+                                   str(nats_port), "--without", "analytics"],  # the alerts part is what pages
+                                  stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
                 # The alerts part has heard the collector: from here on a start cannot page anyone.
                 poll_until(lambda: up.poll() is None and _metric(_metrics_url(data, up.pid),

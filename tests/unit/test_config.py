@@ -180,7 +180,8 @@ def test_up_hands_its_parts_every_setting_in_their_environment_and_nothing_on_th
     assert env == {"BATCH_CONSOLE_SERVER": "nats://h:4222", "BATCH_CONSOLE_TOKEN": "t0k", "BATCH_CONSOLE_READ_ONLY": "1",
                    "BATCH_CONSOLE_PORT": "9000", "BATCH_CONSOLE_CREDS": "/c.creds",
                    "BATCH_CONSOLE_FOLLOW": "1",  # up's own defaults: analytics follows the log,
-                   "BATCH_CONSOLE_DRIVER_MEMORY": "1500m"}  # in a heap beside every other part (as --help says)
+                   "BATCH_CONSOLE_DRIVER_MEMORY": "1500m",  # in a heap beside every other part (as --help says),
+                   "BATCH_CONSOLE_ANALYTICS_EVERY": "300.0"}  # on a timer for all but losses
 
 
 
