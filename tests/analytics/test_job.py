@@ -250,22 +250,31 @@ async def test_follow_runs_as_soon_as_events_arrive_not_on_its_timer(server, cli
         assert job.wait(timeout=60) in (0, -15), log_text()[-2000:]
 
 
-async def test_the_follow_watcher_sleeps_through_the_collectors_heartbeat(server, client):
-    """A collector's status every few seconds changes no history: it must not run the job every gap."""
+async def test_the_follow_watcher_wakes_on_losses_alone(server, client):
+    """A collector's status every few seconds, a canary a minute, a reader's lag, clean batches: none changes
+    what History must show within seconds, and none wakes the job (its timer reads them); a loss, a
+    retraction and a blind window do."""
+    from console.analytics.follow import WAKES_FOLLOW
     from console.broker.log_watcher import LogWatcher
     from console.config import ConnectionSettings
 
-    watcher = LogWatcher(ConnectionSettings(servers=(server.url,)), "batch_console.events.>",
-                         quiet=("batch_console.events.collector_status.",)).start()
+    prefix = "batch_console.events"
+    watcher = LogWatcher(ConnectionSettings(servers=(server.url,)), f"{prefix}.>",
+                         tuple(f"{prefix}.{kind.value}." for kind in WAKES_FOLLOW)).start()
     try:
         async def woken():
-            await client.publish("batch_console.events.atomic_abandoned.JOBA", b"{}")
+            await client.publish(f"{prefix}.atomic_abandoned.JOBA", b"{}")
             return await asyncio.to_thread(watcher.wait, 0.2)
 
         await eventually(woken, what="the watcher subscribed and woken by an event")
-        await client.publish("batch_console.events.collector_status._unknown", b"{}")
+        for kind in ("collector_status._unknown", "canary.BATCH_CONSOLE_CANARY_N1", "consumer_lag._all",
+                     "fast_committed.JOBA", "stream_totals._all", "atomic_abandoned_not.JOBA"):
+            await client.publish(f"{prefix}.{kind}", b"{}")
         await client.flush()
         assert not await asyncio.to_thread(watcher.wait, 1.0)
+        for kind in ("loss_retracted.JOBA", "fast_dropped.JOBA", "capture_interrupted._all"):
+            await client.publish(f"{prefix}.{kind}", b"{}")
+            assert await asyncio.to_thread(watcher.wait, 10.0), kind
     finally:
         watcher.stop()
 
