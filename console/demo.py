@@ -164,7 +164,7 @@ async def run_demo(nc: Connection, every: float = 30.0, rounds: int | None = Non
             await demo_round(nc, leader_changes)
         except (BatchError, NatsError, asyncio.TimeoutError) as e:
             failures[type(e).__name__] += 1
-            log.warning("demo round %d: %s", done + 1, e)
+            log.warning("demo round %d: %s", done + 1, str(e) or repr(e))
         done += 1
         log.info("demo round %d done%s", done, f" (failures so far: {dict(failures)})" if failures else "")
         if rounds is None or done < rounds:

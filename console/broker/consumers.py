@@ -284,7 +284,7 @@ async def read_through(nc: Client, stream: str, durable: str, description: str) 
         while True:
             try:
                 messages = await reader.fetch(100, timeout=0.5)
-            except nats.errors.TimeoutError:
+            except asyncio.TimeoutError:  # nats-py raises its own subclass or, past its deadline, the plain one
                 return read
             for message in messages:
                 await message.ack()

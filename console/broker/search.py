@@ -137,7 +137,7 @@ class _Search:
                 try:
                     wait = min(IDLE, max(0.05, query.max_seconds - state.elapsed))
                     batch = await (puller.fetch(self.fetch, wait) if puller else sub.fetch(self.fetch, timeout=wait))
-                except nats.errors.TimeoutError:
+                except asyncio.TimeoutError:  # nats-py's own subclass, or the plain one past its deadline
                     if self._time_up() or (await sub.consumer_info()).num_pending:
                         continue  # slow, not done: a loaded machine took longer than IDLE to deliver a pull
                     return False  # nothing more in the range for the filter

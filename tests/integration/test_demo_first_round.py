@@ -40,6 +40,7 @@ async def test_the_demo_waits_for_the_collector_and_its_first_round_is_seen(tmp_
                                          stderr=err)
             assert demo.wait(timeout=180) == 0, demo_log.read_text()[-3000:]
             assert "the collector is reading: the demo starts" in demo_log.read_text()
+            assert "failures so far" not in demo_log.read_text(), demo_log.read_text()[-3000:]  # a round cut short
             log = EventLog.over(nc, EventLogSettings(key=event_key(data_dir=data)))
 
             async def reasons() -> set[str]:

@@ -61,3 +61,35 @@ def test_the_guard_finds_a_reach_by_attribute_and_by_name():
 
 def test_every_fast_path_is_on_with_the_pinned_nats_py():
     assert fast_paths(nats.aio.client.Client()) == {"publish": None, "tap": None, "parser": None}
+
+
+def fetches_caught_narrowly(tree: ast.AST) -> list[int]:
+    """Lines of `try` blocks that call `.fetch(..., timeout=...)` and catch nats-py's TimeoutError alone: past
+    its deadline nats-py's fetch raises asyncio's plain TimeoutError, which that misses (the demo's reader let
+    one through under load and its first round published nothing)."""
+    def caught(handler: ast.ExceptHandler) -> set[str]:
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        return {ast.unparse(t) for t in types if t is not None} if handler.type is not None else {"*"}
+
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        fetches = any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                      and call.func.attr == "fetch" and any(k.arg == "timeout" for k in call.keywords)
+                      for stmt in node.body for call in ast.walk(stmt))
+        names = set().union(*(caught(h) for h in node.handlers)) if node.handlers else set()
+        if fetches and "nats.errors.TimeoutError" in names \
+                and not names & {"asyncio.TimeoutError", "TimeoutError", "Exception", "BaseException", "*"}:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_a_fetchs_time_out_is_caught_as_asyncios():
+    offenders = {str(path.relative_to(CONSOLE)): found for path in CONSOLE.rglob("*.py")
+                 if (found := fetches_caught_narrowly(ast.parse(path.read_text())))}
+    assert offenders == {}, f"catch asyncio.TimeoutError around a fetch with a timeout: {offenders}"
+    assert fetches_caught_narrowly(ast.parse(
+        "try:\n    m = await sub.fetch(1, timeout=1)\nexcept nats.errors.TimeoutError:\n    pass")) == [1]
+    assert fetches_caught_narrowly(ast.parse(
+        "try:\n    m = await sub.fetch(1, timeout=1)\nexcept asyncio.TimeoutError:\n    pass")) == []
