@@ -28,6 +28,7 @@ def propose_batched_off(page, nats_url: str, web_url: str, stream: str) -> None:
     batched = page.get_by_role("checkbox", name="allow_batched")
     expect(batched).to_be_checked()  # the form is filled from the server first
     batched.uncheck()
+    expect(page.get_by_text("allow_batched: True → False")).to_be_visible(timeout=30_000)  # Apply has moved down
 
 
 def test_an_edit_from_the_browser_is_on_the_audit_page_with_its_user_and_change(console, page):

@@ -149,6 +149,7 @@ def edit_stream(page: Page, team: Team, may: bool) -> None:
     expect(batched).to_be_checked(timeout=30_000)
     batched.uncheck()
     if may:
+        expect(page.get_by_text("allow_batched: True → False")).to_be_visible(timeout=30_000)  # Apply moved down
         page.get_by_role("button", name="Apply").click()
         expect(page.get_by_text(f"Applied to {stream}.")).to_be_visible(timeout=15_000)
         return
@@ -483,6 +484,8 @@ def test_an_expired_session_and_a_forged_cookie_are_refused(team, browser):
     assert _status(team.short_url, session) == 200
     poll_until(lambda: _status(team.short_url, session) == 302, 75, "the session did not end", every=0.5)
     batched.click()  # the page stayed open: its action is refused in the action layer
+    # the diff drawn first: it moves Apply down, and a click aimed before it lands beside the button (it did once)
+    expect(page.get_by_text("allow_batched: True → False")).to_be_visible(timeout=30_000)
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text("the session has expired")).to_be_visible(timeout=30_000)  # its refusal recorded first
 
