@@ -16,9 +16,14 @@ class Backoff:
     failures: int = 0
     _started: float = field(default_factory=time.monotonic, repr=False)
 
+    @property
+    def recovered(self) -> bool:
+        """What it guards has run `stable_after` seconds since it last started: its failures are behind it."""
+        return self.stable_after is not None and time.monotonic() - self._started >= self.stable_after
+
     def wait(self) -> float:
         """The wait before the next try, this failure counted."""
-        if self.stable_after is not None and time.monotonic() - self._started >= self.stable_after:
+        if self.recovered:
             self.failures = 0
         self.failures += 1
         return self.after(self.failures)

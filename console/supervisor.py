@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,12 @@ from console.demo import DEMO_SUBJECTS
 from console.errors import ConfigError, ConsoleError
 
 CLI = str(Path(sys.executable).parent / "batch-console")
-BACKOFF = Backoff(first=1.0, most=60.0)  # before a part's restart: doubled after each failure in a row
 STABLE_AFTER = 60.0  # a part that ran this long has recovered: its next failure waits the first pause again
+
+
+def _restarts() -> Backoff:
+    """Before a part's restart: 1 s doubled after each failure in a row, to a minute."""
+    return Backoff(first=1.0, most=60.0, stable_after=STABLE_AFTER)
 
 
 def _ended_with_the_supervisor() -> None:
@@ -46,16 +50,16 @@ class Part:
     log_path: Path
     env: dict[str, str] | None = None
     proc: subprocess.Popen[bytes] | None = None
-    failures: int = 0  # in a row
+    restarts: Backoff = field(default_factory=_restarts)
     restart_at: float | None = None  # when it is down and waiting to be started again
-    started_at: float = 0.0
     last_exit: str | None = None
     log_from: int = 0  # where this start's output begins in the log, which keeps every start's
     pass_fds: tuple[int, ...] = ()  # the supervisor's sockets each start inherits
     may_finish: bool = False  # its work can end (the demo's rounds): an exit with code 0 is done, not a failure
 
     def start(self) -> None:
-        self.restart_at, self.started_at = None, time.monotonic()
+        self.restart_at = None
+        self.restarts.started()
         log = open(private_file(self.log_path), "a")
         self.log_from = log.seek(0, os.SEEK_END)
         self.proc = subprocess.Popen([CLI, *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
@@ -81,8 +85,10 @@ class Part:
             return "finished"
         return f"running (pid {self.proc.pid})" if code is None else f"exited ({code})"
 
-    def backoff(self) -> float:
-        return BACKOFF.after(self.failures)
+    @property
+    def failures(self) -> int:
+        """Its failures in a row (none once it has run STABLE_AFTER seconds)."""
+        return 0 if self.restarts.recovered else self.restarts.failures
 
     def output(self) -> str:
         """What this start of the part wrote so far."""
@@ -246,17 +252,14 @@ class Supervisor:
                     self.say(f"{part.name}: restarted, {part.state}")
                 continue
             if part.started.poll() is None:
-                if part.failures and now - part.started_at >= STABLE_AFTER:
-                    part.failures = 0
                 continue
             if part.state == "finished":
                 if part.last_exit != "finished":
                     part.last_exit = "finished"
                     self.say(f"{part.name}: finished")
                 continue
-            part.failures += 1
+            part.restart_at = now + part.restarts.wait()
             part.last_exit = f"code {part.started.returncode}: {part.last_words()}"
-            part.restart_at = now + part.backoff()
             self.say(f"{part.name} exited with {part.last_exit}; {part.state} (failure {part.failures} in a row)")
         self._write_states()
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-import cel
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
 from console.domain.wire import INT64_MAX, MalformedInput, has_control, stream_name_problem
@@ -143,6 +142,8 @@ class Predicate:
                 self.patterns.compiled(pattern)
             except PredicateError as e:
                 raise SearchRefused(f"where: {e}") from None
+        import cel  # here, not at the top: its package loads a CLI (prompt_toolkit, rich) that costs every
+        # process of the console 0.15 s at start, and most never compile a predicate
         try:
             self._program = cel.compile(shape.rewritten.strip()) if self.text else None
         except Exception as e:  # the parser's own words, cut

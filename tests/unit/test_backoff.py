@@ -24,7 +24,9 @@ def test_a_run_longer_than_stable_after_starts_over(monkeypatch):
     backoff.started()
     assert [backoff.wait() for _ in range(3)] == [1.0, 2.0, 4.0]  # failing at once, again and again
     backoff.started()
+    assert not backoff.recovered
     now[0] += 61  # it ran a minute before failing: recovered
+    assert backoff.recovered and backoff.failures == 3  # said so before its next failure (up's status bar)
     assert backoff.wait() == 1.0
 
 
