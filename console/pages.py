@@ -268,16 +268,17 @@ def budgets(runtime: Runtime, actions: Actions, **params: Any) -> BudgetsPage:
 
 def maintenance(runtime: Runtime, actions: Actions, **params: Any) -> MaintenancePage:
     from console.broker.maintenance import server_names
-    from console.maintain import drain_node, maintenance_plan, restart_node
+    from console.domain.maintenance import Plan
+    from console.maintain import MaintenanceDone, drain_node, maintenance_plan, restart_node
 
-    def drain(plan: Any, progress: Any) -> Any:
-        return drain_node(runtime, actions, plan.node, progress, evacuate=plan.evacuate is not None)
+    async def drain(plan: Plan, progress: Callable[[str], None]) -> MaintenanceDone:
+        return await drain_node(runtime, actions, plan.node, progress, evacuate=plan.evacuate is not None)
 
-    def restart(node: Any, progress: Any) -> Any:
-        return restart_node(runtime, actions, node, progress)
+    async def restart(node: str, progress: Callable[[str], None]) -> MaintenanceDone:
+        return await restart_node(runtime, actions, node, progress)
 
-    def plan_for(node: Any, evacuate: Any) -> Any:
-        return maintenance_plan(runtime, node, None, evacuate)
+    async def plan_for(node: str, evacuate: bool) -> Plan:
+        return await maintenance_plan(runtime, node, None, evacuate)
 
     return MaintenancePage(nodes=lambda: server_names(runtime.nc, runtime.system_nc), plan_for=plan_for,
                            drain=drain, restart=restart if runtime.settings.web.restart_command else None,

@@ -15,6 +15,7 @@ from console.config import Settings
 from console.errors import ConfigError
 
 if TYPE_CHECKING:
+    from console.commands import ConsumerCommand
     from console.consumers import Reading
 
 ACTIONS = ("list", "pause", "resume", "reset", "unpin", "delete")
@@ -47,7 +48,7 @@ class Consumers(Subcommand):
         return asyncio.run(run_consumers(settings, args))
 
 
-def command_of(args: argparse.Namespace, now: datetime) -> Any:
+def command_of(args: argparse.Namespace, now: datetime) -> ConsumerCommand[Any]:
     """The audited command the arguments ask for; ConfigError for arguments that do not make one."""
     from console.broker import names
     from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer

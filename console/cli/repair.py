@@ -9,11 +9,14 @@ import asyncio
 import json
 import sys
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from console.cli.base import CONNECTED, WITH_EVENT_LOG, Subcommand
 from console.config import Settings
 from console.errors import ConfigError
+
+if TYPE_CHECKING:
+    from console.commands import PublishMessage
 
 
 class Manifests(Subcommand):
@@ -104,7 +107,7 @@ class Republish(Subcommand):
         return asyncio.run(republish_async(settings, args))
 
 
-def publish_command(args: argparse.Namespace) -> Any:
+def publish_command(args: argparse.Namespace) -> PublishMessage:
     """The action the arguments ask for; ConfigError for arguments that do not make one (nothing sent)."""
     from pathlib import Path
 

@@ -21,7 +21,7 @@ import param
 from bokeh.models import ColumnDataSource, FactorRange
 from bokeh.plotting import figure
 
-from console.commands import DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
+from console.commands import ConsumerCommand, DeleteConsumer, PauseConsumer, ResetConsumer, ResumeConsumer, UnpinConsumer
 from console.consumers import Reading, age, batches
 from console.domain.consumer_lag import STATES, pause_end
 from console.domain.toml_text import duration
@@ -187,7 +187,7 @@ class ConsumersPage(Clocked, pn.viewable.Viewer):
         if any(said) and not self.result.startswith("**The server refused"):
             self.result = next(s for s in said if s)
 
-    def command(self, name: str) -> Any:
+    def command(self, name: str) -> ConsumerCommand[Any]:
         """The command the form asks for (ValueError for a form that does not make one)."""
         if self.chosen not in self._targets:
             raise ValueError("choose a consumer")

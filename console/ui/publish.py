@@ -64,7 +64,7 @@ class PublishForm(pn.viewable.Viewer):
         if any(said) and not self.result.startswith("**The server refused"):
             self.result = next(s for s in said if s)
 
-    def command(self, name: str) -> Any:
+    def command(self, name: str) -> PublishMessage | RepublishMessages:
         """The action the form asks for (ValueError for a form that does not make one)."""
         if name == "publish":
             payload = self.payload.encode()
