@@ -36,7 +36,7 @@ soak="and not soak"
 set +e
 .venv/bin/python -m pytest -n "${BATCH_CONSOLE_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=30 -m "not alone $soak" "$@"
 parallel=$?
-.venv/bin/python -m pytest -m "alone $soak" "$@"
+.venv/bin/python -m pytest --durations=15 -m "alone $soak" "$@"
 alone=$?
 [ "$parallel" -eq 5 ] && parallel=0  # 5: nothing selected (a run of only the one kind)
 [ "$alone" -eq 5 ] && alone=0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import subprocess
 
-import pytest
 from playwright.sync_api import expect
 
 from console.commands import ANSWERS
@@ -41,8 +40,6 @@ def new_records(nats_url: str, data_dir: str, before: int, action: str) -> list[
     return poll_until(added, 30, f"no record of {action}", every=0.25)
 
 
-@pytest.mark.alone  # once in CI under the parallel run the refusal never showed in 15 s; alone it does, as
-# test_teams' (not understood yet)
 def test_on_a_read_only_console_no_action_that_changes_the_server_can_be_taken(console, data_dir, read_only_url,
                                                                                   page):
     """Each is refused where a crafted client can still ask for it, and audited; elsewhere it is not
