@@ -137,24 +137,30 @@ class Publishers:
         return new_batch and age > ASK_NOBODY_AGAIN
 
     async def stamp(self, events: list[BatchEvent]) -> list[BatchEvent]:
-        """The events with their batch's publisher, waiting for an answer still on its way."""
+        """The events with their batch's publisher, waiting together for the answers still on their way as
+        long as one ask may take (its tries, each waiting longer: a busy server answers the second)."""
+        futures = [self._known.get(prefix) if (prefix := self._batches.get(event.batch_id or "")) else None
+                   for event in events]
+        pending = {f for f, e in zip(futures, events) if f is not None and not f.done() and e.publisher is None}
+        if pending:
+            await asyncio.wait(pending, timeout=self.asked_within)
         out = []
-        for event in events:
-            prefix = self._batches.get(event.batch_id or "")
-            future = self._known.get(prefix) if prefix else None
-            if future is not None and event.publisher is None:
-                publisher = future.result() if future.done() else await self._answer(future)
-                if publisher is not None:
+        for event, future in zip(events, futures):
+            if future is not None and future.done() and event.publisher is None:
+                if (publisher := future.result()) is not None:
                     event = event.but(publisher=publisher)
             out.append(self._with_probable_stream(event))
         return out
 
-    async def _answer(self, future: asyncio.Future[Publisher | None]) -> Publisher | None:
-        """An answer still on its way (the first events of a new prefix), waited for a bounded while."""
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), self.answer_within * 2)
-        except asyncio.TimeoutError:
-            return None
+    @property
+    def asked_within(self) -> float:
+        """The longest one ask takes: each of its tries waits twice the one before, from answer_within (a
+        stamp that waited two of them wrote a nats.js publisher's loss unnamed on a loaded CI machine)."""
+        tries = self._tries()
+        return sum(tries.after(n) for n in range(1, ASK_AGAIN + 2))
+
+    def _tries(self) -> Backoff:
+        return Backoff(first=self.answer_within, most=self.answer_within * 2 ** ASK_AGAIN)
 
     def _with_probable_stream(self, event: BatchEvent) -> BatchEvent:
         """Learn which stream a connection publishes to; where an event's own stream is not known, give
@@ -190,7 +196,7 @@ class Publishers:
             self.requests += 1
             if self.system_nc is None or self.account is None:
                 raise ValueError("no system account to ask")  # _saw asks only with one
-            longer = Backoff(first=self.answer_within, most=self.answer_within * 2 ** ASK_AGAIN)  # a busy server
+            longer = self._tries()  # a busy server answers a later try
             for attempt in range(ASK_AGAIN + 1):
                 try:
                     found = await ask_connz(self.system_nc, self.account, prefix, subject, longer.wait(), self.errors,
