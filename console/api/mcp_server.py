@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 import httpx
 
-from console.api.callers import Callers, Unauthenticated
 from console.api.problems import Problem
 from console.domain.audit import Actor
 from console.errors import ConfigError
 from console.api.mcp_tools import READS, WRITES, path_segment, operations, tool_function
+
+if TYPE_CHECKING:  # the web process's: `batch-console mcp` (stdio) starts without the web's sign-in (panel)
+    from console.api.callers import Callers
 
 log = logging.getLogger("console.mcp")
 
@@ -146,6 +148,8 @@ def http_app(api_app: Any, callers: Callers, console_url: str, host: str, writes
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from pydantic import AnyHttpUrl
+
+    from console.api.callers import Unauthenticated
 
     class Verifier:
         async def verify_token(self, token: str) -> AccessToken | None:
