@@ -191,12 +191,19 @@ class EventLog:
         out: list[tuple[int, BatchEvent]] = []
         seen = RecentIds()
         timeout = idle_timeout
+        asked, received = False, 0
         try:
             while True:
                 try:
                     msg = await sub.next_msg(timeout=timeout)
                 except nats.errors.TimeoutError:
+                    if not received and not asked and await self._undelivered(sub):
+                        # A loaded server's first delivery, not an empty window (a drain's ledger read none of
+                        # the losses beside it on a busy cluster)
+                        asked, timeout = True, max(idle_timeout, STALLED_AT_MOST)
+                        continue
                     break  # nothing matching the filter remains (or the server stalled past STALLED_AT_MOST)
+                received += 1
                 seq = msg.metadata.sequence.stream
                 if past_end(seq, msg.metadata.timestamp):
                     break
@@ -210,6 +217,16 @@ class EventLog:
         finally:
             await sub.unsubscribe()
         return out
+
+    @staticmethod
+    async def _undelivered(sub: JetStreamContext.PushSubscription) -> bool:
+        """Whether the server holds records for a reader that has had none yet, or has sent some that have
+        not reached it (False when it cannot say)."""
+        try:
+            info = await sub.consumer_info()
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+            return False
+        return bool(info.num_pending) or bool(info.delivered and info.delivered.consumer_seq)
 
     async def follow(self, since: datetime | int, kind_filter: str = ">") -> AsyncIterator[tuple[int, BatchEvent | None]]:
         """Every record from `since` on (a time, or a stream sequence), then live: (seq, event), or

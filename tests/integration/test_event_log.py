@@ -81,3 +81,15 @@ async def test_an_operators_limits_on_an_existing_log_are_kept(nc):
     )
     assert config.duplicate_window == EventLogSettings().duplicate_window  # what the console needs
     assert any("duplicate window" in n for n in notes) and any("max_msgs of 5000" in n for n in notes)
+
+
+async def test_a_window_whose_first_delivery_is_late_is_read_whole_not_empty(nc):
+    """A loaded server delivers a window's first record after the idle wait: the read asks what is pending
+    before it calls the window empty (a drain's ledger once read no loss beside it on a busy cluster)."""
+    log = EventLog(nc.jetstream(), EventLogSettings(stream="LOG_LATE", subject_prefix="log_late"))
+    await log.ensure()
+    start = datetime.now(timezone.utc)
+    await log.append([event(1), event(2)])
+    end = datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert [e.event_id for _, e in await log.window(start, end, idle_timeout=1e-6)] == ["test.1", "test.2"]
+    assert await log.window(end, end + timedelta(seconds=1), idle_timeout=1e-6) == []  # empty: said at once
