@@ -137,9 +137,12 @@ def sign_in(browser, url: str, user: str) -> Page:
 
 
 def crafted_click(page: Page, label: str) -> None:
-    # the page's first paint is inert HTML: the control is the live document's, once its scripts have run
+    # the page's first paint is inert HTML: the control is the live document's, once its scripts have run.
+    # The click is sent to the button itself, not to where it was: the header's badges, redrawn every 2 s,
+    # can move the page between Playwright's aim and its click, and a click that lands beside the button
+    # is no click at all (CI: a refusal that never showed)
     page.wait_for_function(ENABLE, arg=label, timeout=15_000)
-    page.get_by_role("button", name=label, exact=True).click()
+    page.get_by_role("button", name=label, exact=True).dispatch_event("click")
 
 
 def edit_stream(page: Page, team: Team, may: bool) -> None:
