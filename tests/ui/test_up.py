@@ -33,11 +33,15 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def up(tmp_path):
+def up(tmp_path, request):
+    """`up --demo`; a test marked `up_without(...)` starts it without those parts (`--without`): the analytics
+    part is a Spark JVM, which a test that never reads History need not pay for."""
     port, nats_port = free_port(), free_port()
     log = tmp_path / "up.out"
+    without = request.node.get_closest_marker("up_without")
     proc = subprocess.Popen([CLI, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--nats-port",
-                             str(nats_port), "--demo", "--demo-every", "5", "--analytics-every", "10"],
+                             str(nats_port), "--demo", "--demo-every", "5", "--analytics-every", "10",
+                             *(["--without", ",".join(without.args)] if without else [])],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/", proc, log, timeout=90)
@@ -79,6 +83,7 @@ def test_up_demo_shows_every_outcome_live_and_in_history_and_ctrl_c_leaves_nothi
     poll_until(lambda: not any(alive(p) for p in started), 30, "a process outlived Ctrl-C")
 
 
+@pytest.mark.up_without("analytics")
 def test_a_killed_collector_is_restarted_and_loses_nothing(up):
     proc, log, _, nats_url = up
     poll_until(lambda: pids(log.read_text(), "collector"), 30, "no collector started")
@@ -91,7 +96,7 @@ def test_a_killed_collector_is_restarted_and_loses_nothing(up):
         advisories, events, distinct = map(int, nats_tool("abandonments", nats_url).split())
         return advisories >= 8 and advisories == events == distinct
     poll_until(every_advisory_logged_once, 120, f"advisories and events differ: {nats_tool('abandonments', nats_url)}")
-    assert all(alive(p) for name in ("web", "analytics", "demo") for p in pids(log.read_text(), name))
+    assert all(alive(p) for name in ("web", "demo") for p in pids(log.read_text(), name))
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
 
@@ -134,6 +139,7 @@ def test_a_supervisor_killed_outright_takes_its_parts_with_it(up):
                lambda: f"parts still running: {[p for p in parts if alive(p)]}")
 
 
+@pytest.mark.up_without("analytics")
 def test_up_gives_its_collector_the_system_account_and_the_commands_beside_it_its_urls(up):
     """Before, the embedded server had no system account (every demo loss 'publisher unknown', BATCH_022
     on every demo) and `check` beside `up` could not find the monitoring port it chose ('assumed')."""
