@@ -4,8 +4,12 @@ starts over after a success or once what it guards has run `stable_after` second
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable, TypeVar, overload
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,3 +42,37 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+Failures = type[Exception] | tuple[type[Exception], ...]
+
+
+@overload
+async def keep_trying(attempt: Callable[[], Awaitable[T]], backoff: Backoff, retry_on: Failures,
+                      said: Callable[[Exception, float], None], stop: None = None) -> T: ...
+
+
+@overload
+async def keep_trying(attempt: Callable[[], Awaitable[T]], backoff: Backoff, retry_on: Failures,
+                      said: Callable[[Exception, float], None], stop: asyncio.Event) -> T | None: ...
+
+
+async def keep_trying(attempt: Callable[[], Awaitable[T]], backoff: Backoff, retry_on: Failures,
+                      said: Callable[[Exception, float], None], stop: asyncio.Event | None = None) -> T | None:
+    """`attempt()` until it returns (its answer), each failure of the kinds `retry_on` said (the error, the
+    wait) and waited for as `backoff` says; None once `stop` is set, which also cuts a wait short."""
+    while stop is None or not stop.is_set():
+        backoff.started()
+        try:
+            return await attempt()
+        except retry_on as e:
+            wait = backoff.wait()
+            said(e, wait)
+            if stop is None:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+    return None

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from console.backoff import Backoff
+from console.backoff import Backoff, keep_trying
 from console.config import Settings
 from console.domain.systems import DEFAULT
 from console.errors import NatsUnreachableError
@@ -70,19 +70,15 @@ class Fleet:
         return runtime
 
     async def _keep_trying(self, name: str, prepare: Callable[[Runtime], Awaitable[None] | None]) -> None:
-        backoff = Backoff(*RETRY)
-        while True:
-            try:
-                self._runtimes[name] = await self._open(name, prepare)
-                self.unreached.pop(name, None)
-                log.info("system %s: open", name)
-                return
-            except NatsUnreachableError as e:
-                self.unreached[name] = str(e)[:300]
-                wait = backoff.wait()
-                log.warning("system %s: not reachable (%s): trying again in %gs; the others are shown meanwhile",
-                            name, e, wait)
-                await asyncio.sleep(wait)
+        def unreached(e: Exception, wait: float) -> None:
+            self.unreached[name] = str(e)[:300]
+            log.warning("system %s: not reachable (%s): trying again in %gs; the others are shown meanwhile",
+                        name, e, wait)
+
+        self._runtimes[name] = await keep_trying(lambda: self._open(name, prepare), Backoff(*RETRY),
+                                                 NatsUnreachableError, unreached)
+        self.unreached.pop(name, None)
+        log.info("system %s: open", name)
 
     def runtime(self, name: str | None = None) -> Runtime | None:
         """The named system's runtime (None: not open yet); without a name, the first one open."""

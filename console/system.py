@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from console.backoff import Backoff
+from console.backoff import Backoff, keep_trying
 from console.broker.admin import StreamAdmin
 from console.broker.consumers import ConsumerAdmin
 from console.broker.connection import Connection, cancelled, close, connect, is_closed, why_closed
@@ -99,17 +99,16 @@ class NatsSystem:
                 why = why_closed(nc)
                 what = "system account connection" if system else "connection"
                 log.warning("NATS %s closed (%s): opening it again", what, why)
-                while True:
+
+                async def reopen() -> Connection:
                     if not system:
                         self.reopening(f"opening again ({why[:80]})")
-                    try:
-                        account = self.settings.system.connection(self.settings.connection) if system else None
-                        fresh = await connect(account or self.settings.connection, give_up_after=10.0)
-                        break
-                    except Exception as e:  # unreachable, refused: later, with backoff
-                        wait = backoff.wait()
-                        log.warning("NATS %s not opened again: %s; next try in %gs", what, e, wait)
-                        await asyncio.sleep(wait)
+                    account = self.settings.system.connection(self.settings.connection) if system else None
+                    return await connect(account or self.settings.connection, give_up_after=10.0)
+
+                # unreachable, refused: later, with backoff
+                fresh = await keep_trying(reopen, backoff, Exception, lambda e, wait: log.warning(
+                    "NATS %s not opened again: %s; next try in %gs", what, e, wait))
                 backoff.reset()
                 if system:
                     self.system_nc = fresh

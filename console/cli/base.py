@@ -8,9 +8,9 @@ import argparse
 import asyncio
 import logging
 import signal
-from typing import Any, ClassVar
+from typing import Any, Awaitable, ClassVar
 
-from console.backoff import Backoff
+from console.backoff import Backoff, keep_trying
 from console.config import Settings
 from console.runtime import Runtime
 
@@ -68,18 +68,10 @@ async def opened(settings: Settings, stop: asyncio.Event, said: str, retry: bool
     is said and tried again, with a growing pause up to 30 s, until it opens (None: stopped meanwhile)."""
     from console.errors import NatsUnreachableError
 
-    backoff = Backoff(first=1.0, most=30.0)
-    while True:
-        try:
-            return await Runtime.open(settings, give_up_after=settings.connection.connect_timeout if retry else 30.0,
-                                      **options)
-        except NatsUnreachableError as e:
-            if not retry:
-                raise
-            wait = backoff.wait()
-            log.warning("%snot reachable (%s): trying again in %gs; the other systems go on meanwhile", said, e, wait)
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-                return None
-            except asyncio.TimeoutError:
-                pass
+    def attempt() -> Awaitable[Runtime]:
+        return Runtime.open(settings, give_up_after=settings.connection.connect_timeout if retry else 30.0, **options)
+
+    if not retry:
+        return await attempt()
+    return await keep_trying(attempt, Backoff(first=1.0, most=30.0), NatsUnreachableError, lambda e, wait: log.warning(
+        "%snot reachable (%s): trying again in %gs; the other systems go on meanwhile", said, e, wait), stop)

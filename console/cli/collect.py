@@ -9,7 +9,7 @@ import logging
 import os
 from dataclasses import replace
 
-from console.backoff import Backoff
+from console.backoff import Backoff, keep_trying
 from console.broker.connection import connect
 from console.broker.quarantine import QuarantineSettings
 from console.cli.base import WITH_EVENT_LOG, Subcommand, log, opened, stop_on_signals
@@ -61,18 +61,10 @@ async def _collect_kept(settings: Settings, stop: asyncio.Event, said: str) -> N
     """One of several systems' collectors, started again (with a growing pause up to 30 s) whatever ended it:
     a server that takes the connection and then answers nothing, or nonsense, costs its own system alone."""
     backoff = Backoff(first=1.0, most=30.0, stable_after=60.0)  # a collector that ran a minute starts over
-    while not stop.is_set():
-        backoff.started()
-        try:
-            await _collect_one(settings, stop, said, retry=True)
-        except Exception as e:  # noqa: BLE001  # any failure of one system's collector: the others go on
-            wait = backoff.wait()
-            log.warning("%sthe collector stopped (%s): started again in %gs; the other systems go on meanwhile",
-                        said, str(e)[:300] or type(e).__name__, wait)
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+    await keep_trying(lambda: _collect_one(settings, stop, said, retry=True), backoff, Exception,
+                      lambda e, wait: log.warning("%sthe collector stopped (%s): started again in %gs; the other "
+                                                  "systems go on meanwhile", said, str(e)[:300] or type(e).__name__,
+                                                  wait), stop)
 
 
 async def _collect_one(settings: Settings, stop: asyncio.Event, said: str, retry: bool = False) -> None:
