@@ -31,7 +31,7 @@ fi
 # bound of a fraction of a second, or a part's timer, which the others' load would make meaningless.
 # BATCH_CONSOLE_SOAK=1 (before a release) adds the long repetitions marked `soak` and tries each property
 # ten times more (tests/soak.py).
-# Bytecode is kept (some machines set PYTHONDONTWRITEBYTECODE): the run starts some 700 Python processes
+# Bytecode is kept (some machines set PYTHONDONTWRITEBYTECODE): the run starts some 800 Python processes
 # (workers, the console's parts, its CLI) and each would compile the package and the tests from source again.
 export PYTHONDONTWRITEBYTECODE=
 soak="and not soak"
