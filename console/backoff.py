@@ -5,6 +5,7 @@ starts over after a success or once what it guards has run `stable_after` second
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, TypeVar, overload
@@ -70,9 +71,7 @@ async def keep_trying(attempt: Callable[[], Awaitable[T]], backoff: Backoff, ret
             said(e, wait)
             if stop is None:
                 await asyncio.sleep(wait)
-                continue
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)
     return None

@@ -191,7 +191,7 @@ class EventLog:
         out: list[tuple[int, BatchEvent]] = []
         seen = RecentIds()
         timeout = idle_timeout
-        asked, received = False, 0
+        asked = received = False
         try:
             while True:
                 try:
@@ -203,7 +203,7 @@ class EventLog:
                         asked, timeout = True, max(idle_timeout, STALLED_AT_MOST)
                         continue
                     break  # nothing matching the filter remains (or the server stalled past STALLED_AT_MOST)
-                received += 1
+                received = True
                 seq = msg.metadata.sequence.stream
                 if past_end(seq, msg.metadata.timestamp):
                     break
