@@ -171,11 +171,31 @@ class DurableAdvisories:
         return (await self.js.consumer_info(self.stream, self.durable)).num_pending or 0
 
 
+class _Handing:
+    """Where a queued subscription's task is in the wire's order: the arrival of the message it last took
+    from its queue, and whether its handler still holds that one."""
+
+    __slots__ = ("sub", "last", "busy")
+
+    def __init__(self) -> None:
+        self.sub: Subscription | None = None
+        self.last, self.busy = 0, False
+
+    def first_unhanded(self) -> int | None:
+        """The lowest arrival this subscription may still hand over (its queue is in the wire's order)."""
+        if self.busy:
+            return self.last
+        if self.sub is not None and self.sub.pending_msgs:
+            return self.last + 1
+        return None
+
+
 class Subscriptions:
     """Core subscriptions that hand Inbound messages to handlers, drained together at the end."""
 
     def __init__(self) -> None:
         self._subs: list[Subscription] = []
+        self._handing: list[_Handing] = []
 
     async def follow(self, nc: Connection, subject: str, handler: Handler, queue: str = "") -> None:
         async def on_msg(msg: Msg) -> None:
@@ -185,11 +205,28 @@ class Subscriptions:
 
     async def _subscribe(self, nc: Connection, subject: str, cb: Callable[[Msg], Awaitable[None]], queue: str) -> None:
         nc.msg_class = ArrivalMsg  # what this connection reads from now on carries its arrival
-        self._subs.append(await nc.subscribe(subject, queue=queue, cb=cb))
+        handing = _Handing()
+
+        async def handed(msg: Msg) -> None:
+            handing.last, handing.busy = getattr(msg, "arrival", 0), True
+            try:
+                await cb(msg)
+            finally:
+                handing.busy = False
+
+        handing.sub = await nc.subscribe(subject, queue=queue, cb=handed)
+        self._subs.append(handing.sub)
+        self._handing.append(handing)
 
     def backlog(self) -> int:
         """Messages the server has sent that wait, read, for their handler."""
         return sum(sub.pending_msgs for sub in self._subs)
+
+    def first_unhanded(self) -> int | None:
+        """The lowest arrival a subscription's task may still hand to its handler; None when every message
+        read so far has been handed over (a reader handed them as they were read). Whatever is read later
+        arrives later."""
+        return min((at for h in self._handing if (at := h.first_unhanded()) is not None), default=None)
 
     async def read(self, nc: Connection, subject: str, reader: Reader, queue: str = "", queued: bool = False) -> None:
         """A reader that never waits is handed each message as the connection parses it: in the wire's order,
@@ -228,6 +265,7 @@ class Subscriptions:
             except (asyncio.TimeoutError, nats.errors.Error):
                 pass
         self._subs.clear()
+        self._handing.clear()
 
 
 async def stream_of_subject(nc: Connection, subject: str) -> str | None:

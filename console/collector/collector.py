@@ -105,7 +105,7 @@ class Collector:
         self._totals: asyncio.Task[None] | None = None
         self.grading = None if settings.no_conformance else \
             Grading(self.publishers, self.report_instance, settings.batch_timeout_or_default,
-                    settings.status_every)
+                    settings.status_every, self._subs.first_unhanded)
         self.taps = TapReader(nc, settings, self.intake, self.publishers, self._subs, self.loops, self.errors,
                               stopping, self.grading)
         self.cpu = CpuPriority(CpuMode(settings.cpu)) if settings.cpu else None

@@ -30,7 +30,8 @@ AGAIN_AFTER_PASSES = 12  # a client's counts are written again this many passes 
 
 
 class Grading:
-    def __init__(self, publishers: Publishers, instance: str, batch_timeout: float, every: float):
+    def __init__(self, publishers: Publishers, instance: str, batch_timeout: float, every: float,
+                 first_unhanded: Callable[[], int | None]):
         self.publishers = publishers
         self.grader = Grader(batch_timeout, max_batch_size=None, resolve=publishers.lookup,
                              asking=publishers.asking)
@@ -40,7 +41,7 @@ class Grading:
         self.behind = 0  # inputs graded out of the wire's order: the collector fell far behind
         self._last = time.monotonic()
         self._pending: list[tuple[Any, ...]] = []  # (arrival, what, ...) in the order handled, graded in the wire's
-        self._fresh = 0  # where the inputs handled since the last pass start in _pending
+        self._first_unhanded = first_unhanded  # the taps' lowest arrival not handed over yet (None: all were)
 
     # What the taps hand over, as they handle it; graded in the order the server sent it (see ArrivalMsg).
 
@@ -63,17 +64,16 @@ class Grading:
                 self._pending.append((arrival, REFUSED, event))
 
     def grade(self, everything: bool = False) -> None:
-        """Grade what every tap has handled by now that arrived before the first input handled since the
-        last pass (a tap's task may still hold inputs that arrived before that one)."""
-        pending, fresh = self._pending, self._pending[self._fresh:]
-        cut = None if everything or len(pending) > MAX_PENDING else min((i[0] for i in fresh), default=None)
+        """Grade, in the wire's order, every input that arrived before the first one a tap's task has not
+        handed over yet: however far one task is behind the others, nothing it still holds is overtaken."""
+        pending = self._pending
+        cut = None if everything or len(pending) > MAX_PENDING else self._first_unhanded()
         if len(pending) > MAX_PENDING:
             self.behind += len(pending)
             self.publishers.errors.add("conformance: fell behind, inputs graded out of the wire's order")
         pending.sort(key=_arrival)
         split = len(pending) if cut is None else bisect_left(pending, cut, key=_arrival)
         ready, self._pending = pending[:split], pending[split:]
-        self._fresh = len(self._pending)
         g, at = self.grader, now()
         for item in ready:
             what = item[1]

@@ -8,6 +8,9 @@ import nats
 
 from console.broker.capture import Inbound, Subscriptions
 from console.broker.connection import flush
+from console.collector.grading import Grading
+from console.collector.publishers import Publishers
+from console.domain.conformance import ClientVerdict
 from tests.raw_protocol import hpub, send_raw
 from tests.waits import wait_until
 
@@ -48,6 +51,54 @@ async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_que
         assert heard[1].subject == f"{PREFIX}.c.b1.10.ok.20.1.$FI" and heard[0].reply is None
         assert not any(m.no_responders for m in heard)
         assert sum(sub.pending_msgs for sub in subs._subs) == 0 and tap.stats["in_msgs"] >= len(bodies)
+    finally:
+        await tap.close()
+
+
+async def test_grading_keeps_the_wires_order_however_far_the_publish_side_s_task_falls_behind(nats_server, nc):
+    """A client that sends 59 messages past its start at a flow of 10 without waiting for an ack (F05). The
+    publish side's task holds them while the replies' task hands over every ack, and the grader passes
+    twice meanwhile: graded ahead of the messages, those acks would make the client look as if it waited
+    (CI, under load: a faulty publisher graded as conforming). The converse, late acks, is a false F05."""
+    tap = await nats.connect(nats_server.url)
+    subs = Subscriptions()
+    grading = Grading(Publishers(None, None), "t", batch_timeout=10, every=1, first_unhanded=subs.first_unhanded)
+    gate, handed = asyncio.Event(), []
+
+    async def publish_side(msg: Inbound) -> None:
+        await gate.wait()
+        grading.fast_message(msg)
+        handed.append(msg)
+
+    def reply(msg: Inbound) -> None:
+        grading.reply(msg)
+        handed.append(msg)
+
+    await subs.follow(tap, "graded.x", publish_side)
+    await subs.tap_fast_replies(tap, PREFIX, reply, queued=True)
+    await flush(tap)
+    try:
+        def fi(seq: int, op: int) -> str:
+            return f"{PREFIX}.bo.10.ok.{seq}.{op}.$FI"
+
+        await nc.publish("graded.x", b"x", reply=fi(1, 0))
+        await nc.publish(fi(1, 0), b'{"type":"ack","seq":0,"msgs":10}')  # the start answered
+        for seq in range(2, 61):
+            await nc.publish("graded.x", b"x", reply=fi(seq, 1))
+        for seq in range(10, 61, 10):
+            await nc.publish(fi(seq, 1), b'{"type":"ack","seq":%d,"msgs":10}' % seq)
+        await nc.flush()
+        await wait_until(lambda: len(handed) == 7, what=_said("every reply handed over", tap, handed))
+        assert subs.first_unhanded() is not None
+        grading.grade()
+        grading.grade()  # two passes while the publish side's task still holds the batch's messages
+        gate.set()
+        await wait_until(lambda: len(handed) == 7 + 60, what=_said("every message handed over", tap, handed))
+        await wait_until(lambda: subs.first_unhanded() is None, what="the publish side's task done")
+        told: list = []
+        grading.tick(lambda events, _source: told.extend(events), everything=True)  # as the collector stops
+        [verdict] = [ClientVerdict.from_json(e.detail) for e in told]
+        assert verdict.failing == ["F05"], verdict.results
     finally:
         await tap.close()
 
