@@ -113,7 +113,7 @@ def peaks(url: str, data_dir: Path, master: str | None, executors: int | None) -
     of the driver's JVM, of the executors: the process tree under `executors`, the worker, but it)."""
     code = ("import sys; from pathlib import Path; from console.analytics.job import JobSettings, run_once, "
             "spark_session; from console.analytics.source import SourceOptions; s = spark_session(sys.argv[3] or None); "
-            "r = run_once(s, JobSettings(Path(sys.argv[2]), SourceOptions.parse({'servers': sys.argv[1], "
+            "r = run_once(lambda: s, JobSettings(Path(sys.argv[2]), SourceOptions.parse({'servers': sys.argv[1], "
             "'partitions': '2'}))); print(r.events_read, r.seconds)")
     proc = subprocess.Popen([sys.executable, "-c", code, url, str(data_dir), master or ""], stdout=subprocess.PIPE,
                             text=True, cwd=Path(__file__).resolve().parents[1],
@@ -200,19 +200,19 @@ def speed(args) -> None:
 
         # The session's first run pays the JVM's compiling of the job's code (the scope and aggregates
         # ran 2-3x slower); a second run over the same events, into a new directory, is the warm figure.
-        cold, cold_s = timed(lambda: run_once(spark, JobSettings(tmp / "cold", source=source)))
+        cold, cold_s = timed(lambda: run_once(lambda: spark, JobSettings(tmp / "cold", source=source)))
         full_dir = tmp / "full"
-        report, full_s = timed(lambda: run_once(spark, JobSettings(full_dir, source=source)))
+        report, full_s = timed(lambda: run_once(lambda: spark, JobSettings(full_dir, source=source)))
 
         more = args.events // 10
         asyncio.run(fill(server.url, synthetic(args.days, max(1, args.days // 10), more, seed=2)))
-        incremental, incr_s = timed(lambda: run_once(spark, JobSettings(full_dir, source=source)))
+        incremental, incr_s = timed(lambda: run_once(lambda: spark, JobSettings(full_dir, source=source)))
         shutil.rmtree(tmp / "again", ignore_errors=True)
-        recompute, recompute_s = timed(lambda: run_once(spark, JobSettings(tmp / "again", source=source)))
+        recompute, recompute_s = timed(lambda: run_once(lambda: spark, JobSettings(tmp / "again", source=source)))
         small = []
         for i in range(3):
             asyncio.run(fill(server.url, synthetic(args.days + max(1, args.days // 10) - 1, 1, 1000, seed=3 + i)))
-            small.append(run_once(spark, JobSettings(full_dir, source=source)))
+            small.append(run_once(lambda: spark, JobSettings(full_dir, source=source)))
         spark.stop()
 
     print(f"\n{'read of the event log':<56}{'events':>10}{'seconds':>10}{'events/s':>12}")

@@ -34,6 +34,7 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from footprint import tree_memory  # noqa: E402
 from measure import cpu_seconds, percentile  # noqa: E402
 from console.broker.cluster import free_port  # noqa: E402
 from console.storage import sqlite  # noqa: E402
@@ -218,6 +219,7 @@ def main() -> None:
             samples, ledger = asyncio.run(sample(f"nats://127.0.0.1:{nats_port}", data / "console.db", args.minutes * 60, cpu,
                                          args.rate if args.mode == "load" else 0.0))
             cores = cpu.seconds() / (samples[-1][0] - samples[0][0]) if cpu else float("nan")
+            held = tree_memory(up.pid).get("analytics", 0)  # resident, its JVM and Spark's workers included
         finally:
             up.send_signal(signal.SIGTERM)
             up.wait(timeout=60)
@@ -227,7 +229,7 @@ def main() -> None:
     events = samples[-1][1] - samples[0][1]
     if args.mode in ("idle", "quiet"):
         print(f"mode {args.mode}: {events:,} events over {args.minutes} min; analytics part CPU {cores:.3f} cores "
-              f"(its JVM included; target < 0.05)")
+              f"(its JVM included; target < 0.05), {held / 2**20:,.0f} MiB resident at the end")
         return
     found = lags(samples)
     seconds = samples[-1][0] - samples[0][0]

@@ -162,15 +162,21 @@ def _records(table: pa.Table, drop: tuple[str, ...] = ()) -> Iterator[dict[str, 
             yield {k: as_utc(v) if isinstance(v, datetime) else v for k, v in row.items() if k not in drop}
 
 
-def run_once(spark: SparkSession, settings: JobSettings,
+def run_once(session: Callable[[], SparkSession], settings: JobSettings,
              progress: Callable[[int, int], None] = lambda done, total: None, defer_heartbeats: int = 0) -> RunReport:
     """One run over everything the log holds past the offset; `progress(sequences read, of)` after
     each step. Up to `defer_heartbeats` new sequences holding nothing but the collector's heartbeat
     (asked of the server, without Spark) are left to the next run, which reads them with the rest:
-    History is level with them, and an idle log costs no Spark job."""
+    History is level with them, and an idle log costs no Spark job. `session` is asked for Spark only
+    where the run needs it (a LazySession starts it then)."""
     started = time.perf_counter()
     stages = Stages()
-    spark.dataSource.register(JetStreamDataSource)
+
+    def spark() -> SparkSession:
+        started_session = session()
+        started_session.dataSource.register(JetStreamDataSource)
+        return started_session
+
     engine = sqlite.open_db(settings.db_path)
     done = sqlite.offset(engine, EVENTS_SOURCE)
     options = settings.source
@@ -196,7 +202,6 @@ def run_once(spark: SparkSession, settings: JobSettings,
 
     seen = NewEvents()
     raw_path = settings.delta("events")
-    reader = spark.read.format("jetstream").options(**options.to_options())
     for first in range(done + 1, last + 1, settings.max_events):
         end = min(last, first + settings.max_events - 1)
         with stages("read and write"):
@@ -205,6 +210,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
                 rows = asyncio.run(_read_range(options, SeqRange(first, end)))
                 summary = pa.Table.from_batches(writer(iter([_arrow_batch(rows)])))
             else:  # one Spark job per step: the executors write, the driver gets a summary
+                reader = spark().read.format("jetstream").options(**options.to_options())
                 step = reader.option("start_seq", first).option("end_seq", end).load()
                 summary = step.mapInArrow(writer, STEP_SUMMARY_DDL).toArrow()
             files = seen.add(summary)
@@ -216,7 +222,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
     written = 0
     if seen.history == 0 and settings.objectives and seen.days:  # stream totals alone: only the budgets move
         with stages("scope"):
-            scope, _ = _scope(spark, raw_path, sorted(seen.days), done)
+            scope, _ = _scope(spark(), raw_path, sorted(seen.days), done)
         with stages("budgets"):
             written = _budget_counts_only(settings, engine, scope, sorted(seen.days), last)
     elif seen.history == 0:  # nothing an aggregate counts: the offset moves past it
@@ -228,7 +234,7 @@ def run_once(spark: SparkSession, settings: JobSettings,
                 for name in AGGREGATES:  # their replaced files go at the same pace
                     delta.vacuum(settings.delta(name))
         with stages("scope"):
-            scope, replays = _scope(spark, raw_path, days, done)
+            scope, replays = _scope(spark(), raw_path, days, done)
         if replays:
             seen.skipped[REPLAYED] += replays
         written = _recompute(settings, engine, scope, days, done, seen, last, stages)
@@ -443,6 +449,25 @@ RETURNS_MEMORY = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRat
 # second tier compiled again and again (a small run cost 3.45 s of CPU with it, 2.06 s without:
 # README, "Keep the history"); --full-jit gives the second tier back, for a job working through a backlog.
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
+class LazySession:
+    """The Spark session a process's runs share, started by the first run that needs Spark: until a
+    loss or a batch reaches the log (a quiet system: heartbeats, canaries read in the driver), the
+    analytics part holds no JVM."""
+
+    def __init__(self, start: Callable[[], SparkSession]):
+        self._start = start
+        self._session: SparkSession | None = None
+
+    def __call__(self) -> SparkSession:
+        if self._session is None:
+            self._session = self._start()
+        return self._session
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.stop()
 
 
 def spark_session(master: str | None = None, app_name: str = "batch-console-analytics",

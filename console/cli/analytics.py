@@ -63,7 +63,7 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     from console.analytics.follow import HEARTBEATS_DEFERRED, WAKES_FOLLOW, follow
     from console.analytics.ledger_tail import LedgerTail
     from console.broker.log_watcher import AnyOf, LogWatcher
-    from console.analytics.job import JobSettings, run_once, spark_session  # PySpark loads only here
+    from console.analytics.job import JobSettings, LazySession, run_once, spark_session  # PySpark loads only here
     from console.analytics.source import SourceOptions
 
     a = settings.analytics
@@ -77,26 +77,27 @@ def cmd_analytics(settings: Settings, once: bool) -> int:
     jobs = {name: JobSettings(each.data.system_dir, SourceOptions.parse(spark_options(each)), max_events=a.max_events,
                               driver_reads_up_to=a.driver_reads_up_to, system=name)
             for name, each in (systems or {"": settings}).items()}
-    spark = spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers, driver_memory=a.driver_memory,
-                          full_jit=a.full_jit)
+    spark = LazySession(lambda: spark_session(a.master, remote=a.remote, keep_workers=a.keep_workers,
+                                              driver_memory=a.driver_memory, full_jit=a.full_jit))
     watchers: list[LogWatcher] = []
     tails: list[LedgerTail] = []
-    warm = False  # a follow process's first Spark run warms its session (a cold run is ~3x slower)
+    levelled = False  # a follow process's first run reads what the log holds, heartbeats too; later ones leave
+    # heartbeats to a run with more in it (Spark starts with the first run that needs it: LazySession)
 
     def run() -> None:
-        nonlocal warm
+        nonlocal levelled
         for name, job in jobs.items():
             said = f"analytics: system {name}: " if name else "analytics: "
             try:
                 report = run_once(spark, dataclasses.replace(job, objectives=objectives()),  # as the file is now
                                   progress=backlog_progress(job.max_events),
-                                  defer_heartbeats=HEARTBEATS_DEFERRED if a.follow and warm else 0)
+                                  defer_heartbeats=HEARTBEATS_DEFERRED if a.follow and levelled else 0)
             except Exception as e:  # of several systems, one not reached: the others run
                 if not name:
                     raise
                 print(f"{said}not run: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}", flush=True)
                 continue
-            warm = warm or report.events_read > 0 or bool(report.skipped)
+            levelled = levelled or report.events_read > 0 or bool(report.skipped)
             print(f"{said}{report.line()}", flush=True)
 
     try:

@@ -129,7 +129,7 @@ async def test_three_weeks_of_losses_spend_each_budget_as_counted_and_the_month_
 
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "partitions": "2"}),
                            objectives=tuple(OBJECTIVES))
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     rows = {(r.objective, r.measure): r for r in status_rows(sqlite.open_db(settings.db_path))}
     messages, batches = rows[("orders", "messages")], rows[("orders", "batches")]
     assert messages.lost == 42 and messages.total == HOURS * PER_HOUR + 42
@@ -195,5 +195,5 @@ async def _totals_alone(spark, server, now, settings) -> None:
     finally:
         await collector.stop()
         await nc.close()
-    report = await asyncio.to_thread(run_once, spark, settings)
+    report = await asyncio.to_thread(run_once, lambda: spark, settings)
     assert report.events_read >= 1

@@ -43,17 +43,17 @@ async def test_job_keeps_history_exactly_once(spark, server, client, produce, tm
     engine = sqlite.open_db(settings.db_path)
 
     await produce(["j1", "j2", "j3"], fast=[("ok", 2), ("fail", 1)])
-    first = await asyncio.to_thread(run_once, spark, settings)
+    first = await asyncio.to_thread(run_once, lambda: spark, settings)
     assert first.events_read > 0
     assert totals(engine) == {"atomic": 3, "fast": 1, "gaps": 2, "lost": 3,
                               "batches": ["committed", "ended_early"], "abandoned": 4}
     assert delta_totals(settings)["atomic"] == 3
 
-    unchanged = await asyncio.to_thread(run_once, spark, settings)  # nothing new: nothing changes
+    unchanged = await asyncio.to_thread(run_once, lambda: spark, settings)  # nothing new: nothing changes
     assert unchanged.events_read == 0 and totals(engine)["atomic"] == 3
 
     await produce(["j4", "j5"])
-    second = await asyncio.to_thread(run_once, spark, settings)
+    second = await asyncio.to_thread(run_once, lambda: spark, settings)
     assert second.first_seq == first.last_seq + 1
     assert totals(engine)["atomic"] == 5 and totals(engine)["abandoned"] == 6
 
@@ -64,11 +64,11 @@ async def test_job_keeps_history_exactly_once(spark, server, client, produce, tm
 
     monkeypatch.setattr(sqlite, "commit_run", crash)
     with pytest.raises(KeyboardInterrupt):
-        await asyncio.to_thread(run_once, spark, settings)
+        await asyncio.to_thread(run_once, lambda: spark, settings)
     assert delta_totals(settings)["atomic"] == 6 and totals(engine)["atomic"] == 5
     monkeypatch.undo()
 
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     assert totals(engine)["atomic"] == 6 and totals(engine)["abandoned"] == 7
     after = delta_totals(settings)
     assert after["atomic"] == 6 and after["events"] == after["distinct_events"]
@@ -83,7 +83,7 @@ async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_
     whole = JobSettings(tmp_path / "whole", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}),
                         driver_reads_up_to=0)  # read and written by the executors; the small steps by the driver
     small = JobSettings(tmp_path / "small", source=SourceOptions.parse({"servers": server.url, "partitions": "2"}), max_events=3)
-    one = await asyncio.to_thread(run_once, spark, whole)
+    one = await asyncio.to_thread(run_once, lambda: spark, whole)
 
     appends = []
     append = delta.add_files
@@ -96,12 +96,12 @@ async def test_a_backlog_read_in_small_steps_keeps_the_same_history_even_killed_
 
     monkeypatch.setattr(delta, "add_files", killed_at_the_third)
     with pytest.raises(KeyboardInterrupt):
-        await asyncio.to_thread(run_once, spark, small)
+        await asyncio.to_thread(run_once, lambda: spark, small)
     monkeypatch.undo()
     assert appends == [3, 6, 9] and delta.written_up_to(small.delta("events")) == 6
 
     steps = []
-    again = await asyncio.to_thread(run_once, spark, small, lambda done, total: steps.append((done, total)))
+    again = await asyncio.to_thread(run_once, lambda: spark, small, lambda done, total: steps.append((done, total)))
     assert (again.first_seq, again.last_seq, again.events_read) == (1, one.last_seq, one.events_read)
     assert steps == [(min(n, one.last_seq), one.last_seq) for n in range(3, one.last_seq + 3, 3)]
     assert totals(sqlite.open_db(small.db_path)) == totals(sqlite.open_db(whole.db_path))
@@ -142,7 +142,7 @@ async def test_analytics_cli_runs_once_and_prints_its_progress_line(server, clie
 
 def test_a_run_before_any_collector_says_so(spark, tmp_path):
     with EmbeddedServer(tmp_path / "empty") as empty:
-        report = run_once(spark, JobSettings(tmp_path / "data", source=SourceOptions.parse({"servers": empty.url})))
+        report = run_once(lambda: spark, JobSettings(tmp_path / "data", source=SourceOptions.parse({"servers": empty.url})))
     assert report.events_read == 0 and report.line().startswith("no event log BATCH_CONSOLE_EVENTS yet")
 
 
@@ -198,7 +198,7 @@ async def test_a_slow_producer_leaves_no_loss_standing_live_or_in_history(spark,
         model.apply(event)
     assert model.find_lost(batch.batch_id) is None and batch.batch_id not in model.active
 
-    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url})))
+    await asyncio.to_thread(run_once, lambda: spark, JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url})))
     history = Reader(sqlite.open_db(tmp_path / "console.db"))
     assert history.abandoned_batches(batch_id=batch.batch_id).empty
     with Session(history.engine) as s:
@@ -279,6 +279,48 @@ async def test_the_follow_watcher_wakes_on_losses_alone(server, client):
         watcher.stop()
 
 
+def no_spark():
+    raise AssertionError("this run asked for Spark")
+
+
+async def test_the_cli_on_a_log_of_heartbeats_starts_no_jvm_and_one_with_a_loss_does(tmp_path):
+    """LazySession: with no Java to start (JAVA_HOME names none), a run over heartbeats alone succeeds,
+    and one over a loss fails for want of its JVM."""
+    import os
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    import nats
+
+    from console.broker.eventlog import EventLog
+    from console.config import EventLogSettings, event_key
+    from console.domain.events import BatchEvent, EventKind
+
+    cli = str(Path(sys.executable).parent / "batch-console")
+    data = tmp_path / "data"
+    with EmbeddedServer(tmp_path / "nats") as quiet_server:
+        def analytics() -> subprocess.CompletedProcess:
+            return subprocess.run([cli, "analytics", "--server", quiet_server.url, "--data-dir", str(data), "--once"],
+                                  capture_output=True, text=True, timeout=300,
+                                  env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
+
+        nc = await nats.connect(quiet_server.url)
+        try:
+            log = EventLog(nc.jetstream(), EventLogSettings(key=event_key(data_dir=data)))
+            await log.ensure()
+            await log.append([BatchEvent("beat", EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc), None)])
+            quiet = await asyncio.to_thread(analytics)
+            assert quiet.returncode == 0, quiet.stderr[-2000:]
+            await log.append([BatchEvent("lazy-loss", EventKind.ATOMIC_ABANDONED, datetime.now(timezone.utc), "JOBA",
+                                         "lazy", reason="timeout")])
+            loss = await asyncio.to_thread(analytics)
+            assert loss.returncode != 0 and "no-java" in loss.stderr, loss.stderr[-2000:]
+        finally:
+            await nc.close()
+
+
 async def test_a_run_over_the_collectors_heartbeat_alone_recomputes_nothing(spark, server, client, produce, tmp_path):
     from datetime import datetime, timezone
 
@@ -287,10 +329,10 @@ async def test_a_run_over_the_collectors_heartbeat_alone_recomputes_nothing(spar
 
     await produce(["h1"])
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     log = EventLog(client.jetstream())
     await log.append([BatchEvent("status-1", EventKind.COLLECTOR_STATUS, datetime.now(timezone.utc), None)])
-    quiet = await asyncio.to_thread(run_once, spark, settings)
+    quiet = await asyncio.to_thread(run_once, no_spark, settings)  # a run that needs no Spark asks for none
     assert quiet.events_read == 1 and quiet.last_seq == await log.last_seq()
     assert "hourly" not in quiet.stages and "scope" not in quiet.stages, quiet.stages
     assert sqlite.offset(sqlite.open_db(settings.db_path), EVENTS_SOURCE) == quiet.last_seq
@@ -316,15 +358,15 @@ async def test_heartbeats_alone_wait_for_the_next_run_with_history_level_with_th
     await produce(["d1"])
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "partitions": "2"}))
     engine = sqlite.open_db(settings.db_path)
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     atomic = totals(engine)["atomic"]  # the module's log holds other tests' batches too
     log = EventLog(client.jetstream())
     await log.append(heartbeats("beat-1", "beat-2", "beat-3"))
-    over_bound = await asyncio.to_thread(run_once, spark, settings, defer_heartbeats=2)
+    over_bound = await asyncio.to_thread(run_once, lambda: spark, settings, defer_heartbeats=2)
     assert over_bound.events_read == 3 and {"beat-1", "beat-2", "beat-3"} <= raw_ids()
 
     await log.append(heartbeats("beat-4", "beat-5"))
-    deferred = await asyncio.to_thread(run_once, spark, settings, defer_heartbeats=1_000)
+    deferred = await asyncio.to_thread(run_once, lambda: spark, settings, defer_heartbeats=1_000)
     assert deferred.events_read == 0 and "heartbeats only" in deferred.line(), deferred.line()
     assert "read and write" not in deferred.stages, deferred.stages
     assert sqlite.offset(engine, EVENTS_SOURCE) == over_bound.last_seq  # the raw events have not had them
@@ -332,7 +374,7 @@ async def test_heartbeats_alone_wait_for_the_next_run_with_history_level_with_th
     assert job_position(engine)[0] == await log.last_seq()  # but History is level with the log
 
     await produce(["d2"])
-    with_them = await asyncio.to_thread(run_once, spark, settings, defer_heartbeats=1_000)
+    with_them = await asyncio.to_thread(run_once, lambda: spark, settings, defer_heartbeats=1_000)
     assert with_them.first_seq == over_bound.last_seq + 1
     assert {"beat-4", "beat-5"} <= raw_ids() and totals(engine)["atomic"] == atomic + 1
     assert job_position(engine)[0] == sqlite.offset(engine, EVENTS_SOURCE) == await log.last_seq()
@@ -353,7 +395,7 @@ async def test_a_recorded_blind_window_reaches_historys_table(spark, server, cli
     await log.ensure()
     await log.append([capture_interrupted("c1", start, start + timedelta(seconds=4), "node n1 lost")])
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url}))
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     windows = Reader(sqlite.open_db(settings.db_path)).capture_interruptions(start - timedelta(hours=1),
                                                                              start + timedelta(hours=1))
     assert windows.to_dict("records") == [{"start": start, "end": start + timedelta(seconds=4),
@@ -379,7 +421,7 @@ async def test_a_maintenance_reaches_historys_table_and_a_limited_reader_sees_it
     other = MaintenanceRecord.begin("restart", ["n1", "n3"], "bob")  # never ended (the console killed)
     await log.append([begun.event(), other.event(), ended.event()])
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url}))
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     reader = Reader(sqlite.open_db(settings.db_path))
     around = (begun.start - timedelta(hours=1), begun.start + timedelta(hours=1))
     rows = reader.maintenances(*around).to_dict("records")
@@ -417,7 +459,7 @@ async def test_consumer_lag_records_become_each_consumer_s_hour_and_a_limited_re
     hostile = BatchEvent("consumer_lag.t.hostile", EventKind.CONSUMER_LAG, now, detail='{"s": [1, 2]', source=COLLECTOR)
     await log.append(first + second + [hostile])
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url}))
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     reader = Reader(sqlite.open_db(settings.db_path))
     around = (now - timedelta(hours=2), now + timedelta(hours=2))
     rows = {(r["stream"], r["consumer"]): r for r in reader.consumer_lag_by_hour(*around).to_dict("records")}

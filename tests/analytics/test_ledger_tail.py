@@ -81,7 +81,7 @@ async def test_losses_are_in_the_ledger_within_seconds_then_the_job_s_rows_repla
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, SPARK_EVENT_KEY: KEY.decode()}))
     engine = sqlite.open_db(settings.db_path)
     await produce(["lt0"], key=KEY)
-    await asyncio.to_thread(run_once, spark, settings)  # the job is past the first loss: the tail leaves it alone
+    await asyncio.to_thread(run_once, lambda: spark, settings)  # the job is past the first loss: the tail leaves it alone
     covered = set(ledger(engine))
     assert len(covered) == 1 and not any(r.provisional for r in ledger(engine).values())
 
@@ -115,7 +115,7 @@ async def test_losses_are_in_the_ledger_within_seconds_then_the_job_s_rows_repla
         await eventually(asked(ledger, engine), lambda found: "fl-1" not in found, what="retracted")
         await nc.close()
 
-        report = await asyncio.to_thread(run_once, spark, settings)
+        report = await asyncio.to_thread(run_once, lambda: spark, settings)
         assert report.events_read > 0
         after = ledger(engine)
         assert set(after) == set(rows)  # the same losses, once each: the forged one and the copy never

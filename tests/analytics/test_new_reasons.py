@@ -63,7 +63,7 @@ async def test_a_reason_the_console_does_not_know_is_recorded_shown_kept_and_ale
                        "named-1", reason="gap", gap_mode="fail", count=9, publisher=publisher)
     assert (await EventLog(client.jetstream(), EventLogSettings(key=KEY)).append([ended])).stored == 1
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "event_secret": KEY.decode()}))
-    await asyncio.to_thread(run_once, spark, settings)
+    await asyncio.to_thread(run_once, lambda: spark, settings)
     with Session(sqlite.open_db(settings.db_path)) as s:
         assert sorted((r.batch_id, r.reason, r.publisher) for r in s.exec(select(AbandonedBatch)).all()
                       if r.stream == "NEWREASON") == [("brand-new-1", "brand_new", None),

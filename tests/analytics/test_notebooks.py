@@ -46,7 +46,7 @@ async def test_both_notebooks_run_against_a_real_server_and_show_the_lost_batche
         await js.publish("joba.x", f"stored {i}".encode())
     key = event_key(data_dir=tmp_path)  # the one the notebooks find in their data directory
     await produce(["nb-1", "nb-2"], key=key)
-    await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url,
+    await asyncio.to_thread(run_once, lambda: spark, JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url,
                                                                            "event_secret": key.decode()})))
     env = {"BATCH_CONSOLE_SERVER": server.url, "BATCH_CONSOLE_DATA_DIR": str(tmp_path), "BATCH_ID": "nb-1",
            "REPLAY_STREAM": "JOBA"}

@@ -66,7 +66,7 @@ async def test_twenty_replays_of_signed_records_count_once_in_every_reader(spark
     originals = await _records(js, ("atomic_abandoned", "fast_gap"))
     settings = JobSettings(tmp_path, source=SourceOptions.parse({"servers": server.url, "event_secret": KEY.decode()}))
     engine = sqlite.open_db(settings.db_path)
-    first = await asyncio.to_thread(run_once, spark, settings)
+    first = await asyncio.to_thread(run_once, lambda: spark, settings)
     assert first.events_read > 0
     expected = {"atomic": 1, "gaps": 1, "lost": 2, "abandoned": 1}
     assert _totals(engine) == expected
@@ -83,13 +83,13 @@ async def test_twenty_replays_of_signed_records_count_once_in_every_reader(spark
             await eventually(lambda m=msg: _replay(js, m, m.headers[MSG_ID]), timeout=10,
                              what="a copy under its own id stored past the duplicate window")
 
-    second = await asyncio.to_thread(run_once, spark, settings)
+    second = await asyncio.to_thread(run_once, lambda: spark, settings)
     assert second.note is None and second.last_seq == (await js.stream_info("BATCH_CONSOLE_EVENTS")).state.last_seq
     assert sum(n for reason, n in second.skipped.items() if reason.startswith("replayed")) == 40, second.skipped
     assert _totals(engine) == expected
 
     await produce(["after"], key=KEY)  # History goes on after the replays
-    third = await asyncio.to_thread(run_once, spark, settings)
+    third = await asyncio.to_thread(run_once, lambda: spark, settings)
     assert third.events_read > 0 and _totals(engine) == {**expected, "atomic": 2, "abandoned": 2}
 
     # The alerts process's readers: metrics and a rule that needs three losses.

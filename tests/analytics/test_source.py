@@ -96,7 +96,7 @@ async def test_the_job_reads_an_r3_event_log_through_another_node_when_one_is_do
         await eventually(lambda: asyncio.to_thread(cluster.meta_leader), lambda leader: leader not in (None, "n1"),
                          timeout=30, what="a meta leader on n2 or n3")
         source = SourceOptions.parse({"servers": cluster.url, "event_secret": key.decode()})  # n1 first in the list, and down
-        report = await asyncio.to_thread(run_once, spark, JobSettings(tmp_path, source=source))
+        report = await asyncio.to_thread(run_once, lambda: spark, JobSettings(tmp_path, source=source))
         assert report.events_read == 3 and not report.skipped
     finally:
         cluster.restart(0)
