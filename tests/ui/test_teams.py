@@ -384,6 +384,8 @@ FLOWS: dict[str, Callable[[Page, Team, bool], None]] = {
 NOT_OFFERED = {ANSWERS[kind].name for kind in Ack}  # without a fetch there is no message to answer
 
 
+@pytest.mark.alone  # under the parallel run's load a refused action's refusal did not show in 30 s (CI 98: vera's
+# Probe stayed at "Publishing…", so its click reached the server); alone it does. Not understood yet
 @pytest.mark.parametrize("user", ["ada", "otto", "vera"])
 def test_each_role_takes_or_is_refused_every_action_as_its_groups_say_and_each_attempt_is_audited(team, browser,
                                                                                                   user, screenshots):
