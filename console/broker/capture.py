@@ -194,8 +194,7 @@ class Subscriptions:
     """Core subscriptions that hand Inbound messages to handlers, drained together at the end."""
 
     def __init__(self) -> None:
-        self._subs: list[Subscription] = []
-        self._handing: list[_Handing] = []
+        self._handing: list[_Handing] = []  # one per subscription, made in _subscribe
 
     async def follow(self, nc: Connection, subject: str, handler: Handler, queue: str = "") -> None:
         async def on_msg(msg: Msg) -> None:
@@ -215,8 +214,11 @@ class Subscriptions:
                 handing.busy = False
 
         handing.sub = await nc.subscribe(subject, queue=queue, cb=handed)
-        self._subs.append(handing.sub)
         self._handing.append(handing)
+
+    @property
+    def _subs(self) -> list[Subscription]:
+        return [h.sub for h in self._handing if h.sub is not None]
 
     def backlog(self) -> int:
         """Messages the server has sent that wait, read, for their handler."""
@@ -264,7 +266,6 @@ class Subscriptions:
                 await asyncio.wait_for(sub.drain(), max(0.1, give_up_at - asyncio.get_running_loop().time()))  # type: ignore[no-untyped-call]  # nats-py leaves drain unannotated
             except (asyncio.TimeoutError, nats.errors.Error):
                 pass
-        self._subs.clear()
         self._handing.clear()
 
 

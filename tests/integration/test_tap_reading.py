@@ -50,7 +50,7 @@ async def test_replies_reach_the_reader_in_the_wires_order_without_nats_py_s_que
         assert [m.arrival for m in heard] == sorted(m.arrival for m in heard) and heard[0].arrival > 0
         assert heard[1].subject == f"{PREFIX}.c.b1.10.ok.20.1.$FI" and heard[0].reply is None
         assert not any(m.no_responders for m in heard)
-        assert sum(sub.pending_msgs for sub in subs._subs) == 0 and tap.stats["in_msgs"] >= len(bodies)
+        assert subs.backlog() == 0 and tap.stats["in_msgs"] >= len(bodies)
     finally:
         await tap.close()
 
